@@ -1,0 +1,46 @@
+//! The `sagd` command-line tool: fills the library's settings from flags and runs its applications.
+
+mod bench;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+/// Stochastic Approximate Gradient Descent: gradients from short underdamped Langevin chains.
+#[derive(Parser, Debug)]
+#[command(name = "sagd", version, about)]
+struct Cli {
+    /// Worker threads (default: all cores). Results do not depend on it.
+    #[arg(long, global = true)]
+    threads: Option<usize>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    if let Some(t) = cli.threads {
+        if t == 0 {
+            anyhow::bail!("--threads must be at least 1");
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build_global()?;
+    }
+    match cli.command {
+        Command::Bench(b) => bench::run(b),
+    }
+}

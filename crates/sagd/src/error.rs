@@ -1,0 +1,112 @@
+//! Typed errors. Every message says what was wrong and what to change.
+
+use thiserror::Error;
+
+/// An error from a model's log density or gradient.
+#[derive(Debug, Clone, Error, PartialEq)]
+#[non_exhaustive]
+pub enum LogpError {
+    /// The value or gradient is not finite at this point. The sampler treats it as a divergence of
+    /// the chains concerned and recovers them.
+    #[error("the log density or its gradient is not finite")]
+    NonFinite,
+    /// Anything else: the run stops with this message.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+impl LogpError {
+    /// Whether the sampler may recover from this error by resetting the chains concerned.
+    pub fn is_recoverable(&self) -> bool {
+        matches!(self, LogpError::NonFinite)
+    }
+}
+
+/// The library's error type.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum SagdError {
+    /// A setting is out of its valid range.
+    #[error("invalid setting `{name}` = {value}: {fix}")]
+    InvalidSetting {
+        /// The setting's name.
+        name: &'static str,
+        /// The offending value, as text.
+        value: String,
+        /// What to change.
+        fix: String,
+    },
+    /// Buffers or parameters of the wrong size.
+    #[error("size mismatch for {what}: expected {expected}, got {got}")]
+    Dimension {
+        /// What has the wrong size.
+        what: &'static str,
+        /// The expected length.
+        expected: usize,
+        /// The length given.
+        got: usize,
+    },
+    /// The model failed in a way the sampler cannot recover from.
+    #[error("model error: {0}")]
+    Model(LogpError),
+    /// Every chain diverged at the start, so there is no finite state to recover to.
+    #[error("the target is not finite at the initial position of chain {chain}: start the chains where the log density and its gradient are finite")]
+    NonFiniteStart {
+        /// The first chain at fault.
+        chain: usize,
+    },
+    /// The gradient estimate or the parameters became non-finite.
+    #[error("the parameter update at iteration {iteration} is not finite: lower the learning rate or the Langevin step size")]
+    NonFiniteUpdate {
+        /// The 1-based iteration.
+        iteration: usize,
+    },
+    /// Reading or writing a file.
+    #[error("{action} {path}: {source}")]
+    Io {
+        /// What was being done ("writing checkpoint", ...).
+        action: &'static str,
+        /// The file.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A checkpoint that cannot be used.
+    #[error("checkpoint {path}: {problem}")]
+    Checkpoint {
+        /// The file.
+        path: String,
+        /// What is wrong with it, and what to do.
+        problem: String,
+    },
+}
+
+/// The library's result type.
+pub type Result<T, E = SagdError> = std::result::Result<T, E>;
+
+/// Checks that `value` is finite and positive.
+pub(crate) fn positive(name: &'static str, value: f64, fix: &str) -> Result<()> {
+    if value.is_finite() && value > 0.0 {
+        Ok(())
+    } else {
+        Err(SagdError::InvalidSetting {
+            name,
+            value: value.to_string(),
+            fix: fix.to_string(),
+        })
+    }
+}
+
+/// Checks a buffer length.
+pub(crate) fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(SagdError::Dimension {
+            what,
+            expected,
+            got,
+        })
+    }
+}

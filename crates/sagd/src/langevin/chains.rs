@@ -1,0 +1,580 @@
+//! A set of chains stepped together: positions, momenta and cached gradients in flat row-major
+//! buffers, one random stream per chain, double buffers for the last accepted state.
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::{Kernel, Op};
+use crate::error::{check_len, Result, SagdError};
+use crate::model::LogDensity;
+use crate::real::{sum_sq, Real};
+use crate::rng::ChainRng;
+
+/// Elements per block of rows handed to one task (and to one call of the target).
+const BLOCK_ELEMS: usize = 4096;
+
+/// How momenta start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Momentum {
+    /// ρ₀ ~ N(0, I), the stationary law.
+    #[default]
+    Normal,
+    /// ρ₀ = 0.
+    Zero,
+}
+
+/// What one transition of all chains did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepInfo {
+    /// Chains whose new state was not finite (or, for HMC, whose energy error exceeded 1000): they
+    /// were reset to their last finite state with fresh momentum.
+    pub divergences: usize,
+    /// Mean of log π over chains at the new states.
+    pub mean_log_density: f64,
+    /// Mean of ρ_j² over chains and coordinates: near 1 at equilibrium; a discretisation that heats
+    /// the chain shows here first.
+    pub kinetic_temperature: f64,
+    /// HMC: mean Metropolis acceptance probability. `None` for Langevin steps.
+    pub acceptance: Option<f64>,
+    /// HMC: mean energy change H(end) − H(start) over chains with a finite one.
+    pub energy_change: Option<f64>,
+}
+
+/// Sums over a block, combined in block order so that results do not depend on threads.
+#[derive(Clone, Copy, Default)]
+struct BlockStats {
+    divergences: usize,
+    logp: f64,
+    rho2: f64,
+    accept: f64,
+    dh: f64,
+    dh_count: usize,
+}
+
+impl BlockStats {
+    fn add(&mut self, s: &BlockStats) {
+        self.divergences += s.divergences;
+        self.logp += s.logp;
+        self.rho2 += s.rho2;
+        self.accept += s.accept;
+        self.dh += s.dh;
+        self.dh_count += s.dh_count;
+    }
+}
+
+/// `n` chains of dimension `d`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(bound = "T: Real")]
+pub struct ChainSet<T> {
+    n: usize,
+    d: usize,
+    x: [Vec<T>; 2],
+    g: [Vec<T>; 2],
+    lp: [Vec<T>; 2],
+    rho: Vec<T>,
+    cur: usize,
+    rngs: Vec<ChainRng>,
+    rows_per_block: usize,
+    initialized: bool,
+    /// Transitions taken.
+    pub steps: u64,
+    /// Divergences since creation.
+    pub divergences: u64,
+    #[serde(skip)]
+    scratch: Scratch<T>,
+}
+
+/// Noise buffers: working memory, not state. Equal to any other, empty when cloned or loaded.
+#[derive(Default)]
+struct Scratch<T>(Vec<T>);
+
+impl<T> Clone for Scratch<T> {
+    fn clone(&self) -> Self {
+        Scratch(Vec::new())
+    }
+}
+
+impl<T> PartialEq for Scratch<T> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl<T> std::fmt::Debug for Scratch<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Scratch({})", self.0.len())
+    }
+}
+
+/// The buffers of one block of rows.
+struct Block<'a, T> {
+    first_row: usize,
+    x_old: &'a [T],
+    x_new: &'a mut [T],
+    g_old: &'a [T],
+    g_new: &'a mut [T],
+    lp_old: &'a [T],
+    lp_new: &'a mut [T],
+    rho: &'a mut [T],
+    noise: &'a mut [T],
+    rngs: &'a mut [ChainRng],
+}
+
+impl<T: Real> ChainSet<T> {
+    /// `n` chains of dimension `d`, with per-chain random streams from `seed`. Call [`Self::init`]
+    /// before stepping.
+    pub fn new(n: usize, d: usize, seed: u64) -> Self {
+        let len = n * d;
+        ChainSet {
+            n,
+            d,
+            x: [vec![T::zero(); len], vec![T::zero(); len]],
+            g: [vec![T::zero(); len], vec![T::zero(); len]],
+            lp: [vec![T::zero(); n], vec![T::zero(); n]],
+            rho: vec![T::zero(); len],
+            cur: 0,
+            rngs: (0..n as u64).map(|c| ChainRng::new(seed, c)).collect(),
+            rows_per_block: (BLOCK_ELEMS / d.max(1)).max(1),
+            initialized: false,
+            steps: 0,
+            divergences: 0,
+            scratch: Scratch::default(),
+        }
+    }
+
+    /// The number of chains.
+    pub fn n_chains(&self) -> usize {
+        self.n
+    }
+
+    /// The dimension of one chain.
+    pub fn dim(&self) -> usize {
+        self.d
+    }
+
+    /// Sets the rows per block (one task, one call of the target). Results do not depend on it.
+    pub fn set_rows_per_block(&mut self, rows: usize) {
+        self.rows_per_block = rows.max(1);
+    }
+
+    /// Starts (or warm-restarts) the chains at `x0` — one row for all chains or one per chain —
+    /// with momenta drawn as `momentum` says, and evaluates the target there.
+    pub fn init(
+        &mut self,
+        target: &impl LogDensity<T>,
+        x0: &[T],
+        momentum: Momentum,
+    ) -> Result<()> {
+        self.set_positions(target, x0)?;
+        match momentum {
+            Momentum::Zero => self.rho.iter_mut().for_each(|r| *r = T::zero()),
+            Momentum::Normal => self.refresh_momenta(),
+        }
+        Ok(())
+    }
+
+    /// Moves the chains to `x0` (one row for all chains, or one per chain), keeping their momenta,
+    /// and evaluates the target there.
+    pub fn set_positions(&mut self, target: &impl LogDensity<T>, x0: &[T]) -> Result<()> {
+        check_len("target dimension", self.d, target.dim())?;
+        let (n, d) = (self.n, self.d);
+        if x0.len() == d && n != 1 {
+            for row in self.x[self.cur].chunks_exact_mut(d.max(1)) {
+                row.copy_from_slice(x0);
+            }
+        } else {
+            check_len(
+                "initial positions (n_chains × dim, or dim)",
+                n * d,
+                x0.len(),
+            )?;
+            self.x[self.cur].copy_from_slice(x0);
+        }
+        self.evaluate(target)?;
+        if let Some(chain) = (0..n).find(|&r| !self.row_finite(self.cur, r)) {
+            return Err(SagdError::NonFiniteStart { chain });
+        }
+        self.initialized = true;
+        Ok(())
+    }
+
+    /// Sets the momenta (n_chains × dim values).
+    pub fn set_momenta(&mut self, rho: &[T]) -> Result<()> {
+        check_len("momenta", self.rho.len(), rho.len())?;
+        self.rho.copy_from_slice(rho);
+        Ok(())
+    }
+
+    /// Draws fresh momenta ρ ~ N(0, I) from each chain's stream.
+    pub fn refresh_momenta(&mut self) {
+        let d = self.d.max(1);
+        for (row, rng) in self.rho.chunks_exact_mut(d).zip(self.rngs.iter_mut()) {
+            rng.normal.fill(row);
+        }
+    }
+
+    /// Re-evaluates the target at the current positions (after θ changed, say).
+    pub fn evaluate(&mut self, target: &impl LogDensity<T>) -> Result<()> {
+        let cur = self.cur;
+        let (x, g, lp) = (&self.x[cur], &mut self.g[cur], &mut self.lp[cur]);
+        match target.logp_grad(0, x, lp, g) {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_recoverable() => {
+                lp.iter_mut().for_each(|v| *v = T::nan());
+                Ok(())
+            }
+            Err(e) => Err(SagdError::Model(e)),
+        }
+    }
+
+    /// All positions, row-major (n_chains × dim).
+    pub fn positions(&self) -> &[T] {
+        &self.x[self.cur]
+    }
+
+    /// The position of chain `r`.
+    pub fn position(&self, r: usize) -> &[T] {
+        &self.x[self.cur][r * self.d..(r + 1) * self.d]
+    }
+
+    /// All momenta, row-major.
+    pub fn momenta(&self) -> &[T] {
+        &self.rho
+    }
+
+    /// log π at the current positions, one per chain.
+    pub fn log_densities(&self) -> &[T] {
+        &self.lp[self.cur]
+    }
+
+    /// ∇log π at the current positions, row-major.
+    pub fn gradients(&self) -> &[T] {
+        &self.g[self.cur]
+    }
+
+    fn row_finite(&self, buf: usize, r: usize) -> bool {
+        let d = self.d;
+        self.lp[buf][r].is_finite()
+            && self.x[buf][r * d..(r + 1) * d]
+                .iter()
+                .all(|v| v.is_finite())
+            && self.g[buf][r * d..(r + 1) * d]
+                .iter()
+                .all(|v| v.is_finite())
+    }
+
+    /// One transition of every chain under `kernel`, with the target evaluated at the chains'
+    /// current parameters.
+    pub fn step(&mut self, target: &impl LogDensity<T>, kernel: &Kernel<T>) -> Result<StepInfo> {
+        if !self.initialized {
+            return Err(SagdError::InvalidSetting {
+                name: "chains",
+                value: "uninitialised".into(),
+                fix: "call ChainSet::init with starting positions before stepping".into(),
+            });
+        }
+        check_len("target dimension", self.d, target.dim())?;
+        let (n, d) = (self.n, self.d);
+        let noise_len = n * d * kernel.noise_per_coord();
+        if self.scratch.0.len() < noise_len {
+            self.scratch.0.resize(noise_len, T::zero());
+        }
+        let rows = self.rows_per_block.min(n.max(1));
+        let bd = rows * d;
+        let nb = kernel.noise_per_coord().max(1) * bd;
+        let cur = self.cur;
+        let (x_old, x_new) = pair(&mut self.x, cur);
+        let (g_old, g_new) = pair(&mut self.g, cur);
+        let (lp_old, lp_new) = pair(&mut self.lp, cur);
+        let scratch = &mut self.scratch.0[..];
+        let mut total = BlockStats::default();
+        if n <= rows || rayon::current_num_threads() == 1 {
+            // One block, or one thread: no task overhead, no allocation.
+            for i in 0..n.div_ceil(rows) {
+                let (r0, r1) = (i * rows, ((i + 1) * rows).min(n));
+                let (e0, e1) = (r0 * d, r1 * d);
+                let noise_len = kernel.noise_per_coord() * (e1 - e0);
+                let block = Block::new(
+                    r0,
+                    (
+                        &x_old[e0..e1],
+                        &mut x_new[e0..e1],
+                        &g_old[e0..e1],
+                        &mut g_new[e0..e1],
+                        &lp_old[r0..r1],
+                        &mut lp_new[r0..r1],
+                        &mut self.rho[e0..e1],
+                        &mut scratch[..noise_len],
+                        &mut self.rngs[r0..r1],
+                    ),
+                );
+                total.add(&run_block(target, kernel, block)?);
+            }
+        } else {
+            let mut noise_chunks: Vec<&mut [T]> = scratch.chunks_mut(nb.max(1)).collect();
+            noise_chunks.resize_with(n.div_ceil(rows), Default::default);
+            let stats: Vec<Result<BlockStats>> = (
+                x_old.par_chunks(bd.max(1)),
+                x_new.par_chunks_mut(bd.max(1)),
+                g_old.par_chunks(bd.max(1)),
+                g_new.par_chunks_mut(bd.max(1)),
+                lp_old.par_chunks(rows),
+                lp_new.par_chunks_mut(rows),
+                self.rho.par_chunks_mut(bd.max(1)),
+                noise_chunks.into_par_iter(),
+                self.rngs.par_chunks_mut(rows),
+            )
+                .into_par_iter()
+                .enumerate()
+                .map(|(i, parts)| run_block(target, kernel, Block::new(i * rows, parts)))
+                .collect();
+            for s in stats {
+                total.add(&s?);
+            }
+        }
+        self.cur = 1 - cur;
+        self.steps += 1;
+        self.divergences += total.divergences as u64;
+        let nf = n.max(1) as f64;
+        Ok(StepInfo {
+            divergences: total.divergences,
+            mean_log_density: total.logp / nf,
+            kinetic_temperature: total.rho2 / (nf * d.max(1) as f64),
+            acceptance: kernel.metropolis.then(|| total.accept / nf),
+            energy_change: kernel
+                .metropolis
+                .then(|| total.dh / total.dh_count.max(1) as f64),
+        })
+    }
+
+    /// `steps` transitions (burn-in), discarding the states; returns the divergences.
+    pub fn burn_in(
+        &mut self,
+        target: &impl LogDensity<T>,
+        kernel: &Kernel<T>,
+        steps: usize,
+    ) -> Result<usize> {
+        let mut div = 0;
+        for _ in 0..steps {
+            div += self.step(target, kernel)?.divergences;
+        }
+        Ok(div)
+    }
+}
+
+impl<'a, T> Block<'a, T> {
+    fn new(first_row: usize, p: BlockParts<'a, T>) -> Self {
+        Block {
+            first_row,
+            x_old: p.0,
+            x_new: p.1,
+            g_old: p.2,
+            g_new: p.3,
+            lp_old: p.4,
+            lp_new: p.5,
+            rho: p.6,
+            noise: p.7,
+            rngs: p.8,
+        }
+    }
+}
+
+type BlockParts<'a, T> = (
+    &'a [T],
+    &'a mut [T],
+    &'a [T],
+    &'a mut [T],
+    &'a [T],
+    &'a mut [T],
+    &'a mut [T],
+    &'a mut [T],
+    &'a mut [ChainRng],
+);
+
+/// The buffer at `cur` (read) and the other one (written).
+fn pair<T>(b: &mut [Vec<T>; 2], cur: usize) -> (&[T], &mut [T]) {
+    let (a, c) = b.split_at_mut(1);
+    if cur == 0 {
+        (&a[0], &mut c[0])
+    } else {
+        (&c[0], &mut a[0])
+    }
+}
+
+#[inline(always)]
+fn fill_noise<T: Real>(noise: &mut [T], rngs: &mut [ChainRng], per_row: usize) {
+    for (row, rng) in noise.chunks_exact_mut(per_row).zip(rngs.iter_mut()) {
+        rng.normal.fill(row);
+    }
+}
+
+#[inline(always)]
+fn half_sq<T: Real>(v: &[T]) -> f64 {
+    0.5 * sum_sq(v)
+}
+
+/// Runs the kernel's program on one block, then accepts, rejects or recovers each row. Compiled for
+/// AVX-512 and AVX2 with run-time dispatch; no fused multiply-adds, so every path gives the same bits.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+fn run_block<T: Real, D: LogDensity<T>>(
+    target: &D,
+    kernel: &Kernel<T>,
+    b: Block<'_, T>,
+) -> Result<BlockStats> {
+    let Block {
+        first_row,
+        x_old,
+        x_new,
+        g_old,
+        g_new,
+        lp_old,
+        lp_new,
+        rho,
+        noise,
+        rngs,
+    } = b;
+    let rows = lp_old.len();
+    let d = x_old.len() / rows.max(1);
+    let len = rows * d;
+    let mut moved = false;
+    let mut fresh = false;
+    // HMC: the energy at the start, once momenta are drawn.
+    let mut h0: Vec<f64> = Vec::new();
+    for op in &kernel.ops {
+        match *op {
+            Op::Drift(h) => {
+                if moved {
+                    x_new
+                        .iter_mut()
+                        .zip(rho.iter())
+                        .for_each(|(x, r)| *x += h * *r);
+                } else {
+                    x_new
+                        .iter_mut()
+                        .zip(x_old.iter().zip(rho.iter()))
+                        .for_each(|(x, (xo, r))| *x = *xo + h * *r);
+                    moved = true;
+                }
+            }
+            Op::Kick {
+                decay,
+                grad,
+                noise: s,
+            } => {
+                let g = if fresh { &g_new[..] } else { g_old };
+                if s != T::zero() {
+                    let eta = &mut noise[..len];
+                    fill_noise(eta, rngs, d);
+                    for ((r, gi), e) in rho.iter_mut().zip(g.iter()).zip(eta.iter()) {
+                        *r = decay * *r + grad * *gi + s * *e;
+                    }
+                } else if decay == T::one() {
+                    rho.iter_mut()
+                        .zip(g.iter())
+                        .for_each(|(r, gi)| *r += grad * *gi);
+                } else {
+                    rho.iter_mut()
+                        .zip(g.iter())
+                        .for_each(|(r, gi)| *r = decay * *r + grad * *gi);
+                }
+            }
+            Op::Ou {
+                decay,
+                drift,
+                v1,
+                x1,
+                x2,
+            } => {
+                let eta = &mut noise[..2 * len];
+                for ((row, rng), _) in eta
+                    .chunks_exact_mut(2 * d)
+                    .zip(rngs.iter_mut())
+                    .zip(0..rows)
+                {
+                    rng.normal.fill(row);
+                }
+                if !moved {
+                    x_new.copy_from_slice(x_old);
+                    moved = true;
+                }
+                for r in 0..rows {
+                    let z = &eta[2 * r * d..2 * (r + 1) * d];
+                    let (z1, z2) = z.split_at(d);
+                    let xs = &mut x_new[r * d..(r + 1) * d];
+                    let ps = &mut rho[r * d..(r + 1) * d];
+                    for j in 0..d {
+                        xs[j] += drift * ps[j] + x1 * z1[j] + x2 * z2[j];
+                        ps[j] = decay * ps[j] + v1 * z1[j];
+                    }
+                }
+            }
+            Op::Gradient => {
+                if !moved {
+                    x_new.copy_from_slice(x_old);
+                    moved = true;
+                }
+                match target.logp_grad(first_row, x_new, lp_new, g_new) {
+                    Ok(()) => {}
+                    Err(e) if e.is_recoverable() => lp_new.iter_mut().for_each(|v| *v = T::nan()),
+                    Err(e) => return Err(SagdError::Model(e)),
+                }
+                fresh = true;
+            }
+            Op::Refresh => {
+                fill_noise(rho, rngs, d);
+                h0 = (0..rows)
+                    .map(|r| -lp_old[r].f64() + half_sq(&rho[r * d..(r + 1) * d]))
+                    .collect();
+            }
+        }
+    }
+    if !moved {
+        x_new.copy_from_slice(x_old);
+    }
+    if !fresh {
+        g_new.copy_from_slice(g_old);
+        lp_new.copy_from_slice(lp_old);
+    }
+    let mut st = BlockStats::default();
+    for r in 0..rows {
+        let span = r * d..(r + 1) * d;
+        // Squares overflow only for states that have left any sensible range: a divergence too.
+        let rho2 = sum_sq(&rho[span.clone()]);
+        let ok = lp_new[r].is_finite()
+            && (sum_sq(&x_new[span.clone()]) + sum_sq(&g_new[span.clone()]) + rho2).is_finite();
+        let mut keep = ok;
+        let mut diverged = !ok;
+        if kernel.metropolis {
+            let h1 = -lp_new[r].f64() + 0.5 * rho2;
+            let dh = h1 - h0[r];
+            let accept = if ok && dh.is_finite() {
+                (-dh).exp().min(1.0)
+            } else {
+                0.0
+            };
+            if ok && dh.is_finite() {
+                st.dh += dh;
+                st.dh_count += 1;
+            }
+            if dh.is_nan() || dh > 1000.0 {
+                diverged = true;
+            }
+            st.accept += accept;
+            let u = rngs[r].uniform();
+            keep = ok && u < accept;
+        }
+        if !keep {
+            x_new[span.clone()].copy_from_slice(&x_old[span.clone()]);
+            g_new[span.clone()].copy_from_slice(&g_old[span.clone()]);
+            lp_new[r] = lp_old[r];
+        }
+        if diverged {
+            st.divergences += 1;
+            rngs[r].normal.fill(&mut rho[span.clone()]);
+        }
+        st.logp += lp_new[r].f64();
+        st.rho2 += if diverged { sum_sq(&rho[span]) } else { rho2 };
+    }
+    Ok(st)
+}

@@ -1,0 +1,266 @@
+//! What the algorithm needs to know about a model.
+//!
+//! * [`LogDensity`]: a batch of targets for the chains, one row per chain, with gradients written
+//!   into caller buffers (no allocation per step).
+//! * [`Problem`]: Algorithm 1's objective F(θ) = E_π f(θ; ξ): the chains' target (which may be
+//!   anchored at a parameter, as in EM) and ∇θ f.
+//! * [`LatentModel`]: the paper's applications: log p(x, z; θ) with ∇z (drives the sampler) and ∇θ
+//!   (drives the update). [`MaximumLikelihood`] turns one into a [`Problem`].
+
+use crate::error::LogpError;
+use crate::real::{sum_map, Real};
+
+/// Log densities of a batch of chains, with gradients.
+///
+/// Row `r` of a batch (a slice of `dim()` values) is chain `first_row + r`. Chains may have different
+/// targets (a latent-variable posterior has one per data point), but each row's value must depend
+/// only on that row. A row whose value cannot be computed gets a non-finite log density: the sampler
+/// turns it into a divergence of that chain and recovers it.
+pub trait LogDensity<T: Real>: Sync {
+    /// The dimension of one chain.
+    fn dim(&self) -> usize;
+
+    /// Writes log π(x_r) (up to a constant) into `logp[r]` and ∇ log π(x_r) into row `r` of `grad`.
+    fn logp_grad(
+        &self,
+        first_row: usize,
+        x: &[T],
+        logp: &mut [T],
+        grad: &mut [T],
+    ) -> Result<(), LogpError>;
+}
+
+/// The objective of Algorithm 1, F(θ) = E_{ξ~π}[f(θ; ξ)], minimised over θ.
+///
+/// `n_chains` chains of dimension `chain_dim` estimate the expectation; the gradient estimate is the
+/// average of ∇θ f over chains and over the Langevin states of an update. The chains target
+/// `log_target(anchor, ·)`, where the anchor is either the current θ or a fixed parameter (see
+/// [`crate::solver::Anchor`]).
+pub trait Problem<T: Real>: Sync {
+    /// The number of parameters.
+    fn theta_dim(&self) -> usize;
+    /// The number of chains.
+    fn n_chains(&self) -> usize;
+    /// The dimension of one chain's state ξ.
+    fn chain_dim(&self) -> usize;
+    /// log π(ξ_r) and its gradient in ξ for the chains `first_row..`, with π taken at `anchor`.
+    fn log_target(
+        &self,
+        anchor: &[T],
+        first_row: usize,
+        xi: &[T],
+        logp: &mut [T],
+        grad: &mut [T],
+    ) -> Result<(), LogpError>;
+    /// Adds Σ_r ∇θ f(θ; ξ_r) over the rows into `grad` (the solver averages).
+    fn add_grad_f(
+        &self,
+        theta: &[T],
+        first_row: usize,
+        xi: &[T],
+        grad: &mut [T],
+    ) -> Result<(), LogpError>;
+}
+
+/// A latent-variable model p(x, z; θ): data points x_i, latents z_i, parameters θ.
+pub trait LatentModel<T: Real>: Sync {
+    /// The number of data points.
+    fn n_data(&self) -> usize;
+    /// The dimension of one data point's latent z_i.
+    fn latent_dim(&self) -> usize;
+    /// The number of parameters.
+    fn theta_dim(&self) -> usize;
+    /// For each row r: log p(x_i, z_r; θ) with i = `data[r]`, into `logp[r]`, and ∇z into row r of
+    /// `grad_z`.
+    fn log_joint(
+        &self,
+        theta: &[T],
+        data: &[usize],
+        z: &[T],
+        logp: &mut [T],
+        grad_z: &mut [T],
+    ) -> Result<(), LogpError>;
+    /// Adds Σ_r ∇θ log p(x_i, z_r; θ), i = `data[r]`, into `grad_theta`.
+    fn add_grad_theta(
+        &self,
+        theta: &[T],
+        data: &[usize],
+        z: &[T],
+        grad_theta: &mut [T],
+    ) -> Result<(), LogpError>;
+}
+
+/// Maximum likelihood for a [`LatentModel`] as an SAGD [`Problem`]: F(θ) = −(1/n) Σ_i E log p(x_i, Z_i; θ)
+/// with Z_i ~ p(z | x_i; anchor), `chains_per_point` chains per data point.
+///
+/// Chain `r` belongs to data point `r % n`. Anchored at θ_k this is the M-step objective −Q(θ; θ_k)/n of
+/// EM; anchored at the current θ its gradient is the log-likelihood's (Fisher's identity).
+pub struct MaximumLikelihood<'a, M> {
+    model: &'a M,
+    rows: Vec<usize>,
+}
+
+impl<'a, M> MaximumLikelihood<'a, M> {
+    /// The problem for `model` with `chains_per_point` chains per data point.
+    pub fn new<T: Real>(model: &'a M, chains_per_point: usize) -> Self
+    where
+        M: LatentModel<T>,
+    {
+        let n = model.n_data();
+        let rows = (0..n * chains_per_point.max(1)).map(|r| r % n).collect();
+        MaximumLikelihood { model, rows }
+    }
+
+    /// The model.
+    pub fn model(&self) -> &M {
+        self.model
+    }
+}
+
+impl<T: Real, M: LatentModel<T>> Problem<T> for MaximumLikelihood<'_, M> {
+    fn theta_dim(&self) -> usize {
+        self.model.theta_dim()
+    }
+    fn n_chains(&self) -> usize {
+        self.rows.len()
+    }
+    fn chain_dim(&self) -> usize {
+        self.model.latent_dim()
+    }
+    fn log_target(
+        &self,
+        anchor: &[T],
+        first_row: usize,
+        xi: &[T],
+        logp: &mut [T],
+        grad: &mut [T],
+    ) -> Result<(), LogpError> {
+        let data = &self.rows[first_row..first_row + logp.len()];
+        self.model.log_joint(anchor, data, xi, logp, grad)
+    }
+    fn add_grad_f(
+        &self,
+        theta: &[T],
+        first_row: usize,
+        xi: &[T],
+        grad: &mut [T],
+    ) -> Result<(), LogpError> {
+        let d = self.model.latent_dim().max(1);
+        let rows = xi.len() / d;
+        let data = &self.rows[first_row..first_row + rows];
+        // f = −log p: g − Σ∇log p = −(−g + Σ∇log p), without a scratch buffer.
+        grad.iter_mut().for_each(|v| *v = -*v);
+        let res = self.model.add_grad_theta(theta, data, xi, grad);
+        grad.iter_mut().for_each(|v| *v = -*v);
+        res
+    }
+}
+
+/// The chains' target of a [`Problem`] at a given anchor, as a [`LogDensity`].
+pub struct AnchoredTarget<'a, T, P: ?Sized> {
+    /// The problem.
+    pub problem: &'a P,
+    /// The parameter at which π is taken.
+    pub anchor: &'a [T],
+}
+
+impl<T: Real, P: Problem<T> + ?Sized> LogDensity<T> for AnchoredTarget<'_, T, P> {
+    fn dim(&self) -> usize {
+        self.problem.chain_dim()
+    }
+    fn logp_grad(
+        &self,
+        first_row: usize,
+        x: &[T],
+        logp: &mut [T],
+        grad: &mut [T],
+    ) -> Result<(), LogpError> {
+        self.problem
+            .log_target(self.anchor, first_row, x, logp, grad)
+    }
+}
+
+/// An independent Gaussian target N(mean, sd²) in every coordinate, for every chain: the closed-form
+/// target of tests and benchmarks.
+#[derive(Clone, Debug)]
+pub struct IsoGaussian {
+    /// Dimension of one chain.
+    pub dim: usize,
+    /// Mean of every coordinate.
+    pub mean: f64,
+    /// Standard deviation of every coordinate.
+    pub sd: f64,
+}
+
+impl<T: Real> LogDensity<T> for IsoGaussian {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    #[inline]
+    fn logp_grad(
+        &self,
+        _first_row: usize,
+        x: &[T],
+        logp: &mut [T],
+        grad: &mut [T],
+    ) -> Result<(), LogpError> {
+        let prec = T::of(1.0 / (self.sd * self.sd));
+        let mean = T::of(self.mean);
+        let half = T::of(0.5);
+        for ((xr, gr), lp) in x
+            .chunks_exact(self.dim)
+            .zip(grad.chunks_exact_mut(self.dim))
+            .zip(logp.iter_mut())
+        {
+            for (xi, gi) in xr.iter().zip(gr.iter_mut()) {
+                *gi = -prec * (*xi - mean);
+            }
+            let m = mean.f64();
+            *lp = -half * prec * T::of(sum_map(xr, |v| (v - m) * (v - m)));
+        }
+        Ok(())
+    }
+}
+
+/// A Gaussian target N(mean, Σ) given by its precision matrix P = Σ⁻¹ (row-major), for every chain.
+#[derive(Clone, Debug)]
+pub struct Gaussian {
+    /// The mean.
+    pub mean: Vec<f64>,
+    /// The precision matrix, row-major, symmetric positive definite.
+    pub precision: Vec<f64>,
+}
+
+impl<T: Real> LogDensity<T> for Gaussian {
+    fn dim(&self) -> usize {
+        self.mean.len()
+    }
+    fn logp_grad(
+        &self,
+        _first_row: usize,
+        x: &[T],
+        logp: &mut [T],
+        grad: &mut [T],
+    ) -> Result<(), LogpError> {
+        let d = self.mean.len();
+        let mut dx = vec![0.0; d];
+        for ((xr, gr), lp) in x
+            .chunks_exact(d)
+            .zip(grad.chunks_exact_mut(d))
+            .zip(logp.iter_mut())
+        {
+            for j in 0..d {
+                dx[j] = xr[j].f64() - self.mean[j];
+            }
+            let mut quad = 0.0;
+            for i in 0..d {
+                let pi = &self.precision[i * d..(i + 1) * d];
+                let g: f64 = pi.iter().zip(&dx).map(|(a, b)| a * b).sum();
+                gr[i] = T::of(-g);
+                quad += dx[i] * g;
+            }
+            *lp = T::of(-0.5 * quad);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,273 @@
+//! Parameter updates: a gradient transform (SGD, momentum, Adam), then a step of size α_t, then a
+//! projection onto Θ (as optax: transform, apply, project), and the averaged iterate of Algorithm 1.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{check_len, positive, Result, SagdError};
+use crate::real::Real;
+
+/// A gradient transform: turns a gradient into an update direction, keeping its own state.
+pub trait Transform {
+    /// The state for `dim` parameters.
+    fn init(&self, dim: usize) -> OptState;
+    /// Replaces `grad` by the direction to step along (the step is −α_t times it).
+    fn direction<T: Real>(&self, grad: &mut [T], state: &mut OptState);
+}
+
+/// The transforms this crate provides.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Optimizer {
+    /// Plain stochastic gradient steps (Algorithm 1).
+    #[default]
+    Sgd,
+    /// Heavy-ball momentum, or Nesterov's variant.
+    Momentum {
+        /// The momentum coefficient in [0, 1).
+        beta: f64,
+        /// Nesterov's look-ahead.
+        nesterov: bool,
+    },
+    /// Adam (Kingma and Ba) with bias correction.
+    Adam {
+        /// First-moment decay.
+        beta1: f64,
+        /// Second-moment decay.
+        beta2: f64,
+        /// Added to the root of the second moment.
+        eps: f64,
+    },
+}
+
+impl Optimizer {
+    /// Adam with the usual constants (0.9, 0.999, 1e-8).
+    pub fn adam() -> Self {
+        Optimizer::Adam {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        }
+    }
+
+    /// Checks the constants.
+    pub fn validate(&self) -> Result<()> {
+        let unit = |name: &'static str, v: f64| {
+            if (0.0..1.0).contains(&v) {
+                Ok(())
+            } else {
+                Err(SagdError::InvalidSetting {
+                    name,
+                    value: v.to_string(),
+                    fix: "use a value in [0, 1)".into(),
+                })
+            }
+        };
+        match *self {
+            Optimizer::Sgd => Ok(()),
+            Optimizer::Momentum { beta, .. } => unit("momentum beta", beta),
+            Optimizer::Adam { beta1, beta2, eps } => {
+                unit("adam beta1", beta1)?;
+                unit("adam beta2", beta2)?;
+                positive("adam eps", eps, "use a small positive number such as 1e-8")
+            }
+        }
+    }
+}
+
+/// The state of a transform (moments in f64, whatever the parameter type).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OptState {
+    /// First moment / velocity.
+    pub m: Vec<f64>,
+    /// Second moment (Adam).
+    pub v: Vec<f64>,
+    /// Updates taken.
+    pub count: u64,
+}
+
+impl Transform for Optimizer {
+    fn init(&self, dim: usize) -> OptState {
+        match self {
+            Optimizer::Sgd => OptState::default(),
+            Optimizer::Momentum { .. } => OptState {
+                m: vec![0.0; dim],
+                ..Default::default()
+            },
+            Optimizer::Adam { .. } => OptState {
+                m: vec![0.0; dim],
+                v: vec![0.0; dim],
+                count: 0,
+            },
+        }
+    }
+
+    fn direction<T: Real>(&self, grad: &mut [T], state: &mut OptState) {
+        state.count += 1;
+        match *self {
+            Optimizer::Sgd => {}
+            Optimizer::Momentum { beta, nesterov } => {
+                for (g, m) in grad.iter_mut().zip(state.m.iter_mut()) {
+                    *m = beta * *m + g.f64();
+                    *g = T::of(if nesterov { g.f64() + beta * *m } else { *m });
+                }
+            }
+            Optimizer::Adam { beta1, beta2, eps } => {
+                let c1 = 1.0 - beta1.powi(state.count as i32);
+                let c2 = 1.0 - beta2.powi(state.count as i32);
+                for ((g, m), v) in grad
+                    .iter_mut()
+                    .zip(state.m.iter_mut())
+                    .zip(state.v.iter_mut())
+                {
+                    let gf = g.f64();
+                    *m = beta1 * *m + (1.0 - beta1) * gf;
+                    *v = beta2 * *v + (1.0 - beta2) * gf * gf;
+                    *g = T::of((*m / c1) / ((*v / c2).sqrt() + eps));
+                }
+            }
+        }
+    }
+}
+
+/// The feasible set Θ of Algorithm 1's projection step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Projection {
+    /// Θ = ℝᵖ.
+    #[default]
+    None,
+    /// A box lower ≤ θ ≤ upper, coordinate-wise.
+    Box {
+        /// Lower bounds.
+        lower: Vec<f64>,
+        /// Upper bounds.
+        upper: Vec<f64>,
+    },
+    /// A Euclidean ball ‖θ − center‖ ≤ radius.
+    Ball {
+        /// The centre.
+        center: Vec<f64>,
+        /// The radius (> 0).
+        radius: f64,
+    },
+}
+
+impl Projection {
+    /// Checks the set against the parameter dimension.
+    pub fn validate(&self, dim: usize) -> Result<()> {
+        match self {
+            Projection::None => Ok(()),
+            Projection::Box { lower, upper } => {
+                check_len("projection box lower bounds", dim, lower.len())?;
+                check_len("projection box upper bounds", dim, upper.len())?;
+                match lower
+                    .iter()
+                    .zip(upper)
+                    .position(|(l, u)| l.is_nan() || u.is_nan() || l > u)
+                {
+                    Some(i) => Err(SagdError::InvalidSetting {
+                        name: "projection box",
+                        value: format!("[{}, {}] at coordinate {i}", lower[i], upper[i]),
+                        fix: "each lower bound must be <= its upper bound".into(),
+                    }),
+                    None => Ok(()),
+                }
+            }
+            Projection::Ball { center, radius } => {
+                check_len("projection ball centre", dim, center.len())?;
+                positive("projection ball radius", *radius, "use a finite radius > 0")
+            }
+        }
+    }
+
+    /// Projects θ onto the set, in place.
+    pub fn apply<T: Real>(&self, theta: &mut [T]) {
+        match self {
+            Projection::None => {}
+            Projection::Box { lower, upper } => {
+                for ((t, l), u) in theta.iter_mut().zip(lower).zip(upper) {
+                    *t = T::of(t.f64().clamp(*l, *u));
+                }
+            }
+            Projection::Ball { center, radius } => {
+                let norm = theta
+                    .iter()
+                    .zip(center)
+                    .map(|(t, c)| (t.f64() - c).powi(2))
+                    .sum::<f64>()
+                    .sqrt();
+                if norm > *radius {
+                    let s = radius / norm;
+                    for (t, c) in theta.iter_mut().zip(center) {
+                        *t = T::of(c + s * (t.f64() - c));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adam_first_step_is_the_sign() {
+        let opt = Optimizer::adam();
+        let mut st = opt.init(2);
+        let mut g = [3.0f64, -0.5];
+        opt.direction(&mut g, &mut st);
+        assert!(
+            (g[0] - 1.0).abs() < 1e-7 && (g[1] + 1.0).abs() < 1e-7,
+            "{g:?}"
+        );
+    }
+
+    #[test]
+    fn momentum_accumulates() {
+        let opt = Optimizer::Momentum {
+            beta: 0.5,
+            nesterov: false,
+        };
+        let mut st = opt.init(1);
+        let mut g = [1.0f64];
+        opt.direction(&mut g, &mut st);
+        let mut g2 = [1.0f64];
+        opt.direction(&mut g2, &mut st);
+        assert_eq!(g2[0], 1.5);
+    }
+
+    #[test]
+    fn projections() {
+        let b = Projection::Box {
+            lower: vec![0.0, 0.0],
+            upper: vec![1.0, 1.0],
+        };
+        let mut t = [2.0f64, -1.0];
+        b.apply(&mut t);
+        assert_eq!(t, [1.0, 0.0]);
+        let ball = Projection::Ball {
+            center: vec![0.0, 0.0],
+            radius: 1.0,
+        };
+        let mut t = [3.0f64, 4.0];
+        ball.apply(&mut t);
+        assert!((t[0] - 0.6).abs() < 1e-15 && (t[1] - 0.8).abs() < 1e-15);
+        let mut inside = [0.1f64, 0.2];
+        ball.apply(&mut inside);
+        assert_eq!(inside, [0.1, 0.2]);
+        assert!(Projection::Box {
+            lower: vec![1.0],
+            upper: vec![0.0]
+        }
+        .validate(1)
+        .is_err());
+        assert!(ball.validate(3).is_err());
+        assert!(Optimizer::Momentum {
+            beta: 1.0,
+            nesterov: false
+        }
+        .validate()
+        .is_err());
+    }
+}

@@ -1,0 +1,334 @@
+//! Seeded random streams: one per chain, so that results do not depend on how chains are split
+//! among threads, and a fast vectorised standard-normal generator (the sampler's bottleneck on cheap
+//! targets).
+//!
+//! [`NormalStream`] runs eight xoshiro256+ generators side by side (one per SIMD lane) and turns
+//! their output into normals by the Box-Muller transform, with `ln`, `sin` and `cos` written as
+//! polynomials with `+`, `*`, `/`, `sqrt` and `mul_add`. The code is compiled for AVX-512 and AVX2
+//! with run-time dispatch; every operation is correctly rounded (`mul_add` rounds once, in hardware
+//! or in libm's software fma), so every dispatch path, the portable fallback included, returns the
+//! same bits.
+
+use rand::{Rng, SeedableRng};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use serde::{Deserialize, Serialize};
+
+use crate::real::Real;
+
+const LANES: usize = 8;
+/// Normals produced by one block: two xoshiro steps over eight lanes, four pairs each.
+const BLOCK: usize = 2 * LANES;
+
+/// SplitMix64's output function: a bijective 64-bit mixer.
+#[inline]
+pub fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The seed of stream `stream` under the run seed `seed`: distinct streams get unrelated seeds.
+pub fn stream_seed(seed: u64, stream: u64) -> u64 {
+    splitmix64(splitmix64(seed) ^ splitmix64(stream.wrapping_add(0x632B_E59B_D9B4_E019)))
+}
+
+/// A stream of standard normal draws: eight xoshiro256+ lanes and Box-Muller.
+///
+/// The sequence of values is fixed by the seed alone, however the caller splits its requests.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct NormalStream {
+    s: [[u64; LANES]; 4],
+    buf: [f64; BLOCK],
+    pos: usize,
+}
+
+impl NormalStream {
+    /// A stream seeded from a 64-bit seed (each lane's state expanded by SplitMix64).
+    pub fn new(seed: u64) -> Self {
+        let mut s = [[0u64; LANES]; 4];
+        let mut z = seed;
+        for lane in 0..LANES {
+            for word in s.iter_mut() {
+                z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                word[lane] = splitmix64(z);
+            }
+        }
+        NormalStream {
+            s,
+            buf: [0.0; BLOCK],
+            pos: BLOCK,
+        }
+    }
+
+    /// Fills `out` with standard normal draws (computed in f64, rounded once for `f32`).
+    pub fn fill<T: Real>(&mut self, out: &mut [T]) {
+        let mut i = 0;
+        while self.pos < BLOCK && i < out.len() {
+            out[i] = T::of(self.buf[self.pos]);
+            self.pos += 1;
+            i += 1;
+        }
+        let rest = &mut out[i..];
+        let whole = rest.len() / BLOCK * BLOCK;
+        let (body, tail) = rest.split_at_mut(whole);
+        fill_blocks(&mut self.s, body);
+        if !tail.is_empty() {
+            fill_blocks(&mut self.s, &mut self.buf[..]);
+            for (t, b) in tail.iter_mut().zip(self.buf.iter()) {
+                *t = T::of(*b);
+            }
+            self.pos = tail.len();
+        }
+    }
+
+    /// One standard normal draw.
+    pub fn draw(&mut self) -> f64 {
+        let mut x = [0.0f64];
+        self.fill(&mut x);
+        x[0]
+    }
+}
+
+/// The random streams of one chain: normals for the dynamics and uniforms for accept/reject.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ChainRng {
+    /// Normal draws (momentum noise).
+    pub normal: NormalStream,
+    uniform: Xoshiro256PlusPlus,
+}
+
+impl ChainRng {
+    /// The streams of chain `chain` under run seed `seed`.
+    pub fn new(seed: u64, chain: u64) -> Self {
+        let s = stream_seed(seed, chain);
+        ChainRng {
+            normal: NormalStream::new(s),
+            uniform: Xoshiro256PlusPlus::seed_from_u64(splitmix64(s ^ 0x5DEE_CE66_D1CE_4E5B)),
+        }
+    }
+
+    /// A uniform draw in [0, 1) with 53 random bits.
+    pub fn uniform(&mut self) -> f64 {
+        (self.uniform.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
+fn fill_blocks<T: Real>(s: &mut [[u64; LANES]; 4], out: &mut [T]) {
+    let mut st = *s;
+    let mut z = [0.0f64; BLOCK];
+    for chunk in out.chunks_exact_mut(BLOCK) {
+        let r1 = xoshiro_lanes(&mut st);
+        let r2 = xoshiro_lanes(&mut st);
+        box_muller(&r1, &r2, &mut z);
+        for (o, v) in chunk.iter_mut().zip(z.iter()) {
+            *o = T::of(*v);
+        }
+    }
+    *s = st;
+}
+
+/// One xoshiro256+ step in each lane.
+#[inline(always)]
+fn xoshiro_lanes(s: &mut [[u64; LANES]; 4]) -> [u64; LANES] {
+    let mut out = [0u64; LANES];
+    for l in 0..LANES {
+        out[l] = s[0][l].wrapping_add(s[3][l]);
+        let t = s[1][l] << 17;
+        s[2][l] ^= s[0][l];
+        s[3][l] ^= s[1][l];
+        s[1][l] ^= s[2][l];
+        s[0][l] ^= s[3][l];
+        s[2][l] ^= t;
+        s[3][l] = s[3][l].rotate_left(45);
+    }
+    out
+}
+
+/// A uniform in [0, 1) from the top 52 bits, without an integer-to-float conversion.
+#[inline(always)]
+fn unit(r: u64) -> f64 {
+    f64::from_bits(0x3FF0_0000_0000_0000 | (r >> 12)) - 1.0
+}
+
+#[inline(always)]
+fn box_muller(r1: &[u64; LANES], r2: &[u64; LANES], out: &mut [f64]) {
+    let (cos_out, sin_out) = out.split_at_mut(LANES);
+    for l in 0..LANES {
+        // u1 in (0, 1]: the logarithm stays finite.
+        let u1 = 1.0 - unit(r1[l]);
+        let u2 = unit(r2[l]);
+        let radius = (-2.0 * ln_unit(u1)).sqrt();
+        let (s, c) = sin_cos_turn(u2);
+        cos_out[l] = radius * c;
+        sin_out[l] = radius * s;
+    }
+}
+
+/// Natural logarithm of a normal positive `x`, accurate to a few ulp.
+#[inline(always)]
+#[allow(clippy::excessive_precision)]
+pub(crate) fn ln_unit(x: f64) -> f64 {
+    const SQRT2: f64 = std::f64::consts::SQRT_2;
+    let bits = x.to_bits();
+    let mut e = ((bits >> 52) & 0x7FF) as i64 as f64 - 1023.0;
+    let mut m = f64::from_bits((bits & 0x000F_FFFF_FFFF_FFFF) | 0x3FF0_0000_0000_0000);
+    if m > SQRT2 {
+        m *= 0.5;
+        e += 1.0;
+    }
+    // ln m = 2 atanh(s) = 2s + s·R(s²), |s| <= 0.1716, R a minimax polynomial (fdlibm's e_log.c).
+    let s = (m - 1.0) / (m + 1.0);
+    let z = s * s;
+    let r = horner(
+        z,
+        &[
+            1.479819860511658591e-01,
+            1.531383769920937332e-01,
+            1.818357216161805012e-01,
+            2.222219843214978396e-01,
+            2.857142874366239149e-01,
+            3.999999999940941908e-01,
+            6.666666666666735130e-01,
+        ],
+    ) * z;
+    e.mul_add(std::f64::consts::LN_2, s.mul_add(r, 2.0 * s))
+}
+
+/// Σ c_i x^(n−1−i) by Horner's rule with fused multiply-adds (coefficients from the highest power).
+/// `mul_add` rounds once on every machine (in hardware or in libm), so all dispatch paths agree.
+#[inline(always)]
+fn horner(x: f64, c: &[f64]) -> f64 {
+    let mut acc = c[0];
+    for &ci in &c[1..] {
+        acc = acc.mul_add(x, ci);
+    }
+    acc
+}
+
+/// `(sin 2πu, cos 2πu)` for `u` in [0, 1).
+#[inline(always)]
+#[allow(clippy::excessive_precision)]
+pub(crate) fn sin_cos_turn(u: f64) -> (f64, f64) {
+    // Quarter turns: the reduction is exact because 4u is.
+    let v = 4.0 * u;
+    let k = (v + 0.5).floor();
+    let x = (v - k) * std::f64::consts::FRAC_PI_2; // |x| <= π/4
+    let x2 = x * x;
+    // Minimax polynomials on [−π/4, π/4] (fdlibm's k_sin.c and k_cos.c).
+    let ps = horner(
+        x2,
+        &[
+            1.58969099521155010221e-10,
+            -2.50507602534068634195e-08,
+            2.75573137070700676789e-06,
+            -1.98412698298579493134e-04,
+            8.33333333332248946124e-03,
+            -1.66666666666666324348e-01,
+        ],
+    );
+    let sin = (x * x2).mul_add(ps, x);
+    let pc = horner(
+        x2,
+        &[
+            -1.13596475577881948265e-11,
+            2.08757232129817482790e-09,
+            -2.75573143513906633035e-07,
+            2.48015872894767294178e-05,
+            -1.38888888888741095749e-03,
+            4.16666666666666019037e-02,
+        ],
+    );
+    let cos = (x2 * x2).mul_add(pc, (-0.5f64).mul_add(x2, 1.0));
+    let odd = k == 1.0 || k == 3.0;
+    let (c, s) = if odd { (sin, cos) } else { (cos, sin) };
+    let c = if k == 1.0 || k == 2.0 { -c } else { c };
+    let s = if k == 2.0 || k == 3.0 { -s } else { s };
+    (s, c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ln_matches_std() {
+        let mut worst: f64 = 0.0;
+        let mut x = 1e-300f64;
+        while x <= 1.0 {
+            let err = ((ln_unit(x) - x.ln()) / x.ln().abs().max(1e-300)).abs();
+            if x != 1.0 {
+                worst = worst.max(err);
+            }
+            x *= 1.0137;
+        }
+        assert!(worst < 4e-16, "worst relative error {worst}");
+        assert_eq!(ln_unit(1.0), 0.0);
+    }
+
+    #[test]
+    fn sin_cos_match_std() {
+        for i in 0..100_000 {
+            let u = i as f64 / 100_000.0;
+            let (s, c) = sin_cos_turn(u);
+            // The reference itself carries the rounding of 2πu (up to 2π · 2⁻⁵³ · 4 ≈ 3e-15 · u).
+            let a = 2.0 * std::f64::consts::PI * u;
+            let tol = 4e-16 + 2.0 * f64::EPSILON * a;
+            assert!((s - a.sin()).abs() < tol, "sin at {u}: {}", s - a.sin());
+            assert!((c - a.cos()).abs() < tol, "cos at {u}: {}", c - a.cos());
+        }
+    }
+
+    #[test]
+    fn chunking_does_not_change_the_sequence() {
+        let mut a = NormalStream::new(7);
+        let mut whole = vec![0.0; 1000];
+        a.fill(&mut whole);
+        let mut b = NormalStream::new(7);
+        let mut parts = Vec::new();
+        for len in [1usize, 3, 16, 17, 5, 100, 858] {
+            let mut p = vec![0.0; len];
+            b.fill(&mut p);
+            parts.extend(p);
+        }
+        assert_eq!(whole, parts);
+    }
+
+    #[test]
+    fn normal_moments_and_tail() {
+        // Mean, variance, kurtosis and a tail probability against N(0, 1), each to 5 standard errors.
+        let n = 2_000_000usize;
+        let mut s = NormalStream::new(42);
+        let mut x = vec![0.0; n];
+        s.fill(&mut x);
+        let nf = n as f64;
+        let m1 = x.iter().sum::<f64>() / nf;
+        let m2 = x.iter().map(|v| v * v).sum::<f64>() / nf;
+        let m4 = x.iter().map(|v| v.powi(4)).sum::<f64>() / nf;
+        let tail = x.iter().filter(|v| v.abs() > 2.0).count() as f64 / nf;
+        assert!(m1.abs() < 5.0 * (1.0 / nf).sqrt(), "mean {m1}");
+        assert!((m2 - 1.0).abs() < 5.0 * (2.0 / nf).sqrt(), "variance {m2}");
+        assert!(
+            (m4 - 3.0).abs() < 5.0 * (96.0 / nf).sqrt(),
+            "fourth moment {m4}"
+        );
+        let p = 0.045_500_263_896_358_41;
+        assert!(
+            (tail - p).abs() < 5.0 * (p * (1.0 - p) / nf).sqrt(),
+            "tail {tail}"
+        );
+    }
+
+    #[test]
+    fn streams_differ_and_repeat() {
+        let mut a = ChainRng::new(1, 0);
+        let mut b = ChainRng::new(1, 1);
+        let mut c = ChainRng::new(1, 0);
+        let (x, y, z) = (a.normal.draw(), b.normal.draw(), c.normal.draw());
+        assert_ne!(x, y);
+        assert_eq!(x, z);
+        let u = a.uniform();
+        assert!((0.0..1.0).contains(&u));
+    }
+}

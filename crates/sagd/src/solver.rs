@@ -1,0 +1,313 @@
+//! The SAGD solver: Algorithm 1 of the paper as a `next_iter` step over a [`SagdState`].
+//!
+//! One iteration t (1-based): run K_t Langevin steps of size δ_t on the chains, average ∇θ f(θ_t; ξ)
+//! over the chains and over the K_t states after each step, take the transform's direction, step by
+//! α_t, project onto Θ, and update the averaged iterate θ̂_t = (1/t) Σ_{s≤t} θ_s.
+//!
+//! Two departures from the letter of Algorithm 1, both the paper's own advice (section 4): chains are
+//! persistent across iterations by default (`persistent: false` restarts them from (ξ₀, ρ₀) every
+//! iteration, as the algorithm is written), and the first iteration of a stage starts with `burn_in`
+//! discarded steps at δ₁.
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{check_len, Result, SagdError};
+use crate::langevin::{ChainSet, LangevinSettings, Momentum};
+use crate::model::{AnchoredTarget, Problem};
+use crate::optim::{OptState, Optimizer, Projection, Transform};
+use crate::real::Real;
+use crate::schedule::Schedules;
+
+/// Rows of chains per task when accumulating ∇θ f.
+const GRAD_BLOCK_ELEMS: usize = 4096;
+
+/// Where the chains' target π is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Anchor {
+    /// π follows the current θ (debiased VAE: p(u | x; θ_t)).
+    #[default]
+    Current,
+    /// π stays at the state's `anchor` parameter (EM: p(z | x; θ_k) during an M-step).
+    Fixed,
+}
+
+/// Settings of the solver. Plain data with defaults; written into every result file.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SagdSettings {
+    /// The Langevin scheme and friction γ.
+    pub langevin: LangevinSettings,
+    /// δ_t, K_t and α_t.
+    pub schedules: Schedules,
+    /// Discarded Langevin steps (at δ₁) at the start of a stage.
+    pub burn_in: usize,
+    /// Keep the chains across iterations (the paper's advice) instead of restarting from (ξ₀, ρ₀).
+    pub persistent: bool,
+    /// How momenta start.
+    pub initial_momentum: Momentum,
+    /// The gradient transform.
+    pub optimizer: Optimizer,
+    /// The feasible set Θ.
+    pub projection: Projection,
+    /// Where the chains' target is taken.
+    pub anchor: Anchor,
+}
+
+impl Default for SagdSettings {
+    fn default() -> Self {
+        SagdSettings {
+            langevin: LangevinSettings::default(),
+            schedules: Schedules::theorem3(0.1, 1.0, 0.1),
+            burn_in: 0,
+            persistent: true,
+            initial_momentum: Momentum::Normal,
+            optimizer: Optimizer::Sgd,
+            projection: Projection::None,
+            anchor: Anchor::Current,
+        }
+    }
+}
+
+impl SagdSettings {
+    /// Checks every setting against a problem with `theta_dim` parameters.
+    pub fn validate(&self, theta_dim: usize) -> Result<()> {
+        self.schedules.validate()?;
+        self.langevin.validate(self.schedules.step_size.at(1))?;
+        self.optimizer.validate()?;
+        self.projection.validate(theta_dim)
+    }
+}
+
+/// Everything a run needs to continue: parameters, chains with their random streams, optimiser
+/// state. Serialisable, so that a checkpoint resumes a run bit for bit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(bound = "T: Real")]
+pub struct SagdState<T> {
+    /// Updates taken in the current stage (t of the schedules).
+    pub t: usize,
+    /// Updates taken since the start, over all stages.
+    pub total_updates: usize,
+    /// The last iterate θ_t.
+    pub theta: Vec<T>,
+    /// The averaged iterate θ̂ of the current stage.
+    pub theta_avg: Vec<f64>,
+    /// The parameter at which a [`Anchor::Fixed`] target is taken.
+    pub anchor: Vec<T>,
+    /// The chains.
+    pub chains: ChainSet<T>,
+    /// The transform's state.
+    pub opt: OptState,
+    /// The last gradient estimate.
+    pub grad: Vec<f64>,
+    /// Burn-in steps still to run before the next update.
+    pub pending_burn_in: usize,
+    /// Start of non-persistent chains: positions and momenta.
+    start: (Vec<T>, Vec<T>),
+}
+
+/// What one iteration did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct IterInfo {
+    /// The 1-based update count within the stage.
+    pub t: usize,
+    /// δ_t.
+    pub step_size: f64,
+    /// K_t.
+    pub chain_length: usize,
+    /// α_t.
+    pub learning_rate: f64,
+    /// ‖gradient estimate‖.
+    pub grad_norm: f64,
+    /// Divergent chain-steps in this iteration (burn-in included).
+    pub divergences: usize,
+    /// Mean kinetic temperature over the K_t steps (≈ 1 at equilibrium).
+    pub kinetic_temperature: f64,
+    /// Mean log π over chains after the last step.
+    pub mean_log_density: f64,
+}
+
+/// Algorithm 1.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sagd {
+    /// The settings.
+    pub settings: SagdSettings,
+}
+
+impl Sagd {
+    /// A solver with these settings.
+    pub fn new(settings: SagdSettings) -> Self {
+        Sagd { settings }
+    }
+
+    /// The initial state: parameters θ₀, chain positions ξ₀ (one row for all chains or one per
+    /// chain), and the seed of the chains' random streams. The anchor starts at θ₀.
+    pub fn init<T: Real, P: Problem<T> + ?Sized>(
+        &self,
+        problem: &P,
+        theta0: &[T],
+        xi0: &[T],
+        seed: u64,
+    ) -> Result<SagdState<T>> {
+        let p = problem.theta_dim();
+        check_len("theta0", p, theta0.len())?;
+        self.settings.validate(p)?;
+        let mut chains = ChainSet::new(problem.n_chains(), problem.chain_dim(), seed);
+        let target = AnchoredTarget {
+            problem,
+            anchor: theta0,
+        };
+        chains.init(&target, xi0, self.settings.initial_momentum)?;
+        let start = (chains.positions().to_vec(), chains.momenta().to_vec());
+        Ok(SagdState {
+            t: 0,
+            total_updates: 0,
+            theta: theta0.to_vec(),
+            theta_avg: theta0.iter().map(|v| v.f64()).collect(),
+            anchor: theta0.to_vec(),
+            chains,
+            opt: self.settings.optimizer.init(p),
+            grad: vec![0.0; p],
+            pending_burn_in: self.settings.burn_in,
+            start,
+        })
+    }
+
+    /// Starts a new stage (an M-step of EM): the schedules restart at t = 1, the averaged iterate
+    /// and the optimiser state are reset, the anchor moves to `anchor` (the current θ if `None`), and
+    /// `burn_in` steps run before the next update. The chains keep their states.
+    pub fn begin_stage<T: Real, P: Problem<T> + ?Sized>(
+        &self,
+        problem: &P,
+        state: &mut SagdState<T>,
+        anchor: Option<&[T]>,
+        burn_in: usize,
+    ) -> Result<()> {
+        let a = anchor
+            .map(|a| a.to_vec())
+            .unwrap_or_else(|| state.theta.clone());
+        check_len("anchor", problem.theta_dim(), a.len())?;
+        state.anchor = a;
+        state.t = 0;
+        state.theta_avg = state.theta.iter().map(|v| v.f64()).collect();
+        state.opt = self.settings.optimizer.init(problem.theta_dim());
+        state.pending_burn_in = burn_in;
+        let target = AnchoredTarget {
+            problem,
+            anchor: &state.anchor[..],
+        };
+        state.chains.evaluate(&target)
+    }
+
+    /// One iteration of Algorithm 1.
+    pub fn next_iter<T: Real, P: Problem<T> + ?Sized>(
+        &self,
+        problem: &P,
+        state: &mut SagdState<T>,
+    ) -> Result<IterInfo> {
+        let s = &self.settings;
+        let t = state.t + 1;
+        let delta = s.schedules.step_size.at(t);
+        let k_t = s.schedules.chain_length.at(t);
+        let alpha = s.schedules.learning_rate.at(t);
+        let kernel = s.langevin.kernel::<T>(delta)?;
+        let anchor: Vec<T> = match s.anchor {
+            Anchor::Current => state.theta.clone(),
+            Anchor::Fixed => state.anchor.clone(),
+        };
+        let target = AnchoredTarget {
+            problem,
+            anchor: &anchor[..],
+        };
+        let mut divergences = 0;
+        if !s.persistent && state.total_updates > 0 {
+            let (x0, r0) = state.start.clone();
+            state.chains.set_positions(&target, &x0)?;
+            state.chains.set_momenta(&r0)?;
+        } else if s.anchor == Anchor::Current && state.total_updates > 0 {
+            // θ moved since the chains' gradients were computed.
+            state.chains.evaluate(&target)?;
+        }
+        if state.pending_burn_in > 0 {
+            let burn = s.langevin.kernel::<T>(s.schedules.step_size.at(1))?;
+            divergences += state
+                .chains
+                .burn_in(&target, &burn, state.pending_burn_in)?;
+            state.pending_burn_in = 0;
+        }
+        let p = problem.theta_dim();
+        let mut grad = vec![0.0f64; p];
+        let mut kinetic = 0.0;
+        let mut last_logp = 0.0;
+        for _ in 0..k_t {
+            let info = state.chains.step(&target, &kernel)?;
+            divergences += info.divergences;
+            kinetic += info.kinetic_temperature;
+            last_logp = info.mean_log_density;
+            accumulate_grad_f(problem, &state.theta, &state.chains, &mut grad)?;
+        }
+        let scale = 1.0 / (k_t as f64 * problem.n_chains().max(1) as f64);
+        grad.iter_mut().for_each(|g| *g *= scale);
+        let grad_norm = grad.iter().map(|g| g * g).sum::<f64>().sqrt();
+        if !grad_norm.is_finite() {
+            return Err(SagdError::NonFiniteUpdate { iteration: t });
+        }
+        state.grad.clone_from(&grad);
+        let mut dir: Vec<T> = grad.iter().map(|g| T::of(*g)).collect();
+        s.optimizer.direction(&mut dir, &mut state.opt);
+        for (th, d) in state.theta.iter_mut().zip(&dir) {
+            *th = T::of(th.f64() - alpha * d.f64());
+        }
+        s.projection.apply(&mut state.theta);
+        if state.theta.iter().any(|v| !v.is_finite()) {
+            return Err(SagdError::NonFiniteUpdate { iteration: t });
+        }
+        for (a, th) in state.theta_avg.iter_mut().zip(&state.theta) {
+            *a += (th.f64() - *a) / t as f64;
+        }
+        state.t = t;
+        state.total_updates += 1;
+        Ok(IterInfo {
+            t,
+            step_size: delta,
+            chain_length: k_t,
+            learning_rate: alpha,
+            grad_norm,
+            divergences,
+            kinetic_temperature: kinetic / k_t as f64,
+            mean_log_density: last_logp,
+        })
+    }
+}
+
+/// Adds Σ over chains of ∇θ f(θ; ξ_r) at the chains' current states into `grad`, in fixed blocks
+/// summed in order, so that the result does not depend on the number of threads.
+pub fn accumulate_grad_f<T: Real, P: Problem<T> + ?Sized>(
+    problem: &P,
+    theta: &[T],
+    chains: &ChainSet<T>,
+    grad: &mut [f64],
+) -> Result<()> {
+    let d = chains.dim().max(1);
+    let rows = (GRAD_BLOCK_ELEMS / d).max(1);
+    let p = grad.len();
+    let block = |(b, xi): (usize, &[T])| -> Result<Vec<T>> {
+        let mut g = vec![T::zero(); p];
+        problem
+            .add_grad_f(theta, b * rows, xi, &mut g)
+            .map_err(SagdError::Model)?;
+        Ok(g)
+    };
+    let x = chains.positions();
+    let parts: Vec<Result<Vec<T>>> = if x.len() <= rows * d {
+        x.chunks(rows * d).enumerate().map(block).collect()
+    } else {
+        x.par_chunks(rows * d).enumerate().map(block).collect()
+    };
+    for part in parts {
+        for (g, v) in grad.iter_mut().zip(part?) {
+            *g += v.f64();
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,328 @@
+//! Each integrator against Gaussian targets with closed forms: the exact stationary law of the
+//! discrete chain (from its linear recursion), the order of its bias in δ, and Monte Carlo runs
+//! whose tolerances are their own standard errors (independent chains).
+
+mod common;
+
+use common::{mean_se, stationary_var};
+use sagd::langevin::{ChainSet, LangevinSettings, Momentum, Scheme};
+use sagd::model::{Gaussian, IsoGaussian};
+
+fn kernel(scheme: Scheme, gamma: f64, delta: f64) -> sagd::langevin::Kernel<f64> {
+    LangevinSettings { scheme, gamma }.kernel(delta).unwrap()
+}
+
+#[test]
+fn stationary_bias_has_each_schemes_order() {
+    // Exact stationary Var ξ − 1 on N(0, 1), γ = 1: halving δ halves Euler's bias and quarters
+    // OBABO's and UBU's; BAOAB's positions are exact, and its momentum carries the O(δ²) error.
+    for scheme in Scheme::ALL {
+        let bias = |d: f64| stationary_var(&kernel(scheme, 1.0, d), 1.0);
+        // Euler's second-order term is still visible at δ = 0.1: compare it further down.
+        let (h1, h2) = if scheme == Scheme::Euler {
+            (0.01, 0.005)
+        } else {
+            (0.1, 0.05)
+        };
+        let (x1, r1) = bias(h1);
+        let (x2, r2) = bias(h2);
+        let (x1, x2) = (x1 - 1.0, x2 - 1.0);
+        match scheme {
+            Scheme::Euler => assert!((x1 / x2 - 2.0).abs() < 0.1, "euler ratio {}", x1 / x2),
+            Scheme::Obabo | Scheme::Ubu => {
+                assert!((x1 / x2 - 4.0).abs() < 0.2, "{scheme:?} ratio {}", x1 / x2)
+            }
+            Scheme::Baoab => {
+                assert!(
+                    x1.abs() < 1e-12 && x2.abs() < 1e-12,
+                    "baoab position bias {x1} {x2}"
+                );
+                let ratio = (r1 - 1.0) / (r2 - 1.0);
+                assert!((ratio - 4.0).abs() < 0.2, "baoab momentum ratio {ratio}");
+            }
+        }
+        assert!(x1.abs() < 0.02, "{scheme:?} bias {x1} at delta {h1}");
+    }
+}
+
+/// Runs `n` chains on N(mean, sd²) and returns per-chain time averages of ξ and (ξ − mean)².
+#[allow(clippy::too_many_arguments)]
+fn run_1d(
+    scheme: Scheme,
+    delta: f64,
+    n: usize,
+    burn: usize,
+    steps: usize,
+    mean: f64,
+    sd: f64,
+    seed: u64,
+) -> (Vec<f64>, Vec<f64>) {
+    let target = IsoGaussian { dim: 1, mean, sd };
+    let k = kernel(scheme, 1.0, delta);
+    let mut chains = ChainSet::<f64>::new(n, 1, seed);
+    chains.init(&target, &[mean], Momentum::Normal).unwrap();
+    chains.burn_in(&target, &k, burn).unwrap();
+    let mut m1 = vec![0.0; n];
+    let mut m2 = vec![0.0; n];
+    for _ in 0..steps {
+        chains.step(&target, &k).unwrap();
+        for (i, x) in chains.positions().iter().enumerate() {
+            m1[i] += x;
+            m2[i] += (x - mean).powi(2);
+        }
+    }
+    m1.iter_mut()
+        .chain(m2.iter_mut())
+        .for_each(|v| *v /= steps as f64);
+    (m1, m2)
+}
+
+#[test]
+fn one_dimensional_gaussian_moments_match_the_exact_discrete_law() {
+    // N(1.5, 0.7²): the mean is exact for every scheme; the variance is the discrete chain's exact
+    // stationary variance. 5 standard errors over independent chains. Euler, first order, gets a
+    // smaller step for the last check.
+    let (mean, sd) = (1.5, 0.7);
+    for scheme in Scheme::ALL {
+        let delta = if scheme == Scheme::Euler { 0.01 } else { 0.1 };
+        let steps = (200.0 / delta) as usize;
+        let (m1, m2) = run_1d(scheme, delta, 1000, steps / 4, steps, mean, sd, 11);
+        let (mu, se_mu) = mean_se(&m1);
+        let (var, se_var) = mean_se(&m2);
+        let exact = stationary_var(&kernel(scheme, 1.0, delta), 1.0 / (sd * sd)).0;
+        assert!(
+            (mu - mean).abs() < 5.0 * se_mu,
+            "{scheme:?}: mean {mu} ± {se_mu}"
+        );
+        assert!(
+            (var - exact).abs() < 5.0 * se_var,
+            "{scheme:?}: var {var} ± {se_var}, exact {exact}"
+        );
+        // And close to the true variance: the discretisation bias is small at this δ.
+        assert!(
+            (var / (sd * sd) - 1.0).abs() < 0.06,
+            "{scheme:?}: var {var}"
+        );
+    }
+}
+
+/// Var ξ − 1 measured and exact, for the crate docs' table. Run with `--nocapture` to see it.
+#[test]
+fn bias_table() {
+    println!("| δ | scheme | measured Var ξ − 1 (± se) | exact |");
+    for delta in [0.4, 0.2, 0.1, 0.05] {
+        for scheme in Scheme::ALL {
+            let (_, m2) = run_1d(
+                scheme,
+                delta,
+                1000,
+                (20.0 / delta) as usize,
+                2000,
+                0.0,
+                1.0,
+                1,
+            );
+            let (var, se) = mean_se(&m2);
+            let exact = stationary_var(&kernel(scheme, 1.0, delta), 1.0).0;
+            println!(
+                "| {delta} | {} | {:+.4} (± {:.4}) | {:+.5} |",
+                scheme.name(),
+                var - 1.0,
+                se,
+                exact - 1.0
+            );
+            assert!(
+                (var - exact).abs() < 5.0 * se,
+                "{scheme:?} at {delta}: {var} vs {exact}"
+            );
+        }
+    }
+}
+
+/// Givens rotations: an orthogonal matrix with a known product.
+fn rotation(d: usize) -> Vec<f64> {
+    let mut q = vec![0.0; d * d];
+    for i in 0..d {
+        q[i * d + i] = 1.0;
+    }
+    for (k, (i, j)) in [
+        (0, 1),
+        (2, 5),
+        (3, 7),
+        (1, 4),
+        (6, 9),
+        (8, 2),
+        (5, 0),
+        (4, 9),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let a = 0.4 + 0.3 * k as f64;
+        let (c, s) = (f64::cos(a), f64::sin(a));
+        for r in 0..d {
+            let (x, y) = (q[r * d + i], q[r * d + j]);
+            q[r * d + i] = c * x - s * y;
+            q[r * d + j] = s * x + c * y;
+        }
+    }
+    q
+}
+
+#[test]
+fn correlated_ten_dimensional_gaussian() {
+    // Σ = Q diag(s) Qᵀ; the discrete chain's stationary covariance is Q diag(v_δ(1/s_i)) Qᵀ.
+    let d = 10;
+    let s: Vec<f64> = (0..d).map(|i| 0.3 + 0.3 * i as f64).collect();
+    let q = rotation(d);
+    let mean: Vec<f64> = (0..d).map(|i| i as f64 * 0.5 - 2.0).collect();
+    let mut precision = vec![0.0; d * d];
+    for a in 0..d {
+        for b in 0..d {
+            precision[a * d + b] = (0..d).map(|k| q[a * d + k] * q[b * d + k] / s[k]).sum();
+        }
+    }
+    let target = Gaussian {
+        mean: mean.clone(),
+        precision,
+    };
+    let delta = 0.1;
+    for scheme in Scheme::ALL {
+        let k = kernel(scheme, 1.0, delta);
+        let v: Vec<f64> = s.iter().map(|si| stationary_var(&k, 1.0 / si).0).collect();
+        let exact = |a: usize, b: usize| -> f64 {
+            (0..d).map(|m| q[a * d + m] * q[b * d + m] * v[m]).sum()
+        };
+        let n = 600;
+        let mut chains = ChainSet::<f64>::new(n, d, 5);
+        chains.init(&target, &mean, Momentum::Normal).unwrap();
+        chains.burn_in(&target, &k, 300).unwrap();
+        let steps = 1500;
+        let mut m1 = vec![vec![0.0; n]; d];
+        let mut m2 = vec![vec![0.0; n]; d * d];
+        for _ in 0..steps {
+            chains.step(&target, &k).unwrap();
+            for c in 0..n {
+                let x = chains.position(c);
+                for a in 0..d {
+                    m1[a][c] += x[a] / steps as f64;
+                    for b in 0..=a {
+                        m2[a * d + b][c] += (x[a] - mean[a]) * (x[b] - mean[b]) / steps as f64;
+                    }
+                }
+            }
+        }
+        for a in 0..d {
+            let (mu, se) = mean_se(&m1[a]);
+            assert!(
+                (mu - mean[a]).abs() < 5.0 * se,
+                "{scheme:?} mean[{a}] {mu} ± {se}"
+            );
+            for b in 0..=a {
+                let (c, se) = mean_se(&m2[a * d + b]);
+                let e = exact(a, b);
+                assert!(
+                    (c - e).abs() < 5.0 * se,
+                    "{scheme:?} cov[{a},{b}] {c} ± {se}, exact {e}"
+                );
+                // The discretisation bias at δ = 0.1 is a few percent of the largest variance.
+                let truth: f64 = (0..d).map(|m| q[a * d + m] * q[b * d + m] * s[m]).sum();
+                assert!(
+                    (e - truth).abs() < 0.05 * 3.0,
+                    "{scheme:?} bias at [{a},{b}]"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn single_precision_chains_sample_the_target() {
+    let target = IsoGaussian {
+        dim: 4,
+        mean: -1.0,
+        sd: 2.0,
+    };
+    let k = LangevinSettings {
+        scheme: Scheme::Baoab,
+        gamma: 1.0,
+    }
+    .kernel::<f32>(0.2)
+    .unwrap();
+    let n = 500;
+    let mut chains = ChainSet::<f32>::new(n, 4, 3);
+    chains
+        .init(&target, &[-1.0f32; 4], Momentum::Normal)
+        .unwrap();
+    chains.burn_in(&target, &k, 200).unwrap();
+    let mut m1 = vec![0.0; n];
+    let mut m2 = vec![0.0; n];
+    let steps = 1000;
+    for _ in 0..steps {
+        chains.step(&target, &k).unwrap();
+        for c in 0..n {
+            let x = chains.position(c);
+            m1[c] += x.iter().map(|v| *v as f64).sum::<f64>() / (4 * steps) as f64;
+            m2[c] += x.iter().map(|v| (*v as f64 + 1.0).powi(2)).sum::<f64>() / (4 * steps) as f64;
+        }
+    }
+    let (mu, se) = mean_se(&m1);
+    let (var, se_v) = mean_se(&m2);
+    assert!((mu + 1.0).abs() < 5.0 * se, "mean {mu} ± {se}");
+    assert!((var - 4.0).abs() < 5.0 * se_v, "var {var} ± {se_v}");
+}
+
+#[test]
+fn divergent_chains_are_reset_and_reported() {
+    // Precision 10⁴ with δ = 0.05: the Euler recursion is unstable (δw² = 500 > γ = 1), so chains
+    // blow up, are reported, and are put back to their last finite state.
+    let target = IsoGaussian {
+        dim: 3,
+        mean: 0.0,
+        sd: 0.01,
+    };
+    let k = kernel(Scheme::Euler, 1.0, 0.05);
+    let mut chains = ChainSet::<f64>::new(8, 3, 9);
+    chains.init(&target, &[0.01; 3], Momentum::Normal).unwrap();
+    let mut div = 0;
+    for _ in 0..2000 {
+        div += chains.step(&target, &k).unwrap().divergences;
+        assert!(chains.positions().iter().all(|v| v.is_finite()));
+        assert!(chains.log_densities().iter().all(|v| v.is_finite()));
+    }
+    assert!(div > 0, "the unstable chains were never reported");
+    assert_eq!(chains.divergences, div as u64);
+}
+
+#[test]
+fn a_target_that_fails_in_a_region_is_recovered() {
+    // log π is NaN for ξ > 1: chains that step there are reset; none of their states shows it.
+    struct Walled;
+    impl sagd::model::LogDensity<f64> for Walled {
+        fn dim(&self) -> usize {
+            1
+        }
+        fn logp_grad(
+            &self,
+            _r: usize,
+            x: &[f64],
+            lp: &mut [f64],
+            g: &mut [f64],
+        ) -> Result<(), sagd::error::LogpError> {
+            for ((x, lp), g) in x.iter().zip(lp.iter_mut()).zip(g.iter_mut()) {
+                *lp = if *x > 1.0 { f64::NAN } else { -0.5 * x * x };
+                *g = -x;
+            }
+            Ok(())
+        }
+    }
+    let k = kernel(Scheme::Baoab, 1.0, 0.2);
+    let mut chains = ChainSet::<f64>::new(50, 1, 2);
+    chains.init(&Walled, &[0.0], Momentum::Normal).unwrap();
+    let mut div = 0;
+    for _ in 0..500 {
+        div += chains.step(&Walled, &k).unwrap().divergences;
+        assert!(chains.positions().iter().all(|v| *v <= 1.0));
+    }
+    assert!(div > 0);
+}
