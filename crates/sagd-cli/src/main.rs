@@ -1,6 +1,10 @@
 //! The `sagd` command-line tool: fills the library's settings from flags and runs its applications.
 
 mod bench;
+mod em;
+mod input;
+mod output;
+mod plot;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -18,6 +22,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Automated EM on the Gamma-sigmoid model (the paper's E1, Figure 1), or on your own data.
+    Em(em::EmArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -42,5 +48,6 @@ fn run(cli: Cli) -> Result<()> {
     }
     match cli.command {
         Command::Bench(b) => bench::run(b),
+        Command::Em(a) => em::run(a),
     }
 }

@@ -11,7 +11,19 @@ fn bench_kernel_prints_a_json_table() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("kernel.json");
     let o = sagd()
-        .args(["bench", "kernel", "--dims", "16,64", "--schemes", "euler,ubu", "--work", "20000", "--repeats", "2", "--out"])
+        .args([
+            "bench",
+            "kernel",
+            "--dims",
+            "16,64",
+            "--schemes",
+            "euler,ubu",
+            "--work",
+            "20000",
+            "--repeats",
+            "2",
+            "--out",
+        ])
         .arg(&out)
         .output()
         .unwrap();
@@ -20,18 +32,239 @@ fn bench_kernel_prints_a_json_table() {
     let rows = v["rows"].as_array().unwrap();
     // naive baseline + noise + two schemes, for each of two dimensions.
     assert_eq!(rows.len(), 8);
-    assert!(rows.iter().all(|r| r["ns_per_step_dim"].as_f64().unwrap() > 0.0));
-    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(rows
+        .iter()
+        .all(|r| r["ns_per_step_dim"].as_f64().unwrap() > 0.0));
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(saved, v);
 }
 
 #[test]
 fn bad_flags_fail_with_a_message() {
-    let o = sagd().args(["bench", "kernel", "--schemes", "verlet"]).output().unwrap();
+    let o = sagd()
+        .args(["bench", "kernel", "--schemes", "verlet"])
+        .output()
+        .unwrap();
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("unknown scheme `verlet`") && err.contains("euler, obabo, baoab, ubu"), "{err}");
-    let o = sagd().args(["--threads", "0", "bench", "kernel"]).output().unwrap();
+    assert!(
+        err.contains("unknown scheme `verlet`") && err.contains("euler, obabo, baoab, ubu"),
+        "{err}"
+    );
+    let o = sagd()
+        .args(["--threads", "0", "bench", "kernel"])
+        .output()
+        .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--threads must be at least 1"));
+}
+
+fn json(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn em_writes_its_result_and_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("em");
+    let o = sagd()
+        .args(["em", "--quiet", "--surface", "12", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for f in [
+        "result.json",
+        "figure1a.png",
+        "figure1a.svg",
+        "figure1b.png",
+        "figure1b.svg",
+    ] {
+        assert!(out.join(f).metadata().unwrap().len() > 1000, "{f}");
+    }
+    let v = json(&out.join("result.json"));
+    assert_eq!(v["sagd"]["path"].as_array().unwrap().len(), 301);
+    assert_eq!(v["exact_gd"]["loglik"].as_array().unwrap().len(), 301);
+    assert!(
+        v["quadrature_check"]["max_abs_err_loglik"]
+            .as_f64()
+            .unwrap()
+            < 1e-8
+    );
+    assert!(v["mle"]["converged"].as_bool().unwrap());
+    assert!(v["timing_s"]["sagd"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["seed"], 1);
+    // SAGD ends near exact GD (within the Monte Carlo spread measured in the library's tests).
+    assert!(
+        v["comparison"]["distance_sagd_exact_final"]
+            .as_f64()
+            .unwrap()
+            < 0.15
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("exact GD") && stdout.contains("MLE"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn em_resumes_from_its_checkpoint_to_the_same_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("em");
+    let args = [
+        "em",
+        "--quiet",
+        "--surface",
+        "4",
+        "--msteps",
+        "2",
+        "--checkpoint-every",
+        "30",
+        "--out",
+    ];
+    assert!(sagd()
+        .args(args)
+        .arg(&out)
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let first = json(&out.join("result.json"));
+    assert!(out.join("em.ckpt").exists());
+    let o = sagd()
+        .args(args)
+        .arg(&out)
+        .arg("--resume")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let second = json(&out.join("result.json"));
+    assert_eq!(first["sagd"], second["sagd"]);
+    let o = sagd()
+        .args(["em", "--quiet", "--resume", "--out"])
+        .arg(dir.path().join("none"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no checkpoint"));
+}
+
+#[test]
+fn em_fits_a_users_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("x.csv");
+    let xs: Vec<String> = (1..=60)
+        .map(|i| format!("{}", 2.0 + 6.0 * ((i as f64) * 0.37).sin().abs()))
+        .collect();
+    std::fs::write(&csv, format!("value\n{}\n", xs.join("\n"))).unwrap();
+    let out = dir.path().join("fit");
+    let o = sagd()
+        .args([
+            "em",
+            "--quiet",
+            "--surface",
+            "6",
+            "--max-msteps",
+            "12",
+            "--column",
+            "value",
+            "--data",
+        ])
+        .arg(&csv)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&out.join("result.json"));
+    assert_eq!(v["data"]["n"], 60);
+    assert_eq!(v["data"]["origin"]["source"], "file");
+    assert!(
+        v["settings"]["stopping"].is_object(),
+        "with --data EM runs until its stopping rule"
+    );
+}
+
+#[test]
+fn em_rejects_bad_data_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: &[(&str, &str, &[&str])] = &[
+        ("empty.csv", "", &["is empty"]),
+        ("header.csv", "x\n", &["no data rows"]),
+        (
+            "text.csv",
+            "1.0\n2.5\nabc\n",
+            &["line 3", "`abc` is not a number"],
+        ),
+        ("nan.csv", "1\nNaN\n", &["line 2", "not a finite number"]),
+        ("inf.csv", "1\n2\ninf\n", &["line 3", "not a finite number"]),
+        ("zero.csv", "1\n0\n", &["line 2", "not positive"]),
+        ("negative.csv", "-3\n", &["line 1", "not positive"]),
+    ];
+    for (name, body, needles) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        let out = dir.path().join(format!("out-{name}"));
+        let o = sagd()
+            .args(["em", "--quiet", "--data"])
+            .arg(&path)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{name} was accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        for n in *needles {
+            assert!(err.contains(n), "{name}: expected `{n}` in: {err}");
+        }
+        assert!(
+            !out.join("result.json").exists(),
+            "{name}: a result was written"
+        );
+    }
+    let good = dir.path().join("two.csv");
+    std::fs::write(&good, "a,b\n1,2\n3,4\n").unwrap();
+    let bad_column = |col: &str| {
+        let o = sagd()
+            .args(["em", "--quiet", "--column", col, "--data"])
+            .arg(&good)
+            .arg("--out")
+            .arg(dir.path().join("c"))
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    assert!(bad_column("c").contains("no column named `c`"));
+    assert!(bad_column("3").contains("no column 3"));
+    assert!(bad_column("0").contains("column numbers start at 1"));
+    let missing = sagd()
+        .args(["em", "--quiet", "--data", "/nonexistent/x.csv"])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr)
+        .contains("cannot read the data file /nonexistent/x.csv"));
+    assert!(!dir.path().join("c").join("result.json").exists());
+}
+
+#[test]
+fn em_rejects_bad_settings() {
+    for (args, needle) in [
+        (vec!["--scheme", "rk4"], "unknown scheme"),
+        (vec!["--T", "0"], "updates_per_mstep"),
+        (vec!["--delta0", "2"], "gamma*delta < 1"),
+        (vec!["--rho0", "up"], "--rho0"),
+        (
+            vec!["--until-converged", "--window", "2"],
+            "window of at least 3",
+        ),
+    ] {
+        let o = sagd().args(["em", "--quiet"]).args(&args).output().unwrap();
+        assert!(!o.status.success(), "{args:?} accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
 }

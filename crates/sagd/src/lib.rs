@@ -54,11 +54,13 @@
 
 pub mod bench;
 pub mod diagnostics;
+pub mod em;
 pub mod error;
 pub mod hmc;
 pub mod langevin;
 pub mod model;
 pub mod optim;
+pub mod quadrature;
 pub mod real;
 pub mod rng;
 pub mod run;

@@ -88,6 +88,28 @@ pub trait LatentModel<T: Real>: Sync {
         z: &[T],
         grad_theta: &mut [T],
     ) -> Result<(), LogpError>;
+
+    /// Adds Σ_r w_r ∇θ log p(x_i, z_r; θ) (quadrature, importance weights). The default calls
+    /// [`LatentModel::add_grad_theta`] row by row; models may do better.
+    fn add_weighted_grad_theta(
+        &self,
+        theta: &[T],
+        data: &[usize],
+        z: &[T],
+        weights: &[T],
+        grad_theta: &mut [T],
+    ) -> Result<(), LogpError> {
+        let d = self.latent_dim();
+        let mut g = vec![T::zero(); grad_theta.len()];
+        for (r, w) in weights.iter().enumerate() {
+            g.iter_mut().for_each(|v| *v = T::zero());
+            self.add_grad_theta(theta, &data[r..r + 1], &z[r * d..(r + 1) * d], &mut g)?;
+            for (o, v) in grad_theta.iter_mut().zip(&g) {
+                *o += *w * *v;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Maximum likelihood for a [`LatentModel`] as an SAGD [`Problem`]: F(θ) = −(1/n) Σ_i E log p(x_i, Z_i; θ)

@@ -1,6 +1,8 @@
 //! Parameter updates: a gradient transform (SGD, momentum, Adam), then a step of size α_t, then a
 //! projection onto Θ (as optax: transform, apply, project), and the averaged iterate of Algorithm 1.
 
+pub mod bfgs;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{check_len, positive, Result, SagdError};

@@ -1,0 +1,162 @@
+//! Reading a user's data: one column of numbers from a CSV file, with errors that name the file, the
+//! line and the problem.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+
+/// Which column to read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Column {
+    /// By header name.
+    Name(String),
+    /// By 1-based position.
+    Index(usize),
+}
+
+impl std::str::FromStr for Column {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.parse::<usize>() {
+            Ok(0) => Err("column numbers start at 1".into()),
+            Ok(i) => Ok(Column::Index(i)),
+            Err(_) if s.is_empty() => Err("give a column name or a 1-based number".into()),
+            Err(_) => Ok(Column::Name(s.to_string())),
+        }
+    }
+}
+
+/// What must hold of every value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Domain {
+    /// Finite and > 0 (a Gamma observation).
+    Positive,
+}
+
+/// Reads one column of numbers. A first row whose field is not a number is a header. Blank lines
+/// are skipped; anything else that is not a finite number in the domain is an error naming its line.
+pub fn read_column(path: &Path, column: Option<&Column>, domain: Domain) -> Result<Vec<f64>> {
+    let shown = path.display();
+    let bytes = std::fs::read(path)
+        .with_context(|| format!("cannot read the data file {shown}: check the path"))?;
+    if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        bail!("the data file {shown} is empty: it needs one column of numbers, one per line");
+    }
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(&bytes[..]);
+    let mut values = Vec::new();
+    let mut index: Option<usize> = match column {
+        Some(Column::Index(i)) => Some(i - 1),
+        _ => None,
+    };
+    let mut first = true;
+    for (k, rec) in rdr.records().enumerate() {
+        let rec = rec.with_context(|| format!("{shown}: cannot parse line {} as CSV", k + 1))?;
+        let line = rec.position().map(|p| p.line()).unwrap_or(k as u64 + 1);
+        if rec.iter().all(|f| f.is_empty()) {
+            continue;
+        }
+        if first {
+            first = false;
+            if let Some(Column::Name(name)) = column {
+                let pos = rec.iter().position(|f| f == name);
+                match pos {
+                    Some(p) => {
+                        index = Some(p);
+                        continue;
+                    }
+                    None => bail!(
+                        "{shown}: no column named `{name}` in the header (line {line}: {}): give one of these names or a column number",
+                        rec.iter().collect::<Vec<_>>().join(", ")
+                    ),
+                }
+            }
+            let j = index.unwrap_or(0);
+            if let Some(f) = rec.get(j) {
+                if f.parse::<f64>().is_err() {
+                    // A header row.
+                    index = Some(j);
+                    continue;
+                }
+            }
+        }
+        let j = index.unwrap_or(0);
+        let field = rec.get(j).with_context(|| {
+            format!("{shown}, line {line}: has {} field(s), no column {}: choose the column with --column", rec.len(), j + 1)
+        })?;
+        let v: f64 = field
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{shown}, line {line}: `{field}` is not a number"))?;
+        if !v.is_finite() {
+            bail!("{shown}, line {line}: `{field}` is not a finite number: remove or correct it");
+        }
+        if domain == Domain::Positive && v <= 0.0 {
+            bail!(
+                "{shown}, line {line}: {v} is not positive: the Gamma model needs observations > 0"
+            );
+        }
+        values.push(v);
+    }
+    if values.is_empty() {
+        bail!("the data file {shown} has no data rows (only a header?): it needs one column of numbers");
+    }
+    Ok(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(s: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), s).unwrap();
+        f
+    }
+
+    fn err(s: &str, col: Option<Column>) -> String {
+        let f = write(s);
+        format!(
+            "{:#}",
+            read_column(f.path(), col.as_ref(), Domain::Positive).unwrap_err()
+        )
+    }
+
+    #[test]
+    fn reads_plain_and_headed_columns() {
+        let f = write("1.5\n2\n\n3e0\n");
+        assert_eq!(
+            read_column(f.path(), None, Domain::Positive).unwrap(),
+            vec![1.5, 2.0, 3.0]
+        );
+        let f = write("id,x\n1,0.5\n2,4\n");
+        assert_eq!(
+            read_column(f.path(), Some(&Column::Name("x".into())), Domain::Positive).unwrap(),
+            vec![0.5, 4.0]
+        );
+        assert_eq!(
+            read_column(f.path(), Some(&Column::Index(2)), Domain::Positive).unwrap(),
+            vec![0.5, 4.0]
+        );
+    }
+
+    #[test]
+    fn every_bad_input_names_its_problem() {
+        assert!(err("", None).contains("is empty"));
+        assert!(err("x\n", None).contains("no data rows"));
+        assert!(err("1\nabc\n", None).contains("line 2: `abc` is not a number"));
+        assert!(err("1\nNaN\n", None).contains("line 2: `NaN` is not a finite number"));
+        assert!(err("1\ninf\n", None).contains("not a finite number"));
+        assert!(err("1\n0\n", None).contains("line 2: 0 is not positive"));
+        assert!(err("1\n-2\n", None).contains("not positive"));
+        assert!(err("a,b\n1,2\n", Some(Column::Name("c".into()))).contains("no column named `c`"));
+        assert!(
+            err("1,2\n3\n", Some(Column::Index(2))).contains("line 2: has 1 field(s), no column 2")
+        );
+        let missing =
+            read_column(Path::new("/nonexistent/data.csv"), None, Domain::Positive).unwrap_err();
+        assert!(format!("{missing:#}").contains("cannot read the data file /nonexistent/data.csv"));
+    }
+}

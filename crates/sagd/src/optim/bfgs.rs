@@ -1,0 +1,130 @@
+//! BFGS with a backtracking (Armijo) line search, for small smooth problems with exact gradients:
+//! the EM example's direct maximisation of the log-likelihood.
+
+use crate::error::Result;
+
+/// The outcome of [`minimize`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct BfgsResult {
+    /// The minimiser found.
+    pub x: Vec<f64>,
+    /// f there.
+    pub f: f64,
+    /// max |∂f/∂x_j| there.
+    pub grad_max: f64,
+    /// Iterations taken.
+    pub iterations: usize,
+    /// Whether the gradient fell below the tolerance.
+    pub converged: bool,
+}
+
+/// Minimises f from `x0` until max |∇f| ≤ `gtol` or `max_iter` iterations. `f` returns the value
+/// and the gradient.
+pub fn minimize(
+    mut f: impl FnMut(&[f64]) -> Result<(f64, Vec<f64>)>,
+    x0: &[f64],
+    gtol: f64,
+    max_iter: usize,
+) -> Result<BfgsResult> {
+    let n = x0.len();
+    let mut x = x0.to_vec();
+    let (mut fx, mut g) = f(&x)?;
+    let mut h = vec![0.0; n * n];
+    for i in 0..n {
+        h[i * n + i] = 1.0;
+    }
+    let gmax = |g: &[f64]| g.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let mut it = 0;
+    while it < max_iter && gmax(&g) > gtol {
+        it += 1;
+        let mut p: Vec<f64> = (0..n)
+            .map(|i| -(0..n).map(|j| h[i * n + j] * g[j]).sum::<f64>())
+            .collect();
+        let mut slope: f64 = p.iter().zip(&g).map(|(a, b)| a * b).sum();
+        if slope >= 0.0 {
+            // Not a descent direction: restart from steepest descent.
+            h.iter_mut()
+                .enumerate()
+                .for_each(|(k, v)| *v = if k % (n + 1) == 0 { 1.0 } else { 0.0 });
+            p = g.iter().map(|v| -v).collect();
+            slope = -g.iter().map(|v| v * v).sum::<f64>();
+        }
+        let mut step = 1.0;
+        let (x_new, f_new, g_new) = loop {
+            let xt: Vec<f64> = x.iter().zip(&p).map(|(a, b)| a + step * b).collect();
+            let (ft, gt) = f(&xt)?;
+            if ft.is_finite() && ft <= fx + 1e-4 * step * slope {
+                break (xt, ft, gt);
+            }
+            step *= 0.5;
+            if step < 1e-20 {
+                return Ok(BfgsResult {
+                    grad_max: gmax(&g),
+                    x,
+                    f: fx,
+                    iterations: it,
+                    converged: false,
+                });
+            }
+        };
+        let s: Vec<f64> = x_new.iter().zip(&x).map(|(a, b)| a - b).collect();
+        let y: Vec<f64> = g_new.iter().zip(&g).map(|(a, b)| a - b).collect();
+        let sy: f64 = s.iter().zip(&y).map(|(a, b)| a * b).sum();
+        if sy > 1e-300 {
+            // H ← (I − ρ s yᵀ) H (I − ρ y sᵀ) + ρ s sᵀ
+            let rho = 1.0 / sy;
+            let hy: Vec<f64> = (0..n)
+                .map(|i| (0..n).map(|j| h[i * n + j] * y[j]).sum())
+                .collect();
+            let yhy: f64 = y.iter().zip(&hy).map(|(a, b)| a * b).sum();
+            for i in 0..n {
+                for j in 0..n {
+                    h[i * n + j] += -rho * (hy[i] * s[j] + s[i] * hy[j])
+                        + (rho * rho * yhy + rho) * s[i] * s[j];
+                }
+            }
+        }
+        x = x_new;
+        fx = f_new;
+        g = g_new;
+    }
+    let converged = gmax(&g) <= gtol;
+    Ok(BfgsResult {
+        grad_max: gmax(&g),
+        x,
+        f: fx,
+        iterations: it,
+        converged,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_minimum_of_rosenbrock() {
+        let r = minimize(
+            |x| {
+                let (a, b) = (x[0], x[1]);
+                let f = (1.0 - a).powi(2) + 100.0 * (b - a * a).powi(2);
+                Ok((
+                    f,
+                    vec![
+                        -2.0 * (1.0 - a) - 400.0 * a * (b - a * a),
+                        200.0 * (b - a * a),
+                    ],
+                ))
+            },
+            &[-1.2, 1.0],
+            1e-10,
+            500,
+        )
+        .unwrap();
+        assert!(r.converged, "{r:?}");
+        assert!(
+            (r.x[0] - 1.0).abs() < 1e-8 && (r.x[1] - 1.0).abs() < 1e-8,
+            "{r:?}"
+        );
+    }
+}
