@@ -31,6 +31,8 @@ impl std::str::FromStr for Column {
 pub enum Domain {
     /// Finite and > 0 (a Gamma observation).
     Positive,
+    /// Finite (an observation with additive noise).
+    Finite,
 }
 
 /// Reads one column of numbers. A first row whose field is not a number is a header. Blank lines

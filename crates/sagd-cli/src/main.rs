@@ -1,6 +1,7 @@
 //! The `sagd` command-line tool: fills the library's settings from flags and runs its applications.
 
 mod bench;
+mod debias;
 mod em;
 mod input;
 mod output;
@@ -22,6 +23,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The debiased VAE (the paper's E2, Table 1 and Figure 2), or deconvolution of your own data.
+    Debias(debias::DebiasArgs),
     /// Automated EM on the Gamma-sigmoid model (the paper's E1, Figure 1), or on your own data.
     Em(em::EmArgs),
     /// Benchmarks.
@@ -49,5 +52,6 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Bench(b) => bench::run(b),
         Command::Em(a) => em::run(a),
+        Command::Debias(a) => debias::run(a),
     }
 }

@@ -7,6 +7,7 @@ use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
+use sagd::metrics::Law;
 
 static FONT: Once = Once::new();
 
@@ -285,4 +286,169 @@ fn draw_loglik<DB: DrawingBackend>(
         .draw()
         .map_err(err)?;
     Ok(())
+}
+
+/// One panel of Figure 2: a histogram of the fitted model's draws of Z.
+pub struct DensityPanel<'a> {
+    /// The panel title (the method).
+    pub title: String,
+    /// Draws of Z = h(U).
+    pub sample: &'a [f64],
+    /// KS distance to π (NaN: not shown).
+    pub d: f64,
+    /// W1 distance to π (NaN: not shown).
+    pub w: f64,
+}
+
+/// Figure 2 for one distribution: the data density (dashed), the true π (solid, when known) and the
+/// histogram of each fitted model's Z, one panel per model.
+pub struct DensityGrid<'a> {
+    /// The true latent law, if known.
+    pub law: Option<&'a Law>,
+    /// The observations.
+    pub x: &'a [f64],
+    /// The panels.
+    pub panels: Vec<DensityPanel<'a>>,
+    /// The caption above the panels.
+    pub caption: String,
+}
+
+fn quantile_sorted(v: &[f64], p: f64) -> f64 {
+    v[((p * v.len() as f64) as usize).min(v.len() - 1)]
+}
+
+impl Figure for DensityGrid<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        let root = root
+            .titled(&self.caption, ("sans-serif", 16))
+            .map_err(err)?;
+        let mut xs = self.x.to_vec();
+        xs.sort_by(f64::total_cmp);
+        let (mut lo, mut hi) = (quantile_sorted(&xs, 0.002), quantile_sorted(&xs, 0.998));
+        for p in &self.panels {
+            let mut z: Vec<f64> = p.sample.iter().cloned().filter(|v| v.is_finite()).collect();
+            z.sort_by(f64::total_cmp);
+            if !z.is_empty() {
+                lo = lo.min(quantile_sorted(&z, 0.001));
+                hi = hi.max(quantile_sorted(&z, 0.999));
+            }
+        }
+        let pad = 0.05 * (hi - lo).max(1e-6);
+        let (lo, hi) = (lo - pad, hi + pad);
+        // The data density: π convolved with N(0, 1) when π is known, else a Gaussian kernel estimate.
+        let grid: Vec<f64> = (0..=300)
+            .map(|k| lo + (hi - lo) * k as f64 / 300.0)
+            .collect();
+        let data_density: Vec<f64> = match self.law {
+            Some(law) => {
+                let zs: Vec<f64> = (0..=4000)
+                    .map(|k| lo - 8.0 + (hi - lo + 16.0) * k as f64 / 4000.0)
+                    .collect();
+                let dz = zs[1] - zs[0];
+                let pz: Vec<f64> = zs.iter().map(|z| law.pdf(*z)).collect();
+                grid.iter()
+                    .map(|x| {
+                        zs.iter()
+                            .zip(&pz)
+                            .map(|(z, p)| p * (-0.5 * (x - z).powi(2)).exp())
+                            .sum::<f64>()
+                            * dz
+                            / (2.0 * std::f64::consts::PI).sqrt()
+                    })
+                    .collect()
+            }
+            None => {
+                let n = xs.len() as f64;
+                let mean = xs.iter().sum::<f64>() / n;
+                let sd = (xs.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n)
+                    .sqrt()
+                    .max(1e-9);
+                let bw = 1.06 * sd * n.powf(-0.2);
+                grid.iter()
+                    .map(|g| {
+                        xs.iter()
+                            .map(|x| (-0.5 * ((g - x) / bw).powi(2)).exp())
+                            .sum::<f64>()
+                            / (n * bw * (2.0 * std::f64::consts::PI).sqrt())
+                    })
+                    .collect()
+            }
+        };
+        let bins = 60usize;
+        let width = (hi - lo) / bins as f64;
+        let hists: Vec<Vec<f64>> = self
+            .panels
+            .iter()
+            .map(|p| {
+                let mut h = vec![0.0; bins];
+                for v in p.sample.iter().filter(|v| v.is_finite()) {
+                    let b = ((v - lo) / width).floor();
+                    if b >= 0.0 && (b as usize) < bins {
+                        h[b as usize] += 1.0;
+                    }
+                }
+                h.iter()
+                    .map(|c| c / (p.sample.len().max(1) as f64 * width))
+                    .collect()
+            })
+            .collect();
+        let true_density: Option<Vec<f64>> =
+            self.law.map(|l| grid.iter().map(|g| l.pdf(*g)).collect());
+        let ymax = hists
+            .iter()
+            .flatten()
+            .chain(&data_density)
+            .chain(true_density.iter().flatten())
+            .cloned()
+            .fold(0.0f64, f64::max)
+            * 1.1;
+        let areas = root.split_evenly((1, self.panels.len()));
+        for ((area, p), h) in areas.iter().zip(&self.panels).zip(&hists) {
+            let mut chart = ChartBuilder::on(area)
+                .caption(&p.title, ("sans-serif", 16))
+                .margin(6)
+                .x_label_area_size(28)
+                .y_label_area_size(40)
+                .build_cartesian_2d(lo..hi, 0.0..ymax.max(1e-6))
+                .map_err(err)?;
+            chart
+                .configure_mesh()
+                .disable_mesh()
+                .label_style(("sans-serif", 11))
+                .x_labels(6)
+                .y_labels(5)
+                .draw()
+                .map_err(err)?;
+            chart
+                .draw_series(h.iter().enumerate().map(|(b, v)| {
+                    let x0 = lo + b as f64 * width;
+                    Rectangle::new([(x0, 0.0), (x0 + width, *v)], BLUE.mix(0.45).filled())
+                }))
+                .map_err(err)?;
+            chart
+                .draw_series(DashedLineSeries::new(
+                    grid.iter().cloned().zip(data_density.iter().cloned()),
+                    6,
+                    4,
+                    BLACK.stroke_width(2),
+                ))
+                .map_err(err)?;
+            if let Some(td) = &true_density {
+                chart
+                    .draw_series(LineSeries::new(
+                        grid.iter().cloned().zip(td.iter().cloned()),
+                        RED.stroke_width(2),
+                    ))
+                    .map_err(err)?;
+            }
+            if p.d.is_finite() {
+                let style = ("sans-serif", 13).into_font().color(&BLACK);
+                area.draw_text(&format!("D = {:.4}", p.d), &style, (48, 34))
+                    .map_err(err)?;
+                area.draw_text(&format!("W = {:.4}", p.w), &style, (48, 50))
+                    .map_err(err)?;
+            }
+        }
+        Ok(())
+    }
 }

@@ -268,3 +268,115 @@ fn em_rejects_bad_settings() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+const SMALL: [&str; 10] = [
+    "--pretrain-iters",
+    "40",
+    "--finetune-iters",
+    "4",
+    "--m",
+    "2000",
+    "--n",
+    "150",
+    "--quiet",
+    "--reps",
+];
+
+#[test]
+fn debias_writes_table_figure_and_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("deb");
+    let o = sagd()
+        .args(["debias", "--dist", "normal"])
+        .args(SMALL)
+        .arg("2")
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for f in ["result.json", "table1.md", "figure2.png", "figure2.svg"] {
+        assert!(out.join(f).metadata().unwrap().len() > 500, "{f}");
+    }
+    let v = json(&out.join("result.json"));
+    let reps = v["replications"].as_array().unwrap();
+    assert_eq!(reps.len(), 2);
+    assert_eq!(reps[1]["seed"], 1);
+    for m in ["vae", "iwae", "hmc", "sagd"] {
+        assert!(reps[0]["methods"][m]["W"].as_f64().unwrap() > 0.0, "{m}");
+        assert!(v["summary"][format!("{m}_D")]["se"].as_f64().is_some());
+    }
+    let table = std::fs::read_to_string(out.join("table1.md")).unwrap();
+    assert!(
+        table.contains("| D | paper |") && table.contains("0.033 (0.0024)"),
+        "{table}"
+    );
+}
+
+#[test]
+fn debias_deconvolves_a_users_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("obs.csv");
+    let xs: Vec<String> = (0..120)
+        .map(|i| format!("{:.4}", ((i as f64) * 0.71).sin() * 2.0 + 1.0))
+        .collect();
+    std::fs::write(&csv, xs.join("\n")).unwrap();
+    let out = dir.path().join("dec");
+    let o = sagd()
+        .args(["debias", "--methods", "vae,sagd"])
+        .args(&SMALL[..9])
+        .arg("--data")
+        .arg(&csv)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&out.join("result.json"));
+    assert!(v["note"]
+        .as_str()
+        .unwrap()
+        .contains("D and W are not defined"));
+    assert_eq!(v["quantiles"]["sagd"]["q"].as_array().unwrap().len(), 9);
+    let samples = std::fs::read_to_string(out.join("latent_samples.csv")).unwrap();
+    assert!(
+        samples.starts_with("pretrained,sagd,vae\n"),
+        "{}",
+        &samples[..40]
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("D and W are not defined"));
+}
+
+#[test]
+fn debias_rejects_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, needle) in [
+        (vec!["--dist", "gamma"], "--dist `gamma`"),
+        (vec!["--dist", "highdim"], "not implemented yet"),
+        (vec!["--methods", "vae,mcmc"], "unknown method `mcmc`"),
+        (vec!["--sagd-delta", "0.6"], "gamma*delta < 1"),
+        (vec!["--n", "0"], "--n must be at least 1"),
+    ] {
+        let o = sagd()
+            .args(["debias", "--quiet"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{args:?} accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "1.0\nNaN\n").unwrap();
+    let out = dir.path().join("o");
+    let o = sagd()
+        .args(["debias", "--quiet", "--data"])
+        .arg(&bad)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("line 2"));
+    assert!(!out.join("result.json").exists());
+}

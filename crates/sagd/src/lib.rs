@@ -58,6 +58,7 @@ pub mod em;
 pub mod error;
 pub mod hmc;
 pub mod langevin;
+pub mod metrics;
 pub mod model;
 pub mod optim;
 pub mod quadrature;

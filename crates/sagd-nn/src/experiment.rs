@@ -1,0 +1,309 @@
+//! Experiment E2 (debiased VAE, Table 1 and Figure 2): data, one replication of pre-training and the
+//! four fine-tuning methods, and the evaluation of the fitted latent distribution.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use rand::SeedableRng;
+use rand_distr::{Distribution, StandardNormal};
+use rand_xoshiro::Xoshiro256PlusPlus;
+use sagd::error::Result;
+use sagd::metrics::{ks_w1, Law};
+use sagd::rng::{stream_seed, NormalStream};
+use serde::{Deserialize, Serialize};
+
+use crate::net::Workspace;
+use crate::train::{
+    train, BoundEstimator, ChainEstimator, GradientEstimator, Method, MethodSettings,
+};
+use crate::vae::{Vae, VaeParams};
+
+/// Settings of one E2 run (defaults: the spec's 1-D experiment).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct E2Settings {
+    /// Data points n.
+    pub n: usize,
+    /// Hidden width of both networks.
+    pub hidden: usize,
+    /// VAE pre-training updates (full batch).
+    pub pretrain_iters: usize,
+    /// Fine-tuning updates per method.
+    pub finetune_iters: usize,
+    /// Adam's learning rate for pre-training.
+    pub lr: f64,
+    /// Adam's learning rate for fine-tuning.
+    pub finetune_lr: f64,
+    /// Evaluation draws m.
+    pub m: usize,
+    /// The methods to run.
+    pub methods: Vec<Method>,
+    /// Their settings.
+    pub method: MethodSettings,
+}
+
+impl Default for E2Settings {
+    fn default() -> Self {
+        E2Settings {
+            n: 1000,
+            hidden: 64,
+            pretrain_iters: 5000,
+            finetune_iters: 1000,
+            lr: 1e-3,
+            finetune_lr: 1e-3,
+            m: 100_000,
+            methods: Method::ALL.to_vec(),
+            method: MethodSettings::default(),
+        }
+    }
+}
+
+/// How well Z = h(U) matches π.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    /// Kolmogorov-Smirnov distance (mean over coordinates).
+    #[serde(rename = "D")]
+    pub ks: f64,
+    /// 1-Wasserstein distance (mean over coordinates).
+    #[serde(rename = "W")]
+    pub w1: f64,
+    /// Mean log-likelihood of the data under the fitted model (1-D, trapezoid rule in u).
+    pub loglik: Option<f64>,
+    /// Mean of Z.
+    pub z_mean: f64,
+    /// Standard deviation of Z.
+    pub z_sd: f64,
+    /// Non-finite draws.
+    pub nonfinite: usize,
+}
+
+/// One method's outcome in a replication.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MethodResult {
+    /// The evaluation after fine-tuning.
+    #[serde(flatten)]
+    pub eval: Evaluation,
+    /// Wall seconds of the fine-tuning.
+    pub time_s: f64,
+    /// The loss estimate at the last update.
+    pub final_loss: f64,
+    /// Method diagnostics.
+    pub diagnostics: serde_json::Value,
+}
+
+/// One replication.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Replication {
+    /// The seed of everything in it.
+    pub seed: u64,
+    /// The pre-trained VAE's evaluation.
+    pub pretrained: Evaluation,
+    /// Wall seconds of pre-training.
+    pub pretrain_time_s: f64,
+    /// Per method.
+    pub methods: BTreeMap<String, MethodResult>,
+    /// Draws of Z per fitted model (pretrained and each method), kept only when asked (figures).
+    #[serde(skip)]
+    pub samples: BTreeMap<String, Vec<f64>>,
+    /// The observations.
+    #[serde(skip)]
+    pub x: Vec<f64>,
+}
+
+/// The seeds of a replication's parts, derived from its seed.
+pub fn part_seed(seed: u64, part: u64) -> u64 {
+    stream_seed(seed, part)
+}
+
+/// n draws Z ~ π and X = Z + N(0, 1) (1-D).
+pub fn simulate(law: &Law, n: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(part_seed(seed, 1));
+    let z: Vec<f64> = (0..n).map(|_| law.sample(&mut rng)).collect();
+    let x = z
+        .iter()
+        .map(|zi| {
+            let e: f64 = StandardNormal.sample(&mut rng);
+            zi + e
+        })
+        .collect();
+    (z, x)
+}
+
+/// Mean log p(x_i; θ) = log ∫ N(x_i; h(u), 1) φ(u) du, trapezoid rule on [−9, 9] (1-D).
+pub fn log_likelihood_1d(vae: &Vae, dec: &[f32], x: &[f64]) -> f64 {
+    let g = 8001;
+    let step = 18.0 / (g - 1) as f64;
+    let u: Vec<f32> = (0..g).map(|k| (-9.0 + step * k as f64) as f32).collect();
+    let mut ws = Workspace::default();
+    vae.dec.forward(dec, &u, g, &mut ws);
+    let h = ws.output();
+    let half_ln_2pi = 0.5 * (2.0 * std::f64::consts::PI).ln();
+    let lw: Vec<f64> = (0..g)
+        .map(|k| {
+            let uk = u[k] as f64;
+            let end = if k == 0 || k == g - 1 {
+                std::f64::consts::LN_2
+            } else {
+                0.0
+            };
+            step.ln() - end - 0.5 * uk * uk - half_ln_2pi
+        })
+        .collect();
+    let mut total = 0.0;
+    let mut terms = vec![0.0f64; g];
+    for xi in x {
+        for k in 0..g {
+            let r = xi - h[k] as f64;
+            terms[k] = lw[k] - 0.5 * r * r - half_ln_2pi;
+        }
+        let m = terms.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        total += m + terms.iter().map(|t| (t - m).exp()).sum::<f64>().ln();
+    }
+    total / x.len() as f64
+}
+
+/// Z = h(U) for m draws U ~ N(0, 1) from `seed` (1-D).
+pub fn generate(vae: &Vae, dec: &[f32], m: usize, seed: u64) -> Vec<f64> {
+    let mut s = NormalStream::new(seed);
+    let mut u = vec![0.0f32; m];
+    s.fill(&mut u);
+    let mut out = Vec::with_capacity(m);
+    let mut ws = Workspace::default();
+    for chunk in u.chunks(20_000) {
+        vae.dec.forward(dec, chunk, chunk.len(), &mut ws);
+        out.extend(ws.output().iter().map(|v| *v as f64));
+    }
+    out
+}
+
+/// D and W of the fitted decoder against π, the mean log-likelihood, and the draws.
+pub fn evaluate(
+    vae: &Vae,
+    dec: &[f32],
+    law: &Law,
+    x: &[f64],
+    m: usize,
+    seed: u64,
+) -> (Evaluation, Vec<f64>) {
+    let z = generate(vae, dec, m, seed);
+    let (ks, w1) = ks_w1(&z, law);
+    let finite: Vec<f64> = z.iter().cloned().filter(|v| v.is_finite()).collect();
+    let nf = finite.len().max(1) as f64;
+    let mean = finite.iter().sum::<f64>() / nf;
+    let sd = (finite.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / nf).sqrt();
+    let e = Evaluation {
+        ks,
+        w1,
+        loglik: Some(log_likelihood_1d(vae, dec, x)),
+        z_mean: mean,
+        z_sd: sd,
+        nonfinite: z.len() - finite.len(),
+    };
+    (e, z)
+}
+
+/// One replication: data from `seed`, VAE pre-training, then each method from the same pre-trained
+/// weights, each evaluated on the same U. `progress(phase, done, total)` reports updates.
+pub fn replicate(
+    s: &E2Settings,
+    law: &Law,
+    seed: u64,
+    keep_samples: bool,
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<Replication> {
+    let (_, x64) = simulate(law, s.n, seed);
+    fit(s, Some(law), x64, seed, keep_samples, progress)
+}
+
+/// Pre-training and fine-tuning on observations `x` (1-D); evaluation against `law` when known
+/// (otherwise D and W are NaN: there is no true π to compare with).
+pub fn fit(
+    s: &E2Settings,
+    law: Option<&Law>,
+    x64: Vec<f64>,
+    seed: u64,
+    keep_samples: bool,
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<Replication> {
+    let vae = Vae::new(1, s.hidden);
+    let x: Vec<f32> = x64.iter().map(|v| *v as f32).collect();
+    let eval_seed = part_seed(1_000_000 + seed, 4);
+    let assess = |p: &VaeParams| -> (Evaluation, Vec<f64>) {
+        match law {
+            Some(l) => evaluate(&vae, &p.dec, l, &x64, s.m, eval_seed),
+            None => {
+                let z = generate(&vae, &p.dec, s.m, eval_seed);
+                let e = Evaluation {
+                    ks: f64::NAN,
+                    w1: f64::NAN,
+                    loglik: Some(log_likelihood_1d(&vae, &p.dec, &x64)),
+                    z_mean: z.iter().sum::<f64>() / z.len().max(1) as f64,
+                    z_sd: 0.0,
+                    nonfinite: z.iter().filter(|v| !v.is_finite()).count(),
+                };
+                (e, z)
+            }
+        }
+    };
+    let mut params = vae.init(seed);
+    let t0 = Instant::now();
+    let mut pre = BoundEstimator::new(&vae, &x, 1, part_seed(seed, 2));
+    train(
+        &vae,
+        &mut params,
+        &mut pre,
+        s.pretrain_iters,
+        s.lr,
+        &mut |i| progress("pretrain", i, s.pretrain_iters),
+    )?;
+    let pretrain_time_s = t0.elapsed().as_secs_f64();
+    let (pretrained, z0) = assess(&params);
+    let mut samples = BTreeMap::new();
+    if keep_samples {
+        samples.insert("pretrained".to_string(), z0);
+    }
+    let mut methods = BTreeMap::new();
+    for (i, m) in Method::ALL.iter().enumerate() {
+        if !s.methods.contains(m) {
+            continue;
+        }
+        let mseed = part_seed(1000 * seed + 1 + i as u64, 3);
+        let mut p = params.clone();
+        let t0 = Instant::now();
+        let mut est: Box<dyn GradientEstimator> = match m {
+            Method::Vae => Box::new(BoundEstimator::new(&vae, &x, 1, mseed)),
+            Method::Iwae => Box::new(BoundEstimator::new(&vae, &x, s.method.iwae_k, mseed)),
+            Method::Hmc => Box::new(ChainEstimator::hmc(&vae, &x, &s.method, mseed)?),
+            Method::Sagd => Box::new(ChainEstimator::sagd(&vae, &x, &s.method, mseed)?),
+        };
+        let stats = train(
+            &vae,
+            &mut p,
+            est.as_mut(),
+            s.finetune_iters,
+            s.finetune_lr,
+            &mut |k| progress(m.name(), k, s.finetune_iters),
+        )?;
+        let time_s = t0.elapsed().as_secs_f64();
+        let (eval, z) = assess(&p);
+        if keep_samples {
+            samples.insert(m.name().to_string(), z);
+        }
+        methods.insert(
+            m.name().to_string(),
+            MethodResult {
+                eval,
+                time_s,
+                final_loss: stats.final_loss,
+                diagnostics: est.diagnostics(),
+            },
+        );
+    }
+    Ok(Replication {
+        seed,
+        pretrained,
+        pretrain_time_s,
+        methods,
+        samples,
+        x: x64,
+    })
+}

@@ -1,0 +1,16 @@
+//! # sagd-nn — a small CPU neural-network engine and the debiased VAE
+//!
+//! The neural models of the paper run on an engine of our own (see `shared/DESIGN.md` for why): every
+//! layer has an explicit forward pass that keeps what the backward pass needs, and a backward pass
+//! that returns the gradient with respect to its input and, when asked, its parameters (skipped during
+//! Langevin steps, which need only ∇u). Parameters live in one flat `f32` vector per network, so that
+//! the core crate's optimisers, checkpoints and `LatentModel` trait apply unchanged.
+
+pub mod experiment;
+pub mod math;
+pub mod net;
+pub mod train;
+pub mod vae;
+
+pub use math::Activation;
+pub use net::{Layer, Sequential, Workspace};

@@ -1,0 +1,181 @@
+//! Elementwise activation kernels in f32 with our own `exp` and `log1p`: glibc's scalar calls took
+//! over half of a small MLP's time, and these loops vectorise. Compiled for AVX-512 and AVX2 with
+//! run-time dispatch; every operation is correctly rounded (`mul_add` included), so every path gives
+//! the same bits.
+
+const LN2_HI: f32 = 0.693_145_75;
+const LN2_LO: f32 = 1.428_606_8e-6;
+
+/// e^x for x ≤ 0 (clamped below at −87, where it underflows to ~1e-38). Relative error ~2 ulp.
+#[inline(always)]
+fn exp_neg(x: f32) -> f32 {
+    let x = x.max(-87.0);
+    let n = (x * std::f32::consts::LOG2_E).round();
+    let r = n.mul_add(-LN2_HI, x);
+    let r = n.mul_add(-LN2_LO, r);
+    // e^r on |r| ≤ ln2/2, Taylor to degree 7.
+    let p = (1.0 / 5040.0f32).mul_add(r, 1.0 / 720.0);
+    let p = p.mul_add(r, 1.0 / 120.0);
+    let p = p.mul_add(r, 1.0 / 24.0);
+    let p = p.mul_add(r, 1.0 / 6.0);
+    let p = p.mul_add(r, 0.5);
+    let p = p.mul_add(r, 1.0);
+    let p = p.mul_add(r, 1.0);
+    let scale = f32::from_bits((((n as i32) + 127) as u32) << 23);
+    p * scale
+}
+
+/// e^x − 1 for x ≤ 0, without cancellation near 0.
+#[inline(always)]
+fn expm1_neg(x: f32) -> f32 {
+    if x > -0.34 {
+        let p = (1.0 / 40320.0f32).mul_add(x, 1.0 / 5040.0);
+        let p = p.mul_add(x, 1.0 / 720.0);
+        let p = p.mul_add(x, 1.0 / 120.0);
+        let p = p.mul_add(x, 1.0 / 24.0);
+        let p = p.mul_add(x, 1.0 / 6.0);
+        let p = p.mul_add(x, 0.5);
+        let p = p.mul_add(x, 1.0);
+        p * x
+    } else {
+        exp_neg(x) - 1.0
+    }
+}
+
+/// tanh a.
+#[inline(always)]
+fn tanh(a: f32) -> f32 {
+    let m = expm1_neg(-2.0 * a.abs());
+    let t = -m / (2.0 + m);
+    if a < 0.0 {
+        -t
+    } else {
+        t
+    }
+}
+
+/// ln(1 + y) for y in [0, 1], with Kahan's correction for the rounding of 1 + y.
+#[inline(always)]
+fn log1p_unit(y: f32) -> f32 {
+    let u = 1.0 + y;
+    let big = u > std::f32::consts::SQRT_2;
+    let m = if big { 0.5 * u } else { u };
+    let e = if big { std::f32::consts::LN_2 } else { 0.0 };
+    let s = (m - 1.0) / (m + 1.0);
+    let z = s * s;
+    let p = (1.0 / 9.0f32).mul_add(z, 1.0 / 7.0);
+    let p = p.mul_add(z, 1.0 / 5.0);
+    let p = p.mul_add(z, 1.0 / 3.0);
+    let p = p.mul_add(z, 1.0);
+    let ln_u = (2.0 * s).mul_add(p, e);
+    // Kahan: ln(1 + y) = ln(u) · y/(u − 1) undoes the rounding of u = 1 + y.
+    let d = u - 1.0;
+    if d == 0.0 {
+        y
+    } else {
+        ln_u * (y / d)
+    }
+}
+
+/// (softplus(a), σ(a)) from one exponential.
+#[inline(always)]
+fn softplus_sigmoid(a: f32) -> (f32, f32) {
+    let e = exp_neg(-a.abs());
+    let sp = a.max(0.0) + log1p_unit(e);
+    let inv = 1.0 / (1.0 + e);
+    let sg = if a >= 0.0 { inv } else { e * inv };
+    (sp, sg)
+}
+
+/// The activations of the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Activation {
+    /// log(1 + e^a).
+    Softplus,
+    /// max(a, 0).
+    Relu,
+    /// tanh a.
+    Tanh,
+    /// 1/(1 + e^−a).
+    Sigmoid,
+}
+
+/// y = f(x) and dy = f'(x) elementwise (the derivative is kept for the backward pass).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
+pub fn forward(act: Activation, x: &[f32], y: &mut [f32], dy: &mut [f32]) {
+    let it = y.iter_mut().zip(dy.iter_mut()).zip(x);
+    match act {
+        Activation::Softplus => it.for_each(|((y, dy), a)| (*y, *dy) = softplus_sigmoid(*a)),
+        Activation::Relu => it.for_each(|((y, dy), a)| {
+            *y = a.max(0.0);
+            *dy = if *a > 0.0 { 1.0 } else { 0.0 };
+        }),
+        Activation::Sigmoid => it.for_each(|((y, dy), a)| {
+            let s = softplus_sigmoid(*a).1;
+            *y = s;
+            *dy = s * (1.0 - s);
+        }),
+        Activation::Tanh => it.for_each(|((y, dy), a)| {
+            let t = tanh(*a);
+            *y = t;
+            *dy = 1.0 - t * t;
+        }),
+    }
+}
+
+/// g *= dy elementwise.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
+pub fn scale(g: &mut [f32], dy: &[f32]) {
+    g.iter_mut().zip(dy).for_each(|(g, d)| *g *= d);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_and_log1p_match_std() {
+        let mut worst_e: f32 = 0.0;
+        let mut worst_l: f32 = 0.0;
+        for k in 0..200_000 {
+            let x = -87.0 * k as f32 / 200_000.0;
+            worst_e = worst_e.max(((exp_neg(x) - x.exp()) / x.exp()).abs());
+            let y = (k as f32 / 200_000.0).powi(3);
+            let r = y.ln_1p();
+            if r > 0.0 {
+                worst_l = worst_l.max(((log1p_unit(y) - r) / r).abs());
+            }
+        }
+        assert!(worst_e < 4e-7, "exp {worst_e}");
+        assert!(worst_l < 4e-7, "log1p {worst_l}");
+    }
+
+    #[test]
+    fn activations_match_their_definitions() {
+        let x: Vec<f32> = (-2000..=2000).map(|k| k as f32 * 0.02).collect();
+        for act in [
+            Activation::Softplus,
+            Activation::Relu,
+            Activation::Tanh,
+            Activation::Sigmoid,
+        ] {
+            let mut y = vec![0.0; x.len()];
+            let mut dy = vec![0.0; x.len()];
+            forward(act, &x, &mut y, &mut dy);
+            for (a, v) in x.iter().zip(&y) {
+                let a64 = *a as f64;
+                let exact = match act {
+                    Activation::Softplus => a64.max(0.0) + (-a64.abs()).exp().ln_1p(),
+                    Activation::Relu => a64.max(0.0),
+                    Activation::Tanh => a64.tanh(),
+                    Activation::Sigmoid => 1.0 / (1.0 + (-a64).exp()),
+                };
+                assert!(
+                    (*v as f64 - exact).abs() <= 3e-7 * exact.abs().max(1e-30) + 1e-37,
+                    "{act:?}({a}) = {v}, exact {exact}"
+                );
+            }
+        }
+    }
+}

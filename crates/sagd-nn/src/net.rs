@@ -1,0 +1,406 @@
+//! Layers and networks: Linear and activations in a `Sequential`, parameters in a flat vector.
+
+use std::path::Path;
+
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use serde::{Deserialize, Serialize};
+
+use crate::math::{self, Activation};
+
+/// One layer.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Layer {
+    /// y = x Wᵀ + b, W of shape (out, inp) row-major, then b: inp·out + out parameters.
+    Linear {
+        /// Input width.
+        inp: usize,
+        /// Output width.
+        out: usize,
+    },
+    /// An elementwise activation.
+    Act {
+        /// Which.
+        act: Activation,
+    },
+}
+
+/// A stack of layers. It holds the shapes only; parameters are a flat slice passed to every call,
+/// laid out layer after layer (each Linear: W row-major, then b).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sequential {
+    layers: Vec<Layer>,
+    offsets: Vec<usize>,
+    n_params: usize,
+    inp: usize,
+    out: usize,
+}
+
+/// Buffers of one forward pass, kept for the backward pass and reused between calls.
+#[derive(Clone, Debug, Default)]
+pub struct Workspace {
+    rows: usize,
+    acts: Vec<Vec<f32>>,
+    derivs: Vec<Vec<f32>>,
+    grad: Vec<f32>,
+    grad2: Vec<f32>,
+}
+
+impl Workspace {
+    /// The output of the last forward pass (rows × out).
+    pub fn output(&self) -> &[f32] {
+        self.acts.last().map(|v| &v[..]).unwrap_or(&[])
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sgemm(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: &[f32],
+    (rsa, csa): (isize, isize),
+    b: &[f32],
+    (rsb, csb): (isize, isize),
+    beta: f32,
+    c: &mut [f32],
+    rsc: isize,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    // SAFETY: the callers size a, b and c for these shapes and strides (checked by debug asserts
+    // and by every test); matrixmultiply reads and writes only within them.
+    debug_assert!(c.len() >= m * n);
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            rsa,
+            csa,
+            b.as_ptr(),
+            rsb,
+            csb,
+            beta,
+            c.as_mut_ptr(),
+            rsc,
+            1,
+        );
+    }
+}
+
+/// y = x Wᵀ + b. Width-1 inputs and outputs (the 1-D models) are an outer product and a row of dot
+/// products: cheaper by hand than through a packed matrix product.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
+fn linear_forward(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], inp: usize, out: usize) {
+    let rows = y.len() / out;
+    if inp == 1 {
+        for (yr, xr) in y.chunks_exact_mut(out).zip(x) {
+            for ((yj, wj), bj) in yr.iter_mut().zip(w).zip(b) {
+                *yj = xr.mul_add(*wj, *bj);
+            }
+        }
+    } else if out == 1 {
+        for (yr, xr) in y.iter_mut().zip(x.chunks_exact(inp)) {
+            *yr = b[0] + dot(xr, w);
+        }
+    } else {
+        for row in y.chunks_exact_mut(out) {
+            row.copy_from_slice(b);
+        }
+        // y += x Wᵀ: Wᵀ[k][j] = W[j][k].
+        sgemm(
+            rows,
+            inp,
+            out,
+            x,
+            (inp as isize, 1),
+            w,
+            (1, inp as isize),
+            1.0,
+            y,
+            out as isize,
+        );
+    }
+}
+
+/// dW += gᵀ x, db += Σ_rows g.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
+fn linear_param_grad(g: &[f32], x: &[f32], dw: &mut [f32], db: &mut [f32], inp: usize, out: usize) {
+    let rows = g.len() / out;
+    if out == 1 {
+        for (gr, xr) in g.iter().zip(x.chunks_exact(inp)) {
+            for (d, xv) in dw.iter_mut().zip(xr) {
+                *d = gr.mul_add(*xv, *d);
+            }
+        }
+    } else if inp == 1 {
+        for (gr, xr) in g.chunks_exact(out).zip(x) {
+            for (d, gv) in dw.iter_mut().zip(gr) {
+                *d = gv.mul_add(*xr, *d);
+            }
+        }
+    } else {
+        sgemm(
+            out,
+            rows,
+            inp,
+            g,
+            (1, out as isize),
+            x,
+            (inp as isize, 1),
+            1.0,
+            dw,
+            inp as isize,
+        );
+    }
+    for row in g.chunks_exact(out) {
+        for (d, gv) in db.iter_mut().zip(row) {
+            *d += gv;
+        }
+    }
+}
+
+/// dx = g W.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
+fn linear_input_grad(g: &[f32], w: &[f32], dx: &mut [f32], inp: usize, out: usize) {
+    let rows = g.len() / out;
+    if out == 1 {
+        for (dr, gr) in dx.chunks_exact_mut(inp).zip(g) {
+            for (d, wv) in dr.iter_mut().zip(w) {
+                *d = gr * wv;
+            }
+        }
+    } else if inp == 1 {
+        for (dr, gr) in dx.iter_mut().zip(g.chunks_exact(out)) {
+            *dr = dot(gr, w);
+        }
+    } else {
+        sgemm(
+            rows,
+            out,
+            inp,
+            g,
+            (out as isize, 1),
+            w,
+            (inp as isize, 1),
+            0.0,
+            dx,
+            inp as isize,
+        );
+    }
+}
+
+/// Σ a_i b_i with eight partial sums (vectorises; fixed order).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] = x[l].mul_add(y[l], acc[l]);
+        }
+    }
+    for (l, (x, y)) in ra.iter().zip(rb).enumerate() {
+        acc[l] = x.mul_add(*y, acc[l]);
+    }
+    ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+}
+
+impl Sequential {
+    /// A network from its layers. Consecutive Linear widths must match.
+    pub fn new(layers: Vec<Layer>) -> Self {
+        let mut offsets = Vec::with_capacity(layers.len());
+        let mut n = 0;
+        let mut width: Option<usize> = None;
+        let mut inp = 0;
+        for l in &layers {
+            offsets.push(n);
+            if let Layer::Linear { inp: i, out } = *l {
+                assert!(
+                    width.is_none_or(|w| w == i),
+                    "Linear input width {i} after width {width:?}"
+                );
+                if width.is_none() {
+                    inp = i;
+                }
+                width = Some(out);
+                n += i * out + out;
+            }
+        }
+        Sequential {
+            layers,
+            offsets,
+            n_params: n,
+            inp,
+            out: width.unwrap_or(0),
+        }
+    }
+
+    /// An MLP: Linear layers of the given widths with `act` between them and a linear output.
+    pub fn mlp(widths: &[usize], act: Activation) -> Self {
+        let mut layers = Vec::new();
+        for (i, w) in widths.windows(2).enumerate() {
+            if i > 0 {
+                layers.push(Layer::Act { act });
+            }
+            layers.push(Layer::Linear {
+                inp: w[0],
+                out: w[1],
+            });
+        }
+        Sequential::new(layers)
+    }
+
+    /// The number of parameters.
+    pub fn n_params(&self) -> usize {
+        self.n_params
+    }
+
+    /// The input width.
+    pub fn input_dim(&self) -> usize {
+        self.inp
+    }
+
+    /// The output width.
+    pub fn output_dim(&self) -> usize {
+        self.out
+    }
+
+    /// The layers.
+    pub fn layers(&self) -> &[Layer] {
+        &self.layers
+    }
+
+    /// PyTorch's default initial law for Linear layers: W and b uniform on ±1/√fan_in.
+    pub fn init(&self, seed: u64) -> Vec<f32> {
+        use rand::RngExt;
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+        let mut p = vec![0.0f32; self.n_params];
+        for (l, off) in self.layers.iter().zip(&self.offsets) {
+            if let Layer::Linear { inp, out } = *l {
+                let bound = 1.0 / (inp as f64).sqrt();
+                for v in &mut p[*off..off + inp * out + out] {
+                    *v = rng.random_range(-bound..bound) as f32;
+                }
+            }
+        }
+        p
+    }
+
+    /// Forward pass over `rows` inputs (rows × input_dim, row-major); the output is
+    /// `ws.output()`.
+    pub fn forward(&self, params: &[f32], x: &[f32], rows: usize, ws: &mut Workspace) {
+        debug_assert_eq!(params.len(), self.n_params);
+        debug_assert_eq!(x.len(), rows * self.inp);
+        ws.rows = rows;
+        ws.acts.resize_with(self.layers.len() + 1, Vec::new);
+        ws.derivs.resize_with(self.layers.len(), Vec::new);
+        ws.acts[0].clear();
+        ws.acts[0].extend_from_slice(x);
+        for (i, l) in self.layers.iter().enumerate() {
+            let (done, rest) = ws.acts.split_at_mut(i + 1);
+            let xin = &done[i];
+            let y = &mut rest[0];
+            match *l {
+                Layer::Linear { inp, out } => {
+                    let off = self.offsets[i];
+                    let w = &params[off..off + inp * out];
+                    let b = &params[off + inp * out..off + inp * out + out];
+                    y.resize(rows * out, 0.0);
+                    linear_forward(xin, w, b, y, inp, out);
+                }
+                Layer::Act { act } => {
+                    y.resize(xin.len(), 0.0);
+                    let dy = &mut ws.derivs[i];
+                    dy.resize(xin.len(), 0.0);
+                    math::forward(act, xin, y, dy);
+                }
+            }
+        }
+    }
+
+    /// Backward pass after [`Sequential::forward`]: `dout` is ∂L/∂output (rows × output_dim).
+    /// Adds ∂L/∂params into `dparams` if given, and writes ∂L/∂x into `dx` if given.
+    pub fn backward(
+        &self,
+        params: &[f32],
+        ws: &mut Workspace,
+        dout: &[f32],
+        mut dparams: Option<&mut [f32]>,
+        dx: Option<&mut [f32]>,
+    ) {
+        let rows = ws.rows;
+        let Workspace {
+            acts,
+            derivs,
+            grad,
+            grad2,
+            ..
+        } = ws;
+        grad.clear();
+        grad.extend_from_slice(dout);
+        let need_dx = dx.is_some();
+        for (i, l) in self.layers.iter().enumerate().rev() {
+            let xin = &acts[i];
+            match *l {
+                Layer::Linear { inp, out } => {
+                    let off = self.offsets[i];
+                    let w = &params[off..off + inp * out];
+                    if let Some(dp) = dparams.as_deref_mut() {
+                        let (dw, db) = dp[off..off + inp * out + out].split_at_mut(inp * out);
+                        linear_param_grad(grad, xin, dw, db, inp, out);
+                    }
+                    if i > 0 || need_dx {
+                        grad2.resize(rows * inp, 0.0);
+                        linear_input_grad(grad, w, grad2, inp, out);
+                        std::mem::swap(grad, grad2);
+                    }
+                }
+                Layer::Act { .. } => math::scale(grad, &derivs[i]),
+            }
+        }
+        if let Some(dx) = dx {
+            dx.copy_from_slice(&grad[..dx.len()]);
+        }
+    }
+
+    /// Saves parameters as JSON: `{"format": "sagd-nn/1", "layers": [...], "params": [...]}`; f32
+    /// values are written in their shortest round-trip form, so loading gives the same bits.
+    pub fn save(&self, params: &[f32], path: &Path) -> std::io::Result<()> {
+        let v = serde_json::json!({"format": "sagd-nn/1", "layers": self.layers, "params": params});
+        std::fs::write(path, serde_json::to_string(&v)?)
+    }
+
+    /// Loads parameters saved by [`Sequential::save`] for a network of this shape.
+    pub fn load(&self, path: &Path) -> Result<Vec<f32>, String> {
+        #[derive(Deserialize)]
+        struct Saved {
+            format: String,
+            layers: Vec<Layer>,
+            params: Vec<f32>,
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let s: Saved = serde_json::from_str(&text)
+            .map_err(|e| format!("{}: not a sagd-nn parameter file ({e})", path.display()))?;
+        if s.format != "sagd-nn/1" {
+            return Err(format!(
+                "{}: format {}, expected sagd-nn/1",
+                path.display(),
+                s.format
+            ));
+        }
+        if s.layers != self.layers || s.params.len() != self.n_params {
+            return Err(format!(
+                "{}: saved for another network shape",
+                path.display()
+            ));
+        }
+        Ok(s.params)
+    }
+}

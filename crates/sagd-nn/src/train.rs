@@ -1,0 +1,475 @@
+//! One training loop for every method; the methods differ only in how they estimate the gradient
+//! ([`GradientEstimator`]). The update is the core crate's Adam transform.
+
+use sagd::error::{Result, SagdError};
+use sagd::hmc::HmcSettings;
+use sagd::langevin::{ChainSet, Kernel, LangevinSettings, Momentum, Scheme};
+use sagd::model::{AnchoredTarget, MaximumLikelihood};
+use sagd::optim::{Optimizer, Transform};
+use sagd::rng::NormalStream;
+use sagd::solver::accumulate_grad_f;
+use serde::{Deserialize, Serialize};
+
+use crate::net::Workspace;
+use crate::vae::{DecoderPosterior, Vae, VaeParams};
+
+/// The fine-tuning methods of Table 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// The evidence lower bound, one reparameterised sample (encoder and decoder).
+    Vae,
+    /// The importance-weighted bound with k samples (encoder and decoder).
+    Iwae,
+    /// Decoder only; HMC chains from an encoder draw at every update.
+    Hmc,
+    /// Decoder only; persistent underdamped Langevin chains (SAGD).
+    Sagd,
+}
+
+impl Method {
+    /// All, in table order.
+    pub const ALL: [Method; 4] = [Method::Vae, Method::Iwae, Method::Hmc, Method::Sagd];
+
+    /// The name as the command line spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Vae => "vae",
+            Method::Iwae => "iwae",
+            Method::Hmc => "hmc",
+            Method::Sagd => "sagd",
+        }
+    }
+}
+
+impl std::str::FromStr for Method {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Method::ALL
+            .into_iter()
+            .find(|m| m.name() == s.trim().to_ascii_lowercase())
+            .ok_or_else(|| format!("unknown method `{s}`: use vae, iwae, hmc or sagd"))
+    }
+}
+
+/// Settings of the methods (the defaults are experiment E2's).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MethodSettings {
+    /// IWAE's importance samples k.
+    pub iwae_k: usize,
+    /// SAGD's friction γ.
+    pub sagd_gamma: f64,
+    /// SAGD's Langevin step δ.
+    pub sagd_delta: f64,
+    /// SAGD's steps per update K.
+    pub sagd_k: usize,
+    /// SAGD's burn-in steps before the first update.
+    pub sagd_burn_in: usize,
+    /// SAGD's integrator.
+    pub sagd_scheme: Scheme,
+    /// SAGD's initial momentum.
+    pub sagd_rho0: Momentum,
+    /// HMC's leapfrog steps per proposal.
+    pub hmc_l: usize,
+    /// HMC's leapfrog step (the SAGD δ by default).
+    pub hmc_eps: f64,
+    /// HMC's transitions per update (the SAGD K by default).
+    pub hmc_k: usize,
+}
+
+impl Default for MethodSettings {
+    fn default() -> Self {
+        MethodSettings {
+            iwae_k: 50,
+            sagd_gamma: 2.0,
+            sagd_delta: 0.02,
+            sagd_k: 10,
+            sagd_burn_in: 50,
+            sagd_scheme: Scheme::Euler,
+            sagd_rho0: Momentum::Normal,
+            hmc_l: 5,
+            hmc_eps: 0.02,
+            hmc_k: 10,
+        }
+    }
+}
+
+/// A gradient estimate of the training loss at the current parameters.
+pub trait GradientEstimator {
+    /// Whether the encoder is trained too.
+    fn trains_encoder(&self) -> bool;
+    /// Adds the gradient of the loss into `g_dec` (and `g_enc`), and returns the loss estimate.
+    fn estimate(&mut self, p: &VaeParams, g_dec: &mut [f32], g_enc: &mut [f32]) -> Result<f64>;
+    /// Method diagnostics (acceptance rates, chain states), as JSON.
+    fn diagnostics(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+/// Buffers shared by the encoder-based estimators.
+struct EncoderPass {
+    ws_enc: Workspace,
+    ws_dec: Workspace,
+    eps: Vec<f32>,
+    u: Vec<f32>,
+    sd: Vec<f32>,
+    dh: Vec<f32>,
+    du: Vec<f32>,
+    denc: Vec<f32>,
+}
+
+impl EncoderPass {
+    fn new() -> Self {
+        EncoderPass {
+            ws_enc: Workspace::default(),
+            ws_dec: Workspace::default(),
+            eps: Vec::new(),
+            u: Vec::new(),
+            sd: Vec::new(),
+            dh: Vec::new(),
+            du: Vec::new(),
+            denc: Vec::new(),
+        }
+    }
+}
+
+/// One reparameterised draw u = μ + σ ε per data point (n × d), from the current encoder.
+pub fn encoder_draw(
+    vae: &Vae,
+    p: &VaeParams,
+    x: &[f32],
+    stream: &mut NormalStream,
+    ws: &mut Workspace,
+) -> Vec<f32> {
+    let d = vae.d;
+    let n = x.len() / d;
+    vae.enc.forward(&p.enc, x, n, ws);
+    let mut eps = vec![0.0f32; n * d];
+    stream.fill(&mut eps);
+    let out = ws.output();
+    let mut u = vec![0.0f32; n * d];
+    for i in 0..n {
+        for j in 0..d {
+            let (mu, lv) = (out[i * 2 * d + j], out[i * 2 * d + d + j]);
+            u[i * d + j] = mu + (0.5 * lv).exp() * eps[i * d + j];
+        }
+    }
+    u
+}
+
+/// The ELBO (k = 1) or the IWAE bound (k > 1), reparameterised, encoder and decoder.
+pub struct BoundEstimator<'a> {
+    vae: &'a Vae,
+    x: &'a [f32],
+    k: usize,
+    stream: NormalStream,
+    buf: EncoderPass,
+}
+
+impl<'a> BoundEstimator<'a> {
+    /// k = 1: the VAE's ELBO; k > 1: the IWAE bound with k samples.
+    pub fn new(vae: &'a Vae, x: &'a [f32], k: usize, seed: u64) -> Self {
+        BoundEstimator {
+            vae,
+            x,
+            k: k.max(1),
+            stream: NormalStream::new(seed),
+            buf: EncoderPass::new(),
+        }
+    }
+}
+
+impl GradientEstimator for BoundEstimator<'_> {
+    fn trains_encoder(&self) -> bool {
+        true
+    }
+
+    fn estimate(&mut self, p: &VaeParams, g_dec: &mut [f32], g_enc: &mut [f32]) -> Result<f64> {
+        let (d, k) = (self.vae.d, self.k);
+        let n = self.x.len() / d;
+        let nf = n as f32;
+        let b = &mut self.buf;
+        self.vae.enc.forward(&p.enc, self.x, n, &mut b.ws_enc);
+        let enc_out = b.ws_enc.output().to_vec();
+        b.eps.resize(k * n * d, 0.0);
+        self.stream.fill(&mut b.eps);
+        b.sd.resize(n * d, 0.0);
+        for i in 0..n {
+            for j in 0..d {
+                b.sd[i * d + j] = (0.5 * enc_out[i * 2 * d + d + j]).exp();
+            }
+        }
+        // Row (s, i) of the k·n decoder inputs is sample s of point i.
+        b.u.resize(k * n * d, 0.0);
+        for s in 0..k {
+            for i in 0..n {
+                for j in 0..d {
+                    let r = (s * n + i) * d + j;
+                    b.u[r] = enc_out[i * 2 * d + j] + b.sd[i * d + j] * b.eps[r];
+                }
+            }
+        }
+        self.vae.dec.forward(&p.dec, &b.u, k * n, &mut b.ws_dec);
+        let h = b.ws_dec.output();
+        b.dh.resize(k * n * d, 0.0);
+        let mut loss = 0.0f64;
+        if k == 1 {
+            // −ELBO per point: ½‖x − h‖² + KL(N(μ, σ²) ‖ N(0, I)).
+            for i in 0..n {
+                for j in 0..d {
+                    let r = i * d + j;
+                    let res = self.x[r] - h[r];
+                    let (mu, lv) = (enc_out[i * 2 * d + j], enc_out[i * 2 * d + d + j]);
+                    loss += 0.5 * (res * res) as f64 + 0.5 * (mu * mu + lv.exp() - lv - 1.0) as f64;
+                    b.dh[r] = -res / nf;
+                }
+            }
+        } else {
+            // log w = −½‖x − h‖² − ½‖u‖² + ½‖ε‖² + ½ Σ log σ²; loss = −mean_i log mean_s w.
+            let mut logw = vec![0.0f32; k * n];
+            for s in 0..k {
+                for i in 0..n {
+                    let mut acc = 0.0f32;
+                    for j in 0..d {
+                        let r = (s * n + i) * d + j;
+                        let res = self.x[i * d + j] - h[r];
+                        acc += -0.5 * res * res - 0.5 * b.u[r] * b.u[r]
+                            + 0.5 * b.eps[r] * b.eps[r]
+                            + 0.5 * enc_out[i * 2 * d + d + j];
+                    }
+                    logw[s * n + i] = acc;
+                }
+            }
+            for i in 0..n {
+                let m = (0..k)
+                    .map(|s| logw[s * n + i])
+                    .fold(f32::NEG_INFINITY, f32::max);
+                let sum: f64 = (0..k).map(|s| ((logw[s * n + i] - m) as f64).exp()).sum();
+                let lse = m as f64 + sum.ln();
+                loss -= lse - (k as f64).ln();
+                for s in 0..k {
+                    // The normalised weight w̃ enters as a constant factor of each sample's gradient.
+                    logw[s * n + i] = (((logw[s * n + i] - m) as f64).exp() / sum) as f32;
+                }
+            }
+            for s in 0..k {
+                for i in 0..n {
+                    let wt = logw[s * n + i];
+                    for j in 0..d {
+                        let r = (s * n + i) * d + j;
+                        b.dh[r] = -wt * (self.x[i * d + j] - h[r]) / nf;
+                    }
+                }
+            }
+            // Keep the weights for the direct ∂/∂u term below.
+            b.denc = logw;
+        }
+        b.du.resize(k * n * d, 0.0);
+        self.vae
+            .dec
+            .backward(&p.dec, &mut b.ws_dec, &b.dh, Some(g_dec), Some(&mut b.du));
+        // Back through the reparameterisation to (μ, log σ²).
+        let mut dout = vec![0.0f32; n * 2 * d];
+        for s in 0..k {
+            for i in 0..n {
+                let wt = if k == 1 { 0.0 } else { b.denc[s * n + i] };
+                for j in 0..d {
+                    let r = (s * n + i) * d + j;
+                    let du = b.du[r] + wt * b.u[r] / nf;
+                    dout[i * 2 * d + j] += du;
+                    dout[i * 2 * d + d + j] += du * b.eps[r] * 0.5 * b.sd[i * d + j];
+                }
+            }
+        }
+        for i in 0..n {
+            for j in 0..d {
+                let (mu, lv) = (enc_out[i * 2 * d + j], enc_out[i * 2 * d + d + j]);
+                if k == 1 {
+                    dout[i * 2 * d + j] += mu / nf;
+                    dout[i * 2 * d + d + j] += 0.5 * (lv.exp() - 1.0) / nf;
+                } else {
+                    dout[i * 2 * d + d + j] -= 0.5 / nf;
+                }
+            }
+        }
+        self.vae
+            .enc
+            .backward(&p.enc, &mut b.ws_enc, &dout, Some(g_enc), None);
+        Ok(loss / n as f64)
+    }
+}
+
+/// HMC (fresh chains from an encoder draw at every update) or SAGD (persistent chains) on the
+/// decoder's posterior; the gradient is the chain average of ∇θ of −log p(x | u; θ).
+pub struct ChainEstimator<'a> {
+    vae: &'a Vae,
+    x: &'a [f32],
+    chains: ChainSet<f32>,
+    kernel: Kernel<f32>,
+    steps: usize,
+    fresh_from_encoder: bool,
+    stream: NormalStream,
+    ws: Workspace,
+    grad: Vec<f64>,
+    acceptance: Vec<f64>,
+    divergences: usize,
+    started: bool,
+    burn_in: usize,
+    momentum: Momentum,
+}
+
+impl<'a> ChainEstimator<'a> {
+    /// HMC: K transitions of L leapfrog steps of size ε from an encoder draw, every update.
+    pub fn hmc(vae: &'a Vae, x: &'a [f32], s: &MethodSettings, seed: u64) -> Result<Self> {
+        let kernel = HmcSettings {
+            step_size: s.hmc_eps,
+            n_leapfrog: s.hmc_l,
+        }
+        .kernel::<f32>()?;
+        Ok(Self::with(vae, x, kernel, s.hmc_k, true, 0, seed))
+    }
+
+    /// SAGD: persistent underdamped Langevin chains started from an encoder draw, burn-in once.
+    pub fn sagd(vae: &'a Vae, x: &'a [f32], s: &MethodSettings, seed: u64) -> Result<Self> {
+        let kernel = LangevinSettings {
+            scheme: s.sagd_scheme,
+            gamma: s.sagd_gamma,
+        }
+        .kernel::<f32>(s.sagd_delta)?;
+        let mut e = Self::with(vae, x, kernel, s.sagd_k, false, s.sagd_burn_in, seed);
+        e.momentum = s.sagd_rho0;
+        Ok(e)
+    }
+
+    fn with(
+        vae: &'a Vae,
+        x: &'a [f32],
+        kernel: Kernel<f32>,
+        steps: usize,
+        fresh: bool,
+        burn_in: usize,
+        seed: u64,
+    ) -> Self {
+        let n = x.len() / vae.d;
+        ChainEstimator {
+            vae,
+            x,
+            chains: ChainSet::new(n, vae.d, seed),
+            kernel,
+            steps: steps.max(1),
+            fresh_from_encoder: fresh,
+            stream: NormalStream::new(seed ^ 0xA5A5_5A5A_DEAD_BEEF),
+            ws: Workspace::default(),
+            grad: Vec::new(),
+            acceptance: Vec::new(),
+            divergences: 0,
+            started: false,
+            burn_in,
+            momentum: Momentum::Normal,
+        }
+    }
+}
+
+impl GradientEstimator for ChainEstimator<'_> {
+    fn trains_encoder(&self) -> bool {
+        false
+    }
+
+    fn estimate(&mut self, p: &VaeParams, g_dec: &mut [f32], _g_enc: &mut [f32]) -> Result<f64> {
+        let model = DecoderPosterior::new(&self.vae.dec, self.x);
+        let problem = MaximumLikelihood::new(&model, 1);
+        let target = AnchoredTarget {
+            problem: &problem,
+            anchor: &p.dec[..],
+        };
+        if self.fresh_from_encoder || !self.started {
+            let u0 = encoder_draw(self.vae, p, self.x, &mut self.stream, &mut self.ws);
+            if self.started {
+                self.chains.set_positions(&target, &u0)?;
+            } else {
+                self.chains.init(&target, &u0, self.momentum)?;
+                self.divergences += self.chains.burn_in(&target, &self.kernel, self.burn_in)?;
+                self.started = true;
+            }
+        } else {
+            // θ moved since the chains' gradients were computed.
+            self.chains.evaluate(&target)?;
+        }
+        self.grad.clear();
+        self.grad.resize(p.dec.len(), 0.0);
+        let mut logp = 0.0;
+        for _ in 0..self.steps {
+            let info = self.chains.step(&target, &self.kernel)?;
+            self.divergences += info.divergences;
+            logp += info.mean_log_density;
+            if let Some(a) = info.acceptance {
+                self.acceptance.push(a);
+            }
+            accumulate_grad_f(&problem, &p.dec, &self.chains, &mut self.grad)?;
+        }
+        let scale = 1.0 / (self.steps * self.chains.n_chains()) as f64;
+        for (g, v) in g_dec.iter_mut().zip(&self.grad) {
+            *g += (v * scale) as f32;
+        }
+        Ok(-logp / self.steps as f64)
+    }
+
+    fn diagnostics(&self) -> serde_json::Value {
+        let pos = self.chains.positions();
+        serde_json::json!({
+            "acceptance": (!self.acceptance.is_empty()).then(|| self.acceptance.iter().sum::<f64>() / self.acceptance.len() as f64),
+            "divergences": self.divergences,
+            "chain_abs_max": pos.iter().fold(0.0f32, |m, v| m.max(v.abs())),
+        })
+    }
+}
+
+/// What a training run did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrainStats {
+    /// Updates taken.
+    pub iterations: usize,
+    /// The loss estimate at the last update.
+    pub final_loss: f64,
+}
+
+/// The shared loop: `iterations` Adam updates (learning rate `lr`) of the decoder, and of the
+/// encoder if the estimator trains it. `progress` is called after every update.
+pub fn train(
+    vae: &Vae,
+    p: &mut VaeParams,
+    est: &mut dyn GradientEstimator,
+    iterations: usize,
+    lr: f64,
+    progress: &mut dyn FnMut(usize),
+) -> Result<TrainStats> {
+    let adam = Optimizer::adam();
+    let mut st_dec = adam.init(vae.dec.n_params());
+    let mut st_enc = adam.init(vae.enc.n_params());
+    let mut g_dec = vec![0.0f32; vae.dec.n_params()];
+    let mut g_enc = vec![0.0f32; vae.enc.n_params()];
+    let mut loss = f64::NAN;
+    for it in 0..iterations {
+        g_dec.iter_mut().for_each(|v| *v = 0.0);
+        g_enc.iter_mut().for_each(|v| *v = 0.0);
+        loss = est.estimate(p, &mut g_dec, &mut g_enc)?;
+        if !g_dec.iter().chain(&g_enc).all(|v| v.is_finite()) {
+            return Err(SagdError::NonFiniteUpdate { iteration: it + 1 });
+        }
+        adam.direction(&mut g_dec, &mut st_dec);
+        for (w, g) in p.dec.iter_mut().zip(&g_dec) {
+            *w -= (lr * *g as f64) as f32;
+        }
+        if est.trains_encoder() {
+            adam.direction(&mut g_enc, &mut st_enc);
+            for (w, g) in p.enc.iter_mut().zip(&g_enc) {
+                *w -= (lr * *g as f64) as f32;
+            }
+        }
+        progress(it + 1);
+    }
+    Ok(TrainStats {
+        iterations,
+        final_loss: loss,
+    })
+}

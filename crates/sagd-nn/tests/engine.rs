@@ -1,0 +1,140 @@
+//! Every layer against central finite differences, and parameters saved and loaded bit for bit.
+#![allow(clippy::needless_range_loop)]
+
+use sagd_nn::{Activation, Layer, Sequential, Workspace};
+
+/// L = Σ c ⊙ net(x), in f64 from the f32 output.
+fn loss(net: &Sequential, p: &[f32], x: &[f32], rows: usize, c: &[f32]) -> f64 {
+    let mut ws = Workspace::default();
+    net.forward(p, x, rows, &mut ws);
+    ws.output()
+        .iter()
+        .zip(c)
+        .map(|(a, b)| *a as f64 * *b as f64)
+        .sum()
+}
+
+fn lcg(seed: &mut u64) -> f32 {
+    *seed = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+}
+
+/// With `kinks`, coordinates where the difference quotient changes between h and h/2 straddle a
+/// ReLU kink and are skipped (at most a few).
+fn check(net: &Sequential, h: f32, tol: f64, kinks: bool) {
+    let rows = 4;
+    let mut s = 7u64;
+    let p = net.init(3);
+    let x: Vec<f32> = (0..rows * net.input_dim())
+        .map(|_| 1.5 * lcg(&mut s))
+        .collect();
+    let c: Vec<f32> = (0..rows * net.output_dim()).map(|_| lcg(&mut s)).collect();
+    let mut ws = Workspace::default();
+    net.forward(&p, &x, rows, &mut ws);
+    let mut dp = vec![0.0f32; p.len()];
+    let mut dx = vec![0.0f32; x.len()];
+    net.backward(&p, &mut ws, &c, Some(&mut dp), Some(&mut dx));
+    let mut skipped = 0;
+    let fd_param = |j: usize, h: f32| {
+        let (mut pp, mut pm) = (p.clone(), p.clone());
+        pp[j] += h;
+        pm[j] -= h;
+        (loss(net, &pp, &x, rows, &c) - loss(net, &pm, &x, rows, &c)) / (2.0 * h as f64)
+    };
+    let fd_input = |j: usize, h: f32| {
+        let (mut xp, mut xm) = (x.clone(), x.clone());
+        xp[j] += h;
+        xm[j] -= h;
+        (loss(net, &p, &xp, rows, &c) - loss(net, &p, &xm, rows, &c)) / (2.0 * h as f64)
+    };
+    for (what, n, grad, fd) in [
+        (
+            "param",
+            p.len(),
+            &dp,
+            &fd_param as &dyn Fn(usize, f32) -> f64,
+        ),
+        ("input", x.len(), &dx, &fd_input),
+    ] {
+        for j in 0..n {
+            let f = fd(j, h);
+            if kinks && (f - fd(j, h / 2.0)).abs() > tol * (1.0 + f.abs()) {
+                skipped += 1;
+                continue;
+            }
+            assert!(
+                (grad[j] as f64 - f).abs() <= tol * (1.0 + f.abs()),
+                "{what} {j}: {} vs {f}",
+                grad[j]
+            );
+        }
+    }
+    assert!(
+        skipped <= (p.len() + x.len()) / 20,
+        "{skipped} coordinates near kinks"
+    );
+}
+
+#[test]
+fn smooth_activations_match_finite_differences() {
+    for act in [Activation::Softplus, Activation::Tanh, Activation::Sigmoid] {
+        check(&Sequential::mlp(&[3, 7, 5, 2], act), 1e-2, 2e-3, false);
+    }
+}
+
+#[test]
+fn relu_matches_finite_differences_away_from_kinks() {
+    check(
+        &Sequential::mlp(&[3, 7, 5, 2], Activation::Relu),
+        1e-3,
+        1e-2,
+        true,
+    );
+}
+
+#[test]
+fn linear_layer_is_a_matrix_product() {
+    let net = Sequential::new(vec![Layer::Linear { inp: 3, out: 2 }]);
+    let p: Vec<f32> = vec![1.0, 2.0, 3.0, -1.0, 0.5, 0.0, 10.0, -20.0];
+    let mut ws = Workspace::default();
+    net.forward(&p, &[1.0, 1.0, 1.0, 2.0, 0.0, -1.0], 2, &mut ws);
+    assert_eq!(ws.output(), &[16.0, -20.5, 9.0, -22.0]);
+}
+
+#[test]
+fn gradients_accumulate_and_are_skipped_when_not_asked() {
+    let net = Sequential::mlp(&[2, 4, 1], Activation::Softplus);
+    let p = net.init(1);
+    let mut ws = Workspace::default();
+    net.forward(&p, &[0.3, -0.2], 1, &mut ws);
+    let mut dp = vec![0.0f32; p.len()];
+    net.backward(&p, &mut ws, &[1.0], Some(&mut dp), None);
+    let once = dp.clone();
+    net.forward(&p, &[0.3, -0.2], 1, &mut ws);
+    net.backward(&p, &mut ws, &[1.0], Some(&mut dp), None);
+    for (a, b) in dp.iter().zip(&once) {
+        assert!((a - 2.0 * b).abs() < 1e-6);
+    }
+    let mut dx = [0.0f32; 2];
+    net.forward(&p, &[0.3, -0.2], 1, &mut ws);
+    net.backward(&p, &mut ws, &[1.0], None, Some(&mut dx));
+    assert!(dx.iter().any(|v| *v != 0.0));
+}
+
+#[test]
+fn parameters_round_trip_through_a_file() {
+    let net = Sequential::mlp(&[1, 64, 64, 1], Activation::Softplus);
+    let p = net.init(11);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("dec.json");
+    net.save(&p, &f).unwrap();
+    let q = net.load(&f).unwrap();
+    assert!(p.iter().zip(&q).all(|(a, b)| a.to_bits() == b.to_bits()));
+    let other = Sequential::mlp(&[1, 32, 1], Activation::Softplus);
+    assert!(other
+        .load(&f)
+        .unwrap_err()
+        .contains("another network shape"));
+}

@@ -1,0 +1,140 @@
+//! The VAE's gradients: the posterior's ∇u and ∇θ, and the ELBO and IWAE estimators' gradients,
+//! against central differences of the same (fixed-noise) estimates; determinism of a replication.
+#![allow(clippy::needless_range_loop)]
+
+use sagd::model::LatentModel;
+use sagd_nn::train::{BoundEstimator, GradientEstimator};
+use sagd_nn::vae::{DecoderPosterior, Vae};
+
+fn data() -> Vec<f32> {
+    vec![0.3, -1.2, 2.5, 0.9, 1.7]
+}
+
+#[test]
+fn posterior_gradients_match_finite_differences() {
+    let vae = Vae::new(1, 6);
+    let p = vae.init(4);
+    let x = data();
+    let post = DecoderPosterior::new(&vae.dec, &x);
+    let rows: Vec<usize> = (0..5).collect();
+    let u: Vec<f32> = vec![0.1, -0.7, 1.3, 0.4, -1.9];
+    let mut lp = vec![0.0f32; 5];
+    let mut gu = vec![0.0f32; 5];
+    post.log_joint(&p.dec, &rows, &u, &mut lp, &mut gu).unwrap();
+    let total = |th: &[f32], uu: &[f32]| -> f64 {
+        let mut l = vec![0.0f32; 5];
+        let mut g = vec![0.0f32; 5];
+        post.log_joint(th, &rows, uu, &mut l, &mut g).unwrap();
+        l.iter().map(|v| *v as f64).sum()
+    };
+    let h = 1e-2f32;
+    for r in 0..5 {
+        let (mut up, mut um) = (u.clone(), u.clone());
+        up[r] += h;
+        um[r] -= h;
+        let fd = (total(&p.dec, &up) - total(&p.dec, &um)) / (2.0 * h as f64);
+        assert!(
+            (gu[r] as f64 - fd).abs() < 2e-3 * (1.0 + fd.abs()),
+            "∂u[{r}]: {} vs {fd}",
+            gu[r]
+        );
+    }
+    let mut gt = vec![0.0f32; p.dec.len()];
+    post.add_grad_theta(&p.dec, &rows, &u, &mut gt).unwrap();
+    for j in 0..p.dec.len() {
+        let (mut tp, mut tm) = (p.dec.clone(), p.dec.clone());
+        tp[j] += h;
+        tm[j] -= h;
+        let fd = (total(&tp, &u) - total(&tm, &u)) / (2.0 * h as f64);
+        assert!(
+            (gt[j] as f64 - fd).abs() < 2e-3 * (1.0 + fd.abs()),
+            "∂θ[{j}]: {} vs {fd}",
+            gt[j]
+        );
+    }
+}
+
+/// The estimator's gradient against central differences of its loss, with the noise fixed by
+/// rebuilding the estimator from the same seed for every evaluation.
+fn check_bound(k: usize) {
+    let vae = Vae::new(1, 5);
+    let p = vae.init(9);
+    let x = data();
+    let loss = |q: &sagd_nn::vae::VaeParams| -> f64 {
+        let mut gd = vec![0.0f32; q.dec.len()];
+        let mut ge = vec![0.0f32; q.enc.len()];
+        BoundEstimator::new(&vae, &x, k, 77)
+            .estimate(q, &mut gd, &mut ge)
+            .unwrap()
+    };
+    let mut gd = vec![0.0f32; p.dec.len()];
+    let mut ge = vec![0.0f32; p.enc.len()];
+    BoundEstimator::new(&vae, &x, k, 77)
+        .estimate(&p, &mut gd, &mut ge)
+        .unwrap();
+    let h = 1e-2f32;
+    for j in 0..p.dec.len() {
+        let (mut a, mut b) = (p.clone(), p.clone());
+        a.dec[j] += h;
+        b.dec[j] -= h;
+        let fd = (loss(&a) - loss(&b)) / (2.0 * h as f64);
+        assert!(
+            (gd[j] as f64 - fd).abs() < 3e-3 * (1.0 + fd.abs()),
+            "k = {k}, decoder {j}: {} vs {fd}",
+            gd[j]
+        );
+    }
+    for j in 0..p.enc.len() {
+        let (mut a, mut b) = (p.clone(), p.clone());
+        a.enc[j] += h;
+        b.enc[j] -= h;
+        let fd = (loss(&a) - loss(&b)) / (2.0 * h as f64);
+        assert!(
+            (ge[j] as f64 - fd).abs() < 3e-3 * (1.0 + fd.abs()),
+            "k = {k}, encoder {j}: {} vs {fd}",
+            ge[j]
+        );
+    }
+}
+
+#[test]
+fn elbo_gradient_matches_finite_differences() {
+    check_bound(1);
+}
+
+#[test]
+fn iwae_gradient_matches_finite_differences() {
+    check_bound(7);
+}
+
+#[test]
+fn a_replication_is_deterministic_and_thread_independent() {
+    use sagd::metrics::Law;
+    use sagd_nn::experiment::{replicate, E2Settings};
+    let s = E2Settings {
+        n: 200,
+        pretrain_iters: 60,
+        finetune_iters: 8,
+        m: 5000,
+        ..Default::default()
+    };
+    let law = Law::by_name("mixture").unwrap();
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| replicate(&s, &law, 3, false, &mut |_, _, _| {}).unwrap())
+    };
+    let (a, b) = (run(1), run(2));
+    let strip = |r: &sagd_nn::experiment::Replication| {
+        let mut v = serde_json::to_value(r).unwrap();
+        v["pretrain_time_s"] = serde_json::Value::Null;
+        for m in v["methods"].as_object_mut().unwrap().values_mut() {
+            m["time_s"] = serde_json::Value::Null;
+        }
+        v
+    };
+    assert_eq!(strip(&a), strip(&b));
+    assert_eq!(a.methods.len(), 4);
+}
