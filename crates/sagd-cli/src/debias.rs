@@ -85,14 +85,38 @@ const PAPER: &[PaperRow] = &[
             (0.197, 0.0031),
         ],
     ),
+    (
+        "highdim",
+        "D",
+        [
+            (0.093, 0.0010),
+            (0.080, 0.0012),
+            (0.092, 0.0008),
+            (0.065, 0.0005),
+        ],
+    ),
+    (
+        "highdim",
+        "W",
+        [
+            (0.222, 0.0027),
+            (0.158, 0.0029),
+            (0.212, 0.0030),
+            (0.093, 0.0015),
+        ],
+    ),
 ];
 
 /// Flags of `sagd debias`. Defaults are experiment E2 of the paper (shared/experiments.md).
 #[derive(Args, Debug, Clone, Serialize)]
 pub struct DebiasArgs {
-    /// The true latent distribution: normal, exp or mixture.
+    /// The true latent distribution: normal, exp, mixture, or highdim (100 independent exp coordinates).
     #[arg(long, default_value = "exp")]
     dist: String,
+    /// highdim only: the paper's settings (10000 pre-training and 1000 fine-tuning epochs of
+    /// minibatches), instead of the small default that finishes in minutes on 2 cores.
+    #[arg(long)]
+    paper_settings: bool,
     /// Methods to fine-tune with, comma-separated.
     #[arg(long, default_value = "vae,iwae,hmc,sagd")]
     methods: String,
@@ -102,18 +126,25 @@ pub struct DebiasArgs {
     /// The first seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Data points.
-    #[arg(long, default_value_t = 1000)]
-    n: usize,
-    /// Hidden width of both networks.
-    #[arg(long, default_value_t = 64)]
-    hidden: usize,
-    /// VAE pre-training updates (full batch).
-    #[arg(long, default_value_t = 5000)]
-    pretrain_iters: usize,
-    /// Fine-tuning updates per method.
-    #[arg(long, default_value_t = 1000)]
-    finetune_iters: usize,
+    /// Data points (default 1000; highdim 10000).
+    #[arg(long)]
+    n: Option<usize>,
+    /// Dimension of Z (default 1; highdim 100).
+    #[arg(long)]
+    p: Option<usize>,
+    /// Hidden width of both networks (default 64; highdim 256).
+    #[arg(long)]
+    hidden: Option<usize>,
+    /// Minibatch size (default: the full batch; highdim 500).
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// VAE pre-training epochs (full batch: updates) (default 5000; highdim 10000 with
+    /// --paper-settings, else 10).
+    #[arg(long, alias = "pretrain-iters")]
+    pretrain_epochs: Option<usize>,
+    /// Fine-tuning epochs per method (default 1000; highdim 1000 with --paper-settings, else 2).
+    #[arg(long, alias = "finetune-iters")]
+    finetune_epochs: Option<usize>,
     /// Adam learning rate of pre-training.
     #[arg(long, default_value_t = 1e-3)]
     lr: f64,
@@ -189,9 +220,21 @@ fn settings(a: &DebiasArgs) -> Result<E2Settings> {
         "zero" => Momentum::Zero,
         o => bail!("--sagd-rho0 `{o}`: use normal or zero"),
     };
+    let hd = a.dist == "highdim";
+    let n = a.n.unwrap_or(if hd { 10_000 } else { 1000 });
+    let p = a.p.unwrap_or(if hd { 100 } else { 1 });
+    let hidden = a.hidden.unwrap_or(if hd { 256 } else { 64 });
+    let batch_size = a.batch_size.unwrap_or(if hd { 500 } else { n });
+    let (pre, ft) = match (hd, a.paper_settings) {
+        (true, true) => (10_000, 1000),
+        (true, false) => (10, 2),
+        (false, _) => (5000, 1000),
+    };
     for (name, v) in [
-        ("--n", a.n),
-        ("--hidden", a.hidden),
+        ("--n", n),
+        ("--p", p),
+        ("--hidden", hidden),
+        ("--batch-size", batch_size),
         ("--m", a.m),
         ("--iwae-k", a.iwae_k),
         ("--sagd-k", a.sagd_k),
@@ -236,10 +279,12 @@ fn settings(a: &DebiasArgs) -> Result<E2Settings> {
     .kernel::<f32>()
     .map_err(|e| anyhow!("--hmc-*: {e}"))?;
     Ok(E2Settings {
-        n: a.n,
-        hidden: a.hidden,
-        pretrain_iters: a.pretrain_iters,
-        finetune_iters: a.finetune_iters,
+        n,
+        p,
+        hidden,
+        batch_size,
+        pretrain_epochs: a.pretrain_epochs.unwrap_or(pre),
+        finetune_epochs: a.finetune_epochs.unwrap_or(ft),
         lr: a.lr,
         finetune_lr: a.finetune_lr,
         m: a.m,
@@ -289,9 +334,14 @@ pub fn run(a: DebiasArgs) -> Result<()> {
 
 fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
     let t_all = Instant::now();
-    let law = match a.dist.as_str() {
-        "highdim" => bail!("--dist highdim is not implemented yet (minibatches with chains kept per data point): use normal, exp or mixture"),
-        d => Law::by_name(d).ok_or_else(|| anyhow!("--dist `{d}`: use normal, exp or mixture"))?,
+    let law = Law::by_name(&a.dist)
+        .ok_or_else(|| anyhow!("--dist `{}`: use normal, exp, mixture or highdim", a.dist))?;
+    let profile = if a.dist != "highdim" {
+        "the spec's settings"
+    } else if a.paper_settings {
+        "the paper's settings (--paper-settings)"
+    } else {
+        "the small default for 2 cores (--paper-settings runs the paper's 10000 + 1000 epochs)"
     };
     let out = a
         .out
@@ -299,7 +349,8 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
         .unwrap_or_else(|| PathBuf::from(format!("out/debias-{}", a.dist)));
     let mut staging = Staging::new(&out)?;
     staging.clear(&["result.json", "table1.md", "figure2.png", "figure2.svg"]);
-    let per_rep = (s.pretrain_iters + s.finetune_iters * s.methods.len()) as u64;
+    let per_epoch = s.n.div_ceil(s.batch_size.clamp(1, s.n)) as u64;
+    let per_rep = (s.pretrain_epochs + s.finetune_epochs * s.methods.len()) as u64 * per_epoch;
     let bar = progress_bar(a.quiet, per_rep * a.reps as u64);
     bar.set_message(format!("{} × {} reps", a.dist, a.reps));
     let seeds: Vec<u64> = (a.seed..a.seed + a.reps as u64).collect();
@@ -314,9 +365,10 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
 
     // Table 1: mean and standard error over replications, beside the paper.
     let mut md = format!(
-        "# Table 1 — {} (n = {}, {} replication(s), seeds {}..{})\n\nMean (standard error) over replications; the paper's numbers below each row.\n\n| metric | method | pretrained VAE | {} |\n|---|---|---|{}\n",
+        "# Table 1 — {} (n = {}, p = {}, {} replication(s), seeds {}..{})\n\nSettings: {profile}. Mean (standard error) over replications (for one replication of several\ncoordinates: over coordinates); the paper's numbers below each row.\n\n| metric | method | pretrained VAE | {} |\n|---|---|---|{}\n",
         a.dist,
         s.n,
+        s.p,
         a.reps,
         a.seed,
         a.seed + a.reps as u64 - 1,
@@ -326,7 +378,17 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
     let mut summary = BTreeMap::new();
     for metric in ["D", "W"] {
         let pick = |e: &sagd_nn::experiment::Evaluation| if metric == "D" { e.ks } else { e.w1 };
-        let pre = mean_se(&reps.iter().map(|r| pick(&r.pretrained)).collect::<Vec<_>>());
+        let coord_se =
+            |e: &sagd_nn::experiment::Evaluation| if metric == "D" { e.ks_se } else { e.w1_se };
+        // One replication of several coordinates: the standard error is over coordinates.
+        let summarise = |evals: Vec<&sagd_nn::experiment::Evaluation>| {
+            let (m, se) = mean_se(&evals.iter().map(|e| pick(e)).collect::<Vec<_>>());
+            (
+                m,
+                se.or_else(|| (evals.len() == 1).then(|| coord_se(evals[0])).flatten()),
+            )
+        };
+        let pre = summarise(reps.iter().map(|r| &r.pretrained).collect());
         let mut row = format!("| {metric} | this run | {} |", fmt(pre));
         summary.insert(
             format!("pretrained_{metric}"),
@@ -385,11 +447,18 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
     );
     std::fs::write(staging.path("table1.md"), &md).context("writing table1.md")?;
 
-    // Figure 2 from the first replication.
+    // Figure 2 from the first replication (first coordinate).
     let first = &reps[0];
+    let col = |v: &[f64]| -> Vec<f64> { v.iter().step_by(s.p).copied().collect() };
+    let first_x = col(&first.x);
+    let first_samples: BTreeMap<String, Vec<f64>> = first
+        .samples
+        .iter()
+        .map(|(k, v)| (k.clone(), col(v)))
+        .collect();
     let mut panels = vec![DensityPanel {
         title: "pretrained VAE".into(),
-        sample: &first.samples["pretrained"],
+        sample: &first_samples["pretrained"],
         d: first.pretrained.ks,
         w: first.pretrained.w1,
     }];
@@ -397,19 +466,22 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
         let r = &first.methods[m.name()];
         panels.push(DensityPanel {
             title: m.name().to_uppercase(),
-            sample: &first.samples[m.name()],
+            sample: &first_samples[m.name()],
             d: r.eval.ks,
             w: r.eval.w1,
         });
     }
+    let caption = format!(
+        "{} (seed {}{}): data density (dashed), true π (solid), estimated π (histogram)",
+        a.dist,
+        first.seed,
+        if s.p > 1 { ", first coordinate" } else { "" }
+    );
     let grid = DensityGrid {
         law: Some(&law),
-        x: &first.x,
+        x: &first_x,
         panels,
-        caption: format!(
-            "{} (seed {}): data density (dashed), true π (solid), estimated π (histogram)",
-            a.dist, first.seed
-        ),
+        caption,
     };
     let (p, sv) = (staging.path("figure2.png"), staging.path("figure2.svg"));
     save(&grid, &p, &sv, (300 * grid.panels.len() as u32 + 40, 340))?;
@@ -419,6 +491,7 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
         "sagd_version": env!("CARGO_PKG_VERSION"),
         "flags": a,
         "settings": s,
+        "settings_profile": profile,
         "law": law,
         "seeds": seeds,
         "summary": summary,
@@ -432,6 +505,7 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
     )
     .context("writing result.json")?;
     let files = staging.commit("result.json")?;
+    println!("settings: {profile}");
     print!("{md}");
     println!("wrote {}: {}", out.display(), files.join(", "));
     Ok(())
@@ -444,6 +518,9 @@ fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: PathBuf) -> Result<()> {
         .as_deref()
         .map(|c| c.parse().map_err(|e| anyhow!("--column: {e}")))
         .transpose()?;
+    if s.p != 1 {
+        bail!("--data: deconvolution reads one column (p = 1); drop --p");
+    }
     let x = read_column(&path, column.as_ref(), Domain::Finite)?;
     if x.len() < 2 {
         bail!(
@@ -465,14 +542,17 @@ fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: PathBuf) -> Result<()> {
     // X = Z + σ e: fit the unit-noise model to X/σ, then scale the latent draws back.
     let sd = a.noise_sd;
     let scaled: Vec<f64> = x.iter().map(|v| v / sd).collect();
+    let bs = a.batch_size.unwrap_or(x.len()).min(x.len());
     let s = E2Settings {
         n: x.len(),
+        batch_size: bs,
         methods: s.methods.clone(),
         ..s.clone()
     };
+    let per_epoch = s.n.div_ceil(s.batch_size.max(1)) as u64;
     let bar = progress_bar(
         a.quiet,
-        (s.pretrain_iters + s.finetune_iters * s.methods.len()) as u64,
+        (s.pretrain_epochs + s.finetune_epochs * s.methods.len()) as u64 * per_epoch,
     );
     bar.set_message("deconvolution");
     let rep = fit(&s, None, scaled, a.seed, true, &mut |_, _, _| bar.inc(1))

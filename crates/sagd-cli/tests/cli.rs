@@ -352,7 +352,7 @@ fn debias_rejects_bad_input() {
     let dir = tempfile::tempdir().unwrap();
     for (args, needle) in [
         (vec!["--dist", "gamma"], "--dist `gamma`"),
-        (vec!["--dist", "highdim"], "not implemented yet"),
+        (vec!["--batch-size", "0"], "--batch-size must be at least 1"),
         (vec!["--methods", "vae,mcmc"], "unknown method `mcmc`"),
         (vec!["--sagd-delta", "0.6"], "gamma*delta < 1"),
         (vec!["--n", "0"], "--n must be at least 1"),
@@ -379,4 +379,47 @@ fn debias_rejects_bad_input() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("line 2"));
     assert!(!out.join("result.json").exists());
+}
+
+#[test]
+fn debias_runs_the_high_dimensional_case_with_minibatches() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("hd");
+    let o = sagd()
+        .args([
+            "debias",
+            "--dist",
+            "highdim",
+            "--quiet",
+            "--n",
+            "120",
+            "--p",
+            "4",
+            "--hidden",
+            "8",
+            "--batch-size",
+            "50",
+        ])
+        .args([
+            "--pretrain-epochs",
+            "3",
+            "--finetune-epochs",
+            "1",
+            "--m",
+            "2000",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&out.join("result.json"));
+    assert!(v["settings_profile"]
+        .as_str()
+        .unwrap()
+        .contains("small default"));
+    assert!(v["replications"][0]["methods"]["sagd"]["W_se_coord"]
+        .as_f64()
+        .is_some());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("| W | paper |"));
 }

@@ -23,12 +23,16 @@ use crate::vae::{Vae, VaeParams};
 pub struct E2Settings {
     /// Data points n.
     pub n: usize,
+    /// Dimension p of Z, U and X (1 for the 1-D cases; coordinates independent).
+    pub p: usize,
     /// Hidden width of both networks.
     pub hidden: usize,
-    /// VAE pre-training updates (full batch).
-    pub pretrain_iters: usize,
-    /// Fine-tuning updates per method.
-    pub finetune_iters: usize,
+    /// Minibatch size (n or more: full batch, where an epoch is one update).
+    pub batch_size: usize,
+    /// VAE pre-training epochs.
+    pub pretrain_epochs: usize,
+    /// Fine-tuning epochs per method.
+    pub finetune_epochs: usize,
     /// Adam's learning rate for pre-training.
     pub lr: f64,
     /// Adam's learning rate for fine-tuning.
@@ -45,9 +49,11 @@ impl Default for E2Settings {
     fn default() -> Self {
         E2Settings {
             n: 1000,
+            p: 1,
             hidden: 64,
-            pretrain_iters: 5000,
-            finetune_iters: 1000,
+            batch_size: 1000,
+            pretrain_epochs: 5000,
+            finetune_epochs: 1000,
             lr: 1e-3,
             finetune_lr: 1e-3,
             m: 100_000,
@@ -66,6 +72,20 @@ pub struct Evaluation {
     /// 1-Wasserstein distance (mean over coordinates).
     #[serde(rename = "W")]
     pub w1: f64,
+    /// Standard error of D over coordinates (p > 1).
+    #[serde(
+        rename = "D_se_coord",
+        skip_serializing_if = "Option::is_none",
+        default
+    )]
+    pub ks_se: Option<f64>,
+    /// Standard error of W over coordinates (p > 1).
+    #[serde(
+        rename = "W_se_coord",
+        skip_serializing_if = "Option::is_none",
+        default
+    )]
+    pub w1_se: Option<f64>,
     /// Mean log-likelihood of the data under the fitted model (1-D, trapezoid rule in u).
     pub loglik: Option<f64>,
     /// Mean of Z.
@@ -114,10 +134,10 @@ pub fn part_seed(seed: u64, part: u64) -> u64 {
     stream_seed(seed, part)
 }
 
-/// n draws Z ~ π and X = Z + N(0, 1) (1-D).
-pub fn simulate(law: &Law, n: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
+/// n draws of Z with p independent coordinates from π, and X = Z + N(0, I) (row-major n × p).
+pub fn simulate(law: &Law, n: usize, p: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(part_seed(seed, 1));
-    let z: Vec<f64> = (0..n).map(|_| law.sample(&mut rng)).collect();
+    let z: Vec<f64> = (0..n * p).map(|_| law.sample(&mut rng)).collect();
     let x = z
         .iter()
         .map(|zi| {
@@ -161,21 +181,32 @@ pub fn log_likelihood_1d(vae: &Vae, dec: &[f32], x: &[f64]) -> f64 {
     total / x.len() as f64
 }
 
-/// Z = h(U) for m draws U ~ N(0, 1) from `seed` (1-D).
+/// Z = h(U) for m draws U ~ N(0, I) from `seed` (row-major m × p).
 pub fn generate(vae: &Vae, dec: &[f32], m: usize, seed: u64) -> Vec<f64> {
+    let d = vae.d;
     let mut s = NormalStream::new(seed);
-    let mut u = vec![0.0f32; m];
+    let mut u = vec![0.0f32; m * d];
     s.fill(&mut u);
-    let mut out = Vec::with_capacity(m);
+    let mut out = Vec::with_capacity(m * d);
     let mut ws = Workspace::default();
-    for chunk in u.chunks(20_000) {
-        vae.dec.forward(dec, chunk, chunk.len(), &mut ws);
+    for chunk in u.chunks(20_000 * d) {
+        vae.dec.forward(dec, chunk, chunk.len() / d, &mut ws);
         out.extend(ws.output().iter().map(|v| *v as f64));
     }
     out
 }
 
-/// D and W of the fitted decoder against π, the mean log-likelihood, and the draws.
+fn mean_sd(v: &[f64]) -> (f64, f64) {
+    let n = v.len().max(1) as f64;
+    let m = v.iter().sum::<f64>() / n;
+    (
+        m,
+        (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / n).sqrt(),
+    )
+}
+
+/// D and W of the fitted decoder against π (per coordinate, averaged), the mean log-likelihood
+/// (p = 1), and the draws.
 pub fn evaluate(
     vae: &Vae,
     dec: &[f32],
@@ -184,16 +215,28 @@ pub fn evaluate(
     m: usize,
     seed: u64,
 ) -> (Evaluation, Vec<f64>) {
+    let d = vae.d;
     let z = generate(vae, dec, m, seed);
-    let (ks, w1) = ks_w1(&z, law);
+    let per: Vec<(f64, f64)> = (0..d)
+        .map(|j| {
+            let col: Vec<f64> = z.iter().skip(j).step_by(d).copied().collect();
+            ks_w1(&col, law)
+        })
+        .collect();
+    let ds: Vec<f64> = per.iter().map(|p| p.0).collect();
+    let ws: Vec<f64> = per.iter().map(|p| p.1).collect();
+    // Standard error over coordinates (sample sd / √p).
+    let se = |v: &[f64]| {
+        (d > 1).then(|| mean_sd(v).1 * (d as f64 / (d as f64 - 1.0)).sqrt() / (d as f64).sqrt())
+    };
     let finite: Vec<f64> = z.iter().cloned().filter(|v| v.is_finite()).collect();
-    let nf = finite.len().max(1) as f64;
-    let mean = finite.iter().sum::<f64>() / nf;
-    let sd = (finite.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / nf).sqrt();
+    let (mean, sd) = mean_sd(&finite);
     let e = Evaluation {
-        ks,
-        w1,
-        loglik: Some(log_likelihood_1d(vae, dec, x)),
+        ks: mean_sd(&ds).0,
+        w1: mean_sd(&ws).0,
+        ks_se: se(&ds),
+        w1_se: se(&ws),
+        loglik: (d == 1).then(|| log_likelihood_1d(vae, dec, x)),
         z_mean: mean,
         z_sd: sd,
         nonfinite: z.len() - finite.len(),
@@ -210,11 +253,11 @@ pub fn replicate(
     keep_samples: bool,
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<Replication> {
-    let (_, x64) = simulate(law, s.n, seed);
+    let (_, x64) = simulate(law, s.n, s.p, seed);
     fit(s, Some(law), x64, seed, keep_samples, progress)
 }
 
-/// Pre-training and fine-tuning on observations `x` (1-D); evaluation against `law` when known
+/// Pre-training and fine-tuning on observations `x` (n × p); evaluation against `law` when known
 /// (otherwise D and W are NaN: there is no true π to compare with).
 pub fn fit(
     s: &E2Settings,
@@ -224,7 +267,7 @@ pub fn fit(
     keep_samples: bool,
     progress: &mut dyn FnMut(&str, usize, usize),
 ) -> Result<Replication> {
-    let vae = Vae::new(1, s.hidden);
+    let vae = Vae::new(s.p, s.hidden);
     let x: Vec<f32> = x64.iter().map(|v| *v as f32).collect();
     let eval_seed = part_seed(1_000_000 + seed, 4);
     let assess = |p: &VaeParams| -> (Evaluation, Vec<f64>) {
@@ -235,7 +278,9 @@ pub fn fit(
                 let e = Evaluation {
                     ks: f64::NAN,
                     w1: f64::NAN,
-                    loglik: Some(log_likelihood_1d(&vae, &p.dec, &x64)),
+                    ks_se: None,
+                    w1_se: None,
+                    loglik: (s.p == 1).then(|| log_likelihood_1d(&vae, &p.dec, &x64)),
                     z_mean: z.iter().sum::<f64>() / z.len().max(1) as f64,
                     z_sd: 0.0,
                     nonfinite: z.iter().filter(|v| !v.is_finite()).count(),
@@ -247,13 +292,19 @@ pub fn fit(
     let mut params = vae.init(seed);
     let t0 = Instant::now();
     let mut pre = BoundEstimator::new(&vae, &x, 1, part_seed(seed, 2));
+    let n = s.n.min(x.len() / s.p.max(1));
+    let per_epoch = n.div_ceil(s.batch_size.clamp(1, n.max(1)));
+    let pre_total = s.pretrain_epochs * per_epoch;
     train(
         &vae,
         &mut params,
         &mut pre,
-        s.pretrain_iters,
+        n,
+        s.pretrain_epochs,
+        s.batch_size,
         s.lr,
-        &mut |i| progress("pretrain", i, s.pretrain_iters),
+        part_seed(seed, 5),
+        &mut |i| progress("pretrain", i, pre_total),
     )?;
     let pretrain_time_s = t0.elapsed().as_secs_f64();
     let (pretrained, z0) = assess(&params);
@@ -275,13 +326,17 @@ pub fn fit(
             Method::Hmc => Box::new(ChainEstimator::hmc(&vae, &x, &s.method, mseed)?),
             Method::Sagd => Box::new(ChainEstimator::sagd(&vae, &x, &s.method, mseed)?),
         };
+        let ft_total = s.finetune_epochs * per_epoch;
         let stats = train(
             &vae,
             &mut p,
             est.as_mut(),
-            s.finetune_iters,
+            n,
+            s.finetune_epochs,
+            s.batch_size,
             s.finetune_lr,
-            &mut |k| progress(m.name(), k, s.finetune_iters),
+            part_seed(mseed, 6),
+            &mut |k| progress(m.name(), k, ft_total),
         )?;
         let time_s = t0.elapsed().as_secs_f64();
         let (eval, z) = assess(&p);

@@ -98,8 +98,15 @@ impl Default for MethodSettings {
 pub trait GradientEstimator {
     /// Whether the encoder is trained too.
     fn trains_encoder(&self) -> bool;
-    /// Adds the gradient of the loss into `g_dec` (and `g_enc`), and returns the loss estimate.
-    fn estimate(&mut self, p: &VaeParams, g_dec: &mut [f32], g_enc: &mut [f32]) -> Result<f64>;
+    /// Adds the gradient of the loss on the data points `batch` into `g_dec` (and `g_enc`), and
+    /// returns the loss estimate.
+    fn estimate(
+        &mut self,
+        p: &VaeParams,
+        batch: &[usize],
+        g_dec: &mut [f32],
+        g_enc: &mut [f32],
+    ) -> Result<f64>;
     /// Method diagnostics (acceptance rates, chain states), as JSON.
     fn diagnostics(&self) -> serde_json::Value {
         serde_json::Value::Null
@@ -108,6 +115,7 @@ pub trait GradientEstimator {
 
 /// Buffers shared by the encoder-based estimators.
 struct EncoderPass {
+    x: Vec<f32>,
     ws_enc: Workspace,
     ws_dec: Workspace,
     eps: Vec<f32>,
@@ -121,6 +129,7 @@ struct EncoderPass {
 impl EncoderPass {
     fn new() -> Self {
         EncoderPass {
+            x: Vec::new(),
             ws_enc: Workspace::default(),
             ws_dec: Workspace::default(),
             eps: Vec::new(),
@@ -130,6 +139,14 @@ impl EncoderPass {
             du: Vec::new(),
             denc: Vec::new(),
         }
+    }
+}
+
+/// The rows `batch` of a row-major matrix with `d` columns, into `out`.
+pub fn gather_rows(x: &[f32], d: usize, batch: &[usize], out: &mut Vec<f32>) {
+    out.clear();
+    for &i in batch {
+        out.extend_from_slice(&x[i * d..(i + 1) * d]);
     }
 }
 
@@ -184,12 +201,20 @@ impl GradientEstimator for BoundEstimator<'_> {
         true
     }
 
-    fn estimate(&mut self, p: &VaeParams, g_dec: &mut [f32], g_enc: &mut [f32]) -> Result<f64> {
+    fn estimate(
+        &mut self,
+        p: &VaeParams,
+        batch: &[usize],
+        g_dec: &mut [f32],
+        g_enc: &mut [f32],
+    ) -> Result<f64> {
         let (d, k) = (self.vae.d, self.k);
-        let n = self.x.len() / d;
+        let n = batch.len();
         let nf = n as f32;
         let b = &mut self.buf;
-        self.vae.enc.forward(&p.enc, self.x, n, &mut b.ws_enc);
+        gather_rows(self.x, d, batch, &mut b.x);
+        let x = &b.x[..];
+        self.vae.enc.forward(&p.enc, x, n, &mut b.ws_enc);
         let enc_out = b.ws_enc.output().to_vec();
         b.eps.resize(k * n * d, 0.0);
         self.stream.fill(&mut b.eps);
@@ -218,7 +243,7 @@ impl GradientEstimator for BoundEstimator<'_> {
             for i in 0..n {
                 for j in 0..d {
                     let r = i * d + j;
-                    let res = self.x[r] - h[r];
+                    let res = x[r] - h[r];
                     let (mu, lv) = (enc_out[i * 2 * d + j], enc_out[i * 2 * d + d + j]);
                     loss += 0.5 * (res * res) as f64 + 0.5 * (mu * mu + lv.exp() - lv - 1.0) as f64;
                     b.dh[r] = -res / nf;
@@ -232,7 +257,7 @@ impl GradientEstimator for BoundEstimator<'_> {
                     let mut acc = 0.0f32;
                     for j in 0..d {
                         let r = (s * n + i) * d + j;
-                        let res = self.x[i * d + j] - h[r];
+                        let res = x[i * d + j] - h[r];
                         acc += -0.5 * res * res - 0.5 * b.u[r] * b.u[r]
                             + 0.5 * b.eps[r] * b.eps[r]
                             + 0.5 * enc_out[i * 2 * d + d + j];
@@ -257,7 +282,7 @@ impl GradientEstimator for BoundEstimator<'_> {
                     let wt = logw[s * n + i];
                     for j in 0..d {
                         let r = (s * n + i) * d + j;
-                        b.dh[r] = -wt * (self.x[i * d + j] - h[r]) / nf;
+                        b.dh[r] = -wt * (x[i * d + j] - h[r]) / nf;
                     }
                 }
             }
@@ -316,6 +341,7 @@ pub struct ChainEstimator<'a> {
     started: bool,
     burn_in: usize,
     momentum: Momentum,
+    xb: Vec<f32>,
 }
 
 impl<'a> ChainEstimator<'a> {
@@ -366,6 +392,7 @@ impl<'a> ChainEstimator<'a> {
             started: false,
             burn_in,
             momentum: Momentum::Normal,
+            xb: Vec::new(),
         }
     }
 }
@@ -375,39 +402,79 @@ impl GradientEstimator for ChainEstimator<'_> {
         false
     }
 
-    fn estimate(&mut self, p: &VaeParams, g_dec: &mut [f32], _g_enc: &mut [f32]) -> Result<f64> {
-        let model = DecoderPosterior::new(&self.vae.dec, self.x);
+    fn estimate(
+        &mut self,
+        p: &VaeParams,
+        batch: &[usize],
+        g_dec: &mut [f32],
+        _g_enc: &mut [f32],
+    ) -> Result<f64> {
+        let d = self.vae.d;
+        let full =
+            batch.len() == self.chains.n_chains() && batch.iter().enumerate().all(|(k, &i)| k == i);
+        gather_rows(self.x, d, batch, &mut self.xb);
+        let model = DecoderPosterior::new(&self.vae.dec, &self.xb);
         let problem = MaximumLikelihood::new(&model, 1);
         let target = AnchoredTarget {
             problem: &problem,
             anchor: &p.dec[..],
         };
-        if self.fresh_from_encoder || !self.started {
+        if !self.started {
+            // Every chain starts from an encoder draw and burns in under the pre-trained decoder.
+            let all = DecoderPosterior::new(&self.vae.dec, self.x);
+            let all_problem = MaximumLikelihood::new(&all, 1);
+            let all_target = AnchoredTarget {
+                problem: &all_problem,
+                anchor: &p.dec[..],
+            };
             let u0 = encoder_draw(self.vae, p, self.x, &mut self.stream, &mut self.ws);
-            if self.started {
-                self.chains.set_positions(&target, &u0)?;
-            } else {
-                self.chains.init(&target, &u0, self.momentum)?;
-                self.divergences += self.chains.burn_in(&target, &self.kernel, self.burn_in)?;
-                self.started = true;
-            }
+            self.chains.init(&all_target, &u0, self.momentum)?;
+            self.divergences += self
+                .chains
+                .burn_in(&all_target, &self.kernel, self.burn_in)?;
+            self.started = true;
+        }
+        let mut sub = if full {
+            std::mem::replace(&mut self.chains, ChainSet::new(0, d, 0))
+        } else {
+            self.chains.gather(batch)
+        };
+        if self.fresh_from_encoder {
+            let u0 = encoder_draw(self.vae, p, &self.xb, &mut self.stream, &mut self.ws);
+            sub.set_positions(&target, &u0)?;
         } else {
             // θ moved since the chains' gradients were computed.
-            self.chains.evaluate(&target)?;
+            sub.evaluate(&target)?;
         }
         self.grad.clear();
         self.grad.resize(p.dec.len(), 0.0);
         let mut logp = 0.0;
+        let mut result = Ok(());
         for _ in 0..self.steps {
-            let info = self.chains.step(&target, &self.kernel)?;
+            let info = match sub.step(&target, &self.kernel) {
+                Ok(i) => i,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
             self.divergences += info.divergences;
             logp += info.mean_log_density;
             if let Some(a) = info.acceptance {
                 self.acceptance.push(a);
             }
-            accumulate_grad_f(&problem, &p.dec, &self.chains, &mut self.grad)?;
+            if let Err(e) = accumulate_grad_f(&problem, &p.dec, &sub, &mut self.grad) {
+                result = Err(e);
+                break;
+            }
         }
-        let scale = 1.0 / (self.steps * self.chains.n_chains()) as f64;
+        if full {
+            self.chains = sub;
+        } else {
+            self.chains.scatter(&sub, batch)?;
+        }
+        result?;
+        let scale = 1.0 / (self.steps * batch.len()) as f64;
         for (g, v) in g_dec.iter_mut().zip(&self.grad) {
             *g += (v * scale) as f32;
         }
@@ -433,43 +500,61 @@ pub struct TrainStats {
     pub final_loss: f64,
 }
 
-/// The shared loop: `iterations` Adam updates (learning rate `lr`) of the decoder, and of the
-/// encoder if the estimator trains it. `progress` is called after every update.
+/// The shared loop: `epochs` passes over the data in minibatches of `batch_size` (a new random
+/// order every epoch from `seed`; the full batch in order when `batch_size` ≥ n), one Adam update
+/// (learning rate `lr`) of the decoder, and of the encoder if the estimator trains it, per batch.
+/// `progress` is called after every update.
+#[allow(clippy::too_many_arguments)]
 pub fn train(
     vae: &Vae,
     p: &mut VaeParams,
     est: &mut dyn GradientEstimator,
-    iterations: usize,
+    n: usize,
+    epochs: usize,
+    batch_size: usize,
     lr: f64,
+    seed: u64,
     progress: &mut dyn FnMut(usize),
 ) -> Result<TrainStats> {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
     let adam = Optimizer::adam();
     let mut st_dec = adam.init(vae.dec.n_params());
     let mut st_enc = adam.init(vae.enc.n_params());
     let mut g_dec = vec![0.0f32; vae.dec.n_params()];
     let mut g_enc = vec![0.0f32; vae.enc.n_params()];
     let mut loss = f64::NAN;
-    for it in 0..iterations {
-        g_dec.iter_mut().for_each(|v| *v = 0.0);
-        g_enc.iter_mut().for_each(|v| *v = 0.0);
-        loss = est.estimate(p, &mut g_dec, &mut g_enc)?;
-        if !g_dec.iter().chain(&g_enc).all(|v| v.is_finite()) {
-            return Err(SagdError::NonFiniteUpdate { iteration: it + 1 });
+    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
+    let mut order: Vec<usize> = (0..n).collect();
+    let bs = batch_size.clamp(1, n.max(1));
+    let mut it = 0;
+    for _ in 0..epochs {
+        if bs < n {
+            order.shuffle(&mut rng);
         }
-        adam.direction(&mut g_dec, &mut st_dec);
-        for (w, g) in p.dec.iter_mut().zip(&g_dec) {
-            *w -= (lr * *g as f64) as f32;
-        }
-        if est.trains_encoder() {
-            adam.direction(&mut g_enc, &mut st_enc);
-            for (w, g) in p.enc.iter_mut().zip(&g_enc) {
+        for batch in order.chunks(bs) {
+            g_dec.iter_mut().for_each(|v| *v = 0.0);
+            g_enc.iter_mut().for_each(|v| *v = 0.0);
+            loss = est.estimate(p, batch, &mut g_dec, &mut g_enc)?;
+            it += 1;
+            if !g_dec.iter().chain(&g_enc).all(|v| v.is_finite()) {
+                return Err(SagdError::NonFiniteUpdate { iteration: it });
+            }
+            adam.direction(&mut g_dec, &mut st_dec);
+            for (w, g) in p.dec.iter_mut().zip(&g_dec) {
                 *w -= (lr * *g as f64) as f32;
             }
+            if est.trains_encoder() {
+                adam.direction(&mut g_enc, &mut st_enc);
+                for (w, g) in p.enc.iter_mut().zip(&g_enc) {
+                    *w -= (lr * *g as f64) as f32;
+                }
+            }
+            progress(it);
         }
-        progress(it + 1);
     }
     Ok(TrainStats {
-        iterations,
+        iterations: it,
         final_loss: loss,
     })
 }

@@ -64,13 +64,13 @@ fn check_bound(k: usize) {
         let mut gd = vec![0.0f32; q.dec.len()];
         let mut ge = vec![0.0f32; q.enc.len()];
         BoundEstimator::new(&vae, &x, k, 77)
-            .estimate(q, &mut gd, &mut ge)
+            .estimate(q, &[0, 1, 2, 3, 4], &mut gd, &mut ge)
             .unwrap()
     };
     let mut gd = vec![0.0f32; p.dec.len()];
     let mut ge = vec![0.0f32; p.enc.len()];
     BoundEstimator::new(&vae, &x, k, 77)
-        .estimate(&p, &mut gd, &mut ge)
+        .estimate(&p, &[0, 1, 2, 3, 4], &mut gd, &mut ge)
         .unwrap();
     let h = 1e-2f32;
     for j in 0..p.dec.len() {
@@ -113,8 +113,9 @@ fn a_replication_is_deterministic_and_thread_independent() {
     use sagd_nn::experiment::{replicate, E2Settings};
     let s = E2Settings {
         n: 200,
-        pretrain_iters: 60,
-        finetune_iters: 8,
+        batch_size: 200,
+        pretrain_epochs: 60,
+        finetune_epochs: 8,
         m: 5000,
         ..Default::default()
     };
@@ -137,4 +138,28 @@ fn a_replication_is_deterministic_and_thread_independent() {
     };
     assert_eq!(strip(&a), strip(&b));
     assert_eq!(a.methods.len(), 4);
+}
+
+#[test]
+fn minibatches_and_several_dimensions_run_and_are_deterministic() {
+    use sagd::metrics::Law;
+    use sagd_nn::experiment::{replicate, E2Settings};
+    let s = E2Settings {
+        n: 120,
+        p: 3,
+        hidden: 8,
+        batch_size: 50,
+        pretrain_epochs: 4,
+        finetune_epochs: 2,
+        m: 3000,
+        ..Default::default()
+    };
+    let law = Law::by_name("highdim").unwrap();
+    let a = replicate(&s, &law, 1, false, &mut |_, _, _| {}).unwrap();
+    let b = replicate(&s, &law, 1, false, &mut |_, _, _| {}).unwrap();
+    for (k, v) in &a.methods {
+        assert_eq!(v.eval.w1, b.methods[k].eval.w1, "{k}");
+        assert!(v.eval.w1_se.is_some() && v.eval.loglik.is_none(), "{k}");
+        assert!(v.eval.w1.is_finite(), "{k}");
+    }
 }

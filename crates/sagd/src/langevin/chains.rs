@@ -199,6 +199,55 @@ impl<T: Real> ChainSet<T> {
         Ok(())
     }
 
+    /// The chains `rows` (in that order) as a chain set of their own: states, momenta, cached
+    /// gradients and random streams. Step it, then put it back with [`ChainSet::scatter`]: a
+    /// minibatch's chains advance exactly as they would in place.
+    pub fn gather(&self, rows: &[usize]) -> ChainSet<T> {
+        let d = self.d;
+        let cur = self.cur;
+        let take = |v: &[T]| -> Vec<T> {
+            rows.iter()
+                .flat_map(|&r| v[r * d..(r + 1) * d].iter().copied())
+                .collect()
+        };
+        let x = take(&self.x[cur]);
+        let g = take(&self.g[cur]);
+        ChainSet {
+            n: rows.len(),
+            d,
+            x: [x.clone(), x],
+            g: [g.clone(), g],
+            lp: [
+                rows.iter().map(|&r| self.lp[cur][r]).collect(),
+                rows.iter().map(|&r| self.lp[cur][r]).collect(),
+            ],
+            rho: take(&self.rho),
+            cur: 0,
+            rngs: rows.iter().map(|&r| self.rngs[r].clone()).collect(),
+            rows_per_block: self.rows_per_block,
+            initialized: self.initialized,
+            steps: self.steps,
+            divergences: 0,
+            scratch: Scratch::default(),
+        }
+    }
+
+    /// Writes back chains taken by [`ChainSet::gather`] with the same `rows`.
+    pub fn scatter(&mut self, sub: &ChainSet<T>, rows: &[usize]) -> Result<()> {
+        check_len("gathered chains", rows.len(), sub.n)?;
+        let d = self.d;
+        let cur = self.cur;
+        for (k, &r) in rows.iter().enumerate() {
+            self.x[cur][r * d..(r + 1) * d].copy_from_slice(sub.position(k));
+            self.g[cur][r * d..(r + 1) * d].copy_from_slice(&sub.gradients()[k * d..(k + 1) * d]);
+            self.lp[cur][r] = sub.log_densities()[k];
+            self.rho[r * d..(r + 1) * d].copy_from_slice(&sub.rho[k * d..(k + 1) * d]);
+            self.rngs[r] = sub.rngs[k].clone();
+        }
+        self.divergences += sub.divergences;
+        Ok(())
+    }
+
     /// Sets the momenta (n_chains × dim values).
     pub fn set_momenta(&mut self, rho: &[T]) -> Result<()> {
         check_len("momenta", self.rho.len(), rho.len())?;
