@@ -357,7 +357,7 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
     let reps: Vec<Replication> = seeds
         .par_iter()
         .map(|&seed| {
-            replicate(s, &law, seed, seed == a.seed, &mut |_, _, _| bar.inc(1))
+            replicate(s, &law, seed, seed == a.seed, &|_, _, _| bar.inc(1))
                 .map_err(|e| anyhow!("replication {seed}: {e}"))
         })
         .collect::<Result<_>>()?;
@@ -555,7 +555,7 @@ fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: PathBuf) -> Result<()> {
         (s.pretrain_epochs + s.finetune_epochs * s.methods.len()) as u64 * per_epoch,
     );
     bar.set_message("deconvolution");
-    let rep = fit(&s, None, scaled, a.seed, true, &mut |_, _, _| bar.inc(1))
+    let rep = fit(&s, None, scaled, a.seed, true, &|_, _, _| bar.inc(1))
         .map_err(|e| anyhow!("{e}"))?;
     bar.finish_and_clear();
     let probs = [0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99];

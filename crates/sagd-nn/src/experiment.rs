@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use rand::SeedableRng;
+use rayon::prelude::*;
 use rand_distr::{Distribution, StandardNormal};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::error::Result;
@@ -251,7 +252,7 @@ pub fn replicate(
     law: &Law,
     seed: u64,
     keep_samples: bool,
-    progress: &mut dyn FnMut(&str, usize, usize),
+    progress: &(dyn Fn(&str, usize, usize) + Sync),
 ) -> Result<Replication> {
     let (_, x64) = simulate(law, s.n, s.p, seed);
     fit(s, Some(law), x64, seed, keep_samples, progress)
@@ -265,7 +266,7 @@ pub fn fit(
     x64: Vec<f64>,
     seed: u64,
     keep_samples: bool,
-    progress: &mut dyn FnMut(&str, usize, usize),
+    progress: &(dyn Fn(&str, usize, usize) + Sync),
 ) -> Result<Replication> {
     let vae = Vae::new(s.p, s.hidden);
     let x: Vec<f32> = x64.iter().map(|v| *v as f32).collect();
@@ -312,46 +313,46 @@ pub fn fit(
     if keep_samples {
         samples.insert("pretrained".to_string(), z0);
     }
+    // The methods start from the same pre-trained weights and have their own streams: they run in
+    // parallel, with the same results as one after another.
+    let chosen: Vec<(usize, Method)> = Method::ALL.iter().copied().enumerate().filter(|(_, m)| s.methods.contains(m)).collect();
+    let outcomes: Vec<Result<(Method, MethodResult, Vec<f64>)>> = chosen
+        .par_iter()
+        .map(|&(i, m)| {
+            let mseed = part_seed(1000 * seed + 1 + i as u64, 3);
+            let mut p = params.clone();
+            let t0 = Instant::now();
+            let mut est: Box<dyn GradientEstimator> = match m {
+                Method::Vae => Box::new(BoundEstimator::new(&vae, &x, 1, mseed)),
+                Method::Iwae => Box::new(BoundEstimator::new(&vae, &x, s.method.iwae_k, mseed)),
+                Method::Hmc => Box::new(ChainEstimator::hmc(&vae, &x, &s.method, mseed)?),
+                Method::Sagd => Box::new(ChainEstimator::sagd(&vae, &x, &s.method, mseed)?),
+            };
+            let ft_total = s.finetune_epochs * per_epoch;
+            let stats = train(
+                &vae,
+                &mut p,
+                est.as_mut(),
+                n,
+                s.finetune_epochs,
+                s.batch_size,
+                s.finetune_lr,
+                part_seed(mseed, 6),
+                &mut |k| progress(m.name(), k, ft_total),
+            )?;
+            let time_s = t0.elapsed().as_secs_f64();
+            let (eval, z) = assess(&p);
+            let r = MethodResult { eval, time_s, final_loss: stats.final_loss, diagnostics: est.diagnostics() };
+            Ok((m, r, z))
+        })
+        .collect();
     let mut methods = BTreeMap::new();
-    for (i, m) in Method::ALL.iter().enumerate() {
-        if !s.methods.contains(m) {
-            continue;
-        }
-        let mseed = part_seed(1000 * seed + 1 + i as u64, 3);
-        let mut p = params.clone();
-        let t0 = Instant::now();
-        let mut est: Box<dyn GradientEstimator> = match m {
-            Method::Vae => Box::new(BoundEstimator::new(&vae, &x, 1, mseed)),
-            Method::Iwae => Box::new(BoundEstimator::new(&vae, &x, s.method.iwae_k, mseed)),
-            Method::Hmc => Box::new(ChainEstimator::hmc(&vae, &x, &s.method, mseed)?),
-            Method::Sagd => Box::new(ChainEstimator::sagd(&vae, &x, &s.method, mseed)?),
-        };
-        let ft_total = s.finetune_epochs * per_epoch;
-        let stats = train(
-            &vae,
-            &mut p,
-            est.as_mut(),
-            n,
-            s.finetune_epochs,
-            s.batch_size,
-            s.finetune_lr,
-            part_seed(mseed, 6),
-            &mut |k| progress(m.name(), k, ft_total),
-        )?;
-        let time_s = t0.elapsed().as_secs_f64();
-        let (eval, z) = assess(&p);
+    for o in outcomes {
+        let (m, r, z) = o?;
         if keep_samples {
             samples.insert(m.name().to_string(), z);
         }
-        methods.insert(
-            m.name().to_string(),
-            MethodResult {
-                eval,
-                time_s,
-                final_loss: stats.final_loss,
-                diagnostics: est.diagnostics(),
-            },
-        );
+        methods.insert(m.name().to_string(), r);
     }
     Ok(Replication {
         seed,

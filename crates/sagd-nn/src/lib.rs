@@ -13,4 +13,4 @@ pub mod train;
 pub mod vae;
 
 pub use math::Activation;
-pub use net::{Layer, Sequential, Workspace};
+pub use net::{ChunkedWorkspace, Layer, Sequential, Workspace, CHUNK_ROWS};

@@ -47,6 +47,26 @@ pub struct Workspace {
     grad2: Vec<f32>,
 }
 
+/// Workspaces for passes over many rows in fixed chunks of [`CHUNK_ROWS`], run in parallel. The
+/// chunking does not depend on the number of threads, and parameter gradients are summed in chunk
+/// order, so results do not either.
+#[derive(Clone, Debug, Default)]
+pub struct ChunkedWorkspace {
+    ws: Vec<Workspace>,
+    out: Vec<f32>,
+    rows: usize,
+}
+
+/// Rows per chunk of a [`ChunkedWorkspace`] pass.
+pub const CHUNK_ROWS: usize = 512;
+
+impl ChunkedWorkspace {
+    /// The output of the last forward pass (rows × out).
+    pub fn output(&self) -> &[f32] {
+        &self.out
+    }
+}
+
 impl Workspace {
     /// The output of the last forward pass (rows × out).
     pub fn output(&self) -> &[f32] {
@@ -367,6 +387,61 @@ impl Sequential {
         }
         if let Some(dx) = dx {
             dx.copy_from_slice(&grad[..dx.len()]);
+        }
+    }
+
+    /// [`Sequential::forward`] over `rows` inputs in parallel chunks.
+    pub fn forward_chunked(&self, params: &[f32], x: &[f32], rows: usize, cw: &mut ChunkedWorkspace) {
+        use rayon::prelude::*;
+        let (inp, out) = (self.inp, self.out);
+        let chunks = rows.div_ceil(CHUNK_ROWS).max(1);
+        cw.ws.resize_with(chunks, Workspace::default);
+        cw.rows = rows;
+        cw.ws.par_iter_mut().zip(x.par_chunks(CHUNK_ROWS * inp)).for_each(|(ws, xc)| {
+            self.forward(params, xc, xc.len() / inp, ws);
+        });
+        cw.out.clear();
+        for ws in &cw.ws[..chunks] {
+            cw.out.extend_from_slice(&ws.output()[..]);
+        }
+        debug_assert_eq!(cw.out.len(), rows * out);
+    }
+
+    /// [`Sequential::backward`] after [`Sequential::forward_chunked`].
+    pub fn backward_chunked(
+        &self,
+        params: &[f32],
+        cw: &mut ChunkedWorkspace,
+        dout: &[f32],
+        dparams: Option<&mut [f32]>,
+        dx: Option<&mut [f32]>,
+    ) {
+        use rayon::prelude::*;
+        let (inp, out) = (self.inp, self.out);
+        let chunks = cw.rows.div_ceil(CHUNK_ROWS).max(1);
+        let want_p = dparams.is_some();
+        let np = self.n_params;
+        let mut dx_buf = vec![0.0f32; if dx.is_some() { cw.rows * inp } else { 0 }];
+        let mut dx_parts: Vec<&mut [f32]> =
+            if dx.is_some() { dx_buf.chunks_mut(CHUNK_ROWS * inp).collect() } else { (0..chunks).map(|_| &mut [][..]).collect() };
+        let parts: Vec<Vec<f32>> = cw.ws[..chunks]
+            .par_iter_mut()
+            .zip(dout.par_chunks(CHUNK_ROWS * out))
+            .zip(dx_parts.par_iter_mut())
+            .map(|((ws, dc), dxc)| {
+                let mut g = if want_p { vec![0.0f32; np] } else { Vec::new() };
+                let dxo = if dxc.is_empty() { None } else { Some(&mut **dxc) };
+                self.backward(params, ws, dc, want_p.then_some(&mut g[..]), dxo);
+                g
+            })
+            .collect();
+        if let Some(dp) = dparams {
+            for g in parts {
+                dp.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
+            }
+        }
+        if let Some(dx) = dx {
+            dx.copy_from_slice(&dx_buf);
         }
     }
 

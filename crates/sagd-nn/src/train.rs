@@ -10,7 +10,7 @@ use sagd::rng::NormalStream;
 use sagd::solver::accumulate_grad_f;
 use serde::{Deserialize, Serialize};
 
-use crate::net::Workspace;
+use crate::net::{ChunkedWorkspace, Workspace};
 use crate::vae::{DecoderPosterior, Vae, VaeParams};
 
 /// The fine-tuning methods of Table 1.
@@ -116,8 +116,8 @@ pub trait GradientEstimator {
 /// Buffers shared by the encoder-based estimators.
 struct EncoderPass {
     x: Vec<f32>,
-    ws_enc: Workspace,
-    ws_dec: Workspace,
+    ws_enc: ChunkedWorkspace,
+    ws_dec: ChunkedWorkspace,
     eps: Vec<f32>,
     u: Vec<f32>,
     sd: Vec<f32>,
@@ -130,8 +130,8 @@ impl EncoderPass {
     fn new() -> Self {
         EncoderPass {
             x: Vec::new(),
-            ws_enc: Workspace::default(),
-            ws_dec: Workspace::default(),
+            ws_enc: ChunkedWorkspace::default(),
+            ws_dec: ChunkedWorkspace::default(),
             eps: Vec::new(),
             u: Vec::new(),
             sd: Vec::new(),
@@ -214,7 +214,7 @@ impl GradientEstimator for BoundEstimator<'_> {
         let b = &mut self.buf;
         gather_rows(self.x, d, batch, &mut b.x);
         let x = &b.x[..];
-        self.vae.enc.forward(&p.enc, x, n, &mut b.ws_enc);
+        self.vae.enc.forward_chunked(&p.enc, x, n, &mut b.ws_enc);
         let enc_out = b.ws_enc.output().to_vec();
         b.eps.resize(k * n * d, 0.0);
         self.stream.fill(&mut b.eps);
@@ -234,7 +234,7 @@ impl GradientEstimator for BoundEstimator<'_> {
                 }
             }
         }
-        self.vae.dec.forward(&p.dec, &b.u, k * n, &mut b.ws_dec);
+        self.vae.dec.forward_chunked(&p.dec, &b.u, k * n, &mut b.ws_dec);
         let h = b.ws_dec.output();
         b.dh.resize(k * n * d, 0.0);
         let mut loss = 0.0f64;
@@ -292,7 +292,7 @@ impl GradientEstimator for BoundEstimator<'_> {
         b.du.resize(k * n * d, 0.0);
         self.vae
             .dec
-            .backward(&p.dec, &mut b.ws_dec, &b.dh, Some(g_dec), Some(&mut b.du));
+            .backward_chunked(&p.dec, &mut b.ws_dec, &b.dh, Some(g_dec), Some(&mut b.du));
         // Back through the reparameterisation to (μ, log σ²).
         let mut dout = vec![0.0f32; n * 2 * d];
         for s in 0..k {
@@ -319,7 +319,7 @@ impl GradientEstimator for BoundEstimator<'_> {
         }
         self.vae
             .enc
-            .backward(&p.enc, &mut b.ws_enc, &dout, Some(g_enc), None);
+            .backward_chunked(&p.enc, &mut b.ws_enc, &dout, Some(g_enc), None);
         Ok(loss / n as f64)
     }
 }
@@ -342,6 +342,8 @@ pub struct ChainEstimator<'a> {
     burn_in: usize,
     momentum: Momentum,
     xb: Vec<f32>,
+    fused: bool,
+    step_grad: Vec<f32>,
 }
 
 impl<'a> ChainEstimator<'a> {
@@ -364,6 +366,8 @@ impl<'a> ChainEstimator<'a> {
         .kernel::<f32>(s.sagd_delta)?;
         let mut e = Self::with(vae, x, kernel, s.sagd_k, false, s.sagd_burn_in, seed);
         e.momentum = s.sagd_rho0;
+        // These schemes evaluate the gradient at the state they end the step in.
+        e.fused = s.sagd_scheme != Scheme::Ubu;
         Ok(e)
     }
 
@@ -377,10 +381,13 @@ impl<'a> ChainEstimator<'a> {
         seed: u64,
     ) -> Self {
         let n = x.len() / vae.d;
+        let mut chains = ChainSet::new(n, vae.d, seed);
+        // Blocks of rows step in parallel; the block boundaries, not the threads, fix the results.
+        chains.set_rows_per_block(crate::net::CHUNK_ROWS);
         ChainEstimator {
             vae,
             x,
-            chains: ChainSet::new(n, vae.d, seed),
+            chains,
             kernel,
             steps: steps.max(1),
             fresh_from_encoder: fresh,
@@ -393,6 +400,8 @@ impl<'a> ChainEstimator<'a> {
             burn_in,
             momentum: Momentum::Normal,
             xb: Vec::new(),
+            fused: false,
+            step_grad: Vec::new(),
         }
     }
 }
@@ -450,6 +459,8 @@ impl GradientEstimator for ChainEstimator<'_> {
         self.grad.resize(p.dec.len(), 0.0);
         let mut logp = 0.0;
         let mut result = Ok(());
+        self.step_grad.resize(p.dec.len(), 0.0);
+        model.fuse_theta_grad(self.fused);
         for _ in 0..self.steps {
             let info = match sub.step(&target, &self.kernel) {
                 Ok(i) => i,
@@ -463,11 +474,21 @@ impl GradientEstimator for ChainEstimator<'_> {
             if let Some(a) = info.acceptance {
                 self.acceptance.push(a);
             }
-            if let Err(e) = accumulate_grad_f(&problem, &p.dec, &sub, &mut self.grad) {
+            if self.fused {
+                model.take_theta_grad(&mut self.step_grad);
+            }
+            if self.fused && info.divergences == 0 {
+                // f = −log p: the fused pass accumulated +∇θ log p at the new states.
+                for (g, v) in self.grad.iter_mut().zip(&self.step_grad) {
+                    *g -= *v as f64;
+                }
+            } else if let Err(e) = accumulate_grad_f(&problem, &p.dec, &sub, &mut self.grad) {
+                // Without fusion, or after a reset chain: a separate pass at the kept states.
                 result = Err(e);
                 break;
             }
         }
+        model.fuse_theta_grad(false);
         if full {
             self.chains = sub;
         } else {
@@ -557,4 +578,39 @@ pub fn train(
         iterations: it,
         final_loss: loss,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fused_sagd_gradient_equals_the_separate_pass() {
+        let vae = Vae::new(1, 16);
+        let p = vae.init(2);
+        let x: Vec<f32> = (0..300).map(|i| ((i as f32) * 0.37).sin() * 2.0 + 1.0).collect();
+        let batch: Vec<usize> = (0..300).collect();
+        let s = MethodSettings::default();
+        let run = |fused: bool| {
+            let mut e = ChainEstimator::sagd(&vae, &x, &s, 5).unwrap();
+            e.fused = fused;
+            let mut g = vec![0.0f32; p.dec.len()];
+            let mut ge = vec![0.0f32; p.enc.len()];
+            let mut q = p.clone();
+            for _ in 0..3 {
+                g.iter_mut().for_each(|v| *v = 0.0);
+                e.estimate(&q, &batch, &mut g, &mut ge).unwrap();
+                // Move θ as training would, so that later estimates re-evaluate the chains.
+                q.dec.iter_mut().zip(&g).for_each(|(w, gi)| *w -= 1e-3 * gi);
+            }
+            (g, e.chains.positions().to_vec())
+        };
+        let (g1, c1) = run(true);
+        let (g2, c2) = run(false);
+        assert_eq!(c1, c2, "the chains do not depend on how the gradient is taken");
+        let scale = g2.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        for (a, b) in g1.iter().zip(&g2) {
+            assert!((a - b).abs() <= 1e-4 * scale, "{a} vs {b}");
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! q_φ(u | x) = N(μ_φ(x), diag σ²_φ(x)). The decoder's posterior p(u | x; θ) is a [`LatentModel`]
 //! whose ∇u and ∇θ come from the engine, so the core crate's chains, HMC and SAGD run on it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use sagd::error::LogpError;
@@ -56,6 +57,10 @@ pub struct DecoderPosterior<'a> {
     x: &'a [f32],
     d: usize,
     pool: Mutex<Vec<(Workspace, Vec<f32>)>>,
+    fuse: AtomicBool,
+    /// Fused θ-gradients per block of rows, keyed by the block's first data index and summed in
+    /// that order, so that the sum does not depend on which thread finished first.
+    theta_grad: Mutex<Vec<(usize, Vec<f32>)>>,
 }
 
 impl<'a> DecoderPosterior<'a> {
@@ -66,6 +71,27 @@ impl<'a> DecoderPosterior<'a> {
             x,
             d: dec.input_dim(),
             pool: Mutex::new(Vec::new()),
+            fuse: AtomicBool::new(false),
+            theta_grad: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// While on, every [`LatentModel::log_joint`] call also adds Σ_r ∇θ log p(x_i, u_r; θ) at the
+    /// points it evaluates into an accumulator ([`DecoderPosterior::take_theta_grad`]): the same
+    /// backward pass gives ∇u and ∇θ, so a Langevin scheme that evaluates the gradient at its new
+    /// state gets the θ-gradient of SAGD without a second pass.
+    pub fn fuse_theta_grad(&self, on: bool) {
+        self.fuse.store(on, Ordering::SeqCst);
+    }
+
+    /// The accumulated θ-gradient since the last call (summed in block order), and resets it.
+    pub fn take_theta_grad(&self, out: &mut [f32]) {
+        out.iter_mut().for_each(|v| *v = 0.0);
+        if let Ok(mut parts) = self.theta_grad.lock() {
+            parts.sort_by_key(|(k, _)| *k);
+            for (_, g) in parts.drain(..) {
+                out.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
+            }
         }
     }
 
@@ -139,7 +165,15 @@ impl LatentModel<f32> for DecoderPosterior<'_> {
                 *lp = -0.5 * s;
             }
             // ∇u = J_hᵀ (x − h) − u.
-            self.dec.backward(theta, ws, r, None, Some(grad_u));
+            if self.fuse.load(Ordering::SeqCst) {
+                let mut gt = vec![0.0f32; self.dec.n_params()];
+                self.dec.backward(theta, ws, r, Some(&mut gt), Some(grad_u));
+                if let Ok(mut acc) = self.theta_grad.lock() {
+                    acc.push((data.first().copied().unwrap_or(0), gt));
+                }
+            } else {
+                self.dec.backward(theta, ws, r, None, Some(grad_u));
+            }
             for (g, uu) in grad_u.iter_mut().zip(u) {
                 *g -= uu;
             }

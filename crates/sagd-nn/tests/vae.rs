@@ -112,8 +112,9 @@ fn a_replication_is_deterministic_and_thread_independent() {
     use sagd::metrics::Law;
     use sagd_nn::experiment::{replicate, E2Settings};
     let s = E2Settings {
-        n: 200,
-        batch_size: 200,
+        n: 1100,
+        hidden: 8,
+        batch_size: 1100,
         pretrain_epochs: 60,
         finetune_epochs: 8,
         m: 5000,
@@ -125,7 +126,7 @@ fn a_replication_is_deterministic_and_thread_independent() {
             .num_threads(threads)
             .build()
             .unwrap();
-        pool.install(|| replicate(&s, &law, 3, false, &mut |_, _, _| {}).unwrap())
+        pool.install(|| replicate(&s, &law, 3, false, &|_, _, _| {}).unwrap())
     };
     let (a, b) = (run(1), run(2));
     let strip = |r: &sagd_nn::experiment::Replication| {
@@ -155,8 +156,8 @@ fn minibatches_and_several_dimensions_run_and_are_deterministic() {
         ..Default::default()
     };
     let law = Law::by_name("highdim").unwrap();
-    let a = replicate(&s, &law, 1, false, &mut |_, _, _| {}).unwrap();
-    let b = replicate(&s, &law, 1, false, &mut |_, _, _| {}).unwrap();
+    let a = replicate(&s, &law, 1, false, &|_, _, _| {}).unwrap();
+    let b = replicate(&s, &law, 1, false, &|_, _, _| {}).unwrap();
     for (k, v) in &a.methods {
         assert_eq!(v.eval.w1, b.methods[k].eval.w1, "{k}");
         assert!(v.eval.w1_se.is_some() && v.eval.loglik.is_none(), "{k}");
