@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use sagd::langevin::{Momentum, Scheme};
 use sagd::metrics::Law;
@@ -17,7 +16,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::input::{read_column, Column, Domain};
-use crate::output::Staging;
+use crate::output::{progress_bar, Staging};
 use crate::plot::{save, DensityGrid, DensityPanel};
 
 /// The paper's Table 1: (case, metric) → mean and standard error for VAE, IWAE, HMC, SAGD.
@@ -139,10 +138,10 @@ pub struct DebiasArgs {
     #[arg(long)]
     batch_size: Option<usize>,
     /// VAE pre-training epochs (full batch: updates) (default 5000; highdim 10000 with
-    /// --paper-settings, else 10).
+    /// --paper-settings, else 100).
     #[arg(long, alias = "pretrain-iters")]
     pretrain_epochs: Option<usize>,
-    /// Fine-tuning epochs per method (default 1000; highdim 1000 with --paper-settings, else 2).
+    /// Fine-tuning epochs per method (default 1000; highdim 1000 with --paper-settings, else 10).
     #[arg(long, alias = "finetune-iters")]
     finetune_epochs: Option<usize>,
     /// Adam learning rate of pre-training.
@@ -175,6 +174,10 @@ pub struct DebiasArgs {
     /// SAGD initial momentum: normal or zero.
     #[arg(long, default_value = "normal")]
     sagd_rho0: String,
+    /// SAGD: return the average of the iterates over this final fraction of the updates (0: the
+    /// last iterate).
+    #[arg(long, default_value_t = 0.0)]
+    sagd_average: f64,
     /// HMC leapfrog steps per proposal.
     #[arg(long, default_value_t = 5)]
     hmc_l: usize,
@@ -227,7 +230,7 @@ fn settings(a: &DebiasArgs) -> Result<E2Settings> {
     let batch_size = a.batch_size.unwrap_or(if hd { 500 } else { n });
     let (pre, ft) = match (hd, a.paper_settings) {
         (true, true) => (10_000, 1000),
-        (true, false) => (10, 2),
+        (true, false) => (100, 10),
         (false, _) => (5000, 1000),
     };
     for (name, v) in [
@@ -265,7 +268,11 @@ fn settings(a: &DebiasArgs) -> Result<E2Settings> {
         hmc_l: a.hmc_l,
         hmc_eps: a.hmc_eps.unwrap_or(a.sagd_delta),
         hmc_k: a.hmc_k.unwrap_or(a.sagd_k),
+        sagd_average: a.sagd_average,
     };
+    if !(0.0..=1.0).contains(&a.sagd_average) {
+        bail!("--sagd-average must be a fraction in [0, 1]");
+    }
     sagd::langevin::LangevinSettings {
         scheme,
         gamma: a.sagd_gamma,
@@ -306,21 +313,6 @@ fn fmt(ms: (f64, Option<f64>)) -> String {
         Some(se) => format!("{:.3} ({:.4})", ms.0, se),
         None => format!("{:.3}", ms.0),
     }
-}
-
-fn progress_bar(quiet: bool, total: u64) -> ProgressBar {
-    let bar = if quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{msg:24} [{bar:30}] {pos}/{len} updates, {elapsed}, eta {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar
 }
 
 /// Runs `sagd debias`.
@@ -395,12 +387,7 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
             json!({"mean": pre.0, "se": pre.1}),
         );
         for m in &s.methods {
-            let v = mean_se(
-                &reps
-                    .iter()
-                    .map(|r| pick(&r.methods[m.name()].eval))
-                    .collect::<Vec<_>>(),
-            );
+            let v = summarise(reps.iter().map(|r| &r.methods[m.name()].eval).collect());
             summary.insert(
                 format!("{}_{metric}", m.name()),
                 json!({"mean": v.0, "se": v.1}),
@@ -555,8 +542,8 @@ fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: PathBuf) -> Result<()> {
         (s.pretrain_epochs + s.finetune_epochs * s.methods.len()) as u64 * per_epoch,
     );
     bar.set_message("deconvolution");
-    let rep = fit(&s, None, scaled, a.seed, true, &|_, _, _| bar.inc(1))
-        .map_err(|e| anyhow!("{e}"))?;
+    let rep =
+        fit(&s, None, scaled, a.seed, true, &|_, _, _| bar.inc(1)).map_err(|e| anyhow!("{e}"))?;
     bar.finish_and_clear();
     let probs = [0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99];
     let mut quantiles = BTreeMap::new();

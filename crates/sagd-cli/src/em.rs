@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use sagd::em::gamma_sigmoid::GammaSigmoid;
 use sagd::em::{exact_gd, maximum_likelihood, AutomatedEm, EmEvent, EmSettings, EmTrace, StopRule};
@@ -18,7 +17,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::input::{read_column, Column, Domain};
-use crate::output::Staging;
+use crate::output::{progress_bar, Staging};
 use crate::plot::{save, LoglikFigure, PathsFigure, Surface};
 
 /// Flags of `sagd em`. Defaults are experiment E1 of the paper (shared/experiments.md).
@@ -199,15 +198,7 @@ pub fn run(a: EmArgs) -> Result<()> {
 
     // Automated EM.
     let total = (settings.max_msteps * settings.updates_per_mstep) as u64;
-    let bar = if a.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{msg:40} [{bar:30}] {pos}/{len} updates, {elapsed}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = progress_bar(a.quiet, total);
     let mut em = AutomatedEm::new(&model, settings.clone());
     if a.checkpoint_every > 0 || a.resume {
         em.checkpoint = Some((ckpt.clone(), a.checkpoint_every));

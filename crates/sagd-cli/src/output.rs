@@ -5,6 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// A staging area for one run's files.
 pub struct Staging {
@@ -73,4 +74,21 @@ impl Drop for Staging {
             fs::remove_dir_all(&self.dir).ok();
         }
     }
+}
+
+/// A progress bar over `total` updates on stderr (hidden with `quiet` or when stderr is not a
+/// terminal).
+pub fn progress_bar(quiet: bool, total: u64) -> ProgressBar {
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg:40} [{bar:30}] {pos}/{len} updates, {elapsed}, eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
 }

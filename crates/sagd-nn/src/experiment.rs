@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use rand::SeedableRng;
-use rayon::prelude::*;
 use rand_distr::{Distribution, StandardNormal};
 use rand_xoshiro::Xoshiro256PlusPlus;
+use rayon::prelude::*;
 use sagd::error::Result;
 use sagd::metrics::{ks_w1, Law};
 use sagd::rng::{stream_seed, NormalStream};
@@ -304,6 +304,7 @@ pub fn fit(
         s.pretrain_epochs,
         s.batch_size,
         s.lr,
+        0.0,
         part_seed(seed, 5),
         &mut |i| progress("pretrain", i, pre_total),
     )?;
@@ -315,7 +316,12 @@ pub fn fit(
     }
     // The methods start from the same pre-trained weights and have their own streams: they run in
     // parallel, with the same results as one after another.
-    let chosen: Vec<(usize, Method)> = Method::ALL.iter().copied().enumerate().filter(|(_, m)| s.methods.contains(m)).collect();
+    let chosen: Vec<(usize, Method)> = Method::ALL
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, m)| s.methods.contains(m))
+        .collect();
     let outcomes: Vec<Result<(Method, MethodResult, Vec<f64>)>> = chosen
         .par_iter()
         .map(|&(i, m)| {
@@ -337,12 +343,22 @@ pub fn fit(
                 s.finetune_epochs,
                 s.batch_size,
                 s.finetune_lr,
+                if m == Method::Sagd {
+                    s.method.sagd_average
+                } else {
+                    0.0
+                },
                 part_seed(mseed, 6),
                 &mut |k| progress(m.name(), k, ft_total),
             )?;
             let time_s = t0.elapsed().as_secs_f64();
             let (eval, z) = assess(&p);
-            let r = MethodResult { eval, time_s, final_loss: stats.final_loss, diagnostics: est.diagnostics() };
+            let r = MethodResult {
+                eval,
+                time_s,
+                final_loss: stats.final_loss,
+                diagnostics: est.diagnostics(),
+            };
             Ok((m, r, z))
         })
         .collect();

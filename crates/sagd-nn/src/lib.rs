@@ -6,6 +6,8 @@
 //! Langevin steps, which need only ∇u). Parameters live in one flat `f32` vector per network, so that
 //! the core crate's optimisers, checkpoints and `LatentModel` trait apply unchanged.
 
+#![warn(missing_docs)]
+
 pub mod experiment;
 pub mod math;
 pub mod net;

@@ -391,18 +391,27 @@ impl Sequential {
     }
 
     /// [`Sequential::forward`] over `rows` inputs in parallel chunks.
-    pub fn forward_chunked(&self, params: &[f32], x: &[f32], rows: usize, cw: &mut ChunkedWorkspace) {
+    pub fn forward_chunked(
+        &self,
+        params: &[f32],
+        x: &[f32],
+        rows: usize,
+        cw: &mut ChunkedWorkspace,
+    ) {
         use rayon::prelude::*;
         let (inp, out) = (self.inp, self.out);
         let chunks = rows.div_ceil(CHUNK_ROWS).max(1);
         cw.ws.resize_with(chunks, Workspace::default);
         cw.rows = rows;
-        cw.ws.par_iter_mut().zip(x.par_chunks(CHUNK_ROWS * inp)).for_each(|(ws, xc)| {
-            self.forward(params, xc, xc.len() / inp, ws);
-        });
+        cw.ws
+            .par_iter_mut()
+            .zip(x.par_chunks(CHUNK_ROWS * inp))
+            .for_each(|(ws, xc)| {
+                self.forward(params, xc, xc.len() / inp, ws);
+            });
         cw.out.clear();
         for ws in &cw.ws[..chunks] {
-            cw.out.extend_from_slice(&ws.output()[..]);
+            cw.out.extend_from_slice(ws.output());
         }
         debug_assert_eq!(cw.out.len(), rows * out);
     }
@@ -422,15 +431,22 @@ impl Sequential {
         let want_p = dparams.is_some();
         let np = self.n_params;
         let mut dx_buf = vec![0.0f32; if dx.is_some() { cw.rows * inp } else { 0 }];
-        let mut dx_parts: Vec<&mut [f32]> =
-            if dx.is_some() { dx_buf.chunks_mut(CHUNK_ROWS * inp).collect() } else { (0..chunks).map(|_| &mut [][..]).collect() };
+        let mut dx_parts: Vec<&mut [f32]> = if dx.is_some() {
+            dx_buf.chunks_mut(CHUNK_ROWS * inp).collect()
+        } else {
+            (0..chunks).map(|_| &mut [][..]).collect()
+        };
         let parts: Vec<Vec<f32>> = cw.ws[..chunks]
             .par_iter_mut()
             .zip(dout.par_chunks(CHUNK_ROWS * out))
             .zip(dx_parts.par_iter_mut())
             .map(|((ws, dc), dxc)| {
                 let mut g = if want_p { vec![0.0f32; np] } else { Vec::new() };
-                let dxo = if dxc.is_empty() { None } else { Some(&mut **dxc) };
+                let dxo = if dxc.is_empty() {
+                    None
+                } else {
+                    Some(&mut **dxc)
+                };
                 self.backward(params, ws, dc, want_p.then_some(&mut g[..]), dxo);
                 g
             })

@@ -75,6 +75,9 @@ pub struct MethodSettings {
     pub hmc_eps: f64,
     /// HMC's transitions per update (the SAGD K by default).
     pub hmc_k: usize,
+    /// SAGD returns the average of its iterates over this final fraction of the updates (0: the
+    /// last iterate; Algorithm 1 averages all of them).
+    pub sagd_average: f64,
 }
 
 impl Default for MethodSettings {
@@ -90,6 +93,7 @@ impl Default for MethodSettings {
             hmc_l: 5,
             hmc_eps: 0.02,
             hmc_k: 10,
+            sagd_average: 0.0,
         }
     }
 }
@@ -234,7 +238,9 @@ impl GradientEstimator for BoundEstimator<'_> {
                 }
             }
         }
-        self.vae.dec.forward_chunked(&p.dec, &b.u, k * n, &mut b.ws_dec);
+        self.vae
+            .dec
+            .forward_chunked(&p.dec, &b.u, k * n, &mut b.ws_dec);
         let h = b.ws_dec.output();
         b.dh.resize(k * n * d, 0.0);
         let mut loss = 0.0f64;
@@ -524,7 +530,8 @@ pub struct TrainStats {
 /// The shared loop: `epochs` passes over the data in minibatches of `batch_size` (a new random
 /// order every epoch from `seed`; the full batch in order when `batch_size` ≥ n), one Adam update
 /// (learning rate `lr`) of the decoder, and of the encoder if the estimator trains it, per batch.
-/// `progress` is called after every update.
+/// With `average_tail` > 0 the parameters returned are the average of the iterates over that final
+/// fraction of the updates (Polyak-Ruppert tail averaging). `progress` is called after every update.
 #[allow(clippy::too_many_arguments)]
 pub fn train(
     vae: &Vae,
@@ -534,6 +541,7 @@ pub fn train(
     epochs: usize,
     batch_size: usize,
     lr: f64,
+    average_tail: f64,
     seed: u64,
     progress: &mut dyn FnMut(usize),
 ) -> Result<TrainStats> {
@@ -548,6 +556,15 @@ pub fn train(
     let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
     let mut order: Vec<usize> = (0..n).collect();
     let bs = batch_size.clamp(1, n.max(1));
+    let total = epochs * n.div_ceil(bs);
+    let average_from = if average_tail > 0.0 {
+        total - ((average_tail.min(1.0) * total as f64).round() as usize).max(1)
+    } else {
+        usize::MAX
+    };
+    let mut avg_dec = vec![0.0f64; p.dec.len()];
+    let mut avg_enc = vec![0.0f64; p.enc.len()];
+    let mut averaged = 0usize;
     let mut it = 0;
     for _ in 0..epochs {
         if bs < n {
@@ -571,7 +588,31 @@ pub fn train(
                     *w -= (lr * *g as f64) as f32;
                 }
             }
+            if it > average_from {
+                averaged += 1;
+                let w = 1.0 / averaged as f64;
+                avg_dec
+                    .iter_mut()
+                    .zip(&p.dec)
+                    .for_each(|(a, v)| *a += (*v as f64 - *a) * w);
+                avg_enc
+                    .iter_mut()
+                    .zip(&p.enc)
+                    .for_each(|(a, v)| *a += (*v as f64 - *a) * w);
+            }
             progress(it);
+        }
+    }
+    if averaged > 0 {
+        p.dec
+            .iter_mut()
+            .zip(&avg_dec)
+            .for_each(|(v, a)| *v = *a as f32);
+        if est.trains_encoder() {
+            p.enc
+                .iter_mut()
+                .zip(&avg_enc)
+                .for_each(|(v, a)| *v = *a as f32);
         }
     }
     Ok(TrainStats {
@@ -584,11 +625,73 @@ pub fn train(
 mod tests {
     use super::*;
 
+    /// A gradient of 1 on every decoder parameter: Adam then moves each by −lr per update.
+    struct Constant;
+    impl GradientEstimator for Constant {
+        fn trains_encoder(&self) -> bool {
+            false
+        }
+        fn estimate(
+            &mut self,
+            _p: &VaeParams,
+            _b: &[usize],
+            g: &mut [f32],
+            _e: &mut [f32],
+        ) -> Result<f64> {
+            g.iter_mut().for_each(|v| *v += 1.0);
+            Ok(0.0)
+        }
+    }
+
+    #[test]
+    fn tail_averaging_returns_the_mean_of_the_last_iterates() {
+        let vae = Vae::new(1, 2);
+        let p0 = vae.init(1);
+        let (lr, updates) = (0.01, 10);
+        let mut last = p0.clone();
+        train(
+            &vae,
+            &mut last,
+            &mut Constant,
+            4,
+            updates,
+            4,
+            lr,
+            0.0,
+            0,
+            &mut |_| {},
+        )
+        .unwrap();
+        let mut avg = p0.clone();
+        train(
+            &vae,
+            &mut avg,
+            &mut Constant,
+            4,
+            updates,
+            4,
+            lr,
+            0.5,
+            0,
+            &mut |_| {},
+        )
+        .unwrap();
+        for ((a, l), z) in avg.dec.iter().zip(&last.dec).zip(&p0.dec) {
+            // Iterates z − lr·t (Adam's first steps on a constant gradient are lr each); the last
+            // five, t = 6..10, average to z − 8·lr.
+            assert!((l - (z - 10.0 * lr as f32)).abs() < 1e-5, "{l} vs {z}");
+            assert!((a - (z - 8.0 * lr as f32)).abs() < 1e-5, "{a} vs {z}");
+        }
+        assert_eq!(avg.enc, p0.enc);
+    }
+
     #[test]
     fn the_fused_sagd_gradient_equals_the_separate_pass() {
         let vae = Vae::new(1, 16);
         let p = vae.init(2);
-        let x: Vec<f32> = (0..300).map(|i| ((i as f32) * 0.37).sin() * 2.0 + 1.0).collect();
+        let x: Vec<f32> = (0..300)
+            .map(|i| ((i as f32) * 0.37).sin() * 2.0 + 1.0)
+            .collect();
         let batch: Vec<usize> = (0..300).collect();
         let s = MethodSettings::default();
         let run = |fused: bool| {
@@ -607,7 +710,10 @@ mod tests {
         };
         let (g1, c1) = run(true);
         let (g2, c2) = run(false);
-        assert_eq!(c1, c2, "the chains do not depend on how the gradient is taken");
+        assert_eq!(
+            c1, c2,
+            "the chains do not depend on how the gradient is taken"
+        );
         let scale = g2.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         for (a, b) in g1.iter().zip(&g2) {
             assert!((a - b).abs() <= 1e-4 * scale, "{a} vs {b}");
