@@ -168,15 +168,15 @@ pub struct DebiasArgs {
     /// SAGD burn-in steps.
     #[arg(long, default_value_t = 50)]
     sagd_burn_in: usize,
-    /// SAGD integrator: euler (the paper's), obabo, baoab, ubu.
-    #[arg(long, default_value = "euler")]
+    /// SAGD integrator: baoab (default: less bias at the same cost), euler (the paper's), obabo, ubu.
+    #[arg(long, default_value = "baoab")]
     sagd_scheme: String,
     /// SAGD initial momentum: normal or zero.
     #[arg(long, default_value = "normal")]
     sagd_rho0: String,
-    /// SAGD: return the average of the iterates over this final fraction of the updates (0: the
-    /// last iterate).
-    #[arg(long, default_value_t = 0.0)]
+    /// SAGD: return the average of the iterates over this final fraction of the updates (default
+    /// 0.5; 0: the last iterate, as the spec).
+    #[arg(long, default_value_t = 0.5)]
     sagd_average: f64,
     /// HMC leapfrog steps per proposal.
     #[arg(long, default_value_t = 5)]

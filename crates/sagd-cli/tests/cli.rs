@@ -354,7 +354,10 @@ fn debias_rejects_bad_input() {
         (vec!["--dist", "gamma"], "--dist `gamma`"),
         (vec!["--batch-size", "0"], "--batch-size must be at least 1"),
         (vec!["--methods", "vae,mcmc"], "unknown method `mcmc`"),
-        (vec!["--sagd-delta", "0.6"], "gamma*delta < 1"),
+        (
+            vec!["--sagd-scheme", "euler", "--sagd-delta", "0.6"],
+            "gamma*delta < 1",
+        ),
         (vec!["--n", "0"], "--n must be at least 1"),
     ] {
         let o = sagd()
