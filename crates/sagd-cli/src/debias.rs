@@ -138,10 +138,10 @@ pub struct DebiasArgs {
     #[arg(long)]
     batch_size: Option<usize>,
     /// VAE pre-training epochs (full batch: updates) (default 5000; highdim 10000 with
-    /// --paper-settings, else 100).
+    /// --paper-settings, else 500).
     #[arg(long, alias = "pretrain-iters")]
     pretrain_epochs: Option<usize>,
-    /// Fine-tuning epochs per method (default 1000; highdim 1000 with --paper-settings, else 10).
+    /// Fine-tuning epochs per method (default 1000; highdim 1000 with --paper-settings, else 50).
     #[arg(long, alias = "finetune-iters")]
     finetune_epochs: Option<usize>,
     /// Adam learning rate of pre-training.
@@ -230,7 +230,7 @@ fn settings(a: &DebiasArgs) -> Result<E2Settings> {
     let batch_size = a.batch_size.unwrap_or(if hd { 500 } else { n });
     let (pre, ft) = match (hd, a.paper_settings) {
         (true, true) => (10_000, 1000),
-        (true, false) => (100, 10),
+        (true, false) => (500, 50),
         (false, _) => (5000, 1000),
     };
     for (name, v) in [
