@@ -346,6 +346,8 @@ pub fn run(a: EmArgs) -> Result<()> {
 
     let sagd_end = trace.path.last().context("empty path")?.clone();
     let dist = ((sagd_end[0] - ex_end[0]).powi(2) + (sagd_end[1] - ex_end[1]).powi(2)).sqrt();
+    let ll_estimate =
+        log_likelihood(&model, &trace.estimate, &gh).map_err(|e| anyhow::anyhow!("{e}"))?;
     let result = json!({
         "experiment": "E1 automated EM, Gamma-sigmoid model",
         "sagd_version": env!("CARGO_PKG_VERSION"),
@@ -361,7 +363,7 @@ pub fn run(a: EmArgs) -> Result<()> {
             "final_loglik": ll_sagd.last(),
             "estimate": trace.estimate,
             "estimate_se": trace.estimate_se,
-            "estimate_loglik": log_likelihood(&model, &trace.estimate, &gh).map_err(|e| anyhow::anyhow!("{e}"))?,
+            "estimate_loglik": ll_estimate,
             "converged": trace.converged,
             "msteps": trace.msteps,
             "langevin_steps": trace.langevin_steps,
@@ -371,7 +373,7 @@ pub fn run(a: EmArgs) -> Result<()> {
         "comparison": {
             "distance_sagd_exact_final": dist,
             "loglik_exact_minus_sagd_final": ll_exact.last().copied().unwrap_or(f64::NAN) - ll_sagd.last().copied().unwrap_or(f64::NAN),
-            "loglik_max_minus_sagd_estimate": ll_max - log_likelihood(&model, &trace.estimate, &gh).map_err(|e| anyhow::anyhow!("{e}"))?,
+            "loglik_max_minus_sagd_estimate": ll_max - ll_estimate,
         },
         "quadrature_check": {"nodes": a.quad_nodes, "reference": "trapezoid, 28001 points on [-14, 14]", "max_abs_err_loglik": quad_err},
         "surface": {"a": surface.a, "b": surface.b, "loglik": surface.loglik, "nodes": 48},
