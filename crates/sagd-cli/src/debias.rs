@@ -300,12 +300,10 @@ fn settings(a: &DebiasArgs) -> Result<E2Settings> {
     })
 }
 
+/// Mean and standard error (none for a single value).
 fn mean_se(v: &[f64]) -> (f64, Option<f64>) {
-    let n = v.len() as f64;
-    let m = v.iter().sum::<f64>() / n;
-    let se = (v.len() > 1)
-        .then(|| (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt() / n.sqrt());
-    (m, se)
+    let (m, sd) = sagd::diagnostics::mean_sd(v);
+    (m, (v.len() > 1).then(|| sd / (v.len() as f64).sqrt()))
 }
 
 fn fmt(ms: (f64, Option<f64>)) -> String {

@@ -197,7 +197,8 @@ pub fn generate(vae: &Vae, dec: &[f32], m: usize, seed: u64) -> Vec<f64> {
     out
 }
 
-fn mean_sd(v: &[f64]) -> (f64, f64) {
+/// Mean and population standard deviation (of the m draws of Z).
+fn mean_pop_sd(v: &[f64]) -> (f64, f64) {
     let n = v.len().max(1) as f64;
     let m = v.iter().sum::<f64>() / n;
     (
@@ -227,14 +228,12 @@ pub fn evaluate(
     let ds: Vec<f64> = per.iter().map(|p| p.0).collect();
     let ws: Vec<f64> = per.iter().map(|p| p.1).collect();
     // Standard error over coordinates (sample sd / √p).
-    let se = |v: &[f64]| {
-        (d > 1).then(|| mean_sd(v).1 * (d as f64 / (d as f64 - 1.0)).sqrt() / (d as f64).sqrt())
-    };
+    let se = |v: &[f64]| (d > 1).then(|| sagd::diagnostics::mean_sd(v).1 / (d as f64).sqrt());
     let finite: Vec<f64> = z.iter().cloned().filter(|v| v.is_finite()).collect();
-    let (mean, sd) = mean_sd(&finite);
+    let (mean, sd) = mean_pop_sd(&finite);
     let e = Evaluation {
-        ks: mean_sd(&ds).0,
-        w1: mean_sd(&ws).0,
+        ks: mean_pop_sd(&ds).0,
+        w1: mean_pop_sd(&ws).0,
         ks_se: se(&ds),
         w1_se: se(&ws),
         loglik: (d == 1).then(|| log_likelihood_1d(vae, dec, x)),

@@ -430,24 +430,18 @@ impl Sequential {
         let chunks = cw.rows.div_ceil(CHUNK_ROWS).max(1);
         let want_p = dparams.is_some();
         let np = self.n_params;
-        let mut dx_buf = vec![0.0f32; if dx.is_some() { cw.rows * inp } else { 0 }];
-        let mut dx_parts: Vec<&mut [f32]> = if dx.is_some() {
-            dx_buf.chunks_mut(CHUNK_ROWS * inp).collect()
-        } else {
-            (0..chunks).map(|_| &mut [][..]).collect()
+        // Each chunk writes its rows of ∂L/∂x in place.
+        let dx_parts: Vec<Option<&mut [f32]>> = match dx {
+            Some(dx) => dx.chunks_mut(CHUNK_ROWS * inp).map(Some).collect(),
+            None => (0..chunks).map(|_| None).collect(),
         };
         let parts: Vec<Vec<f32>> = cw.ws[..chunks]
             .par_iter_mut()
             .zip(dout.par_chunks(CHUNK_ROWS * out))
-            .zip(dx_parts.par_iter_mut())
+            .zip(dx_parts.into_par_iter())
             .map(|((ws, dc), dxc)| {
                 let mut g = if want_p { vec![0.0f32; np] } else { Vec::new() };
-                let dxo = if dxc.is_empty() {
-                    None
-                } else {
-                    Some(&mut **dxc)
-                };
-                self.backward(params, ws, dc, want_p.then_some(&mut g[..]), dxo);
+                self.backward(params, ws, dc, want_p.then_some(&mut g[..]), dxc);
                 g
             })
             .collect();
@@ -455,9 +449,6 @@ impl Sequential {
             for g in parts {
                 dp.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
             }
-        }
-        if let Some(dx) = dx {
-            dx.copy_from_slice(&dx_buf);
         }
     }
 

@@ -47,6 +47,19 @@ fn rank_normalise(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
     out
 }
 
+/// The mean and the sample standard deviation (n − 1 in the denominator; 0 for fewer than two
+/// values).
+pub fn mean_sd(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let m = v.iter().sum::<f64>() / n;
+    let var = if v.len() > 1 {
+        v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (m, var.sqrt())
+}
+
 fn mean(x: &[f64]) -> f64 {
     x.iter().sum::<f64>() / x.len() as f64
 }

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::diagnostics::mean_sd;
 use crate::error::{Result, SagdError};
 use crate::langevin::{LangevinSettings, Momentum, Scheme};
 use crate::model::{LatentModel, MaximumLikelihood};
@@ -233,15 +234,9 @@ pub struct AutomatedEm<'a, M> {
     pub checkpoint: Option<(PathBuf, usize)>,
 }
 
-fn mean_sd(rows: &[Vec<f64>], j: usize) -> (f64, f64) {
-    let n = rows.len() as f64;
-    let m = rows.iter().map(|r| r[j]).sum::<f64>() / n;
-    let v = if rows.len() > 1 {
-        rows.iter().map(|r| (r[j] - m).powi(2)).sum::<f64>() / (n - 1.0)
-    } else {
-        0.0
-    };
-    (m, v.sqrt())
+/// Mean and sample standard deviation of column `j`.
+fn column_mean_sd(rows: &[Vec<f64>], j: usize) -> (f64, f64) {
+    mean_sd(&rows.iter().map(|r| r[j]).collect::<Vec<_>>())
 }
 
 impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
@@ -349,7 +344,7 @@ impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
             let iterates = &trace.path[start..];
             let tail = &iterates[t_max / 2..];
             let (tail_mean, tail_sd): (Vec<f64>, Vec<f64>) =
-                (0..p).map(|j| mean_sd(tail, j)).unzip();
+                (0..p).map(|j| column_mean_sd(tail, j)).unzip();
             let divergences = state.chains.divergences as usize
                 - trace.msteps.iter().map(|m| m.divergences).sum::<usize>();
             let m = MStep {
