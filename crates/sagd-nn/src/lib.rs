@@ -9,10 +9,11 @@
 #![warn(missing_docs)]
 
 pub mod experiment;
+pub mod gemm;
 pub mod math;
 pub mod net;
 pub mod train;
 pub mod vae;
 
 pub use math::Activation;
-pub use net::{ChunkedWorkspace, Layer, Sequential, Workspace, CHUNK_ROWS};
+pub use net::{ChunkedWorkspace, Layer, Sequential, Workspace, WorkspacePool, CHUNK_ROWS};

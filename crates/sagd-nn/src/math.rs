@@ -5,12 +5,17 @@
 
 const LN2_HI: f32 = 0.693_145_75;
 const LN2_LO: f32 = 1.428_606_8e-6;
+/// 1.5·2²³: adding it rounds an f32 of magnitude below 2²² to an integer, held in the low bits.
+const ROUND_MAGIC: f32 = 12_582_912.0;
 
 /// e^x for x ≤ 0 (clamped below at −87, where it underflows to ~1e-38). Relative error ~2 ulp.
 #[inline(always)]
-fn exp_neg(x: f32) -> f32 {
+pub(crate) fn exp_neg(x: f32) -> f32 {
     let x = x.max(-87.0);
-    let n = (x * std::f32::consts::LOG2_E).round();
+    // Round to the nearest integer by adding 1.5·2²³, whose last mantissa bits then hold n: float to
+    // int casts (`as i32`) saturate lane by lane and stop the loop from vectorising.
+    let t = x.mul_add(std::f32::consts::LOG2_E, ROUND_MAGIC);
+    let n = t - ROUND_MAGIC;
     let r = n.mul_add(-LN2_HI, x);
     let r = n.mul_add(-LN2_LO, r);
     // e^r on |r| ≤ ln2/2, Taylor to degree 7.
@@ -21,7 +26,7 @@ fn exp_neg(x: f32) -> f32 {
     let p = p.mul_add(r, 0.5);
     let p = p.mul_add(r, 1.0);
     let p = p.mul_add(r, 1.0);
-    let scale = f32::from_bits((((n as i32) + 127) as u32) << 23);
+    let scale = f32::from_bits(t.to_bits().wrapping_sub(ROUND_MAGIC.to_bits() - 127) << 23);
     p * scale
 }
 
@@ -54,27 +59,28 @@ fn tanh(a: f32) -> f32 {
     }
 }
 
-/// ln(1 + y) for y in [0, 1], with Kahan's correction for the rounding of 1 + y.
+/// ln(1 + y) for y in [0, 1] as y·P(y), P of degree 9 interpolating ln(1 + y)/y at Chebyshev
+/// nodes (relative error 5e-9 in exact arithmetic, 1.4e-7 in f32): no division, unlike the
+/// (u − 1)/(u + 1) series, which made softplus twice as slow.
 #[inline(always)]
 fn log1p_unit(y: f32) -> f32 {
-    let u = 1.0 + y;
-    let big = u > std::f32::consts::SQRT_2;
-    let m = if big { 0.5 * u } else { u };
-    let e = if big { std::f32::consts::LN_2 } else { 0.0 };
-    let s = (m - 1.0) / (m + 1.0);
-    let z = s * s;
-    let p = (1.0 / 9.0f32).mul_add(z, 1.0 / 7.0);
-    let p = p.mul_add(z, 1.0 / 5.0);
-    let p = p.mul_add(z, 1.0 / 3.0);
-    let p = p.mul_add(z, 1.0);
-    let ln_u = (2.0 * s).mul_add(p, e);
-    // Kahan: ln(1 + y) = ln(u) · y/(u − 1) undoes the rounding of u = 1 + y.
-    let d = u - 1.0;
-    if d == 0.0 {
-        y
-    } else {
-        ln_u * (y / d)
+    const P: [f32; 10] = [
+        1.0,
+        -0.499_998_93,
+        0.333_297_1,
+        -0.249_516_16,
+        0.196_632_74,
+        -0.152_696_67,
+        0.105_436_236,
+        -0.056_373_61,
+        0.019_542_526,
+        -0.003_176_057,
+    ];
+    let mut p = P[9];
+    for c in P[..9].iter().rev() {
+        p = p.mul_add(y, *c);
     }
+    p * y
 }
 
 /// (softplus(a), σ(a)) from one exponential.

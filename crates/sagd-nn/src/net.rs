@@ -6,6 +6,7 @@ use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
+use crate::gemm::{gemm, Epilogue, Strided};
 use crate::math::{self, Activation};
 
 /// One layer.
@@ -45,6 +46,7 @@ pub struct Workspace {
     derivs: Vec<Vec<f32>>,
     grad: Vec<f32>,
     grad2: Vec<f32>,
+    wt: Vec<f32>,
 }
 
 /// Workspaces for passes over many rows in fixed chunks of [`CHUNK_ROWS`], run in parallel. The
@@ -60,6 +62,31 @@ pub struct ChunkedWorkspace {
 /// Rows per chunk of a [`ChunkedWorkspace`] pass.
 pub const CHUNK_ROWS: usize = 512;
 
+/// One [`Workspace`] per worker thread, kept between calls so that each pass reuses warm buffers
+/// (see [`Sequential::forward_backward_chunked`]). Which workspace a chunk uses never changes its
+/// result.
+#[derive(Debug, Default)]
+pub struct WorkspacePool {
+    ws: Vec<std::sync::Mutex<Workspace>>,
+}
+
+impl WorkspacePool {
+    /// Runs `f` on this thread's workspace (a fresh one if that is busy).
+    fn with<R>(&self, f: impl FnOnce(&mut Workspace) -> R) -> R {
+        let i = rayon::current_thread_index().unwrap_or(0);
+        match self.ws.get(i).map(|m| m.try_lock()) {
+            Some(Ok(mut ws)) => f(&mut ws),
+            _ => f(&mut Workspace::default()),
+        }
+    }
+
+    fn ensure(&mut self, threads: usize) {
+        if self.ws.len() < threads {
+            self.ws.resize_with(threads, Default::default);
+        }
+    }
+}
+
 impl ChunkedWorkspace {
     /// The output of the last forward pass (rows × out).
     pub fn output(&self) -> &[f32] {
@@ -74,145 +101,118 @@ impl Workspace {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn sgemm(
-    m: usize,
-    k: usize,
-    n: usize,
-    a: &[f32],
-    (rsa, csa): (isize, isize),
-    b: &[f32],
-    (rsb, csb): (isize, isize),
-    beta: f32,
-    c: &mut [f32],
-    rsc: isize,
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    // SAFETY: the callers size a, b and c for these shapes and strides (checked by debug asserts
-    // and by every test); matrixmultiply reads and writes only within them.
-    debug_assert!(c.len() >= m * n);
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            1.0,
-            a.as_ptr(),
-            rsa,
-            csa,
-            b.as_ptr(),
-            rsb,
-            csb,
-            beta,
-            c.as_mut_ptr(),
-            rsc,
-            1,
-        );
+/// A row-major matrix with `cols` columns, as the A operand of [`gemm`].
+fn by_rows(data: &[f32], cols: usize) -> Strided<'_> {
+    Strided {
+        data,
+        rows: cols,
+        cols: 1,
     }
 }
 
-/// y = x Wᵀ + b. Width-1 inputs and outputs (the 1-D models) are an outer product and a row of dot
-/// products: cheaper by hand than through a packed matrix product.
+/// The transpose of a row-major matrix with `cols` columns, as the A operand of [`gemm`].
+fn by_cols(data: &[f32], cols: usize) -> Strided<'_> {
+    Strided {
+        data,
+        rows: 1,
+        cols,
+    }
+}
+
+/// y = x Wᵀ + b. A width-1 output is a row of dot products, cheaper by hand than as a product
+/// with one column. `wt` is scratch for Wᵀ.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-fn linear_forward(x: &[f32], w: &[f32], b: &[f32], y: &mut [f32], inp: usize, out: usize) {
+fn linear_forward(
+    x: &[f32],
+    w: &[f32],
+    b: &[f32],
+    y: &mut [f32],
+    (inp, out): (usize, usize),
+    wt: &mut Vec<f32>,
+) {
     let rows = y.len() / out;
-    if inp == 1 {
-        for (yr, xr) in y.chunks_exact_mut(out).zip(x) {
-            for ((yj, wj), bj) in yr.iter_mut().zip(w).zip(b) {
-                *yj = xr.mul_add(*wj, *bj);
-            }
-        }
-    } else if out == 1 {
+    if out == 1 {
         for (yr, xr) in y.iter_mut().zip(x.chunks_exact(inp)) {
             *yr = b[0] + dot(xr, w);
         }
-    } else {
-        for row in y.chunks_exact_mut(out) {
-            row.copy_from_slice(b);
-        }
-        // y += x Wᵀ: Wᵀ[k][j] = W[j][k].
-        sgemm(
-            rows,
-            inp,
-            out,
-            x,
-            (inp as isize, 1),
-            w,
-            (1, inp as isize),
-            1.0,
-            y,
-            out as isize,
-        );
+        return;
     }
+    // Wᵀ by rows (inp × out), so that the kernel reads B by contiguous rows (for inp = 1, W is
+    // already its own transpose).
+    let wt = if inp == 1 {
+        w
+    } else {
+        wt.resize(inp * out, 0.0);
+        for (j, wrow) in w.chunks_exact(inp).enumerate() {
+            for (r, v) in wrow.iter().enumerate() {
+                wt[r * out + j] = *v;
+            }
+        }
+        &wt[..]
+    };
+    gemm(
+        rows,
+        out,
+        inp,
+        by_rows(x, inp),
+        wt,
+        out,
+        y,
+        out,
+        Epilogue::Bias(b),
+    );
 }
 
 /// dW += gᵀ x, db += Σ_rows g.
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
 fn linear_param_grad(g: &[f32], x: &[f32], dw: &mut [f32], db: &mut [f32], inp: usize, out: usize) {
     let rows = g.len() / out;
-    if out == 1 {
-        for (gr, xr) in g.iter().zip(x.chunks_exact(inp)) {
-            for (d, xv) in dw.iter_mut().zip(xr) {
-                *d = gr.mul_add(*xv, *d);
-            }
-        }
-    } else if inp == 1 {
-        for (gr, xr) in g.chunks_exact(out).zip(x) {
-            for (d, gv) in dw.iter_mut().zip(gr) {
-                *d = gv.mul_add(*xr, *d);
-            }
-        }
+    if inp == 1 {
+        // W is out × 1: its gradient as one row, xᵀ g.
+        gemm(1, out, rows, by_cols(x, 1), g, out, dw, out, Epilogue::Add);
     } else {
-        sgemm(
+        gemm(
             out,
-            rows,
             inp,
-            g,
-            (1, out as isize),
+            rows,
+            by_cols(g, out),
             x,
-            (inp as isize, 1),
-            1.0,
+            inp,
             dw,
-            inp as isize,
+            inp,
+            Epilogue::Add,
         );
     }
-    for row in g.chunks_exact(out) {
-        for (d, gv) in db.iter_mut().zip(row) {
-            *d += gv;
-        }
-    }
+    // db = 1ᵀ g: a stride-0 A reads the one 1.
+    let ones = Strided {
+        data: &[1.0],
+        rows: 0,
+        cols: 0,
+    };
+    gemm(1, out, rows, ones, g, out, db, out, Epilogue::Add);
 }
 
-/// dx = g W.
+/// dx = (g W) ⊙ s, with s the derivative of the activation below the layer when there is one. A
+/// width-1 input is a column of dot products, by hand.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-fn linear_input_grad(g: &[f32], w: &[f32], dx: &mut [f32], inp: usize, out: usize) {
+fn linear_input_grad(
+    g: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    (inp, out): (usize, usize),
+    s: Option<&[f32]>,
+) {
     let rows = g.len() / out;
-    if out == 1 {
-        for (dr, gr) in dx.chunks_exact_mut(inp).zip(g) {
-            for (d, wv) in dr.iter_mut().zip(w) {
-                *d = gr * wv;
-            }
-        }
-    } else if inp == 1 {
+    if inp == 1 {
         for (dr, gr) in dx.iter_mut().zip(g.chunks_exact(out)) {
             *dr = dot(gr, w);
         }
-    } else {
-        sgemm(
-            rows,
-            out,
-            inp,
-            g,
-            (out as isize, 1),
-            w,
-            (inp as isize, 1),
-            0.0,
-            dx,
-            inp as isize,
-        );
+        if let Some(s) = s {
+            math::scale(dx, s);
+        }
+        return;
     }
+    let ep = s.map_or(Epilogue::Store, Epilogue::Scale);
+    gemm(rows, inp, out, by_rows(g, out), w, inp, dx, inp, ep);
 }
 
 /// Σ a_i b_i with eight partial sums (vectorises; fixed order).
@@ -333,7 +333,7 @@ impl Sequential {
                     let w = &params[off..off + inp * out];
                     let b = &params[off + inp * out..off + inp * out + out];
                     y.resize(rows * out, 0.0);
-                    linear_forward(xin, w, b, y, inp, out);
+                    linear_forward(xin, w, b, y, (inp, out), &mut ws.wt);
                 }
                 Layer::Act { act } => {
                     y.resize(xin.len(), 0.0);
@@ -366,6 +366,8 @@ impl Sequential {
         grad.clear();
         grad.extend_from_slice(dout);
         let need_dx = dx.is_some();
+        // An activation's derivative is applied by the Linear layer above it, in its product.
+        let mut scaled = false;
         for (i, l) in self.layers.iter().enumerate().rev() {
             let xin = &acts[i];
             match *l {
@@ -377,12 +379,21 @@ impl Sequential {
                         linear_param_grad(grad, xin, dw, db, inp, out);
                     }
                     if i > 0 || need_dx {
+                        let below = match i.checked_sub(1).map(|j| &self.layers[j]) {
+                            Some(Layer::Act { .. }) => Some(&derivs[i - 1][..]),
+                            _ => None,
+                        };
+                        scaled = below.is_some();
                         grad2.resize(rows * inp, 0.0);
-                        linear_input_grad(grad, w, grad2, inp, out);
+                        linear_input_grad(grad, w, grad2, (inp, out), below);
                         std::mem::swap(grad, grad2);
                     }
                 }
-                Layer::Act { .. } => math::scale(grad, &derivs[i]),
+                Layer::Act { .. } => {
+                    if !std::mem::take(&mut scaled) {
+                        math::scale(grad, &derivs[i]);
+                    }
+                }
             }
         }
         if let Some(dx) = dx {
@@ -450,6 +461,68 @@ impl Sequential {
                 dp.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
             }
         }
+    }
+
+    /// Forward then backward over `rows` inputs in fixed chunks of `chunk_rows`, in parallel. Each
+    /// chunk's ∂L/∂output is written by `grad(first_row, output, dout)` right after its forward
+    /// pass, while its activations are still in cache: over many rows, keeping every chunk's
+    /// activations for a later backward pass sent them through main memory and took half the time.
+    /// Adds ∂L/∂params into `dparams` (chunks summed in order) and writes ∂L/∂x into `dx`, if given;
+    /// returns `grad`'s values in chunk order. Results do not depend on the number of threads.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_backward_chunked<T, G>(
+        &self,
+        params: &[f32],
+        x: &[f32],
+        rows: usize,
+        chunk_rows: usize,
+        pool: &mut WorkspacePool,
+        dparams: Option<&mut [f32]>,
+        dx: Option<&mut [f32]>,
+        grad: G,
+    ) -> Vec<T>
+    where
+        T: Send,
+        G: Fn(usize, &[f32], &mut [f32]) -> T + Sync,
+    {
+        use rayon::prelude::*;
+        let (inp, out, np) = (self.inp, self.out, self.n_params);
+        let chunk_rows = chunk_rows.max(1);
+        let chunks = rows.div_ceil(chunk_rows);
+        pool.ensure(rayon::current_num_threads());
+        let pool = &*pool;
+        let want_p = dparams.is_some();
+        let dx_parts: Vec<Option<&mut [f32]>> = match dx {
+            Some(dx) => dx.chunks_mut(chunk_rows * inp).map(Some).collect(),
+            None => (0..chunks).map(|_| None).collect(),
+        };
+        let parts: Vec<(T, Vec<f32>)> = x
+            .par_chunks(chunk_rows * inp)
+            .zip(dx_parts.into_par_iter())
+            .enumerate()
+            .map(|(c, (xc, dxc))| {
+                let r = xc.len() / inp;
+                pool.with(|ws| {
+                    self.forward(params, xc, r, ws);
+                    let mut dout = vec![0.0f32; r * out];
+                    let v = grad(c * chunk_rows, ws.output(), &mut dout);
+                    let mut g = if want_p { vec![0.0f32; np] } else { Vec::new() };
+                    self.backward(params, ws, &dout, want_p.then_some(&mut g[..]), dxc);
+                    (v, g)
+                })
+            })
+            .collect();
+        let mut values = Vec::with_capacity(parts.len());
+        match dparams {
+            Some(dp) => {
+                for (v, g) in parts {
+                    dp.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
+                    values.push(v);
+                }
+            }
+            None => values.extend(parts.into_iter().map(|(v, _)| v)),
+        }
+        values
     }
 
     /// Saves parameters as JSON: `{"format": "sagd-nn/1", "layers": [...], "params": [...]}`; f32

@@ -10,7 +10,8 @@ use sagd::rng::NormalStream;
 use sagd::solver::accumulate_grad_f;
 use serde::{Deserialize, Serialize};
 
-use crate::net::{ChunkedWorkspace, Workspace};
+use crate::math;
+use crate::net::{ChunkedWorkspace, Workspace, WorkspacePool, CHUNK_ROWS};
 use crate::vae::{DecoderPosterior, Vae, VaeParams};
 
 /// The fine-tuning methods of Table 1.
@@ -122,11 +123,10 @@ pub trait GradientEstimator {
 struct EncoderPass {
     x: Vec<f32>,
     ws_enc: ChunkedWorkspace,
-    ws_dec: ChunkedWorkspace,
+    pool: WorkspacePool,
     eps: Vec<f32>,
     u: Vec<f32>,
     sd: Vec<f32>,
-    dh: Vec<f32>,
     du: Vec<f32>,
     denc: Vec<f32>,
 }
@@ -136,11 +136,10 @@ impl EncoderPass {
         EncoderPass {
             x: Vec::new(),
             ws_enc: ChunkedWorkspace::default(),
-            ws_dec: ChunkedWorkspace::default(),
+            pool: WorkspacePool::default(),
             eps: Vec::new(),
             u: Vec::new(),
             sd: Vec::new(),
-            dh: Vec::new(),
             du: Vec::new(),
             denc: Vec::new(),
         }
@@ -220,102 +219,111 @@ impl GradientEstimator for BoundEstimator<'_> {
         gather_rows(self.x, d, batch, &mut b.x);
         let x = &b.x[..];
         self.vae.enc.forward_chunked(&p.enc, x, n, &mut b.ws_enc);
-        let enc_out = b.ws_enc.output().to_vec();
+        let enc = b.ws_enc.output();
         b.eps.resize(k * n * d, 0.0);
         self.stream.fill(&mut b.eps);
         b.sd.resize(n * d, 0.0);
         for i in 0..n {
             for j in 0..d {
-                b.sd[i * d + j] = (0.5 * enc_out[i * 2 * d + d + j]).exp();
+                b.sd[i * d + j] = (0.5 * enc[i * 2 * d + d + j]).exp();
             }
         }
-        // Row (s, i) of the k·n decoder inputs is sample s of point i.
+        // Row i·k + s of the k·n decoder inputs is sample s of point i: a chunk of whole points
+        // holds every sample its weights need.
         b.u.resize(k * n * d, 0.0);
-        for s in 0..k {
-            for i in 0..n {
-                for j in 0..d {
-                    let r = (s * n + i) * d + j;
-                    b.u[r] = enc_out[i * 2 * d + j] + b.sd[i * d + j] * b.eps[r];
-                }
-            }
-        }
-        self.vae
-            .dec
-            .forward_chunked(&p.dec, &b.u, k * n, &mut b.ws_dec);
-        let h = b.ws_dec.output();
-        b.dh.resize(k * n * d, 0.0);
-        let mut loss = 0.0f64;
-        if k == 1 {
-            // −ELBO per point: ½‖x − h‖² + KL(N(μ, σ²) ‖ N(0, I)).
-            for i in 0..n {
-                for j in 0..d {
-                    let r = i * d + j;
-                    let res = x[r] - h[r];
-                    let (mu, lv) = (enc_out[i * 2 * d + j], enc_out[i * 2 * d + d + j]);
-                    loss += 0.5 * (res * res) as f64 + 0.5 * (mu * mu + lv.exp() - lv - 1.0) as f64;
-                    b.dh[r] = -res / nf;
-                }
-            }
-        } else {
-            // log w = −½‖x − h‖² − ½‖u‖² + ½‖ε‖² + ½ Σ log σ²; loss = −mean_i log mean_s w.
-            let mut logw = vec![0.0f32; k * n];
+        for i in 0..n {
             for s in 0..k {
-                for i in 0..n {
-                    let mut acc = 0.0f32;
-                    for j in 0..d {
-                        let r = (s * n + i) * d + j;
-                        let res = x[i * d + j] - h[r];
-                        acc += -0.5 * res * res - 0.5 * b.u[r] * b.u[r]
-                            + 0.5 * b.eps[r] * b.eps[r]
-                            + 0.5 * enc_out[i * 2 * d + d + j];
-                    }
-                    logw[s * n + i] = acc;
+                for j in 0..d {
+                    let r = (i * k + s) * d + j;
+                    b.u[r] = enc[i * 2 * d + j] + b.sd[i * d + j] * b.eps[r];
                 }
             }
-            for i in 0..n {
-                let m = (0..k)
-                    .map(|s| logw[s * n + i])
-                    .fold(f32::NEG_INFINITY, f32::max);
-                let sum: f64 = (0..k).map(|s| ((logw[s * n + i] - m) as f64).exp()).sum();
-                let lse = m as f64 + sum.ln();
-                loss -= lse - (k as f64).ln();
-                for s in 0..k {
-                    // The normalised weight w̃ enters as a constant factor of each sample's gradient.
-                    logw[s * n + i] = (((logw[s * n + i] - m) as f64).exp() / sum) as f32;
-                }
-            }
-            for s in 0..k {
-                for i in 0..n {
-                    let wt = logw[s * n + i];
-                    for j in 0..d {
-                        let r = (s * n + i) * d + j;
-                        b.dh[r] = -wt * (x[i * d + j] - h[r]) / nf;
-                    }
-                }
-            }
-            // Keep the weights for the direct ∂/∂u term below.
-            b.denc = logw;
         }
         b.du.resize(k * n * d, 0.0);
-        self.vae
-            .dec
-            .backward_chunked(&p.dec, &mut b.ws_dec, &b.dh, Some(g_dec), Some(&mut b.du));
+        let (u, eps) = (&b.u[..], &b.eps[..]);
+        let points_per_chunk = (CHUNK_ROWS / k).max(1);
+        // Per chunk: its share of the loss and, for the IWAE bound, the normalised weights w̃.
+        let parts = self.vae.dec.forward_backward_chunked(
+            &p.dec,
+            u,
+            k * n,
+            points_per_chunk * k,
+            &mut b.pool,
+            Some(g_dec),
+            Some(&mut b.du),
+            |r0, h, dh| {
+                let i0 = r0 / k;
+                let mut loss = 0.0f64;
+                if k == 1 {
+                    // −ELBO per point: ½‖x − h‖² + KL(N(μ, σ²) ‖ N(0, I)).
+                    for (r, (hv, g)) in h.iter().zip(dh.iter_mut()).enumerate() {
+                        let (i, j) = (i0 + r / d, r % d);
+                        let res = x[i * d + j] - hv;
+                        let (mu, lv) = (enc[i * 2 * d + j], enc[i * 2 * d + d + j]);
+                        loss +=
+                            0.5 * (res * res) as f64 + 0.5 * (mu * mu + lv.exp() - lv - 1.0) as f64;
+                        *g = -res / nf;
+                    }
+                    return (loss, Vec::new());
+                }
+                // log w = −½‖x − h‖² − ½‖u‖² + ½‖ε‖² + ½ Σ log σ²; loss = −Σ_i log mean_s w.
+                let mut wts = vec![0.0f32; h.len() / d];
+                for (p_, wp) in wts.chunks_exact_mut(k).enumerate() {
+                    let i = i0 + p_;
+                    for (s, lw) in wp.iter_mut().enumerate() {
+                        let r0 = (p_ * k + s) * d;
+                        let mut acc = 0.0f32;
+                        for j in 0..d {
+                            let (rg, rl) = ((i * k + s) * d + j, r0 + j);
+                            let res = x[i * d + j] - h[rl];
+                            acc += -0.5 * res * res - 0.5 * u[rg] * u[rg]
+                                + 0.5 * eps[rg] * eps[rg]
+                                + 0.5 * enc[i * 2 * d + d + j];
+                        }
+                        *lw = acc;
+                    }
+                    let m = wp.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let mut sum = 0.0f64;
+                    for lw in wp.iter_mut() {
+                        *lw = math::exp_neg(*lw - m);
+                        sum += *lw as f64;
+                    }
+                    loss -= m as f64 + sum.ln() - (k as f64).ln();
+                    // The normalised weight w̃ enters as a constant factor of each sample's gradient.
+                    for (s, lw) in wp.iter_mut().enumerate() {
+                        *lw = (*lw as f64 / sum) as f32;
+                        for j in 0..d {
+                            let rl = (p_ * k + s) * d + j;
+                            dh[rl] = -*lw * (x[i * d + j] - h[rl]) / nf;
+                        }
+                    }
+                }
+                (loss, wts)
+            },
+        );
+        let mut loss = 0.0f64;
+        b.denc.clear();
+        for (l, w) in parts {
+            loss += l;
+            b.denc.extend_from_slice(&w);
+        }
         // Back through the reparameterisation to (μ, log σ²).
         let mut dout = vec![0.0f32; n * 2 * d];
-        for s in 0..k {
-            for i in 0..n {
-                let wt = if k == 1 { 0.0 } else { b.denc[s * n + i] };
+        for i in 0..n {
+            for s in 0..k {
+                let wt = if k == 1 { 0.0 } else { b.denc[i * k + s] };
                 for j in 0..d {
-                    let r = (s * n + i) * d + j;
+                    let r = (i * k + s) * d + j;
                     let du = b.du[r] + wt * b.u[r] / nf;
                     dout[i * 2 * d + j] += du;
                     dout[i * 2 * d + d + j] += du * b.eps[r] * 0.5 * b.sd[i * d + j];
                 }
             }
         }
+        let enc = b.ws_enc.output();
         for i in 0..n {
             for j in 0..d {
-                let (mu, lv) = (enc_out[i * 2 * d + j], enc_out[i * 2 * d + d + j]);
+                let (mu, lv) = (enc[i * 2 * d + j], enc[i * 2 * d + d + j]);
                 if k == 1 {
                     dout[i * 2 * d + j] += mu / nf;
                     dout[i * 2 * d + d + j] += 0.5 * (lv.exp() - 1.0) / nf;

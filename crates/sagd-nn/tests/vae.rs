@@ -55,22 +55,24 @@ fn posterior_gradients_match_finite_differences() {
 }
 
 /// The estimator's gradient against central differences of its loss, with the noise fixed by
-/// rebuilding the estimator from the same seed for every evaluation.
-fn check_bound(k: usize) {
+/// rebuilding the estimator from the same seed for every evaluation; `points` copies of the data
+/// (enough of them spread the k·points decoder rows over several chunks).
+fn check_bound(k: usize, points: usize) {
     let vae = Vae::new(1, 5);
     let p = vae.init(9);
-    let x = data();
+    let x: Vec<f32> = data().into_iter().cycle().take(points).collect();
+    let batch: Vec<usize> = (0..points).collect();
     let loss = |q: &sagd_nn::vae::VaeParams| -> f64 {
         let mut gd = vec![0.0f32; q.dec.len()];
         let mut ge = vec![0.0f32; q.enc.len()];
         BoundEstimator::new(&vae, &x, k, 77)
-            .estimate(q, &[0, 1, 2, 3, 4], &mut gd, &mut ge)
+            .estimate(q, &batch, &mut gd, &mut ge)
             .unwrap()
     };
     let mut gd = vec![0.0f32; p.dec.len()];
     let mut ge = vec![0.0f32; p.enc.len()];
     BoundEstimator::new(&vae, &x, k, 77)
-        .estimate(&p, &[0, 1, 2, 3, 4], &mut gd, &mut ge)
+        .estimate(&p, &batch, &mut gd, &mut ge)
         .unwrap();
     let h = 1e-2f32;
     for j in 0..p.dec.len() {
@@ -99,12 +101,19 @@ fn check_bound(k: usize) {
 
 #[test]
 fn elbo_gradient_matches_finite_differences() {
-    check_bound(1);
+    check_bound(1, 5);
 }
 
 #[test]
 fn iwae_gradient_matches_finite_differences() {
-    check_bound(7);
+    check_bound(7, 5);
+}
+
+#[test]
+fn iwae_gradient_over_several_chunks_matches_finite_differences() {
+    // 50 samples of 25 points: 1250 decoder rows in chunks of 500 (10 whole points each).
+    const { assert!(25 * 50 > 2 * sagd_nn::CHUNK_ROWS) };
+    check_bound(50, 25);
 }
 
 #[test]
