@@ -130,7 +130,9 @@ fn product(
 }
 
 /// One row of a tile (its first `acc.len()` columns), portably: the same chains as the AVX-512
-/// kernel, so the same bits.
+/// kernel, so the same bits (with hardware FMA where there is one: `mul_add` is a library call
+/// without it).
+#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
 fn tile_row(k: usize, a: &[f32], cs: usize, b: &[f32], ldb: usize, acc: &mut [f32]) {
     acc.fill(0.0);
     let w = acc.len();

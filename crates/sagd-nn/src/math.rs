@@ -10,7 +10,7 @@ const ROUND_MAGIC: f32 = 12_582_912.0;
 
 /// e^x for x ≤ 0 (clamped below at −87, where it underflows to ~1e-38). Relative error ~2 ulp.
 #[inline(always)]
-pub(crate) fn exp_neg(x: f32) -> f32 {
+fn exp_neg(x: f32) -> f32 {
     let x = x.max(-87.0);
     // Round to the nearest integer by adding 1.5·2²³, whose last mantissa bits then hold n: float to
     // int casts (`as i32`) saturate lane by lane and stop the loop from vectorising.
@@ -128,6 +128,12 @@ pub fn forward(act: Activation, x: &[f32], y: &mut [f32], dy: &mut [f32]) {
             *dy = 1.0 - t * t;
         }),
     }
+}
+
+/// v ← e^(v − m) elementwise, for m ≥ every v (the shifted weights of a log-sum-exp).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
+pub fn exp_shifted(v: &mut [f32], m: f32) {
+    v.iter_mut().for_each(|x| *x = exp_neg(*x - m));
 }
 
 /// g *= dy elementwise.

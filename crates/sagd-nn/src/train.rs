@@ -283,11 +283,8 @@ impl GradientEstimator for BoundEstimator<'_> {
                         *lw = acc;
                     }
                     let m = wp.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                    let mut sum = 0.0f64;
-                    for lw in wp.iter_mut() {
-                        *lw = math::exp_neg(*lw - m);
-                        sum += *lw as f64;
-                    }
+                    math::exp_shifted(wp, m);
+                    let sum: f64 = wp.iter().map(|w| *w as f64).sum();
                     loss -= m as f64 + sum.ln() - (k as f64).ln();
                     // The normalised weight w̃ enters as a constant factor of each sample's gradient.
                     for (s, lw) in wp.iter_mut().enumerate() {
@@ -359,6 +356,7 @@ pub struct ChainEstimator<'a> {
     xb: Vec<f32>,
     fused: bool,
     step_grad: Vec<f32>,
+    reused: usize,
 }
 
 impl<'a> ChainEstimator<'a> {
@@ -417,6 +415,7 @@ impl<'a> ChainEstimator<'a> {
             xb: Vec::new(),
             fused: false,
             step_grad: Vec::new(),
+            reused: 0,
         }
     }
 }
@@ -476,6 +475,9 @@ impl GradientEstimator for ChainEstimator<'_> {
         let mut result = Ok(());
         self.step_grad.resize(p.dec.len(), 0.0);
         model.fuse_theta_grad(self.fused);
+        // Without fusion, each step's θ-gradient reuses the forward pass at the step's last
+        // evaluation for the chains that stayed there (HMC: the accepted proposals).
+        model.remember_passes(!self.fused);
         for _ in 0..self.steps {
             let info = match sub.step(&target, &self.kernel) {
                 Ok(i) => i,
@@ -504,6 +506,8 @@ impl GradientEstimator for ChainEstimator<'_> {
             }
         }
         model.fuse_theta_grad(false);
+        model.remember_passes(false);
+        self.reused += model.reused_passes();
         if full {
             self.chains = sub;
         } else {
@@ -522,6 +526,7 @@ impl GradientEstimator for ChainEstimator<'_> {
         serde_json::json!({
             "acceptance": (!self.acceptance.is_empty()).then(|| self.acceptance.iter().sum::<f64>() / self.acceptance.len() as f64),
             "divergences": self.divergences,
+            "reused_forward_passes": self.reused,
             "chain_abs_max": pos.iter().fold(0.0f32, |m, v| m.max(v.abs())),
         })
     }

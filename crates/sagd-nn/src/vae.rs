@@ -2,7 +2,8 @@
 //! q_φ(u | x) = N(μ_φ(x), diag σ²_φ(x)). The decoder's posterior p(u | x; θ) is a [`LatentModel`]
 //! whose ∇u and ∇θ come from the engine, so the core crate's chains, HMC and SAGD run on it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use sagd::error::LogpError;
@@ -50,6 +51,15 @@ impl Vae {
     }
 }
 
+/// A forward pass kept for a later θ-gradient at the same points.
+struct LastPass {
+    theta: Vec<f32>,
+    data: Vec<usize>,
+    u: Vec<f32>,
+    ws: Workspace,
+    r: Vec<f32>,
+}
+
 /// The posterior p(u | x_i; θ) ∝ N(u; 0, I) N(x_i; h_θ(u), I) over a data set, as a [`LatentModel`]
 /// (constants dropped): log p = −½‖u‖² − ½‖x_i − h_θ(u)‖².
 pub struct DecoderPosterior<'a> {
@@ -58,6 +68,10 @@ pub struct DecoderPosterior<'a> {
     d: usize,
     pool: Mutex<Vec<(Workspace, Vec<f32>)>>,
     fuse: AtomicBool,
+    remember: AtomicBool,
+    reused: AtomicUsize,
+    /// The last forward pass of each block of rows (see [`DecoderPosterior::remember_passes`]).
+    last: Mutex<Vec<LastPass>>,
     /// Fused θ-gradients per block of rows, keyed by the block's first data index and summed in
     /// that order, so that the sum does not depend on which thread finished first.
     theta_grad: Mutex<Vec<(usize, Vec<f32>)>>,
@@ -72,7 +86,24 @@ impl<'a> DecoderPosterior<'a> {
             d: dec.input_dim(),
             pool: Mutex::new(Vec::new()),
             fuse: AtomicBool::new(false),
+            remember: AtomicBool::new(false),
+            reused: AtomicUsize::new(0),
+            last: Mutex::new(Vec::new()),
             theta_grad: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// While on, [`LatentModel::log_joint`] keeps each block's forward pass, and
+    /// [`LatentModel::add_grad_theta`] at the same θ and rows reuses it for the rows whose u is
+    /// unchanged (bit for bit), running a pass of its own only for the others. An HMC transition
+    /// ends with an evaluation at its proposal, which nearly always becomes the chain's state: its
+    /// θ-gradient then costs a backward pass, not a forward one too.
+    pub fn remember_passes(&self, on: bool) {
+        self.remember.store(on, Ordering::SeqCst);
+        if !on {
+            if let (Ok(mut last), Ok(mut pool)) = (self.last.lock(), self.pool.lock()) {
+                pool.extend(last.drain(..).map(|l| (l.ws, l.r)));
+            }
         }
     }
 
@@ -96,17 +127,83 @@ impl<'a> DecoderPosterior<'a> {
     }
 
     fn with_workspace<R>(&self, f: impl FnOnce(&mut Workspace, &mut Vec<f32>) -> R) -> R {
-        let mut w = self
-            .pool
-            .lock()
-            .map(|mut p| p.pop())
-            .unwrap_or(None)
-            .unwrap_or_default();
+        let mut w = self.take_workspace();
         let r = f(&mut w.0, &mut w.1);
         if let Ok(mut p) = self.pool.lock() {
             p.push(w);
         }
         r
+    }
+
+    fn take_workspace(&self) -> (Workspace, Vec<f32>) {
+        self.pool
+            .lock()
+            .map(|mut p| p.pop())
+            .unwrap_or(None)
+            .unwrap_or_default()
+    }
+
+    /// How many θ-gradient calls have reused a kept forward pass.
+    pub fn reused_passes(&self) -> usize {
+        self.reused.load(Ordering::SeqCst)
+    }
+
+    /// Keeps a block's forward pass (workspace and residuals) in place of the block's last one.
+    fn keep_pass(&self, theta: &[f32], data: &[usize], u: &[f32], ws: Workspace, r: Vec<f32>) {
+        let (Ok(mut last), Ok(mut pool)) = (self.last.lock(), self.pool.lock()) else {
+            return;
+        };
+        let kept = LastPass {
+            theta: theta.to_vec(),
+            data: data.to_vec(),
+            u: u.to_vec(),
+            ws,
+            r,
+        };
+        match last.iter_mut().find(|l| l.data == data) {
+            Some(slot) => {
+                let old = std::mem::replace(slot, kept);
+                pool.push((old.ws, old.r));
+            }
+            None => last.push(kept),
+        }
+    }
+
+    /// ∇θ from a kept pass at the same θ and rows: the rows whose u changed since are left out of
+    /// it and returned. None without such a pass.
+    fn grad_theta_from_kept(
+        &self,
+        theta: &[f32],
+        data: &[usize],
+        u: &[f32],
+        grad_theta: &mut [f32],
+    ) -> Option<Vec<usize>> {
+        let d = self.d;
+        let mut last = self.last.lock().ok()?;
+        let kept = last
+            .iter_mut()
+            .find(|l| l.data == data && l.theta == theta)?;
+        let mut stale = Vec::new();
+        let mut r = kept.r.clone();
+        for (k, ((rr, now), then)) in r
+            .chunks_exact_mut(d)
+            .zip(u.chunks_exact(d))
+            .zip(kept.u.chunks_exact(d))
+            .enumerate()
+        {
+            if now
+                .iter()
+                .zip(then)
+                .any(|(a, b)| a.to_bits() != b.to_bits())
+            {
+                rr.iter_mut().for_each(|v| *v = 0.0);
+                stale.push(k);
+            }
+        }
+        self.dec
+            .backward(theta, &mut kept.ws, &r, Some(grad_theta), None);
+        self.reused.fetch_add(1, Ordering::SeqCst);
+        Some(stale)
     }
 
     /// Forward pass at u; leaves the residuals x − h(u) in `r`.
@@ -153,7 +250,10 @@ impl LatentModel<f32> for DecoderPosterior<'_> {
         grad_u: &mut [f32],
     ) -> Result<(), LogpError> {
         let d = self.d;
-        self.with_workspace(|ws, r| {
+        let remember = self.remember.load(Ordering::SeqCst);
+        let (mut ws, mut r) = self.take_workspace();
+        {
+            let (ws, r) = (&mut ws, &mut r);
             self.residuals(theta, data, u, ws, r);
             for ((lp, rr), uu) in logp
                 .iter_mut()
@@ -177,7 +277,12 @@ impl LatentModel<f32> for DecoderPosterior<'_> {
             for (g, uu) in grad_u.iter_mut().zip(u) {
                 *g -= uu;
             }
-        });
+        }
+        if remember {
+            self.keep_pass(theta, data, u, ws, r);
+        } else if let Ok(mut p) = self.pool.lock() {
+            p.push((ws, r));
+        }
         Ok(())
     }
     fn add_grad_theta(
@@ -187,8 +292,25 @@ impl LatentModel<f32> for DecoderPosterior<'_> {
         u: &[f32],
         grad_theta: &mut [f32],
     ) -> Result<(), LogpError> {
+        let d = self.d;
+        let (data, u): (Cow<[usize]>, Cow<[f32]>) = match self
+            .remember
+            .load(Ordering::SeqCst)
+            .then(|| self.grad_theta_from_kept(theta, data, u, grad_theta))
+            .flatten()
+        {
+            Some(stale) if stale.is_empty() => return Ok(()),
+            Some(stale) => (
+                stale.iter().map(|&k| data[k]).collect(),
+                stale
+                    .iter()
+                    .flat_map(|&k| u[k * d..(k + 1) * d].iter().copied())
+                    .collect(),
+            ),
+            None => (Cow::Borrowed(data), Cow::Borrowed(u)),
+        };
         self.with_workspace(|ws, r| {
-            self.residuals(theta, data, u, ws, r);
+            self.residuals(theta, &data, &u, ws, r);
             // ∇θ Σ log p = Σ J_θᵀ (x − h).
             self.dec.backward(theta, ws, r, Some(grad_theta), None);
         });

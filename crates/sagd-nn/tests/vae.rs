@@ -173,3 +173,47 @@ fn minibatches_and_several_dimensions_run_and_are_deterministic() {
         assert!(v.eval.w1.is_finite(), "{k}");
     }
 }
+
+#[test]
+fn remembered_passes_give_the_same_theta_gradient() {
+    let vae = Vae::new(1, 6);
+    let p = vae.init(4);
+    let x = data();
+    let post = DecoderPosterior::new(&vae.dec, &x);
+    let rows: Vec<usize> = (0..5).collect();
+    let u: Vec<f32> = vec![0.1, -0.7, 1.3, 0.4, -1.9];
+    let fresh = |uu: &[f32]| {
+        let mut g = vec![0.0f32; p.dec.len()];
+        post.add_grad_theta(&p.dec, &rows, uu, &mut g).unwrap();
+        g
+    };
+    let (mut lp, mut gu) = (vec![0.0f32; 5], vec![0.0f32; 5]);
+    post.remember_passes(true);
+    post.log_joint(&p.dec, &rows, &u, &mut lp, &mut gu).unwrap();
+    // Same points (the kept pass alone), then one row moved (kept pass plus a pass for that row),
+    // then another θ (no kept pass applies).
+    let mut moved = u.clone();
+    moved[2] = 0.9;
+    let mut theta2 = p.dec.clone();
+    theta2[3] += 0.5;
+    for (uu, th) in [(&u, &p.dec), (&moved, &p.dec), (&u, &theta2)] {
+        let mut kept = vec![0.0f32; p.dec.len()];
+        post.add_grad_theta(th, &rows, uu, &mut kept).unwrap();
+        post.remember_passes(false);
+        let mut want = vec![0.0f32; p.dec.len()];
+        post.add_grad_theta(th, &rows, uu, &mut want).unwrap();
+        post.remember_passes(true);
+        post.log_joint(&p.dec, &rows, &u, &mut lp, &mut gu).unwrap();
+        for (a, b) in kept.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
+    // The first two reused the kept pass, the third could not.
+    assert_eq!(post.reused_passes(), 2);
+    // The moved row's contribution is really there: it differs from the unmoved gradient.
+    post.remember_passes(false);
+    assert!(fresh(&moved)
+        .iter()
+        .zip(&fresh(&u))
+        .any(|(a, b)| (a - b).abs() > 1e-3));
+}

@@ -19,9 +19,6 @@ use crate::optim::{OptState, Optimizer, Projection, Transform};
 use crate::real::Real;
 use crate::schedule::Schedules;
 
-/// Rows of chains per task when accumulating ∇θ f.
-const GRAD_BLOCK_ELEMS: usize = 4096;
-
 /// Where the chains' target π is taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -289,7 +286,8 @@ pub fn accumulate_grad_f<T: Real, P: Problem<T> + ?Sized>(
     grad: &mut [f64],
 ) -> Result<()> {
     let d = chains.dim().max(1);
-    let rows = (GRAD_BLOCK_ELEMS / d).max(1);
+    // The chains' own blocks: sized for one call of the target.
+    let rows = chains.rows_per_block();
     let p = grad.len();
     let block = |(b, xi): (usize, &[T])| -> Result<Vec<T>> {
         let mut g = vec![T::zero(); p];

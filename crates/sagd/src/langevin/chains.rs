@@ -153,9 +153,16 @@ impl<T: Real> ChainSet<T> {
         self.d
     }
 
-    /// Sets the rows per block (one task, one call of the target). Results do not depend on it.
+    /// Sets the rows per block (one task, one call of the target). The chains' states do not depend
+    /// on it; sums over chains ([`crate::solver::accumulate_grad_f`]) are grouped by it, so their
+    /// last bits do (never on the number of threads).
     pub fn set_rows_per_block(&mut self, rows: usize) {
         self.rows_per_block = rows.max(1);
+    }
+
+    /// The rows per block.
+    pub fn rows_per_block(&self) -> usize {
+        self.rows_per_block
     }
 
     /// Starts (or warm-restarts) the chains at `x0` — one row for all chains or one per chain —
@@ -263,18 +270,39 @@ impl<T: Real> ChainSet<T> {
         }
     }
 
-    /// Re-evaluates the target at the current positions (after θ changed, say).
+    /// Re-evaluates the target at the current positions (after θ changed, say), block by block in
+    /// parallel. A block whose evaluation fails recoverably gets NaN log densities.
     pub fn evaluate(&mut self, target: &impl LogDensity<T>) -> Result<()> {
         let cur = self.cur;
         let (x, g, lp) = (&self.x[cur], &mut self.g[cur], &mut self.lp[cur]);
-        match target.logp_grad(0, x, lp, g) {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_recoverable() => {
-                lp.iter_mut().for_each(|v| *v = T::nan());
-                Ok(())
-            }
-            Err(e) => Err(SagdError::Model(e)),
-        }
+        let rows = self.rows_per_block.min(self.n.max(1));
+        let bd = (rows * self.d).max(1);
+        type Parts<'a, T> = (usize, ((&'a [T], &'a mut [T]), &'a mut [T]));
+        let block =
+            |(i, ((xb, gb), lpb)): Parts<'_, T>| match target.logp_grad(i * rows, xb, lpb, gb) {
+                Ok(()) => Ok(()),
+                Err(e) if e.is_recoverable() => {
+                    lpb.iter_mut().for_each(|v| *v = T::nan());
+                    Ok(())
+                }
+                Err(e) => Err(SagdError::Model(e)),
+            };
+        let results: Vec<Result<()>> = if self.n <= rows || rayon::current_num_threads() == 1 {
+            x.chunks(bd)
+                .zip(g.chunks_mut(bd))
+                .zip(lp.chunks_mut(rows))
+                .enumerate()
+                .map(block)
+                .collect()
+        } else {
+            x.par_chunks(bd)
+                .zip(g.par_chunks_mut(bd))
+                .zip(lp.par_chunks_mut(rows))
+                .enumerate()
+                .map(block)
+                .collect()
+        };
+        results.into_iter().collect()
     }
 
     /// All positions, row-major (n_chains × dim).
