@@ -14,6 +14,33 @@ pub enum BenchCommand {
     /// Chain steps on a standard Gaussian target, one chain, one thread: ns per chain-step per
     /// dimension for each integrator, the normal generator alone, and a naive baseline.
     Kernel(KernelArgs),
+    /// One replication of the debiased VAE (E2) with the spec's settings: all four methods as
+    /// `sagd debias` runs them, then pre-training and each method alone; with `--peer`, the PyTorch
+    /// peer on the same settings in the same run, and the ratios.
+    Debias(DebiasBenchArgs),
+}
+
+/// Flags of `sagd bench debias`.
+#[derive(Args, Debug)]
+pub struct DebiasBenchArgs {
+    /// normal, exp or mixture.
+    #[arg(long, default_value = "exp")]
+    dist: String,
+    /// The replication's seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Timed repeats of each phase (the table gives the fastest).
+    #[arg(long, default_value_t = 1)]
+    repeats: usize,
+    /// The peer's script (`shared/peers/torch/sagd_peer.py`), run with the same thread count.
+    #[arg(long)]
+    peer: Option<PathBuf>,
+    /// The Python that has the peer's packages (torch, numpy, scipy).
+    #[arg(long, default_value = "python3")]
+    python: PathBuf,
+    /// Also write the JSON here.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 /// Flags of `sagd bench kernel`.
@@ -55,6 +82,7 @@ struct KernelReport {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Kernel(a) => kernel(a),
+        BenchCommand::Debias(a) => debias(a),
     }
 }
 
@@ -108,4 +136,172 @@ fn kernel(a: KernelArgs) -> Result<()> {
     }
     println!("{json}");
     Ok(())
+}
+
+/// Wall seconds per phase of one E2 replication.
+#[derive(Serialize, Default, Clone)]
+struct PhaseTimes {
+    whole: Option<f64>,
+    pretrain: Option<f64>,
+    vae: Option<f64>,
+    iwae: Option<f64>,
+    hmc: Option<f64>,
+    sagd: Option<f64>,
+}
+
+const PHASES: [&str; 6] = ["whole", "pretrain", "vae", "iwae", "hmc", "sagd"];
+
+impl PhaseTimes {
+    fn get(&self, phase: &str) -> Option<f64> {
+        match phase {
+            "whole" => self.whole,
+            "pretrain" => self.pretrain,
+            "vae" => self.vae,
+            "iwae" => self.iwae,
+            "hmc" => self.hmc,
+            "sagd" => self.sagd,
+            _ => None,
+        }
+    }
+
+    /// Keeps the faster of the two times of `phase`.
+    fn keep_min(&mut self, phase: &str, t: f64) {
+        let slot = match phase {
+            "whole" => &mut self.whole,
+            "pretrain" => &mut self.pretrain,
+            "vae" => &mut self.vae,
+            "iwae" => &mut self.iwae,
+            "hmc" => &mut self.hmc,
+            _ => &mut self.sagd,
+        };
+        *slot = Some(slot.map_or(t, |v: f64| v.min(t)));
+    }
+}
+
+#[derive(Serialize)]
+struct DebiasReport {
+    benchmark: &'static str,
+    dist: String,
+    seed: u64,
+    threads: usize,
+    repeats: usize,
+    unit: &'static str,
+    sagd: PhaseTimes,
+    peer: Option<PhaseTimes>,
+    ratio: Option<PhaseTimes>,
+}
+
+fn debias(a: DebiasBenchArgs) -> Result<()> {
+    use sagd_nn::experiment::replicate;
+    use sagd_nn::train::Method;
+    if a.dist == "highdim" {
+        anyhow::bail!("--dist: the benchmark runs the 1-D cases (normal, exp, mixture)");
+    }
+    let (spec, law) = crate::debias::spec_settings(&a.dist)?;
+    let threads = rayon::current_num_threads();
+    let mut ours = PhaseTimes::default();
+    let quiet = |_: &str, _: usize, _: usize| {};
+    for rep in 0..a.repeats.max(1) {
+        // All four methods at once, as `sagd debias` runs a replication.
+        let t = std::time::Instant::now();
+        replicate(&spec, &law, a.seed, false, &quiet)?;
+        ours.keep_min("whole", t.elapsed().as_secs_f64());
+        // Each method alone, after its own pre-training.
+        for m in Method::ALL {
+            let mut s = spec.clone();
+            s.methods = vec![m];
+            let r = replicate(&s, &law, a.seed, false, &quiet)?;
+            ours.keep_min("pretrain", r.pretrain_time_s);
+            if let Some(mr) = r.methods.get(m.name()) {
+                ours.keep_min(m.name(), mr.time_s);
+            }
+        }
+        eprintln!("repeat {} of {} done", rep + 1, a.repeats.max(1));
+    }
+    let peer = match &a.peer {
+        Some(script) => Some(run_peer(&a, script, threads)?),
+        None => None,
+    };
+    let ratio = peer.as_ref().map(|p| {
+        let mut r = PhaseTimes::default();
+        for ph in PHASES {
+            if let (Some(a), Some(b)) = (ours.get(ph), p.get(ph)) {
+                r.keep_min(ph, b / a);
+            }
+        }
+        r
+    });
+    eprintln!("| phase | sagd (s) | peer (s) | peer / sagd |");
+    eprintln!("|---|---|---|---|");
+    let cell = |v: Option<f64>, unit: &str| v.map_or("—".into(), |v| format!("{v:.2}{unit}"));
+    for ph in PHASES {
+        eprintln!(
+            "| {ph} | {} | {} | {} |",
+            cell(ours.get(ph), ""),
+            cell(peer.as_ref().and_then(|p| p.get(ph)), ""),
+            cell(ratio.as_ref().and_then(|r| r.get(ph)), "×")
+        );
+    }
+    let report = DebiasReport {
+        benchmark: "debias",
+        dist: a.dist.clone(),
+        seed: a.seed,
+        threads,
+        repeats: a.repeats.max(1),
+        unit: "wall seconds (fastest repeat); whole: all four methods concurrently",
+        sagd: ours,
+        peer,
+        ratio,
+    };
+    let json = serde_json::to_string_pretty(&report)?;
+    if let Some(p) = &a.out {
+        std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
+    }
+    println!("{json}");
+    Ok(())
+}
+
+/// Runs the peer's E2 replication and reads its phase times from its JSON (whole: our clock
+/// around the process, as for ours).
+fn run_peer(a: &DebiasBenchArgs, script: &std::path::Path, threads: usize) -> Result<PhaseTimes> {
+    let dir = tempfile::tempdir()?;
+    let json = dir.path().join("peer.json");
+    let mut best = PhaseTimes::default();
+    for _ in 0..a.repeats.max(1) {
+        let t = std::time::Instant::now();
+        let status = std::process::Command::new(&a.python)
+            .arg(script)
+            .args(["e2", "--dist", &a.dist, "--reps", "1"])
+            .args(["--seed-offset", &a.seed.to_string()])
+            .args(["--threads", &threads.to_string()])
+            .arg("--out")
+            .arg(&json)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .with_context(|| format!("--python {}: could not start it", a.python.display()))?;
+        if !status.success() {
+            anyhow::bail!(
+                "--peer {}: the peer failed ({status}); does --python {} have torch, numpy and scipy?",
+                script.display(),
+                a.python.display()
+            );
+        }
+        best.keep_min("whole", t.elapsed().as_secs_f64());
+        let text = std::fs::read_to_string(&json)
+            .with_context(|| format!("reading the peer's result {}", json.display()))?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("the peer's result {} is not JSON", json.display()))?;
+        for (ph, key) in [
+            ("pretrain", "pretrained"),
+            ("vae", "vae"),
+            ("iwae", "iwae"),
+            ("hmc", "hmc"),
+            ("sagd", "sagd"),
+        ] {
+            if let Some(t) = v["summary"][key]["time_mean_s"].as_f64() {
+                best.keep_min(ph, t);
+            }
+        }
+    }
+    Ok(best)
 }

@@ -300,6 +300,19 @@ fn settings(a: &DebiasArgs) -> Result<E2Settings> {
     })
 }
 
+/// The spec's settings for `dist` (what `sagd debias --dist DIST` runs), for the benchmark.
+pub fn spec_settings(dist: &str) -> Result<(E2Settings, Law)> {
+    #[derive(clap::Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        a: DebiasArgs,
+    }
+    let a = <Defaults as clap::Parser>::try_parse_from(["debias", "--dist", dist])?.a;
+    let law = Law::by_name(dist)
+        .ok_or_else(|| anyhow!("--dist `{dist}`: use normal, exp, mixture or highdim"))?;
+    Ok((settings(&a)?, law))
+}
+
 /// Mean and standard error (none for a single value).
 fn mean_se(v: &[f64]) -> (f64, Option<f64>) {
     let (m, sd) = sagd::diagnostics::mean_sd(v);

@@ -58,6 +58,21 @@ fn bad_flags_fail_with_a_message() {
         .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--threads must be at least 1"));
+    for (args, says) in [
+        (
+            &["bench", "debias", "--dist", "gamma"][..],
+            "--dist `gamma`",
+        ),
+        (
+            &["bench", "debias", "--dist", "highdim"][..],
+            "the 1-D cases",
+        ),
+    ] {
+        let o = sagd().args(args).output().unwrap();
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{err}");
+    }
 }
 
 fn json(path: &std::path::Path) -> serde_json::Value {

@@ -62,25 +62,31 @@ pub struct ChunkedWorkspace {
 /// Rows per chunk of a [`ChunkedWorkspace`] pass.
 pub const CHUNK_ROWS: usize = 512;
 
-/// One [`Workspace`] per worker thread, kept between calls so that each pass reuses warm buffers
-/// (see [`Sequential::forward_backward_chunked`]). Which workspace a chunk uses never changes its
-/// result.
-#[derive(Debug, Default)]
-pub struct WorkspacePool {
-    ws: Vec<std::sync::Mutex<Workspace>>,
+/// One set of buffers (a [`Workspace`] by default) per worker thread, kept between calls so that
+/// each parallel pass reuses warm buffers. Which set a piece of work gets never changes its result.
+#[derive(Debug)]
+pub struct WorkspacePool<W = Workspace> {
+    ws: Vec<std::sync::Mutex<W>>,
 }
 
-impl WorkspacePool {
-    /// Runs `f` on this thread's workspace (a fresh one if that is busy).
-    fn with<R>(&self, f: impl FnOnce(&mut Workspace) -> R) -> R {
+impl<W> Default for WorkspacePool<W> {
+    fn default() -> Self {
+        WorkspacePool { ws: Vec::new() }
+    }
+}
+
+impl<W: Default> WorkspacePool<W> {
+    /// Runs `f` on this thread's buffers (fresh ones if those are busy).
+    pub fn with<R>(&self, f: impl FnOnce(&mut W) -> R) -> R {
         let i = rayon::current_thread_index().unwrap_or(0);
         match self.ws.get(i).map(|m| m.try_lock()) {
             Some(Ok(mut ws)) => f(&mut ws),
-            _ => f(&mut Workspace::default()),
+            _ => f(&mut W::default()),
         }
     }
 
-    fn ensure(&mut self, threads: usize) {
+    /// Makes room for `threads` threads' buffers.
+    pub fn ensure(&mut self, threads: usize) {
         if self.ws.len() < threads {
             self.ws.resize_with(threads, Default::default);
         }
@@ -461,68 +467,6 @@ impl Sequential {
                 dp.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
             }
         }
-    }
-
-    /// Forward then backward over `rows` inputs in fixed chunks of `chunk_rows`, in parallel. Each
-    /// chunk's ∂L/∂output is written by `grad(first_row, output, dout)` right after its forward
-    /// pass, while its activations are still in cache: over many rows, keeping every chunk's
-    /// activations for a later backward pass sent them through main memory and took half the time.
-    /// Adds ∂L/∂params into `dparams` (chunks summed in order) and writes ∂L/∂x into `dx`, if given;
-    /// returns `grad`'s values in chunk order. Results do not depend on the number of threads.
-    #[allow(clippy::too_many_arguments)]
-    pub fn forward_backward_chunked<T, G>(
-        &self,
-        params: &[f32],
-        x: &[f32],
-        rows: usize,
-        chunk_rows: usize,
-        pool: &mut WorkspacePool,
-        dparams: Option<&mut [f32]>,
-        dx: Option<&mut [f32]>,
-        grad: G,
-    ) -> Vec<T>
-    where
-        T: Send,
-        G: Fn(usize, &[f32], &mut [f32]) -> T + Sync,
-    {
-        use rayon::prelude::*;
-        let (inp, out, np) = (self.inp, self.out, self.n_params);
-        let chunk_rows = chunk_rows.max(1);
-        let chunks = rows.div_ceil(chunk_rows);
-        pool.ensure(rayon::current_num_threads());
-        let pool = &*pool;
-        let want_p = dparams.is_some();
-        let dx_parts: Vec<Option<&mut [f32]>> = match dx {
-            Some(dx) => dx.chunks_mut(chunk_rows * inp).map(Some).collect(),
-            None => (0..chunks).map(|_| None).collect(),
-        };
-        let parts: Vec<(T, Vec<f32>)> = x
-            .par_chunks(chunk_rows * inp)
-            .zip(dx_parts.into_par_iter())
-            .enumerate()
-            .map(|(c, (xc, dxc))| {
-                let r = xc.len() / inp;
-                pool.with(|ws| {
-                    self.forward(params, xc, r, ws);
-                    let mut dout = vec![0.0f32; r * out];
-                    let v = grad(c * chunk_rows, ws.output(), &mut dout);
-                    let mut g = if want_p { vec![0.0f32; np] } else { Vec::new() };
-                    self.backward(params, ws, &dout, want_p.then_some(&mut g[..]), dxc);
-                    (v, g)
-                })
-            })
-            .collect();
-        let mut values = Vec::with_capacity(parts.len());
-        match dparams {
-            Some(dp) => {
-                for (v, g) in parts {
-                    dp.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
-                    values.push(v);
-                }
-            }
-            None => values.extend(parts.into_iter().map(|(v, _)| v)),
-        }
-        values
     }
 
     /// Saves parameters as JSON: `{"format": "sagd-nn/1", "layers": [...], "params": [...]}`; f32
