@@ -46,7 +46,16 @@ pub struct Workspace {
     derivs: Vec<Vec<f32>>,
     grad: Vec<f32>,
     grad2: Vec<f32>,
-    wt: Vec<f32>,
+    /// Per layer: the W that `transposed` was made from, and its transpose.
+    wt: Vec<Transposed>,
+}
+
+/// Wᵀ of a Linear layer, kept while W stays the same: a chain's many evaluations at one θ
+/// transpose it once.
+#[derive(Clone, Debug, Default)]
+struct Transposed {
+    w: Vec<f32>,
+    transposed: Vec<f32>,
 }
 
 /// Workspaces for passes over many rows in fixed chunks of [`CHUNK_ROWS`], run in parallel. The
@@ -126,7 +135,7 @@ fn by_cols(data: &[f32], cols: usize) -> Strided<'_> {
 }
 
 /// y = x Wᵀ + b. A width-1 output is a row of dot products, cheaper by hand than as a product
-/// with one column. `wt` is scratch for Wᵀ.
+/// with one column. `wt` keeps Wᵀ between calls.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
 fn linear_forward(
     x: &[f32],
@@ -134,7 +143,7 @@ fn linear_forward(
     b: &[f32],
     y: &mut [f32],
     (inp, out): (usize, usize),
-    wt: &mut Vec<f32>,
+    wt: &mut Transposed,
 ) {
     let rows = y.len() / out;
     if out == 1 {
@@ -148,13 +157,19 @@ fn linear_forward(
     let wt = if inp == 1 {
         w
     } else {
-        wt.resize(inp * out, 0.0);
-        for (j, wrow) in w.chunks_exact(inp).enumerate() {
-            for (r, v) in wrow.iter().enumerate() {
-                wt[r * out + j] = *v;
+        let same =
+            wt.w.len() == w.len() && wt.w.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+        if !same {
+            wt.w.clear();
+            wt.w.extend_from_slice(w);
+            wt.transposed.resize(inp * out, 0.0);
+            for (j, wrow) in w.chunks_exact(inp).enumerate() {
+                for (r, v) in wrow.iter().enumerate() {
+                    wt.transposed[r * out + j] = *v;
+                }
             }
         }
-        &wt[..]
+        &wt.transposed[..]
     };
     gemm(
         rows,
@@ -326,6 +341,7 @@ impl Sequential {
         debug_assert_eq!(x.len(), rows * self.inp);
         ws.rows = rows;
         ws.acts.resize_with(self.layers.len() + 1, Vec::new);
+        ws.wt.resize_with(self.layers.len(), Default::default);
         ws.derivs.resize_with(self.layers.len(), Vec::new);
         ws.acts[0].clear();
         ws.acts[0].extend_from_slice(x);
@@ -339,7 +355,7 @@ impl Sequential {
                     let w = &params[off..off + inp * out];
                     let b = &params[off + inp * out..off + inp * out + out];
                     y.resize(rows * out, 0.0);
-                    linear_forward(xin, w, b, y, (inp, out), &mut ws.wt);
+                    linear_forward(xin, w, b, y, (inp, out), &mut ws.wt[i]);
                 }
                 Layer::Act { act } => {
                     y.resize(xin.len(), 0.0);

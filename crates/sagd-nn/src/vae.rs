@@ -179,10 +179,14 @@ impl<'a> DecoderPosterior<'a> {
         grad_theta: &mut [f32],
     ) -> Option<Vec<usize>> {
         let d = self.d;
-        let mut last = self.last.lock().ok()?;
-        let kept = last
-            .iter_mut()
-            .find(|l| l.data == data && l.theta == theta)?;
+        // Out of the shared list while in use, so that other blocks' calls do not wait on it.
+        let mut kept = {
+            let mut last = self.last.lock().ok()?;
+            let at = last
+                .iter()
+                .position(|l| l.data == data && l.theta == theta)?;
+            last.swap_remove(at)
+        };
         let mut stale = Vec::new();
         let mut r = kept.r.clone();
         for (k, ((rr, now), then)) in r
@@ -203,6 +207,14 @@ impl<'a> DecoderPosterior<'a> {
         self.dec
             .backward(theta, &mut kept.ws, &r, Some(grad_theta), None);
         self.reused.fetch_add(1, Ordering::SeqCst);
+        if let Ok(mut last) = self.last.lock() {
+            // Unless a newer pass of these rows came in meanwhile.
+            if last.iter().all(|l| l.data != kept.data) {
+                last.push(kept);
+            } else if let Ok(mut pool) = self.pool.lock() {
+                pool.push((kept.ws, kept.r));
+            }
+        }
         Some(stale)
     }
 
