@@ -18,9 +18,9 @@ pub enum Epilogue<'a> {
     Store,
     /// c += ab.
     Add,
-    /// c = ab + bias[j].
+    /// c = ab + bias_j.
     Bias(&'a [f32]),
-    /// c = ab · s[i·ldc + j]: the derivative of the activation below a layer, in its backward pass.
+    /// c = ab · s_(i·ldc + j): the derivative of the activation below a layer, in its backward pass.
     Scale(&'a [f32]),
 }
 

@@ -4,10 +4,10 @@
 use sagd::error::{Result, SagdError};
 use sagd::hmc::HmcSettings;
 use sagd::langevin::{ChainSet, Kernel, LangevinSettings, Momentum, Scheme};
+use sagd::model::Problem;
 use sagd::model::{AnchoredTarget, MaximumLikelihood};
 use sagd::optim::{Optimizer, Transform};
 use sagd::rng::NormalStream;
-use sagd::solver::accumulate_grad_f;
 use serde::{Deserialize, Serialize};
 
 use crate::math;
@@ -378,7 +378,6 @@ pub struct ChainEstimator<'a> {
     momentum: Momentum,
     xb: Vec<f32>,
     fused: bool,
-    step_grad: Vec<f32>,
     reused: usize,
 }
 
@@ -437,7 +436,6 @@ impl<'a> ChainEstimator<'a> {
             momentum: Momentum::Normal,
             xb: Vec::new(),
             fused: false,
-            step_grad: Vec::new(),
             reused: 0,
         }
     }
@@ -496,37 +494,48 @@ impl GradientEstimator for ChainEstimator<'_> {
         self.grad.resize(p.dec.len(), 0.0);
         let mut logp = 0.0;
         let mut result = Ok(());
-        self.step_grad.resize(p.dec.len(), 0.0);
         model.fuse_theta_grad(self.fused);
         // Without fusion, each step's θ-gradient reuses the forward pass at the step's last
         // evaluation for the chains that stayed there (HMC: the accepted proposals).
         model.remember_passes(!self.fused);
-        for _ in 0..self.steps {
-            let info = match sub.step(&target, &self.kernel) {
-                Ok(i) => i,
-                Err(e) => {
-                    result = Err(e);
-                    break;
+        // Each block of chains takes all K steps in one task; after each, ∇θ f at its new states.
+        let (fused, theta) = (self.fused, &p.dec[..]);
+        let run = sub.run_steps(&target, &self.kernel, self.steps, |first, u, diverged| {
+            match fused.then(|| model.take_block_theta_grad(first)).flatten() {
+                // f = −log p: the fused pass gave +∇θ log p at the new states.
+                Some(mut g) if diverged == 0 => {
+                    g.iter_mut().for_each(|v| *v = -*v);
+                    Ok(g)
                 }
-            };
-            self.divergences += info.divergences;
-            logp += info.mean_log_density;
-            if let Some(a) = info.acceptance {
-                self.acceptance.push(a);
-            }
-            if self.fused {
-                model.take_theta_grad(&mut self.step_grad);
-            }
-            if self.fused && info.divergences == 0 {
-                // f = −log p: the fused pass accumulated +∇θ log p at the new states.
-                for (g, v) in self.grad.iter_mut().zip(&self.step_grad) {
-                    *g -= *v as f64;
+                // Without fusion, or after a reset chain: a pass at the kept states.
+                _ => {
+                    let mut g = vec![0.0f32; theta.len()];
+                    problem.add_grad_f(theta, first, u, &mut g).map(|()| g)
                 }
-            } else if let Err(e) = accumulate_grad_f(&problem, &p.dec, &sub, &mut self.grad) {
-                // Without fusion, or after a reset chain: a separate pass at the kept states.
-                result = Err(e);
-                break;
             }
+        });
+        match run {
+            Ok((infos, parts)) => {
+                for info in &infos {
+                    self.divergences += info.divergences;
+                    logp += info.mean_log_density;
+                    if let Some(a) = info.acceptance {
+                        self.acceptance.push(a);
+                    }
+                }
+                // Summed step by step, blocks in order.
+                for part in parts.into_iter().flatten() {
+                    match part {
+                        Ok(g) => self
+                            .grad
+                            .iter_mut()
+                            .zip(&g)
+                            .for_each(|(a, b)| *a += *b as f64),
+                        Err(e) => result = Err(SagdError::Model(e)),
+                    }
+                }
+            }
+            Err(e) => result = Err(e),
         }
         model.fuse_theta_grad(false);
         model.remember_passes(false);
@@ -726,10 +735,11 @@ mod tests {
     fn the_fused_sagd_gradient_equals_the_separate_pass() {
         let vae = Vae::new(1, 16);
         let p = vae.init(2);
-        let x: Vec<f32> = (0..300)
+        // Three blocks of chains.
+        let x: Vec<f32> = (0..1100)
             .map(|i| ((i as f32) * 0.37).sin() * 2.0 + 1.0)
             .collect();
-        let batch: Vec<usize> = (0..300).collect();
+        let batch: Vec<usize> = (0..1100).collect();
         let s = MethodSettings::default();
         let run = |fused: bool| {
             let mut e = ChainEstimator::sagd(&vae, &x, &s, 5).unwrap();

@@ -108,22 +108,22 @@ impl<'a> DecoderPosterior<'a> {
     }
 
     /// While on, every [`LatentModel::log_joint`] call also adds Σ_r ∇θ log p(x_i, u_r; θ) at the
-    /// points it evaluates into an accumulator ([`DecoderPosterior::take_theta_grad`]): the same
+    /// points it evaluates into a per-block accumulator ([`DecoderPosterior::take_block_theta_grad`]): the same
     /// backward pass gives ∇u and ∇θ, so a Langevin scheme that evaluates the gradient at its new
     /// state gets the θ-gradient of SAGD without a second pass.
     pub fn fuse_theta_grad(&self, on: bool) {
         self.fuse.store(on, Ordering::SeqCst);
     }
 
-    /// The accumulated θ-gradient since the last call (summed in block order), and resets it.
-    pub fn take_theta_grad(&self, out: &mut [f32]) {
-        out.iter_mut().for_each(|v| *v = 0.0);
-        if let Ok(mut parts) = self.theta_grad.lock() {
-            parts.sort_by_key(|(k, _)| *k);
-            for (_, g) in parts.drain(..) {
-                out.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
-            }
+    /// The fused θ-gradient accumulated for the block of rows starting at data index `first` since
+    /// the last call, if exactly one pass of that block contributed (else None, and it is dropped).
+    pub fn take_block_theta_grad(&self, first: usize) -> Option<Vec<f32>> {
+        let mut parts = self.theta_grad.lock().ok()?;
+        let mut found = Vec::new();
+        while let Some(at) = parts.iter().position(|(k, _)| *k == first) {
+            found.push(parts.swap_remove(at).1);
         }
+        (found.len() == 1).then(|| found.swap_remove(0))
     }
 
     fn with_workspace<R>(&self, f: impl FnOnce(&mut Workspace, &mut Vec<f32>) -> R) -> R {

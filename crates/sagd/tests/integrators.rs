@@ -355,3 +355,54 @@ fn gathered_chains_advance_as_they_would_in_place() {
     assert_eq!(whole.positions(), parts.positions());
     assert_eq!(whole.momenta(), parts.momenta());
 }
+
+#[test]
+fn blocks_running_several_steps_match_single_steps() {
+    // run_steps(k) lets each block take its k transitions in one task: the same states, momenta and
+    // step summaries as k calls of step(), for every kind of kernel; the hook sees each block's
+    // positions after each transition.
+    let target = IsoGaussian {
+        dim: 2,
+        mean: -0.3,
+        sd: 0.8,
+    };
+    let hmc = sagd::hmc::HmcSettings {
+        step_size: 0.3,
+        n_leapfrog: 3,
+    }
+    .kernel::<f64>()
+    .unwrap();
+    for k in [
+        kernel(Scheme::Euler, 1.0, 0.1),
+        kernel(Scheme::Ubu, 1.0, 0.2),
+        hmc,
+    ] {
+        let mut one = ChainSet::<f64>::new(11, 2, 4);
+        one.set_rows_per_block(3);
+        one.init(&target, &[0.2, -0.1], Momentum::Normal).unwrap();
+        let mut many = one.clone();
+        let mut infos = Vec::new();
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            infos.push(one.step(&target, &k).unwrap());
+            seen.push(one.positions().to_vec());
+        }
+        let (got, hooks) = many
+            .run_steps(&target, &k, 5, |first, x, _| (first, x.to_vec()))
+            .unwrap();
+        assert_eq!(one.positions(), many.positions());
+        assert_eq!(one.momenta(), many.momenta());
+        assert_eq!(one.gradients(), many.gradients());
+        assert_eq!(infos, got);
+        for (s, blocks) in hooks.iter().enumerate() {
+            // Blocks of 3 rows (the last of 2), in order.
+            assert_eq!(blocks.len(), 4);
+            let joined: Vec<f64> = blocks.iter().flat_map(|(_, x)| x.clone()).collect();
+            assert_eq!(joined, seen[s]);
+            assert_eq!(
+                blocks.iter().map(|(f, _)| *f).collect::<Vec<_>>(),
+                [0, 3, 6, 9]
+            );
+        }
+    }
+}

@@ -344,85 +344,8 @@ impl<T: Real> ChainSet<T> {
     /// One transition of every chain under `kernel`, with the target evaluated at the chains'
     /// current parameters.
     pub fn step(&mut self, target: &impl LogDensity<T>, kernel: &Kernel<T>) -> Result<StepInfo> {
-        if !self.initialized {
-            return Err(SagdError::InvalidSetting {
-                name: "chains",
-                value: "uninitialised".into(),
-                fix: "call ChainSet::init with starting positions before stepping".into(),
-            });
-        }
-        check_len("target dimension", self.d, target.dim())?;
-        let (n, d) = (self.n, self.d);
-        let noise_len = n * d * kernel.noise_per_coord();
-        if self.scratch.0.len() < noise_len {
-            self.scratch.0.resize(noise_len, T::zero());
-        }
-        let rows = self.rows_per_block.min(n.max(1));
-        let bd = rows * d;
-        let nb = kernel.noise_per_coord().max(1) * bd;
-        let cur = self.cur;
-        let (x_old, x_new) = pair(&mut self.x, cur);
-        let (g_old, g_new) = pair(&mut self.g, cur);
-        let (lp_old, lp_new) = pair(&mut self.lp, cur);
-        let scratch = &mut self.scratch.0[..];
-        let mut total = BlockStats::default();
-        if n <= rows || rayon::current_num_threads() == 1 {
-            // One block, or one thread: no task overhead, no allocation.
-            for i in 0..n.div_ceil(rows) {
-                let (r0, r1) = (i * rows, ((i + 1) * rows).min(n));
-                let (e0, e1) = (r0 * d, r1 * d);
-                let noise_len = kernel.noise_per_coord() * (e1 - e0);
-                let block = Block::new(
-                    r0,
-                    (
-                        &x_old[e0..e1],
-                        &mut x_new[e0..e1],
-                        &g_old[e0..e1],
-                        &mut g_new[e0..e1],
-                        &lp_old[r0..r1],
-                        &mut lp_new[r0..r1],
-                        &mut self.rho[e0..e1],
-                        &mut scratch[..noise_len],
-                        &mut self.rngs[r0..r1],
-                    ),
-                );
-                total.add(&run_block(target, kernel, block)?);
-            }
-        } else {
-            let mut noise_chunks: Vec<&mut [T]> = scratch.chunks_mut(nb.max(1)).collect();
-            noise_chunks.resize_with(n.div_ceil(rows), Default::default);
-            let stats: Vec<Result<BlockStats>> = (
-                x_old.par_chunks(bd.max(1)),
-                x_new.par_chunks_mut(bd.max(1)),
-                g_old.par_chunks(bd.max(1)),
-                g_new.par_chunks_mut(bd.max(1)),
-                lp_old.par_chunks(rows),
-                lp_new.par_chunks_mut(rows),
-                self.rho.par_chunks_mut(bd.max(1)),
-                noise_chunks.into_par_iter(),
-                self.rngs.par_chunks_mut(rows),
-            )
-                .into_par_iter()
-                .enumerate()
-                .map(|(i, parts)| run_block(target, kernel, Block::new(i * rows, parts)))
-                .collect();
-            for s in stats {
-                total.add(&s?);
-            }
-        }
-        self.cur = 1 - cur;
-        self.steps += 1;
-        self.divergences += total.divergences as u64;
-        let nf = n.max(1) as f64;
-        Ok(StepInfo {
-            divergences: total.divergences,
-            mean_log_density: total.logp / nf,
-            kinetic_temperature: total.rho2 / (nf * d.max(1) as f64),
-            acceptance: kernel.metropolis.then(|| total.accept / nf),
-            energy_change: kernel
-                .metropolis
-                .then(|| total.dh / total.dh_count.max(1) as f64),
-        })
+        let (infos, _) = self.run_steps(target, kernel, 1, |_, _, _| ())?;
+        Ok(infos[0])
     }
 
     /// `steps` transitions (burn-in), discarding the states; returns the divergences.
@@ -432,11 +355,153 @@ impl<T: Real> ChainSet<T> {
         kernel: &Kernel<T>,
         steps: usize,
     ) -> Result<usize> {
-        let mut div = 0;
-        for _ in 0..steps {
-            div += self.step(target, kernel)?.divergences;
+        let (infos, _) = self.run_steps(target, kernel, steps, |_, _, _| ())?;
+        Ok(infos.iter().map(|i| i.divergences).sum())
+    }
+
+    /// `steps` transitions of every chain, each block of rows taking all of them in one parallel
+    /// task (chains are independent, so this is the same as stepping all chains together
+    /// `steps` times, without a synchronisation per step). After each transition of a block,
+    /// `after(first_row, positions, divergences)` runs on that block's new positions in the same
+    /// task; its values come back per step, in block order. Returns one [`StepInfo`] per step.
+    pub fn run_steps<R, F>(
+        &mut self,
+        target: &impl LogDensity<T>,
+        kernel: &Kernel<T>,
+        steps: usize,
+        after: F,
+    ) -> Result<(Vec<StepInfo>, Vec<Vec<R>>)>
+    where
+        R: Send,
+        F: Fn(usize, &[T], usize) -> R + Sync,
+    {
+        if !self.initialized {
+            return Err(SagdError::InvalidSetting {
+                name: "chains",
+                value: "uninitialised".into(),
+                fix: "call ChainSet::init with starting positions before stepping".into(),
+            });
         }
-        Ok(div)
+        check_len("target dimension", self.d, target.dim())?;
+        if steps == 0 {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let (n, d) = (self.n, self.d);
+        let noise_len = n * d * kernel.noise_per_coord();
+        if self.scratch.0.len() < noise_len {
+            self.scratch.0.resize(noise_len, T::zero());
+        }
+        let rows = self.rows_per_block.min(n.max(1));
+        let bd = (rows * d).max(1);
+        let nb = (kernel.noise_per_coord().max(1) * rows * d).max(1);
+        let n_blocks = n.div_ceil(rows).max(1);
+        let cur = self.cur;
+        let [x0, x1] = &mut self.x;
+        let [g0, g1] = &mut self.g;
+        let [l0, l1] = &mut self.lp;
+        // One block through all the steps: buffers `a` hold the current state, `b` the next.
+        let block = |i: usize, parts: BlockParts2<'_, T>| -> Result<(Vec<BlockStats>, Vec<R>)> {
+            let (xs, gs, ls, rho, noise, rngs) = parts;
+            let ((mut xa, mut xb), (mut ga, mut gb), (mut la, mut lb)) = if cur == 0 {
+                (xs, gs, ls)
+            } else {
+                ((xs.1, xs.0), (gs.1, gs.0), (ls.1, ls.0))
+            };
+            let first_row = i * rows;
+            let noise_len = kernel.noise_per_coord() * xa.len();
+            let mut stats = Vec::with_capacity(steps);
+            let mut values = Vec::with_capacity(steps);
+            for _ in 0..steps {
+                let parts = (
+                    &*xa,
+                    &mut *xb,
+                    &*ga,
+                    &mut *gb,
+                    &*la,
+                    &mut *lb,
+                    &mut *rho,
+                    &mut noise[..noise_len],
+                    &mut *rngs,
+                );
+                let st = run_block(target, kernel, Block::new(first_row, parts))?;
+                values.push(after(first_row, &*xb, st.divergences));
+                stats.push(st);
+                std::mem::swap(&mut xa, &mut xb);
+                std::mem::swap(&mut ga, &mut gb);
+                std::mem::swap(&mut la, &mut lb);
+            }
+            Ok((stats, values))
+        };
+        // One noise buffer per block (empty for kernels that draw none).
+        let mut noise_chunks: Vec<&mut [T]> = self.scratch.0.chunks_mut(nb).collect();
+        noise_chunks.resize_with(n_blocks, Default::default);
+        let per_block: Vec<Result<(Vec<BlockStats>, Vec<R>)>> =
+            if n_blocks == 1 || rayon::current_num_threads() == 1 {
+                // No task overhead.
+                x0.chunks_mut(bd)
+                    .zip(x1.chunks_mut(bd))
+                    .zip(g0.chunks_mut(bd).zip(g1.chunks_mut(bd)))
+                    .zip(l0.chunks_mut(rows).zip(l1.chunks_mut(rows)))
+                    .zip(self.rho.chunks_mut(bd))
+                    .zip(noise_chunks)
+                    .zip(self.rngs.chunks_mut(rows))
+                    .enumerate()
+                    .map(|(i, ((((((xa, xb), gs), ls), rho), noise), rngs))| {
+                        block(i, ((xa, xb), gs, ls, rho, noise, rngs))
+                    })
+                    .collect()
+            } else {
+                (
+                    x0.par_chunks_mut(bd),
+                    x1.par_chunks_mut(bd),
+                    g0.par_chunks_mut(bd),
+                    g1.par_chunks_mut(bd),
+                    l0.par_chunks_mut(rows),
+                    l1.par_chunks_mut(rows),
+                    self.rho.par_chunks_mut(bd),
+                    noise_chunks.into_par_iter(),
+                    self.rngs.par_chunks_mut(rows),
+                )
+                    .into_par_iter()
+                    .enumerate()
+                    .map(|(i, (xa, xb, ga, gb, la, lb, rho, noise, rngs))| {
+                        block(i, ((xa, xb), (ga, gb), (la, lb), rho, noise, rngs))
+                    })
+                    .collect()
+            };
+        let mut blocks = Vec::with_capacity(per_block.len());
+        for b in per_block {
+            blocks.push(b?);
+        }
+        let mut infos = Vec::with_capacity(steps);
+        let mut values: Vec<Vec<R>> = (0..steps).map(|_| Vec::with_capacity(n_blocks)).collect();
+        let nf = n.max(1) as f64;
+        for s in 0..steps {
+            let mut total = BlockStats::default();
+            for (st, _) in &blocks {
+                total.add(&st[s]);
+            }
+            self.divergences += total.divergences as u64;
+            infos.push(StepInfo {
+                divergences: total.divergences,
+                mean_log_density: total.logp / nf,
+                kinetic_temperature: total.rho2 / (nf * d.max(1) as f64),
+                acceptance: kernel.metropolis.then(|| total.accept / nf),
+                energy_change: kernel
+                    .metropolis
+                    .then(|| total.dh / total.dh_count.max(1) as f64),
+            });
+        }
+        for (_, vals) in blocks {
+            for (s, v) in vals.into_iter().enumerate() {
+                values[s].push(v);
+            }
+        }
+        if steps % 2 == 1 {
+            self.cur = 1 - cur;
+        }
+        self.steps += steps as u64;
+        Ok((infos, values))
     }
 }
 
@@ -457,6 +522,17 @@ impl<'a, T> Block<'a, T> {
     }
 }
 
+/// A block's halves of both state buffers (x, g, log π: current buffer first), momenta, noise and
+/// streams.
+type BlockParts2<'a, T> = (
+    (&'a mut [T], &'a mut [T]),
+    (&'a mut [T], &'a mut [T]),
+    (&'a mut [T], &'a mut [T]),
+    &'a mut [T],
+    &'a mut [T],
+    &'a mut [ChainRng],
+);
+
 type BlockParts<'a, T> = (
     &'a [T],
     &'a mut [T],
@@ -468,16 +544,6 @@ type BlockParts<'a, T> = (
     &'a mut [T],
     &'a mut [ChainRng],
 );
-
-/// The buffer at `cur` (read) and the other one (written).
-fn pair<T>(b: &mut [Vec<T>; 2], cur: usize) -> (&[T], &mut [T]) {
-    let (a, c) = b.split_at_mut(1);
-    if cur == 0 {
-        (&a[0], &mut c[0])
-    } else {
-        (&c[0], &mut a[0])
-    }
-}
 
 #[inline(always)]
 fn fill_noise<T: Real>(noise: &mut [T], rngs: &mut [ChainRng], per_row: usize) {
