@@ -49,7 +49,7 @@ pub fn save(fig: &impl Figure, png: &Path, svg: &Path, size: (u32, u32)) -> Resu
     Ok(())
 }
 
-/// A log-likelihood surface on a grid: `loglik[i][j]` at (a[i], b[j]).
+/// A log-likelihood surface on a grid: `loglik[i][j]` at `(a[i], b[j])`.
 pub struct Surface {
     /// Grid in a.
     pub a: Vec<f64>,
