@@ -73,27 +73,7 @@ pub fn gemm(
             "gemm: B too short"
         );
     }
-    #[cfg(target_arch = "x86_64")]
-    let wide = std::arch::is_x86_feature_detected!("avx512f");
-    #[cfg(not(target_arch = "x86_64"))]
-    let wide = false;
-    product(m, n, k, a, b, ldb, c, ldc, ep, wide);
-}
-
-/// [`gemm`] after its checks, on the AVX-512 kernel if `wide`, else on the portable one.
-#[allow(clippy::too_many_arguments)]
-fn product(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: Strided<'_>,
-    b: &[f32],
-    ldb: usize,
-    c: &mut [f32],
-    ldc: usize,
-    ep: Epilogue<'_>,
-    wide: bool,
-) {
+    let wide = wide_kernel();
     let mut acc = [[0.0f32; NR]; MR];
     for j0 in (0..n).step_by(NR) {
         let w = NR.min(n - j0);
@@ -127,6 +107,24 @@ fn product(
             finish(&acc[..rows], i0, j0, w, c, ldc, ep);
         }
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests set this to run the portable kernel on a machine with AVX-512.
+    static PORTABLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the AVX-512 kernel runs.
+fn wide_kernel() -> bool {
+    #[cfg(test)]
+    if PORTABLE.with(|p| p.get()) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// One row of a tile (its first `acc.len()` columns), portably: the same chains as the AVX-512
@@ -311,7 +309,9 @@ mod tests {
                     gemm(m, n, k, sa, &b, ldb, &mut c, ldc, ep);
                     // The portable kernel gives the same bits.
                     let mut c2 = c0.clone();
-                    product(m, n, k, sa, &b, ldb, &mut c2, ldc, ep, false);
+                    PORTABLE.with(|p| p.set(true));
+                    gemm(m, n, k, sa, &b, ldb, &mut c2, ldc, ep);
+                    PORTABLE.with(|p| p.set(false));
                     assert!(c.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits()));
                     for i in 0..m {
                         for j in 0..n {

@@ -4,20 +4,24 @@
 
 use sagd::model::LatentModel;
 use sagd_nn::train::{BoundEstimator, GradientEstimator};
-use sagd_nn::vae::{DecoderPosterior, Vae};
+use sagd_nn::vae::{DecoderPosterior, Vae, VaeParams};
 
 fn data() -> Vec<f32> {
     vec![0.3, -1.2, 2.5, 0.9, 1.7]
 }
 
-#[test]
-fn posterior_gradients_match_finite_differences() {
+/// A small decoder, its parameters, and five rows with latent values.
+fn posterior_case() -> (Vae, VaeParams, Vec<usize>, Vec<f32>) {
     let vae = Vae::new(1, 6);
     let p = vae.init(4);
+    (vae, p, (0..5).collect(), vec![0.1, -0.7, 1.3, 0.4, -1.9])
+}
+
+#[test]
+fn posterior_gradients_match_finite_differences() {
+    let (vae, p, rows, u) = posterior_case();
     let x = data();
     let post = DecoderPosterior::new(&vae.dec, &x);
-    let rows: Vec<usize> = (0..5).collect();
-    let u: Vec<f32> = vec![0.1, -0.7, 1.3, 0.4, -1.9];
     let mut lp = vec![0.0f32; 5];
     let mut gu = vec![0.0f32; 5];
     post.log_joint(&p.dec, &rows, &u, &mut lp, &mut gu).unwrap();
@@ -176,12 +180,9 @@ fn minibatches_and_several_dimensions_run_and_are_deterministic() {
 
 #[test]
 fn remembered_passes_give_the_same_theta_gradient() {
-    let vae = Vae::new(1, 6);
-    let p = vae.init(4);
+    let (vae, p, rows, u) = posterior_case();
     let x = data();
     let post = DecoderPosterior::new(&vae.dec, &x);
-    let rows: Vec<usize> = (0..5).collect();
-    let u: Vec<f32> = vec![0.1, -0.7, 1.3, 0.4, -1.9];
     let fresh = |uu: &[f32]| {
         let mut g = vec![0.0f32; p.dec.len()];
         post.add_grad_theta(&p.dec, &rows, uu, &mut g).unwrap();
