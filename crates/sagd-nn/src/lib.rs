@@ -16,4 +16,4 @@ pub mod train;
 pub mod vae;
 
 pub use math::Activation;
-pub use net::{ChunkedWorkspace, Layer, Sequential, Workspace, WorkspacePool, CHUNK_ROWS};
+pub use net::{Layer, Sequential, Workspace, WorkspacePool, CHUNK_ROWS};

@@ -58,17 +58,8 @@ struct Transposed {
     transposed: Vec<f32>,
 }
 
-/// Workspaces for passes over many rows in fixed chunks of [`CHUNK_ROWS`], run in parallel. The
-/// chunking does not depend on the number of threads, and parameter gradients are summed in chunk
-/// order, so results do not either.
-#[derive(Clone, Debug, Default)]
-pub struct ChunkedWorkspace {
-    ws: Vec<Workspace>,
-    out: Vec<f32>,
-    rows: usize,
-}
-
-/// Rows per chunk of a [`ChunkedWorkspace`] pass.
+/// Rows per chunk of the parallel passes (the estimators' chunks and the chains' blocks): small
+/// enough for a chunk's activations to stay in a core's cache.
 pub const CHUNK_ROWS: usize = 512;
 
 /// One set of buffers (a [`Workspace`] by default) per worker thread, kept between calls so that
@@ -99,13 +90,6 @@ impl<W: Default> WorkspacePool<W> {
         if self.ws.len() < threads {
             self.ws.resize_with(threads, Default::default);
         }
-    }
-}
-
-impl ChunkedWorkspace {
-    /// The output of the last forward pass (rows × out).
-    pub fn output(&self) -> &[f32] {
-        &self.out
     }
 }
 
@@ -420,68 +404,6 @@ impl Sequential {
         }
         if let Some(dx) = dx {
             dx.copy_from_slice(&grad[..dx.len()]);
-        }
-    }
-
-    /// [`Sequential::forward`] over `rows` inputs in parallel chunks.
-    pub fn forward_chunked(
-        &self,
-        params: &[f32],
-        x: &[f32],
-        rows: usize,
-        cw: &mut ChunkedWorkspace,
-    ) {
-        use rayon::prelude::*;
-        let (inp, out) = (self.inp, self.out);
-        let chunks = rows.div_ceil(CHUNK_ROWS).max(1);
-        cw.ws.resize_with(chunks, Workspace::default);
-        cw.rows = rows;
-        cw.ws
-            .par_iter_mut()
-            .zip(x.par_chunks(CHUNK_ROWS * inp))
-            .for_each(|(ws, xc)| {
-                self.forward(params, xc, xc.len() / inp, ws);
-            });
-        cw.out.clear();
-        for ws in &cw.ws[..chunks] {
-            cw.out.extend_from_slice(ws.output());
-        }
-        debug_assert_eq!(cw.out.len(), rows * out);
-    }
-
-    /// [`Sequential::backward`] after [`Sequential::forward_chunked`].
-    pub fn backward_chunked(
-        &self,
-        params: &[f32],
-        cw: &mut ChunkedWorkspace,
-        dout: &[f32],
-        dparams: Option<&mut [f32]>,
-        dx: Option<&mut [f32]>,
-    ) {
-        use rayon::prelude::*;
-        let (inp, out) = (self.inp, self.out);
-        let chunks = cw.rows.div_ceil(CHUNK_ROWS).max(1);
-        let want_p = dparams.is_some();
-        let np = self.n_params;
-        // Each chunk writes its rows of ∂L/∂x in place.
-        let dx_parts: Vec<Option<&mut [f32]>> = match dx {
-            Some(dx) => dx.chunks_mut(CHUNK_ROWS * inp).map(Some).collect(),
-            None => (0..chunks).map(|_| None).collect(),
-        };
-        let parts: Vec<Vec<f32>> = cw.ws[..chunks]
-            .par_iter_mut()
-            .zip(dout.par_chunks(CHUNK_ROWS * out))
-            .zip(dx_parts.into_par_iter())
-            .map(|((ws, dc), dxc)| {
-                let mut g = if want_p { vec![0.0f32; np] } else { Vec::new() };
-                self.backward(params, ws, dc, want_p.then_some(&mut g[..]), dxc);
-                g
-            })
-            .collect();
-        if let Some(dp) = dparams {
-            for g in parts {
-                dp.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
-            }
         }
     }
 
