@@ -138,43 +138,21 @@ fn kernel(a: KernelArgs) -> Result<()> {
     Ok(())
 }
 
-/// Wall seconds per phase of one E2 replication.
+/// Wall seconds per phase of one E2 replication (the fastest repeat), by phase name.
 #[derive(Serialize, Default, Clone)]
-struct PhaseTimes {
-    whole: Option<f64>,
-    pretrain: Option<f64>,
-    vae: Option<f64>,
-    iwae: Option<f64>,
-    hmc: Option<f64>,
-    sagd: Option<f64>,
-}
+struct PhaseTimes(std::collections::BTreeMap<&'static str, f64>);
 
 const PHASES: [&str; 6] = ["whole", "pretrain", "vae", "iwae", "hmc", "sagd"];
 
 impl PhaseTimes {
     fn get(&self, phase: &str) -> Option<f64> {
-        match phase {
-            "whole" => self.whole,
-            "pretrain" => self.pretrain,
-            "vae" => self.vae,
-            "iwae" => self.iwae,
-            "hmc" => self.hmc,
-            "sagd" => self.sagd,
-            _ => None,
-        }
+        self.0.get(phase).copied()
     }
 
     /// Keeps the faster of the two times of `phase`.
-    fn keep_min(&mut self, phase: &str, t: f64) {
-        let slot = match phase {
-            "whole" => &mut self.whole,
-            "pretrain" => &mut self.pretrain,
-            "vae" => &mut self.vae,
-            "iwae" => &mut self.iwae,
-            "hmc" => &mut self.hmc,
-            _ => &mut self.sagd,
-        };
-        *slot = Some(slot.map_or(t, |v: f64| v.min(t)));
+    fn keep_min(&mut self, phase: &'static str, t: f64) {
+        let v = self.0.entry(phase).or_insert(t);
+        *v = v.min(t);
     }
 }
 

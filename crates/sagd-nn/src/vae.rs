@@ -153,19 +153,25 @@ impl<'a> DecoderPosterior<'a> {
         let (Ok(mut last), Ok(mut pool)) = (self.last.lock(), self.pool.lock()) else {
             return;
         };
-        let kept = LastPass {
-            theta: theta.to_vec(),
-            data: data.to_vec(),
-            u: u.to_vec(),
-            ws,
-            r,
-        };
         match last.iter_mut().find(|l| l.data == data) {
+            // The block's slot is reused: its θ and u copies keep their allocations (θ is large for
+            // wide decoders, and this runs at every evaluation).
             Some(slot) => {
-                let old = std::mem::replace(slot, kept);
-                pool.push((old.ws, old.r));
+                slot.theta.clear();
+                slot.theta.extend_from_slice(theta);
+                slot.u.clear();
+                slot.u.extend_from_slice(u);
+                let old_ws = std::mem::replace(&mut slot.ws, ws);
+                let old_r = std::mem::replace(&mut slot.r, r);
+                pool.push((old_ws, old_r));
             }
-            None => last.push(kept),
+            None => last.push(LastPass {
+                theta: theta.to_vec(),
+                data: data.to_vec(),
+                u: u.to_vec(),
+                ws,
+                r,
+            }),
         }
     }
 
