@@ -256,27 +256,23 @@ fn draw_loglik<DB: DrawingBackend>(
         .axis_desc_style(("sans-serif", 18))
         .draw()
         .map_err(err)?;
-    chart
-        .draw_series(LineSeries::new([(0, max), (n, max)], BLUE.stroke_width(2)))
-        .map_err(err)?
-        .label(format!("maximum ℓ = {max:.3}"))
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE.stroke_width(2)));
-    chart
-        .draw_series(LineSeries::new(
-            exact.iter().enumerate().map(|(i, v)| (i, *v)),
-            BLACK.stroke_width(3),
-        ))
-        .map_err(err)?
-        .label("exact GD")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK.stroke_width(3)));
-    chart
-        .draw_series(LineSeries::new(
-            sagd.iter().enumerate().map(|(i, v)| (i, *v)),
-            RED.stroke_width(2),
-        ))
-        .map_err(err)?
-        .label("SAGD")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED.stroke_width(2)));
+    let along = |v: &[f64]| -> Vec<(usize, f64)> { v.iter().copied().enumerate().collect() };
+    let series = [
+        (
+            vec![(0, max), (n, max)],
+            BLUE.stroke_width(2),
+            format!("maximum ℓ = {max:.3}"),
+        ),
+        (along(exact), BLACK.stroke_width(3), "exact GD".to_string()),
+        (along(sagd), RED.stroke_width(2), "SAGD".to_string()),
+    ];
+    for (points, style, label) in series {
+        chart
+            .draw_series(LineSeries::new(points, style))
+            .map_err(err)?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style));
+    }
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
