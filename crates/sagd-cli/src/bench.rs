@@ -170,7 +170,7 @@ struct DebiasReport {
 }
 
 fn debias(a: DebiasBenchArgs) -> Result<()> {
-    use sagd_nn::experiment::replicate;
+    use sagd_nn::experiment::{replicate, RunOptions};
     use sagd_nn::train::Method;
     if a.dist == "highdim" {
         anyhow::bail!("--dist: the benchmark runs the 1-D cases (normal, exp, mixture)");
@@ -182,13 +182,13 @@ fn debias(a: DebiasBenchArgs) -> Result<()> {
     for rep in 0..a.repeats.max(1) {
         // All four methods at once, as `sagd debias` runs a replication.
         let t = std::time::Instant::now();
-        replicate(&spec, &law, a.seed, false, &quiet)?;
+        replicate(&spec, &law, a.seed, &RunOptions::default(), &quiet)?;
         ours.keep_min("whole", t.elapsed().as_secs_f64());
         // Each method alone, after its own pre-training.
         for m in Method::ALL {
             let mut s = spec.clone();
             s.methods = vec![m];
-            let r = replicate(&s, &law, a.seed, false, &quiet)?;
+            let r = replicate(&s, &law, a.seed, &RunOptions::default(), &quiet)?;
             ours.keep_min("pretrain", r.pretrain_time_s);
             if let Some(mr) = r.methods.get(m.name()) {
                 ours.keep_min(m.name(), mr.time_s);

@@ -10,7 +10,7 @@ use clap::Args;
 use rayon::prelude::*;
 use sagd::langevin::{Momentum, Scheme};
 use sagd::metrics::Law;
-use sagd_nn::experiment::{fit, replicate, E2Settings, Replication};
+use sagd_nn::experiment::{fit, replicate, E2Settings, Replication, RunOptions};
 use sagd_nn::train::{Method, MethodSettings};
 use serde::Serialize;
 use serde_json::json;
@@ -196,6 +196,14 @@ pub struct DebiasArgs {
     /// Standard deviation of the noise in --data.
     #[arg(long, default_value_t = 1.0)]
     noise_sd: f64,
+    /// Keep pre-trained networks in this folder and reuse them: a run with the same data, seed and
+    /// pre-training settings reads them instead of pre-training again (same results).
+    #[arg(long)]
+    pretrained_cache: Option<PathBuf>,
+    /// Every this many fine-tuning epochs, evaluate each method's current iterate (D, W,
+    /// log-likelihood in 1-D) into result.json and trace.csv (0: never).
+    #[arg(long, default_value_t = 0)]
+    trace_every: usize,
     /// Output folder (default out/debias-DIST, or out/deconvolution with --data).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -326,6 +334,42 @@ fn fmt(ms: (f64, Option<f64>)) -> String {
     }
 }
 
+/// The flags that say how replications run (not what they compute).
+fn run_options(a: &DebiasArgs) -> RunOptions {
+    RunOptions {
+        keep_samples: false,
+        pretrained_cache: a.pretrained_cache.clone(),
+        trace_every: a.trace_every,
+    }
+}
+
+/// Writes `trace.csv` (one row per replication, method and traced epoch) when there is a trace.
+fn write_trace(staging: &mut Staging, reps: &[Replication]) -> Result<()> {
+    let mut csv = String::from("seed,method,epoch,D,W,loglik,loss\n");
+    let mut rows = 0;
+    for r in reps {
+        for (m, mr) in &r.methods {
+            for t in &mr.trace {
+                let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
+                csv += &format!(
+                    "{},{m},{},{},{},{},{}\n",
+                    r.seed,
+                    t.epoch,
+                    t.ks,
+                    t.w1,
+                    opt(t.loglik),
+                    t.loss
+                );
+                rows += 1;
+            }
+        }
+    }
+    if rows > 0 {
+        std::fs::write(staging.path("trace.csv"), csv).context("writing trace.csv")?;
+    }
+    Ok(())
+}
+
 /// Runs `sagd debias`.
 pub fn run(a: DebiasArgs) -> Result<()> {
     let s = settings(&a)?;
@@ -351,7 +395,13 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("out/debias-{}", a.dist)));
     let mut staging = Staging::new(&out)?;
-    staging.clear(&["result.json", "table1.md", "figure2.png", "figure2.svg"]);
+    staging.clear(&[
+        "result.json",
+        "table1.md",
+        "figure2.png",
+        "figure2.svg",
+        "trace.csv",
+    ]);
     let per_epoch = s.n.div_ceil(s.batch_size.clamp(1, s.n)) as u64;
     let per_rep = (s.pretrain_epochs + s.finetune_epochs * s.methods.len()) as u64 * per_epoch;
     let bar = progress_bar(a.quiet, per_rep * a.reps as u64);
@@ -360,7 +410,11 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
     let reps: Vec<Replication> = seeds
         .par_iter()
         .map(|&seed| {
-            replicate(s, &law, seed, seed == a.seed, &|_, _, _| bar.inc(1))
+            let opts = RunOptions {
+                keep_samples: seed == a.seed,
+                ..run_options(a)
+            };
+            replicate(s, &law, seed, &opts, &|_, _, _| bar.inc(1))
                 .map_err(|e| anyhow!("replication {seed}: {e}"))
         })
         .collect::<Result<_>>()?;
@@ -497,6 +551,7 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
         "replications": reps,
         "total_time_s": t_all.elapsed().as_secs_f64(),
     });
+    write_trace(&mut staging, &reps)?;
     std::fs::write(
         staging.path("result.json"),
         serde_json::to_string_pretty(&result)?,
@@ -536,6 +591,7 @@ fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: PathBuf) -> Result<()> {
         "latent_samples.csv",
         "density.png",
         "density.svg",
+        "trace.csv",
     ]);
     // X = Z + σ e: fit the unit-noise model to X/σ, then scale the latent draws back.
     let sd = a.noise_sd;
@@ -553,8 +609,12 @@ fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: PathBuf) -> Result<()> {
         (s.pretrain_epochs + s.finetune_epochs * s.methods.len()) as u64 * per_epoch,
     );
     bar.set_message("deconvolution");
-    let rep =
-        fit(&s, None, scaled, a.seed, true, &|_, _, _| bar.inc(1)).map_err(|e| anyhow!("{e}"))?;
+    let opts = RunOptions {
+        keep_samples: true,
+        ..run_options(a)
+    };
+    let rep = fit(&s, None, scaled, a.seed, &opts, &|_, _, _| bar.inc(1))
+        .map_err(|e| anyhow!("{e}"))?;
     bar.finish_and_clear();
     let probs = [0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99];
     let mut quantiles = BTreeMap::new();
@@ -621,6 +681,7 @@ fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: PathBuf) -> Result<()> {
         "loglik_per_point_scaled_data": rep.methods.iter().map(|(k, v)| (k.clone(), v.eval.loglik)).chain(std::iter::once(("pretrained".to_string(), rep.pretrained.loglik))).collect::<BTreeMap<_, _>>(),
         "time_s": {"pretrain": rep.pretrain_time_s, "methods": rep.methods.iter().map(|(k, v)| (k.clone(), v.time_s)).collect::<BTreeMap<_, _>>(), "total": t_all.elapsed().as_secs_f64()},
     });
+    write_trace(&mut staging, std::slice::from_ref(&rep))?;
     std::fs::write(
         staging.path("result.json"),
         serde_json::to_string_pretty(&result)?,

@@ -2,13 +2,14 @@
 //! four fine-tuning methods, and the evaluation of the fitted latent distribution.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
-use sagd::error::Result;
+use sagd::error::{Result, SagdError};
 use sagd::metrics::{ks_w1, Law};
 use sagd::rng::{stream_seed, NormalStream};
 use serde::{Deserialize, Serialize};
@@ -109,6 +110,40 @@ pub struct MethodResult {
     pub final_loss: f64,
     /// Method diagnostics.
     pub diagnostics: serde_json::Value,
+    /// D and W of the current iterate during fine-tuning (when asked: [`RunOptions::trace_every`]).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub trace: Vec<TracePoint>,
+}
+
+/// The fit at one epoch of fine-tuning.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TracePoint {
+    /// Epochs done.
+    pub epoch: usize,
+    /// Kolmogorov-Smirnov distance of the current iterate (mean over coordinates).
+    #[serde(rename = "D")]
+    pub ks: f64,
+    /// 1-Wasserstein distance of the current iterate (mean over coordinates).
+    #[serde(rename = "W")]
+    pub w1: f64,
+    /// Mean log-likelihood of the data (1-D).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub loglik: Option<f64>,
+    /// The method's loss estimate at the epoch's last update.
+    pub loss: f64,
+}
+
+/// How a replication runs, beside its settings; none of these changes its results.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Keep the draws of Z of each fitted model (for figures).
+    pub keep_samples: bool,
+    /// A folder of pre-trained networks: pre-training is read from it when an identical one
+    /// (same data, seed and pre-training settings) was saved there, else run and saved.
+    pub pretrained_cache: Option<PathBuf>,
+    /// Evaluate D and W (against a known π) and the log-likelihood (1-D) of each method's current
+    /// iterate every this many fine-tuning epochs (0: never).
+    pub trace_every: usize,
 }
 
 /// One replication.
@@ -118,8 +153,11 @@ pub struct Replication {
     pub seed: u64,
     /// The pre-trained VAE's evaluation.
     pub pretrained: Evaluation,
-    /// Wall seconds of pre-training.
+    /// Wall seconds of pre-training (of the run that did it, when read from a cache).
     pub pretrain_time_s: f64,
+    /// The pre-trained networks were read from this file instead of trained.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pretrained_from: Option<PathBuf>,
     /// Per method.
     pub methods: BTreeMap<String, MethodResult>,
     /// Draws of Z per fitted model (pretrained and each method), kept only when asked (figures).
@@ -250,11 +288,11 @@ pub fn replicate(
     s: &E2Settings,
     law: &Law,
     seed: u64,
-    keep_samples: bool,
+    opts: &RunOptions,
     progress: &(dyn Fn(&str, usize, usize) + Sync),
 ) -> Result<Replication> {
     let (_, x64) = simulate(law, s.n, s.p, seed);
-    fit(s, Some(law), x64, seed, keep_samples, progress)
+    fit(s, Some(law), x64, seed, opts, progress)
 }
 
 /// Pre-training and fine-tuning on observations `x` (n × p); evaluation against `law` when known
@@ -264,7 +302,7 @@ pub fn fit(
     law: Option<&Law>,
     x64: Vec<f64>,
     seed: u64,
-    keep_samples: bool,
+    opts: &RunOptions,
     progress: &(dyn Fn(&str, usize, usize) + Sync),
 ) -> Result<Replication> {
     let vae = Vae::new(s.p, s.hidden);
@@ -289,28 +327,45 @@ pub fn fit(
             }
         }
     };
-    let mut params = vae.init(seed);
-    let t0 = Instant::now();
-    let mut pre = BoundEstimator::new(&vae, &x, 1, part_seed(seed, 2));
     let n = s.n.min(x.len() / s.p.max(1));
     let per_epoch = n.div_ceil(s.batch_size.clamp(1, n.max(1)));
     let pre_total = s.pretrain_epochs * per_epoch;
-    train(
-        &vae,
-        &mut params,
-        &mut pre,
-        n,
-        s.pretrain_epochs,
-        s.batch_size,
-        s.lr,
-        0.0,
-        part_seed(seed, 5),
-        &mut |i| progress("pretrain", i, pre_total),
-    )?;
-    let pretrain_time_s = t0.elapsed().as_secs_f64();
+    let cache = opts
+        .pretrained_cache
+        .as_deref()
+        .map(|dir| PretrainedCache::new(dir, s, &x, seed));
+    let (params, pretrain_time_s, pretrained_from) = match cache.as_ref().map(|c| c.load(&vae)) {
+        Some(Ok(Some((params, time_s)))) => {
+            progress("pretrain", pre_total, pre_total);
+            (params, time_s, cache.map(|c| c.path))
+        }
+        Some(Err(e)) => return Err(e),
+        _ => {
+            let mut params = vae.init(seed);
+            let t0 = Instant::now();
+            let mut pre = BoundEstimator::new(&vae, &x, 1, part_seed(seed, 2));
+            train(
+                &vae,
+                &mut params,
+                &mut pre,
+                n,
+                s.pretrain_epochs,
+                s.batch_size,
+                s.lr,
+                0.0,
+                part_seed(seed, 5),
+                &mut |i, _, _| progress("pretrain", i, pre_total),
+            )?;
+            let time_s = t0.elapsed().as_secs_f64();
+            if let Some(c) = &cache {
+                c.save(&params, time_s)?;
+            }
+            (params, time_s, None)
+        }
+    };
     let (pretrained, z0) = assess(&params);
     let mut samples = BTreeMap::new();
-    if keep_samples {
+    if opts.keep_samples {
         samples.insert("pretrained".to_string(), z0);
     }
     // The methods start from the same pre-trained weights and have their own streams: they run in
@@ -334,6 +389,8 @@ pub fn fit(
                 Method::Sagd => Box::new(ChainEstimator::sagd(&vae, &x, &s.method, mseed)?),
             };
             let ft_total = s.finetune_epochs * per_epoch;
+            let mut trace = Vec::new();
+            let mut last_loss = f64::NAN;
             let stats = train(
                 &vae,
                 &mut p,
@@ -348,7 +405,22 @@ pub fn fit(
                     0.0
                 },
                 part_seed(mseed, 6),
-                &mut |k| progress(m.name(), k, ft_total),
+                &mut |k, p, loss| {
+                    last_loss = loss;
+                    let epoch = k / per_epoch;
+                    if opts.trace_every > 0 && k % per_epoch == 0 && epoch % opts.trace_every == 0
+                    {
+                        let e = assess(p).0;
+                        trace.push(TracePoint {
+                            epoch,
+                            ks: e.ks,
+                            w1: e.w1,
+                            loglik: e.loglik,
+                            loss: last_loss,
+                        });
+                    }
+                    progress(m.name(), k, ft_total)
+                },
             )?;
             let time_s = t0.elapsed().as_secs_f64();
             let (eval, z) = assess(&p);
@@ -357,6 +429,7 @@ pub fn fit(
                 time_s,
                 final_loss: stats.final_loss,
                 diagnostics: est.diagnostics(),
+                trace,
             };
             Ok((m, r, z))
         })
@@ -364,7 +437,7 @@ pub fn fit(
     let mut methods = BTreeMap::new();
     for o in outcomes {
         let (m, r, z) = o?;
-        if keep_samples {
+        if opts.keep_samples {
             samples.insert(m.name().to_string(), z);
         }
         methods.insert(m.name().to_string(), r);
@@ -373,8 +446,100 @@ pub fn fit(
         seed,
         pretrained,
         pretrain_time_s,
+        pretrained_from,
         methods,
         samples,
         x: x64,
     })
+}
+
+/// Pre-trained networks saved under a name derived from everything that determines them: the
+/// data, the seed and the pre-training settings. Pre-training is deterministic, so a replication
+/// that reads them gives the same results as one that trains them.
+struct PretrainedCache {
+    path: PathBuf,
+    key: serde_json::Value,
+}
+
+/// The cache file's format tag.
+const PRETRAINED_FORMAT: &str = "sagd-debias-pretrained/1";
+
+impl PretrainedCache {
+    fn new(dir: &Path, s: &E2Settings, x: &[f32], seed: u64) -> Self {
+        // FNV-1a over the observations' bits.
+        let data_hash = x.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
+            v.to_bits()
+                .to_le_bytes()
+                .iter()
+                .fold(h, |h, b| (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3))
+        });
+        let key = serde_json::json!({
+            "seed": seed, "n": s.n, "p": s.p, "hidden": s.hidden, "batch_size": s.batch_size,
+            "pretrain_epochs": s.pretrain_epochs, "lr": s.lr, "data_fnv1a": format!("{data_hash:016x}"),
+        });
+        let name_hash = key.to_string().bytes().fold(data_hash, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+        });
+        PretrainedCache {
+            path: dir.join(format!(
+                "pretrained-p{}-h{}-s{seed}-{name_hash:016x}.json",
+                s.p, s.hidden
+            )),
+            key,
+        }
+    }
+
+    fn error(&self, what: &str) -> SagdError {
+        SagdError::Cache {
+            path: self.path.display().to_string(),
+            problem: format!("{what}; delete it to pre-train again"),
+        }
+    }
+
+    /// The saved networks and the pre-training's wall seconds, or None when nothing is saved.
+    fn load(&self, vae: &Vae) -> Result<Option<(VaeParams, f64)>> {
+        #[derive(Deserialize)]
+        struct Saved {
+            format: String,
+            key: serde_json::Value,
+            pretrain_time_s: f64,
+            dec: Vec<f32>,
+            enc: Vec<f32>,
+        }
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.error(&format!("unreadable ({e})"))),
+        };
+        let saved: Saved = serde_json::from_str(&text)
+            .map_err(|e| self.error(&format!("not a pre-trained cache file ({e})")))?;
+        if saved.format != PRETRAINED_FORMAT || saved.key != self.key {
+            return Err(self.error("saved for other data or settings"));
+        }
+        if saved.dec.len() != vae.dec.n_params() || saved.enc.len() != vae.enc.n_params() {
+            return Err(self.error("saved for another network shape"));
+        }
+        Ok(Some((
+            VaeParams {
+                dec: saved.dec,
+                enc: saved.enc,
+            },
+            saved.pretrain_time_s,
+        )))
+    }
+
+    /// Writes the networks (whole or not at all: a temporary file, then a rename).
+    fn save(&self, p: &VaeParams, time_s: f64) -> Result<()> {
+        let v = serde_json::json!({
+            "format": PRETRAINED_FORMAT, "key": self.key, "pretrain_time_s": time_s,
+            "dec": p.dec, "enc": p.enc,
+        });
+        let io = |e: std::io::Error| self.error(&format!("cannot write ({e})"));
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let tmp = self.path.with_extension("json.partial");
+        std::fs::write(&tmp, v.to_string()).map_err(io)?;
+        std::fs::rename(&tmp, &self.path).map_err(io)
+    }
 }

@@ -58,9 +58,13 @@ struct Transposed {
     transposed: Vec<f32>,
 }
 
-/// Rows per chunk of the parallel passes (the estimators' chunks and the chains' blocks): small
-/// enough for a chunk's activations to stay in a core's cache.
+/// Rows per chunk of the parallel passes (the estimators' chunks and the chains' blocks) for
+/// networks up to 64 wide: small enough for a chunk's activations to stay in a core's cache.
+/// Wider networks take fewer rows per chunk ([`Sequential::chunk_rows`]).
 pub const CHUNK_ROWS: usize = 512;
+
+/// Activations of the widest layer per chunk: [`CHUNK_ROWS`] rows of width 64.
+const CHUNK_ACTIVATIONS: usize = CHUNK_ROWS * 64;
 
 /// One set of buffers (a [`Workspace`] by default) per worker thread, kept between calls so that
 /// each parallel pass reuses warm buffers. Which set a piece of work gets never changes its result.
@@ -295,6 +299,23 @@ impl Sequential {
     /// The output width.
     pub fn output_dim(&self) -> usize {
         self.out
+    }
+
+    /// Rows per chunk of a parallel pass through this network: [`CHUNK_ROWS`] up to width 64,
+    /// proportionally fewer for wider layers (128 rows at width 256), so that a minibatch of a
+    /// wide network still splits into chunks for several threads. Fixed by the shape alone, so
+    /// results never depend on the number of threads.
+    pub fn chunk_rows(&self) -> usize {
+        let widest = self
+            .layers
+            .iter()
+            .map(|l| match l {
+                Layer::Linear { inp, out } => (*inp).max(*out),
+                Layer::Act { .. } => 1,
+            })
+            .max()
+            .unwrap_or(1);
+        (CHUNK_ACTIVATIONS / widest.max(1)).clamp(1, CHUNK_ROWS)
     }
 
     /// The layers.

@@ -11,7 +11,7 @@ use sagd::rng::NormalStream;
 use serde::{Deserialize, Serialize};
 
 use crate::math;
-use crate::net::{Workspace, WorkspacePool, CHUNK_ROWS};
+use crate::net::{Workspace, WorkspacePool};
 use crate::vae::{DecoderPosterior, Vae, VaeParams};
 
 /// The fine-tuning methods of Table 1.
@@ -325,10 +325,10 @@ impl GradientEstimator for BoundEstimator<'_> {
         self.eps.resize(k * n * d, 0.0);
         self.stream.fill(&mut self.eps);
         self.pool.ensure(rayon::current_num_threads());
-        // Chunks of whole points (about CHUNK_ROWS decoder rows), each run start to finish —
+        // Chunks of whole points (about `chunk_rows` decoder rows), each run start to finish —
         // encoder, samples, decoder, weights, both backward passes — while its buffers are in
         // cache; chunks in fixed groups.
-        let per_chunk = (CHUNK_ROWS / k).max(1);
+        let per_chunk = (self.vae.chunk_rows() / k).max(1);
         let chunks = n.div_ceil(per_chunk);
         let groups = chunks.min(GROUPS);
         let (nd, ne) = (g_dec.len(), g_enc.len());
@@ -418,7 +418,7 @@ impl<'a> ChainEstimator<'a> {
         let n = x.len() / vae.d;
         let mut chains = ChainSet::new(n, vae.d, seed);
         // Blocks of rows step in parallel; the block boundaries, not the threads, fix the results.
-        chains.set_rows_per_block(crate::net::CHUNK_ROWS);
+        chains.set_rows_per_block(vae.chunk_rows());
         ChainEstimator {
             vae,
             x,
@@ -577,7 +577,8 @@ pub struct TrainStats {
 /// order every epoch from `seed`; the full batch in order when `batch_size` ≥ n), one Adam update
 /// (learning rate `lr`) of the decoder, and of the encoder if the estimator trains it, per batch.
 /// With `average_tail` > 0 the parameters returned are the average of the iterates over that final
-/// fraction of the updates (Polyak-Ruppert tail averaging). `progress` is called after every update.
+/// fraction of the updates (Polyak-Ruppert tail averaging). `progress(updates, θ and φ, loss)` is
+/// called after every update, with the current iterate.
 #[allow(clippy::too_many_arguments)]
 pub fn train(
     vae: &Vae,
@@ -589,7 +590,7 @@ pub fn train(
     lr: f64,
     average_tail: f64,
     seed: u64,
-    progress: &mut dyn FnMut(usize),
+    progress: &mut dyn FnMut(usize, &VaeParams, f64),
 ) -> Result<TrainStats> {
     use rand::seq::SliceRandom;
     use rand::SeedableRng;
@@ -646,7 +647,7 @@ pub fn train(
                     .zip(&p.enc)
                     .for_each(|(a, v)| *a += (*v as f64 - *a) * w);
             }
-            progress(it);
+            progress(it, p, loss);
         }
     }
     if averaged > 0 {
@@ -705,7 +706,7 @@ mod tests {
             lr,
             0.0,
             0,
-            &mut |_| {},
+            &mut |_, _, _| {},
         )
         .unwrap();
         let mut avg = p0.clone();
@@ -719,7 +720,7 @@ mod tests {
             lr,
             0.5,
             0,
-            &mut |_| {},
+            &mut |_, _, _| {},
         )
         .unwrap();
         for ((a, l), z) in avg.dec.iter().zip(&last.dec).zip(&p0.dec) {

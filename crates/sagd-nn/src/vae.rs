@@ -42,6 +42,12 @@ impl Vae {
         }
     }
 
+    /// Rows (decoder rows, or points through the encoder) per chunk of a parallel pass: the
+    /// smaller of the two networks' [`Sequential::chunk_rows`].
+    pub fn chunk_rows(&self) -> usize {
+        self.dec.chunk_rows().min(self.enc.chunk_rows())
+    }
+
     /// Initial parameters (PyTorch's default law) from a seed.
     pub fn init(&self, seed: u64) -> VaeParams {
         VaeParams {

@@ -3,6 +3,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use sagd::model::LatentModel;
+use sagd_nn::experiment::RunOptions;
 use sagd_nn::train::{BoundEstimator, GradientEstimator};
 use sagd_nn::vae::{DecoderPosterior, Vae, VaeParams};
 
@@ -139,19 +140,124 @@ fn a_replication_is_deterministic_and_thread_independent() {
             .num_threads(threads)
             .build()
             .unwrap();
-        pool.install(|| replicate(&s, &law, 3, false, &|_, _, _| {}).unwrap())
+        pool.install(|| replicate(&s, &law, 3, &RunOptions::default(), &|_, _, _| {}).unwrap())
     };
     let (a, b) = (run(1), run(2));
-    let strip = |r: &sagd_nn::experiment::Replication| {
-        let mut v = serde_json::to_value(r).unwrap();
-        v["pretrain_time_s"] = serde_json::Value::Null;
-        for m in v["methods"].as_object_mut().unwrap().values_mut() {
-            m["time_s"] = serde_json::Value::Null;
-        }
-        v
-    };
     assert_eq!(strip(&a), strip(&b));
     assert_eq!(a.methods.len(), 4);
+}
+
+/// A replication's JSON without its wall times and where its pre-training came from.
+fn strip(r: &sagd_nn::experiment::Replication) -> serde_json::Value {
+    let mut v = serde_json::to_value(r).unwrap();
+    v["pretrain_time_s"] = serde_json::Value::Null;
+    v.as_object_mut().unwrap().remove("pretrained_from");
+    for m in v["methods"].as_object_mut().unwrap().values_mut() {
+        m["time_s"] = serde_json::Value::Null;
+    }
+    v
+}
+
+#[test]
+fn wide_networks_split_a_minibatch_into_chunks_and_stay_thread_independent() {
+    use sagd::metrics::Law;
+    use sagd_nn::experiment::{replicate, E2Settings};
+    // Width 256: 128 rows per chunk, so a 300-point batch runs as three chunks (and the chains
+    // as three blocks); width 64 keeps 512.
+    assert_eq!(Vae::new(2, 256).chunk_rows(), 128);
+    assert_eq!(Vae::new(1, 64).chunk_rows(), sagd_nn::CHUNK_ROWS);
+    let s = E2Settings {
+        n: 300,
+        p: 2,
+        hidden: 256,
+        batch_size: 300,
+        pretrain_epochs: 3,
+        finetune_epochs: 2,
+        m: 2000,
+        ..Default::default()
+    };
+    let law = Law::by_name("highdim").unwrap();
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| replicate(&s, &law, 2, &RunOptions::default(), &|_, _, _| {}).unwrap())
+    };
+    assert_eq!(strip(&run(1)), strip(&run(2)));
+}
+
+#[test]
+fn a_cached_pretraining_gives_the_same_replication() {
+    use sagd::metrics::Law;
+    use sagd_nn::experiment::{replicate, E2Settings};
+    let s = E2Settings {
+        n: 200,
+        hidden: 8,
+        batch_size: 200,
+        pretrain_epochs: 30,
+        finetune_epochs: 4,
+        m: 2000,
+        ..Default::default()
+    };
+    let law = Law::by_name("exp").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cached = RunOptions {
+        pretrained_cache: Some(dir.path().join("cache")),
+        ..Default::default()
+    };
+    let go = |o: &RunOptions| replicate(&s, &law, 4, o, &|_, _, _| {}).unwrap();
+    let plain = go(&RunOptions::default());
+    let first = go(&cached);
+    let second = go(&cached);
+    assert!(first.pretrained_from.is_none());
+    let file = second.pretrained_from.clone().expect("read from the cache");
+    assert_eq!(second.pretrain_time_s, first.pretrain_time_s);
+    assert_eq!(strip(&plain), strip(&first));
+    assert_eq!(strip(&plain), strip(&second));
+    // Another seed is another file.
+    let other = replicate(&s, &law, 5, &cached, &|_, _, _| {}).unwrap();
+    assert!(other.pretrained_from.is_none());
+    // A damaged file is an error that names it and says what to do.
+    std::fs::write(&file, "{\"format\": 1").unwrap();
+    let e = replicate(&s, &law, 4, &cached, &|_, _, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&file.display().to_string()) && e.contains("delete"), "{e}");
+}
+
+#[test]
+fn the_trace_evaluates_the_current_iterate_at_the_asked_epochs() {
+    use sagd::metrics::Law;
+    use sagd_nn::experiment::{replicate, E2Settings};
+    let s = E2Settings {
+        n: 200,
+        hidden: 8,
+        batch_size: 200,
+        pretrain_epochs: 20,
+        finetune_epochs: 6,
+        m: 2000,
+        ..Default::default()
+    };
+    let law = Law::by_name("exp").unwrap();
+    let traced = RunOptions {
+        trace_every: 2,
+        ..Default::default()
+    };
+    let a = replicate(&s, &law, 6, &traced, &|_, _, _| {}).unwrap();
+    let b = replicate(&s, &law, 6, &RunOptions::default(), &|_, _, _| {}).unwrap();
+    for (k, m) in &a.methods {
+        let epochs: Vec<usize> = m.trace.iter().map(|t| t.epoch).collect();
+        assert_eq!(epochs, [2, 4, 6], "{k}");
+        // Tracing reads the iterate and changes nothing.
+        assert_eq!(m.eval, b.methods[k].eval, "{k}");
+        assert!(b.methods[k].trace.is_empty());
+    }
+    // Without averaging the last traced iterate is the one returned.
+    let vae = &a.methods["vae"];
+    let last = vae.trace.last().unwrap();
+    assert_eq!((last.ks, last.w1, last.loglik), (vae.eval.ks, vae.eval.w1, vae.eval.loglik));
+    assert_eq!(last.loss, vae.final_loss);
 }
 
 #[test]
@@ -169,8 +275,8 @@ fn minibatches_and_several_dimensions_run_and_are_deterministic() {
         ..Default::default()
     };
     let law = Law::by_name("highdim").unwrap();
-    let a = replicate(&s, &law, 1, false, &|_, _, _| {}).unwrap();
-    let b = replicate(&s, &law, 1, false, &|_, _, _| {}).unwrap();
+    let a = replicate(&s, &law, 1, &RunOptions::default(), &|_, _, _| {}).unwrap();
+    let b = replicate(&s, &law, 1, &RunOptions::default(), &|_, _, _| {}).unwrap();
     for (k, v) in &a.methods {
         assert_eq!(v.eval.w1, b.methods[k].eval.w1, "{k}");
         assert!(v.eval.w1_se.is_some() && v.eval.loglik.is_none(), "{k}");

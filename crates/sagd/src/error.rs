@@ -80,6 +80,14 @@ pub enum SagdError {
         /// What is wrong with it, and what to do.
         problem: String,
     },
+    /// A cache file (saved intermediate results) that cannot be read or written.
+    #[error("cache file {path}: {problem}")]
+    Cache {
+        /// The file.
+        path: String,
+        /// What is wrong with it, and what to do.
+        problem: String,
+    },
 }
 
 /// The library's result type.
