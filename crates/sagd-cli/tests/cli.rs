@@ -374,6 +374,10 @@ fn debias_rejects_bad_input() {
             "gamma*delta < 1",
         ),
         (vec!["--n", "0"], "--n must be at least 1"),
+        (
+            vec!["--sagd-lr", "0"],
+            "--sagd-lr must be a finite number > 0",
+        ),
     ] {
         let o = sagd()
             .args(["debias", "--quiet"])
@@ -440,4 +444,73 @@ fn debias_runs_the_high_dimensional_case_with_minibatches() {
         .as_f64()
         .is_some());
     assert!(String::from_utf8_lossy(&o.stdout).contains("| W | paper |"));
+}
+
+#[test]
+fn debias_traces_fits_and_reuses_a_cached_pretraining() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let run = |out: &str, extra: &[&str]| {
+        let out = dir.path().join(out);
+        let o = sagd()
+            .args([
+                "debias", "--dist", "highdim", "--quiet", "--n", "120", "--p", "3",
+            ])
+            .args([
+                "--hidden",
+                "8",
+                "--batch-size",
+                "50",
+                "--pretrain-epochs",
+                "3",
+            ])
+            .args([
+                "--finetune-epochs",
+                "4",
+                "--m",
+                "2000",
+                "--methods",
+                "vae,sagd",
+            ])
+            .args(["--trace-every", "2", "--pretrained-cache"])
+            .arg(&cache)
+            .args(extra)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        (json(&out.join("result.json")), out)
+    };
+    let (first, out) = run("a", &[]);
+    let trace = std::fs::read_to_string(out.join("trace.csv")).unwrap();
+    let lines: Vec<&str> = trace.lines().collect();
+    assert_eq!(lines[0], "seed,method,epoch,D,W,loglik,z_mean,z_sd,loss");
+    // Two methods, epochs 2 and 4.
+    assert_eq!(lines.len(), 5, "{trace}");
+    assert!(lines[2].starts_with("0,sagd,4,") || lines[4].starts_with("0,vae,4,"));
+    assert_eq!(std::fs::read_dir(&cache).unwrap().count(), 1);
+    let rep = &first["replications"][0];
+    assert!(rep.get("pretrained_from").is_none());
+    assert_eq!(rep["methods"]["sagd"]["trace"].as_array().unwrap().len(), 2);
+    // The second run reads the cache and fits the same.
+    let (second, _) = run("b", &[]);
+    let rep2 = &second["replications"][0];
+    assert!(rep2["pretrained_from"]
+        .as_str()
+        .unwrap()
+        .contains("pretrained-p3-h8"));
+    for m in ["vae", "sagd"] {
+        assert_eq!(rep["methods"][m]["W"], rep2["methods"][m]["W"], "{m}");
+    }
+    // The paper's profile gives SAGD its own learning rate, and --sagd-lr overrides it.
+    let (paper, _) = run("c", &["--paper-settings"]);
+    assert_eq!(paper["settings"]["sagd_lr"], 1e-4);
+    assert_eq!(first["settings"]["sagd_lr"], serde_json::Value::Null);
+    let (own, _) = run("d", &["--paper-settings", "--sagd-lr", "1e-3"]);
+    assert_eq!(own["settings"]["sagd_lr"], 1e-3);
+    assert_eq!(
+        own["replications"][0]["methods"]["sagd"]["W"],
+        rep["methods"]["sagd"]["W"]
+    );
 }

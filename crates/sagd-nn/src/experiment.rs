@@ -39,6 +39,9 @@ pub struct E2Settings {
     pub lr: f64,
     /// Adam's learning rate for fine-tuning.
     pub finetune_lr: f64,
+    /// SAGD's learning rate, where it differs from `finetune_lr`.
+    #[serde(default)]
+    pub sagd_lr: Option<f64>,
     /// Evaluation draws m.
     pub m: usize,
     /// The methods to run.
@@ -58,6 +61,7 @@ impl Default for E2Settings {
             finetune_epochs: 1000,
             lr: 1e-3,
             finetune_lr: 1e-3,
+            sagd_lr: None,
             m: 100_000,
             methods: Method::ALL.to_vec(),
             method: MethodSettings::default(),
@@ -129,6 +133,10 @@ pub struct TracePoint {
     /// Mean log-likelihood of the data (1-D).
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub loglik: Option<f64>,
+    /// Mean of Z.
+    pub z_mean: f64,
+    /// Standard deviation of Z.
+    pub z_sd: f64,
     /// The method's loss estimate at the epoch's last update.
     pub loss: f64,
 }
@@ -390,7 +398,6 @@ pub fn fit(
             };
             let ft_total = s.finetune_epochs * per_epoch;
             let mut trace = Vec::new();
-            let mut last_loss = f64::NAN;
             let stats = train(
                 &vae,
                 &mut p,
@@ -398,7 +405,10 @@ pub fn fit(
                 n,
                 s.finetune_epochs,
                 s.batch_size,
-                s.finetune_lr,
+                match m {
+                    Method::Sagd => s.sagd_lr.unwrap_or(s.finetune_lr),
+                    _ => s.finetune_lr,
+                },
                 if m == Method::Sagd {
                     s.method.sagd_average
                 } else {
@@ -406,9 +416,10 @@ pub fn fit(
                 },
                 part_seed(mseed, 6),
                 &mut |k, p, loss| {
-                    last_loss = loss;
                     let epoch = k / per_epoch;
-                    if opts.trace_every > 0 && k % per_epoch == 0 && epoch % opts.trace_every == 0
+                    if opts.trace_every > 0
+                        && k.is_multiple_of(per_epoch)
+                        && epoch.is_multiple_of(opts.trace_every)
                     {
                         let e = assess(p).0;
                         trace.push(TracePoint {
@@ -416,7 +427,9 @@ pub fn fit(
                             ks: e.ks,
                             w1: e.w1,
                             loglik: e.loglik,
-                            loss: last_loss,
+                            z_mean: e.z_mean,
+                            z_sd: e.z_sd,
+                            loss,
                         });
                     }
                     progress(m.name(), k, ft_total)

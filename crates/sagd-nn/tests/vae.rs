@@ -223,7 +223,10 @@ fn a_cached_pretraining_gives_the_same_replication() {
     let e = replicate(&s, &law, 4, &cached, &|_, _, _| {})
         .unwrap_err()
         .to_string();
-    assert!(e.contains(&file.display().to_string()) && e.contains("delete"), "{e}");
+    assert!(
+        e.contains(&file.display().to_string()) && e.contains("delete"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -256,7 +259,10 @@ fn the_trace_evaluates_the_current_iterate_at_the_asked_epochs() {
     // Without averaging the last traced iterate is the one returned.
     let vae = &a.methods["vae"];
     let last = vae.trace.last().unwrap();
-    assert_eq!((last.ks, last.w1, last.loglik), (vae.eval.ks, vae.eval.w1, vae.eval.loglik));
+    assert_eq!(
+        (last.ks, last.w1, last.loglik),
+        (vae.eval.ks, vae.eval.w1, vae.eval.loglik)
+    );
     assert_eq!(last.loss, vae.final_loss);
 }
 
