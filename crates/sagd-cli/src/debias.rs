@@ -10,14 +10,14 @@ use clap::Args;
 use rayon::prelude::*;
 use sagd::langevin::{Momentum, Scheme};
 use sagd::metrics::Law;
-use sagd_nn::experiment::{fit, replicate, E2Settings, Replication, RunOptions};
+use sagd_nn::experiment::{fit, replicate, E2Settings, Replication, RunOptions, TracePoint};
 use sagd_nn::train::{Method, MethodSettings};
 use serde::Serialize;
 use serde_json::json;
 
 use crate::input::{read_column, Column, Domain};
 use crate::output::{progress_bar, Staging};
-use crate::plot::{save, DensityGrid, DensityPanel};
+use crate::plot::{save, DensityGrid, DensityPanel, TraceFigure};
 
 /// The paper's Table 1: (case, metric) → mean and standard error for VAE, IWAE, HMC, SAGD.
 /// (case, metric, [(mean, se) for VAE, IWAE, HMC, SAGD]).
@@ -356,14 +356,15 @@ fn run_options(a: &DebiasArgs) -> RunOptions {
     }
 }
 
-/// Writes `trace.csv` (one row per replication, method and traced epoch) when there is a trace.
+/// Writes `trace.csv` (one row per replication, method and traced epoch) and `trace.png/.svg`
+/// (the first replication's curves: W against π where it is known, else the log-likelihood) when
+/// there is a trace.
 fn write_trace(staging: &mut Staging, reps: &[Replication]) -> Result<()> {
     let mut csv = String::from("seed,method,epoch,D,W,loglik,z_mean,z_sd,loss\n");
-    let mut rows = 0;
+    let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
     for r in reps {
         for (m, mr) in &r.methods {
             for t in &mr.trace {
-                let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
                 csv += &format!(
                     "{},{m},{},{},{},{},{},{},{}\n",
                     r.seed,
@@ -375,14 +376,48 @@ fn write_trace(staging: &mut Staging, reps: &[Replication]) -> Result<()> {
                     t.z_sd,
                     t.loss
                 );
-                rows += 1;
             }
         }
     }
-    if rows > 0 {
-        std::fs::write(staging.path("trace.csv"), csv).context("writing trace.csv")?;
-    }
-    Ok(())
+    let Some(first) = reps
+        .first()
+        .filter(|r| r.methods.values().any(|m| !m.trace.is_empty()))
+    else {
+        return Ok(());
+    };
+    std::fs::write(staging.path("trace.csv"), csv).context("writing trace.csv")?;
+    let against_pi = first.pretrained.w1.is_finite();
+    let (metric, pick): (&str, fn(&TracePoint) -> Option<f64>) = if against_pi {
+        ("1-Wasserstein distance W to π", |t| Some(t.w1))
+    } else {
+        ("mean log-likelihood (scaled data)", |t| t.loglik)
+    };
+    let fig = TraceFigure {
+        title: format!(
+            "Fine-tuning, seed {}: the current iterate every traced epoch",
+            first.seed
+        ),
+        metric,
+        curves: first
+            .methods
+            .iter()
+            .map(|(m, mr)| {
+                let c = mr
+                    .trace
+                    .iter()
+                    .filter_map(|t| Some((t.epoch as f64, pick(t)?)));
+                (m.to_uppercase(), c.collect())
+            })
+            .collect(),
+        reference: if against_pi {
+            Some(first.pretrained.w1)
+        } else {
+            first.pretrained.loglik
+        }
+        .map(|v| ("pre-trained VAE".to_string(), v)),
+    };
+    let (png, svg) = (staging.path("trace.png"), staging.path("trace.svg"));
+    save(&fig, &png, &svg, (760, 460))
 }
 
 /// Runs `sagd debias`.
@@ -416,6 +451,8 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
         "figure2.png",
         "figure2.svg",
         "trace.csv",
+        "trace.png",
+        "trace.svg",
     ]);
     let per_epoch = s.n.div_ceil(s.batch_size.clamp(1, s.n)) as u64;
     let per_rep = (s.pretrain_epochs + s.finetune_epochs * s.methods.len()) as u64 * per_epoch;
@@ -607,6 +644,8 @@ fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: PathBuf) -> Result<()> {
         "density.png",
         "density.svg",
         "trace.csv",
+        "trace.png",
+        "trace.svg",
     ]);
     // X = Z + σ e: fit the unit-noise model to X/σ, then scale the latent draws back.
     let sd = a.noise_sd;

@@ -284,6 +284,77 @@ fn draw_loglik<DB: DrawingBackend>(
     Ok(())
 }
 
+/// Learning curves: a metric against fine-tuning epochs, one line per method, and a reference level
+/// (the pre-trained model's) as a dashed line.
+pub struct TraceFigure<'a> {
+    /// Title.
+    pub title: String,
+    /// The metric's name (y axis).
+    pub metric: &'a str,
+    /// (method, [(epoch, value)]).
+    pub curves: Vec<(String, Vec<(f64, f64)>)>,
+    /// (label, value) of the horizontal reference line.
+    pub reference: Option<(String, f64)>,
+}
+
+impl Figure for TraceFigure<'_> {
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
+        let points = self.curves.iter().flat_map(|(_, c)| c.iter());
+        let x_hi = points.clone().map(|p| p.0).fold(1.0, f64::max);
+        let ys = points
+            .map(|p| p.1)
+            .chain(self.reference.iter().map(|r| r.1))
+            .filter(|v| v.is_finite());
+        let (lo, hi) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(v), b.max(v))
+        });
+        let (lo, hi) = if lo <= hi { (lo, hi) } else { (0.0, 1.0) };
+        let pad = (hi - lo).max(1e-6) * 0.08;
+        let mut chart = ChartBuilder::on(root)
+            .caption(&self.title, ("sans-serif", 20))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..x_hi, (lo - pad)..(hi + pad))
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("fine-tuning epoch")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_desc(self.metric)
+            .label_style(("sans-serif", 15))
+            .axis_desc_style(("sans-serif", 18))
+            .draw()
+            .map_err(err)?;
+        if let Some((label, v)) = &self.reference {
+            let style = BLACK.stroke_width(1);
+            chart
+                .draw_series(DashedLineSeries::new([(0.0, *v), (x_hi, *v)], 6, 4, style))
+                .map_err(err)?
+                .label(label.clone())
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style));
+        }
+        for (i, (label, c)) in self.curves.iter().enumerate() {
+            const COLOURS: [RGBColor; 4] = [MAGENTA, RGBColor(0, 140, 0), RED, BLUE];
+            let style = COLOURS[i % COLOURS.len()].stroke_width(2);
+            chart
+                .draw_series(LineSeries::new(c.iter().copied(), style))
+                .map_err(err)?
+                .label(label.clone())
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 15))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()
+            .map_err(err)?;
+        Ok(())
+    }
+}
+
 /// One panel of Figure 2: a histogram of the fitted model's draws of Z.
 pub struct DensityPanel<'a> {
     /// The panel title (the method).

@@ -486,6 +486,9 @@ fn debias_traces_fits_and_reuses_a_cached_pretraining() {
     let trace = std::fs::read_to_string(out.join("trace.csv")).unwrap();
     let lines: Vec<&str> = trace.lines().collect();
     assert_eq!(lines[0], "seed,method,epoch,D,W,loglik,z_mean,z_sd,loss");
+    for f in ["trace.png", "trace.svg"] {
+        assert!(out.join(f).metadata().unwrap().len() > 500, "{f}");
+    }
     // Two methods, epochs 2 and 4.
     assert_eq!(lines.len(), 5, "{trace}");
     assert!(lines[2].starts_with("0,sagd,4,") || lines[4].starts_with("0,vae,4,"));
