@@ -59,6 +59,21 @@ pub struct Surface {
     pub loglik: Vec<Vec<f64>>,
 }
 
+/// The series' legend, in one style for every figure.
+fn draw_legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 15))
+        .position(at)
+        .draw()
+        .map_err(err)
+}
+
 fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
     anyhow!("drawing a figure: {e}")
 }
@@ -178,14 +193,7 @@ fn draw_paths<DB: DrawingBackend>(
             .label("true θ")
             .legend(|(x, y)| TriangleMarker::new((x + 10, y), 6, MAGENTA.filled()));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 15))
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     // Colour bar in 1 + ℓ_max − ℓ on a log axis.
     let top = deepest.exp();
     let mut cb = ChartBuilder::on(&bar)
@@ -273,14 +281,7 @@ fn draw_loglik<DB: DrawingBackend>(
             .label(label)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style));
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 15))
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(err)?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     Ok(())
 }
 
@@ -343,14 +344,7 @@ impl Figure for TraceFigure<'_> {
                 .label(label.clone())
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 15))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(err)?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         Ok(())
     }
 }

@@ -123,8 +123,7 @@ fn iwae_gradient_over_several_chunks_matches_finite_differences() {
 
 #[test]
 fn a_replication_is_deterministic_and_thread_independent() {
-    use sagd::metrics::Law;
-    use sagd_nn::experiment::{replicate, E2Settings};
+    use sagd_nn::experiment::E2Settings;
     let s = E2Settings {
         n: 1100,
         hidden: 8,
@@ -134,17 +133,30 @@ fn a_replication_is_deterministic_and_thread_independent() {
         m: 5000,
         ..Default::default()
     };
-    let law = Law::by_name("mixture").unwrap();
-    let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| replicate(&s, &law, 3, &RunOptions::default(), &|_, _, _| {}).unwrap())
-    };
-    let (a, b) = (run(1), run(2));
+    let (a, b) = (
+        on_threads(1, &s, "mixture", 3),
+        on_threads(2, &s, "mixture", 3),
+    );
     assert_eq!(strip(&a), strip(&b));
     assert_eq!(a.methods.len(), 4);
+}
+
+/// Replication `seed` of `dist` on a pool of `threads` threads.
+fn on_threads(
+    threads: usize,
+    s: &sagd_nn::experiment::E2Settings,
+    dist: &str,
+    seed: u64,
+) -> sagd_nn::experiment::Replication {
+    let law = sagd::metrics::Law::by_name(dist).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    pool.install(|| {
+        sagd_nn::experiment::replicate(s, &law, seed, &RunOptions::default(), &|_, _, _| {})
+            .unwrap()
+    })
 }
 
 /// A replication's JSON without its wall times and where its pre-training came from.
@@ -160,8 +172,7 @@ fn strip(r: &sagd_nn::experiment::Replication) -> serde_json::Value {
 
 #[test]
 fn wide_networks_split_a_minibatch_into_chunks_and_stay_thread_independent() {
-    use sagd::metrics::Law;
-    use sagd_nn::experiment::{replicate, E2Settings};
+    use sagd_nn::experiment::E2Settings;
     // Width 256: 128 rows per chunk, so a 300-point batch runs as three chunks (and the chains
     // as three blocks); width 64 keeps 512.
     assert_eq!(Vae::new(2, 256).chunk_rows(), 128);
@@ -176,15 +187,10 @@ fn wide_networks_split_a_minibatch_into_chunks_and_stay_thread_independent() {
         m: 2000,
         ..Default::default()
     };
-    let law = Law::by_name("highdim").unwrap();
-    let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| replicate(&s, &law, 2, &RunOptions::default(), &|_, _, _| {}).unwrap())
-    };
-    assert_eq!(strip(&run(1)), strip(&run(2)));
+    assert_eq!(
+        strip(&on_threads(1, &s, "highdim", 2)),
+        strip(&on_threads(2, &s, "highdim", 2))
+    );
 }
 
 #[test]
