@@ -145,15 +145,30 @@ fn linear_forward(
     let wt = if inp == 1 {
         w
     } else {
-        let same =
-            wt.w.len() == w.len() && wt.w.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+        // Bitwise, without an early exit, so that the comparison runs in vector registers.
+        let same = wt.w.len() == w.len()
+            && wt
+                .w
+                .iter()
+                .zip(w)
+                .fold(0u32, |acc, (a, b)| acc | (a.to_bits() ^ b.to_bits()))
+                == 0;
         if !same {
             wt.w.clear();
             wt.w.extend_from_slice(w);
             wt.transposed.resize(inp * out, 0.0);
-            for (j, wrow) in w.chunks_exact(inp).enumerate() {
-                for (r, v) in wrow.iter().enumerate() {
-                    wt.transposed[r * out + j] = *v;
+            // In 16 × 16 tiles: a wide W transposed element by element misses the cache on
+            // every write.
+            const T: usize = 16;
+            for j0 in (0..out).step_by(T) {
+                for r0 in (0..inp).step_by(T) {
+                    let r1 = (r0 + T).min(inp);
+                    for j in j0..(j0 + T).min(out) {
+                        let column = wt.transposed[r0 * out + j..].iter_mut().step_by(out);
+                        for (t, v) in column.zip(&w[j * inp + r0..j * inp + r1]) {
+                            *t = *v;
+                        }
+                    }
                 }
             }
         }
