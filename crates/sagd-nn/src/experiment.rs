@@ -551,7 +551,10 @@ impl PretrainedCache {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let tmp = self.path.with_extension("json.partial");
+        // Named for this process, so that two runs filling one cache never share a partial file.
+        let tmp = self
+            .path
+            .with_extension(format!("json.partial-{}", std::process::id()));
         std::fs::write(&tmp, v.to_string()).map_err(io)?;
         std::fs::rename(&tmp, &self.path).map_err(io)
     }
