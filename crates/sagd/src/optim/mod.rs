@@ -118,12 +118,7 @@ impl Transform for Optimizer {
                 let c1 = 1.0 - beta1.powi(state.count as i32);
                 let c2 = 1.0 - beta2.powi(state.count as i32);
                 let adam = |g: &mut [T], m: &mut [f64], v: &mut [f64]| {
-                    for ((g, m), v) in g.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()) {
-                        let gf = g.f64();
-                        *m = beta1 * *m + (1.0 - beta1) * gf;
-                        *v = beta2 * *v + (1.0 - beta2) * gf * gf;
-                        *g = T::of((*m / c1) / ((*v / c2).sqrt() + eps));
-                    }
+                    adam_update(g, m, v, [beta1, beta2, eps, c1, c2]);
                 };
                 // Elementwise, so splitting a large vector across threads changes no bits.
                 const SPLIT: usize = 16_384;
@@ -137,6 +132,19 @@ impl Transform for Optimizer {
                 }
             }
         }
+    }
+}
+
+/// Adam's moments and direction for one slice; `k` = [β₁, β₂, ε, 1 − β₁ᵗ, 1 − β₂ᵗ]. Compiled for
+/// wide vector units too (division and square root dominate); the same bits on every path.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
+fn adam_update<T: Real>(g: &mut [T], m: &mut [f64], v: &mut [f64], k: [f64; 5]) {
+    let [beta1, beta2, eps, c1, c2] = k;
+    for ((g, m), v) in g.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()) {
+        let gf = g.f64();
+        *m = beta1 * *m + (1.0 - beta1) * gf;
+        *v = beta2 * *v + (1.0 - beta2) * gf * gf;
+        *g = T::of((*m / c1) / ((*v / c2).sqrt() + eps));
     }
 }
 
