@@ -344,7 +344,8 @@ pub fn fit(
         .map(|dir| PretrainedCache::new(dir, s, &x, seed));
     let (params, pretrain_time_s, pretrained_from) = match cache.as_ref().map(|c| c.load(&vae)) {
         Some(Ok(Some((params, time_s)))) => {
-            progress("pretrain", pre_total, pre_total);
+            // Report the skipped updates as done, as training would have.
+            (1..=pre_total).for_each(|i| progress("pretrain", i, pre_total));
             (params, time_s, cache.map(|c| c.path))
         }
         Some(Err(e)) => return Err(e),
@@ -489,6 +490,7 @@ impl PretrainedCache {
         let key = serde_json::json!({
             "seed": seed, "n": s.n, "p": s.p, "hidden": s.hidden, "batch_size": s.batch_size,
             "pretrain_epochs": s.pretrain_epochs, "lr": s.lr, "data_fnv1a": format!("{data_hash:016x}"),
+            "sagd_nn_version": env!("CARGO_PKG_VERSION"),
         });
         let name_hash = key.to_string().bytes().fold(data_hash, |h, b| {
             (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
