@@ -210,7 +210,7 @@ pub struct DebiasArgs {
     #[arg(long)]
     pretrained_cache: Option<PathBuf>,
     /// Every this many fine-tuning epochs, evaluate each method's current iterate (D, W,
-    /// log-likelihood in 1-D) into result.json and trace.csv (0: never).
+    /// log-likelihood in 1-D) into result.json, trace.csv and trace.png/.svg (0: never).
     #[arg(long, default_value_t = 0)]
     trace_every: usize,
     /// Output folder (default out/debias-DIST, or out/deconvolution with --data).

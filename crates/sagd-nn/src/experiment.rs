@@ -367,7 +367,7 @@ pub fn fit(
             )?;
             let time_s = t0.elapsed().as_secs_f64();
             if let Some(c) = &cache {
-                c.save(&params, time_s)?;
+                c.save(&vae, &params, time_s)?;
             }
             (params, time_s, None)
         }
@@ -399,6 +399,11 @@ pub fn fit(
             };
             let ft_total = s.finetune_epochs * per_epoch;
             let mut trace = Vec::new();
+            // SAGD has its own learning rate and returns an average of its iterates.
+            let (lr, average) = match m {
+                Method::Sagd => (s.sagd_lr.unwrap_or(s.finetune_lr), s.method.sagd_average),
+                _ => (s.finetune_lr, 0.0),
+            };
             let stats = train(
                 &vae,
                 &mut p,
@@ -406,15 +411,8 @@ pub fn fit(
                 n,
                 s.finetune_epochs,
                 s.batch_size,
-                match m {
-                    Method::Sagd => s.sagd_lr.unwrap_or(s.finetune_lr),
-                    _ => s.finetune_lr,
-                },
-                if m == Method::Sagd {
-                    s.method.sagd_average
-                } else {
-                    0.0
-                },
+                lr,
+                average,
                 part_seed(mseed, 6),
                 &mut |k, p, loss| {
                     let epoch = k / per_epoch;
@@ -476,25 +474,27 @@ struct PretrainedCache {
 }
 
 /// The cache file's format tag.
-const PRETRAINED_FORMAT: &str = "sagd-debias-pretrained/1";
+const PRETRAINED_FORMAT: &str = "sagd-debias-pretrained/2";
+
+/// FNV-1a of `bytes`, continuing from `h`.
+fn fnv1a(h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes
+        .into_iter()
+        .fold(h, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+}
 
 impl PretrainedCache {
     fn new(dir: &Path, s: &E2Settings, x: &[f32], seed: u64) -> Self {
-        // FNV-1a over the observations' bits.
-        let data_hash = x.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
-            v.to_bits()
-                .to_le_bytes()
-                .iter()
-                .fold(h, |h, b| (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3))
-        });
+        let data_hash = fnv1a(
+            0xcbf2_9ce4_8422_2325,
+            x.iter().flat_map(|v| v.to_bits().to_le_bytes()),
+        );
         let key = serde_json::json!({
             "seed": seed, "n": s.n, "p": s.p, "hidden": s.hidden, "batch_size": s.batch_size,
             "pretrain_epochs": s.pretrain_epochs, "lr": s.lr, "data_fnv1a": format!("{data_hash:016x}"),
             "sagd_nn_version": env!("CARGO_PKG_VERSION"),
         });
-        let name_hash = key.to_string().bytes().fold(data_hash, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-        });
+        let name_hash = fnv1a(data_hash, key.to_string().bytes());
         PretrainedCache {
             path: dir.join(format!(
                 "pretrained-p{}-h{}-s{seed}-{name_hash:016x}.json",
@@ -518,8 +518,8 @@ impl PretrainedCache {
             format: String,
             key: serde_json::Value,
             pretrain_time_s: f64,
-            dec: Vec<f32>,
-            enc: Vec<f32>,
+            dec: serde_json::Value,
+            enc: serde_json::Value,
         }
         let text = match std::fs::read_to_string(&self.path) {
             Ok(t) => t,
@@ -531,23 +531,18 @@ impl PretrainedCache {
         if saved.format != PRETRAINED_FORMAT || saved.key != self.key {
             return Err(self.error("saved for other data or settings"));
         }
-        if saved.dec.len() != vae.dec.n_params() || saved.enc.len() != vae.enc.n_params() {
-            return Err(self.error("saved for another network shape"));
-        }
-        Ok(Some((
-            VaeParams {
-                dec: saved.dec,
-                enc: saved.enc,
-            },
-            saved.pretrain_time_s,
-        )))
+        let params = VaeParams {
+            dec: vae.dec.from_saved(saved.dec).map_err(|e| self.error(&e))?,
+            enc: vae.enc.from_saved(saved.enc).map_err(|e| self.error(&e))?,
+        };
+        Ok(Some((params, saved.pretrain_time_s)))
     }
 
     /// Writes the networks (whole or not at all: a temporary file, then a rename).
-    fn save(&self, p: &VaeParams, time_s: f64) -> Result<()> {
+    fn save(&self, vae: &Vae, p: &VaeParams, time_s: f64) -> Result<()> {
         let v = serde_json::json!({
             "format": PRETRAINED_FORMAT, "key": self.key, "pretrain_time_s": time_s,
-            "dec": p.dec, "enc": p.enc,
+            "dec": vae.dec.to_saved(&p.dec), "enc": vae.enc.to_saved(&p.enc),
         });
         let io = |e: std::io::Error| self.error(&format!("cannot write ({e})"));
         if let Some(dir) = self.path.parent() {

@@ -443,37 +443,42 @@ impl Sequential {
         }
     }
 
-    /// Saves parameters as JSON: `{"format": "sagd-nn/1", "layers": [...], "params": [...]}`; f32
-    /// values are written in their shortest round-trip form, so loading gives the same bits.
-    pub fn save(&self, params: &[f32], path: &Path) -> std::io::Result<()> {
-        let v = serde_json::json!({"format": "sagd-nn/1", "layers": self.layers, "params": params});
-        std::fs::write(path, serde_json::to_string(&v)?)
+    /// Parameters as JSON: `{"format": "sagd-nn/1", "layers": [...], "params": [...]}`; f32 values
+    /// are written in their shortest round-trip form, so reading them back gives the same bits.
+    pub fn to_saved(&self, params: &[f32]) -> serde_json::Value {
+        serde_json::json!({"format": "sagd-nn/1", "layers": self.layers, "params": params})
     }
 
-    /// Loads parameters saved by [`Sequential::save`] for a network of this shape.
-    pub fn load(&self, path: &Path) -> Result<Vec<f32>, String> {
+    /// Parameters from [`Sequential::to_saved`]'s form, for a network of this shape.
+    pub fn from_saved(&self, v: serde_json::Value) -> Result<Vec<f32>, String> {
         #[derive(Deserialize)]
         struct Saved {
             format: String,
             layers: Vec<Layer>,
             params: Vec<f32>,
         }
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let s: Saved = serde_json::from_str(&text)
-            .map_err(|e| format!("{}: not a sagd-nn parameter file ({e})", path.display()))?;
+        let s: Saved =
+            serde_json::from_value(v).map_err(|e| format!("not a sagd-nn parameter set ({e})"))?;
         if s.format != "sagd-nn/1" {
-            return Err(format!(
-                "{}: format {}, expected sagd-nn/1",
-                path.display(),
-                s.format
-            ));
+            return Err(format!("format {}, expected sagd-nn/1", s.format));
         }
         if s.layers != self.layers || s.params.len() != self.n_params {
-            return Err(format!(
-                "{}: saved for another network shape",
-                path.display()
-            ));
+            return Err("saved for another network shape".to_string());
         }
         Ok(s.params)
+    }
+
+    /// Saves parameters as a file of [`Sequential::to_saved`]'s form.
+    pub fn save(&self, params: &[f32], path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, self.to_saved(params).to_string())
+    }
+
+    /// Loads parameters saved by [`Sequential::save`] for a network of this shape.
+    pub fn load(&self, path: &Path) -> Result<Vec<f32>, String> {
+        let at = |e: String| format!("{}: {e}", path.display());
+        let text = std::fs::read_to_string(path).map_err(|e| at(e.to_string()))?;
+        let v = serde_json::from_str(&text)
+            .map_err(|e| at(format!("not a sagd-nn parameter file ({e})")))?;
+        self.from_saved(v).map_err(at)
     }
 }

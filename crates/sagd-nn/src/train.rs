@@ -4,8 +4,7 @@
 use sagd::error::{Result, SagdError};
 use sagd::hmc::HmcSettings;
 use sagd::langevin::{ChainSet, Kernel, LangevinSettings, Momentum, Scheme};
-use sagd::model::Problem;
-use sagd::model::{AnchoredTarget, MaximumLikelihood};
+use sagd::model::{AnchoredTarget, MaximumLikelihood, Problem};
 use sagd::optim::{Optimizer, Transform};
 use sagd::rng::NormalStream;
 use serde::{Deserialize, Serialize};

@@ -400,7 +400,7 @@ impl<T: Real> ChainSet<T> {
         let [g0, g1] = &mut self.g;
         let [l0, l1] = &mut self.lp;
         // One block through all the steps: buffers `a` hold the current state, `b` the next.
-        let block = |i: usize, parts: BlockParts2<'_, T>| -> Result<(Vec<BlockStats>, Vec<R>)> {
+        let block = |i: usize, parts: BlockBuffers<'_, T>| -> Result<(Vec<BlockStats>, Vec<R>)> {
             let (xs, gs, ls, rho, noise, rngs) = parts;
             let ((mut xa, mut xb), (mut ga, mut gb), (mut la, mut lb)) = if cur == 0 {
                 (xs, gs, ls)
@@ -522,9 +522,9 @@ impl<'a, T> Block<'a, T> {
     }
 }
 
-/// A block's halves of both state buffers (x, g, log π: current buffer first), momenta, noise and
-/// streams.
-type BlockParts2<'a, T> = (
+/// A block's rows of both state buffers (x, g, log π: buffer 0, buffer 1), momenta, noise and
+/// streams, for all the steps it takes.
+type BlockBuffers<'a, T> = (
     (&'a mut [T], &'a mut [T]),
     (&'a mut [T], &'a mut [T]),
     (&'a mut [T], &'a mut [T]),

@@ -117,18 +117,16 @@ impl Transform for Optimizer {
                 use rayon::prelude::*;
                 let c1 = 1.0 - beta1.powi(state.count as i32);
                 let c2 = 1.0 - beta2.powi(state.count as i32);
-                let adam = |g: &mut [T], m: &mut [f64], v: &mut [f64]| {
-                    adam_update(g, m, v, [beta1, beta2, eps, c1, c2]);
-                };
+                let k = [beta1, beta2, eps, c1, c2];
                 // Elementwise, so splitting a large vector across threads changes no bits.
                 const SPLIT: usize = 16_384;
                 if grad.len() > 2 * SPLIT {
                     grad.par_chunks_mut(SPLIT)
                         .zip(state.m.par_chunks_mut(SPLIT))
                         .zip(state.v.par_chunks_mut(SPLIT))
-                        .for_each(|((g, m), v)| adam(g, m, v));
+                        .for_each(|((g, m), v)| adam_update(g, m, v, k));
                 } else {
-                    adam(grad, &mut state.m, &mut state.v);
+                    adam_update(grad, &mut state.m, &mut state.v, k);
                 }
             }
         }
