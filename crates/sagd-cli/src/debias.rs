@@ -213,6 +213,16 @@ pub struct DebiasArgs {
     /// log-likelihood in 1-D) into result.json, trace.csv and trace.png/.svg (0: never).
     #[arg(long, default_value_t = 0)]
     trace_every: usize,
+    /// Checkpoint every training phase into OUT/checkpoints every this many updates (and at the
+    /// end of each phase); 0: off.
+    #[arg(long, default_value_t = 0)]
+    checkpoint_every: usize,
+    /// Continue an interrupted run from OUT/checkpoints (same flags as the interrupted run).
+    #[arg(long)]
+    resume: bool,
+    /// Stop every fine-tuning phase after this many updates, checkpointed (to try --resume).
+    #[arg(long, hide = true)]
+    interrupt_after: Option<usize>,
     /// Output folder (default out/debias-DIST, or out/deconvolution with --data).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -348,12 +358,24 @@ fn fmt(ms: (f64, Option<f64>)) -> String {
 }
 
 /// The flags that say how replications run (not what they compute).
-fn run_options(a: &DebiasArgs) -> RunOptions {
-    RunOptions {
+fn run_options(a: &DebiasArgs, out: &std::path::Path) -> Result<RunOptions> {
+    let checkpoints = out.join("checkpoints");
+    if a.resume && !checkpoints.is_dir() {
+        bail!(
+            "--resume: no checkpoints at {}: run with --checkpoint-every first",
+            checkpoints.display()
+        );
+    }
+    let on = a.checkpoint_every > 0 || a.resume || a.interrupt_after.is_some();
+    Ok(RunOptions {
         keep_samples: false,
         pretrained_cache: a.pretrained_cache.clone(),
         trace_every: a.trace_every,
-    }
+        checkpoint_dir: on.then_some(checkpoints),
+        checkpoint_every: a.checkpoint_every,
+        resume: a.resume,
+        interrupt_after: a.interrupt_after,
+    })
 }
 
 /// Writes `trace.csv` (one row per replication, method and traced epoch) and `trace.png/.svg`
@@ -459,12 +481,13 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
     let bar = progress_bar(a.quiet, per_rep * a.reps as u64);
     bar.set_message(format!("{} × {} reps", a.dist, a.reps));
     let seeds: Vec<u64> = (a.seed..a.seed + a.reps as u64).collect();
+    let base = run_options(a, &out)?;
     let reps: Vec<Replication> = seeds
         .par_iter()
         .map(|&seed| {
             let opts = RunOptions {
                 keep_samples: seed == a.seed,
-                ..run_options(a)
+                ..base.clone()
             };
             replicate(s, &law, seed, &opts, &|_, _, _| bar.inc(1))
                 .map_err(|e| anyhow!("replication {seed}: {e}"))
@@ -665,7 +688,7 @@ fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: PathBuf) -> Result<()> {
     bar.set_message("deconvolution");
     let opts = RunOptions {
         keep_samples: true,
-        ..run_options(a)
+        ..run_options(a, &out)?
     };
     let rep =
         fit(&s, None, scaled, a.seed, &opts, &|_, _, _| bar.inc(1)).map_err(|e| anyhow!("{e}"))?;

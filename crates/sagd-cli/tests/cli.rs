@@ -517,3 +517,88 @@ fn debias_traces_fits_and_reuses_a_cached_pretraining() {
         rep["methods"]["sagd"]["W"]
     );
 }
+
+/// `result.json` without what differs between any two runs (wall times, the command line).
+fn without_timings(mut v: serde_json::Value) -> serde_json::Value {
+    fn strip(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(m) => {
+                m.retain(|k, _| !(k.contains("time_s") || k == "flags"));
+                m.values_mut().for_each(strip);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut v);
+    v
+}
+
+#[test]
+fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
+    let dir = tempfile::tempdir().unwrap();
+    // SAGD's tail average, HMC's acceptance record, IWAE's stream and a trace all cross the
+    // interruption.
+    let args = [
+        "debias",
+        "--dist",
+        "exp",
+        "--quiet",
+        "--n",
+        "200",
+        "--pretrain-epochs",
+        "40",
+        "--finetune-epochs",
+        "30",
+        "--m",
+        "2000",
+        "--trace-every",
+        "10",
+        "--out",
+    ];
+    let whole = dir.path().join("whole");
+    let o = sagd().args(args).arg(&whole).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let part = dir.path().join("part");
+    let o = sagd()
+        .args(args)
+        .arg(&part)
+        .args(["--checkpoint-every", "4", "--interrupt-after", "13"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--resume"), "{err}");
+    assert!(!part.join("result.json").exists(), "an interrupted run wrote a result");
+    for m in ["pretrain", "vae", "iwae", "hmc", "sagd"] {
+        assert!(part.join(format!("checkpoints/rep0-{m}.ckpt")).exists(), "{m}");
+    }
+    let o = sagd()
+        .args(args)
+        .arg(&part)
+        .args(["--checkpoint-every", "4", "--resume"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        without_timings(json(&part.join("result.json"))),
+        without_timings(json(&whole.join("result.json")))
+    );
+
+    // Another seed does not take the checkpoints of this run.
+    let o = sagd()
+        .args(args)
+        .arg(&part)
+        .args(["--resume", "--seed", "3"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = sagd()
+        .args(args)
+        .arg(&part)
+        .args(["--resume", "--lr", "0.002"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("other settings"), "{err}");
+}

@@ -15,8 +15,12 @@ use sagd::rng::{stream_seed, NormalStream};
 use serde::{Deserialize, Serialize};
 
 use crate::net::Workspace;
+use sagd::optim::Averaging;
+use sagd::run::{decode, encode, fnv1a, Control, Observer, Runner, Solver, FNV_OFFSET};
+
 use crate::train::{
-    train, BoundEstimator, ChainEstimator, GradientEstimator, Method, MethodSettings,
+    BoundEstimator, ChainEstimator, GradientEstimator, Method, MethodSettings, TrainInfo,
+    TrainSettings, TrainState, Training,
 };
 use crate::vae::{Vae, VaeParams};
 
@@ -152,6 +156,144 @@ pub struct RunOptions {
     /// Evaluate D and W (against a known π) and the log-likelihood (1-D) of each method's current
     /// iterate every this many fine-tuning epochs (0: never).
     pub trace_every: usize,
+    /// Checkpoint every training phase into this folder (one file per replication and phase).
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint every this many updates of a phase (and at its end).
+    pub checkpoint_every: usize,
+    /// Continue each phase from its checkpoint in `checkpoint_dir` where there is one.
+    pub resume: bool,
+    /// Stop every fine-tuning phase after this many updates of this process, checkpointed, and
+    /// return [`SagdError::Interrupted`] (to test and demonstrate resuming).
+    pub interrupt_after: Option<usize>,
+}
+
+/// A training phase of a replication as the runner sees it: its name, settings and identity.
+struct Phase<'a> {
+    name: &'a str,
+    settings: TrainSettings,
+    /// The run's settings, seed and data, which with the name make the checkpoint's identity.
+    key: &'a serde_json::Value,
+    seed: u64,
+}
+
+/// D and W of the current iterate every `every` epochs: an observer whose points travel with
+/// checkpoints.
+struct Tracer<'a> {
+    every: usize,
+    assess: &'a dyn Fn(&VaeParams) -> Evaluation,
+    points: Vec<TracePoint>,
+}
+
+impl Observer<TrainState, TrainInfo> for Tracer<'_> {
+    fn observe(&mut self, st: &TrainState, info: &TrainInfo) -> Control {
+        if let Some(epoch) = info.epoch_done.filter(|e| self.every > 0 && e % self.every == 0) {
+            let e = (self.assess)(&st.params);
+            self.points.push(TracePoint {
+                epoch,
+                ks: e.ks,
+                w1: e.w1,
+                loglik: e.loglik,
+                z_mean: e.z_mean,
+                z_sd: e.z_sd,
+                loss: info.loss,
+            });
+        }
+        Control::Continue
+    }
+    fn snapshot(&self) -> Result<Vec<u8>> {
+        encode(&self.points)
+    }
+    fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        self.points = decode(bytes)?;
+        Ok(())
+    }
+}
+
+/// What a finished phase returns.
+struct PhaseResult {
+    params: VaeParams,
+    final_loss: f64,
+    diagnostics: serde_json::Value,
+    trace: Vec<TracePoint>,
+}
+
+/// Runs one training phase through the project's runner: progress after every update, the trace,
+/// checkpoints and resume as `opts` asks.
+#[allow(clippy::too_many_arguments)]
+fn run_phase(
+    vae: &Vae,
+    est: &mut dyn GradientEstimator,
+    phase: &Phase,
+    n: usize,
+    params: VaeParams,
+    opts: &RunOptions,
+    tracer: &mut Tracer,
+    progress: &(dyn Fn(&str, usize, usize) + Sync),
+) -> Result<PhaseResult> {
+    let identity = serde_json::to_vec(&serde_json::json!({"phase": phase.name, "run": phase.key}))
+        .map_err(|e| SagdError::InvalidSetting {
+            name: "settings",
+            value: "not serialisable".into(),
+            fix: e.to_string(),
+        })?;
+    let job = Training::new(vae, est, &phase.settings, n, identity)?;
+    let total = phase.settings.epochs * job.per_epoch();
+    let mut done_here = 0usize;
+    let mut report = |_: &TrainState, info: &TrainInfo| {
+        progress(phase.name, info.update, total);
+        done_here += 1;
+        match opts.interrupt_after {
+            Some(k) if done_here >= k => Control::Stop,
+            _ => Control::Continue,
+        }
+    };
+    let mut runner = Runner::new(job).observe(tracer).observe(&mut report);
+    let ckpt = opts.checkpoint_dir.as_ref().map(|dir| {
+        dir.join(format!(
+            "rep{}-{}.ckpt",
+            phase.key["seed"].as_u64().unwrap_or(0),
+            phase.name
+        ))
+    });
+    if let Some(path) = &ckpt {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| SagdError::Io {
+                action: "creating the checkpoint folder",
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        runner = runner.checkpoint(path.clone(), opts.checkpoint_every);
+    }
+    let mut state = match &ckpt {
+        Some(path) if opts.resume && path.exists() => {
+            let st = runner.resume(path)?;
+            (1..=st.updates).for_each(|i| progress(phase.name, i, total));
+            st
+        }
+        _ => runner.solver.init(params, phase.seed),
+    };
+    let outcome = runner.run(&mut state)?;
+    if outcome == sagd::run::Outcome::Stopped && !runner.solver.terminate(&state) {
+        return Err(SagdError::Interrupted {
+            phase: phase.name.to_string(),
+            updates: state.updates,
+            dir: opts
+                .checkpoint_dir
+                .as_deref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+        });
+    }
+    let params = runner.solver.finish(&state);
+    let diagnostics = runner.solver.diagnostics();
+    drop(runner);
+    Ok(PhaseResult {
+        params,
+        final_loss: state.loss,
+        diagnostics,
+        trace: std::mem::take(&mut tracer.points),
+    })
 }
 
 /// One replication.
@@ -335,8 +477,22 @@ pub fn fit(
             }
         }
     };
+    let assess_eval = |p: &VaeParams| assess(p).0;
     let n = s.n.min(x.len() / s.p.max(1));
     let per_epoch = n.div_ceil(s.batch_size.clamp(1, n.max(1)));
+    let data_hash = fnv1a(
+        FNV_OFFSET,
+        x.iter().flat_map(|v| v.to_bits().to_le_bytes()),
+    );
+    let key = serde_json::json!({
+        "settings": s, "seed": seed, "data_fnv1a": format!("{data_hash:016x}"),
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    // Pre-training is never interrupted on request: the fine-tuning phases are.
+    let pretrain_opts = RunOptions {
+        interrupt_after: None,
+        ..opts.clone()
+    };
     let pre_total = s.pretrain_epochs * per_epoch;
     let cache = opts
         .pretrained_cache
@@ -350,21 +506,35 @@ pub fn fit(
         }
         Some(Err(e)) => return Err(e),
         _ => {
-            let mut params = vae.init(seed);
             let t0 = Instant::now();
             let mut pre = BoundEstimator::new(&vae, &x, 1, part_seed(seed, 2));
-            train(
+            let phase = Phase {
+                name: "pretrain",
+                settings: TrainSettings {
+                    epochs: s.pretrain_epochs,
+                    batch_size: s.batch_size,
+                    lr: s.lr,
+                    averaging: Averaging::None,
+                },
+                key: &key,
+                seed: part_seed(seed, 5),
+            };
+            let mut tracer = Tracer {
+                every: 0,
+                assess: &assess_eval,
+                points: Vec::new(),
+            };
+            let params = run_phase(
                 &vae,
-                &mut params,
                 &mut pre,
+                &phase,
                 n,
-                s.pretrain_epochs,
-                s.batch_size,
-                s.lr,
-                0.0,
-                part_seed(seed, 5),
-                &mut |i, _, _| progress("pretrain", i, pre_total),
-            )?;
+                vae.init(seed),
+                &pretrain_opts,
+                &mut tracer,
+                progress,
+            )?
+            .params;
             let time_s = t0.elapsed().as_secs_f64();
             if let Some(c) = &cache {
                 c.save(&vae, &params, time_s)?;
@@ -389,7 +559,6 @@ pub fn fit(
         .par_iter()
         .map(|&(i, m)| {
             let mseed = part_seed(1000 * seed + 1 + i as u64, 3);
-            let mut p = params.clone();
             let t0 = Instant::now();
             let mut est: Box<dyn GradientEstimator> = match m {
                 Method::Vae => Box::new(BoundEstimator::new(&vae, &x, 1, mseed)),
@@ -397,51 +566,52 @@ pub fn fit(
                 Method::Hmc => Box::new(ChainEstimator::hmc(&vae, &x, &s.method, mseed)?),
                 Method::Sagd => Box::new(ChainEstimator::sagd(&vae, &x, &s.method, mseed)?),
             };
-            let ft_total = s.finetune_epochs * per_epoch;
-            let mut trace = Vec::new();
             // SAGD has its own learning rate and returns an average of its iterates.
-            let (lr, average) = match m {
-                Method::Sagd => (s.sagd_lr.unwrap_or(s.finetune_lr), s.method.sagd_average),
-                _ => (s.finetune_lr, 0.0),
+            let (lr, averaging) = match m {
+                Method::Sagd if s.method.sagd_average > 0.0 => (
+                    s.sagd_lr.unwrap_or(s.finetune_lr),
+                    Averaging::Tail {
+                        fraction: s.method.sagd_average,
+                    },
+                ),
+                Method::Sagd => (s.sagd_lr.unwrap_or(s.finetune_lr), Averaging::None),
+                _ => (s.finetune_lr, Averaging::None),
             };
-            let stats = train(
-                &vae,
-                &mut p,
-                est.as_mut(),
-                n,
-                s.finetune_epochs,
-                s.batch_size,
-                lr,
-                average,
-                part_seed(mseed, 6),
-                &mut |k, p, loss| {
-                    let epoch = k / per_epoch;
-                    if opts.trace_every > 0
-                        && k.is_multiple_of(per_epoch)
-                        && epoch.is_multiple_of(opts.trace_every)
-                    {
-                        let e = assess(p).0;
-                        trace.push(TracePoint {
-                            epoch,
-                            ks: e.ks,
-                            w1: e.w1,
-                            loglik: e.loglik,
-                            z_mean: e.z_mean,
-                            z_sd: e.z_sd,
-                            loss,
-                        });
-                    }
-                    progress(m.name(), k, ft_total)
+            let phase = Phase {
+                name: m.name(),
+                settings: TrainSettings {
+                    epochs: s.finetune_epochs,
+                    batch_size: s.batch_size,
+                    lr,
+                    averaging,
                 },
+                key: &key,
+                seed: part_seed(mseed, 6),
+            };
+            let mut tracer = Tracer {
+                every: opts.trace_every,
+                assess: &assess_eval,
+                points: Vec::new(),
+            };
+            let done = run_phase(
+                &vae,
+                est.as_mut(),
+                &phase,
+                n,
+                params.clone(),
+                opts,
+                &mut tracer,
+                progress,
             )?;
+            let p = done.params;
             let time_s = t0.elapsed().as_secs_f64();
             let (eval, z) = assess(&p);
             let r = MethodResult {
                 eval,
                 time_s,
-                final_loss: stats.final_loss,
-                diagnostics: est.diagnostics(),
-                trace,
+                final_loss: done.final_loss,
+                diagnostics: done.diagnostics,
+                trace: done.trace,
             };
             Ok((m, r, z))
         })
@@ -476,17 +646,10 @@ struct PretrainedCache {
 /// The cache file's format tag.
 const PRETRAINED_FORMAT: &str = "sagd-debias-pretrained/2";
 
-/// FNV-1a of `bytes`, continuing from `h`.
-fn fnv1a(h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
-    bytes
-        .into_iter()
-        .fold(h, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
-}
-
 impl PretrainedCache {
     fn new(dir: &Path, s: &E2Settings, x: &[f32], seed: u64) -> Self {
         let data_hash = fnv1a(
-            0xcbf2_9ce4_8422_2325,
+            FNV_OFFSET,
             x.iter().flat_map(|v| v.to_bits().to_le_bytes()),
         );
         let key = serde_json::json!({

@@ -5,8 +5,12 @@ use sagd::error::{Result, SagdError};
 use sagd::hmc::HmcSettings;
 use sagd::langevin::{ChainSet, Kernel, LangevinSettings, Momentum, Scheme};
 use sagd::model::{AnchoredTarget, MaximumLikelihood, Problem};
-use sagd::optim::{Optimizer, Transform};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use sagd::optim::{Averaging, UpdateRule, UpdateState};
 use sagd::rng::NormalStream;
+use sagd::run::{decode, encode, Solver};
 use serde::{Deserialize, Serialize};
 
 use crate::math;
@@ -112,6 +116,10 @@ pub trait GradientEstimator {
         g_dec: &mut [f32],
         g_enc: &mut [f32],
     ) -> Result<f64>;
+    /// The estimator's own state (random streams, chains), for checkpoints.
+    fn save_state(&self) -> Result<Vec<u8>>;
+    /// Restores [`GradientEstimator::save_state`].
+    fn load_state(&mut self, bytes: &[u8]) -> Result<()>;
     /// Method diagnostics (acceptance rates, chain states), as JSON.
     fn diagnostics(&self) -> serde_json::Value {
         serde_json::Value::Null
@@ -309,6 +317,15 @@ impl GradientEstimator for BoundEstimator<'_> {
         true
     }
 
+    fn save_state(&self) -> Result<Vec<u8>> {
+        encode(&self.stream)
+    }
+
+    fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
+        self.stream = decode(bytes)?;
+        Ok(())
+    }
+
     fn estimate(
         &mut self,
         p: &VaeParams,
@@ -440,9 +457,44 @@ impl<'a> ChainEstimator<'a> {
     }
 }
 
+/// What a [`ChainEstimator`] carries from one update to the next.
+#[derive(Serialize, Deserialize)]
+struct ChainRecord {
+    chains: ChainSet<f32>,
+    stream: NormalStream,
+    acceptance: Vec<f64>,
+    divergences: usize,
+    started: bool,
+    reused: usize,
+}
+
 impl GradientEstimator for ChainEstimator<'_> {
     fn trains_encoder(&self) -> bool {
         false
+    }
+
+    fn save_state(&self) -> Result<Vec<u8>> {
+        encode(&ChainRecord {
+            chains: self.chains.clone(),
+            stream: self.stream.clone(),
+            acceptance: self.acceptance.clone(),
+            divergences: self.divergences,
+            started: self.started,
+            reused: self.reused,
+        })
+    }
+
+    fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
+        let r: ChainRecord = decode(bytes)?;
+        let rows = self.chains.rows_per_block();
+        self.chains = r.chains;
+        self.chains.set_rows_per_block(rows);
+        self.stream = r.stream;
+        self.acceptance = r.acceptance;
+        self.divergences = r.divergences;
+        self.started = r.started;
+        self.reused = r.reused;
+        Ok(())
     }
 
     fn estimate(
@@ -493,24 +545,19 @@ impl GradientEstimator for ChainEstimator<'_> {
         self.grad.resize(p.dec.len(), 0.0);
         let mut logp = 0.0;
         let mut result = Ok(());
-        model.fuse_theta_grad(self.fused);
         // Without fusion, each step's θ-gradient reuses the forward pass at the step's last
         // evaluation for the chains that stayed there (HMC: the accepted proposals).
         model.remember_passes(!self.fused);
-        // Each block of chains takes all K steps in one task; after each, ∇θ f at its new states.
-        let (fused, theta) = (self.fused, &p.dec[..]);
-        let run = sub.run_steps(&target, &self.kernel, self.steps, |first, u, diverged| {
-            match fused.then(|| model.take_block_theta_grad(first)).flatten() {
-                // f = −log p: the fused pass gave +∇θ log p at the new states.
-                Some(mut g) if diverged == 0 => {
-                    g.iter_mut().for_each(|v| *v = -*v);
-                    Ok(g)
-                }
-                // Without fusion, or after a reset chain: a pass at the kept states.
-                _ => {
-                    let mut g = vec![0.0f32; theta.len()];
-                    problem.add_grad_f(theta, first, u, &mut g).map(|()| g)
-                }
+        // Each block of chains takes all K steps in one task; after each, ∇θ f at its new states:
+        // the step's own evaluation computed it when fused (f = −log p, as the problem defines).
+        let theta = &p.dec[..];
+        let run = sub.run_steps(&target, &self.kernel, self.steps, self.fused, |b| match b.aux {
+            Some(g) => Ok(g.to_vec()),
+            None => {
+                let mut g = vec![0.0f32; theta.len()];
+                problem
+                    .add_grad_f(theta, b.first_row, b.positions, &mut g)
+                    .map(|()| g)
             }
         });
         match run {
@@ -536,7 +583,6 @@ impl GradientEstimator for ChainEstimator<'_> {
             }
             Err(e) => result = Err(e),
         }
-        model.fuse_theta_grad(false);
         model.remember_passes(false);
         self.reused += model.reused_passes();
         if full {
@@ -563,108 +609,175 @@ impl GradientEstimator for ChainEstimator<'_> {
     }
 }
 
-/// What a training run did.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct TrainStats {
-    /// Updates taken.
-    pub iterations: usize,
-    /// The loss estimate at the last update.
-    pub final_loss: f64,
+/// How a network is trained: epochs of minibatches, one update of the parameters per batch by
+/// the project's [`UpdateRule`] (Adam here) at a constant learning rate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainSettings {
+    /// Passes over the data.
+    pub epochs: usize,
+    /// Minibatch size (n or more: the full batch in order, one update per epoch).
+    pub batch_size: usize,
+    /// Adam's learning rate.
+    pub lr: f64,
+    /// The parameters returned: the last iterate, or an average of the final iterates.
+    pub averaging: Averaging,
 }
 
-/// The shared loop: `epochs` passes over the data in minibatches of `batch_size` (a new random
-/// order every epoch from `seed`; the full batch in order when `batch_size` ≥ n), one Adam update
-/// (learning rate `lr`) of the decoder, and of the encoder if the estimator trains it, per batch.
-/// With `average_tail` > 0 the parameters returned are the average of the iterates over that final
-/// fraction of the updates (Polyak-Ruppert tail averaging). `progress(updates, θ and φ, loss)` is
-/// called after every update, with the current iterate.
-#[allow(clippy::too_many_arguments)]
-pub fn train(
-    vae: &Vae,
-    p: &mut VaeParams,
-    est: &mut dyn GradientEstimator,
-    n: usize,
-    epochs: usize,
-    batch_size: usize,
+/// The state of a training run: parameters, both update rules' states, the shuffling stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainState {
+    /// The current iterate (decoder θ and encoder φ).
+    pub params: VaeParams,
+    dec: UpdateState,
+    enc: UpdateState,
+    rng: Xoshiro256PlusPlus,
+    order: Vec<usize>,
+    /// Updates taken.
+    pub updates: usize,
+    /// The loss estimate at the last update.
+    pub loss: f64,
+}
+
+/// What one training update did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrainInfo {
+    /// Updates taken (1-based count of this one).
+    pub update: usize,
+    /// Epochs completed, when this update completed one.
+    pub epoch_done: Option<usize>,
+    /// The loss estimate.
+    pub loss: f64,
+}
+
+/// Training of a VAE's networks by a [`GradientEstimator`] as a [`Solver`] for the project's
+/// [`Runner`]: every method of Table 1, and pre-training, go through it; they differ only in the
+/// estimator. The estimator's own state (chains, streams) is checkpointed with the run.
+pub struct Training<'a> {
+    est: &'a mut dyn GradientEstimator,
+    rule: UpdateRule,
     lr: f64,
-    average_tail: f64,
-    seed: u64,
-    progress: &mut dyn FnMut(usize, &VaeParams, f64),
-) -> Result<TrainStats> {
-    use rand::seq::SliceRandom;
-    use rand::SeedableRng;
-    let adam = Optimizer::adam();
-    let mut st_dec = adam.init(vae.dec.n_params());
-    let mut st_enc = adam.init(vae.enc.n_params());
-    let mut g_dec = vec![0.0f32; vae.dec.n_params()];
-    let mut g_enc = vec![0.0f32; vae.enc.n_params()];
-    let mut loss = f64::NAN;
-    let mut rng = rand_xoshiro::Xoshiro256PlusPlus::seed_from_u64(seed);
-    let mut order: Vec<usize> = (0..n).collect();
-    let bs = batch_size.clamp(1, n.max(1));
-    let total = epochs * n.div_ceil(bs);
-    let average_from = if average_tail > 0.0 {
-        total - ((average_tail.min(1.0) * total as f64).round() as usize).max(1)
-    } else {
-        usize::MAX
-    };
-    let mut avg_dec = vec![0.0f64; p.dec.len()];
-    let mut avg_enc = vec![0.0f64; p.enc.len()];
-    let mut averaged = 0usize;
-    let mut it = 0;
-    for _ in 0..epochs {
-        if bs < n {
-            order.shuffle(&mut rng);
-        }
-        for batch in order.chunks(bs) {
-            g_dec.iter_mut().for_each(|v| *v = 0.0);
-            g_enc.iter_mut().for_each(|v| *v = 0.0);
-            loss = est.estimate(p, batch, &mut g_dec, &mut g_enc)?;
-            it += 1;
-            if !g_dec.iter().chain(&g_enc).all(|v| v.is_finite()) {
-                return Err(SagdError::NonFiniteUpdate { iteration: it });
-            }
-            adam.direction(&mut g_dec, &mut st_dec);
-            for (w, g) in p.dec.iter_mut().zip(&g_dec) {
-                *w -= (lr * *g as f64) as f32;
-            }
-            if est.trains_encoder() {
-                adam.direction(&mut g_enc, &mut st_enc);
-                for (w, g) in p.enc.iter_mut().zip(&g_enc) {
-                    *w -= (lr * *g as f64) as f32;
-                }
-            }
-            if it > average_from {
-                averaged += 1;
-                let w = 1.0 / averaged as f64;
-                avg_dec
-                    .iter_mut()
-                    .zip(&p.dec)
-                    .for_each(|(a, v)| *a += (*v as f64 - *a) * w);
-                avg_enc
-                    .iter_mut()
-                    .zip(&p.enc)
-                    .for_each(|(a, v)| *a += (*v as f64 - *a) * w);
-            }
-            progress(it, p, loss);
+    n: usize,
+    batch: usize,
+    total: usize,
+    identity: Vec<u8>,
+    g_dec: Vec<f32>,
+    g_enc: Vec<f32>,
+}
+
+impl<'a> Training<'a> {
+    /// Training of `vae` on `n` data points by `est`; `identity` names the run for checkpoints
+    /// (its settings, seed and data).
+    pub fn new(
+        vae: &'a Vae,
+        est: &'a mut dyn GradientEstimator,
+        s: &TrainSettings,
+        n: usize,
+        identity: Vec<u8>,
+    ) -> Result<Self> {
+        let rule = UpdateRule::adam(s.averaging);
+        rule.validate(0)?;
+        let batch = s.batch_size.clamp(1, n.max(1));
+        Ok(Training {
+            est,
+            rule,
+            lr: s.lr,
+            n,
+            batch,
+            total: s.epochs * n.div_ceil(batch),
+            identity,
+            g_dec: vec![0.0; vae.dec.n_params()],
+            g_enc: vec![0.0; vae.enc.n_params()],
+        })
+    }
+
+    /// Updates per epoch.
+    pub fn per_epoch(&self) -> usize {
+        self.n.div_ceil(self.batch).max(1)
+    }
+
+    /// The state at parameters `params`, shuffling from `seed`.
+    pub fn init(&self, params: VaeParams, seed: u64) -> TrainState {
+        TrainState {
+            dec: self.rule.init(params.dec.len(), Some(self.total)),
+            enc: self.rule.init(params.enc.len(), Some(self.total)),
+            params,
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            order: (0..self.n).collect(),
+            updates: 0,
+            loss: f64::NAN,
         }
     }
-    if averaged > 0 {
-        p.dec
-            .iter_mut()
-            .zip(&avg_dec)
-            .for_each(|(v, a)| *v = *a as f32);
-        if est.trains_encoder() {
-            p.enc
-                .iter_mut()
-                .zip(&avg_enc)
-                .for_each(|(v, a)| *v = *a as f32);
+
+    /// The parameters the run returns: the averaged iterates where averaging applies (the
+    /// encoder's only when it was trained).
+    pub fn finish(&self, state: &TrainState) -> VaeParams {
+        let mut p = state.params.clone();
+        self.rule.finish(&state.dec, &mut p.dec);
+        if self.est.trains_encoder() {
+            self.rule.finish(&state.enc, &mut p.enc);
         }
+        p
     }
-    Ok(TrainStats {
-        iterations: it,
-        final_loss: loss,
-    })
+
+    /// The estimator's diagnostics.
+    pub fn diagnostics(&self) -> serde_json::Value {
+        self.est.diagnostics()
+    }
+}
+
+impl Solver for Training<'_> {
+    type State = TrainState;
+    type Info = TrainInfo;
+
+    fn identity(&self) -> Result<Vec<u8>> {
+        Ok(self.identity.clone())
+    }
+
+    fn next_iter(&mut self, st: &mut TrainState) -> Result<TrainInfo> {
+        let per_epoch = self.per_epoch();
+        let b = st.updates % per_epoch;
+        if b == 0 && self.batch < self.n {
+            st.order.shuffle(&mut st.rng);
+        }
+        let batch = &st.order[b * self.batch..((b + 1) * self.batch).min(self.n)];
+        self.g_dec.iter_mut().for_each(|v| *v = 0.0);
+        self.g_enc.iter_mut().for_each(|v| *v = 0.0);
+        st.loss = self
+            .est
+            .estimate(&st.params, batch, &mut self.g_dec, &mut self.g_enc)?;
+        let update = st.updates + 1;
+        if !self.g_enc.iter().all(|v| v.is_finite()) {
+            return Err(SagdError::NonFiniteUpdate { iteration: update });
+        }
+        self.rule
+            .apply(&mut st.dec, &mut st.params.dec, &mut self.g_dec, self.lr)?;
+        if self.est.trains_encoder() {
+            self.rule
+                .apply(&mut st.enc, &mut st.params.enc, &mut self.g_enc, self.lr)?;
+        }
+        st.updates = update;
+        Ok(TrainInfo {
+            update,
+            epoch_done: update.is_multiple_of(per_epoch).then(|| update / per_epoch),
+            loss: st.loss,
+        })
+    }
+
+    fn terminate(&self, st: &TrainState) -> bool {
+        st.updates >= self.total
+    }
+
+    fn iterations(&self, st: &TrainState) -> usize {
+        st.updates
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>> {
+        self.est.save_state()
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        self.est.load_state(bytes)
+    }
 }
 
 #[cfg(test)]
@@ -687,6 +800,12 @@ mod tests {
             g.iter_mut().for_each(|v| *v += 1.0);
             Ok(0.0)
         }
+        fn save_state(&self) -> Result<Vec<u8>> {
+            Ok(Vec::new())
+        }
+        fn load_state(&mut self, _: &[u8]) -> Result<()> {
+            Ok(())
+        }
     }
 
     #[test]
@@ -694,34 +813,23 @@ mod tests {
         let vae = Vae::new(1, 2);
         let p0 = vae.init(1);
         let (lr, updates) = (0.01, 10);
-        let mut last = p0.clone();
-        train(
-            &vae,
-            &mut last,
-            &mut Constant,
-            4,
-            updates,
-            4,
-            lr,
-            0.0,
-            0,
-            &mut |_, _, _| {},
-        )
-        .unwrap();
-        let mut avg = p0.clone();
-        train(
-            &vae,
-            &mut avg,
-            &mut Constant,
-            4,
-            updates,
-            4,
-            lr,
-            0.5,
-            0,
-            &mut |_, _, _| {},
-        )
-        .unwrap();
+        let run = |averaging| {
+            let s = TrainSettings {
+                epochs: updates,
+                batch_size: 4,
+                lr,
+                averaging,
+            };
+            let mut est = Constant;
+            let mut job = Training::new(&vae, &mut est, &s, 4, Vec::new()).unwrap();
+            let mut st = job.init(p0.clone(), 0);
+            while !job.terminate(&st) {
+                job.next_iter(&mut st).unwrap();
+            }
+            job.finish(&st)
+        };
+        let last = run(Averaging::None);
+        let avg = run(Averaging::Tail { fraction: 0.5 });
         for ((a, l), z) in avg.dec.iter().zip(&last.dec).zip(&p0.dec) {
             // Iterates z − lr·t (Adam's first steps on a constant gradient are lr each); the last
             // five, t = 6..10, average to z − 8·lr.

@@ -24,7 +24,7 @@ pub struct Vae {
 }
 
 /// The parameters of both networks.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct VaeParams {
     /// θ.
     pub dec: Vec<f32>,
@@ -73,14 +73,10 @@ pub struct DecoderPosterior<'a> {
     x: &'a [f32],
     d: usize,
     pool: Mutex<Vec<(Workspace, Vec<f32>)>>,
-    fuse: AtomicBool,
     remember: AtomicBool,
     reused: AtomicUsize,
     /// The last forward pass of each block of rows (see [`DecoderPosterior::remember_passes`]).
     last: Mutex<Vec<LastPass>>,
-    /// Fused θ-gradients per block of rows, keyed by the block's first data index and summed in
-    /// that order, so that the sum does not depend on which thread finished first.
-    theta_grad: Mutex<Vec<(usize, Vec<f32>)>>,
 }
 
 impl<'a> DecoderPosterior<'a> {
@@ -91,11 +87,9 @@ impl<'a> DecoderPosterior<'a> {
             x,
             d: dec.input_dim(),
             pool: Mutex::new(Vec::new()),
-            fuse: AtomicBool::new(false),
             remember: AtomicBool::new(false),
             reused: AtomicUsize::new(0),
             last: Mutex::new(Vec::new()),
-            theta_grad: Mutex::new(Vec::new()),
         }
     }
 
@@ -111,25 +105,6 @@ impl<'a> DecoderPosterior<'a> {
                 pool.extend(last.drain(..).map(|l| (l.ws, l.r)));
             }
         }
-    }
-
-    /// While on, every [`LatentModel::log_joint`] call also adds Σ_r ∇θ log p(x_i, u_r; θ) at the
-    /// points it evaluates into a per-block accumulator ([`DecoderPosterior::take_block_theta_grad`]): the same
-    /// backward pass gives ∇u and ∇θ, so a Langevin scheme that evaluates the gradient at its new
-    /// state gets the θ-gradient of SAGD without a second pass.
-    pub fn fuse_theta_grad(&self, on: bool) {
-        self.fuse.store(on, Ordering::SeqCst);
-    }
-
-    /// The fused θ-gradient accumulated for the block of rows starting at data index `first` since
-    /// the last call, if exactly one pass of that block contributed (else None, and it is dropped).
-    pub fn take_block_theta_grad(&self, first: usize) -> Option<Vec<f32>> {
-        let mut parts = self.theta_grad.lock().ok()?;
-        let mut found = Vec::new();
-        while let Some(at) = parts.iter().position(|(k, _)| *k == first) {
-            found.push(parts.swap_remove(at).1);
-        }
-        (found.len() == 1).then(|| found.swap_remove(0))
     }
 
     fn with_workspace<R>(&self, f: impl FnOnce(&mut Workspace, &mut Vec<f32>) -> R) -> R {
@@ -230,6 +205,42 @@ impl<'a> DecoderPosterior<'a> {
         Some(stale)
     }
 
+    /// log p and ∇u at the rows, and with `grad_theta` Σ ∇θ log p from the same backward pass.
+    fn evaluate(
+        &self,
+        theta: &[f32],
+        data: &[usize],
+        u: &[f32],
+        logp: &mut [f32],
+        grad_u: &mut [f32],
+        grad_theta: Option<&mut [f32]>,
+    ) -> Result<(), LogpError> {
+        let d = self.d;
+        let remember = self.remember.load(Ordering::SeqCst);
+        let (mut ws, mut r) = self.take_workspace();
+        self.residuals(theta, data, u, &mut ws, &mut r);
+        for ((lp, rr), uu) in logp
+            .iter_mut()
+            .zip(r.chunks_exact(d))
+            .zip(u.chunks_exact(d))
+        {
+            let s: f32 =
+                rr.iter().map(|v| v * v).sum::<f32>() + uu.iter().map(|v| v * v).sum::<f32>();
+            *lp = -0.5 * s;
+        }
+        // ∇u = J_hᵀ (x − h) − u; ∇θ = Σ J_θᵀ (x − h) from the same pass.
+        self.dec.backward(theta, &mut ws, &r, grad_theta, Some(grad_u));
+        for (g, uu) in grad_u.iter_mut().zip(u) {
+            *g -= uu;
+        }
+        if remember {
+            self.keep_pass(theta, data, u, ws, r);
+        } else if let Ok(mut p) = self.pool.lock() {
+            p.push((ws, r));
+        }
+        Ok(())
+    }
+
     /// Forward pass at u; leaves the residuals x − h(u) in `r`.
     fn residuals(
         &self,
@@ -273,41 +284,21 @@ impl LatentModel<f32> for DecoderPosterior<'_> {
         logp: &mut [f32],
         grad_u: &mut [f32],
     ) -> Result<(), LogpError> {
-        let d = self.d;
-        let remember = self.remember.load(Ordering::SeqCst);
-        let (mut ws, mut r) = self.take_workspace();
-        {
-            let (ws, r) = (&mut ws, &mut r);
-            self.residuals(theta, data, u, ws, r);
-            for ((lp, rr), uu) in logp
-                .iter_mut()
-                .zip(r.chunks_exact(d))
-                .zip(u.chunks_exact(d))
-            {
-                let s: f32 =
-                    rr.iter().map(|v| v * v).sum::<f32>() + uu.iter().map(|v| v * v).sum::<f32>();
-                *lp = -0.5 * s;
-            }
-            // ∇u = J_hᵀ (x − h) − u.
-            if self.fuse.load(Ordering::SeqCst) {
-                let mut gt = vec![0.0f32; self.dec.n_params()];
-                self.dec.backward(theta, ws, r, Some(&mut gt), Some(grad_u));
-                if let Ok(mut acc) = self.theta_grad.lock() {
-                    acc.push((data.first().copied().unwrap_or(0), gt));
-                }
-            } else {
-                self.dec.backward(theta, ws, r, None, Some(grad_u));
-            }
-            for (g, uu) in grad_u.iter_mut().zip(u) {
-                *g -= uu;
-            }
-        }
-        if remember {
-            self.keep_pass(theta, data, u, ws, r);
-        } else if let Ok(mut p) = self.pool.lock() {
-            p.push((ws, r));
-        }
-        Ok(())
+        self.evaluate(theta, data, u, logp, grad_u, None)
+    }
+    fn fuses_grad_theta(&self) -> bool {
+        true
+    }
+    fn log_joint_and_grad_theta(
+        &self,
+        theta: &[f32],
+        data: &[usize],
+        u: &[f32],
+        logp: &mut [f32],
+        grad_u: &mut [f32],
+        grad_theta: &mut [f32],
+    ) -> Result<(), LogpError> {
+        self.evaluate(theta, data, u, logp, grad_u, Some(grad_theta))
     }
     fn add_grad_theta(
         &self,

@@ -80,6 +80,16 @@ pub enum SagdError {
         /// What is wrong with it, and what to do.
         problem: String,
     },
+    /// The run was stopped before it finished (on request); its checkpoints can resume it.
+    #[error("interrupted after {updates} updates of {phase}; checkpoints are in {dir}: rerun the same command with --resume")]
+    Interrupted {
+        /// The phase that stopped first.
+        phase: String,
+        /// Updates of that phase done.
+        updates: usize,
+        /// The checkpoint folder.
+        dir: String,
+    },
     /// A cache file (saved intermediate results) that cannot be read or written.
     #[error("cache file {path}: {problem}")]
     Cache {

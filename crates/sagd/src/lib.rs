@@ -46,8 +46,8 @@
 //! };
 //! let solver = Sagd::new(settings);
 //! let mut state = solver.init(&Mean, &[0.0, 0.0], &[0.0, 0.0], 42).unwrap();
-//! Runner::new(&solver).run(&Mean, &mut state, 200).unwrap();
-//! assert!(state.theta_avg.iter().all(|t| (t - 3.0).abs() < 0.3));
+//! Runner::new(solver.on(&Mean, 200)).run(&mut state).unwrap();
+//! assert!(state.theta_avg().iter().all(|t| (t - 3.0).abs() < 0.3));
 //! ```
 
 #![warn(missing_docs)]
@@ -74,9 +74,9 @@ pub mod prelude {
     pub use crate::hmc::HmcSettings;
     pub use crate::langevin::{ChainSet, Kernel, LangevinSettings, Momentum, Scheme, StepInfo};
     pub use crate::model::{LatentModel, LogDensity, MaximumLikelihood, Problem};
-    pub use crate::optim::{Optimizer, Projection};
+    pub use crate::optim::{Averaging, Optimizer, Projection, UpdateRule};
     pub use crate::real::Real;
-    pub use crate::run::{Control, History, Observer, Runner};
+    pub use crate::run::{Control, History, Observer, Outcome, Runner, Solver};
     pub use crate::schedule::{LengthSchedule, Schedule, Schedules};
     pub use crate::solver::{Anchor, IterInfo, Sagd, SagdSettings, SagdState};
 }

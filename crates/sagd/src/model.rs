@@ -28,6 +28,27 @@ pub trait LogDensity<T: Real>: Sync {
         logp: &mut [T],
         grad: &mut [T],
     ) -> Result<(), LogpError>;
+
+    /// The length of the output that [`LogDensity::logp_grad_aux`] computes beside the gradient
+    /// (0: none).
+    fn aux_len(&self) -> usize {
+        0
+    }
+
+    /// [`LogDensity::logp_grad`], and adds what the same pass gives beside it into `aux` (of
+    /// [`LogDensity::aux_len`] values; for a latent posterior: Σ_r ∇θ f at the rows). Kernels
+    /// return it with the step that computed it, so that nothing leaves the target by a side door.
+    fn logp_grad_aux(
+        &self,
+        first_row: usize,
+        x: &[T],
+        logp: &mut [T],
+        grad: &mut [T],
+        aux: &mut [T],
+    ) -> Result<(), LogpError> {
+        let _ = aux;
+        self.logp_grad(first_row, x, logp, grad)
+    }
 }
 
 /// The objective of Algorithm 1, F(θ) = E_{ξ~π}[f(θ; ξ)], minimised over θ.
@@ -60,6 +81,28 @@ pub trait Problem<T: Real>: Sync {
         xi: &[T],
         grad: &mut [T],
     ) -> Result<(), LogpError>;
+
+    /// Whether [`Problem::log_target_and_grad_f`] computes ∇θ f in the same pass as the target
+    /// (cheaper than [`Problem::add_grad_f`] afterwards).
+    fn fuses_grad_f(&self) -> bool {
+        false
+    }
+
+    /// [`Problem::log_target`] with π taken at θ, and adds Σ_r ∇θ f(θ; ξ_r) at the same rows into
+    /// `grad_f`. The default makes two calls.
+    #[allow(clippy::too_many_arguments)]
+    fn log_target_and_grad_f(
+        &self,
+        theta: &[T],
+        first_row: usize,
+        xi: &[T],
+        logp: &mut [T],
+        grad: &mut [T],
+        grad_f: &mut [T],
+    ) -> Result<(), LogpError> {
+        self.log_target(theta, first_row, xi, logp, grad)?;
+        self.add_grad_f(theta, first_row, xi, grad_f)
+    }
 }
 
 /// A latent-variable model p(x, z; θ): data points x_i, latents z_i, parameters θ.
@@ -109,6 +152,27 @@ pub trait LatentModel<T: Real>: Sync {
             }
         }
         Ok(())
+    }
+
+    /// Whether [`LatentModel::log_joint_and_grad_theta`] shares one pass between ∇z and ∇θ.
+    fn fuses_grad_theta(&self) -> bool {
+        false
+    }
+
+    /// [`LatentModel::log_joint`], and adds Σ_r ∇θ log p(x_i, z_r; θ) at the same rows into
+    /// `grad_theta`. The default makes two calls; models whose ∇z and ∇θ come from one backward
+    /// pass (a neural decoder) do better.
+    fn log_joint_and_grad_theta(
+        &self,
+        theta: &[T],
+        data: &[usize],
+        z: &[T],
+        logp: &mut [T],
+        grad_z: &mut [T],
+        grad_theta: &mut [T],
+    ) -> Result<(), LogpError> {
+        self.log_joint(theta, data, z, logp, grad_z)?;
+        self.add_grad_theta(theta, data, z, grad_theta)
     }
 }
 
@@ -176,6 +240,26 @@ impl<T: Real, M: LatentModel<T>> Problem<T> for MaximumLikelihood<'_, M> {
         grad.iter_mut().for_each(|v| *v = -*v);
         res
     }
+    fn fuses_grad_f(&self) -> bool {
+        self.model.fuses_grad_theta()
+    }
+    fn log_target_and_grad_f(
+        &self,
+        theta: &[T],
+        first_row: usize,
+        xi: &[T],
+        logp: &mut [T],
+        grad: &mut [T],
+        grad_f: &mut [T],
+    ) -> Result<(), LogpError> {
+        let data = &self.rows[first_row..first_row + logp.len()];
+        grad_f.iter_mut().for_each(|v| *v = -*v);
+        let res = self
+            .model
+            .log_joint_and_grad_theta(theta, data, xi, logp, grad, grad_f);
+        grad_f.iter_mut().for_each(|v| *v = -*v);
+        res
+    }
 }
 
 /// The chains' target of a [`Problem`] at a given anchor, as a [`LogDensity`].
@@ -199,6 +283,25 @@ impl<T: Real, P: Problem<T> + ?Sized> LogDensity<T> for AnchoredTarget<'_, T, P>
     ) -> Result<(), LogpError> {
         self.problem
             .log_target(self.anchor, first_row, x, logp, grad)
+    }
+    /// ∇θ f at the anchor, when the problem computes it in the same pass.
+    fn aux_len(&self) -> usize {
+        if self.problem.fuses_grad_f() {
+            self.problem.theta_dim()
+        } else {
+            0
+        }
+    }
+    fn logp_grad_aux(
+        &self,
+        first_row: usize,
+        x: &[T],
+        logp: &mut [T],
+        grad: &mut [T],
+        aux: &mut [T],
+    ) -> Result<(), LogpError> {
+        self.problem
+            .log_target_and_grad_f(self.anchor, first_row, x, logp, grad, aux)
     }
 }
 

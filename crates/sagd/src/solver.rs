@@ -9,13 +9,12 @@
 //! iteration, as the algorithm is written), and the first iteration of a stage starts with `burn_in`
 //! discarded steps at δ₁.
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{check_len, Result, SagdError};
 use crate::langevin::{ChainSet, LangevinSettings, Momentum};
 use crate::model::{AnchoredTarget, Problem};
-use crate::optim::{OptState, Optimizer, Projection, Transform};
+use crate::optim::{UpdateRule, UpdateState};
 use crate::real::Real;
 use crate::schedule::Schedules;
 
@@ -43,10 +42,8 @@ pub struct SagdSettings {
     pub persistent: bool,
     /// How momenta start.
     pub initial_momentum: Momentum,
-    /// The gradient transform.
-    pub optimizer: Optimizer,
-    /// The feasible set Θ.
-    pub projection: Projection,
+    /// The update: transform, projection onto Θ, averaging (α_t comes from `schedules`).
+    pub update: UpdateRule,
     /// Where the chains' target is taken.
     pub anchor: Anchor,
 }
@@ -59,8 +56,7 @@ impl Default for SagdSettings {
             burn_in: 0,
             persistent: true,
             initial_momentum: Momentum::Normal,
-            optimizer: Optimizer::Sgd,
-            projection: Projection::None,
+            update: UpdateRule::sgd(),
             anchor: Anchor::Current,
         }
     }
@@ -71,8 +67,7 @@ impl SagdSettings {
     pub fn validate(&self, theta_dim: usize) -> Result<()> {
         self.schedules.validate()?;
         self.langevin.validate(self.schedules.step_size.at(1))?;
-        self.optimizer.validate()?;
-        self.projection.validate(theta_dim)
+        self.update.validate(theta_dim)
     }
 }
 
@@ -87,20 +82,29 @@ pub struct SagdState<T> {
     pub total_updates: usize,
     /// The last iterate θ_t.
     pub theta: Vec<T>,
-    /// The averaged iterate θ̂ of the current stage.
-    pub theta_avg: Vec<f64>,
     /// The parameter at which a [`Anchor::Fixed`] target is taken.
     pub anchor: Vec<T>,
     /// The chains.
     pub chains: ChainSet<T>,
-    /// The transform's state.
-    pub opt: OptState,
+    /// The update rule's state (transform moments, the averaged iterate of the stage).
+    pub update: UpdateState,
     /// The last gradient estimate.
     pub grad: Vec<f64>,
     /// Burn-in steps still to run before the next update.
     pub pending_burn_in: usize,
     /// Start of non-persistent chains: positions and momenta.
     start: (Vec<T>, Vec<T>),
+}
+
+impl<T: Real> SagdState<T> {
+    /// The averaged iterate θ̂ of the current stage (θ₀ before the first update).
+    pub fn theta_avg(&self) -> Vec<f64> {
+        if self.update.averaged > 0 {
+            self.update.avg.clone()
+        } else {
+            self.theta.iter().map(|v| v.f64()).collect()
+        }
+    }
 }
 
 /// What one iteration did.
@@ -160,10 +164,9 @@ impl Sagd {
             t: 0,
             total_updates: 0,
             theta: theta0.to_vec(),
-            theta_avg: theta0.iter().map(|v| v.f64()).collect(),
             anchor: theta0.to_vec(),
             chains,
-            opt: self.settings.optimizer.init(p),
+            update: self.settings.update.init(p, None),
             grad: vec![0.0; p],
             pending_burn_in: self.settings.burn_in,
             start,
@@ -186,8 +189,7 @@ impl Sagd {
         check_len("anchor", problem.theta_dim(), a.len())?;
         state.anchor = a;
         state.t = 0;
-        state.theta_avg = state.theta.iter().map(|v| v.f64()).collect();
-        state.opt = self.settings.optimizer.init(problem.theta_dim());
+        state.update = self.settings.update.init(problem.theta_dim(), None);
         state.pending_burn_in = burn_in;
         let target = AnchoredTarget {
             problem,
@@ -236,12 +238,32 @@ impl Sagd {
         let mut grad = vec![0.0f64; p];
         let mut kinetic = 0.0;
         let mut last_logp = 0.0;
-        for _ in 0..k_t {
-            let info = state.chains.step(&target, &kernel)?;
+        // Each block of chains takes the K_t steps in one task; after each, Σ ∇θ f at its new
+        // states: fused into the step's evaluation when the target is at θ and computes it, else
+        // a pass of its own.
+        let theta = &state.theta[..];
+        let fuse = s.anchor == Anchor::Current && problem.fuses_grad_f();
+        let (infos, parts) = state.chains.run_steps(&target, &kernel, k_t, fuse, |b| {
+            let mut g = vec![T::zero(); p];
+            match b.aux {
+                Some(a) => g.copy_from_slice(a),
+                None => problem
+                    .add_grad_f(theta, b.first_row, b.positions, &mut g)
+                    .map_err(SagdError::Model)?,
+            }
+            Ok(g)
+        })?;
+        for info in &infos {
             divergences += info.divergences;
             kinetic += info.kinetic_temperature;
             last_logp = info.mean_log_density;
-            accumulate_grad_f(problem, &state.theta, &state.chains, &mut grad)?;
+        }
+        // Summed step by step, blocks in order: the same bits for any number of threads.
+        for part in parts.into_iter().flatten() {
+            let part: Result<Vec<T>> = part;
+            for (g, v) in grad.iter_mut().zip(part?) {
+                *g += v.f64();
+            }
         }
         let scale = 1.0 / (k_t as f64 * problem.n_chains().max(1) as f64);
         grad.iter_mut().for_each(|g| *g *= scale);
@@ -251,17 +273,12 @@ impl Sagd {
         }
         state.grad.clone_from(&grad);
         let mut dir: Vec<T> = grad.iter().map(|g| T::of(*g)).collect();
-        s.optimizer.direction(&mut dir, &mut state.opt);
-        for (th, d) in state.theta.iter_mut().zip(&dir) {
-            *th = T::of(th.f64() - alpha * d.f64());
-        }
-        s.projection.apply(&mut state.theta);
-        if state.theta.iter().any(|v| !v.is_finite()) {
-            return Err(SagdError::NonFiniteUpdate { iteration: t });
-        }
-        for (a, th) in state.theta_avg.iter_mut().zip(&state.theta) {
-            *a += (th.f64() - *a) / t as f64;
-        }
+        s.update
+            .apply(&mut state.update, &mut state.theta, &mut dir, alpha)
+            .map_err(|e| match e {
+                SagdError::NonFiniteUpdate { .. } => SagdError::NonFiniteUpdate { iteration: t },
+                e => e,
+            })?;
         state.t = t;
         state.total_updates += 1;
         Ok(IterInfo {
@@ -275,37 +292,4 @@ impl Sagd {
             mean_log_density: last_logp,
         })
     }
-}
-
-/// Adds Σ over chains of ∇θ f(θ; ξ_r) at the chains' current states into `grad`, in fixed blocks
-/// summed in order, so that the result does not depend on the number of threads.
-pub fn accumulate_grad_f<T: Real, P: Problem<T> + ?Sized>(
-    problem: &P,
-    theta: &[T],
-    chains: &ChainSet<T>,
-    grad: &mut [f64],
-) -> Result<()> {
-    let d = chains.dim().max(1);
-    // The chains' own blocks: sized for one call of the target.
-    let rows = chains.rows_per_block();
-    let p = grad.len();
-    let block = |(b, xi): (usize, &[T])| -> Result<Vec<T>> {
-        let mut g = vec![T::zero(); p];
-        problem
-            .add_grad_f(theta, b * rows, xi, &mut g)
-            .map_err(SagdError::Model)?;
-        Ok(g)
-    };
-    let x = chains.positions();
-    let parts: Vec<Result<Vec<T>>> = if x.len() <= rows * d {
-        x.chunks(rows * d).enumerate().map(block).collect()
-    } else {
-        x.par_chunks(rows * d).enumerate().map(block).collect()
-    };
-    for part in parts {
-        for (g, v) in grad.iter_mut().zip(part?) {
-            *g += v.f64();
-        }
-    }
-    Ok(())
 }

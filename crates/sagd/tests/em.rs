@@ -182,5 +182,13 @@ fn an_interrupted_em_run_resumes_to_the_same_result() {
         .run(&[0.0, 1.0], 4, Some(&path), &mut |_| Control::Continue)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("different"), "{err}");
+    assert!(err.contains("other settings"), "{err}");
+    // So is another seed or another start.
+    for (theta0, seed) in [([0.0, 1.0], 5), ([0.1, 1.0], 4)] {
+        let err = em
+            .run(&theta0, seed, Some(&path), &mut |_| Control::Continue)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("other settings or data"), "{err}");
+    }
 }

@@ -17,9 +17,12 @@ fn convex_problem_converges_at_the_rate_of_theorem_3() {
     let problem = LogisticProblem::new(mu.clone(), 0.5, 1, Loss::Square);
     let settings = SagdSettings {
         schedules: Schedules::theorem3(0.2, 1.0, 0.5),
-        projection: Projection::Box {
-            lower: vec![-5.0; 2],
-            upper: vec![5.0; 2],
+        update: UpdateRule {
+            projection: Projection::Box {
+                lower: vec![-5.0; 2],
+                upper: vec![5.0; 2],
+            },
+            ..UpdateRule::sgd()
         },
         ..Default::default()
     };
@@ -32,8 +35,10 @@ fn convex_problem_converges_at_the_rate_of_theorem_3() {
                 let mut st = solver
                     .init(&problem, &[0.0, 0.0], &[0.0, 0.0], seed)
                     .unwrap();
-                Runner::new(&solver).run(&problem, &mut st, t_max).unwrap();
-                st.theta_avg
+                Runner::new(solver.on(&problem, t_max))
+                    .run(&mut st)
+                    .unwrap();
+                st.theta_avg()
                     .iter()
                     .zip(&mu)
                     .map(|(t, m)| (t - m).powi(2))
@@ -67,7 +72,7 @@ fn nonconvex_problem_reaches_the_optimum_with_theorem_4() {
     let mut g2 = Vec::new();
     for seed in 0..6 {
         let mut st = solver.init(&problem, &theta0, &mu, seed).unwrap();
-        Runner::new(&solver).run(&problem, &mut st, 2000).unwrap();
+        Runner::new(solver.on(&problem, 2000)).run(&mut st).unwrap();
         dist.push(
             st.theta
                 .iter()
@@ -96,7 +101,7 @@ fn checkpoint_settings() -> SagdSettings {
             scheme: Scheme::Ubu,
             gamma: 1.5,
         },
-        optimizer: Optimizer::adam(),
+        update: UpdateRule::adam(Averaging::All),
         burn_in: 7,
         ..Default::default()
     }
@@ -109,8 +114,11 @@ fn a_resumed_run_ends_bitwise_identical() {
     let theta0 = [0.0; 3];
 
     let mut whole = solver.init(&problem, &theta0, &[0.0; 3], 99).unwrap();
-    let mut r1 = Runner::new(&solver);
-    r1.run(&problem, &mut whole, 30).unwrap();
+    let mut h1 = History::default();
+    Runner::new(solver.on(&problem, 30))
+        .observe(&mut h1)
+        .run(&mut whole)
+        .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.ckpt");
@@ -122,43 +130,56 @@ fn a_resumed_run_ends_bitwise_identical() {
         }
     };
     let mut part = solver.init(&problem, &theta0, &[0.0; 3], 99).unwrap();
-    let mut r2 = Runner::new(&solver)
+    let mut h2 = History::default();
+    let mut r2 = Runner::new(solver.on(&problem, 30))
+        .observe(&mut h2)
         .observe(&mut stop_at_20)
         .checkpoint(&path, 10);
-    assert_eq!(
-        r2.run(&problem, &mut part, 30).unwrap(),
-        sagd::run::Outcome::Stopped
-    );
+    assert_eq!(r2.run(&mut part).unwrap(), sagd::run::Outcome::Stopped);
     drop(r2);
     drop(part);
 
-    let mut r3 = Runner::new(&solver);
+    // The history travels with the checkpoint; the stopping observer has nothing to restore.
+    let mut h3 = History::default();
+    let mut never = |_: &SagdState<f64>, _: &IterInfo| Control::Continue;
+    let mut r3 = Runner::new(solver.on(&problem, 30))
+        .observe(&mut h3)
+        .observe(&mut never);
     let mut resumed = r3.resume(&path).unwrap();
     assert_eq!(resumed.t, 20);
-    r3.run(&problem, &mut resumed, 30).unwrap();
+    r3.run(&mut resumed).unwrap();
+    drop(r3);
     assert_eq!(resumed, whole, "the resumed state differs");
-    assert_eq!(r3.history, r1.history, "the resumed history differs");
+    assert_eq!(h3, h1, "the resumed history differs");
 
-    // A checkpoint is refused under other settings, and garbage is refused as such.
+    // A checkpoint is refused under other settings, damaged, or garbage.
     let other = Sagd::new(SagdSettings {
         burn_in: 8,
         ..checkpoint_settings()
     });
-    let err = Runner::<f64>::new(&other)
-        .resume(&path)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("different settings"), "{err}");
+    let resume = |s: &Sagd, p: &std::path::Path| {
+        let mut a = History::default();
+        let mut b = |_: &SagdState<f64>, _: &IterInfo| Control::Continue;
+        Runner::new(s.on(&problem, 30))
+            .observe(&mut a)
+            .observe(&mut b)
+            .resume(p)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let err = resume(&other, &path);
+    assert!(err.contains("other settings"), "{err}");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x10;
+    std::fs::write(dir.path().join("flipped"), &bytes).unwrap();
+    let err = resume(&solver, &dir.path().join("flipped"));
+    assert!(err.contains("checksum"), "{err}");
     std::fs::write(dir.path().join("bad"), b"hello").unwrap();
-    let err = Runner::<f64>::new(&solver)
-        .resume(&dir.path().join("bad"))
-        .unwrap_err()
-        .to_string();
+    let err = resume(&solver, &dir.path().join("bad"));
     assert!(err.contains("not a sagd checkpoint"), "{err}");
-    let err = Runner::<f64>::new(&solver)
-        .resume(&dir.path().join("missing"))
-        .unwrap_err()
-        .to_string();
+    let err = resume(&solver, &dir.path().join("missing"));
     assert!(err.contains("missing"), "{err}");
 }
 
@@ -178,7 +199,7 @@ fn results_do_not_depend_on_the_thread_count() {
             .unwrap();
         pool.install(|| {
             let mut st = solver.init(&problem, &[0.0, 0.0], &[0.0, 0.0], 5).unwrap();
-            Runner::new(&solver).run(&problem, &mut st, 4).unwrap();
+            Runner::new(solver.on(&problem, 4)).run(&mut st).unwrap();
             st
         })
     };
@@ -253,9 +274,12 @@ fn every_invalid_setting_gives_its_error() {
     );
     check(
         SagdSettings {
-            projection: Projection::Ball {
-                center: vec![0.0],
-                radius: 1.0,
+            update: UpdateRule {
+                projection: Projection::Ball {
+                    center: vec![0.0],
+                    radius: 1.0,
+                },
+                ..UpdateRule::sgd()
             },
             ..Default::default()
         },
@@ -264,9 +288,12 @@ fn every_invalid_setting_gives_its_error() {
     );
     check(
         SagdSettings {
-            projection: Projection::Ball {
-                center: vec![0.0; 2],
-                radius: -1.0,
+            update: UpdateRule {
+                projection: Projection::Ball {
+                    center: vec![0.0; 2],
+                    radius: -1.0,
+                },
+                ..UpdateRule::sgd()
             },
             ..Default::default()
         },
@@ -275,10 +302,13 @@ fn every_invalid_setting_gives_its_error() {
     );
     check(
         SagdSettings {
-            optimizer: Optimizer::Adam {
-                beta1: 1.0,
-                beta2: 0.9,
-                eps: 1e-8,
+            update: UpdateRule {
+                transform: Optimizer::Adam {
+                    beta1: 1.0,
+                    beta2: 0.9,
+                    eps: 1e-8,
+                },
+                ..UpdateRule::sgd()
             },
             ..Default::default()
         },

@@ -26,9 +26,9 @@ use crate::error::{Result, SagdError};
 use crate::langevin::{LangevinSettings, Momentum, Scheme};
 use crate::model::{LatentModel, MaximumLikelihood};
 use crate::optim::bfgs::{self, BfgsResult};
-use crate::optim::{Optimizer, Projection};
+use crate::optim::UpdateRule;
 use crate::quadrature::{expected_grad, posterior_rule, GaussHermite};
-use crate::run::{load_checkpoint, save_checkpoint, Control, History};
+use crate::run::{Control, Outcome, Runner, Solver};
 use crate::schedule::Schedules;
 use crate::solver::{Anchor, IterInfo, Sagd, SagdSettings, SagdState};
 
@@ -107,8 +107,7 @@ impl EmSettings {
                 burn_in: 100,
                 persistent: true,
                 initial_momentum: Momentum::Zero,
-                optimizer: Optimizer::Sgd,
-                projection: Projection::None,
+                update: UpdateRule::sgd(),
                 anchor: Anchor::Fixed,
             },
             updates_per_mstep: 100,
@@ -209,34 +208,170 @@ pub enum EmEvent<'a> {
     MStepDone(&'a MStep),
 }
 
-/// What EM adds to the solver's checkpoint: its settings (as bytes, compared on resume) and the trace.
-#[derive(Serialize, Deserialize)]
-struct EmCheckpoint {
-    settings: Vec<u8>,
-    trace: EmTrace,
-}
-
-fn settings_bytes(s: &EmSettings) -> Result<Vec<u8>> {
-    postcard::to_allocvec(s).map_err(|e| SagdError::InvalidSetting {
-        name: "EM settings",
-        value: "not serialisable".into(),
-        fix: format!("custom schedules cannot be checkpointed ({e})"),
-    })
-}
-
 /// Automated EM for a [`LatentModel`].
 pub struct AutomatedEm<'a, M> {
     /// The model.
     pub model: &'a M,
     /// The settings.
     pub settings: EmSettings,
-    /// Checkpoint file and how often (in updates) to write it; also written after every M-step.
+    /// Checkpoint file and how often (in updates within an M-step) to write it; also written after
+    /// every M-step.
     pub checkpoint: Option<(PathBuf, usize)>,
 }
 
 /// Mean and sample standard deviation of column `j`.
 fn column_mean_sd(rows: &[Vec<f64>], j: usize) -> (f64, f64) {
     mean_sd(&rows.iter().map(|r| r[j]).collect::<Vec<_>>())
+}
+
+/// The state of automated EM: the solver's (θ, chains, update rule) and the record so far.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EmState {
+    /// The SAGD state of the current M-step.
+    pub sagd: SagdState<f64>,
+    /// The record so far.
+    pub trace: EmTrace,
+}
+
+/// What one update of automated EM did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EmInfo {
+    /// The M-step (0-based).
+    pub mstep: usize,
+    /// The solver's report on the update.
+    pub iter: IterInfo,
+    /// The M-step, when this update finished it.
+    pub finished: Option<MStep>,
+}
+
+/// Automated EM as a [`Solver`] for the [`Runner`]: one iteration is one SAGD update; an M-step
+/// is a stage of T updates of the solver, anchored at θ_k, started with burn-in, and closed with
+/// its summary and the stopping rule. (One runner over all M-steps rather than a runner per
+/// M-step: a checkpoint can fall inside an M-step, and observers see one stream of updates.)
+pub struct EmSolver<'a, M> {
+    settings: &'a EmSettings,
+    solver: Sagd,
+    problem: MaximumLikelihood<'a, M>,
+    identity: Vec<u8>,
+}
+
+impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
+    /// Automated EM of `model` with `settings` from θ₀ and `seed` (both part of its identity).
+    pub fn new(model: &'a M, settings: &'a EmSettings, theta0: &[f64], seed: u64) -> Result<Self> {
+        let mut sagd_settings = settings.sagd.clone();
+        sagd_settings.anchor = Anchor::Fixed;
+        settings.validate(model.theta_dim())?;
+        let dims = [model.n_data(), model.latent_dim(), model.theta_dim()];
+        let identity = postcard::to_allocvec(&(settings, theta0, seed, dims)).map_err(|e| {
+            SagdError::InvalidSetting {
+                name: "EM settings",
+                value: "not serialisable".into(),
+                fix: format!("custom schedules cannot be checkpointed ({e})"),
+            }
+        })?;
+        Ok(EmSolver {
+            settings,
+            solver: Sagd::new(sagd_settings),
+            problem: MaximumLikelihood::new(model, settings.chains_per_point),
+            identity,
+        })
+    }
+
+    /// The state at θ₀, chains at z = 0.
+    pub fn init(&self, theta0: &[f64], seed: u64) -> Result<EmState> {
+        let z0 = vec![0.0; self.problem.model().latent_dim()];
+        Ok(EmState {
+            sagd: self.solver.init(&self.problem, theta0, &z0, seed)?,
+            trace: EmTrace {
+                path: vec![theta0.to_vec()],
+                ..Default::default()
+            },
+        })
+    }
+
+    /// Sets the estimate of a finished run: the rule's when it was met, else the last iterate.
+    pub fn finish(&self, state: &mut EmState) {
+        if !state.trace.converged {
+            state.trace.estimate = state.sagd.theta.clone();
+            state.trace.estimate_se = Vec::new();
+        }
+    }
+
+    fn close_mstep(&self, state: &mut EmState) -> MStep {
+        let (trace, t_max) = (&mut state.trace, self.settings.updates_per_mstep);
+        let p = state.sagd.theta.len();
+        let start = trace.path.len() - t_max;
+        let tail = &trace.path[start + t_max / 2..];
+        let (tail_mean, tail_sd): (Vec<f64>, Vec<f64>) =
+            (0..p).map(|j| column_mean_sd(tail, j)).unzip();
+        let divergences = state.sagd.chains.divergences as usize
+            - trace.msteps.iter().map(|m| m.divergences).sum::<usize>();
+        let m = MStep {
+            theta_start: trace.path[start - 1].clone(),
+            theta_end: state.sagd.theta.clone(),
+            tail_mean,
+            tail_sd,
+            divergences,
+        };
+        trace.msteps.push(m.clone());
+        trace.in_mstep = false;
+        if let Some(rule) = self.settings.stopping {
+            let means: Vec<Vec<f64>> = trace.msteps.iter().map(|m| m.tail_mean.clone()).collect();
+            if let Some((est, se)) = rule.check(&means) {
+                trace.converged = true;
+                trace.estimate = est;
+                trace.estimate_se = se;
+            }
+        }
+        m
+    }
+}
+
+impl<M: LatentModel<f64>> Solver for EmSolver<'_, M> {
+    type State = EmState;
+    type Info = EmInfo;
+
+    fn identity(&self) -> Result<Vec<u8>> {
+        Ok(self.identity.clone())
+    }
+
+    fn next_iter(&mut self, state: &mut EmState) -> Result<EmInfo> {
+        if !state.trace.in_mstep {
+            let anchor = state.sagd.theta.clone();
+            self.solver.begin_stage(
+                &self.problem,
+                &mut state.sagd,
+                Some(&anchor),
+                self.settings.sagd.burn_in,
+            )?;
+            state.trace.in_mstep = true;
+        }
+        let steps_before = state.sagd.chains.steps;
+        let iter = self.solver.next_iter(&self.problem, &mut state.sagd)?;
+        state.trace.langevin_steps += state.sagd.chains.steps - steps_before;
+        state.trace.path.push(state.sagd.theta.clone());
+        let mstep = state.trace.msteps.len();
+        let finished = (state.sagd.t >= self.settings.updates_per_mstep)
+            .then(|| self.close_mstep(state));
+        Ok(EmInfo {
+            mstep,
+            iter,
+            finished,
+        })
+    }
+
+    fn terminate(&self, state: &EmState) -> bool {
+        !state.trace.in_mstep
+            && (state.trace.converged || state.trace.msteps.len() >= self.settings.max_msteps)
+    }
+
+    fn iterations(&self, state: &EmState) -> usize {
+        state.sagd.t
+    }
+
+    fn at_boundary(&self, state: &EmState) -> bool {
+        !state.trace.in_mstep && state.sagd.t > 0
+    }
 }
 
 impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
@@ -249,9 +384,9 @@ impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
         }
     }
 
-    /// Runs EM from θ₀ (chains start at z = 0), or resumes from the checkpoint at `resume`.
-    /// `on_event` sees every update and M-step; returning [`Control::Stop`] ends the run early with
-    /// `interrupted` set, after writing the checkpoint if there is one.
+    /// Runs EM from θ₀ (chains start at z = 0), or resumes from the checkpoint at `resume`, through
+    /// the [`Runner`]. `on_event` sees every update and M-step; returning [`Control::Stop`] ends
+    /// the run early with `interrupted` set, after writing the checkpoint if there is one.
     pub fn run(
         &self,
         theta0: &[f64],
@@ -259,126 +394,36 @@ impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
         resume: Option<&Path>,
         on_event: &mut dyn FnMut(EmEvent) -> Control,
     ) -> Result<EmTrace> {
-        let mut sagd_settings = self.settings.sagd.clone();
-        sagd_settings.anchor = Anchor::Fixed;
-        let solver = Sagd::new(sagd_settings);
-        let p = self.model.theta_dim();
-        self.settings.validate(p)?;
-        let problem = MaximumLikelihood::new(self.model, self.settings.chains_per_point);
-        let z0 = vec![0.0; self.model.latent_dim()];
-        let (mut state, mut trace): (SagdState<f64>, EmTrace) = match resume {
-            Some(path) => {
-                let (state, _, ck): (SagdState<f64>, History, EmCheckpoint) =
-                    load_checkpoint(path, &solver.settings)?;
-                if ck.settings != settings_bytes(&self.settings)? {
-                    return Err(SagdError::Checkpoint {
-                        path: path.display().to_string(),
-                        problem: "it was written with different EM settings: resume with the same settings".into(),
-                    });
+        let job = EmSolver::new(self.model, &self.settings, theta0, seed)?;
+        let mut observer = |st: &EmState, info: &EmInfo| {
+            let mut c = on_event(EmEvent::Update {
+                mstep: info.mstep,
+                info: &info.iter,
+                theta: &st.sagd.theta,
+            });
+            if let Some(m) = &info.finished {
+                if on_event(EmEvent::MStepDone(m)) == Control::Stop {
+                    c = Control::Stop;
                 }
-                let mut trace = ck.trace;
-                trace.interrupted = false;
-                (state, trace)
             }
-            None => {
-                let state = solver.init(&problem, theta0, &z0, seed)?;
-                (
-                    state,
-                    EmTrace {
-                        path: vec![theta0.to_vec()],
-                        ..Default::default()
-                    },
-                )
-            }
+            c
         };
-        let t_max = self.settings.updates_per_mstep;
-        let save = |state: &SagdState<f64>, trace: &EmTrace| -> Result<()> {
-            match &self.checkpoint {
-                Some((path, _)) => save_checkpoint(
-                    path,
-                    &solver.settings,
-                    state,
-                    &History::default(),
-                    &EmCheckpoint {
-                        settings: settings_bytes(&self.settings)?,
-                        trace: trace.clone(),
-                    },
-                ),
-                None => Ok(()),
-            }
+        let mut runner = Runner::new(job).observe(&mut observer);
+        if let Some((path, every)) = &self.checkpoint {
+            runner = runner.checkpoint(path.clone(), *every);
+        }
+        let mut state = match resume {
+            Some(path) => runner.resume(path)?,
+            None => runner.solver.init(theta0, seed)?,
         };
-        while !trace.converged && trace.msteps.len() < self.settings.max_msteps {
-            let k = trace.msteps.len();
-            if !trace.in_mstep {
-                let anchor = state.theta.clone();
-                solver.begin_stage(
-                    &problem,
-                    &mut state,
-                    Some(&anchor),
-                    self.settings.sagd.burn_in,
-                )?;
-                trace.in_mstep = true;
-            }
-            let start = trace.path.len() - state.t;
-            while state.t < t_max {
-                let steps_before = state.chains.steps;
-                let info = solver.next_iter(&problem, &mut state)?;
-                trace.langevin_steps += state.chains.steps - steps_before;
-                trace.path.push(state.theta.clone());
-                if on_event(EmEvent::Update {
-                    mstep: k,
-                    info: &info,
-                    theta: &state.theta,
-                }) == Control::Stop
-                {
-                    trace.interrupted = true;
-                    save(&state, &trace)?;
-                    return Ok(trace);
-                }
-                if let Some((_, every)) = &self.checkpoint {
-                    if *every > 0 && state.t.is_multiple_of(*every) && state.t < t_max {
-                        save(&state, &trace)?;
-                    }
-                }
-            }
-            let iterates = &trace.path[start..];
-            let tail = &iterates[t_max / 2..];
-            let (tail_mean, tail_sd): (Vec<f64>, Vec<f64>) =
-                (0..p).map(|j| column_mean_sd(tail, j)).unzip();
-            let divergences = state.chains.divergences as usize
-                - trace.msteps.iter().map(|m| m.divergences).sum::<usize>();
-            let m = MStep {
-                theta_start: trace.path[start - 1].clone(),
-                theta_end: state.theta.clone(),
-                tail_mean,
-                tail_sd,
-                divergences,
-            };
-            trace.msteps.push(m);
-            trace.in_mstep = false;
-            if let Some(rule) = self.settings.stopping {
-                let means: Vec<Vec<f64>> =
-                    trace.msteps.iter().map(|m| m.tail_mean.clone()).collect();
-                if let Some((est, se)) = rule.check(&means) {
-                    trace.converged = true;
-                    trace.estimate = est;
-                    trace.estimate_se = se;
-                }
-            }
-            let stop = on_event(EmEvent::MStepDone(
-                trace.msteps.last().expect("pushed above"),
-            )) == Control::Stop;
-            save(&state, &trace)?;
-            if stop && (trace.msteps.len() < self.settings.max_msteps && !trace.converged) {
-                trace.interrupted = true;
-                return Ok(trace);
-            }
+        state.trace.interrupted = false;
+        let outcome = runner.run(&mut state)?;
+        if outcome == Outcome::Stopped && !runner.solver.terminate(&state) {
+            state.trace.interrupted = true;
+            return Ok(state.trace);
         }
-        if !trace.converged {
-            trace.estimate = state.theta.clone();
-            trace.estimate_se = Vec::new();
-        }
-        Ok(trace)
+        runner.solver.finish(&mut state);
+        Ok(state.trace)
     }
 }
 

@@ -41,6 +41,21 @@ pub struct StepInfo {
     pub energy_change: Option<f64>,
 }
 
+/// What one block's transition produced, as the hook of [`ChainSet::run_steps`] sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockStep<'a, T> {
+    /// The block's first chain.
+    pub first_row: usize,
+    /// The block's positions after the transition.
+    pub positions: &'a [T],
+    /// The block's chains that diverged in it (reset to their last finite state).
+    pub divergences: usize,
+    /// What the target computed beside its gradient at exactly these positions
+    /// ([`LogDensity::logp_grad_aux`]): present when asked for, when the kernel ends at its last
+    /// evaluation ([`Kernel::ends_at_gradient`]), and when no chain of the block was reset.
+    pub aux: Option<&'a [T]>,
+}
+
 /// Sums over a block, combined in block order so that results do not depend on threads.
 #[derive(Clone, Copy, Default)]
 struct BlockStats {
@@ -154,7 +169,7 @@ impl<T: Real> ChainSet<T> {
     }
 
     /// Sets the rows per block (one task, one call of the target). The chains' states do not depend
-    /// on it; sums over chains ([`crate::solver::accumulate_grad_f`]) are grouped by it, so their
+    /// on it; sums over chains (the solver's ∇θ f) are grouped by it, so their
     /// last bits do (never on the number of threads).
     pub fn set_rows_per_block(&mut self, rows: usize) {
         self.rows_per_block = rows.max(1);
@@ -344,7 +359,7 @@ impl<T: Real> ChainSet<T> {
     /// One transition of every chain under `kernel`, with the target evaluated at the chains'
     /// current parameters.
     pub fn step(&mut self, target: &impl LogDensity<T>, kernel: &Kernel<T>) -> Result<StepInfo> {
-        let (infos, _) = self.run_steps(target, kernel, 1, |_, _, _| ())?;
+        let (infos, _) = self.run_steps(target, kernel, 1, false, |_| ())?;
         Ok(infos[0])
     }
 
@@ -355,25 +370,27 @@ impl<T: Real> ChainSet<T> {
         kernel: &Kernel<T>,
         steps: usize,
     ) -> Result<usize> {
-        let (infos, _) = self.run_steps(target, kernel, steps, |_, _, _| ())?;
+        let (infos, _) = self.run_steps(target, kernel, steps, false, |_| ())?;
         Ok(infos.iter().map(|i| i.divergences).sum())
     }
 
     /// `steps` transitions of every chain, each block of rows taking all of them in one parallel
     /// task (chains are independent, so this is the same as stepping all chains together
     /// `steps` times, without a synchronisation per step). After each transition of a block,
-    /// `after(first_row, positions, divergences)` runs on that block's new positions in the same
-    /// task; its values come back per step, in block order. Returns one [`StepInfo`] per step.
+    /// `after` runs on that block's [`BlockStep`] in the same task; its values come back per step,
+    /// in block order. With `aux`, each evaluation also computes the target's auxiliary output
+    /// (the fused θ-gradient), handed to `after` with the step. Returns one [`StepInfo`] per step.
     pub fn run_steps<R, F>(
         &mut self,
         target: &impl LogDensity<T>,
         kernel: &Kernel<T>,
         steps: usize,
+        aux: bool,
         after: F,
     ) -> Result<(Vec<StepInfo>, Vec<Vec<R>>)>
     where
         R: Send,
-        F: Fn(usize, &[T], usize) -> R + Sync,
+        F: Fn(BlockStep<'_, T>) -> R + Sync,
     {
         if !self.initialized {
             return Err(SagdError::InvalidSetting {
@@ -391,6 +408,7 @@ impl<T: Real> ChainSet<T> {
         if self.scratch.0.len() < noise_len {
             self.scratch.0.resize(noise_len, T::zero());
         }
+        let with_aux = aux && target.aux_len() > 0 && kernel.ends_at_gradient();
         let rows = self.rows_per_block.min(n.max(1));
         let bd = (rows * d).max(1);
         let nb = (kernel.noise_per_coord().max(1) * rows * d).max(1);
@@ -409,6 +427,8 @@ impl<T: Real> ChainSet<T> {
             };
             let first_row = i * rows;
             let noise_len = kernel.noise_per_coord() * xa.len();
+            // The block's own buffer for the target's auxiliary output, reused by every step.
+            let mut aux_buf = vec![T::zero(); if with_aux { target.aux_len() } else { 0 }];
             let mut stats = Vec::with_capacity(steps);
             let mut values = Vec::with_capacity(steps);
             for _ in 0..steps {
@@ -423,8 +443,14 @@ impl<T: Real> ChainSet<T> {
                     &mut noise[..noise_len],
                     &mut *rngs,
                 );
-                let st = run_block(target, kernel, Block::new(first_row, parts))?;
-                values.push(after(first_row, &*xb, st.divergences));
+                let aux = with_aux.then_some(&mut aux_buf[..]);
+                let st = run_block(target, kernel, Block::new(first_row, parts), aux)?;
+                values.push(after(BlockStep {
+                    first_row,
+                    positions: &*xb,
+                    divergences: st.divergences,
+                    aux: (with_aux && st.divergences == 0).then_some(&aux_buf[..]),
+                }));
                 stats.push(st);
                 std::mem::swap(&mut xa, &mut xb);
                 std::mem::swap(&mut ga, &mut gb);
@@ -564,6 +590,7 @@ fn run_block<T: Real, D: LogDensity<T>>(
     target: &D,
     kernel: &Kernel<T>,
     b: Block<'_, T>,
+    mut aux: Option<&mut [T]>,
 ) -> Result<BlockStats> {
     let Block {
         first_row,
@@ -657,7 +684,14 @@ fn run_block<T: Real, D: LogDensity<T>>(
                     x_new.copy_from_slice(x_old);
                     moved = true;
                 }
-                match target.logp_grad(first_row, x_new, lp_new, g_new) {
+                let res = match aux.as_deref_mut() {
+                    Some(a) => {
+                        a.iter_mut().for_each(|v| *v = T::zero());
+                        target.logp_grad_aux(first_row, x_new, lp_new, g_new, a)
+                    }
+                    None => target.logp_grad(first_row, x_new, lp_new, g_new),
+                };
+                match res {
                     Ok(()) => {}
                     Err(e) if e.is_recoverable() => lp_new.iter_mut().for_each(|v| *v = T::nan()),
                     Err(e) => return Err(SagdError::Model(e)),

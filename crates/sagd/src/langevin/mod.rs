@@ -30,7 +30,7 @@
 
 mod chains;
 
-pub use chains::{ChainSet, Momentum, StepInfo};
+pub use chains::{BlockStep, ChainSet, Momentum, StepInfo};
 
 use serde::{Deserialize, Serialize};
 
@@ -271,6 +271,19 @@ pub struct Kernel<T> {
 }
 
 impl<T: Real> Kernel<T> {
+    /// Whether a transition ends with the target evaluated at its final position (no move after
+    /// the last gradient, no Metropolis test that could put the chain back): then what the target
+    /// computed alongside its last evaluation (the fused θ-gradient) belongs to the new state.
+    pub fn ends_at_gradient(&self) -> bool {
+        !self.metropolis
+            && match self.ops.iter().rposition(|op| matches!(op, Op::Gradient)) {
+                Some(i) => self.ops[i..]
+                    .iter()
+                    .all(|op| !matches!(op, Op::Drift(_) | Op::Ou { .. })),
+                None => false,
+            }
+    }
+
     /// The coefficient table of the kernel as plain numbers (for tests and documentation): each entry
     /// is an operation name and its coefficients.
     pub fn table(&self) -> Vec<(&'static str, Vec<f64>)> {

@@ -224,6 +224,157 @@ impl Projection {
     }
 }
 
+/// Which iterates the returned parameter averages (Polyak-Ruppert averaging).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Averaging {
+    /// The last iterate.
+    None,
+    /// θ̂_t = (1/t) Σ_{s≤t} θ_s over the stage (Algorithm 1's output).
+    #[default]
+    All,
+    /// The mean over the final `fraction` of a run of known length (at least the last iterate).
+    Tail {
+        /// The fraction of the updates, in (0, 1].
+        fraction: f64,
+    },
+}
+
+/// The one update rule of every optimisation in the project (optax's chain): the transform turns
+/// the gradient into a direction, θ steps by −α_t times it, the projection maps θ back onto Θ, and
+/// the averaging keeps θ̂. The SAGD solver, automated EM and network training all call
+/// [`UpdateRule::apply`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+pub struct UpdateRule {
+    /// SGD, momentum or Adam.
+    pub transform: Optimizer,
+    /// The feasible set Θ.
+    pub projection: Projection,
+    /// Which iterates θ̂ averages.
+    pub averaging: Averaging,
+}
+
+/// The state of an [`UpdateRule`]: the transform's moments and the running average.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UpdateState {
+    /// The transform's state.
+    pub opt: OptState,
+    /// Updates applied.
+    pub count: usize,
+    /// The running mean of the averaged iterates (valid when `averaged > 0`).
+    pub avg: Vec<f64>,
+    /// Iterates averaged so far.
+    pub averaged: usize,
+    /// Iterates after this update count are averaged.
+    average_from: usize,
+}
+
+impl UpdateRule {
+    /// Plain SGD steps, no projection, Algorithm 1's full average.
+    pub fn sgd() -> Self {
+        UpdateRule::default()
+    }
+
+    /// Adam with the usual constants, no projection, and the given averaging.
+    pub fn adam(averaging: Averaging) -> Self {
+        UpdateRule {
+            transform: Optimizer::adam(),
+            projection: Projection::None,
+            averaging,
+        }
+    }
+
+    /// Checks the transform, the set Θ for `dim` parameters and the averaging.
+    pub fn validate(&self, dim: usize) -> Result<()> {
+        self.transform.validate()?;
+        self.projection.validate(dim)?;
+        match self.averaging {
+            Averaging::Tail { fraction } if !(fraction > 0.0 && fraction <= 1.0) => {
+                Err(SagdError::InvalidSetting {
+                    name: "averaging tail fraction",
+                    value: fraction.to_string(),
+                    fix: "use a fraction in (0, 1], or no averaging".into(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A fresh state for `dim` parameters over a run of `total` updates (needed by
+    /// [`Averaging::Tail`]; `None` for a run of unknown length, where a tail averages everything).
+    pub fn init(&self, dim: usize, total: Option<usize>) -> UpdateState {
+        let average_from = match (self.averaging, total) {
+            (Averaging::None, _) => usize::MAX,
+            (Averaging::All, _) | (Averaging::Tail { .. }, None) => 0,
+            (Averaging::Tail { fraction }, Some(n)) => {
+                n - ((fraction.min(1.0) * n as f64).round() as usize).clamp(1, n.max(1))
+            }
+        };
+        UpdateState {
+            opt: self.transform.init(dim),
+            count: 0,
+            avg: vec![0.0; dim],
+            averaged: 0,
+            average_from,
+        }
+    }
+
+    /// One update: `grad` is replaced by the transform's direction, θ ← Π_Θ(θ − α·direction), and
+    /// θ is averaged when its turn has come. A non-finite gradient or θ is an error naming the
+    /// update (θ is left as it was only for a non-finite gradient).
+    pub fn apply<T: Real>(
+        &self,
+        st: &mut UpdateState,
+        theta: &mut [T],
+        grad: &mut [T],
+        lr: f64,
+    ) -> Result<()> {
+        let iteration = st.count + 1;
+        if !grad.iter().all(|g| g.is_finite()) {
+            return Err(SagdError::NonFiniteUpdate { iteration });
+        }
+        self.transform.direction(grad, &mut st.opt);
+        // The step is rounded to T before it is taken: one rounding in f64, the same as f32's
+        // `w -= lr·g`.
+        for (th, d) in theta.iter_mut().zip(grad.iter()) {
+            *th = *th - T::of(lr * d.f64());
+        }
+        self.projection.apply(theta);
+        st.count = iteration;
+        if theta.iter().any(|v| !v.is_finite()) {
+            return Err(SagdError::NonFiniteUpdate { iteration });
+        }
+        if st.count > st.average_from {
+            st.averaged += 1;
+            let w = 1.0 / st.averaged as f64;
+            st.avg
+                .iter_mut()
+                .zip(theta.iter())
+                .for_each(|(a, v)| *a += (v.f64() - *a) * w);
+        }
+        Ok(())
+    }
+
+    /// The averaged iterate θ̂ (θ itself while nothing has been averaged).
+    pub fn average<T: Real>(&self, st: &UpdateState, theta: &[T]) -> Vec<f64> {
+        if st.averaged > 0 {
+            st.avg.clone()
+        } else {
+            theta.iter().map(|v| v.f64()).collect()
+        }
+    }
+
+    /// Writes θ̂ into θ when any iterate was averaged (the parameter a run returns).
+    pub fn finish<T: Real>(&self, st: &UpdateState, theta: &mut [T]) {
+        if st.averaged > 0 {
+            theta
+                .iter_mut()
+                .zip(&st.avg)
+                .for_each(|(v, a)| *v = T::of(*a));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,6 +401,44 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn tail_average_is_the_mean_of_the_last_iterates() {
+        // SGD on a constant gradient 1 with α = 0.5 from 0: θ_t = −t/2.
+        let rule = UpdateRule {
+            averaging: Averaging::Tail { fraction: 0.5 },
+            ..UpdateRule::sgd()
+        };
+        let mut st = rule.init(1, Some(10));
+        let mut th = [0.0f64];
+        for _ in 0..10 {
+            rule.apply(&mut st, &mut th, &mut [1.0], 0.5).unwrap();
+        }
+        assert_eq!(th[0], -5.0);
+        // The last five: −3, −3.5, …, −5.
+        assert!((rule.average(&st, &th)[0] + 4.0).abs() < 1e-12);
+        let full = UpdateRule::sgd();
+        let mut st = full.init(1, None);
+        let mut th = [0.0f64];
+        for _ in 0..4 {
+            full.apply(&mut st, &mut th, &mut [1.0], 1.0).unwrap();
+        }
+        assert!((full.average(&st, &th)[0] + 2.5).abs() < 1e-12);
+        full.finish(&st, &mut th);
+        assert!((th[0] + 2.5).abs() < 1e-12);
+        let none = UpdateRule {
+            averaging: Averaging::None,
+            ..UpdateRule::sgd()
+        };
+        let mut st = none.init(1, Some(3));
+        let mut th = [0.0f64];
+        none.apply(&mut st, &mut th, &mut [1.0], 1.0).unwrap();
+        assert_eq!(none.average(&st, &th), vec![-1.0]);
+        assert!(matches!(
+            none.apply(&mut st, &mut th, &mut [f64::NAN], 1.0),
+            Err(SagdError::NonFiniteUpdate { iteration: 2 })
+        ));
     }
 
     #[test]

@@ -1,137 +1,259 @@
-//! The loop that drives a solver: observers each iteration, a history that travels with checkpoints,
-//! and checkpoint/resume that ends bit for bit where an uninterrupted run would.
+//! The one loop of the project. Every iterative job — Algorithm 1 on a [`Problem`], automated EM,
+//! the training of a network by a gradient estimator — is a [`Solver`]: an `init` of its own, then
+//! [`Solver::next_iter`] until [`Solver::terminate`]. The [`Runner`] owns the loop: it calls the
+//! observers after every iteration (progress, history, traces, early stop) and writes and reads
+//! checkpoints, so that a run stopped and resumed ends bit for bit where an uninterrupted one does.
+//!
+//! A checkpoint holds the job's identity (its settings and data, as bytes), the state, whatever
+//! the solver keeps outside the state (a gradient estimator's chains) and each observer's snapshot,
+//! followed by a checksum of all of it. It is written to a temporary file named for the process
+//! and renamed into place, so a reader sees the old checkpoint or the new one, never half of one.
 
 use std::fs;
 use std::io::Write;
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, SagdError};
 use crate::model::Problem;
 use crate::real::Real;
-use crate::solver::{IterInfo, Sagd, SagdSettings, SagdState};
+use crate::solver::{IterInfo, Sagd, SagdState};
 
 /// An observer's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Control {
     /// Go on.
     Continue,
-    /// Stop after this iteration.
+    /// Stop after this iteration (a checkpoint is written first, if there is one).
     Stop,
 }
 
-/// Called after every iteration.
-pub trait Observer<T: Real> {
-    /// Sees the state after the iteration and what it did.
-    fn observe(&mut self, state: &SagdState<T>, info: &IterInfo) -> Control;
-}
+/// An iterative job (argmin's `Solver`): the [`Runner`] calls `next_iter` until `terminate`.
+pub trait Solver {
+    /// Everything the job needs to continue; saved in checkpoints.
+    type State: Serialize + DeserializeOwned;
+    /// What one iteration did, for the observers.
+    type Info;
 
-impl<T: Real, F: FnMut(&SagdState<T>, &IterInfo) -> Control> Observer<T> for F {
-    fn observe(&mut self, state: &SagdState<T>, info: &IterInfo) -> Control {
-        self(state, info)
+    /// Bytes that identify the job (its settings and data): a checkpoint is resumed only by a job
+    /// with the same identity.
+    fn identity(&self) -> Result<Vec<u8>>;
+    /// One iteration.
+    fn next_iter(&mut self, state: &mut Self::State) -> Result<Self::Info>;
+    /// Whether the job is done.
+    fn terminate(&self, state: &Self::State) -> bool;
+    /// Iterations done so far (counts checkpoints).
+    fn iterations(&self, state: &Self::State) -> usize;
+    /// Whether the state is at a natural boundary (the end of an M-step) where a checkpoint is
+    /// written whatever the cadence.
+    fn at_boundary(&self, _state: &Self::State) -> bool {
+        false
+    }
+    /// What the solver itself keeps between iterations outside the state (a gradient estimator's
+    /// chains and streams), for checkpoints.
+    fn snapshot(&self) -> Result<Vec<u8>> {
+        Ok(Vec::new())
+    }
+    /// Restores [`Solver::snapshot`].
+    fn restore(&mut self, _bytes: &[u8]) -> Result<()> {
+        Ok(())
     }
 }
 
-/// The parameter path: θ_t, θ̂_t and the iteration info, one entry per update. Saved in checkpoints.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct History {
-    /// θ_t after each update.
-    pub theta: Vec<Vec<f64>>,
-    /// The averaged iterate after each update.
-    pub theta_avg: Vec<Vec<f64>>,
-    /// What each update did.
-    pub info: Vec<IterInfo>,
+/// Called after every iteration with the state and what the iteration did.
+pub trait Observer<S, I> {
+    /// Sees the state after the iteration.
+    fn observe(&mut self, state: &S, info: &I) -> Control;
+    /// What the observer has gathered (a trace, a history), saved in checkpoints.
+    fn snapshot(&self) -> Result<Vec<u8>> {
+        Ok(Vec::new())
+    }
+    /// Restores [`Observer::snapshot`] on resume.
+    fn restore(&mut self, _bytes: &[u8]) -> Result<()> {
+        Ok(())
+    }
 }
 
-impl<T: Real> Observer<T> for History {
-    fn observe(&mut self, state: &SagdState<T>, info: &IterInfo) -> Control {
-        self.theta
-            .push(state.theta.iter().map(|v| v.f64()).collect());
-        self.theta_avg.push(state.theta_avg.clone());
-        self.info.push(*info);
-        Control::Continue
+impl<S, I, F: FnMut(&S, &I) -> Control> Observer<S, I> for F {
+    fn observe(&mut self, state: &S, info: &I) -> Control {
+        self(state, info)
     }
 }
 
 /// Where and how often to checkpoint.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Checkpointing {
-    /// The checkpoint file (written atomically: a temporary file, then a rename).
+    /// The checkpoint file.
     pub path: PathBuf,
-    /// Checkpoint after every `every` updates (0: only at the end).
+    /// Checkpoint after every `every` iterations (0: only at the end, at boundaries and on stop).
     pub every: usize,
 }
 
-const MAGIC: &[u8; 8] = b"SAGDCKPT";
-const FORMAT: u32 = 1;
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The solver terminated.
+    Finished,
+    /// An observer stopped it.
+    Stopped,
+}
+
+/// Drives a [`Solver`]: observers after each iteration, checkpoints.
+pub struct Runner<'a, S: Solver> {
+    /// The job.
+    pub solver: S,
+    observers: Vec<&'a mut dyn Observer<S::State, S::Info>>,
+    checkpoint: Option<Checkpointing>,
+}
+
+impl<'a, S: Solver> Runner<'a, S> {
+    /// A runner with no observers or checkpoints.
+    pub fn new(solver: S) -> Self {
+        Runner {
+            solver,
+            observers: Vec::new(),
+            checkpoint: None,
+        }
+    }
+
+    /// Adds an observer (called in the order added).
+    pub fn observe(mut self, o: &'a mut dyn Observer<S::State, S::Info>) -> Self {
+        self.observers.push(o);
+        self
+    }
+
+    /// Checkpoints to `path` every `every` iterations, at the solver's boundaries, on a stop and
+    /// at the end.
+    pub fn checkpoint(mut self, path: impl Into<PathBuf>, every: usize) -> Self {
+        self.checkpoint = Some(Checkpointing {
+            path: path.into(),
+            every,
+        });
+        self
+    }
+
+    /// Iterates until the solver terminates or an observer stops the run.
+    pub fn run(&mut self, state: &mut S::State) -> Result<Outcome> {
+        while !self.solver.terminate(state) {
+            let info = self.solver.next_iter(state)?;
+            let mut stop = false;
+            for o in self.observers.iter_mut() {
+                stop |= o.observe(state, &info) == Control::Stop;
+            }
+            if let Some(c) = &self.checkpoint {
+                let it = self.solver.iterations(state);
+                let due = (c.every > 0 && it.is_multiple_of(c.every))
+                    || self.solver.at_boundary(state)
+                    || self.solver.terminate(state)
+                    || stop;
+                if due {
+                    self.save(&c.path, state)?;
+                }
+            }
+            if stop {
+                return Ok(Outcome::Stopped);
+            }
+        }
+        Ok(Outcome::Finished)
+    }
+
+    /// Writes a checkpoint of `state` (and of the solver's and observers' own data) to `path`.
+    pub fn save(&self, path: &Path, state: &S::State) -> Result<()> {
+        let observers = self
+            .observers
+            .iter()
+            .map(|o| o.snapshot())
+            .collect::<Result<Vec<_>>>()?;
+        let body = Body {
+            identity: self.solver.identity()?,
+            state,
+            solver: self.solver.snapshot()?,
+            observers,
+        };
+        let bytes = postcard::to_allocvec(&body).map_err(|e| SagdError::Checkpoint {
+            path: path.display().to_string(),
+            problem: format!("cannot be encoded ({e})"),
+        })?;
+        write_framed(path, &bytes)
+    }
+
+    /// Reads the checkpoint at `path` written by the same job: restores the solver's and the
+    /// observers' data and returns the state to continue from.
+    pub fn resume(&mut self, path: &Path) -> Result<S::State> {
+        let bytes = read_framed(path)?;
+        let bad = |problem: String| SagdError::Checkpoint {
+            path: path.display().to_string(),
+            problem,
+        };
+        let body: Body<S::State> = postcard::from_bytes(&bytes)
+            .map_err(|e| bad(format!("written by another kind of run ({e}): start afresh")))?;
+        if body.identity != self.solver.identity()? {
+            return Err(bad("it belongs to a run with other settings or data: resume with the same settings and data, or start afresh".into()));
+        }
+        if body.observers.len() != self.observers.len() {
+            return Err(bad(format!(
+                "it has {} observers' data, this run {}: resume the same command",
+                body.observers.len(),
+                self.observers.len()
+            )));
+        }
+        self.solver.restore(&body.solver)?;
+        for (o, b) in self.observers.iter_mut().zip(&body.observers) {
+            o.restore(b)?;
+        }
+        Ok(body.state)
+    }
+}
 
 #[derive(Serialize, Deserialize)]
-#[serde(bound = "T: Real, A: Serialize + serde::de::DeserializeOwned")]
-struct Checkpoint<T, A> {
-    settings: Vec<u8>,
-    state: SagdState<T>,
-    history: History,
-    app: A,
+struct Body<S> {
+    identity: Vec<u8>,
+    state: S,
+    solver: Vec<u8>,
+    observers: Vec<Vec<u8>>,
 }
 
-fn settings_bytes(settings: &SagdSettings, path: &Path) -> Result<Vec<u8>> {
-    postcard::to_allocvec(settings).map_err(|e| SagdError::Checkpoint {
-        path: path.display().to_string(),
-        problem: format!(
-            "the settings cannot be saved ({e}); custom schedules cannot be checkpointed"
-        ),
-    })
+const MAGIC: &[u8; 8] = b"SAGDCKPT";
+const FORMAT: u32 = 2;
+
+/// FNV-1a, 64 bits: the checksum of checkpoints and the fingerprint of data.
+pub fn fnv1a(h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes
+        .into_iter()
+        .fold(h, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// Writes a checkpoint: the solver's settings, the state, the history, and the application's own
-/// data `app` (whatever it needs to resume, such as an outer loop's counters).
-pub fn save_checkpoint<T: Real, A: Serialize>(
-    path: &Path,
-    settings: &SagdSettings,
-    state: &SagdState<T>,
-    history: &History,
-    app: &A,
-) -> Result<()> {
-    #[derive(Serialize)]
-    #[serde(bound = "T: Real, A: Serialize")]
-    struct Out<'a, T, A> {
-        settings: Vec<u8>,
-        state: &'a SagdState<T>,
-        history: &'a History,
-        app: &'a A,
-    }
-    let body = postcard::to_allocvec(&Out {
-        settings: settings_bytes(settings, path)?,
-        state,
-        history,
-        app,
-    })
-    .map_err(|e| SagdError::Checkpoint {
-        path: path.display().to_string(),
-        problem: e.to_string(),
-    })?;
+/// FNV-1a's starting value.
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Writes magic, format, `body` and its checksum to a per-process temporary file, then renames it
+/// onto `path`.
+fn write_framed(path: &Path, body: &[u8]) -> Result<()> {
     let io = |source| SagdError::Io {
         action: "writing checkpoint",
         path: path.display().to_string(),
         source,
     };
-    let tmp = path.with_extension("tmp");
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
     {
         let mut f = fs::File::create(&tmp).map_err(io)?;
         f.write_all(MAGIC).map_err(io)?;
         f.write_all(&FORMAT.to_le_bytes()).map_err(io)?;
-        f.write_all(&body).map_err(io)?;
+        f.write_all(body).map_err(io)?;
+        f.write_all(&fnv1a(FNV_OFFSET, body.iter().copied()).to_le_bytes())
+            .map_err(io)?;
         f.sync_all().map_err(io)?;
     }
     fs::rename(&tmp, path).map_err(io)
 }
 
-/// Reads a checkpoint written with the same `settings`; returns the state, history and app data.
-pub fn load_checkpoint<T: Real, A: Serialize + serde::de::DeserializeOwned>(
-    path: &Path,
-    settings: &SagdSettings,
-) -> Result<(SagdState<T>, History, A)> {
+/// Reads a file written by [`write_framed`] and checks its header and checksum.
+fn read_framed(path: &Path) -> Result<Vec<u8>> {
     let p = path.display().to_string();
     let bytes = fs::read(path).map_err(|source| SagdError::Io {
         action: "reading checkpoint",
@@ -142,108 +264,126 @@ pub fn load_checkpoint<T: Real, A: Serialize + serde::de::DeserializeOwned>(
         path: p.clone(),
         problem,
     };
-    if bytes.len() < 12 || &bytes[..8] != MAGIC {
+    if bytes.len() < 20 || &bytes[..8] != MAGIC {
         return Err(bad(
-            "not a sagd checkpoint (wrong header): give the file that --checkpoint wrote".into(),
+            "not a sagd checkpoint (wrong header): give the file that the run wrote".into(),
         ));
     }
     let format = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
     if format != FORMAT {
         return Err(bad(format!(
-            "format {format}, this version reads {FORMAT}: rerun from the start"
+            "format {format}, this version reads {FORMAT}: start afresh"
         )));
     }
-    let ck: Checkpoint<T, A> = postcard::from_bytes(&bytes[12..]).map_err(|e| {
-        bad(format!(
-            "damaged or of another number type ({e}): rerun from the start"
-        ))
-    })?;
-    if ck.settings != settings_bytes(settings, path)? {
+    let (body, sum) = bytes[12..].split_at(bytes.len() - 20);
+    let mut want = [0u8; 8];
+    want.copy_from_slice(sum);
+    if fnv1a(FNV_OFFSET, body.iter().copied()) != u64::from_le_bytes(want) {
         return Err(bad(
-            "it was written with different settings: resume with the same settings, or start a new run".into(),
+            "damaged (checksum mismatch): delete it and start afresh".into(),
         ));
     }
-    Ok((ck.state, ck.history, ck.app))
+    Ok(body.to_vec())
 }
 
-/// Drives a solver: calls the observers after each iteration, records the history, checkpoints.
-pub struct Runner<'a, T: Real> {
+/// Algorithm 1 on a [`Problem`] as a [`Solver`]: [`Sagd::next_iter`] until the stage has
+/// `until` updates. Build it with [`Sagd::on`].
+pub struct Algorithm1<'a, T, P: ?Sized> {
     /// The solver.
-    pub solver: &'a Sagd,
-    /// Called after each iteration; any of them may stop the run.
-    pub observers: Vec<&'a mut dyn Observer<T>>,
-    /// Checkpointing, if any.
-    pub checkpoint: Option<Checkpointing>,
-    /// The parameter path so far (restored from a checkpoint on resume).
-    pub history: History,
+    pub sagd: &'a Sagd,
+    /// The problem.
+    pub problem: &'a P,
+    /// Updates in the stage.
+    pub until: usize,
+    _t: PhantomData<T>,
 }
 
-/// How a run ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// The state reached the requested number of updates.
-    Finished,
-    /// An observer stopped it.
-    Stopped,
-}
-
-impl<'a, T: Real> Runner<'a, T> {
-    /// A runner with no observers or checkpoints.
-    pub fn new(solver: &'a Sagd) -> Self {
-        Runner {
-            solver,
-            observers: Vec::new(),
-            checkpoint: None,
-            history: History::default(),
-        }
-    }
-
-    /// Adds an observer.
-    pub fn observe(mut self, o: &'a mut dyn Observer<T>) -> Self {
-        self.observers.push(o);
-        self
-    }
-
-    /// Checkpoints to `path` every `every` updates and at the end.
-    pub fn checkpoint(mut self, path: impl Into<PathBuf>, every: usize) -> Self {
-        self.checkpoint = Some(Checkpointing {
-            path: path.into(),
-            every,
-        });
-        self
-    }
-
-    /// Runs until the stage has `until` updates (state.t == until).
-    pub fn run<P: Problem<T> + ?Sized>(
-        &mut self,
-        problem: &P,
-        state: &mut SagdState<T>,
+impl Sagd {
+    /// This solver on `problem` for `until` updates, for a [`Runner`].
+    pub fn on<'a, T: Real, P: Problem<T> + ?Sized>(
+        &'a self,
+        problem: &'a P,
         until: usize,
-    ) -> Result<Outcome> {
-        while state.t < until {
-            let info = self.solver.next_iter(problem, state)?;
-            self.history.observe(state, &info);
-            let mut stop = false;
-            for o in self.observers.iter_mut() {
-                stop |= o.observe(state, &info) == Control::Stop;
-            }
-            if let Some(c) = &self.checkpoint {
-                if (c.every > 0 && state.t.is_multiple_of(c.every)) || state.t == until || stop {
-                    save_checkpoint(&c.path, &self.solver.settings, state, &self.history, &())?;
-                }
-            }
-            if stop {
-                return Ok(Outcome::Stopped);
-            }
+    ) -> Algorithm1<'a, T, P> {
+        Algorithm1 {
+            sagd: self,
+            problem,
+            until,
+            _t: PhantomData,
         }
-        Ok(Outcome::Finished)
     }
+}
 
-    /// Resumes from a checkpoint written by [`Runner::run`] with the same settings: returns the
-    /// state, and restores the history into this runner.
-    pub fn resume(&mut self, path: &Path) -> Result<SagdState<T>> {
-        let (state, history, ()) = load_checkpoint(path, &self.solver.settings)?;
-        self.history = history;
-        Ok(state)
+impl<T: Real, P: Problem<T> + ?Sized> Solver for Algorithm1<'_, T, P> {
+    type State = SagdState<T>;
+    type Info = IterInfo;
+
+    fn identity(&self) -> Result<Vec<u8>> {
+        let dims = [
+            self.problem.theta_dim(),
+            self.problem.n_chains(),
+            self.problem.chain_dim(),
+        ];
+        postcard::to_allocvec(&(&self.sagd.settings, dims)).map_err(|e| {
+            SagdError::InvalidSetting {
+                name: "solver settings",
+                value: "not serialisable".into(),
+                fix: format!("custom schedules cannot be checkpointed ({e})"),
+            }
+        })
     }
+    fn next_iter(&mut self, state: &mut SagdState<T>) -> Result<IterInfo> {
+        self.sagd.next_iter(self.problem, state)
+    }
+    fn terminate(&self, state: &SagdState<T>) -> bool {
+        state.t >= self.until
+    }
+    fn iterations(&self, state: &SagdState<T>) -> usize {
+        state.t
+    }
+}
+
+/// The parameter path: θ_t, θ̂_t and the iteration info, one entry per update. An observer whose
+/// record travels with checkpoints.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct History {
+    /// θ_t after each update.
+    pub theta: Vec<Vec<f64>>,
+    /// The averaged iterate after each update.
+    pub theta_avg: Vec<Vec<f64>>,
+    /// What each update did.
+    pub info: Vec<IterInfo>,
+}
+
+impl<T: Real> Observer<SagdState<T>, IterInfo> for History {
+    fn observe(&mut self, state: &SagdState<T>, info: &IterInfo) -> Control {
+        self.theta
+            .push(state.theta.iter().map(|v| v.f64()).collect());
+        self.theta_avg.push(state.theta_avg());
+        self.info.push(*info);
+        Control::Continue
+    }
+    fn snapshot(&self) -> Result<Vec<u8>> {
+        encode(self)
+    }
+    fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        *self = decode(bytes)?;
+        Ok(())
+    }
+}
+
+/// Encodes an observer's or solver's record for a checkpoint.
+pub fn encode<V: Serialize>(v: &V) -> Result<Vec<u8>> {
+    postcard::to_allocvec(v).map_err(|e| SagdError::Checkpoint {
+        path: String::new(),
+        problem: format!("a record cannot be encoded ({e})"),
+    })
+}
+
+/// Decodes what [`encode`] wrote.
+pub fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<V> {
+    postcard::from_bytes(bytes).map_err(|e| SagdError::Checkpoint {
+        path: String::new(),
+        problem: format!("a record in it cannot be read ({e}): start afresh"),
+    })
 }
