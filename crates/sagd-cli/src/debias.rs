@@ -111,7 +111,7 @@ const PAPER: &[PaperRow] = &[
 /// its best (README, "High-dimensional case").
 const HIGHDIM_PAPER_SAGD_LR: f64 = 1e-4;
 
-/// Flags of `sagd debias`. Defaults are experiment E2 of the paper (shared/experiments.md).
+/// Flags of `sagd debias`. Defaults are experiment E2 of the paper .
 #[derive(Args, Debug, Clone, Serialize)]
 pub struct DebiasArgs {
     /// The true latent distribution: normal, exp, mixture, or highdim (100 independent exp coordinates).
@@ -490,7 +490,7 @@ fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
                 ..base.clone()
             };
             replicate(s, &law, seed, &opts, &|_, _, _| bar.inc(1))
-                .map_err(|e| anyhow!("replication {seed}: {e}"))
+                .with_context(|| format!("replication {seed}"))
         })
         .collect::<Result<_>>()?;
     bar.finish_and_clear();
@@ -690,8 +690,7 @@ fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: PathBuf) -> Result<()> {
         keep_samples: true,
         ..run_options(a, &out)?
     };
-    let rep =
-        fit(&s, None, scaled, a.seed, &opts, &|_, _, _| bar.inc(1)).map_err(|e| anyhow!("{e}"))?;
+    let rep = fit(&s, None, scaled, a.seed, &opts, &|_, _, _| bar.inc(1))?;
     bar.finish_and_clear();
     let probs = [0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99];
     let mut quantiles = BTreeMap::new();

@@ -20,7 +20,7 @@ use crate::input::{read_column, Column, Domain};
 use crate::output::{progress_bar, Staging};
 use crate::plot::{save, LoglikFigure, PathsFigure, Surface};
 
-/// Flags of `sagd em`. Defaults are experiment E1 of the paper (shared/experiments.md).
+/// Flags of `sagd em`. Defaults are experiment E1 of the paper .
 #[derive(Args, Debug, Clone, Serialize)]
 pub struct EmArgs {
     /// Fit the model to this CSV file's column of positive numbers instead of simulated data.
@@ -139,7 +139,7 @@ fn settings(a: &EmArgs) -> Result<EmSettings> {
         s.max_msteps = a.msteps.unwrap_or(3);
         s.stopping = None;
     }
-    s.validate(2).map_err(|e| anyhow::anyhow!("{e}"))?;
+    s.validate(2)?;
     Ok(s)
 }
 
@@ -167,7 +167,7 @@ pub fn run(a: EmArgs) -> Result<()> {
     let (model, source) = match &a.data {
         Some(path) => {
             let x = read_column(path, column.as_ref(), Domain::Positive)?;
-            let m = GammaSigmoid::new(x).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let m = GammaSigmoid::new(x)?;
             (
                 m,
                 json!({"source": "file", "file": path.display().to_string(), "column": a.column}),
@@ -177,8 +177,7 @@ pub fn run(a: EmArgs) -> Result<()> {
             if a.n == 0 {
                 anyhow::bail!("--n must be at least 1");
             }
-            let (m, _) = GammaSigmoid::simulate(a.n, a.a_true, a.b_true, a.seed)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let (m, _) = GammaSigmoid::simulate(a.n, a.a_true, a.b_true, a.seed)?;
             (
                 m,
                 json!({"source": "simulated", "true_theta": [a.a_true, a.b_true]}),
@@ -215,21 +214,19 @@ pub fn run(a: EmArgs) -> Result<()> {
     } else {
         None
     };
-    let trace: EmTrace = em
-        .run(&theta0, a.seed, resume, &mut |ev| match ev {
-            EmEvent::Update { mstep, theta, .. } => {
-                bar.inc(1);
-                bar.set_message(format!(
-                    "M-step {} θ = ({:.3}, {:.3})",
-                    mstep + 1,
-                    theta[0],
-                    theta[1]
-                ));
-                Control::Continue
-            }
-            EmEvent::MStepDone(_) => Control::Continue,
-        })
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let trace: EmTrace = em.run(&theta0, a.seed, resume, &mut |ev| match ev {
+        EmEvent::Update { mstep, theta, .. } => {
+            bar.inc(1);
+            bar.set_message(format!(
+                "M-step {} θ = ({:.3}, {:.3})",
+                mstep + 1,
+                theta[0],
+                theta[1]
+            ));
+            Control::Continue
+        }
+        EmEvent::MStepDone(_) => Control::Continue,
+    })?;
     bar.finish_and_clear();
     let t_sagd = t0.elapsed().as_secs_f64();
     let msteps = trace.msteps.len();
@@ -244,13 +241,12 @@ pub fn run(a: EmArgs) -> Result<()> {
         settings.updates_per_mstep,
         a.alpha,
         &gh,
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    )?;
     let t_exact = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
     let ll = |path: &[Vec<f64>]| -> Result<Vec<f64>> {
         path.par_iter()
-            .map(|t| log_likelihood(&model, t, &gh).map_err(|e| anyhow::anyhow!("{e}")))
+            .map(|t| Ok(log_likelihood(&model, t, &gh)?))
             .collect()
     };
     let ll_sagd = ll(&trace.path)?;
@@ -258,7 +254,7 @@ pub fn run(a: EmArgs) -> Result<()> {
     let t_ll = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
     let ex_end = exact.last().context("exact GD produced no path")?.clone();
-    let mle = maximum_likelihood(&model, &ex_end, &gh).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mle = maximum_likelihood(&model, &ex_end, &gh)?;
     let ll_max = -mle.f;
     let t_mle = t0.elapsed().as_secs_f64();
 
@@ -272,9 +268,8 @@ pub fn run(a: EmArgs) -> Result<()> {
     let quad_err = check_pts
         .par_iter()
         .map(|t| -> Result<f64> {
-            let q = log_likelihood(&model, t, &gh).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let r = log_likelihood_trapezoid(&model, t, -14.0, 14.0, 28_001)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let q = log_likelihood(&model, t, &gh)?;
+            let r = log_likelihood_trapezoid(&model, t, -14.0, 14.0, 28_001)?;
             Ok((q - r).abs())
         })
         .collect::<Result<Vec<f64>>>()?
@@ -346,8 +341,7 @@ pub fn run(a: EmArgs) -> Result<()> {
 
     let sagd_end = trace.path.last().context("empty path")?.clone();
     let dist = ((sagd_end[0] - ex_end[0]).powi(2) + (sagd_end[1] - ex_end[1]).powi(2)).sqrt();
-    let ll_estimate =
-        log_likelihood(&model, &trace.estimate, &gh).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ll_estimate = log_likelihood(&model, &trace.estimate, &gh)?;
     let result = json!({
         "experiment": "E1 automated EM, Gamma-sigmoid model",
         "sagd_version": env!("CARGO_PKG_VERSION"),

@@ -569,9 +569,15 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("--resume"), "{err}");
-    assert!(!part.join("result.json").exists(), "an interrupted run wrote a result");
+    assert!(
+        !part.join("result.json").exists(),
+        "an interrupted run wrote a result"
+    );
     for m in ["pretrain", "vae", "iwae", "hmc", "sagd"] {
-        assert!(part.join(format!("checkpoints/rep0-{m}.ckpt")).exists(), "{m}");
+        assert!(
+            part.join(format!("checkpoints/rep0-{m}.ckpt")).exists(),
+            "{m}"
+        );
     }
     let o = sagd()
         .args(args)
@@ -600,5 +606,8 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("other settings"), "{err}");
+    assert!(
+        !o.status.success() && err.contains("other settings"),
+        "{err}"
+    );
 }

@@ -186,7 +186,10 @@ struct Tracer<'a> {
 
 impl Observer<TrainState, TrainInfo> for Tracer<'_> {
     fn observe(&mut self, st: &TrainState, info: &TrainInfo) -> Control {
-        if let Some(epoch) = info.epoch_done.filter(|e| self.every > 0 && e % self.every == 0) {
+        if let Some(epoch) = info
+            .epoch_done
+            .filter(|e| self.every > 0 && e % self.every == 0)
+        {
             let e = (self.assess)(&st.params);
             self.points.push(TracePoint {
                 epoch,
@@ -480,10 +483,7 @@ pub fn fit(
     let assess_eval = |p: &VaeParams| assess(p).0;
     let n = s.n.min(x.len() / s.p.max(1));
     let per_epoch = n.div_ceil(s.batch_size.clamp(1, n.max(1)));
-    let data_hash = fnv1a(
-        FNV_OFFSET,
-        x.iter().flat_map(|v| v.to_bits().to_le_bytes()),
-    );
+    let data_hash = fnv1a(FNV_OFFSET, x.iter().flat_map(|v| v.to_bits().to_le_bytes()));
     let key = serde_json::json!({
         "settings": s, "seed": seed, "data_fnv1a": format!("{data_hash:016x}"),
         "version": env!("CARGO_PKG_VERSION"),
@@ -648,10 +648,7 @@ const PRETRAINED_FORMAT: &str = "sagd-debias-pretrained/2";
 
 impl PretrainedCache {
     fn new(dir: &Path, s: &E2Settings, x: &[f32], seed: u64) -> Self {
-        let data_hash = fnv1a(
-            FNV_OFFSET,
-            x.iter().flat_map(|v| v.to_bits().to_le_bytes()),
-        );
+        let data_hash = fnv1a(FNV_OFFSET, x.iter().flat_map(|v| v.to_bits().to_le_bytes()));
         let key = serde_json::json!({
             "seed": seed, "n": s.n, "p": s.p, "hidden": s.hidden, "batch_size": s.batch_size,
             "pretrain_epochs": s.pretrain_epochs, "lr": s.lr, "data_fnv1a": format!("{data_hash:016x}"),
@@ -695,8 +692,14 @@ impl PretrainedCache {
             return Err(self.error("saved for other data or settings"));
         }
         let params = VaeParams {
-            dec: vae.dec.from_saved(saved.dec).map_err(|e| self.error(&e))?,
-            enc: vae.enc.from_saved(saved.enc).map_err(|e| self.error(&e))?,
+            dec: vae
+                .dec
+                .from_saved(saved.dec)
+                .map_err(|e| self.error(&e.to_string()))?,
+            enc: vae
+                .enc
+                .from_saved(saved.enc)
+                .map_err(|e| self.error(&e.to_string()))?,
         };
         Ok(Some((params, saved.pretrain_time_s)))
     }

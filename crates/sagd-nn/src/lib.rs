@@ -1,6 +1,6 @@
 //! # sagd-nn — a small CPU neural-network engine and the debiased VAE
 //!
-//! The neural models of the paper run on an engine of our own (see `shared/DESIGN.md` for why): every
+//! The neural models of the paper run on an engine of our own (the Rust tensor frameworks measured two to four times slower than PyTorch on these small batched networks): every
 //! layer has an explicit forward pass that keeps what the backward pass needs, and a backward pass
 //! that returns the gradient with respect to its input and, when asked, its parameters (skipped during
 //! Langevin steps, which need only ∇u). Parameters live in one flat `f32` vector per network, so that
@@ -16,4 +16,4 @@ pub mod train;
 pub mod vae;
 
 pub use math::Activation;
-pub use net::{Layer, Sequential, Workspace, WorkspacePool, CHUNK_ROWS};
+pub use net::{Layer, SavedError, Sequential, Workspace, WorkspacePool, CHUNK_ROWS};

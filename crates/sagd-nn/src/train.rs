@@ -1,13 +1,13 @@
 //! One training loop for every method; the methods differ only in how they estimate the gradient
 //! ([`GradientEstimator`]). The update is the core crate's Adam transform.
 
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::error::{Result, SagdError};
 use sagd::hmc::HmcSettings;
 use sagd::langevin::{ChainSet, Kernel, LangevinSettings, Momentum, Scheme};
 use sagd::model::{AnchoredTarget, MaximumLikelihood, Problem};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
-use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::optim::{Averaging, UpdateRule, UpdateState};
 use sagd::rng::NormalStream;
 use sagd::run::{decode, encode, Solver};
@@ -551,13 +551,15 @@ impl GradientEstimator for ChainEstimator<'_> {
         // Each block of chains takes all K steps in one task; after each, ∇θ f at its new states:
         // the step's own evaluation computed it when fused (f = −log p, as the problem defines).
         let theta = &p.dec[..];
-        let run = sub.run_steps(&target, &self.kernel, self.steps, self.fused, |b| match b.aux {
-            Some(g) => Ok(g.to_vec()),
-            None => {
-                let mut g = vec![0.0f32; theta.len()];
-                problem
-                    .add_grad_f(theta, b.first_row, b.positions, &mut g)
-                    .map(|()| g)
+        let run = sub.run_steps(&target, &self.kernel, self.steps, self.fused, |b| {
+            match b.aux {
+                Some(g) => Ok(g.to_vec()),
+                None => {
+                    let mut g = vec![0.0f32; theta.len()];
+                    problem
+                        .add_grad_f(theta, b.first_row, b.positions, &mut g)
+                        .map(|()| g)
+                }
             }
         });
         match run {
@@ -650,7 +652,7 @@ pub struct TrainInfo {
 }
 
 /// Training of a VAE's networks by a [`GradientEstimator`] as a [`Solver`] for the project's
-/// [`Runner`]: every method of Table 1, and pre-training, go through it; they differ only in the
+/// [`Runner`](sagd::run::Runner): every method of Table 1, and pre-training, go through it; they differ only in the
 /// estimator. The estimator's own state (chains, streams) is checkpointed with the run.
 pub struct Training<'a> {
     est: &'a mut dyn GradientEstimator,

@@ -229,7 +229,8 @@ impl<'a> DecoderPosterior<'a> {
             *lp = -0.5 * s;
         }
         // ∇u = J_hᵀ (x − h) − u; ∇θ = Σ J_θᵀ (x − h) from the same pass.
-        self.dec.backward(theta, &mut ws, &r, grad_theta, Some(grad_u));
+        self.dec
+            .backward(theta, &mut ws, &r, grad_theta, Some(grad_u));
         for (g, uu) in grad_u.iter_mut().zip(u) {
             *g -= uu;
         }

@@ -136,5 +136,6 @@ fn parameters_round_trip_through_a_file() {
     assert!(other
         .load(&f)
         .unwrap_err()
+        .to_string()
         .contains("another network shape"));
 }

@@ -388,7 +388,9 @@ fn blocks_running_several_steps_match_single_steps() {
             seen.push(one.positions().to_vec());
         }
         let (got, hooks) = many
-            .run_steps(&target, &k, 5, false, |b| (b.first_row, b.positions.to_vec()))
+            .run_steps(&target, &k, 5, false, |b| {
+                (b.first_row, b.positions.to_vec())
+            })
             .unwrap();
         assert_eq!(one.positions(), many.positions());
         assert_eq!(one.momenta(), many.momenta());

@@ -351,8 +351,8 @@ impl<M: LatentModel<f64>> Solver for EmSolver<'_, M> {
         state.trace.langevin_steps += state.sagd.chains.steps - steps_before;
         state.trace.path.push(state.sagd.theta.clone());
         let mstep = state.trace.msteps.len();
-        let finished = (state.sagd.t >= self.settings.updates_per_mstep)
-            .then(|| self.close_mstep(state));
+        let finished =
+            (state.sagd.t >= self.settings.updates_per_mstep).then(|| self.close_mstep(state));
         Ok(EmInfo {
             mstep,
             iter,

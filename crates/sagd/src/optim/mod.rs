@@ -337,7 +337,7 @@ impl UpdateRule {
         // The step is rounded to T before it is taken: one rounding in f64, the same as f32's
         // `w -= lr·g`.
         for (th, d) in theta.iter_mut().zip(grad.iter()) {
-            *th = *th - T::of(lr * d.f64());
+            *th -= T::of(lr * d.f64());
         }
         self.projection.apply(theta);
         st.count = iteration;

@@ -188,8 +188,11 @@ impl<'a, S: Solver> Runner<'a, S> {
             path: path.display().to_string(),
             problem,
         };
-        let body: Body<S::State> = postcard::from_bytes(&bytes)
-            .map_err(|e| bad(format!("written by another kind of run ({e}): start afresh")))?;
+        let body: Body<S::State> = postcard::from_bytes(&bytes).map_err(|e| {
+            bad(format!(
+                "written by another kind of run ({e}): start afresh"
+            ))
+        })?;
         if body.identity != self.solver.identity()? {
             return Err(bad("it belongs to a run with other settings or data: resume with the same settings and data, or start afresh".into()));
         }
@@ -324,12 +327,10 @@ impl<T: Real, P: Problem<T> + ?Sized> Solver for Algorithm1<'_, T, P> {
             self.problem.n_chains(),
             self.problem.chain_dim(),
         ];
-        postcard::to_allocvec(&(&self.sagd.settings, dims)).map_err(|e| {
-            SagdError::InvalidSetting {
-                name: "solver settings",
-                value: "not serialisable".into(),
-                fix: format!("custom schedules cannot be checkpointed ({e})"),
-            }
+        postcard::to_allocvec(&(&self.sagd.settings, dims)).map_err(|e| SagdError::InvalidSetting {
+            name: "solver settings",
+            value: "not serialisable".into(),
+            fix: format!("custom schedules cannot be checkpointed ({e})"),
         })
     }
     fn next_iter(&mut self, state: &mut SagdState<T>) -> Result<IterInfo> {
