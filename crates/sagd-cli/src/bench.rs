@@ -24,8 +24,8 @@ pub enum BenchCommand {
 #[derive(Args, Debug)]
 pub struct DebiasBenchArgs {
     /// normal, exp or mixture.
-    #[arg(long, default_value = "exp")]
-    dist: String,
+    #[arg(long, default_value_t = sagd_nn::debias::Case::Exp)]
+    dist: sagd_nn::debias::Case,
     /// The replication's seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -170,12 +170,11 @@ struct DebiasReport {
 }
 
 fn debias(a: DebiasBenchArgs) -> Result<()> {
-    use sagd_nn::experiment::{replicate, RunOptions};
-    use sagd_nn::train::Method;
-    if a.dist == "highdim" {
+    use sagd_nn::debias::{replicate, Case, Method, RunOptions};
+    if a.dist == Case::Highdim {
         anyhow::bail!("--dist: the benchmark runs the 1-D cases (normal, exp, mixture)");
     }
-    let (spec, law) = crate::debias::spec_settings(&a.dist)?;
+    let (spec, law) = (a.dist.settings(false), a.dist.law());
     let threads = rayon::current_num_threads();
     let mut ours = PhaseTimes::default();
     let quiet = |_: &str, _: usize, _: usize| {};
@@ -222,7 +221,7 @@ fn debias(a: DebiasBenchArgs) -> Result<()> {
     }
     let report = DebiasReport {
         benchmark: "debias",
-        dist: a.dist.clone(),
+        dist: a.dist.to_string(),
         seed: a.seed,
         threads,
         repeats: a.repeats.max(1),
@@ -249,7 +248,7 @@ fn run_peer(a: &DebiasBenchArgs, script: &std::path::Path, threads: usize) -> Re
         let t = std::time::Instant::now();
         let status = std::process::Command::new(&a.python)
             .arg(script)
-            .args(["e2", "--dist", &a.dist, "--reps", "1"])
+            .args(["e2", "--dist", a.dist.name(), "--reps", "1"])
             .args(["--seed-offset", &a.seed.to_string()])
             .args(["--threads", &threads.to_string()])
             .arg("--out")

@@ -7,7 +7,7 @@ use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
-use sagd::metrics::Law;
+use sagd_nn::debias::figure::DensitySeries;
 
 static FONT: Once = Once::new();
 
@@ -350,11 +350,9 @@ impl Figure for TraceFigure<'_> {
 }
 
 /// One panel of Figure 2: a histogram of the fitted model's draws of Z.
-pub struct DensityPanel<'a> {
+pub struct DensityPanel {
     /// The panel title (the method).
     pub title: String,
-    /// Draws of Z = h(U).
-    pub sample: &'a [f64],
     /// KS distance to π (NaN: not shown).
     pub d: f64,
     /// W1 distance to π (NaN: not shown).
@@ -362,20 +360,14 @@ pub struct DensityPanel<'a> {
 }
 
 /// Figure 2 for one distribution: the data density (dashed), the true π (solid, when known) and the
-/// histogram of each fitted model's Z, one panel per model.
+/// histogram of each fitted model's Z, one panel per model (the library computes the series).
 pub struct DensityGrid<'a> {
-    /// The true latent law, if known.
-    pub law: Option<&'a Law>,
-    /// The observations.
-    pub x: &'a [f64],
+    /// The curves and histograms, one histogram per panel.
+    pub series: &'a DensitySeries,
     /// The panels.
-    pub panels: Vec<DensityPanel<'a>>,
+    pub panels: Vec<DensityPanel>,
     /// The caption above the panels.
     pub caption: String,
-}
-
-fn quantile_sorted(v: &[f64], p: f64) -> f64 {
-    v[((p * v.len() as f64) as usize).min(v.len() - 1)]
 }
 
 impl Figure for DensityGrid<'_> {
@@ -383,88 +375,19 @@ impl Figure for DensityGrid<'_> {
         let root = root
             .titled(&self.caption, ("sans-serif", 16))
             .map_err(err)?;
-        let mut xs = self.x.to_vec();
-        xs.sort_by(f64::total_cmp);
-        let (mut lo, mut hi) = (quantile_sorted(&xs, 0.002), quantile_sorted(&xs, 0.998));
-        for p in &self.panels {
-            let mut z: Vec<f64> = p.sample.iter().cloned().filter(|v| v.is_finite()).collect();
-            z.sort_by(f64::total_cmp);
-            if !z.is_empty() {
-                lo = lo.min(quantile_sorted(&z, 0.001));
-                hi = hi.max(quantile_sorted(&z, 0.999));
-            }
-        }
-        let pad = 0.05 * (hi - lo).max(1e-6);
-        let (lo, hi) = (lo - pad, hi + pad);
-        // The data density: π convolved with N(0, 1) when π is known, else a Gaussian kernel estimate.
-        let grid: Vec<f64> = (0..=300)
-            .map(|k| lo + (hi - lo) * k as f64 / 300.0)
-            .collect();
-        let data_density: Vec<f64> = match self.law {
-            Some(law) => {
-                let zs: Vec<f64> = (0..=4000)
-                    .map(|k| lo - 8.0 + (hi - lo + 16.0) * k as f64 / 4000.0)
-                    .collect();
-                let dz = zs[1] - zs[0];
-                let pz: Vec<f64> = zs.iter().map(|z| law.pdf(*z)).collect();
-                grid.iter()
-                    .map(|x| {
-                        zs.iter()
-                            .zip(&pz)
-                            .map(|(z, p)| p * (-0.5 * (x - z).powi(2)).exp())
-                            .sum::<f64>()
-                            * dz
-                            / (2.0 * std::f64::consts::PI).sqrt()
-                    })
-                    .collect()
-            }
-            None => {
-                let n = xs.len() as f64;
-                let mean = xs.iter().sum::<f64>() / n;
-                let sd = (xs.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n)
-                    .sqrt()
-                    .max(1e-9);
-                let bw = 1.06 * sd * n.powf(-0.2);
-                grid.iter()
-                    .map(|g| {
-                        xs.iter()
-                            .map(|x| (-0.5 * ((g - x) / bw).powi(2)).exp())
-                            .sum::<f64>()
-                            / (n * bw * (2.0 * std::f64::consts::PI).sqrt())
-                    })
-                    .collect()
-            }
-        };
-        let bins = 60usize;
-        let width = (hi - lo) / bins as f64;
-        let hists: Vec<Vec<f64>> = self
-            .panels
-            .iter()
-            .map(|p| {
-                let mut h = vec![0.0; bins];
-                for v in p.sample.iter().filter(|v| v.is_finite()) {
-                    let b = ((v - lo) / width).floor();
-                    if b >= 0.0 && (b as usize) < bins {
-                        h[b as usize] += 1.0;
-                    }
-                }
-                h.iter()
-                    .map(|c| c / (p.sample.len().max(1) as f64 * width))
-                    .collect()
-            })
-            .collect();
-        let true_density: Option<Vec<f64>> =
-            self.law.map(|l| grid.iter().map(|g| l.pdf(*g)).collect());
-        let ymax = hists
-            .iter()
-            .flatten()
-            .chain(&data_density)
-            .chain(true_density.iter().flatten())
-            .cloned()
-            .fold(0.0f64, f64::max)
-            * 1.1;
+        let DensitySeries {
+            lo,
+            hi,
+            grid,
+            data_density,
+            true_density,
+            bin_width: width,
+            histograms: hists,
+        } = self.series;
+        let (lo, hi, width) = (*lo, *hi, *width);
+        let ymax = self.series.max_density() * 1.1;
         let areas = root.split_evenly((1, self.panels.len()));
-        for ((area, p), h) in areas.iter().zip(&self.panels).zip(&hists) {
+        for ((area, p), h) in areas.iter().zip(&self.panels).zip(hists) {
             let mut chart = ChartBuilder::on(area)
                 .caption(&p.title, ("sans-serif", 16))
                 .margin(6)

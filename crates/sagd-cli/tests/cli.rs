@@ -61,7 +61,7 @@ fn bad_flags_fail_with_a_message() {
     for (args, says) in [
         (
             &["bench", "debias", "--dist", "gamma"][..],
-            "--dist `gamma`",
+            "unknown case `gamma`",
         ),
         (
             &["bench", "debias", "--dist", "highdim"][..],
@@ -366,18 +366,25 @@ fn debias_deconvolves_a_users_data() {
 fn debias_rejects_bad_input() {
     let dir = tempfile::tempdir().unwrap();
     for (args, needle) in [
-        (vec!["--dist", "gamma"], "--dist `gamma`"),
-        (vec!["--batch-size", "0"], "--batch-size must be at least 1"),
+        (
+            vec!["--dist", "gamma"],
+            "unknown case `gamma`: use normal, exp",
+        ),
+        (
+            vec!["--batch-size", "0"],
+            "`batch_size` = 0: use at least 1",
+        ),
         (vec!["--methods", "vae,mcmc"], "unknown method `mcmc`"),
         (
             vec!["--sagd-scheme", "euler", "--sagd-delta", "0.6"],
             "gamma*delta < 1",
         ),
-        (vec!["--n", "0"], "--n must be at least 1"),
+        (vec!["--n", "0"], "`n` = 0: use at least 1"),
         (
             vec!["--sagd-lr", "0"],
-            "--sagd-lr must be a finite number > 0",
+            "`sagd_lr` = 0: use a finite learning rate",
         ),
+        (vec!["--reps", "0"], "--reps must be at least 1"),
     ] {
         let o = sagd()
             .args(["debias", "--quiet"])

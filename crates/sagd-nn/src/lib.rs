@@ -8,7 +8,7 @@
 
 #![warn(missing_docs)]
 
-pub mod experiment;
+pub mod debias;
 pub mod gemm;
 pub mod math;
 pub mod net;

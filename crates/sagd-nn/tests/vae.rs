@@ -3,7 +3,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use sagd::model::LatentModel;
-use sagd_nn::experiment::RunOptions;
+use sagd_nn::debias::RunOptions;
 use sagd_nn::train::{BoundEstimator, GradientEstimator};
 use sagd_nn::vae::{DecoderPosterior, Vae, VaeParams};
 
@@ -123,7 +123,7 @@ fn iwae_gradient_over_several_chunks_matches_finite_differences() {
 
 #[test]
 fn a_replication_is_deterministic_and_thread_independent() {
-    use sagd_nn::experiment::E2Settings;
+    use sagd_nn::debias::E2Settings;
     let s = E2Settings {
         n: 1100,
         hidden: 8,
@@ -144,23 +144,22 @@ fn a_replication_is_deterministic_and_thread_independent() {
 /// Replication `seed` of `dist` on a pool of `threads` threads.
 fn on_threads(
     threads: usize,
-    s: &sagd_nn::experiment::E2Settings,
+    s: &sagd_nn::debias::E2Settings,
     dist: &str,
     seed: u64,
-) -> sagd_nn::experiment::Replication {
-    let law = sagd::metrics::Law::by_name(dist).unwrap();
+) -> sagd_nn::debias::Replication {
+    let law = dist.parse::<sagd_nn::debias::Case>().unwrap().law();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
         .unwrap();
     pool.install(|| {
-        sagd_nn::experiment::replicate(s, &law, seed, &RunOptions::default(), &|_, _, _| {})
-            .unwrap()
+        sagd_nn::debias::replicate(s, &law, seed, &RunOptions::default(), &|_, _, _| {}).unwrap()
     })
 }
 
 /// A replication's JSON without its wall times and where its pre-training came from.
-fn strip(r: &sagd_nn::experiment::Replication) -> serde_json::Value {
+fn strip(r: &sagd_nn::debias::Replication) -> serde_json::Value {
     let mut v = serde_json::to_value(r).unwrap();
     v["pretrain_time_s"] = serde_json::Value::Null;
     v.as_object_mut().unwrap().remove("pretrained_from");
@@ -172,7 +171,7 @@ fn strip(r: &sagd_nn::experiment::Replication) -> serde_json::Value {
 
 #[test]
 fn wide_networks_split_a_minibatch_into_chunks_and_stay_thread_independent() {
-    use sagd_nn::experiment::E2Settings;
+    use sagd_nn::debias::E2Settings;
     // Width 256: 128 rows per chunk, so a 300-point batch runs as three chunks (and the chains
     // as three blocks); width 64 keeps 512.
     assert_eq!(Vae::new(2, 256).chunk_rows(), 128);
@@ -195,8 +194,7 @@ fn wide_networks_split_a_minibatch_into_chunks_and_stay_thread_independent() {
 
 #[test]
 fn a_cached_pretraining_gives_the_same_replication() {
-    use sagd::metrics::Law;
-    use sagd_nn::experiment::{replicate, E2Settings};
+    use sagd_nn::debias::{replicate, E2Settings};
     let s = E2Settings {
         n: 200,
         hidden: 8,
@@ -206,7 +204,7 @@ fn a_cached_pretraining_gives_the_same_replication() {
         m: 2000,
         ..Default::default()
     };
-    let law = Law::by_name("exp").unwrap();
+    let law = sagd_nn::debias::Case::Exp.law();
     let dir = tempfile::tempdir().unwrap();
     let cached = RunOptions {
         pretrained_cache: Some(dir.path().join("cache")),
@@ -237,8 +235,7 @@ fn a_cached_pretraining_gives_the_same_replication() {
 
 #[test]
 fn the_trace_evaluates_the_current_iterate_at_the_asked_epochs() {
-    use sagd::metrics::Law;
-    use sagd_nn::experiment::{replicate, E2Settings};
+    use sagd_nn::debias::{replicate, E2Settings};
     let s = E2Settings {
         n: 200,
         hidden: 8,
@@ -248,7 +245,7 @@ fn the_trace_evaluates_the_current_iterate_at_the_asked_epochs() {
         m: 2000,
         ..Default::default()
     };
-    let law = Law::by_name("exp").unwrap();
+    let law = sagd_nn::debias::Case::Exp.law();
     let traced = RunOptions {
         trace_every: 2,
         ..Default::default()
@@ -274,8 +271,7 @@ fn the_trace_evaluates_the_current_iterate_at_the_asked_epochs() {
 
 #[test]
 fn minibatches_and_several_dimensions_run_and_are_deterministic() {
-    use sagd::metrics::Law;
-    use sagd_nn::experiment::{replicate, E2Settings};
+    use sagd_nn::debias::{replicate, E2Settings};
     let s = E2Settings {
         n: 120,
         p: 3,
@@ -286,7 +282,7 @@ fn minibatches_and_several_dimensions_run_and_are_deterministic() {
         m: 3000,
         ..Default::default()
     };
-    let law = Law::by_name("highdim").unwrap();
+    let law = sagd_nn::debias::Case::Highdim.law();
     let a = replicate(&s, &law, 1, &RunOptions::default(), &|_, _, _| {}).unwrap();
     let b = replicate(&s, &law, 1, &RunOptions::default(), &|_, _, _| {}).unwrap();
     for (k, v) in &a.methods {

@@ -90,6 +90,15 @@ pub enum SagdError {
         /// The checkpoint folder.
         dir: String,
     },
+    /// An error inside a named part of a larger run (a replication, a method).
+    #[error("{what}: {source}")]
+    Context {
+        /// The part.
+        what: String,
+        /// What went wrong there.
+        #[source]
+        source: Box<SagdError>,
+    },
     /// A cache file (saved intermediate results) that cannot be read or written.
     #[error("cache file {path}: {problem}")]
     Cache {

@@ -43,19 +43,6 @@ impl Law {
         }
     }
 
-    /// The experiment's cases by name: normal N(1, 0.5²), exp (mean 2), mixture
-    /// 0.4 N(0, 0.5²) + 0.6 N(3, 0.5²); `highdim` uses exp in every coordinate.
-    pub fn by_name(name: &str) -> Option<Self> {
-        match name {
-            "normal" => Some(Law::normal(1.0, 0.5)),
-            "exp" | "highdim" => Some(Law::Exponential { mean: 2.0 }),
-            "mixture" => Some(Law::Mixture {
-                components: vec![(0.4, 0.0, 0.5), (0.6, 3.0, 0.5)],
-            }),
-            _ => None,
-        }
-    }
-
     /// The CDF F.
     pub fn cdf(&self, t: f64) -> f64 {
         match self {
@@ -264,9 +251,11 @@ mod tests {
     #[test]
     fn g_and_h_are_the_integrals_of_the_cdf() {
         for law in [
-            Law::by_name("normal").unwrap(),
-            Law::by_name("exp").unwrap(),
-            Law::by_name("mixture").unwrap(),
+            Law::normal(1.0, 0.5),
+            Law::Exponential { mean: 2.0 },
+            Law::Mixture {
+                components: vec![(0.4, 0.0, 0.5), (0.6, 3.0, 0.5)],
+            },
         ] {
             for t in [-1.0, 0.3, 2.5] {
                 let h = 1e-5;
@@ -294,9 +283,11 @@ mod tests {
         // z_i = F⁻¹((i − ½)/m): D = 1/(2m) exactly; W against a fine trapezoid rule.
         let m = 2000;
         for law in [
-            Law::by_name("normal").unwrap(),
-            Law::by_name("exp").unwrap(),
-            Law::by_name("mixture").unwrap(),
+            Law::normal(1.0, 0.5),
+            Law::Exponential { mean: 2.0 },
+            Law::Mixture {
+                components: vec![(0.4, 0.0, 0.5), (0.6, 3.0, 0.5)],
+            },
         ] {
             let z: Vec<f64> = (1..=m)
                 .map(|i| law.quantile((i as f64 - 0.5) / m as f64))

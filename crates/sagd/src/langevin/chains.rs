@@ -24,6 +24,32 @@ pub enum Momentum {
     Zero,
 }
 
+impl Momentum {
+    /// The name as the command line spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Momentum::Normal => "normal",
+            Momentum::Zero => "zero",
+        }
+    }
+}
+
+impl std::fmt::Display for Momentum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Momentum {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        [Momentum::Normal, Momentum::Zero]
+            .into_iter()
+            .find(|m| m.name() == s.trim().to_ascii_lowercase())
+            .ok_or_else(|| format!("unknown momentum `{s}`: use normal or zero"))
+    }
+}
+
 /// What one transition of all chains did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepInfo {

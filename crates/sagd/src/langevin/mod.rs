@@ -67,6 +67,12 @@ impl Scheme {
     }
 }
 
+impl std::fmt::Display for Scheme {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl std::str::FromStr for Scheme {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {

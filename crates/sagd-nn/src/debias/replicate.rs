@@ -1,110 +1,25 @@
-//! Experiment E2 (debiased VAE, Table 1 and Figure 2): data, one replication of pre-training and the
-//! four fine-tuning methods, and the evaluation of the fitted latent distribution.
+//! One replication of E2: data, VAE pre-training, then each fine-tuning method from the same
+//! pre-trained weights, every phase a [`Training`] job on the project's runner.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
-use rand::SeedableRng;
-use rand_distr::{Distribution, StandardNormal};
-use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 use sagd::error::{Result, SagdError};
-use sagd::metrics::{ks_w1, Law};
-use sagd::rng::{stream_seed, NormalStream};
+use sagd::metrics::Law;
+use sagd::optim::Averaging;
+use sagd::run::{decode, encode, fnv1a, Control, Observer, Outcome, Runner, Solver, FNV_OFFSET};
 use serde::{Deserialize, Serialize};
 
-use crate::net::Workspace;
-use sagd::optim::Averaging;
-use sagd::run::{decode, encode, fnv1a, Control, Observer, Runner, Solver, FNV_OFFSET};
-
+use super::cache::PretrainedCache;
+use super::eval::{evaluate, generate, log_likelihood_1d, part_seed, simulate, Evaluation};
+use super::{E2Settings, Method};
 use crate::train::{
-    BoundEstimator, ChainEstimator, GradientEstimator, Method, MethodSettings, TrainInfo,
-    TrainSettings, TrainState, Training,
+    BoundEstimator, ChainEstimator, GradientEstimator, TrainInfo, TrainSettings, TrainState,
+    Training,
 };
 use crate::vae::{Vae, VaeParams};
-
-/// Settings of one E2 run (defaults: the spec's 1-D experiment).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct E2Settings {
-    /// Data points n.
-    pub n: usize,
-    /// Dimension p of Z, U and X (1 for the 1-D cases; coordinates independent).
-    pub p: usize,
-    /// Hidden width of both networks.
-    pub hidden: usize,
-    /// Minibatch size (n or more: full batch, where an epoch is one update).
-    pub batch_size: usize,
-    /// VAE pre-training epochs.
-    pub pretrain_epochs: usize,
-    /// Fine-tuning epochs per method.
-    pub finetune_epochs: usize,
-    /// Adam's learning rate for pre-training.
-    pub lr: f64,
-    /// Adam's learning rate for fine-tuning.
-    pub finetune_lr: f64,
-    /// SAGD's learning rate, where it differs from `finetune_lr`.
-    #[serde(default)]
-    pub sagd_lr: Option<f64>,
-    /// Evaluation draws m.
-    pub m: usize,
-    /// The methods to run.
-    pub methods: Vec<Method>,
-    /// Their settings.
-    pub method: MethodSettings,
-}
-
-impl Default for E2Settings {
-    fn default() -> Self {
-        E2Settings {
-            n: 1000,
-            p: 1,
-            hidden: 64,
-            batch_size: 1000,
-            pretrain_epochs: 5000,
-            finetune_epochs: 1000,
-            lr: 1e-3,
-            finetune_lr: 1e-3,
-            sagd_lr: None,
-            m: 100_000,
-            methods: Method::ALL.to_vec(),
-            method: MethodSettings::default(),
-        }
-    }
-}
-
-/// How well Z = h(U) matches π.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Evaluation {
-    /// Kolmogorov-Smirnov distance (mean over coordinates).
-    #[serde(rename = "D")]
-    pub ks: f64,
-    /// 1-Wasserstein distance (mean over coordinates).
-    #[serde(rename = "W")]
-    pub w1: f64,
-    /// Standard error of D over coordinates (p > 1).
-    #[serde(
-        rename = "D_se_coord",
-        skip_serializing_if = "Option::is_none",
-        default
-    )]
-    pub ks_se: Option<f64>,
-    /// Standard error of W over coordinates (p > 1).
-    #[serde(
-        rename = "W_se_coord",
-        skip_serializing_if = "Option::is_none",
-        default
-    )]
-    pub w1_se: Option<f64>,
-    /// Mean log-likelihood of the data under the fitted model (1-D, trapezoid rule in u).
-    pub loglik: Option<f64>,
-    /// Mean of Z.
-    pub z_mean: f64,
-    /// Standard deviation of Z.
-    pub z_sd: f64,
-    /// Non-finite draws.
-    pub nonfinite: usize,
-}
 
 /// One method's outcome in a replication.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -277,7 +192,7 @@ fn run_phase(
         _ => runner.solver.init(params, phase.seed),
     };
     let outcome = runner.run(&mut state)?;
-    if outcome == sagd::run::Outcome::Stopped && !runner.solver.terminate(&state) {
+    if outcome == Outcome::Stopped && !runner.solver.terminate(&state) {
         return Err(SagdError::Interrupted {
             phase: phase.name.to_string(),
             updates: state.updates,
@@ -319,120 +234,6 @@ pub struct Replication {
     /// The observations.
     #[serde(skip)]
     pub x: Vec<f64>,
-}
-
-/// The seeds of a replication's parts, derived from its seed.
-pub fn part_seed(seed: u64, part: u64) -> u64 {
-    stream_seed(seed, part)
-}
-
-/// n draws of Z with p independent coordinates from π, and X = Z + N(0, I) (row-major n × p).
-pub fn simulate(law: &Law, n: usize, p: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(part_seed(seed, 1));
-    let z: Vec<f64> = (0..n * p).map(|_| law.sample(&mut rng)).collect();
-    let x = z
-        .iter()
-        .map(|zi| {
-            let e: f64 = StandardNormal.sample(&mut rng);
-            zi + e
-        })
-        .collect();
-    (z, x)
-}
-
-/// Mean log p(x_i; θ) = log ∫ N(x_i; h(u), 1) φ(u) du, trapezoid rule on [−9, 9] (1-D).
-pub fn log_likelihood_1d(vae: &Vae, dec: &[f32], x: &[f64]) -> f64 {
-    let g = 8001;
-    let step = 18.0 / (g - 1) as f64;
-    let u: Vec<f32> = (0..g).map(|k| (-9.0 + step * k as f64) as f32).collect();
-    let mut ws = Workspace::default();
-    vae.dec.forward(dec, &u, g, &mut ws);
-    let h = ws.output();
-    let half_ln_2pi = 0.5 * (2.0 * std::f64::consts::PI).ln();
-    let lw: Vec<f64> = (0..g)
-        .map(|k| {
-            let uk = u[k] as f64;
-            let end = if k == 0 || k == g - 1 {
-                std::f64::consts::LN_2
-            } else {
-                0.0
-            };
-            step.ln() - end - 0.5 * uk * uk - half_ln_2pi
-        })
-        .collect();
-    let mut total = 0.0;
-    let mut terms = vec![0.0f64; g];
-    for xi in x {
-        for k in 0..g {
-            let r = xi - h[k] as f64;
-            terms[k] = lw[k] - 0.5 * r * r - half_ln_2pi;
-        }
-        let m = terms.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        total += m + terms.iter().map(|t| (t - m).exp()).sum::<f64>().ln();
-    }
-    total / x.len() as f64
-}
-
-/// Z = h(U) for m draws U ~ N(0, I) from `seed` (row-major m × p).
-pub fn generate(vae: &Vae, dec: &[f32], m: usize, seed: u64) -> Vec<f64> {
-    let d = vae.d;
-    let mut s = NormalStream::new(seed);
-    let mut u = vec![0.0f32; m * d];
-    s.fill(&mut u);
-    let mut out = Vec::with_capacity(m * d);
-    let mut ws = Workspace::default();
-    for chunk in u.chunks(20_000 * d) {
-        vae.dec.forward(dec, chunk, chunk.len() / d, &mut ws);
-        out.extend(ws.output().iter().map(|v| *v as f64));
-    }
-    out
-}
-
-/// Mean and population standard deviation (of the m draws of Z).
-fn mean_pop_sd(v: &[f64]) -> (f64, f64) {
-    let n = v.len().max(1) as f64;
-    let m = v.iter().sum::<f64>() / n;
-    (
-        m,
-        (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / n).sqrt(),
-    )
-}
-
-/// D and W of the fitted decoder against π (per coordinate, averaged), the mean log-likelihood
-/// (p = 1), and the draws.
-pub fn evaluate(
-    vae: &Vae,
-    dec: &[f32],
-    law: &Law,
-    x: &[f64],
-    m: usize,
-    seed: u64,
-) -> (Evaluation, Vec<f64>) {
-    let d = vae.d;
-    let z = generate(vae, dec, m, seed);
-    let per: Vec<(f64, f64)> = (0..d)
-        .map(|j| {
-            let col: Vec<f64> = z.iter().skip(j).step_by(d).copied().collect();
-            ks_w1(&col, law)
-        })
-        .collect();
-    let ds: Vec<f64> = per.iter().map(|p| p.0).collect();
-    let ws: Vec<f64> = per.iter().map(|p| p.1).collect();
-    // Standard error over coordinates (sample sd / √p).
-    let se = |v: &[f64]| (d > 1).then(|| sagd::diagnostics::mean_sd(v).1 / (d as f64).sqrt());
-    let finite: Vec<f64> = z.iter().cloned().filter(|v| v.is_finite()).collect();
-    let (mean, sd) = mean_pop_sd(&finite);
-    let e = Evaluation {
-        ks: mean_pop_sd(&ds).0,
-        w1: mean_pop_sd(&ws).0,
-        ks_se: se(&ds),
-        w1_se: se(&ws),
-        loglik: (d == 1).then(|| log_likelihood_1d(vae, dec, x)),
-        z_mean: mean,
-        z_sd: sd,
-        nonfinite: z.len() - finite.len(),
-    };
-    (e, z)
 }
 
 /// One replication: data from `seed`, VAE pre-training, then each method from the same pre-trained
@@ -563,18 +364,18 @@ pub fn fit(
             let mut est: Box<dyn GradientEstimator> = match m {
                 Method::Vae => Box::new(BoundEstimator::new(&vae, &x, 1, mseed)),
                 Method::Iwae => Box::new(BoundEstimator::new(&vae, &x, s.method.iwae_k, mseed)),
-                Method::Hmc => Box::new(ChainEstimator::hmc(&vae, &x, &s.method, mseed)?),
-                Method::Sagd => Box::new(ChainEstimator::sagd(&vae, &x, &s.method, mseed)?),
+                Method::Hmc => Box::new(ChainEstimator::hmc(&vae, &x, &s.method.hmc(), mseed)?),
+                Method::Sagd => Box::new(ChainEstimator::sagd(&vae, &x, &s.method.sagd, mseed)?),
             };
             // SAGD has its own learning rate and returns an average of its iterates.
             let (lr, averaging) = match m {
                 Method::Sagd if s.method.sagd_average > 0.0 => (
-                    s.sagd_lr.unwrap_or(s.finetune_lr),
+                    s.sagd_lr(),
                     Averaging::Tail {
                         fraction: s.method.sagd_average,
                     },
                 ),
-                Method::Sagd => (s.sagd_lr.unwrap_or(s.finetune_lr), Averaging::None),
+                Method::Sagd => (s.sagd_lr(), Averaging::None),
                 _ => (s.finetune_lr, Averaging::None),
             };
             let phase = Phase {
@@ -633,92 +434,4 @@ pub fn fit(
         samples,
         x: x64,
     })
-}
-
-/// Pre-trained networks saved under a name derived from everything that determines them: the
-/// data, the seed and the pre-training settings. Pre-training is deterministic, so a replication
-/// that reads them gives the same results as one that trains them.
-struct PretrainedCache {
-    path: PathBuf,
-    key: serde_json::Value,
-}
-
-/// The cache file's format tag.
-const PRETRAINED_FORMAT: &str = "sagd-debias-pretrained/2";
-
-impl PretrainedCache {
-    fn new(dir: &Path, s: &E2Settings, x: &[f32], seed: u64) -> Self {
-        let data_hash = fnv1a(FNV_OFFSET, x.iter().flat_map(|v| v.to_bits().to_le_bytes()));
-        let key = serde_json::json!({
-            "seed": seed, "n": s.n, "p": s.p, "hidden": s.hidden, "batch_size": s.batch_size,
-            "pretrain_epochs": s.pretrain_epochs, "lr": s.lr, "data_fnv1a": format!("{data_hash:016x}"),
-            "sagd_nn_version": env!("CARGO_PKG_VERSION"),
-        });
-        let name_hash = fnv1a(data_hash, key.to_string().bytes());
-        PretrainedCache {
-            path: dir.join(format!(
-                "pretrained-p{}-h{}-s{seed}-{name_hash:016x}.json",
-                s.p, s.hidden
-            )),
-            key,
-        }
-    }
-
-    fn error(&self, what: &str) -> SagdError {
-        SagdError::Cache {
-            path: self.path.display().to_string(),
-            problem: format!("{what}; delete it to pre-train again"),
-        }
-    }
-
-    /// The saved networks and the pre-training's wall seconds, or None when nothing is saved.
-    fn load(&self, vae: &Vae) -> Result<Option<(VaeParams, f64)>> {
-        #[derive(Deserialize)]
-        struct Saved {
-            format: String,
-            key: serde_json::Value,
-            pretrain_time_s: f64,
-            dec: serde_json::Value,
-            enc: serde_json::Value,
-        }
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(self.error(&format!("unreadable ({e})"))),
-        };
-        let saved: Saved = serde_json::from_str(&text)
-            .map_err(|e| self.error(&format!("not a pre-trained cache file ({e})")))?;
-        if saved.format != PRETRAINED_FORMAT || saved.key != self.key {
-            return Err(self.error("saved for other data or settings"));
-        }
-        let params = VaeParams {
-            dec: vae
-                .dec
-                .from_saved(saved.dec)
-                .map_err(|e| self.error(&e.to_string()))?,
-            enc: vae
-                .enc
-                .from_saved(saved.enc)
-                .map_err(|e| self.error(&e.to_string()))?,
-        };
-        Ok(Some((params, saved.pretrain_time_s)))
-    }
-
-    /// Writes the networks (whole or not at all: a temporary file, then a rename).
-    fn save(&self, vae: &Vae, p: &VaeParams, time_s: f64) -> Result<()> {
-        let v = serde_json::json!({
-            "format": PRETRAINED_FORMAT, "key": self.key, "pretrain_time_s": time_s,
-            "dec": vae.dec.to_saved(&p.dec), "enc": vae.enc.to_saved(&p.enc),
-        });
-        let io = |e: std::io::Error| self.error(&format!("cannot write ({e})"));
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
-        }
-        // Named for this process, so that two runs filling one cache never share a partial file.
-        let tmp = self
-            .path
-            .with_extension(format!("json.partial-{}", std::process::id()));
-        std::fs::write(&tmp, v.to_string()).map_err(io)?;
-        std::fs::rename(&tmp, &self.path).map_err(io)
-    }
 }

@@ -1,0 +1,224 @@
+//! `sagd debias`: the debiased VAE (the paper's E2): Table 1 and Figure 2, or the deconvolution
+//! of a user's data. This file maps flags onto the library's settings; `render` writes the
+//! results. Defaults shown by `--help` come from the library's `Default`s.
+
+mod render;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+use clap::Args;
+use sagd::langevin::{Momentum, Scheme};
+use sagd_nn::debias::{Case, E2Settings, Method, MethodSettings, RunOptions};
+use sagd_nn::train::LangevinChains;
+use serde::Serialize;
+
+/// The library's defaults, for `--help`.
+fn spec() -> E2Settings {
+    E2Settings::default()
+}
+
+fn chains() -> LangevinChains {
+    LangevinChains::default()
+}
+
+/// Flags of `sagd debias`. Defaults are experiment E2 of the paper; flags marked "preset" take
+/// the case's value unless given (`--print-settings` shows them).
+#[derive(Args, Debug, Clone, Serialize)]
+pub struct DebiasArgs {
+    /// The true latent distribution: normal, exp, mixture, or highdim (100 independent exp
+    /// coordinates).
+    #[arg(long, default_value_t = Case::default())]
+    dist: Case,
+    /// highdim only: the paper's settings (10000 pre-training and 1000 fine-tuning epochs of
+    /// minibatches), instead of the small default that finishes in minutes on 2 cores.
+    #[arg(long)]
+    paper_settings: bool,
+    /// Methods to fine-tune with, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = spec().methods)]
+    methods: Vec<Method>,
+    /// Replications, with seeds seed..seed+reps−1, run in parallel.
+    #[arg(long, default_value_t = 1)]
+    reps: usize,
+    /// The first seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Data points (preset).
+    #[arg(long)]
+    n: Option<usize>,
+    /// Dimension of Z (preset).
+    #[arg(long)]
+    p: Option<usize>,
+    /// Hidden width of both networks (preset).
+    #[arg(long)]
+    hidden: Option<usize>,
+    /// Minibatch size (preset; with --data, the full batch).
+    #[arg(long)]
+    batch_size: Option<usize>,
+    /// VAE pre-training epochs; full batch: updates (preset).
+    #[arg(long, alias = "pretrain-iters")]
+    pretrain_epochs: Option<usize>,
+    /// Fine-tuning epochs per method (preset).
+    #[arg(long, alias = "finetune-iters")]
+    finetune_epochs: Option<usize>,
+    /// Adam learning rate of pre-training.
+    #[arg(long, default_value_t = spec().lr)]
+    lr: f64,
+    /// Adam learning rate of fine-tuning.
+    #[arg(long, default_value_t = spec().finetune_lr)]
+    finetune_lr: f64,
+    /// Adam learning rate of SAGD's fine-tuning (preset: --finetune-lr; 1e-4 for highdim with
+    /// --paper-settings, see the README).
+    #[arg(long)]
+    sagd_lr: Option<f64>,
+    /// Draws of U for the evaluation.
+    #[arg(long, default_value_t = spec().m)]
+    m: usize,
+    /// IWAE importance samples.
+    #[arg(long, default_value_t = spec().method.iwae_k)]
+    iwae_k: usize,
+    /// SAGD friction γ.
+    #[arg(long, default_value_t = chains().langevin.gamma)]
+    sagd_gamma: f64,
+    /// SAGD Langevin step δ.
+    #[arg(long, default_value_t = chains().step_size)]
+    sagd_delta: f64,
+    /// SAGD Langevin steps per update K.
+    #[arg(long, default_value_t = chains().steps)]
+    sagd_k: usize,
+    /// SAGD burn-in steps.
+    #[arg(long, default_value_t = chains().burn_in)]
+    sagd_burn_in: usize,
+    /// SAGD integrator: euler (the paper's), obabo, baoab (less bias at the same cost), ubu.
+    #[arg(long, default_value_t = chains().langevin.scheme)]
+    sagd_scheme: Scheme,
+    /// SAGD initial momentum: normal or zero.
+    #[arg(long, default_value_t = chains().initial_momentum)]
+    sagd_rho0: Momentum,
+    /// SAGD: return the average of the iterates over this final fraction of the updates (0: the
+    /// last iterate, as the spec).
+    #[arg(long, default_value_t = spec().method.sagd_average)]
+    sagd_average: f64,
+    /// HMC leapfrog steps per proposal.
+    #[arg(long, default_value_t = spec().method.hmc_leapfrog)]
+    hmc_l: usize,
+    /// HMC leapfrog step (default: --sagd-delta).
+    #[arg(long)]
+    hmc_eps: Option<f64>,
+    /// HMC transitions per update (default: --sagd-k).
+    #[arg(long)]
+    hmc_k: Option<usize>,
+    /// Deconvolve this CSV column of observations X = Z + noise instead of simulating.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// The column of --data: a header name or a 1-based number.
+    #[arg(long)]
+    column: Option<String>,
+    /// Standard deviation of the noise in --data.
+    #[arg(long, default_value_t = 1.0)]
+    noise_sd: f64,
+    /// Keep pre-trained networks in this folder and reuse them: a run with the same data, seed and
+    /// pre-training settings reads them instead of pre-training again (same results).
+    #[arg(long)]
+    pretrained_cache: Option<PathBuf>,
+    /// Every this many fine-tuning epochs, evaluate each method's current iterate (D, W,
+    /// log-likelihood in 1-D) into result.json, trace.csv and trace.png/.svg (0: never).
+    #[arg(long, default_value_t = 0)]
+    trace_every: usize,
+    /// Checkpoint every training phase into OUT/checkpoints every this many updates (and at the
+    /// end of each phase); 0: off.
+    #[arg(long, default_value_t = 0)]
+    checkpoint_every: usize,
+    /// Continue an interrupted run from OUT/checkpoints (same flags as the interrupted run).
+    #[arg(long)]
+    resume: bool,
+    /// Stop every fine-tuning phase after this many updates, checkpointed (to try --resume).
+    #[arg(long, hide = true)]
+    interrupt_after: Option<usize>,
+    /// Print the settings these flags resolve to (JSON) and exit.
+    #[arg(long)]
+    print_settings: bool,
+    /// Output folder (default out/debias-DIST, or out/deconvolution with --data).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// The library's settings for these flags: the case's preset, then every flag given.
+fn settings(a: &DebiasArgs) -> E2Settings {
+    let preset = a.dist.settings(a.paper_settings);
+    let or = |flag: Option<usize>, v: usize| flag.unwrap_or(v);
+    let n = or(a.n, preset.n);
+    // A full-batch preset stays full batch at another n.
+    let full = preset.batch_size >= preset.n;
+    E2Settings {
+        n,
+        p: or(a.p, preset.p),
+        hidden: or(a.hidden, preset.hidden),
+        batch_size: or(a.batch_size, if full { n } else { preset.batch_size }),
+        pretrain_epochs: or(a.pretrain_epochs, preset.pretrain_epochs),
+        finetune_epochs: or(a.finetune_epochs, preset.finetune_epochs),
+        lr: a.lr,
+        finetune_lr: a.finetune_lr,
+        sagd_lr: a.sagd_lr.or(preset.sagd_lr),
+        m: a.m,
+        methods: a.methods.clone(),
+        method: MethodSettings {
+            iwae_k: a.iwae_k,
+            sagd: LangevinChains {
+                langevin: sagd::langevin::LangevinSettings {
+                    scheme: a.sagd_scheme,
+                    gamma: a.sagd_gamma,
+                },
+                step_size: a.sagd_delta,
+                steps: a.sagd_k,
+                burn_in: a.sagd_burn_in,
+                initial_momentum: a.sagd_rho0,
+            },
+            sagd_average: a.sagd_average,
+            hmc_leapfrog: a.hmc_l,
+            hmc_step_size: a.hmc_eps,
+            hmc_transitions: a.hmc_k,
+        },
+    }
+}
+
+/// How the run is carried out (checkpoints, cache, trace), beside what it computes.
+fn run_options(a: &DebiasArgs, out: &Path) -> Result<RunOptions> {
+    let checkpoints = out.join("checkpoints");
+    if a.resume && !checkpoints.is_dir() {
+        bail!(
+            "--resume: no checkpoints at {}: run with --checkpoint-every first",
+            checkpoints.display()
+        );
+    }
+    let on = a.checkpoint_every > 0 || a.resume || a.interrupt_after.is_some();
+    Ok(RunOptions {
+        keep_samples: false,
+        pretrained_cache: a.pretrained_cache.clone(),
+        trace_every: a.trace_every,
+        checkpoint_dir: on.then_some(checkpoints),
+        checkpoint_every: a.checkpoint_every,
+        resume: a.resume,
+        interrupt_after: a.interrupt_after,
+    })
+}
+
+/// Runs `sagd debias`.
+pub fn run(a: DebiasArgs) -> Result<()> {
+    let s = settings(&a);
+    if a.print_settings {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
+    }
+    if a.reps == 0 {
+        bail!("--reps must be at least 1");
+    }
+    s.validate()?;
+    match &a.data {
+        Some(path) => render::deconvolve(&a, &s, path),
+        None => render::table(&a, &s),
+    }
+}

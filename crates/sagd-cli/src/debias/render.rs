@@ -1,0 +1,368 @@
+//! What `sagd debias` writes: Table 1 as Markdown, Figure 2, the learning curves and
+//! `result.json`; for `--data`, the deconvolution's samples, density figure and result.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use sagd_nn::debias::figure::DensitySeries;
+use sagd_nn::debias::{
+    deconvolve as fit_data, paper, run_table, E2Settings, Replication, Summary, Table1, TracePoint,
+    PAPER_METHODS,
+};
+use serde_json::json;
+
+use super::{run_options, DebiasArgs};
+use crate::input::{read_column, Column, Domain};
+use crate::output::{progress_bar, Staging};
+use crate::plot::{save, DensityGrid, DensityPanel, TraceFigure};
+
+fn fmt(v: Summary) -> String {
+    match v.se {
+        Some(se) => format!("{:.3} ({:.4})", v.mean, se),
+        None => format!("{:.3}", v.mean),
+    }
+}
+
+/// Writes `trace.csv` (one row per replication, method and traced epoch) and `trace.png/.svg`
+/// (the first replication's curves: W against π where it is known, else the log-likelihood) when
+/// there is a trace.
+fn write_trace(staging: &mut Staging, reps: &[Replication]) -> Result<()> {
+    let mut csv = String::from("seed,method,epoch,D,W,loglik,z_mean,z_sd,loss\n");
+    let opt = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
+    for r in reps {
+        for (m, mr) in &r.methods {
+            for t in &mr.trace {
+                csv += &format!(
+                    "{},{m},{},{},{},{},{},{},{}\n",
+                    r.seed,
+                    t.epoch,
+                    t.ks,
+                    t.w1,
+                    opt(t.loglik),
+                    t.z_mean,
+                    t.z_sd,
+                    t.loss
+                );
+            }
+        }
+    }
+    let Some(first) = reps
+        .first()
+        .filter(|r| r.methods.values().any(|m| !m.trace.is_empty()))
+    else {
+        return Ok(());
+    };
+    std::fs::write(staging.path("trace.csv"), csv).context("writing trace.csv")?;
+    let against_pi = first.pretrained.w1.is_finite();
+    let (metric, pick): (&str, fn(&TracePoint) -> Option<f64>) = if against_pi {
+        ("1-Wasserstein distance W to π", |t| Some(t.w1))
+    } else {
+        ("mean log-likelihood (scaled data)", |t| t.loglik)
+    };
+    let fig = TraceFigure {
+        title: format!(
+            "Fine-tuning, seed {}: the current iterate every traced epoch",
+            first.seed
+        ),
+        metric,
+        curves: first
+            .methods
+            .iter()
+            .map(|(m, mr)| {
+                let c = mr
+                    .trace
+                    .iter()
+                    .filter_map(|t| Some((t.epoch as f64, pick(t)?)));
+                (m.to_uppercase(), c.collect())
+            })
+            .collect(),
+        reference: if against_pi {
+            Some(first.pretrained.w1)
+        } else {
+            first.pretrained.loglik
+        }
+        .map(|v| ("pre-trained VAE".to_string(), v)),
+    };
+    let (png, svg) = (staging.path("trace.png"), staging.path("trace.svg"));
+    save(&fig, &png, &svg, (760, 460))
+}
+
+/// The Markdown of Table 1: this run's row beside the paper's for each metric.
+fn markdown(t: &Table1) -> String {
+    let s = &t.settings;
+    let (first, last) = (t.seeds[0], t.seeds[t.seeds.len() - 1]);
+    let mut md = format!(
+        "# Table 1 — {} (n = {}, p = {}, {} replication(s), seeds {first}..{last})\n\nSettings: {}. Mean (standard error) over replications (for one replication of several\ncoordinates: over coordinates); the paper's numbers below each row.\n\n| metric | method | pretrained VAE | {} |\n|---|---|---|{}\n",
+        t.case,
+        s.n,
+        s.p,
+        t.seeds.len(),
+        t.settings_profile,
+        s.methods.iter().map(|m| m.name().to_uppercase()).collect::<Vec<_>>().join(" | "),
+        s.methods.iter().map(|_| "---|").collect::<String>()
+    );
+    for metric in ["D", "W"] {
+        let cell = |who: &str| t.get(who, metric).map(fmt).unwrap_or_default();
+        let mut row = format!("| {metric} | this run | {} |", cell("pretrained"));
+        for m in &s.methods {
+            row += &format!(" {} |", cell(m.name()));
+        }
+        md += &(row + "\n");
+        if let Some(p) = paper(t.case, metric) {
+            let mut row = format!("| {metric} | paper | — |");
+            for m in &s.methods {
+                let i = PAPER_METHODS.iter().position(|x| x == m).unwrap_or(0);
+                row += &format!(
+                    " {} |",
+                    fmt(Summary {
+                        mean: p[i].0,
+                        se: Some(p[i].1)
+                    })
+                );
+            }
+            md += &(row + "\n");
+        }
+    }
+    md += &format!(
+        "\nMean wall seconds per replication and phase (replications run in parallel): {}\n",
+        t.mean_time_s
+            .iter()
+            .map(|(k, v)| format!("{k} {v:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    md
+}
+
+/// Figure 2 of the first replication (first coordinate), or the density of a deconvolution.
+fn density_figure(
+    staging: &mut Staging,
+    name: &str,
+    law: Option<&sagd::metrics::Law>,
+    x: &[f64],
+    panels: Vec<(String, &[f64], f64, f64)>,
+    caption: String,
+) -> Result<()> {
+    let samples: Vec<&[f64]> = panels.iter().map(|p| p.1).collect();
+    let series = DensitySeries::new(law, x, &samples);
+    let grid = DensityGrid {
+        series: &series,
+        panels: panels
+            .into_iter()
+            .map(|(title, _, d, w)| DensityPanel { title, d, w })
+            .collect(),
+        caption,
+    };
+    let (p, sv) = (
+        staging.path(&format!("{name}.png")),
+        staging.path(&format!("{name}.svg")),
+    );
+    save(&grid, &p, &sv, (300 * grid.panels.len() as u32 + 40, 340))
+}
+
+/// Table 1, Figure 2, the trace and `result.json` of `sagd debias --dist CASE`.
+pub fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
+    let t_all = Instant::now();
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("out/debias-{}", a.dist)));
+    let mut staging = Staging::new(&out)?;
+    staging.clear(&[
+        "result.json",
+        "table1.md",
+        "figure2.png",
+        "figure2.svg",
+        "trace.csv",
+        "trace.png",
+        "trace.svg",
+    ]);
+    let per_epoch = s.n.div_ceil(s.batch_size.clamp(1, s.n)) as u64;
+    let per_rep = (s.pretrain_epochs + s.finetune_epochs * s.methods.len()) as u64 * per_epoch;
+    let bar = progress_bar(a.quiet, per_rep * a.reps as u64);
+    bar.set_message(format!("{} × {} reps", a.dist, a.reps));
+    let seeds: Vec<u64> = (a.seed..a.seed + a.reps as u64).collect();
+    let opts = run_options(a, &out)?;
+    let t = run_table(s, a.dist, a.paper_settings, &seeds, &opts, &|_, _, _| {
+        bar.inc(1)
+    })?;
+    bar.finish_and_clear();
+    let md = markdown(&t);
+    std::fs::write(staging.path("table1.md"), &md).context("writing table1.md")?;
+
+    let first = &t.replications[0];
+    let col = |v: &[f64]| -> Vec<f64> { v.iter().step_by(s.p).copied().collect() };
+    let draws: BTreeMap<&str, Vec<f64>> = first
+        .samples
+        .iter()
+        .map(|(k, v)| (k.as_str(), col(v)))
+        .collect();
+    let mut panels = vec![(
+        "pretrained VAE".to_string(),
+        &draws["pretrained"][..],
+        first.pretrained.ks,
+        first.pretrained.w1,
+    )];
+    for m in &s.methods {
+        let r = &first.methods[m.name()];
+        panels.push((
+            m.name().to_uppercase(),
+            &draws[m.name()][..],
+            r.eval.ks,
+            r.eval.w1,
+        ));
+    }
+    let caption = format!(
+        "{} (seed {}{}): data density (dashed), true π (solid), estimated π (histogram)",
+        a.dist,
+        first.seed,
+        if s.p > 1 { ", first coordinate" } else { "" }
+    );
+    density_figure(
+        &mut staging,
+        "figure2",
+        Some(&t.law),
+        &col(&first.x),
+        panels,
+        caption,
+    )?;
+
+    let result = json!({
+        "experiment": "E2 debiased VAE",
+        "sagd_version": env!("CARGO_PKG_VERSION"),
+        "flags": a,
+        "settings": t.settings,
+        "settings_profile": t.settings_profile,
+        "law": t.law,
+        "seeds": t.seeds,
+        "summary": t.summary,
+        "mean_time_s": t.mean_time_s,
+        "replications": t.replications,
+        "total_time_s": t_all.elapsed().as_secs_f64(),
+    });
+    write_trace(&mut staging, &t.replications)?;
+    std::fs::write(
+        staging.path("result.json"),
+        serde_json::to_string_pretty(&result)?,
+    )
+    .context("writing result.json")?;
+    let files = staging.commit("result.json")?;
+    println!("settings: {}", t.settings_profile);
+    print!("{md}");
+    println!("wrote {}: {}", out.display(), files.join(", "));
+    Ok(())
+}
+
+/// The deconvolution of `--data`: samples, density figure, trace and `result.json`.
+pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
+    let t_all = Instant::now();
+    let column: Option<Column> = a
+        .column
+        .as_deref()
+        .map(|c| c.parse().map_err(|e| anyhow::anyhow!("--column: {e}")))
+        .transpose()?;
+    let x = read_column(path, column.as_ref(), Domain::Finite)?;
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("out/deconvolution"));
+    let mut staging = Staging::new(&out)?;
+    staging.clear(&[
+        "result.json",
+        "latent_samples.csv",
+        "density.png",
+        "density.svg",
+        "trace.csv",
+        "trace.png",
+        "trace.svg",
+    ]);
+    // The full batch unless --batch-size says otherwise.
+    let s = E2Settings {
+        batch_size: a.batch_size.unwrap_or(x.len()),
+        ..s.clone()
+    };
+    let n = x.len();
+    let per_epoch = n.div_ceil(s.batch_size.clamp(1, n.max(1))) as u64;
+    let bar = progress_bar(
+        a.quiet,
+        (s.pretrain_epochs + s.finetune_epochs * s.methods.len()) as u64 * per_epoch,
+    );
+    bar.set_message("deconvolution");
+    let d = fit_data(
+        &s,
+        &x,
+        a.noise_sd,
+        a.seed,
+        &run_options(a, &out)?,
+        &|_, _, _| bar.inc(1),
+    )?;
+    bar.finish_and_clear();
+    // Samples: one column per fitted model, 10000 rows.
+    let names: Vec<&String> = d.draws.keys().collect();
+    let mut csv = names
+        .iter()
+        .map(|n| n.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+        + "\n";
+    for i in 0..10_000.min(s.m) {
+        let row: Vec<String> = names.iter().map(|n| d.draws[*n][i].to_string()).collect();
+        csv += &(row.join(",") + "\n");
+    }
+    std::fs::write(staging.path("latent_samples.csv"), csv)
+        .context("writing latent_samples.csv")?;
+    let mut panels = vec![(
+        "pretrained VAE".to_string(),
+        &d.samples["pretrained"][..],
+        f64::NAN,
+        f64::NAN,
+    )];
+    for m in &s.methods {
+        panels.push((
+            m.name().to_uppercase(),
+            &d.samples[m.name()][..],
+            f64::NAN,
+            f64::NAN,
+        ));
+    }
+    let caption = format!(
+        "{}: data (dashed) and estimated latent distribution (histogram)",
+        path.display()
+    );
+    density_figure(&mut staging, "density", None, &x, panels, caption)?;
+    let note = "no true latent distribution: D and W are not defined; compare the fitted models by their log-likelihood";
+    let result = json!({
+        "experiment": "deconvolution with the debiased VAE",
+        "sagd_version": env!("CARGO_PKG_VERSION"),
+        "flags": a,
+        "settings": d.settings,
+        "data": {"file": path.display().to_string(), "column": a.column, "n": d.n, "noise_sd": d.noise_sd},
+        "note": note,
+        "quantiles": d.quantiles,
+        "loglik_per_point_scaled_data": d.loglik_per_point_scaled_data,
+        "time_s": {"pretrain": d.fit.pretrain_time_s, "methods": d.fit.methods.iter().map(|(k, v)| (k.clone(), v.time_s)).collect::<BTreeMap<_, _>>(), "total": t_all.elapsed().as_secs_f64()},
+    });
+    write_trace(&mut staging, std::slice::from_ref(&d.fit))?;
+    std::fs::write(
+        staging.path("result.json"),
+        serde_json::to_string_pretty(&result)?,
+    )
+    .context("writing result.json")?;
+    let files = staging.commit("result.json")?;
+    println!(
+        "deconvolution of {} ({} observations, noise sd {}): {note}",
+        path.display(),
+        d.n,
+        d.noise_sd
+    );
+    for (k, q) in &d.quantiles {
+        println!(
+            "{k:14} quantiles 5/50/95%: {:.3} {:.3} {:.3}",
+            q.q[1], q.q[4], q.q[7]
+        );
+    }
+    println!("wrote {}: {}", out.display(), files.join(", "));
+    Ok(())
+}

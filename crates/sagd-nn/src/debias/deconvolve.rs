@@ -1,0 +1,130 @@
+//! Deconvolution of a user's data: X = Z + N(0, σ²) observed, the law of Z estimated by each
+//! method's decoder. There is no true π, so the methods are compared by their log-likelihood.
+
+use std::collections::BTreeMap;
+
+use sagd::error::{Result, SagdError};
+use serde::{Deserialize, Serialize};
+
+use super::replicate::{fit, Replication, RunOptions};
+use super::E2Settings;
+
+/// The probabilities of the reported quantiles.
+pub const QUANTILE_PROBS: [f64; 9] = [0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99];
+
+/// Quantiles of one fitted latent distribution.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Quantiles {
+    /// Probabilities.
+    pub p: Vec<f64>,
+    /// Quantiles of Z at them (in the data's units).
+    pub q: Vec<f64>,
+}
+
+/// The result of a deconvolution.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Deconvolution {
+    /// The settings run (n and the batch size from the data).
+    pub settings: E2Settings,
+    /// Observations.
+    pub n: usize,
+    /// The noise standard deviation σ.
+    pub noise_sd: f64,
+    /// Per fitted model (`pretrained` and each method): quantiles of Z.
+    pub quantiles: BTreeMap<String, Quantiles>,
+    /// Per fitted model: mean log-likelihood per observation of X/σ (unit-noise scale; compare
+    /// models by it, higher is better).
+    pub loglik_per_point_scaled_data: BTreeMap<String, Option<f64>>,
+    /// Per fitted model: draws of Z in the data's units, sorted.
+    #[serde(skip)]
+    pub samples: BTreeMap<String, Vec<f64>>,
+    /// Per fitted model: draws of Z in the data's units, in draw order (for a CSV of samples).
+    #[serde(skip)]
+    pub draws: BTreeMap<String, Vec<f64>>,
+    /// The fit itself (timings, diagnostics, traces; on the X/σ scale).
+    pub fit: Replication,
+}
+
+/// Fits the unit-noise model to X/σ from `seed` and scales the latent draws back by σ.
+pub fn deconvolve(
+    s: &E2Settings,
+    x: &[f64],
+    noise_sd: f64,
+    seed: u64,
+    opts: &RunOptions,
+    progress: &(dyn Fn(&str, usize, usize) + Sync),
+) -> Result<Deconvolution> {
+    if x.len() < 2 {
+        return Err(SagdError::InvalidSetting {
+            name: "data",
+            value: format!("{} observation(s)", x.len()),
+            fix: "deconvolution needs at least 2 observations".into(),
+        });
+    }
+    if !(noise_sd.is_finite() && noise_sd > 0.0) {
+        return Err(SagdError::InvalidSetting {
+            name: "noise_sd",
+            value: noise_sd.to_string(),
+            fix: "use the noise's standard deviation, a finite number > 0".into(),
+        });
+    }
+    if s.p != 1 {
+        return Err(SagdError::InvalidSetting {
+            name: "p",
+            value: s.p.to_string(),
+            fix: "deconvolution reads one column: use p = 1".into(),
+        });
+    }
+    let s = E2Settings {
+        n: x.len(),
+        batch_size: s.batch_size.min(x.len()),
+        ..s.clone()
+    };
+    s.validate()?;
+    let scaled: Vec<f64> = x.iter().map(|v| v / noise_sd).collect();
+    let opts = RunOptions {
+        keep_samples: true,
+        ..opts.clone()
+    };
+    let rep = fit(&s, None, scaled, seed, &opts, progress)?;
+    let mut quantiles = BTreeMap::new();
+    let mut samples = BTreeMap::new();
+    let mut draws = BTreeMap::new();
+    for (k, v) in &rep.samples {
+        let d: Vec<f64> = v.iter().map(|t| t * noise_sd).collect();
+        let mut z = d.clone();
+        z.sort_by(f64::total_cmp);
+        let q = QUANTILE_PROBS
+            .iter()
+            .map(|p| z[((p * z.len() as f64) as usize).min(z.len() - 1)])
+            .collect();
+        quantiles.insert(
+            k.clone(),
+            Quantiles {
+                p: QUANTILE_PROBS.to_vec(),
+                q,
+            },
+        );
+        samples.insert(k.clone(), z);
+        draws.insert(k.clone(), d);
+    }
+    let loglik_per_point_scaled_data = rep
+        .methods
+        .iter()
+        .map(|(k, v)| (k.clone(), v.eval.loglik))
+        .chain(std::iter::once((
+            "pretrained".to_string(),
+            rep.pretrained.loglik,
+        )))
+        .collect();
+    Ok(Deconvolution {
+        settings: s,
+        n: x.len(),
+        noise_sd,
+        quantiles,
+        loglik_per_point_scaled_data,
+        samples,
+        draws,
+        fit: rep,
+    })
+}

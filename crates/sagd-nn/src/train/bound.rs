@@ -1,0 +1,228 @@
+//! The evidence lower bound (k = 1) and the importance-weighted bound (k > 1) as gradient
+//! estimators: reparameterised, through encoder and decoder.
+
+use sagd::error::Result;
+use sagd::rng::NormalStream;
+use sagd::run::{decode, encode};
+
+use super::{gather_rows, GradientEstimator};
+use crate::math;
+use crate::net::{Workspace, WorkspacePool};
+use crate::vae::{Vae, VaeParams};
+
+/// The ELBO (k = 1) or the IWAE bound (k > 1), reparameterised, encoder and decoder.
+pub struct BoundEstimator<'a> {
+    vae: &'a Vae,
+    x: &'a [f32],
+    k: usize,
+    stream: NormalStream,
+    xb: Vec<f32>,
+    eps: Vec<f32>,
+    pool: WorkspacePool<BoundScratch>,
+}
+
+/// One thread's buffers for [`BoundEstimator`]'s chunks.
+#[derive(Debug, Default)]
+struct BoundScratch {
+    ws_enc: Workspace,
+    ws_dec: Workspace,
+    sd: Vec<f32>,
+    u: Vec<f32>,
+    dh: Vec<f32>,
+    du: Vec<f32>,
+    wts: Vec<f32>,
+    dout: Vec<f32>,
+}
+
+/// Groups of chunks per update: a group sums its chunks' gradients in order, then the groups'
+/// sums are added in order. The grouping is fixed by the batch size, never by the threads.
+const GROUPS: usize = 16;
+
+impl<'a> BoundEstimator<'a> {
+    /// k = 1: the VAE's ELBO; k > 1: the IWAE bound with k samples.
+    pub fn new(vae: &'a Vae, x: &'a [f32], k: usize, seed: u64) -> Self {
+        BoundEstimator {
+            vae,
+            x,
+            k: k.max(1),
+            stream: NormalStream::new(seed),
+            xb: Vec::new(),
+            eps: Vec::new(),
+            pool: WorkspacePool::default(),
+        }
+    }
+
+    /// The loss (summed over the chunk's points) and its gradients, added into `gd` and `ge`, for
+    /// the points `x` with noise `eps` (k draws per point, point-major); `nf` is the batch size.
+    #[allow(clippy::too_many_arguments)]
+    fn chunk(
+        &self,
+        p: &VaeParams,
+        x: &[f32],
+        eps: &[f32],
+        nf: f32,
+        s: &mut BoundScratch,
+        gd: &mut [f32],
+        ge: &mut [f32],
+    ) -> f64 {
+        let (d, k) = (self.vae.d, self.k);
+        let np = x.len() / d;
+        let rows = np * k;
+        self.vae.enc.forward(&p.enc, x, np, &mut s.ws_enc);
+        let enc = s.ws_enc.output();
+        s.sd.resize(np * d, 0.0);
+        for (i, sd) in s.sd.chunks_exact_mut(d).enumerate() {
+            for (j, v) in sd.iter_mut().enumerate() {
+                *v = (0.5 * enc[i * 2 * d + d + j]).exp();
+            }
+        }
+        // Row i·k + s is sample s of point i, u = μ + σ ε.
+        s.u.resize(rows * d, 0.0);
+        for (r, (u, e)) in s.u.chunks_exact_mut(d).zip(eps.chunks_exact(d)).enumerate() {
+            let i = r / k;
+            for j in 0..d {
+                u[j] = enc[i * 2 * d + j] + s.sd[i * d + j] * e[j];
+            }
+        }
+        self.vae.dec.forward(&p.dec, &s.u, rows, &mut s.ws_dec);
+        let h = s.ws_dec.output();
+        s.dh.resize(rows * d, 0.0);
+        s.wts.resize(rows, 0.0);
+        let mut loss = 0.0f64;
+        for i in 0..np {
+            let xi = &x[i * d..(i + 1) * d];
+            let lv = &enc[i * 2 * d + d..(i + 1) * 2 * d];
+            if k == 1 {
+                // −ELBO per point: ½‖x − h‖² + KL(N(μ, σ²) ‖ N(0, I)).
+                for j in 0..d {
+                    let (res, mu) = (xi[j] - h[i * d + j], enc[i * 2 * d + j]);
+                    loss += 0.5 * (res * res) as f64
+                        + 0.5 * (mu * mu + lv[j].exp() - lv[j] - 1.0) as f64;
+                    s.dh[i * d + j] = -res / nf;
+                }
+                continue;
+            }
+            // log w = −½‖x − h‖² − ½‖u‖² + ½‖ε‖² + ½ Σ log σ²; loss = −Σ_i log mean_s w.
+            let w = &mut s.wts[i * k..(i + 1) * k];
+            for (sm, lw) in w.iter_mut().enumerate() {
+                let r = (i * k + sm) * d;
+                let mut acc = 0.0f32;
+                for j in 0..d {
+                    let res = xi[j] - h[r + j];
+                    acc += -0.5 * res * res - 0.5 * s.u[r + j] * s.u[r + j]
+                        + 0.5 * eps[r + j] * eps[r + j]
+                        + 0.5 * lv[j];
+                }
+                *lw = acc;
+            }
+            let m = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            math::exp_shifted(w, m);
+            let sum: f64 = w.iter().map(|v| *v as f64).sum();
+            loss -= m as f64 + sum.ln() - (k as f64).ln();
+            // The normalised weight w̃ enters as a constant factor of each sample's gradient.
+            for (sm, lw) in w.iter_mut().enumerate() {
+                *lw = (*lw as f64 / sum) as f32;
+                let r = (i * k + sm) * d;
+                for j in 0..d {
+                    s.dh[r + j] = -*lw * (xi[j] - h[r + j]) / nf;
+                }
+            }
+        }
+        s.du.resize(rows * d, 0.0);
+        self.vae
+            .dec
+            .backward(&p.dec, &mut s.ws_dec, &s.dh, Some(gd), Some(&mut s.du));
+        // Back through the reparameterisation to (μ, log σ²), plus the KL term (k = 1) or the
+        // direct ∂/∂u and ∂/∂log σ² terms of log w (k > 1).
+        s.dout.clear();
+        s.dout.resize(np * 2 * d, 0.0);
+        let enc = s.ws_enc.output();
+        for i in 0..np {
+            for sm in 0..k {
+                let wt = if k == 1 { 0.0 } else { s.wts[i * k + sm] };
+                for j in 0..d {
+                    let r = (i * k + sm) * d + j;
+                    let du = s.du[r] + wt * s.u[r] / nf;
+                    s.dout[i * 2 * d + j] += du;
+                    s.dout[i * 2 * d + d + j] += du * eps[r] * 0.5 * s.sd[i * d + j];
+                }
+            }
+            for j in 0..d {
+                let (mu, lv) = (enc[i * 2 * d + j], enc[i * 2 * d + d + j]);
+                if k == 1 {
+                    s.dout[i * 2 * d + j] += mu / nf;
+                    s.dout[i * 2 * d + d + j] += 0.5 * (lv.exp() - 1.0) / nf;
+                } else {
+                    s.dout[i * 2 * d + d + j] -= 0.5 / nf;
+                }
+            }
+        }
+        self.vae
+            .enc
+            .backward(&p.enc, &mut s.ws_enc, &s.dout, Some(ge), None);
+        loss
+    }
+}
+
+impl GradientEstimator for BoundEstimator<'_> {
+    fn trains_encoder(&self) -> bool {
+        true
+    }
+
+    fn save_state(&self) -> Result<Vec<u8>> {
+        encode(&self.stream)
+    }
+
+    fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
+        self.stream = decode(bytes)?;
+        Ok(())
+    }
+
+    fn estimate(
+        &mut self,
+        p: &VaeParams,
+        batch: &[usize],
+        g_dec: &mut [f32],
+        g_enc: &mut [f32],
+    ) -> Result<f64> {
+        use rayon::prelude::*;
+        let (d, k) = (self.vae.d, self.k);
+        let n = batch.len();
+        gather_rows(self.x, d, batch, &mut self.xb);
+        // The noise, drawn in one stream before the parallel part.
+        self.eps.resize(k * n * d, 0.0);
+        self.stream.fill(&mut self.eps);
+        self.pool.ensure(rayon::current_num_threads());
+        // Chunks of whole points (about `chunk_rows` decoder rows), each run start to finish —
+        // encoder, samples, decoder, weights, both backward passes — while its buffers are in
+        // cache; chunks in fixed groups.
+        let per_chunk = (self.vae.chunk_rows() / k).max(1);
+        let chunks = n.div_ceil(per_chunk);
+        let groups = chunks.min(GROUPS);
+        let (nd, ne) = (g_dec.len(), g_enc.len());
+        let this = &*self;
+        let parts: Vec<(f64, Vec<f32>, Vec<f32>)> = (0..groups)
+            .into_par_iter()
+            .map(|g| {
+                this.pool.with(|s| {
+                    let (mut gd, mut ge) = (vec![0.0f32; nd], vec![0.0f32; ne]);
+                    let mut loss = 0.0;
+                    for c in g * chunks / groups..(g + 1) * chunks / groups {
+                        let (i0, i1) = (c * per_chunk, ((c + 1) * per_chunk).min(n));
+                        let x = &this.xb[i0 * d..i1 * d];
+                        let eps = &this.eps[i0 * k * d..i1 * k * d];
+                        loss += this.chunk(p, x, eps, n as f32, s, &mut gd, &mut ge);
+                    }
+                    (loss, gd, ge)
+                })
+            })
+            .collect();
+        let mut loss = 0.0f64;
+        for (l, gd, ge) in parts {
+            loss += l;
+            g_dec.iter_mut().zip(&gd).for_each(|(a, b)| *a += b);
+            g_enc.iter_mut().zip(&ge).for_each(|(a, b)| *a += b);
+        }
+        Ok(loss / n as f64)
+    }
+}

@@ -1,0 +1,308 @@
+//! Network training: one [`Training`] job for every method, driven by the project's runner; the
+//! methods differ only in their [`GradientEstimator`] — the bounds ([`BoundEstimator`]: VAE, IWAE)
+//! or chains on the decoder's posterior ([`ChainEstimator`]: HMC, SAGD). The update is the core
+//! crate's [`UpdateRule`] with Adam.
+
+mod bound;
+mod chain;
+
+pub use bound::BoundEstimator;
+pub use chain::{ChainEstimator, HmcChains, LangevinChains};
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use sagd::error::{Result, SagdError};
+use sagd::optim::{Averaging, UpdateRule, UpdateState};
+use sagd::rng::NormalStream;
+use sagd::run::Solver;
+use serde::{Deserialize, Serialize};
+
+use crate::net::Workspace;
+use crate::vae::{Vae, VaeParams};
+
+/// A gradient estimate of the training loss at the current parameters.
+pub trait GradientEstimator {
+    /// Whether the encoder is trained too.
+    fn trains_encoder(&self) -> bool;
+    /// Adds the gradient of the loss on the data points `batch` into `g_dec` (and `g_enc`), and
+    /// returns the loss estimate.
+    fn estimate(
+        &mut self,
+        p: &VaeParams,
+        batch: &[usize],
+        g_dec: &mut [f32],
+        g_enc: &mut [f32],
+    ) -> Result<f64>;
+    /// The estimator's own state (random streams, chains), for checkpoints.
+    fn save_state(&self) -> Result<Vec<u8>>;
+    /// Restores [`GradientEstimator::save_state`].
+    fn load_state(&mut self, bytes: &[u8]) -> Result<()>;
+    /// Method diagnostics (acceptance rates, chain states), as JSON.
+    fn diagnostics(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+/// The rows `batch` of a row-major matrix with `d` columns, into `out`.
+pub fn gather_rows(x: &[f32], d: usize, batch: &[usize], out: &mut Vec<f32>) {
+    out.clear();
+    for &i in batch {
+        out.extend_from_slice(&x[i * d..(i + 1) * d]);
+    }
+}
+
+/// One reparameterised draw u = μ + σ ε per data point (n × d), from the current encoder.
+pub fn encoder_draw(
+    vae: &Vae,
+    p: &VaeParams,
+    x: &[f32],
+    stream: &mut NormalStream,
+    ws: &mut Workspace,
+) -> Vec<f32> {
+    let d = vae.d;
+    let n = x.len() / d;
+    vae.enc.forward(&p.enc, x, n, ws);
+    let mut eps = vec![0.0f32; n * d];
+    stream.fill(&mut eps);
+    let out = ws.output();
+    let mut u = vec![0.0f32; n * d];
+    for i in 0..n {
+        for j in 0..d {
+            let (mu, lv) = (out[i * 2 * d + j], out[i * 2 * d + d + j]);
+            u[i * d + j] = mu + (0.5 * lv).exp() * eps[i * d + j];
+        }
+    }
+    u
+}
+
+/// How a network is trained: epochs of minibatches, one update of the parameters per batch by
+/// the project's [`UpdateRule`] (Adam here) at a constant learning rate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainSettings {
+    /// Passes over the data.
+    pub epochs: usize,
+    /// Minibatch size (n or more: the full batch in order, one update per epoch).
+    pub batch_size: usize,
+    /// Adam's learning rate.
+    pub lr: f64,
+    /// The parameters returned: the last iterate, or an average of the final iterates.
+    pub averaging: Averaging,
+}
+
+/// The state of a training run: parameters, both update rules' states, the shuffling stream.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainState {
+    /// The current iterate (decoder θ and encoder φ).
+    pub params: VaeParams,
+    dec: UpdateState,
+    enc: UpdateState,
+    rng: Xoshiro256PlusPlus,
+    order: Vec<usize>,
+    /// Updates taken.
+    pub updates: usize,
+    /// The loss estimate at the last update.
+    pub loss: f64,
+}
+
+/// What one training update did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrainInfo {
+    /// Updates taken (1-based count of this one).
+    pub update: usize,
+    /// Epochs completed, when this update completed one.
+    pub epoch_done: Option<usize>,
+    /// The loss estimate.
+    pub loss: f64,
+}
+
+/// Training of a VAE's networks by a [`GradientEstimator`] as a [`Solver`] for the project's
+/// [`Runner`](sagd::run::Runner): every method of Table 1, and pre-training, go through it; they differ only in the
+/// estimator. The estimator's own state (chains, streams) is checkpointed with the run.
+pub struct Training<'a> {
+    est: &'a mut dyn GradientEstimator,
+    rule: UpdateRule,
+    lr: f64,
+    n: usize,
+    batch: usize,
+    total: usize,
+    identity: Vec<u8>,
+    g_dec: Vec<f32>,
+    g_enc: Vec<f32>,
+}
+
+impl<'a> Training<'a> {
+    /// Training of `vae` on `n` data points by `est`; `identity` names the run for checkpoints
+    /// (its settings, seed and data).
+    pub fn new(
+        vae: &'a Vae,
+        est: &'a mut dyn GradientEstimator,
+        s: &TrainSettings,
+        n: usize,
+        identity: Vec<u8>,
+    ) -> Result<Self> {
+        let rule = UpdateRule::adam(s.averaging);
+        rule.validate(0)?;
+        let batch = s.batch_size.clamp(1, n.max(1));
+        Ok(Training {
+            est,
+            rule,
+            lr: s.lr,
+            n,
+            batch,
+            total: s.epochs * n.div_ceil(batch),
+            identity,
+            g_dec: vec![0.0; vae.dec.n_params()],
+            g_enc: vec![0.0; vae.enc.n_params()],
+        })
+    }
+
+    /// Updates per epoch.
+    pub fn per_epoch(&self) -> usize {
+        self.n.div_ceil(self.batch).max(1)
+    }
+
+    /// The state at parameters `params`, shuffling from `seed`.
+    pub fn init(&self, params: VaeParams, seed: u64) -> TrainState {
+        TrainState {
+            dec: self.rule.init(params.dec.len(), Some(self.total)),
+            enc: self.rule.init(params.enc.len(), Some(self.total)),
+            params,
+            rng: Xoshiro256PlusPlus::seed_from_u64(seed),
+            order: (0..self.n).collect(),
+            updates: 0,
+            loss: f64::NAN,
+        }
+    }
+
+    /// The parameters the run returns: the averaged iterates where averaging applies (the
+    /// encoder's only when it was trained).
+    pub fn finish(&self, state: &TrainState) -> VaeParams {
+        let mut p = state.params.clone();
+        self.rule.finish(&state.dec, &mut p.dec);
+        if self.est.trains_encoder() {
+            self.rule.finish(&state.enc, &mut p.enc);
+        }
+        p
+    }
+
+    /// The estimator's diagnostics.
+    pub fn diagnostics(&self) -> serde_json::Value {
+        self.est.diagnostics()
+    }
+}
+
+impl Solver for Training<'_> {
+    type State = TrainState;
+    type Info = TrainInfo;
+
+    fn identity(&self) -> Result<Vec<u8>> {
+        Ok(self.identity.clone())
+    }
+
+    fn next_iter(&mut self, st: &mut TrainState) -> Result<TrainInfo> {
+        let per_epoch = self.per_epoch();
+        let b = st.updates % per_epoch;
+        if b == 0 && self.batch < self.n {
+            st.order.shuffle(&mut st.rng);
+        }
+        let batch = &st.order[b * self.batch..((b + 1) * self.batch).min(self.n)];
+        self.g_dec.iter_mut().for_each(|v| *v = 0.0);
+        self.g_enc.iter_mut().for_each(|v| *v = 0.0);
+        st.loss = self
+            .est
+            .estimate(&st.params, batch, &mut self.g_dec, &mut self.g_enc)?;
+        let update = st.updates + 1;
+        if !self.g_enc.iter().all(|v| v.is_finite()) {
+            return Err(SagdError::NonFiniteUpdate { iteration: update });
+        }
+        self.rule
+            .apply(&mut st.dec, &mut st.params.dec, &mut self.g_dec, self.lr)?;
+        if self.est.trains_encoder() {
+            self.rule
+                .apply(&mut st.enc, &mut st.params.enc, &mut self.g_enc, self.lr)?;
+        }
+        st.updates = update;
+        Ok(TrainInfo {
+            update,
+            epoch_done: update.is_multiple_of(per_epoch).then(|| update / per_epoch),
+            loss: st.loss,
+        })
+    }
+
+    fn terminate(&self, st: &TrainState) -> bool {
+        st.updates >= self.total
+    }
+
+    fn iterations(&self, st: &TrainState) -> usize {
+        st.updates
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>> {
+        self.est.save_state()
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        self.est.load_state(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gradient of 1 on every decoder parameter: Adam then moves each by −lr per update.
+    struct Constant;
+    impl GradientEstimator for Constant {
+        fn trains_encoder(&self) -> bool {
+            false
+        }
+        fn estimate(
+            &mut self,
+            _p: &VaeParams,
+            _b: &[usize],
+            g: &mut [f32],
+            _e: &mut [f32],
+        ) -> Result<f64> {
+            g.iter_mut().for_each(|v| *v += 1.0);
+            Ok(0.0)
+        }
+        fn save_state(&self) -> Result<Vec<u8>> {
+            Ok(Vec::new())
+        }
+        fn load_state(&mut self, _: &[u8]) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn tail_averaging_returns_the_mean_of_the_last_iterates() {
+        let vae = Vae::new(1, 2);
+        let p0 = vae.init(1);
+        let (lr, updates) = (0.01, 10);
+        let run = |averaging| {
+            let s = TrainSettings {
+                epochs: updates,
+                batch_size: 4,
+                lr,
+                averaging,
+            };
+            let mut est = Constant;
+            let mut job = Training::new(&vae, &mut est, &s, 4, Vec::new()).unwrap();
+            let mut st = job.init(p0.clone(), 0);
+            while !job.terminate(&st) {
+                job.next_iter(&mut st).unwrap();
+            }
+            job.finish(&st)
+        };
+        let last = run(Averaging::None);
+        let avg = run(Averaging::Tail { fraction: 0.5 });
+        for ((a, l), z) in avg.dec.iter().zip(&last.dec).zip(&p0.dec) {
+            // Iterates z − lr·t (Adam's first steps on a constant gradient are lr each); the last
+            // five, t = 6..10, average to z − 8·lr.
+            assert!((l - (z - 10.0 * lr as f32)).abs() < 1e-5, "{l} vs {z}");
+            assert!((a - (z - 8.0 * lr as f32)).abs() < 1e-5, "{a} vs {z}");
+        }
+        assert_eq!(avg.enc, p0.enc);
+    }
+}
