@@ -1,26 +1,35 @@
-//! `sagd em`: automated EM on the Gamma-sigmoid model (the paper's E1, Figure 1), on simulated data or
-//! on a column of positive numbers from a CSV file.
+//! `sagd em`: automated EM on the Gamma-sigmoid model (the paper's E1, Figure 1), on simulated data
+//! or on a column of positive numbers from a CSV file. Flags map onto the library's
+//! `E1Settings` (defaults shown by `--help` are its `Default`); this file renders the result.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
-use rayon::prelude::*;
-use sagd::em::gamma_sigmoid::GammaSigmoid;
-use sagd::em::{exact_gd, maximum_likelihood, AutomatedEm, EmEvent, EmSettings, EmTrace, StopRule};
-use sagd::langevin::{Momentum, Scheme};
-use sagd::quadrature::{log_likelihood, log_likelihood_trapezoid, GaussHermite};
+use sagd::em::e1::{self, E1Data, E1Options, E1Result, E1Settings};
+use sagd::em::{EmEvent, StopRule};
+use sagd::langevin::{LangevinSettings, Momentum, Scheme};
 use sagd::run::Control;
-use sagd::schedule::{LengthSchedule, Schedule};
 use serde::Serialize;
 use serde_json::json;
 
 use crate::input::{read_column, Column, Domain};
 use crate::output::{progress_bar, Staging};
-use crate::plot::{save, LoglikFigure, PathsFigure, Surface};
+use crate::plot::{save, LoglikFigure, PathsFigure};
 
-/// Flags of `sagd em`. Defaults are experiment E1 of the paper .
+fn spec() -> E1Settings {
+    E1Settings::default()
+}
+
+fn simulated() -> (usize, [f64; 2]) {
+    match spec().data {
+        E1Data::Simulated { n, true_theta } => (n, true_theta),
+        E1Data::Observed { .. } => (0, [0.0; 2]),
+    }
+}
+
+/// Flags of `sagd em`. Defaults are experiment E1 of the paper.
 #[derive(Args, Debug, Clone, Serialize)]
 pub struct EmArgs {
     /// Fit the model to this CSV file's column of positive numbers instead of simulated data.
@@ -30,19 +39,19 @@ pub struct EmArgs {
     #[arg(long)]
     column: Option<String>,
     /// Simulated data: number of observations.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = simulated().0)]
     n: usize,
     /// Simulated data: true a.
-    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = simulated().1[0], allow_negative_numbers = true)]
     a_true: f64,
     /// Simulated data: true b.
-    #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = simulated().1[1], allow_negative_numbers = true)]
     b_true: f64,
     /// Starting a.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = spec().theta0[0], allow_negative_numbers = true)]
     a0: f64,
     /// Starting b.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = spec().theta0[1], allow_negative_numbers = true)]
     b0: f64,
     /// M-steps to run (default 3, the paper's figure; with --data the default is --until-converged).
     #[arg(long)]
@@ -51,50 +60,50 @@ pub struct EmArgs {
     #[arg(long)]
     until_converged: bool,
     /// The most M-steps with --until-converged.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = spec().max_msteps)]
     max_msteps: usize,
     /// Stopping rule: M-steps in the window.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = spec().stop_rule.window)]
     window: usize,
     /// Stopping rule: threshold in noise standard deviations.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = spec().stop_rule.threshold)]
     threshold: f64,
     /// T: gradient updates per M-step.
-    #[arg(long = "T", default_value_t = 100)]
+    #[arg(long = "T", default_value_t = spec().updates_per_mstep)]
     t: usize,
     /// Learning rate α (constant).
-    #[arg(long, default_value_t = 0.2)]
+    #[arg(long, default_value_t = spec().alpha, allow_negative_numbers = true)]
     alpha: f64,
     /// δ_t = delta0 / √t.
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = spec().delta0)]
     delta0: f64,
     /// K_t = t + k0.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = spec().k0)]
     k0: usize,
     /// Burn-in Langevin steps at the start of every M-step.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = spec().burn_in)]
     burn_in: usize,
     /// Friction γ.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = spec().langevin.gamma)]
     gamma: f64,
     /// Langevin scheme: euler (the paper's), obabo, baoab, ubu.
-    #[arg(long, default_value = "euler")]
-    scheme: String,
+    #[arg(long, default_value_t = spec().langevin.scheme)]
+    scheme: Scheme,
     /// Initial momentum: zero or normal.
-    #[arg(long, default_value = "zero")]
-    rho0: String,
+    #[arg(long, default_value_t = spec().initial_momentum)]
+    rho0: Momentum,
     /// Chains per data point.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = spec().chains_per_point)]
     chains_per_point: usize,
     /// Seed of the simulated data and of the chains. (Seed 0's data have their MLE at b = 0, where
     /// EM converges sublinearly; seed 1's MLE is interior.)
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = spec().seed)]
     seed: u64,
     /// Gauss-Hermite nodes per data point for exact GD, ℓ and the MLE.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = spec().quad_nodes)]
     quad_nodes: usize,
     /// Grid points per axis of the log-likelihood surface of Figure 1a.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = spec().surface)]
     surface: usize,
     /// Output folder.
     #[arg(long, default_value = "out/em")]
@@ -110,81 +119,56 @@ pub struct EmArgs {
     quiet: bool,
 }
 
-fn settings(a: &EmArgs) -> Result<EmSettings> {
-    let mut s = EmSettings::paper_e1();
-    s.sagd.langevin.scheme = a
-        .scheme
-        .parse::<Scheme>()
-        .map_err(|e| anyhow::anyhow!("--scheme: {e}"))?;
-    s.sagd.langevin.gamma = a.gamma;
-    s.sagd.initial_momentum = match a.rho0.as_str() {
-        "zero" => Momentum::Zero,
-        "normal" => Momentum::Normal,
-        other => anyhow::bail!("--rho0 `{other}`: use zero or normal"),
+/// The library's settings for these flags.
+fn settings(a: &EmArgs) -> Result<E1Settings> {
+    let data = match &a.data {
+        Some(path) => {
+            let column: Option<Column> = a
+                .column
+                .as_deref()
+                .map(|c| c.parse().map_err(|e| anyhow::anyhow!("--column: {e}")))
+                .transpose()?;
+            E1Data::Observed {
+                x: read_column(path, column.as_ref(), Domain::Positive)?,
+            }
+        }
+        None => E1Data::Simulated {
+            n: a.n,
+            true_theta: [a.a_true, a.b_true],
+        },
     };
-    s.sagd.schedules.step_size = Schedule::power(a.delta0, 0.5);
-    s.sagd.schedules.chain_length = LengthSchedule::power(1.0, 1.0, a.k0);
-    s.sagd.schedules.learning_rate = Schedule::constant(a.alpha);
-    s.sagd.burn_in = a.burn_in;
-    s.updates_per_mstep = a.t;
-    s.chains_per_point = a.chains_per_point;
-    let until = a.until_converged || (a.data.is_some() && a.msteps.is_none());
-    if until {
-        s.max_msteps = a.max_msteps;
-        s.stopping = Some(StopRule {
+    Ok(E1Settings {
+        data,
+        theta0: [a.a0, a.b0],
+        msteps: a.msteps.unwrap_or(spec().msteps),
+        until_converged: a.until_converged || (a.data.is_some() && a.msteps.is_none()),
+        max_msteps: a.max_msteps,
+        stop_rule: StopRule {
             window: a.window,
             threshold: a.threshold,
-        });
-    } else {
-        s.max_msteps = a.msteps.unwrap_or(3);
-        s.stopping = None;
-    }
-    s.validate(2)?;
-    Ok(s)
-}
-
-fn grid(lo: f64, hi: f64, n: usize) -> Vec<f64> {
-    (0..n)
-        .map(|k| lo + (hi - lo) * k as f64 / (n - 1).max(1) as f64)
-        .collect()
+        },
+        updates_per_mstep: a.t,
+        alpha: a.alpha,
+        delta0: a.delta0,
+        k0: a.k0,
+        burn_in: a.burn_in,
+        langevin: LangevinSettings {
+            scheme: a.scheme,
+            gamma: a.gamma,
+        },
+        initial_momentum: a.rho0,
+        chains_per_point: a.chains_per_point,
+        seed: a.seed,
+        quad_nodes: a.quad_nodes,
+        surface: a.surface,
+    })
 }
 
 /// Runs `sagd em`.
 pub fn run(a: EmArgs) -> Result<()> {
     let t_all = Instant::now();
-    let settings = settings(&a)?;
-    if a.quad_nodes < 8 {
-        anyhow::bail!("--quad-nodes must be at least 8 (100 is accurate to 1e-9 here)");
-    }
-    if a.surface < 2 {
-        anyhow::bail!("--surface must be at least 2 grid points per axis");
-    }
-    let column: Option<Column> = a
-        .column
-        .as_deref()
-        .map(|c| c.parse().map_err(|e| anyhow::anyhow!("--column: {e}")))
-        .transpose()?;
-    let (model, source) = match &a.data {
-        Some(path) => {
-            let x = read_column(path, column.as_ref(), Domain::Positive)?;
-            let m = GammaSigmoid::new(x)?;
-            (
-                m,
-                json!({"source": "file", "file": path.display().to_string(), "column": a.column}),
-            )
-        }
-        None => {
-            if a.n == 0 {
-                anyhow::bail!("--n must be at least 1");
-            }
-            let (m, _) = GammaSigmoid::simulate(a.n, a.a_true, a.b_true, a.seed)?;
-            (
-                m,
-                json!({"source": "simulated", "true_theta": [a.a_true, a.b_true]}),
-            )
-        }
-    };
-    let theta0 = [a.a0, a.b0];
+    let s = settings(&a)?;
+    s.validate()?;
     let mut staging = Staging::new(&a.out)?;
     staging.clear(&[
         "result.json",
@@ -194,28 +178,20 @@ pub fn run(a: EmArgs) -> Result<()> {
         "figure1b.svg",
     ]);
     let ckpt = a.out.join("em.ckpt");
-
-    // Automated EM.
-    let total = (settings.max_msteps * settings.updates_per_mstep) as u64;
-    let bar = progress_bar(a.quiet, total);
-    let mut em = AutomatedEm::new(&model, settings.clone());
-    if a.checkpoint_every > 0 || a.resume {
-        em.checkpoint = Some((ckpt.clone(), a.checkpoint_every));
+    if a.resume && !ckpt.exists() {
+        bail!(
+            "--resume: no checkpoint at {}: run with --checkpoint-every first",
+            ckpt.display()
+        );
     }
-    let t0 = Instant::now();
-    let resume = if a.resume {
-        if !ckpt.exists() {
-            anyhow::bail!(
-                "--resume: no checkpoint at {}: run with --checkpoint-every first",
-                ckpt.display()
-            );
-        }
-        Some(ckpt.as_path())
-    } else {
-        None
+    let em = s.em();
+    let bar = progress_bar(a.quiet, (em.max_msteps * em.updates_per_mstep) as u64);
+    let opts = E1Options {
+        checkpoint: (a.checkpoint_every > 0 || a.resume).then(|| (ckpt, a.checkpoint_every)),
+        resume: a.resume,
     };
-    let trace: EmTrace = em.run(&theta0, a.seed, resume, &mut |ev| match ev {
-        EmEvent::Update { mstep, theta, .. } => {
+    let r = e1::run(&s, &opts, &mut |ev| {
+        if let EmEvent::Update { mstep, theta, .. } = ev {
             bar.inc(1);
             bar.set_message(format!(
                 "M-step {} θ = ({:.3}, {:.3})",
@@ -223,214 +199,142 @@ pub fn run(a: EmArgs) -> Result<()> {
                 theta[0],
                 theta[1]
             ));
-            Control::Continue
         }
-        EmEvent::MStepDone(_) => Control::Continue,
-    })?;
+        Control::Continue
+    })?
+    .context("automated EM was interrupted")?;
     bar.finish_and_clear();
-    let t_sagd = t0.elapsed().as_secs_f64();
-    let msteps = trace.msteps.len();
 
-    // Exact GD, ℓ along both paths, the MLE.
-    let gh = GaussHermite::new(a.quad_nodes);
     let t0 = Instant::now();
-    let exact = exact_gd(
-        &model,
-        &theta0,
-        msteps,
-        settings.updates_per_mstep,
-        a.alpha,
-        &gh,
-    )?;
-    let t_exact = t0.elapsed().as_secs_f64();
-    let t0 = Instant::now();
-    let ll = |path: &[Vec<f64>]| -> Result<Vec<f64>> {
-        path.par_iter()
-            .map(|t| Ok(log_likelihood(&model, t, &gh)?))
-            .collect()
+    let truth = match &s.data {
+        E1Data::Simulated { true_theta, .. } => Some(&true_theta[..]),
+        E1Data::Observed { .. } => None,
     };
-    let ll_sagd = ll(&trace.path)?;
-    let ll_exact = ll(&exact)?;
-    let t_ll = t0.elapsed().as_secs_f64();
-    let t0 = Instant::now();
-    let ex_end = exact.last().context("exact GD produced no path")?.clone();
-    let mle = maximum_likelihood(&model, &ex_end, &gh)?;
-    let ll_max = -mle.f;
-    let t_mle = t0.elapsed().as_secs_f64();
-
-    // Quadrature against brute force at the points that matter.
-    let check_pts = [
-        theta0.to_vec(),
-        ex_end.clone(),
-        trace.estimate.clone(),
-        mle.x.clone(),
-    ];
-    let quad_err = check_pts
-        .par_iter()
-        .map(|t| -> Result<f64> {
-            let q = log_likelihood(&model, t, &gh)?;
-            let r = log_likelihood_trapezoid(&model, t, -14.0, 14.0, 28_001)?;
-            Ok((q - r).abs())
-        })
-        .collect::<Result<Vec<f64>>>()?
-        .into_iter()
-        .fold(0.0, f64::max);
-
-    // The surface under Figure 1a (48-node rule: plenty for a picture).
-    let t0 = Instant::now();
-    let mut pts: Vec<&[f64]> = trace
-        .path
-        .iter()
-        .chain(&exact)
-        .map(|v| v.as_slice())
-        .collect();
-    pts.push(&mle.x);
-    let truth = [a.a_true, a.b_true];
-    if a.data.is_none() {
-        pts.push(&truth);
-    }
-    let (amin, amax) = pts
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| {
-            (l.min(p[0]), h.max(p[0]))
-        });
-    let (bmin, bmax) = pts
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| {
-            (l.min(p[1]), h.max(p[1]))
-        });
-    let (pa, pb) = (0.15 * (amax - amin).max(0.5), 0.15 * (bmax - bmin).max(0.5));
-    let ag = grid(amin - pa, amax + pa, a.surface);
-    let bg = grid(bmin - pb, bmax + pb, a.surface);
-    let gh_s = GaussHermite::new(48);
-    let values: Vec<Vec<f64>> = ag
-        .par_iter()
-        .map(|av| {
-            bg.iter()
-                .map(|bv| log_likelihood(&model, &[*av, *bv], &gh_s).unwrap_or(f64::NEG_INFINITY))
-                .collect()
-        })
-        .collect();
-    let surface = Surface {
-        a: ag,
-        b: bg,
-        loglik: values,
-    };
-    let t_surface = t0.elapsed().as_secs_f64();
-
-    // Figures, then the result file.
-    let t0 = Instant::now();
-    let truth_opt = a.data.is_none().then_some(&truth[..]);
     let fig_a = PathsFigure {
-        surface: &surface,
-        sagd: &trace.path,
-        exact: &exact,
-        mle: &mle.x,
-        truth: truth_opt,
+        surface: &r.surface,
+        sagd: &r.em.path,
+        exact: &r.exact_path,
+        mle: &r.mle.theta,
+        truth,
     };
-    let (p, s) = (staging.path("figure1a.png"), staging.path("figure1a.svg"));
-    save(&fig_a, &p, &s, (900, 720))?;
+    let (p, sv) = (staging.path("figure1a.png"), staging.path("figure1a.svg"));
+    save(&fig_a, &p, &sv, (900, 720))?;
     let fig_b = LoglikFigure {
-        sagd: &ll_sagd,
-        exact: &ll_exact,
-        max: ll_max,
+        sagd: &r.loglik_sagd,
+        exact: &r.loglik_exact,
+        max: r.mle.loglik,
     };
-    let (p, s) = (staging.path("figure1b.png"), staging.path("figure1b.svg"));
-    save(&fig_b, &p, &s, (900, 600))?;
+    let (p, sv) = (staging.path("figure1b.png"), staging.path("figure1b.svg"));
+    save(&fig_b, &p, &sv, (900, 600))?;
     let t_plots = t0.elapsed().as_secs_f64();
 
-    let sagd_end = trace.path.last().context("empty path")?.clone();
-    let dist = ((sagd_end[0] - ex_end[0]).powi(2) + (sagd_end[1] - ex_end[1]).powi(2)).sqrt();
-    let ll_estimate = log_likelihood(&model, &trace.estimate, &gh)?;
-    let result = json!({
-        "experiment": "E1 automated EM, Gamma-sigmoid model",
-        "sagd_version": env!("CARGO_PKG_VERSION"),
-        "seed": a.seed,
-        "flags": a,
-        "settings": settings,
-        "data": {"n": model.data().len(), "x": model.data(), "origin": source},
-        "theta0": theta0,
-        "sagd": {
-            "path": trace.path,
-            "loglik": ll_sagd,
-            "final": sagd_end,
-            "final_loglik": ll_sagd.last(),
-            "estimate": trace.estimate,
-            "estimate_se": trace.estimate_se,
-            "estimate_loglik": ll_estimate,
-            "converged": trace.converged,
-            "msteps": trace.msteps,
-            "langevin_steps": trace.langevin_steps,
-        },
-        "exact_gd": {"path": exact, "loglik": ll_exact, "final": ex_end, "final_loglik": ll_exact.last()},
-        "mle": {"theta": mle.x, "loglik": ll_max, "grad_max": mle.grad_max, "converged": mle.converged, "iterations": mle.iterations},
-        "comparison": {
-            "distance_sagd_exact_final": dist,
-            "loglik_exact_minus_sagd_final": ll_exact.last().copied().unwrap_or(f64::NAN) - ll_sagd.last().copied().unwrap_or(f64::NAN),
-            "loglik_max_minus_sagd_estimate": ll_max - ll_estimate,
-        },
-        "quadrature_check": {"nodes": a.quad_nodes, "reference": "trapezoid, 28001 points on [-14, 14]", "max_abs_err_loglik": quad_err},
-        "surface": {"a": surface.a, "b": surface.b, "loglik": surface.loglik, "nodes": 48},
-        "timing_s": {
-            "sagd": t_sagd, "exact_gd": t_exact, "loglik_paths": t_ll, "mle": t_mle,
-            "surface": t_surface, "plots": t_plots, "total": t_all.elapsed().as_secs_f64(),
-        },
-    });
+    let result = result_json(&a, &s, &r, t_plots, t_all.elapsed().as_secs_f64());
     let rp = staging.path("result.json");
     std::fs::write(&rp, serde_json::to_string_pretty(&result)?)
         .with_context(|| format!("writing {}", rp.display()))?;
     let files = staging.commit("result.json")?;
+    summary(&s, &r, t_all.elapsed().as_secs_f64());
+    println!("wrote {}: {}", a.out.display(), files.join(", "));
+    Ok(())
+}
 
+/// `result.json`: the run's settings and every series of the figures.
+fn result_json(
+    a: &EmArgs,
+    s: &E1Settings,
+    r: &E1Result,
+    t_plots: f64,
+    total: f64,
+) -> serde_json::Value {
+    let (sagd_end, ex_end) = (r.sagd_end(), r.exact_end());
+    let dist = sagd_end
+        .iter()
+        .zip(ex_end)
+        .map(|(u, v)| (u - v).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let last = |v: &[f64]| v.last().copied().unwrap_or(f64::NAN);
+    let origin = match (&s.data, &a.data) {
+        (E1Data::Simulated { true_theta, .. }, _) => {
+            json!({"source": "simulated", "true_theta": true_theta})
+        }
+        (_, file) => json!({"source": "file", "file": file, "column": a.column}),
+    };
+    let mut timing = r.timing_s.clone();
+    timing.insert("plots".into(), t_plots);
+    timing.insert("total".into(), total);
+    json!({
+        "experiment": "E1 automated EM, Gamma-sigmoid model",
+        "sagd_version": env!("CARGO_PKG_VERSION"),
+        "seed": s.seed,
+        "flags": a,
+        "settings": s.em(),
+        "data": {"n": r.x.len(), "x": r.x, "origin": origin},
+        "theta0": s.theta0,
+        "sagd": {
+            "path": r.em.path,
+            "loglik": r.loglik_sagd,
+            "final": sagd_end,
+            "final_loglik": r.loglik_sagd.last(),
+            "estimate": r.em.estimate,
+            "estimate_se": r.em.estimate_se,
+            "estimate_loglik": r.estimate_loglik,
+            "converged": r.em.converged,
+            "msteps": r.em.msteps,
+            "langevin_steps": r.em.langevin_steps,
+        },
+        "exact_gd": {"path": r.exact_path, "loglik": r.loglik_exact, "final": ex_end, "final_loglik": r.loglik_exact.last()},
+        "mle": r.mle,
+        "comparison": {
+            "distance_sagd_exact_final": dist,
+            "loglik_exact_minus_sagd_final": last(&r.loglik_exact) - last(&r.loglik_sagd),
+            "loglik_max_minus_sagd_estimate": r.mle.loglik - r.estimate_loglik,
+        },
+        "quadrature_check": {"nodes": s.quad_nodes, "reference": "trapezoid, 28001 points on [-14, 14]", "max_abs_err_loglik": r.quadrature_error},
+        "surface": r.surface,
+        "timing_s": timing,
+    })
+}
+
+/// The printed summary.
+fn summary(s: &E1Settings, r: &E1Result, total: f64) {
+    let em = s.em();
     println!(
         "E1 automated EM: n = {}, seed = {}, {} M-steps of T = {}{}",
-        model.data().len(),
-        a.seed,
-        msteps,
-        settings.updates_per_mstep,
-        if settings.stopping.is_some() {
-            if trace.converged {
-                " (stopping rule met)"
-            } else {
-                " (stopping rule NOT met: raise --max-msteps)"
-            }
-        } else {
-            ""
+        r.x.len(),
+        s.seed,
+        r.em.msteps.len(),
+        em.updates_per_mstep,
+        match (em.stopping.is_some(), r.em.converged) {
+            (false, _) => "",
+            (true, true) => " (stopping rule met)",
+            (true, false) => " (stopping rule NOT met: raise --max-msteps)",
         }
     );
     println!("{:12} {:>10} {:>10} {:>12}", "", "a", "b", "loglik");
-    println!(
-        "{:12} {:>10.5} {:>10.5} {:>12.5}",
-        "exact GD",
-        ex_end[0],
-        ex_end[1],
-        ll_exact.last().copied().unwrap_or(f64::NAN)
-    );
-    println!(
-        "{:12} {:>10.5} {:>10.5} {:>12.5}",
-        "SAGD",
-        sagd_end[0],
-        sagd_end[1],
-        ll_sagd.last().copied().unwrap_or(f64::NAN)
-    );
-    if trace.converged {
+    let row = |name: &str, t: &[f64], ll: f64| {
+        println!("{name:12} {:>10.5} {:>10.5} {ll:>12.5}", t[0], t[1]);
+    };
+    let last = |v: &[f64]| v.last().copied().unwrap_or(f64::NAN);
+    row("exact GD", r.exact_end(), last(&r.loglik_exact));
+    row("SAGD", r.sagd_end(), last(&r.loglik_sagd));
+    if r.em.converged {
         println!(
             "{:12} {:>10.5} {:>10.5}   (± {:.4}, {:.4})",
             "SAGD est.",
-            trace.estimate[0],
-            trace.estimate[1],
-            trace.estimate_se[0],
-            trace.estimate_se[1]
+            r.em.estimate[0],
+            r.em.estimate[1],
+            r.em.estimate_se[0],
+            r.em.estimate_se[1]
         );
     }
+    row("MLE", &r.mle.theta, r.mle.loglik);
     println!(
-        "{:12} {:>10.5} {:>10.5} {:>12.5}",
-        "MLE", mle.x[0], mle.x[1], ll_max
+        "quadrature max abs error vs brute force: {:.1e}",
+        r.quadrature_error
     );
-    println!("quadrature max abs error vs brute force: {quad_err:.1e}");
     println!(
-        "time: SAGD {t_sagd:.3} s, total {:.3} s",
-        t_all.elapsed().as_secs_f64()
+        "time: SAGD {:.3} s, total {total:.3} s",
+        r.timing_s.get("sagd").copied().unwrap_or(0.0)
     );
-    println!("wrote {}: {}", a.out.display(), files.join(", "));
-    Ok(())
 }

@@ -7,6 +7,7 @@ use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
+use sagd::em::e1::Surface;
 use sagd_nn::debias::figure::DensitySeries;
 
 static FONT: Once = Once::new();
@@ -47,16 +48,6 @@ pub fn save(fig: &impl Figure, png: &Path, svg: &Path, size: (u32, u32)) -> Resu
     root.present()
         .map_err(|e| anyhow!("writing {}: {e}", svg.display()))?;
     Ok(())
-}
-
-/// A log-likelihood surface on a grid: `loglik[i][j]` at `(a[i], b[j])`.
-pub struct Surface {
-    /// Grid in a.
-    pub a: Vec<f64>,
-    /// Grid in b.
-    pub b: Vec<f64>,
-    /// Values.
-    pub loglik: Vec<Vec<f64>>,
 }
 
 /// The series' legend, in one style for every figure.

@@ -15,6 +15,7 @@
 //! steady drift d gives a net change of (window − 1)·d against √2·σ̂ ≈ d, so it keeps EM going.
 //! The estimate is then the window's average of m_k, with standard error σ̂/√window.
 
+pub mod e1;
 pub mod gamma_sigmoid;
 
 use std::path::{Path, PathBuf};
