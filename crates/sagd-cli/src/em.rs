@@ -187,7 +187,7 @@ pub fn run(a: EmArgs) -> Result<()> {
     let em = s.em();
     let bar = progress_bar(a.quiet, (em.max_msteps * em.updates_per_mstep) as u64);
     let opts = E1Options {
-        checkpoint: (a.checkpoint_every > 0 || a.resume).then(|| (ckpt, a.checkpoint_every)),
+        checkpoint: (a.checkpoint_every > 0 || a.resume).then_some((ckpt, a.checkpoint_every)),
         resume: a.resume,
     };
     let r = e1::run(&s, &opts, &mut |ev| {
