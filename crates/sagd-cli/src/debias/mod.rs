@@ -2,6 +2,7 @@
 //! of a user's data. This file maps flags onto the library's settings; `render` writes the
 //! results. Defaults shown by `--help` come from the library's `Default`s.
 
+mod deconvolve;
 mod render;
 
 use std::path::{Path, PathBuf};
@@ -218,7 +219,7 @@ pub fn run(a: DebiasArgs) -> Result<()> {
     }
     s.validate()?;
     match &a.data {
-        Some(path) => render::deconvolve(&a, &s, path),
+        Some(path) => deconvolve::deconvolve(&a, &s, path),
         None => render::table(&a, &s),
     }
 }

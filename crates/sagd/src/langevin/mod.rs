@@ -28,6 +28,7 @@
 //! The exact column halves (Euler) or quarters (OBABO, UBU) with δ; BAOAB's position variance is exact
 //! at every δ, and its momentum variance carries the O(δ²) error instead.
 
+mod block;
 mod chains;
 
 pub use chains::{BlockStep, ChainSet, Momentum, StepInfo};

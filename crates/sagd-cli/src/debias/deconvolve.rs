@@ -1,0 +1,127 @@
+//! What `sagd debias --data` writes: the fitted latent distributions' samples and quantiles, the
+//! density figure, the trace and `result.json`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use sagd_nn::debias::{deconvolve as fit_data, E2Settings};
+use serde_json::json;
+
+use super::render::{density_figure, write_trace};
+use super::{run_options, DebiasArgs};
+use crate::input::{read_column, Column, Domain};
+use crate::output::{progress_bar, Staging};
+
+/// The deconvolution of `--data`: samples, density figure, trace and `result.json`.
+pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
+    let t_all = Instant::now();
+    let column: Option<Column> = a
+        .column
+        .as_deref()
+        .map(|c| c.parse().map_err(|e| anyhow::anyhow!("--column: {e}")))
+        .transpose()?;
+    let x = read_column(path, column.as_ref(), Domain::Finite)?;
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("out/deconvolution"));
+    let mut staging = Staging::new(&out)?;
+    staging.clear(&[
+        "result.json",
+        "latent_samples.csv",
+        "density.png",
+        "density.svg",
+        "trace.csv",
+        "trace.png",
+        "trace.svg",
+    ]);
+    // The full batch unless --batch-size says otherwise.
+    let s = E2Settings {
+        batch_size: a.batch_size.unwrap_or(x.len()),
+        ..s.clone()
+    };
+    let n = x.len();
+    let per_epoch = n.div_ceil(s.batch_size.clamp(1, n.max(1))) as u64;
+    let bar = progress_bar(
+        a.quiet,
+        (s.pretrain_epochs + s.finetune_epochs * s.methods.len()) as u64 * per_epoch,
+    );
+    bar.set_message("deconvolution");
+    let d = fit_data(
+        &s,
+        &x,
+        a.noise_sd,
+        a.seed,
+        &run_options(a, &out)?,
+        &|_, _, _| bar.inc(1),
+    )?;
+    bar.finish_and_clear();
+    // Samples: one column per fitted model, 10000 rows.
+    let names: Vec<&String> = d.draws.keys().collect();
+    let mut csv = names
+        .iter()
+        .map(|n| n.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+        + "\n";
+    for i in 0..10_000.min(s.m) {
+        let row: Vec<String> = names.iter().map(|n| d.draws[*n][i].to_string()).collect();
+        csv += &(row.join(",") + "\n");
+    }
+    std::fs::write(staging.path("latent_samples.csv"), csv)
+        .context("writing latent_samples.csv")?;
+    let mut panels = vec![(
+        "pretrained VAE".to_string(),
+        &d.samples["pretrained"][..],
+        f64::NAN,
+        f64::NAN,
+    )];
+    for m in &s.methods {
+        panels.push((
+            m.name().to_uppercase(),
+            &d.samples[m.name()][..],
+            f64::NAN,
+            f64::NAN,
+        ));
+    }
+    let caption = format!(
+        "{}: data (dashed) and estimated latent distribution (histogram)",
+        path.display()
+    );
+    density_figure(&mut staging, "density", None, &x, panels, caption)?;
+    let note = "no true latent distribution: D and W are not defined; compare the fitted models by their log-likelihood";
+    let result = json!({
+        "experiment": "deconvolution with the debiased VAE",
+        "sagd_version": env!("CARGO_PKG_VERSION"),
+        "flags": a,
+        "settings": d.settings,
+        "data": {"file": path.display().to_string(), "column": a.column, "n": d.n, "noise_sd": d.noise_sd},
+        "note": note,
+        "quantiles": d.quantiles,
+        "loglik_per_point_scaled_data": d.loglik_per_point_scaled_data,
+        "time_s": {"pretrain": d.fit.pretrain_time_s, "methods": d.fit.methods.iter().map(|(k, v)| (k.clone(), v.time_s)).collect::<BTreeMap<_, _>>(), "total": t_all.elapsed().as_secs_f64()},
+    });
+    write_trace(&mut staging, std::slice::from_ref(&d.fit))?;
+    std::fs::write(
+        staging.path("result.json"),
+        serde_json::to_string_pretty(&result)?,
+    )
+    .context("writing result.json")?;
+    let files = staging.commit("result.json")?;
+    println!(
+        "deconvolution of {} ({} observations, noise sd {}): {note}",
+        path.display(),
+        d.n,
+        d.noise_sd
+    );
+    for (k, q) in &d.quantiles {
+        println!(
+            "{k:14} quantiles 5/50/95%: {:.3} {:.3} {:.3}",
+            q.q[1], q.q[4], q.q[7]
+        );
+    }
+    println!("wrote {}: {}", out.display(), files.join(", "));
+    Ok(())
+}

@@ -1,0 +1,107 @@
+//! What `sagd em` writes: `result.json` and the printed summary.
+
+use sagd::em::e1::{E1Data, E1Result, E1Settings};
+use serde_json::json;
+
+use super::EmArgs;
+
+/// `result.json`: the run's settings and every series of the figures.
+pub(super) fn result_json(
+    a: &EmArgs,
+    s: &E1Settings,
+    r: &E1Result,
+    t_plots: f64,
+    total: f64,
+) -> serde_json::Value {
+    let (sagd_end, ex_end) = (r.sagd_end(), r.exact_end());
+    let dist = sagd_end
+        .iter()
+        .zip(ex_end)
+        .map(|(u, v)| (u - v).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let last = |v: &[f64]| v.last().copied().unwrap_or(f64::NAN);
+    let origin = match (&s.data, &a.data) {
+        (E1Data::Simulated { true_theta, .. }, _) => {
+            json!({"source": "simulated", "true_theta": true_theta})
+        }
+        (_, file) => json!({"source": "file", "file": file, "column": a.column}),
+    };
+    let mut timing = r.timing_s.clone();
+    timing.insert("plots".into(), t_plots);
+    timing.insert("total".into(), total);
+    json!({
+        "experiment": "E1 automated EM, Gamma-sigmoid model",
+        "sagd_version": env!("CARGO_PKG_VERSION"),
+        "seed": s.seed,
+        "flags": a,
+        "settings": s.em(),
+        "data": {"n": r.x.len(), "x": r.x, "origin": origin},
+        "theta0": s.theta0,
+        "sagd": {
+            "path": r.em.path,
+            "loglik": r.loglik_sagd,
+            "final": sagd_end,
+            "final_loglik": r.loglik_sagd.last(),
+            "estimate": r.em.estimate,
+            "estimate_se": r.em.estimate_se,
+            "estimate_loglik": r.estimate_loglik,
+            "converged": r.em.converged,
+            "msteps": r.em.msteps,
+            "langevin_steps": r.em.langevin_steps,
+        },
+        "exact_gd": {"path": r.exact_path, "loglik": r.loglik_exact, "final": ex_end, "final_loglik": r.loglik_exact.last()},
+        "mle": r.mle,
+        "comparison": {
+            "distance_sagd_exact_final": dist,
+            "loglik_exact_minus_sagd_final": last(&r.loglik_exact) - last(&r.loglik_sagd),
+            "loglik_max_minus_sagd_estimate": r.mle.loglik - r.estimate_loglik,
+        },
+        "quadrature_check": {"nodes": s.quad_nodes, "reference": "trapezoid, 28001 points on [-14, 14]", "max_abs_err_loglik": r.quadrature_error},
+        "surface": r.surface,
+        "timing_s": timing,
+    })
+}
+
+/// The printed summary.
+pub(super) fn summary(s: &E1Settings, r: &E1Result, total: f64) {
+    let em = s.em();
+    println!(
+        "E1 automated EM: n = {}, seed = {}, {} M-steps of T = {}{}",
+        r.x.len(),
+        s.seed,
+        r.em.msteps.len(),
+        em.updates_per_mstep,
+        match (em.stopping.is_some(), r.em.converged) {
+            (false, _) => "",
+            (true, true) => " (stopping rule met)",
+            (true, false) => " (stopping rule NOT met: raise --max-msteps)",
+        }
+    );
+    println!("{:12} {:>10} {:>10} {:>12}", "", "a", "b", "loglik");
+    let row = |name: &str, t: &[f64], ll: f64| {
+        println!("{name:12} {:>10.5} {:>10.5} {ll:>12.5}", t[0], t[1]);
+    };
+    let last = |v: &[f64]| v.last().copied().unwrap_or(f64::NAN);
+    row("exact GD", r.exact_end(), last(&r.loglik_exact));
+    row("SAGD", r.sagd_end(), last(&r.loglik_sagd));
+    if r.em.converged {
+        println!(
+            "{:12} {:>10.5} {:>10.5}   (± {:.4}, {:.4})",
+            "SAGD est.",
+            r.em.estimate[0],
+            r.em.estimate[1],
+            r.em.estimate_se[0],
+            r.em.estimate_se[1]
+        );
+    }
+    row("MLE", &r.mle.theta, r.mle.loglik);
+    println!(
+        "quadrature max abs error vs brute force: {:.1e}",
+        r.quadrature_error
+    );
+    println!(
+        "time: SAGD {:.3} s, total {total:.3} s",
+        r.timing_s.get("sagd").copied().unwrap_or(0.0)
+    );
+}
