@@ -2,7 +2,8 @@
 //! softplus): one activation pass, and a forward and backward pass over one chunk of rows.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use sagd_nn::{math, Activation, Sequential, Workspace, CHUNK_ROWS};
+use sagd_nn::math::{self, Activation};
+use sagd_nn::{Sequential, Workspace, CHUNK_ROWS};
 
 fn activation(c: &mut Criterion) {
     let mut group = c.benchmark_group("activation");

@@ -3,7 +3,7 @@
 //! whose ∇u and ∇θ come from the engine, so the core crate's chains, HMC and SAGD run on it.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use sagd::error::LogpError;
@@ -73,9 +73,9 @@ pub struct DecoderPosterior<'a> {
     x: &'a [f32],
     d: usize,
     pool: Mutex<Vec<(Workspace, Vec<f32>)>>,
-    remember: AtomicBool,
+    remember: bool,
     reused: AtomicUsize,
-    /// The last forward pass of each block of rows (see [`DecoderPosterior::remember_passes`]).
+    /// The last forward pass of each block of rows (see [`DecoderPosterior::keeping_passes`]).
     last: Mutex<Vec<LastPass>>,
 }
 
@@ -87,24 +87,21 @@ impl<'a> DecoderPosterior<'a> {
             x,
             d: dec.input_dim(),
             pool: Mutex::new(Vec::new()),
-            remember: AtomicBool::new(false),
+            remember: false,
             reused: AtomicUsize::new(0),
             last: Mutex::new(Vec::new()),
         }
     }
 
-    /// While on, [`LatentModel::log_joint`] keeps each block's forward pass, and
+    /// With `on`, [`LatentModel::log_joint`] keeps each block's forward pass, and
     /// [`LatentModel::add_grad_theta`] at the same θ and rows reuses it for the rows whose u is
     /// unchanged (bit for bit), running a pass of its own only for the others. An HMC transition
     /// ends with an evaluation at its proposal, which nearly always becomes the chain's state: its
-    /// θ-gradient then costs a backward pass, not a forward one too.
-    pub fn remember_passes(&self, on: bool) {
-        self.remember.store(on, Ordering::SeqCst);
-        if !on {
-            if let (Ok(mut last), Ok(mut pool)) = (self.last.lock(), self.pool.lock()) {
-                pool.extend(last.drain(..).map(|l| (l.ws, l.r)));
-            }
-        }
+    /// θ-gradient then costs a backward pass, not a forward one too. (A cache: results are the
+    /// same bits either way.)
+    pub fn keeping_passes(mut self, on: bool) -> Self {
+        self.remember = on;
+        self
     }
 
     fn with_workspace<R>(&self, f: impl FnOnce(&mut Workspace, &mut Vec<f32>) -> R) -> R {
@@ -216,7 +213,7 @@ impl<'a> DecoderPosterior<'a> {
         grad_theta: Option<&mut [f32]>,
     ) -> Result<(), LogpError> {
         let d = self.d;
-        let remember = self.remember.load(Ordering::SeqCst);
+        let remember = self.remember;
         let (mut ws, mut r) = self.take_workspace();
         self.residuals(theta, data, u, &mut ws, &mut r);
         for ((lp, rr), uu) in logp
@@ -311,7 +308,6 @@ impl LatentModel<f32> for DecoderPosterior<'_> {
         let d = self.d;
         let (data, u): (Cow<[usize]>, Cow<[f32]>) = match self
             .remember
-            .load(Ordering::SeqCst)
             .then(|| self.grad_theta_from_kept(theta, data, u, grad_theta))
             .flatten()
         {

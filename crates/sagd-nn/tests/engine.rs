@@ -1,7 +1,8 @@
 //! Every layer against central finite differences, and parameters saved and loaded bit for bit.
 #![allow(clippy::needless_range_loop)]
 
-use sagd_nn::{Activation, Layer, Sequential, Workspace};
+use sagd_nn::math::Activation;
+use sagd_nn::{Layer, Sequential, Workspace};
 
 /// L = Σ c ⊙ net(x), in f64 from the f32 output.
 fn loss(net: &Sequential, p: &[f32], x: &[f32], rows: usize, c: &[f32]) -> f64 {

@@ -181,7 +181,9 @@ impl GradientEstimator for ChainEstimator<'_> {
         let full =
             batch.len() == self.chains.n_chains() && batch.iter().enumerate().all(|(k, &i)| k == i);
         gather_rows(self.x, d, batch, &mut self.xb);
-        let model = DecoderPosterior::new(&self.vae.dec, &self.xb);
+        // Without fusion, each step's θ-gradient reuses the forward pass at the step's last
+        // evaluation for the chains that stayed there (HMC: the accepted proposals).
+        let model = DecoderPosterior::new(&self.vae.dec, &self.xb).keeping_passes(!self.fused);
         let problem = MaximumLikelihood::new(&model, 1);
         let target = AnchoredTarget {
             problem: &problem,
@@ -218,9 +220,6 @@ impl GradientEstimator for ChainEstimator<'_> {
         self.grad.resize(p.dec.len(), 0.0);
         let mut logp = 0.0;
         let mut result = Ok(());
-        // Without fusion, each step's θ-gradient reuses the forward pass at the step's last
-        // evaluation for the chains that stayed there (HMC: the accepted proposals).
-        model.remember_passes(!self.fused);
         // Each block of chains takes all K steps in one task; after each, ∇θ f at its new states:
         // the step's own evaluation computed it when fused (f = −log p, as the problem defines).
         let theta = &p.dec[..];
@@ -258,7 +257,6 @@ impl GradientEstimator for ChainEstimator<'_> {
             }
             Err(e) => result = Err(e),
         }
-        model.remember_passes(false);
         self.reused += model.reused_passes();
         if full {
             self.chains = sub;
