@@ -9,9 +9,14 @@
 //! model (log p(x, z; θ) and its gradients)          model.rs
 //!   → sampler (underdamped Langevin chains on z)    langevin/, hmc.rs
 //!     → gradient estimate (chain average of ∇θ f)   solver.rs
-//!       → update (transform, projection, averaging) optim/
-//!         → observers (history, checkpoints)        run/
+//!       → update (transform, projection, averaging) optim/ (UpdateRule)
+//!         → observers (history, checkpoints)        run/ (Solver, Runner)
 //! ```
+//!
+//! Every iterative job is a [`run::Solver`] driven by the one [`run::Runner`]: Algorithm 1 on a
+//! [`model::Problem`] ([`solver::Sagd::on`]), automated EM ([`em::EmSolver`]), and, in `sagd-nn`,
+//! network training. The paper's first application, with its settings as defaults, is
+//! [`em::e1`].
 //!
 //! # Example: the mean of a distribution known up to a constant
 //!
