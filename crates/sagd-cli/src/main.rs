@@ -6,6 +6,7 @@ mod em;
 mod input;
 mod output;
 mod plot;
+mod reproduce;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -23,6 +24,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The whole paper (E1, E2, and E3 once it exists) from one command, into one report:
+    /// OUT/report.html, report.md and results.json.
+    Reproduce(reproduce::ReproduceArgs),
     /// The debiased VAE (the paper's E2, Table 1 and Figure 2), or deconvolution of your own data.
     Debias(debias::DebiasArgs),
     /// Automated EM on the Gamma-sigmoid model (the paper's E1, Figure 1), or on your own data.
@@ -53,5 +57,6 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(b) => bench::run(b),
         Command::Em(a) => em::run(a),
         Command::Debias(a) => debias::run(a),
+        Command::Reproduce(a) => reproduce::run(a),
     }
 }

@@ -618,3 +618,100 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
         "{err}"
     );
 }
+
+#[test]
+fn reproduce_writes_one_report_and_survives_a_failing_experiment() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("rep");
+    let o = sagd()
+        .args(["reproduce", "--tiny", "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&out.join("results.json"));
+    let exps = v["experiments"].as_array().unwrap();
+    let names: Vec<&str> = exps.iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "e1",
+            "e2-normal",
+            "e2-exp",
+            "e2-mixture",
+            "e2-highdim",
+            "e3"
+        ]
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for e in exps {
+        let name = e["name"].as_str().unwrap();
+        let want = if name == "e3" { "unavailable" } else { "done" };
+        assert_eq!(e["status"], want, "{name}");
+        assert!(html.contains(&format!("id=\"{name}\"")), "{name}");
+        for f in e["figures"].as_array().unwrap() {
+            let f = f.as_str().unwrap();
+            assert!(out.join(f).metadata().unwrap().len() > 1000, "{f}");
+            assert!(md.contains(&format!("]({f})")), "{f}");
+        }
+        if want == "done" {
+            assert!(
+                json(&out.join(name).join("result.json")).is_object(),
+                "{name}"
+            );
+            assert!(!e["tables"].as_array().unwrap().is_empty(), "{name}");
+        }
+    }
+    // Every figure is inside the page, and nothing on it is fetched from elsewhere.
+    assert_eq!(html.matches("src=\"data:image/png;base64,").count(), 6);
+    assert!(!html.contains("src=\"http") && !html.contains("href=\"http"));
+    assert!(
+        html.contains("0.052 (0.0040)"),
+        "the paper's numbers beside ours"
+    );
+
+    // The same flags again: nothing is recomputed.
+    let o = sagd()
+        .args(["reproduce", "--tiny", "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let v = json(&out.join("results.json"));
+    assert!(v["experiments"].as_array().unwrap()[..5]
+        .iter()
+        .all(|e| e["reused"] == true));
+
+    // One experiment fails: the others are there, the report says why, the exit status is not 0.
+    let bad = dir.path().join("bad");
+    let o = sagd()
+        .args([
+            "reproduce",
+            "--tiny",
+            "--quiet",
+            "--only",
+            "e1,e2",
+            "--fail",
+            "e2-exp",
+            "--out",
+        ])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("1 experiment(s) failed"));
+    let v = json(&bad.join("results.json"));
+    for e in v["experiments"].as_array().unwrap() {
+        let failed = e["name"] == "e2-exp";
+        assert_eq!(e["status"], if failed { "failed" } else { "done" });
+        assert_eq!(
+            bad.join(e["name"].as_str().unwrap())
+                .join("result.json")
+                .exists(),
+            !failed
+        );
+    }
+    let html = std::fs::read_to_string(bad.join("report.html")).unwrap();
+    assert!(html.contains("forced failure"));
+}

@@ -5,6 +5,8 @@
 mod deconvolve;
 mod render;
 
+pub use render::{write_table, TableJob};
+
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};

@@ -2,13 +2,15 @@
 //! `result.json`; for `--data`, the deconvolution's samples, density figure and result.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use indicatif::ProgressBar;
 use sagd_nn::debias::figure::DensitySeries;
 use sagd_nn::debias::{
-    paper, run_table, E2Settings, Replication, Summary, Table1, TracePoint, PAPER_METHODS,
+    paper, run_table, Case, E2Settings, Replication, RunOptions, Summary, Table1, TracePoint,
+    PAPER_METHODS,
 };
 use serde_json::json;
 
@@ -160,14 +162,29 @@ pub(super) fn density_figure(
     save(&grid, &p, &sv, (300 * grid.panels.len() as u32 + 40, 340))
 }
 
-/// Table 1, Figure 2, the trace and `result.json` of `sagd debias --dist CASE`.
-pub fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
+/// What a Table 1 run is, beside its settings.
+pub struct TableJob<'a> {
+    /// The case.
+    pub case: Case,
+    /// Whether the case's paper preset was asked for (names the profile).
+    pub paper_settings: bool,
+    /// The replications' seeds.
+    pub seeds: Vec<u64>,
+    /// Checkpoints, cache, trace.
+    pub opts: RunOptions,
+    /// The output folder.
+    pub out: &'a Path,
+    /// Progress over all updates.
+    pub bar: &'a ProgressBar,
+    /// The command line, recorded in `result.json`.
+    pub flags: serde_json::Value,
+}
+
+/// Table 1, Figure 2, the trace and `result.json` of one case, written into `j.out` (whole or not
+/// at all); returns the table, its Markdown and the files written.
+pub fn write_table(s: &E2Settings, j: TableJob) -> Result<(Table1, String, Vec<String>)> {
     let t_all = Instant::now();
-    let out = a
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("out/debias-{}", a.dist)));
-    let mut staging = Staging::new(&out)?;
+    let mut staging = Staging::new(j.out)?;
     staging.clear(&[
         "result.json",
         "table1.md",
@@ -179,13 +196,16 @@ pub fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
     ]);
     let per_epoch = s.n.div_ceil(s.batch_size.clamp(1, s.n)) as u64;
     let per_rep = (s.pretrain_epochs + s.finetune_epochs * s.methods.len()) as u64 * per_epoch;
-    let bar = progress_bar(a.quiet, per_rep * a.reps as u64);
-    bar.set_message(format!("{} × {} reps", a.dist, a.reps));
-    let seeds: Vec<u64> = (a.seed..a.seed + a.reps as u64).collect();
-    let opts = run_options(a, &out)?;
-    let t = run_table(s, a.dist, a.paper_settings, &seeds, &opts, &|_, _, _| {
-        bar.inc(1)
-    })?;
+    j.bar.set_length(per_rep * j.seeds.len() as u64);
+    let bar = j.bar;
+    let t = run_table(
+        s,
+        j.case,
+        j.paper_settings,
+        &j.seeds,
+        &j.opts,
+        &|_, _, _| bar.inc(1),
+    )?;
     bar.finish_and_clear();
     let md = markdown(&t);
     std::fs::write(staging.path("table1.md"), &md).context("writing table1.md")?;
@@ -214,7 +234,7 @@ pub fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
     }
     let caption = format!(
         "{} (seed {}{}): data density (dashed), true π (solid), estimated π (histogram)",
-        a.dist,
+        t.case,
         first.seed,
         if s.p > 1 { ", first coordinate" } else { "" }
     );
@@ -230,7 +250,7 @@ pub fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
     let result = json!({
         "experiment": "E2 debiased VAE",
         "sagd_version": env!("CARGO_PKG_VERSION"),
-        "flags": a,
+        "flags": j.flags,
         "settings": t.settings,
         "settings_profile": t.settings_profile,
         "law": t.law,
@@ -247,6 +267,29 @@ pub fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
     )
     .context("writing result.json")?;
     let files = staging.commit("result.json")?;
+    Ok((t, md, files))
+}
+
+/// `sagd debias --dist CASE`.
+pub fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("out/debias-{}", a.dist)));
+    let bar = progress_bar(a.quiet, 0);
+    bar.set_message(format!("{} × {} reps", a.dist, a.reps));
+    let (t, md, files) = write_table(
+        s,
+        TableJob {
+            case: a.dist,
+            paper_settings: a.paper_settings,
+            seeds: (a.seed..a.seed + a.reps as u64).collect(),
+            opts: run_options(a, &out)?,
+            out: &out,
+            bar: &bar,
+            flags: serde_json::to_value(a)?,
+        },
+    )?;
     println!("settings: {}", t.settings_profile);
     print!("{md}");
     println!("wrote {}: {}", out.display(), files.join(", "));

@@ -4,12 +4,13 @@
 
 mod render;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use sagd::em::e1::{self, E1Data, E1Options, E1Settings};
+use indicatif::ProgressBar;
+use sagd::em::e1::{self, E1Data, E1Options, E1Result, E1Settings};
 use sagd::em::{EmEvent, StopRule};
 use sagd::langevin::{LangevinSettings, Momentum, Scheme};
 use sagd::run::Control;
@@ -165,12 +166,26 @@ fn settings(a: &EmArgs) -> Result<E1Settings> {
     })
 }
 
-/// Runs `sagd em`.
-pub fn run(a: EmArgs) -> Result<()> {
+/// Where E1's output goes and how it runs: everything beside the settings.
+pub struct E1Output<'a> {
+    /// The output folder.
+    pub out: &'a Path,
+    /// Progress over the updates of automated EM.
+    pub bar: &'a ProgressBar,
+    /// The command line, recorded in `result.json`.
+    pub flags: serde_json::Value,
+    /// The data file and column, for user data.
+    pub file: Option<(&'a Path, Option<&'a str>)>,
+    /// Checkpoints.
+    pub opts: E1Options,
+}
+
+/// Runs E1 and writes its figures and `result.json` into `o.out` (whole or not at all); returns
+/// the result and the files written.
+pub fn write(s: &E1Settings, o: E1Output) -> Result<(E1Result, Vec<String>)> {
     let t_all = Instant::now();
-    let s = settings(&a)?;
     s.validate()?;
-    let mut staging = Staging::new(&a.out)?;
+    let mut staging = Staging::new(o.out)?;
     staging.clear(&[
         "result.json",
         "figure1a.png",
@@ -178,20 +193,11 @@ pub fn run(a: EmArgs) -> Result<()> {
         "figure1b.png",
         "figure1b.svg",
     ]);
-    let ckpt = a.out.join("em.ckpt");
-    if a.resume && !ckpt.exists() {
-        bail!(
-            "--resume: no checkpoint at {}: run with --checkpoint-every first",
-            ckpt.display()
-        );
-    }
     let em = s.em();
-    let bar = progress_bar(a.quiet, (em.max_msteps * em.updates_per_mstep) as u64);
-    let opts = E1Options {
-        checkpoint: (a.checkpoint_every > 0 || a.resume).then_some((ckpt, a.checkpoint_every)),
-        resume: a.resume,
-    };
-    let r = e1::run(&s, &opts, &mut |ev| {
+    o.bar
+        .set_length((em.max_msteps * em.updates_per_mstep) as u64);
+    let bar = o.bar;
+    let r = e1::run(s, &o.opts, &mut |ev| {
         if let EmEvent::Update { mstep, theta, .. } = ev {
             bar.inc(1);
             bar.set_message(format!(
@@ -229,11 +235,41 @@ pub fn run(a: EmArgs) -> Result<()> {
     save(&fig_b, &p, &sv, (900, 600))?;
     let t_plots = t0.elapsed().as_secs_f64();
 
-    let result = render::result_json(&a, &s, &r, t_plots, t_all.elapsed().as_secs_f64());
+    let result = render::result_json(&o, s, &r, t_plots, t_all.elapsed().as_secs_f64());
     let rp = staging.path("result.json");
     std::fs::write(&rp, serde_json::to_string_pretty(&result)?)
         .with_context(|| format!("writing {}", rp.display()))?;
     let files = staging.commit("result.json")?;
+    Ok((r, files))
+}
+
+/// Runs `sagd em`.
+pub fn run(a: EmArgs) -> Result<()> {
+    let t_all = Instant::now();
+    let s = settings(&a)?;
+    s.validate()?;
+    let ckpt = a.out.join("em.ckpt");
+    if a.resume && !ckpt.exists() {
+        bail!(
+            "--resume: no checkpoint at {}: run with --checkpoint-every first",
+            ckpt.display()
+        );
+    }
+    let bar = progress_bar(a.quiet, 0);
+    let (r, files) = write(
+        &s,
+        E1Output {
+            out: &a.out,
+            bar: &bar,
+            flags: serde_json::to_value(&a)?,
+            file: a.data.as_deref().map(|f| (f, a.column.as_deref())),
+            opts: E1Options {
+                checkpoint: (a.checkpoint_every > 0 || a.resume)
+                    .then_some((ckpt, a.checkpoint_every)),
+                resume: a.resume,
+            },
+        },
+    )?;
     render::summary(&s, &r, t_all.elapsed().as_secs_f64());
     println!("wrote {}: {}", a.out.display(), files.join(", "));
     Ok(())

@@ -3,11 +3,11 @@
 use sagd::em::e1::{E1Data, E1Result, E1Settings};
 use serde_json::json;
 
-use super::EmArgs;
+use super::E1Output;
 
 /// `result.json`: the run's settings and every series of the figures.
 pub(super) fn result_json(
-    a: &EmArgs,
+    o: &E1Output,
     s: &E1Settings,
     r: &E1Result,
     t_plots: f64,
@@ -21,11 +21,12 @@ pub(super) fn result_json(
         .sum::<f64>()
         .sqrt();
     let last = |v: &[f64]| v.last().copied().unwrap_or(f64::NAN);
-    let origin = match (&s.data, &a.data) {
+    let origin = match (&s.data, o.file) {
         (E1Data::Simulated { true_theta, .. }, _) => {
             json!({"source": "simulated", "true_theta": true_theta})
         }
-        (_, file) => json!({"source": "file", "file": file, "column": a.column}),
+        (_, Some((file, column))) => json!({"source": "file", "file": file, "column": column}),
+        (_, None) => json!({"source": "file"}),
     };
     let mut timing = r.timing_s.clone();
     timing.insert("plots".into(), t_plots);
@@ -34,7 +35,7 @@ pub(super) fn result_json(
         "experiment": "E1 automated EM, Gamma-sigmoid model",
         "sagd_version": env!("CARGO_PKG_VERSION"),
         "seed": s.seed,
-        "flags": a,
+        "flags": o.flags,
         "settings": s.em(),
         "data": {"n": r.x.len(), "x": r.x, "origin": origin},
         "theta0": s.theta0,

@@ -1,0 +1,239 @@
+//! `sagd reproduce`: the paper's experiments from one command, through the library's applications
+//! and the same writers as `sagd em` and `sagd debias`, into one report (`report.html`,
+//! `report.md`, `results.json`). Each experiment runs on its own: one that fails is reported and
+//! the others still run. A rerun with the same flags skips what is finished and resumes what was
+//! interrupted (E2's phases are checkpointed, pre-trained networks cached).
+
+mod plan;
+mod progress;
+mod report;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use plan::{Experiment, Kind, Mode};
+
+/// Flags of `sagd reproduce`.
+#[derive(Args, Debug, Clone, Serialize)]
+pub struct ReproduceArgs {
+    /// About ten minutes on 2 cores (the default): 5 replications per 1-D case of Table 1 and the
+    /// small high-dimensional default, each table saying so.
+    #[arg(long, conflicts_with = "full")]
+    quick: bool,
+    /// The paper's settings: 30 replications per 1-D case and the high-dimensional case's
+    /// 10000 + 1000 epochs (hours on a CPU; the estimate is printed before it starts).
+    #[arg(long)]
+    full: bool,
+    /// Seconds instead of minutes, for tests: every experiment at a toy scale.
+    #[arg(long, hide = true, conflicts_with_all = ["quick", "full"])]
+    tiny: bool,
+    /// Output folder: the report, and each experiment's own folder.
+    #[arg(long, default_value = "out/reproduce")]
+    out: PathBuf,
+    /// Experiments to run, comma-separated: e1 (Figure 1), e2 (Table 1 and Figure 2), e3 (MNIST).
+    #[arg(long, value_delimiter = ',', default_values_t = plan::Part::ALL)]
+    only: Vec<plan::Part>,
+    /// Keep pre-trained networks here and reuse them (default: OUT/cache).
+    #[arg(long)]
+    pretrained_cache: Option<PathBuf>,
+    /// No progress output.
+    #[arg(long)]
+    quiet: bool,
+    /// Make the named experiment fail (to check that the others still run).
+    #[arg(long, hide = true)]
+    fail: Option<String>,
+}
+
+/// How one experiment ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// It ran (or was finished by an earlier run with the same flags).
+    Done,
+    /// It failed; the others still ran.
+    Failed,
+    /// Not available in this version.
+    Unavailable,
+}
+
+/// One experiment's part of the report: what was run, how it went, its tables and figures.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Record {
+    /// Short name, also its folder under OUT.
+    pub name: String,
+    /// What the paper calls it.
+    pub title: String,
+    /// How it ended.
+    pub status: Status,
+    /// Why it failed or is unavailable.
+    pub error: Option<String>,
+    /// What was run relative to the paper.
+    pub scale: String,
+    /// The settings and seeds (as the experiment's `result.json` records them).
+    pub settings: serde_json::Value,
+    /// Fingerprint of the settings: a rerun reuses a finished record only when it matches.
+    pub key: String,
+    /// Wall seconds.
+    pub time_s: f64,
+    /// Tables: a header and rows of cells, already formatted.
+    pub tables: Vec<Table>,
+    /// Figures, relative to OUT.
+    pub figures: Vec<String>,
+    /// Sentences that say how to read the tables.
+    pub notes: Vec<String>,
+    /// The numbers behind the tables.
+    pub summary: serde_json::Value,
+    /// Whether this run reused the record of an earlier run with the same flags.
+    #[serde(default)]
+    pub reused: bool,
+}
+
+/// A table of the report.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Table {
+    /// Its caption.
+    pub caption: String,
+    /// Column headers.
+    pub header: Vec<String>,
+    /// Rows of cells.
+    pub rows: Vec<Vec<String>>,
+}
+
+/// Runs `sagd reproduce`.
+pub fn run(a: ReproduceArgs) -> Result<()> {
+    let t_all = Instant::now();
+    let mode = match (a.full, a.tiny) {
+        (true, _) => Mode::Full,
+        (_, true) => Mode::Tiny,
+        _ => Mode::Quick,
+    };
+    let plan = plan::plan(mode, &a.only);
+    if plan.iter().all(|e| e.kind == Kind::Unavailable) {
+        bail!("--only: nothing to run: E3 (MNIST) is not available in this version; use e1 or e2");
+    }
+    std::fs::create_dir_all(&a.out)
+        .with_context(|| format!("cannot create the output folder {}", a.out.display()))?;
+    let threads = rayon::current_num_threads();
+    let estimate: f64 = plan.iter().map(|e| e.estimate_s(threads)).sum();
+    if !a.quiet {
+        eprintln!(
+            "sagd reproduce ({}): {} experiment(s) into {}; estimated {} on {threads} threads (from timings on a 2-core machine)",
+            mode.name(),
+            plan.len(),
+            a.out.display(),
+            progress::duration(estimate)
+        );
+    }
+    let cache = a
+        .pretrained_cache
+        .clone()
+        .unwrap_or_else(|| a.out.join("cache"));
+    let ticker = progress::Ticker::new(a.quiet, &plan, threads);
+    let mut records = Vec::new();
+    for (i, e) in plan.iter().enumerate() {
+        let bar = ticker.start(i);
+        let r = run_one(e, &a, &cache, &bar);
+        ticker.finish(i);
+        records.push(r);
+    }
+    drop(ticker);
+    let machine = report::Machine::here(threads);
+    let failed = records
+        .iter()
+        .filter(|r| r.status == Status::Failed)
+        .count();
+    let files = report::write(
+        &a.out,
+        mode,
+        &machine,
+        &records,
+        t_all.elapsed().as_secs_f64(),
+    )?;
+    for r in &records {
+        let how = match (r.status, r.reused) {
+            (Status::Done, true) => "done (finished earlier, reused)".to_string(),
+            (Status::Done, false) => format!("done in {}", progress::duration(r.time_s)),
+            (Status::Failed, _) => format!("FAILED: {}", r.error.as_deref().unwrap_or("")),
+            (Status::Unavailable, _) => "not available".to_string(),
+        };
+        println!("{:12} {how}", r.name);
+    }
+    println!("wrote {}: {}", a.out.display(), files.join(", "));
+    if failed > 0 {
+        bail!(
+            "{failed} experiment(s) failed; the report says why: {}",
+            a.out.join("report.html").display()
+        );
+    }
+    Ok(())
+}
+
+/// One experiment, isolated: its failure becomes its record.
+fn run_one(
+    e: &Experiment,
+    a: &ReproduceArgs,
+    cache: &Path,
+    bar: &indicatif::ProgressBar,
+) -> Record {
+    let dir = a.out.join(&e.name);
+    let key = e.key();
+    let mut rec = Record {
+        name: e.name.clone(),
+        title: e.title.clone(),
+        status: Status::Unavailable,
+        error: None,
+        scale: e.scale.clone(),
+        settings: e.settings_json(),
+        key: key.clone(),
+        time_s: 0.0,
+        tables: Vec::new(),
+        figures: Vec::new(),
+        notes: Vec::new(),
+        summary: serde_json::Value::Null,
+        reused: false,
+    };
+    if e.kind == Kind::Unavailable {
+        rec.error = Some(e.scale.clone());
+        return rec;
+    }
+    let state = dir.join("reproduce.json");
+    if let Some(done) = std::fs::read(&state)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
+        .filter(|r| r.key == key && r.status == Status::Done && dir.join("result.json").exists())
+    {
+        bar.finish_and_clear();
+        return Record {
+            reused: true,
+            ..done
+        };
+    }
+    let t0 = Instant::now();
+    let outcome = if a.fail.as_deref() == Some(e.name.as_str()) {
+        Err(anyhow::anyhow!("forced failure (--fail {})", e.name))
+    } else {
+        plan::execute(e, &dir, cache, bar, &mut rec)
+    };
+    rec.time_s = t0.elapsed().as_secs_f64();
+    match outcome {
+        Ok(()) => {
+            rec.status = Status::Done;
+            if let Ok(text) = serde_json::to_vec_pretty(&rec) {
+                // Only a whole record marks the experiment finished.
+                let tmp = dir.join(format!("reproduce.json.tmp-{}", std::process::id()));
+                if std::fs::write(&tmp, text).is_ok() {
+                    std::fs::rename(&tmp, &state).ok();
+                }
+            }
+        }
+        Err(err) => {
+            rec.status = Status::Failed;
+            rec.error = Some(format!("{err:#}"));
+        }
+    }
+    rec
+}
