@@ -32,7 +32,8 @@ pub struct DebiasBenchArgs {
     /// Timed repeats of each phase (the table gives the fastest).
     #[arg(long, default_value_t = 1)]
     repeats: usize,
-    /// The peer's script (`shared/peers/torch/sagd_peer.py`), run with the same thread count.
+    /// The PyTorch reference implementation's script (`sagd_peer.py`), run with the same thread
+    /// count.
     #[arg(long)]
     peer: Option<PathBuf>,
     /// The Python that has the peer's packages (torch, numpy, scipy).

@@ -43,11 +43,8 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         ..s.clone()
     };
     let n = x.len();
-    let per_epoch = n.div_ceil(s.batch_size.clamp(1, n.max(1))) as u64;
-    let bar = progress_bar(
-        a.quiet,
-        (s.pretrain_epochs + s.finetune_epochs * s.methods.len()) as u64 * per_epoch,
-    );
+
+    let bar = progress_bar(a.quiet, s.replication_work(n));
     bar.set_message("deconvolution");
     let d = fit_data(
         &s,
@@ -55,7 +52,7 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         a.noise_sd,
         a.seed,
         &run_options(a, &out)?,
-        &|_, _, _| bar.inc(1),
+        &|phase, _, _| bar.inc(s.update_cost(phase)),
     )?;
     bar.finish_and_clear();
     // Samples: one column per fitted model, 10000 rows.

@@ -194,9 +194,9 @@ pub fn write_table(s: &E2Settings, j: TableJob) -> Result<(Table1, String, Vec<S
         "trace.png",
         "trace.svg",
     ]);
-    let per_epoch = s.n.div_ceil(s.batch_size.clamp(1, s.n)) as u64;
-    let per_rep = (s.pretrain_epochs + s.finetune_epochs * s.methods.len()) as u64 * per_epoch;
-    j.bar.set_length(per_rep * j.seeds.len() as u64);
+    // Progress in work, not updates: an IWAE update costs about twenty of pre-training's.
+    j.bar
+        .set_length(s.replication_work(s.n) * j.seeds.len() as u64);
     let bar = j.bar;
     let t = run_table(
         s,
@@ -204,7 +204,7 @@ pub fn write_table(s: &E2Settings, j: TableJob) -> Result<(Table1, String, Vec<S
         j.paper_settings,
         &j.seeds,
         &j.opts,
-        &|_, _, _| bar.inc(1),
+        &|phase, _, _| bar.inc(s.update_cost(phase)),
     )?;
     bar.finish_and_clear();
     let md = markdown(&t);

@@ -130,10 +130,9 @@ impl Ticker {
                         .find(|(i, b)| b.is_some() && !sh.done[*i]);
                     let what = match current {
                         Some((i, Some(b))) => format!(
-                            "{} {}/{} updates",
+                            "{} {:.0}%",
                             names[i],
-                            b.position(),
-                            b.length().unwrap_or(0)
+                            100.0 * b.position() as f64 / b.length().unwrap_or(0).max(1) as f64
                         ),
                         _ => "between experiments".into(),
                     };

@@ -91,8 +91,9 @@ pub fn write(
         total_time_s: total_s,
         experiments: records,
     };
+    let experiments_s: f64 = records.iter().map(|r| r.time_s).sum();
     let header = format!(
-        "sagd {} · {} mode · {} · {} cores ({} threads), {} · {} · total {}",
+        "sagd {} · {} mode · {} · {} cores ({} threads), {} · {} · experiments {} (this run {})",
         env!("CARGO_PKG_VERSION"),
         mode.name(),
         date,
@@ -100,6 +101,7 @@ pub fn write(
         machine.threads,
         machine.cpu,
         machine.os,
+        duration(experiments_s),
         duration(total_s)
     );
     let files = [
@@ -174,7 +176,7 @@ fn markdown(header: &str, records: &[Record]) -> String {
 
 fn html(out: &Path, header: &str, records: &[Record]) -> Result<String> {
     let mut h = format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sagd reproduce</title>\n<style>\nbody{{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}}\ntable{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #bbb;padding:.3em .6em;text-align:right}}\ntd:first-child,th:first-child{{text-align:left}}caption{{text-align:left;font-style:italic;margin-bottom:.3em}}\n.meta{{color:#555}}.failed{{color:#b00;font-weight:bold}}.unavailable{{color:#777}}img{{max-width:100%;border:1px solid #ddd;margin:.5em 0}}\n</style></head><body>\n<h1>{}</h1>\n<p class=\"meta\">{}</p>\n<table><tr><th>experiment</th><th>status</th><th>what was run</th><th>time</th></tr>\n",
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>sagd reproduce</title>\n<style>\nbody{{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}}\ntable{{border-collapse:collapse;margin:1em 0}}td,th{{border:1px solid #bbb;padding:.3em .6em;text-align:right}}\ntd:first-child,th:first-child{{text-align:left}}td{{white-space:nowrap}}td.text{{white-space:normal;text-align:left}}caption{{text-align:left;font-style:italic;margin-bottom:.3em}}\n.meta{{color:#555}}.failed{{color:#b00;font-weight:bold}}.unavailable{{color:#777}}img{{max-width:100%;border:1px solid #ddd;margin:.5em 0}}\n</style></head><body>\n<h1>{}</h1>\n<p class=\"meta\">{}</p>\n<table><tr><th>experiment</th><th>status</th><th>what was run</th><th>time</th></tr>\n",
         escape(TITLE),
         escape(header)
     );
@@ -186,7 +188,7 @@ fn html(out: &Path, header: &str, records: &[Record]) -> Result<String> {
         };
         let _ = writeln!(
             h,
-            "<tr><td><a href=\"#{}\">{}</a></td><td class=\"{class}\">{}</td><td style=\"text-align:left\">{}</td><td>{}</td></tr>",
+            "<tr><td><a href=\"#{}\">{}</a></td><td class=\"{class}\">{}</td><td class=\"text\">{}</td><td>{}</td></tr>",
             r.name,
             r.name,
             status_word(r),
