@@ -38,9 +38,22 @@ pub enum Domain {
 /// Reads one column of numbers. A first row whose field is not a number is a header. Blank lines
 /// are skipped; anything else that is not a finite number in the domain is an error naming its line.
 pub fn read_column(path: &Path, column: Option<&Column>, domain: Domain) -> Result<Vec<f64>> {
-    let shown = path.display();
-    let bytes = std::fs::read(path)
-        .with_context(|| format!("cannot read the data file {shown}: check the path"))?;
+    let bytes = std::fs::read(path).with_context(|| {
+        format!(
+            "cannot read the data file {}: check the path",
+            path.display()
+        )
+    })?;
+    parse_column(&bytes, &path.display().to_string(), column, domain)
+}
+
+/// [`read_column`] on the bytes of a file shown as `shown` in messages.
+pub fn parse_column(
+    bytes: &[u8],
+    shown: &str,
+    column: Option<&Column>,
+    domain: Domain,
+) -> Result<Vec<f64>> {
     if bytes.iter().all(|b| b.is_ascii_whitespace()) {
         bail!("the data file {shown} is empty: it needs one column of numbers, one per line");
     }
@@ -48,21 +61,29 @@ pub fn read_column(path: &Path, column: Option<&Column>, domain: Domain) -> Resu
         .has_headers(false)
         .flexible(true)
         .trim(csv::Trim::All)
-        .from_reader(&bytes[..]);
+        .from_reader(bytes);
     let mut values = Vec::new();
     let mut index: Option<usize> = match column {
         Some(Column::Index(i)) => Some(i - 1),
         _ => None,
     };
     let mut first = true;
+    let mut width = 0;
     for (k, rec) in rdr.records().enumerate() {
         let rec = rec.with_context(|| format!("{shown}: cannot parse line {} as CSV", k + 1))?;
         let line = rec.position().map(|p| p.line()).unwrap_or(k as u64 + 1);
         if rec.iter().all(|f| f.is_empty()) {
             continue;
         }
+        if !first && rec.len() != width {
+            bail!(
+                "{shown}, line {line}: {} field(s) where the first row has {width}: a decimal comma (`6,172`)? write numbers with a decimal point, or quote a field that contains a comma",
+                rec.len()
+            );
+        }
         if first {
             first = false;
+            width = rec.len();
             if let Some(Column::Name(name)) = column {
                 let pos = rec.iter().position(|f| f == name);
                 match pos {
@@ -155,10 +176,32 @@ mod tests {
         assert!(err("1\n-2\n", None).contains("not positive"));
         assert!(err("a,b\n1,2\n", Some(Column::Name("c".into()))).contains("no column named `c`"));
         assert!(
-            err("1,2\n3\n", Some(Column::Index(2))).contains("line 2: has 1 field(s), no column 2")
+            err("1\n2,3\n", Some(Column::Index(2))).contains("line 1: has 1 field(s), no column 2")
         );
+        // A decimal comma makes two fields of one number: refused, never read as 6.
+        assert!(err("x\n6,172\n", None).contains("line 2: 2 field(s) where the first row has 1"));
+        assert!(err("1,2\n3\n", Some(Column::Index(2))).contains("decimal comma"));
         let missing =
             read_column(Path::new("/nonexistent/data.csv"), None, Domain::Positive).unwrap_err();
         assert!(format!("{missing:#}").contains("cannot read the data file /nonexistent/data.csv"));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+        /// Whatever the bytes: a list of finite numbers in the domain, or an error; never a panic.
+        #[test]
+        fn any_bytes_give_numbers_or_an_error(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            text in "[0-9a-z,.;\"\n -]{0,40}",
+            col in 1usize..4,
+        ) {
+            for b in [&bytes[..], text.as_bytes()] {
+                for c in [None, Some(Column::Index(col)), Some(Column::Name("x".into()))] {
+                    if let Ok(v) = parse_column(b, "f", c.as_ref(), Domain::Positive) {
+                        proptest::prop_assert!(!v.is_empty() && v.iter().all(|x| x.is_finite() && *x > 0.0));
+                    }
+                }
+            }
+        }
     }
 }

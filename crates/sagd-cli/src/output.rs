@@ -1,26 +1,82 @@
-//! Output folders that are never left looking complete after a failure: files are written into a
-//! staging folder inside the output folder and moved into place only when everything succeeded.
+//! Output folders that are never left looking complete after a failure, and never lose a complete
+//! earlier result to a run that fails: files are written into a staging folder inside the output
+//! folder and swapped in only when everything succeeded; a lock keeps two runs out of one folder.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-/// A staging area for one run's files.
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
+
+/// A staging area for one run's files, holding the output folder's lock while it lives.
 pub struct Staging {
     out: PathBuf,
     dir: PathBuf,
     files: Vec<String>,
+    owned: Vec<String>,
+    lock: PathBuf,
     done: bool,
 }
 
+/// Whether process `pid` is alive (Linux: its /proc entry exists; elsewhere assume it is).
+fn alive(pid: u32) -> bool {
+    if cfg!(target_os = "linux") {
+        Path::new(&format!("/proc/{pid}")).exists()
+    } else {
+        true
+    }
+}
+
 impl Staging {
-    /// Creates `out` (if needed) and a fresh staging folder in it.
+    /// Creates `out` (if needed), takes its lock (refused while another live run holds it),
+    /// removes staging folders that dead runs left, and makes a fresh staging folder in it.
     pub fn new(out: &Path) -> Result<Self> {
         fs::create_dir_all(out)
             .with_context(|| format!("cannot create the output folder {}", out.display()))?;
-        let dir = out.join(format!(".staging-{}", std::process::id()));
+        let me = std::process::id();
+        let lock = out.join(".sagd.lock");
+        match fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock)
+        {
+            Ok(mut f) => {
+                use std::io::Write;
+                write!(f, "{me}").with_context(|| format!("writing {}", lock.display()))?;
+            }
+            Err(_) => {
+                let holder = fs::read_to_string(&lock)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u32>().ok());
+                if let Some(pid) = holder.filter(|p| *p != me && alive(*p)) {
+                    anyhow::bail!(
+                        "another sagd run (process {pid}) is writing into {}: wait for it to finish, or give another --out",
+                        out.display()
+                    );
+                }
+                // A lock left by a run that died.
+                fs::write(&lock, me.to_string())
+                    .with_context(|| format!("writing {}", lock.display()))?;
+            }
+        }
+        if let Ok(entries) = fs::read_dir(out) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                if let Some(pid) = name
+                    .strip_prefix(".staging-")
+                    .and_then(|p| p.parse::<u32>().ok())
+                {
+                    if pid != me && !alive(pid) {
+                        fs::remove_dir_all(e.path()).ok();
+                    }
+                }
+            }
+        }
+        let dir = out.join(format!(".staging-{me}"));
         if dir.exists() {
             fs::remove_dir_all(&dir).ok();
         }
@@ -30,19 +86,17 @@ impl Staging {
             out: out.to_path_buf(),
             dir,
             files: Vec::new(),
+            owned: Vec::new(),
+            lock,
             done: false,
         })
     }
 
-    /// Removes earlier results named `names` from the output folder, so that a failed run cannot
-    /// leave an older result looking like its own.
-    pub fn clear(&self, names: &[&str]) {
-        for n in names {
-            let p = self.out.join(n);
-            if p.is_file() {
-                fs::remove_file(p).ok();
-            }
-        }
+    /// Names the files a result of this kind consists of: at commit, those of an earlier result
+    /// that the new one does not write are removed with it. Until then the earlier result stays
+    /// whole, whatever happens to this run.
+    pub fn clear(&mut self, names: &[&str]) {
+        self.owned.extend(names.iter().map(|n| n.to_string()));
     }
 
     /// Where to write the file `name` now.
@@ -51,9 +105,16 @@ impl Staging {
         self.dir.join(name)
     }
 
-    /// Moves every staged file into the output folder, the first one named last (the result file
-    /// goes last, so that it appears only when the figures are in place).
+    /// Replaces the earlier result by the staged one: the earlier result file goes first (so that
+    /// an interruption leaves no complete-looking mixture), the new result file `last` comes last,
+    /// when its figures are in place.
     pub fn commit(mut self, last: &str) -> Result<Vec<String>> {
+        fs::remove_file(self.out.join(last)).ok();
+        for f in &self.owned {
+            if !self.files.contains(f) {
+                fs::remove_file(self.out.join(f)).ok();
+            }
+        }
         let mut order: Vec<String> = self.files.iter().filter(|f| *f != last).cloned().collect();
         if self.files.iter().any(|f| f == last) {
             order.push(last.to_string());
@@ -73,22 +134,92 @@ impl Drop for Staging {
         if !self.done {
             fs::remove_dir_all(&self.dir).ok();
         }
+        let mine = fs::read_to_string(&self.lock)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            == Some(std::process::id());
+        if mine {
+            fs::remove_file(&self.lock).ok();
+        }
     }
 }
 
-/// A progress bar over `total` updates on stderr (hidden with `quiet` or when stderr is not a
-/// terminal).
+/// A progress bar over `total` units of work on stderr: drawn on a terminal; without one (a pipe,
+/// CI, a log file), a plain line every few seconds instead; nothing with `quiet`.
 pub fn progress_bar(quiet: bool, total: u64) -> ProgressBar {
-    let bar = if quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr())
-    };
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("{msg:40} [{bar:30}] {percent:>3}%, {elapsed}, eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        return bar;
+    }
+    let target = ProgressDrawTarget::term_like_with_hz(Box::new(PlainLines::default()), 20);
+    let bar = ProgressBar::with_draw_target(Some(total), target);
     bar.set_style(
-        ProgressStyle::with_template(
-            "{msg:40} [{bar:30}] {pos}/{len} updates, {elapsed}, eta {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template("{msg}: {percent}% done, elapsed {elapsed}, eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar
+}
+
+/// Time between two plain progress lines: five seconds, or `SAGD_PROGRESS_EVERY_MS`.
+fn plain_every() -> Duration {
+    std::env::var("SAGD_PROGRESS_EVERY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::from_secs(5), Duration::from_millis)
+}
+
+/// A "terminal" for indicatif that prints the bar as a plain line on stderr every few seconds at
+/// most ([`plain_every`]), and ignores cursor movement.
+#[derive(Debug, Default)]
+struct PlainLines {
+    last: Mutex<Option<Instant>>,
+}
+
+impl TermLike for PlainLines {
+    fn width(&self) -> u16 {
+        120
+    }
+    fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        let Ok(mut last) = self.last.lock() else {
+            return Ok(());
+        };
+        // The first draw comes at the start; skip it and print every few seconds after.
+        match *last {
+            None => *last = Some(Instant::now()),
+            Some(t) if t.elapsed() >= plain_every() && !s.trim().is_empty() => {
+                *last = Some(Instant::now());
+                eprintln!("{}", s.trim_end());
+            }
+            Some(_) => {}
+        }
+        Ok(())
+    }
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.write_line(s)
+    }
+    fn clear_line(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

@@ -715,3 +715,180 @@ fn reproduce_writes_one_report_and_survives_a_failing_experiment() {
     let html = std::fs::read_to_string(bad.join("report.html")).unwrap();
     assert!(html.contains("forced failure"));
 }
+
+/// `sagd em` at a small cost: one M-step, a small surface.
+fn em_small(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    sagd()
+        .args(["em", "--quiet", "--msteps", "1", "--surface", "4", "--out"])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_checkpoint_of_another_problem_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("em");
+    let o = em_small(&out, &["--checkpoint-every", "30"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let data = dir.path().join("x.csv");
+    std::fs::write(&data, "x\n1.5\n2.5\n7.0\n").unwrap();
+    let other_data = dir.path().join("y.csv");
+    std::fs::write(&other_data, "x\n1.5\n2.5\n7.5\n").unwrap();
+    for extra in [
+        &["--seed", "2"][..],
+        &["--n", "50"],
+        &["--a-true", "1.5"],
+        &["--a0", "0.5"],
+        &["--T", "50"],
+    ] {
+        let o = em_small(&out, &[&["--resume"][..], extra].concat());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains("other settings or data"),
+            "{extra:?}: {err}"
+        );
+    }
+    // Data from a file: a checkpoint of other data with as many points is refused too.
+    let with = |f: &std::path::Path, resume: bool| {
+        let mut a = vec!["--data", f.to_str().unwrap()];
+        a.extend(["--checkpoint-every", "30"]);
+        if resume {
+            a.push("--resume");
+        }
+        em_small(&dir.path().join("fit"), &a)
+    };
+    assert!(with(&data, false).status.success());
+    assert!(with(&data, true).status.success());
+    let o = with(&other_data, true);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("other settings or data"));
+}
+
+#[test]
+fn a_failed_run_keeps_the_complete_earlier_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("em");
+    assert!(em_small(&out, &["--checkpoint-every", "30"])
+        .status
+        .success());
+    let before = std::fs::read(out.join("result.json")).unwrap();
+    // A damaged checkpoint fails the run after it has started writing.
+    let ck = out.join("em.ckpt");
+    let mut bytes = std::fs::read(&ck).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&ck, &bytes).unwrap();
+    let o = em_small(&out, &["--resume"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("checksum"));
+    assert_eq!(std::fs::read(out.join("result.json")).unwrap(), before);
+    assert!(out.join("figure1a.png").exists());
+    // Staging folders of dead runs are removed by the next run, and nothing else is left.
+    std::fs::create_dir(out.join(".staging-4194000")).unwrap();
+    assert!(em_small(&out, &[]).status.success());
+    let left: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_killed_run_leaves_the_earlier_result_and_the_next_run_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("deb");
+    let args = ["debias", "--quiet", "--n", "300", "--m", "2000", "--out"];
+    let o = sagd()
+        .args(args)
+        .arg(&out)
+        .args(["--pretrain-epochs", "20", "--finetune-epochs", "2"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let before = std::fs::read(out.join("result.json")).unwrap();
+    let mut child = sagd().args(args).arg(&out).spawn().unwrap();
+    let staging = out.join(format!(".staging-{}", child.id()));
+    let t0 = std::time::Instant::now();
+    while !staging.exists() && t0.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(staging.exists(), "the run never started");
+    assert_eq!(std::fs::read(out.join("result.json")).unwrap(), before);
+    // A second run into the folder while the first holds it is refused; a dead holder is not.
+    std::fs::write(out.join(".sagd.lock"), std::process::id().to_string()).unwrap();
+    let o = sagd().args(args).arg(&out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("another sagd run"),
+        "{err}"
+    );
+    std::fs::write(out.join(".sagd.lock"), "4194000").unwrap();
+    let o = sagd()
+        .args(args)
+        .arg(&out)
+        .args(["--pretrain-epochs", "20", "--finetune-epochs", "2"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!staging.exists() && !out.join(".sagd.lock").exists());
+}
+
+#[test]
+fn a_diverging_em_ends_quickly_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = std::time::Instant::now();
+    let o = em_small(&dir.path().join("a"), &["--alpha", "1e4"]);
+    assert!(t0.elapsed().as_secs() < 60);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("WARNING") && text.contains("learning rate"),
+        "{text}"
+    );
+    let v = json(&dir.path().join("a/result.json"));
+    assert!(!v["warnings"].as_array().unwrap().is_empty());
+    // Silent misreads and absurd settings are refused.
+    let comma = dir.path().join("comma.csv");
+    std::fs::write(&comma, "x\n6,172\n5,3\n").unwrap();
+    let o = em_small(&dir.path().join("c"), &["--data", comma.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("decimal comma"));
+    let o = sagd().args(["--threads", "100000", "em"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("use at most"));
+    let o = sagd()
+        .args(["debias", "--quiet", "--hmc-k", "0"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("hmc transitions"));
+}
+
+#[test]
+fn piped_output_shows_progress_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = sagd()
+        .env("SAGD_PROGRESS_EVERY_MS", "100")
+        .args([
+            "debias",
+            "--n",
+            "300",
+            "--m",
+            "2000",
+            "--pretrain-epochs",
+            "600",
+            "--finetune-epochs",
+            "60",
+            "--out",
+        ])
+        .arg(dir.path().join("d"))
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("% done, elapsed"))
+        .collect();
+    assert!(lines.len() >= 2, "{err}");
+    assert!(lines.iter().all(|l| l.contains("eta")), "{err}");
+}

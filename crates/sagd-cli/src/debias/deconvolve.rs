@@ -88,11 +88,17 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         path.display()
     );
     density_figure(&mut staging, "density", None, &x, panels, caption)?;
+    // The flags without the simulated case, which a fit of data does not use.
+    let mut flags = serde_json::to_value(a)?;
+    if let Some(m) = flags.as_object_mut() {
+        m.remove("dist");
+        m.remove("paper_settings");
+    }
     let note = "no true latent distribution: D and W are not defined; compare the fitted models by their log-likelihood";
     let result = json!({
         "experiment": "deconvolution with the debiased VAE",
         "sagd_version": env!("CARGO_PKG_VERSION"),
-        "flags": a,
+        "flags": flags,
         "settings": d.settings,
         "data": {"file": path.display().to_string(), "column": a.column, "n": d.n, "noise_sd": d.noise_sd},
         "note": note,
@@ -118,6 +124,13 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
             "{k:14} quantiles 5/50/95%: {:.3} {:.3} {:.3}",
             q.q[1], q.q[4], q.q[7]
         );
+    }
+    println!("mean log-likelihood per observation (of X/σ; higher fits the data better):");
+    for (k, v) in &d.loglik_per_point_scaled_data {
+        match v {
+            Some(v) => println!("{k:14} {v:.4}"),
+            None => println!("{k:14} —"),
+        }
     }
     println!("wrote {}: {}", out.display(), files.join(", "));
     Ok(())

@@ -28,6 +28,7 @@ fn chains() -> LangevinChains {
 /// Flags of `sagd debias`. Defaults are experiment E2 of the paper; flags marked "preset" take
 /// the case's value unless given (`--print-settings` shows them).
 #[derive(Args, Debug, Clone, Serialize)]
+#[command(allow_negative_numbers = true)]
 pub struct DebiasArgs {
     /// The true latent distribution: normal, exp, mixture, or highdim (100 independent exp
     /// coordinates).

@@ -33,6 +33,7 @@ fn simulated() -> (usize, [f64; 2]) {
 
 /// Flags of `sagd em`. Defaults are experiment E1 of the paper.
 #[derive(Args, Debug, Clone, Serialize)]
+#[command(allow_negative_numbers = true)]
 pub struct EmArgs {
     /// Fit the model to this CSV file's column of positive numbers instead of simulated data.
     #[arg(long)]
@@ -44,16 +45,16 @@ pub struct EmArgs {
     #[arg(long, default_value_t = simulated().0)]
     n: usize,
     /// Simulated data: true a.
-    #[arg(long, default_value_t = simulated().1[0], allow_negative_numbers = true)]
+    #[arg(long, default_value_t = simulated().1[0])]
     a_true: f64,
     /// Simulated data: true b.
-    #[arg(long, default_value_t = simulated().1[1], allow_negative_numbers = true)]
+    #[arg(long, default_value_t = simulated().1[1])]
     b_true: f64,
     /// Starting a.
-    #[arg(long, default_value_t = spec().theta0[0], allow_negative_numbers = true)]
+    #[arg(long, default_value_t = spec().theta0[0])]
     a0: f64,
     /// Starting b.
-    #[arg(long, default_value_t = spec().theta0[1], allow_negative_numbers = true)]
+    #[arg(long, default_value_t = spec().theta0[1])]
     b0: f64,
     /// M-steps to run (default 3, the paper's figure; with --data the default is --until-converged).
     #[arg(long)]
@@ -74,7 +75,7 @@ pub struct EmArgs {
     #[arg(long = "T", default_value_t = spec().updates_per_mstep)]
     t: usize,
     /// Learning rate α (constant).
-    #[arg(long, default_value_t = spec().alpha, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = spec().alpha)]
     alpha: f64,
     /// δ_t = delta0 / √t.
     #[arg(long, default_value_t = spec().delta0)]
@@ -213,6 +214,27 @@ pub fn write(s: &E1Settings, o: E1Output) -> Result<(E1Result, Vec<String>)> {
     bar.finish_and_clear();
 
     let t0 = Instant::now();
+    // Figures only of values a plot can hold; a diverged run says so in its warnings.
+    let drawable = r.em.path.iter().chain(&r.exact_path).all(|v| e1::sane(v))
+        && r.loglik_sagd
+            .iter()
+            .chain(&r.loglik_exact)
+            .all(|v| v.is_finite());
+    if drawable {
+        draw(&mut staging, s, &r)?;
+    }
+    let t_plots = t0.elapsed().as_secs_f64();
+
+    let result = render::result_json(&o, s, &r, t_plots, t_all.elapsed().as_secs_f64());
+    let rp = staging.path("result.json");
+    std::fs::write(&rp, serde_json::to_string_pretty(&result)?)
+        .with_context(|| format!("writing {}", rp.display()))?;
+    let files = staging.commit("result.json")?;
+    Ok((r, files))
+}
+
+/// Figure 1a and 1b into the staging folder.
+fn draw(staging: &mut Staging, s: &E1Settings, r: &E1Result) -> Result<()> {
     let truth = match &s.data {
         E1Data::Simulated { true_theta, .. } => Some(&true_theta[..]),
         E1Data::Observed { .. } => None,
@@ -232,15 +254,7 @@ pub fn write(s: &E1Settings, o: E1Output) -> Result<(E1Result, Vec<String>)> {
         max: r.mle.loglik,
     };
     let (p, sv) = (staging.path("figure1b.png"), staging.path("figure1b.svg"));
-    save(&fig_b, &p, &sv, (900, 600))?;
-    let t_plots = t0.elapsed().as_secs_f64();
-
-    let result = render::result_json(&o, s, &r, t_plots, t_all.elapsed().as_secs_f64());
-    let rp = staging.path("result.json");
-    std::fs::write(&rp, serde_json::to_string_pretty(&result)?)
-        .with_context(|| format!("writing {}", rp.display()))?;
-    let files = staging.commit("result.json")?;
-    Ok((r, files))
+    save(&fig_b, &p, &sv, (900, 600))
 }
 
 /// Runs `sagd em`.

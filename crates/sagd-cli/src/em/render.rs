@@ -61,6 +61,7 @@ pub(super) fn result_json(
         "quadrature_check": {"nodes": s.quad_nodes, "reference": "trapezoid, 28001 points on [-14, 14]", "max_abs_err_loglik": r.quadrature_error},
         "surface": r.surface,
         "timing_s": timing,
+        "warnings": r.warnings,
     })
 }
 
@@ -97,6 +98,9 @@ pub(super) fn summary(s: &E1Settings, r: &E1Result, total: f64) {
         );
     }
     row("MLE", &r.mle.theta, r.mle.loglik);
+    for w in &r.warnings {
+        println!("WARNING: {w}");
+    }
     println!(
         "quadrature max abs error vs brute force: {:.1e}",
         r.quadrature_error

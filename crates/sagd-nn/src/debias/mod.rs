@@ -343,6 +343,31 @@ impl E2Settings {
         (self.pretrain_epochs as u64 + self.finetune_epochs as u64 * ft) * per_epoch
     }
 
+    /// The settings that differ from `preset`, as `name = value` (nested names joined by dots).
+    pub fn overrides(&self, preset: &E2Settings) -> Vec<String> {
+        fn walk(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+            match (a, b) {
+                (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+                    for (k, v) in x {
+                        let p = if path.is_empty() {
+                            k.clone()
+                        } else {
+                            format!("{path}.{k}")
+                        };
+                        walk(&p, v, y.get(k).unwrap_or(&serde_json::Value::Null), out);
+                    }
+                }
+                _ if a != b => out.push(format!("{path} = {a}")),
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        if let (Ok(a), Ok(b)) = (serde_json::to_value(self), serde_json::to_value(preset)) {
+            walk("", &a, &b, &mut out);
+        }
+        out
+    }
+
     /// SAGD's learning rate.
     pub fn sagd_lr(&self) -> f64 {
         self.sagd_lr.unwrap_or(self.finetune_lr)

@@ -198,7 +198,18 @@ pub fn run_table(
     Ok(Table1 {
         case,
         settings: s.clone(),
-        settings_profile: case.profile(paper_settings).to_string(),
+        settings_profile: {
+            let over = s.overrides(&case.settings(paper_settings));
+            if over.is_empty() {
+                case.profile(paper_settings).to_string()
+            } else {
+                format!(
+                    "{}, except {}",
+                    case.profile(paper_settings),
+                    over.join(", ")
+                )
+            }
+        },
         law,
         seeds: seeds.to_vec(),
         summary,

@@ -14,7 +14,7 @@ use super::{exact_gd, maximum_likelihood, AutomatedEm, EmEvent, EmSettings, EmTr
 use crate::error::{Result, SagdError};
 use crate::langevin::{LangevinSettings, Momentum};
 use crate::quadrature::{log_likelihood, log_likelihood_trapezoid, GaussHermite};
-use crate::run::Control;
+use crate::run::{fnv1a, Control, FNV_OFFSET};
 use crate::schedule::{LengthSchedule, Schedule};
 
 /// Where E1's observations come from.
@@ -228,6 +228,9 @@ pub struct E1Result {
     pub surface: Surface,
     /// Wall seconds of `sagd`, `exact_gd`, `loglik_paths`, `mle`, `surface`.
     pub timing_s: std::collections::BTreeMap<String, f64>,
+    /// What the run found wrong with itself: a maximisation that did not converge, an EM that
+    /// ended far from the maximum, paths beyond any sensible range.
+    pub warnings: Vec<String>,
 }
 
 impl E1Result {
@@ -241,6 +244,14 @@ impl E1Result {
         self.exact_path.last().map(|v| &v[..]).unwrap_or(&[])
     }
 }
+
+/// Values that a figure or a starting point can use: finite and below 1e6 in magnitude.
+pub fn sane(v: &[f64]) -> bool {
+    v.iter().all(|x| x.is_finite() && x.abs() < 1e6)
+}
+
+/// ℓ below the maximum by more than this at the end of EM is flagged as "far from the MLE".
+const FAR_NATS: f64 = 10.0;
 
 fn grid(lo: f64, hi: f64, n: usize) -> Vec<f64> {
     (0..n)
@@ -267,6 +278,10 @@ pub fn run(
     };
     let mut em = AutomatedEm::new(&model, settings.clone());
     em.checkpoint = opts.checkpoint.clone();
+    em.data_key = fnv1a(
+        FNV_OFFSET,
+        model.data().iter().flat_map(|v| v.to_bits().to_le_bytes()),
+    );
     let resume = match (&opts.checkpoint, opts.resume) {
         (Some((path, _)), true) => Some(path.as_path()),
         _ => None,
@@ -297,7 +312,13 @@ pub fn run(
     let loglik_exact = ll(&exact)?;
     lap("loglik_paths", &mut timing);
     let ex_end = exact.last().cloned().unwrap_or_else(|| s.theta0.to_vec());
-    let b = maximum_likelihood(&model, &ex_end, &gh)?;
+    // A diverged path is no place to start BFGS.
+    let start = if sane(&ex_end) {
+        ex_end.clone()
+    } else {
+        s.theta0.to_vec()
+    };
+    let b = maximum_likelihood(&model, &start, &gh)?;
     let mle = Mle {
         theta: b.x,
         loglik: -b.f,
@@ -326,7 +347,14 @@ pub fn run(
         .fold(0.0, f64::max);
 
     // The surface under Figure 1a (48-node rule: plenty for a picture).
-    let mut pts: Vec<&[f64]> = trace.path.iter().chain(&exact).map(|v| &v[..]).collect();
+    let mut pts: Vec<&[f64]> = trace
+        .path
+        .iter()
+        .chain(&exact)
+        .map(|v| &v[..])
+        .filter(|v| sane(v))
+        .collect();
+    pts.push(&s.theta0);
     pts.push(&mle.theta);
     if let E1Data::Simulated { true_theta, .. } = &s.data {
         pts.push(true_theta);
@@ -359,6 +387,28 @@ pub fn run(
     };
     lap("surface", &mut timing);
     let estimate_loglik = log_likelihood(&model, &trace.estimate, &gh)?;
+    let mut warnings = Vec::new();
+    if !mle.converged {
+        warnings.push(format!(
+            "the MLE did not converge (BFGS stopped after {} iterations with max |∂ℓ/∂θ| = {:.2e}): its value is a lower bound on the maximum",
+            mle.iterations, mle.grad_max
+        ));
+    }
+    let gap = mle.loglik - estimate_loglik;
+    // A NaN gap is as far as it gets.
+    if gap.is_nan() || gap >= FAR_NATS {
+        warnings.push(format!(
+            "automated EM ended far from the maximum: ℓ(MLE) − ℓ(estimate) = {gap:.3e} nats; with α = {} the updates may overshoot: lower the learning rate",
+            s.alpha
+        ));
+    }
+    let diverged = trace.path.iter().chain(&exact).any(|v| !sane(v));
+    if diverged {
+        warnings.push(format!(
+            "a parameter path left the range [−1e6, 1e6] (is the learning rate α = {} too large?): figures that need it are not drawn",
+            s.alpha
+        ));
+    }
     Ok(Some(E1Result {
         x: model.data().to_vec(),
         em: trace,
@@ -370,5 +420,6 @@ pub fn run(
         quadrature_error,
         surface,
         timing_s: timing,
+        warnings,
     }))
 }

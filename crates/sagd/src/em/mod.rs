@@ -218,6 +218,9 @@ pub struct AutomatedEm<'a, M> {
     /// Checkpoint file and how often (in updates within an M-step) to write it; also written after
     /// every M-step.
     pub checkpoint: Option<(PathBuf, usize)>,
+    /// A fingerprint of the data (the model does not expose them), part of a checkpoint's
+    /// identity: a checkpoint of other data with as many points is refused.
+    pub data_key: u64,
 }
 
 /// Mean and sample standard deviation of column `j`.
@@ -257,19 +260,27 @@ pub struct EmSolver<'a, M> {
 }
 
 impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
-    /// Automated EM of `model` with `settings` from θ₀ and `seed` (both part of its identity).
-    pub fn new(model: &'a M, settings: &'a EmSettings, theta0: &[f64], seed: u64) -> Result<Self> {
+    /// Automated EM of `model` with `settings` from θ₀ and `seed`; these, the model's sizes and
+    /// `data_key` (a fingerprint of the data) make its identity.
+    pub fn new(
+        model: &'a M,
+        settings: &'a EmSettings,
+        theta0: &[f64],
+        seed: u64,
+        data_key: u64,
+    ) -> Result<Self> {
         let mut sagd_settings = settings.sagd.clone();
         sagd_settings.anchor = Anchor::Fixed;
         settings.validate(model.theta_dim())?;
         let dims = [model.n_data(), model.latent_dim(), model.theta_dim()];
-        let identity = postcard::to_allocvec(&(settings, theta0, seed, dims)).map_err(|e| {
-            SagdError::InvalidSetting {
-                name: "EM settings",
-                value: "not serialisable".into(),
-                fix: format!("custom schedules cannot be checkpointed ({e})"),
-            }
-        })?;
+        let identity =
+            postcard::to_allocvec(&(settings, theta0, seed, dims, data_key)).map_err(|e| {
+                SagdError::InvalidSetting {
+                    name: "EM settings",
+                    value: "not serialisable".into(),
+                    fix: format!("custom schedules cannot be checkpointed ({e})"),
+                }
+            })?;
         Ok(EmSolver {
             settings,
             solver: Sagd::new(sagd_settings),
@@ -382,6 +393,7 @@ impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
             model,
             settings,
             checkpoint: None,
+            data_key: 0,
         }
     }
 
@@ -395,7 +407,7 @@ impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
         resume: Option<&Path>,
         on_event: &mut dyn FnMut(EmEvent) -> Control,
     ) -> Result<EmTrace> {
-        let job = EmSolver::new(self.model, &self.settings, theta0, seed)?;
+        let job = EmSolver::new(self.model, &self.settings, theta0, seed, self.data_key)?;
         let mut observer = |st: &EmState, info: &EmInfo| {
             let mut c = on_event(EmEvent::Update {
                 mstep: info.mstep,

@@ -388,3 +388,66 @@ pub fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<V> {
         problem: format!("a record in it cannot be read ({e}): start afresh"),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Frames `body` as a checkpoint file would hold it.
+    fn framed(body: &[u8]) -> Vec<u8> {
+        let mut v = MAGIC.to_vec();
+        v.extend(FORMAT.to_le_bytes());
+        v.extend(body);
+        v.extend(fnv1a(FNV_OFFSET, body.iter().copied()).to_le_bytes());
+        v
+    }
+
+    fn read_bytes(bytes: &[u8]) -> Result<Body<SagdState<f64>>> {
+        let dir = tempfile::tempdir().map_err(|source| SagdError::Io {
+            action: "creating a folder",
+            path: String::new(),
+            source,
+        })?;
+        let path = dir.path().join("c");
+        std::fs::write(&path, bytes).map_err(|source| SagdError::Io {
+            action: "writing",
+            path: String::new(),
+            source,
+        })?;
+        let body = read_framed(&path)?;
+        decode(&body)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(10_000))]
+        /// Whatever a checkpoint file holds — garbage, or a well-framed body of garbage — reading it
+        /// gives a state or an error, never a panic; garbage never passes the checksum.
+        #[test]
+        fn any_bytes_give_a_state_or_an_error(body in proptest::collection::vec(any::<u8>(), 0..200)) {
+            prop_assert!(read_bytes(&body).is_err());
+            let _ = read_bytes(&framed(&body));
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_anywhere_is_refused() {
+        let body = b"a body of some length, standing in for a state".to_vec();
+        let good = framed(&body);
+        assert_eq!(read_framed_bytes(&good), Some(body.clone()));
+        for i in 0..good.len() {
+            for bit in 0..8 {
+                let mut bad = good.clone();
+                bad[i] ^= 1 << bit;
+                assert_eq!(read_framed_bytes(&bad), None, "byte {i}, bit {bit}");
+            }
+        }
+    }
+
+    fn read_framed_bytes(bytes: &[u8]) -> Option<Vec<u8>> {
+        let dir = tempfile::tempdir().ok()?;
+        let path = dir.path().join("c");
+        std::fs::write(&path, bytes).ok()?;
+        read_framed(&path).ok()
+    }
+}
