@@ -892,3 +892,42 @@ fn piped_output_shows_progress_lines() {
     assert!(lines.len() >= 2, "{err}");
     assert!(lines.iter().all(|l| l.contains("eta")), "{err}");
 }
+
+#[test]
+fn far_from_the_mle_and_extreme_data_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    // α = 20 overshoots: the end is outside the MLE's 99% likelihood-ratio region, and says so.
+    let o = sagd()
+        .args(["em", "--quiet", "--surface", "4", "--alpha", "20", "--out"])
+        .arg(dir.path().join("a"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("far from the maximum"), "{text}");
+    // The paper's settings end well inside it.
+    let o = sagd()
+        .args(["em", "--quiet", "--surface", "4", "--out"])
+        .arg(dir.path().join("b"))
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("WARNING"));
+    // An observation of 1e4 among values of order 1: refused by its number, not a blind failure.
+    let f = dir.path().join("x.csv");
+    let mut text = String::from("x\n");
+    for i in 0..200 {
+        text += &format!("{}\n", if i == 17 { 1e4 } else { (i % 7) as f64 * 0.3 });
+    }
+    std::fs::write(&f, text).unwrap();
+    let o = sagd()
+        .args(["debias", "--quiet", "--m", "2000", "--data"])
+        .arg(&f)
+        .arg("--out")
+        .arg(dir.path().join("c"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("observation 18 = 10000"),
+        "{err}"
+    );
+}

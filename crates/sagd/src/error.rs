@@ -90,14 +90,14 @@ pub enum SagdError {
         /// The checkpoint folder.
         dir: String,
     },
-    /// An error inside a named part of a larger run (a replication, a method).
-    #[error("{what}: {source}")]
+    /// An error inside a named part of a larger run (a replication, a method). Its message
+    /// carries the cause's, so it is not repeated as a source.
+    #[error("{what}: {cause}")]
     Context {
         /// The part.
         what: String,
         /// What went wrong there.
-        #[source]
-        source: Box<SagdError>,
+        cause: Box<SagdError>,
     },
     /// A cache file (saved intermediate results) that cannot be read or written.
     #[error("cache file {path}: {problem}")]

@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 use super::replicate::{fit, Replication, RunOptions};
 use super::E2Settings;
 
+/// How far from the median, in noise standard deviations, an observation may lie (the networks
+/// overflow in f32 between 300 and 600 on the spec's shapes).
+pub const MAX_NOISE_SDS: f64 = 200.0;
+
 /// The probabilities of the reported quantiles.
 pub const QUANTILE_PROBS: [f64; 9] = [0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99];
 
@@ -32,8 +36,8 @@ pub struct Deconvolution {
     pub noise_sd: f64,
     /// Per fitted model (`pretrained` and each method): quantiles of Z.
     pub quantiles: BTreeMap<String, Quantiles>,
-    /// Per fitted model: mean log-likelihood per observation of X/σ (unit-noise scale; compare
-    /// models by it, higher is better).
+    /// Per fitted model: mean log-likelihood per observation of (X − median)/σ (unit-noise scale;
+    /// compare models by it, higher is better).
     pub loglik_per_point_scaled_data: BTreeMap<String, Option<f64>>,
     /// Per fitted model: draws of Z in the data's units, sorted.
     #[serde(skip)]
@@ -45,7 +49,7 @@ pub struct Deconvolution {
     pub fit: Replication,
 }
 
-/// Fits the unit-noise model to X/σ from `seed` and scales the latent draws back by σ.
+/// Fits the unit-noise model to (X − median)/σ from `seed` and maps the latent draws back.
 pub fn deconvolve(
     s: &E2Settings,
     x: &[f64],
@@ -81,7 +85,27 @@ pub fn deconvolve(
         ..s.clone()
     };
     s.validate()?;
-    let scaled: Vec<f64> = x.iter().map(|v| v / noise_sd).collect();
+    // X − c = (Z − c) + noise for any c: fit the data centred at their median (the networks are
+    // happiest near 0) and shift the latent draws back. An observation that stays hundreds of noise
+    // standard deviations away is one the f32 networks cannot take.
+    let mut sorted = x.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let center = sorted[sorted.len() / 2];
+    let scaled: Vec<f64> = x.iter().map(|v| (v - center) / noise_sd).collect();
+    if let Some((i, v)) = scaled
+        .iter()
+        .enumerate()
+        .find(|(_, v)| v.is_nan() || v.abs() > MAX_NOISE_SDS)
+    {
+        return Err(SagdError::InvalidSetting {
+            name: "data",
+            value: format!("observation {} = {}", i + 1, x[i]),
+            fix: format!(
+                "it lies {:.0} noise standard deviations from the median {center:.4}, beyond the {MAX_NOISE_SDS} that the networks can take: check the value, or give the noise's standard deviation in the data's units (--noise-sd)",
+                v.abs()
+            ),
+        });
+    }
     let opts = RunOptions {
         keep_samples: true,
         ..opts.clone()
@@ -91,7 +115,7 @@ pub fn deconvolve(
     let mut samples = BTreeMap::new();
     let mut draws = BTreeMap::new();
     for (k, v) in &rep.samples {
-        let d: Vec<f64> = v.iter().map(|t| t * noise_sd).collect();
+        let d: Vec<f64> = v.iter().map(|t| center + t * noise_sd).collect();
         let mut z = d.clone();
         z.sort_by(f64::total_cmp);
         let q = QUANTILE_PROBS

@@ -191,7 +191,16 @@ fn run_phase(
         }
         _ => runner.solver.init(params, phase.seed),
     };
-    let outcome = runner.run(&mut state)?;
+    let outcome = runner.run(&mut state).map_err(|e| {
+        let what = match phase.name {
+            "pretrain" => "VAE pre-training".to_string(),
+            m => format!("fine-tuning by {}", m.to_uppercase()),
+        };
+        SagdError::Context {
+            what,
+            cause: Box::new(e),
+        }
+    })?;
     if outcome == Outcome::Stopped && !runner.solver.terminate(&state) {
         return Err(SagdError::Interrupted {
             phase: phase.name.to_string(),

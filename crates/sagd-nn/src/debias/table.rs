@@ -156,7 +156,7 @@ pub fn run_table(
             };
             replicate(s, &law, seed, &o, progress).map_err(|e| SagdError::Context {
                 what: format!("replication {seed}"),
-                source: Box::new(e),
+                cause: Box::new(e),
             })
         })
         .collect::<Result<_>>()?;
