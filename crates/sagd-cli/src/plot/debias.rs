@@ -113,14 +113,17 @@ impl Figure for DensityGrid<'_> {
             let mut chart = ChartBuilder::on(area)
                 .caption(&p.title, ("sans-serif", 16))
                 .margin(6)
-                .x_label_area_size(28)
-                .y_label_area_size(40)
+                .x_label_area_size(40)
+                .y_label_area_size(56)
                 .build_cartesian_2d(lo..hi, 0.0..ymax.max(1e-6))
                 .map_err(err)?;
             chart
                 .configure_mesh()
                 .disable_mesh()
                 .label_style(("sans-serif", 11))
+                .x_desc("z")
+                .y_desc("density")
+                .axis_desc_style(("sans-serif", 12))
                 .x_labels(6)
                 .y_labels(5)
                 .draw()
@@ -149,9 +152,10 @@ impl Figure for DensityGrid<'_> {
             }
             if p.d.is_finite() {
                 let style = ("sans-serif", 13).into_font().color(&BLACK);
-                area.draw_text(&format!("D = {:.4}", p.d), &style, (48, 34))
+                // Inside the plot, clear of the y axis and its labels.
+                area.draw_text(&format!("D = {:.4}", p.d), &style, (110, 34))
                     .map_err(err)?;
-                area.draw_text(&format!("W = {:.4}", p.w), &style, (48, 50))
+                area.draw_text(&format!("W = {:.4}", p.w), &style, (110, 50))
                     .map_err(err)?;
             }
         }
