@@ -138,6 +138,7 @@ fn draw_paths<DB: DrawingBackend>(
         .disable_mesh()
         .disable_x_axis()
         .y_labels(8)
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(err)?;
