@@ -5,7 +5,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use sagd_nn::debias::figure::DensitySeries;
 
-use super::{draw_legend, err, Figure};
+use super::{draw_legend, err, segments, Figure};
 
 /// Learning curves: a metric against fine-tuning epochs, one line per method, and a reference level
 /// (the pre-trained model's) as a dashed line.
@@ -61,7 +61,7 @@ impl Figure for TraceFigure<'_> {
             const COLOURS: [RGBColor; 4] = [MAGENTA, RGBColor(0, 140, 0), RED, BLUE];
             let style = COLOURS[i % COLOURS.len()].stroke_width(2);
             chart
-                .draw_series(LineSeries::new(c.iter().copied(), style))
+                .draw_series(segments(c, style))
                 .map_err(err)?
                 .label(label.clone())
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style));

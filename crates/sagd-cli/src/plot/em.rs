@@ -6,7 +6,7 @@ use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
 use sagd::em::e1::Surface;
 
-use super::{draw_legend, err, Figure};
+use super::{draw_legend, err, segments, Figure};
 
 /// Figure 1a: the (a, b) paths of SAGD and exact GD over a heat map of ℓ(a, b).
 pub struct PathsFigure<'a> {
@@ -93,14 +93,16 @@ fn draw_paths<DB: DrawingBackend>(
             })
         }))
         .map_err(err)?;
-    let pts = |p: &[Vec<f64>]| p.iter().map(|t| (t[0], t[1])).collect::<Vec<_>>();
+    let pts = |p: &[Vec<f64>], style: ShapeStyle| {
+        segments(&p.iter().map(|t| (t[0], t[1])).collect::<Vec<_>>(), style)
+    };
     chart
-        .draw_series(LineSeries::new(pts(exact), BLACK.stroke_width(3)))
+        .draw_series(pts(exact, BLACK.stroke_width(3)))
         .map_err(err)?
         .label("exact GD")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLACK.stroke_width(3)));
     chart
-        .draw_series(LineSeries::new(pts(sagd), RED.stroke_width(2)))
+        .draw_series(pts(sagd, RED.stroke_width(2)))
         .map_err(err)?
         .label("SAGD")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED.stroke_width(2)));
@@ -207,7 +209,7 @@ fn draw_loglik<DB: DrawingBackend>(
     ];
     for (points, style, label) in series {
         chart
-            .draw_series(LineSeries::new(points, style))
+            .draw_series(segments(&points, style))
             .map_err(err)?
             .label(label)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], style));

@@ -65,6 +65,15 @@ pub(crate) fn draw_legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::Coor
         .map_err(err)
 }
 
+/// A thick polyline as separate segments. plotters joins the segments of a thick line with
+/// miters, and a noisy path that turns back on itself grows spikes far outside the plot.
+pub(crate) fn segments<C: Copy>(points: &[C], style: ShapeStyle) -> Vec<PathElement<C>> {
+    points
+        .windows(2)
+        .map(|w| PathElement::new([w[0], w[1]], style))
+        .collect()
+}
+
 pub(crate) fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
     anyhow!("drawing a figure: {e}")
 }
