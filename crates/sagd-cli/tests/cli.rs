@@ -762,7 +762,11 @@ fn a_checkpoint_of_another_problem_is_refused() {
     assert!(with(&data, false).status.success());
     assert!(with(&data, true).status.success());
     let o = with(&other_data, true);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("other settings or data"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("(differing: data)"), "{err}");
+    let o = em_small(&out, &["--resume", "--T", "50"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("(differing: EM settings)"), "{err}");
 }
 
 #[test]

@@ -56,7 +56,7 @@ pub enum SagdError {
         chain: usize,
     },
     /// The gradient estimate or the parameters became non-finite.
-    #[error("the parameter update at iteration {iteration} is not finite: lower the learning rate or the Langevin step size")]
+    #[error("the parameter update at iteration {iteration} is not finite: the likely causes are extreme values in the data, a learning rate too large, or a Langevin step size too large")]
     NonFiniteUpdate {
         /// The 1-based iteration.
         iteration: usize,

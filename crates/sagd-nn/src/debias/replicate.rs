@@ -9,7 +9,9 @@ use rayon::prelude::*;
 use sagd::error::{Result, SagdError};
 use sagd::metrics::Law;
 use sagd::optim::Averaging;
-use sagd::run::{decode, encode, fnv1a, Control, Observer, Outcome, Runner, Solver, FNV_OFFSET};
+use sagd::run::{
+    decode, encode, fnv1a, Control, Identity, Observer, Outcome, Runner, Solver, FNV_OFFSET,
+};
 use serde::{Deserialize, Serialize};
 
 use super::cache::PretrainedCache;
@@ -148,12 +150,13 @@ fn run_phase(
     tracer: &mut Tracer,
     progress: &(dyn Fn(&str, usize, usize) + Sync),
 ) -> Result<PhaseResult> {
-    let identity = serde_json::to_vec(&serde_json::json!({"phase": phase.name, "run": phase.key}))
-        .map_err(|e| SagdError::InvalidSetting {
-            name: "settings",
-            value: "not serialisable".into(),
-            fix: e.to_string(),
-        })?;
+    // The phase, then each part of the run's key (settings, seed, data, version), by name.
+    let mut identity = Identity::new().with("phase", phase.name)?;
+    if let Some(parts) = phase.key.as_object() {
+        for (k, v) in parts {
+            identity = identity.with(k, &v.to_string())?;
+        }
+    }
     let job = Training::new(vae, est, &phase.settings, n, identity)?;
     let total = phase.settings.epochs * job.per_epoch();
     let mut done_here = 0usize;

@@ -15,7 +15,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::error::{Result, SagdError};
 use sagd::optim::{Averaging, UpdateRule, UpdateState};
 use sagd::rng::NormalStream;
-use sagd::run::Solver;
+use sagd::run::{Identity, Solver};
 use serde::{Deserialize, Serialize};
 
 use crate::net::Workspace;
@@ -126,7 +126,7 @@ pub struct Training<'a> {
     n: usize,
     batch: usize,
     total: usize,
-    identity: Vec<u8>,
+    identity: Identity,
     g_dec: Vec<f32>,
     g_enc: Vec<f32>,
 }
@@ -139,7 +139,7 @@ impl<'a> Training<'a> {
         est: &'a mut dyn GradientEstimator,
         s: &TrainSettings,
         n: usize,
-        identity: Vec<u8>,
+        identity: Identity,
     ) -> Result<Self> {
         let rule = UpdateRule::adam(s.averaging);
         rule.validate(0)?;
@@ -196,7 +196,7 @@ impl Solver for Training<'_> {
     type State = TrainState;
     type Info = TrainInfo;
 
-    fn identity(&self) -> Result<Vec<u8>> {
+    fn identity(&self) -> Result<Identity> {
         Ok(self.identity.clone())
     }
 
@@ -288,7 +288,7 @@ mod tests {
                 averaging,
             };
             let mut est = Constant;
-            let mut job = Training::new(&vae, &mut est, &s, 4, Vec::new()).unwrap();
+            let mut job = Training::new(&vae, &mut est, &s, 4, Identity::new()).unwrap();
             let mut st = job.init(p0.clone(), 0);
             while !job.terminate(&st) {
                 job.next_iter(&mut st).unwrap();

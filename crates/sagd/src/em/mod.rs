@@ -29,7 +29,7 @@ use crate::model::{LatentModel, MaximumLikelihood};
 use crate::optim::bfgs::{self, BfgsResult};
 use crate::optim::UpdateRule;
 use crate::quadrature::{expected_grad, posterior_rule, GaussHermite};
-use crate::run::{Control, Outcome, Runner, Solver};
+use crate::run::{Control, Identity, Outcome, Runner, Solver};
 use crate::schedule::Schedules;
 use crate::solver::{Anchor, IterInfo, Sagd, SagdSettings, SagdState};
 
@@ -256,7 +256,7 @@ pub struct EmSolver<'a, M> {
     settings: &'a EmSettings,
     solver: Sagd,
     problem: MaximumLikelihood<'a, M>,
-    identity: Vec<u8>,
+    identity: Identity,
 }
 
 impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
@@ -273,14 +273,12 @@ impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
         sagd_settings.anchor = Anchor::Fixed;
         settings.validate(model.theta_dim())?;
         let dims = [model.n_data(), model.latent_dim(), model.theta_dim()];
-        let identity =
-            postcard::to_allocvec(&(settings, theta0, seed, dims, data_key)).map_err(|e| {
-                SagdError::InvalidSetting {
-                    name: "EM settings",
-                    value: "not serialisable".into(),
-                    fix: format!("custom schedules cannot be checkpointed ({e})"),
-                }
-            })?;
+        let identity = Identity::new()
+            .with("EM settings", settings)?
+            .with("theta0", theta0)?
+            .with("seed", &seed)?
+            .with("data sizes", &dims)?
+            .with("data", &data_key)?;
         Ok(EmSolver {
             settings,
             solver: Sagd::new(sagd_settings),
@@ -343,7 +341,7 @@ impl<M: LatentModel<f64>> Solver for EmSolver<'_, M> {
     type State = EmState;
     type Info = EmInfo;
 
-    fn identity(&self) -> Result<Vec<u8>> {
+    fn identity(&self) -> Result<Identity> {
         Ok(self.identity.clone())
     }
 

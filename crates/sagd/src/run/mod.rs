@@ -38,9 +38,9 @@ pub trait Solver {
     /// What one iteration did, for the observers.
     type Info;
 
-    /// Bytes that identify the job (its settings and data): a checkpoint is resumed only by a job
-    /// with the same identity.
-    fn identity(&self) -> Result<Vec<u8>>;
+    /// What identifies the job (its settings, seed, data, the program's version): a checkpoint is
+    /// resumed only by a job with the same identity, and a refusal names the parts that differ.
+    fn identity(&self) -> Result<Identity>;
     /// One iteration.
     fn next_iter(&mut self, state: &mut Self::State) -> Result<Self::Info>;
     /// Whether the job is done.
@@ -60,6 +60,47 @@ pub trait Solver {
     /// Restores [`Solver::snapshot`].
     fn restore(&mut self, _bytes: &[u8]) -> Result<()> {
         Ok(())
+    }
+}
+
+/// The identity of a job: named parts, each encoded, compared part by part on resume.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity(Vec<(String, Vec<u8>)>);
+
+impl Identity {
+    /// An identity that starts with the program's version.
+    pub fn new() -> Self {
+        Identity(vec![(
+            "program version".into(),
+            env!("CARGO_PKG_VERSION").as_bytes().to_vec(),
+        )])
+    }
+
+    /// Adds the part `name` with value `v`.
+    pub fn with<V: Serialize + ?Sized>(mut self, name: &str, v: &V) -> Result<Self> {
+        let bytes = postcard::to_allocvec(v).map_err(|e| SagdError::InvalidSetting {
+            name: "checkpoint identity",
+            value: name.to_string(),
+            fix: format!("it cannot be encoded ({e}); custom schedules cannot be checkpointed"),
+        })?;
+        self.0.push((name.to_string(), bytes));
+        Ok(self)
+    }
+
+    /// The names of the parts in which `other` differs from `self`.
+    pub fn differences(&self, other: &Identity) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        for (n, v) in &self.0 {
+            if other.0.iter().find(|(m, _)| m == n).map(|(_, w)| w) != Some(v) {
+                names.push(n.clone());
+            }
+        }
+        for (n, _) in &other.0 {
+            if !self.0.iter().any(|(m, _)| m == n) {
+                names.push(n.clone());
+            }
+        }
+        names
     }
 }
 
@@ -193,8 +234,12 @@ impl<'a, S: Solver> Runner<'a, S> {
                 "written by another kind of run ({e}): start afresh"
             ))
         })?;
-        if body.identity != self.solver.identity()? {
-            return Err(bad("it belongs to a run with other settings or data: resume with the same settings and data, or start afresh".into()));
+        let differ = self.solver.identity()?.differences(&body.identity);
+        if !differ.is_empty() {
+            return Err(bad(format!(
+                "it belongs to a run with other settings or data (differing: {}): resume with the same settings and data, or start afresh",
+                differ.join(", ")
+            )));
         }
         if body.observers.len() != self.observers.len() {
             return Err(bad(format!(
@@ -213,14 +258,14 @@ impl<'a, S: Solver> Runner<'a, S> {
 
 #[derive(Serialize, Deserialize)]
 struct Body<S> {
-    identity: Vec<u8>,
+    identity: Identity,
     state: S,
     solver: Vec<u8>,
     observers: Vec<Vec<u8>>,
 }
 
 const MAGIC: &[u8; 8] = b"SAGDCKPT";
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
 /// FNV-1a, 64 bits: the checksum of checkpoints and the fingerprint of data.
 pub fn fnv1a(h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
@@ -321,17 +366,15 @@ impl<T: Real, P: Problem<T> + ?Sized> Solver for Algorithm1<'_, T, P> {
     type State = SagdState<T>;
     type Info = IterInfo;
 
-    fn identity(&self) -> Result<Vec<u8>> {
+    fn identity(&self) -> Result<Identity> {
         let dims = [
             self.problem.theta_dim(),
             self.problem.n_chains(),
             self.problem.chain_dim(),
         ];
-        postcard::to_allocvec(&(&self.sagd.settings, dims)).map_err(|e| SagdError::InvalidSetting {
-            name: "solver settings",
-            value: "not serialisable".into(),
-            fix: format!("custom schedules cannot be checkpointed ({e})"),
-        })
+        Identity::new()
+            .with("solver settings", &self.sagd.settings)?
+            .with("problem sizes", &dims)
     }
     fn next_iter(&mut self, state: &mut SagdState<T>) -> Result<IterInfo> {
         self.sagd.next_iter(self.problem, state)
