@@ -357,10 +357,16 @@ impl<M: LatentModel<f64>> Solver for EmSolver<'_, M> {
             state.trace.in_mstep = true;
         }
         let steps_before = state.sagd.chains.steps;
-        let iter = self.solver.next_iter(&self.problem, &mut state.sagd)?;
+        let mstep = state.trace.msteps.len();
+        let iter = self
+            .solver
+            .next_iter(&self.problem, &mut state.sagd)
+            .map_err(|e| SagdError::Context {
+                what: format!("automated EM, M-step {}", mstep + 1),
+                cause: Box::new(e),
+            })?;
         state.trace.langevin_steps += state.sagd.chains.steps - steps_before;
         state.trace.path.push(state.sagd.theta.clone());
-        let mstep = state.trace.msteps.len();
         let finished =
             (state.sagd.t >= self.settings.updates_per_mstep).then(|| self.close_mstep(state));
         Ok(EmInfo {
