@@ -147,6 +147,15 @@ pub(super) fn density_figure(
 ) -> Result<()> {
     let samples: Vec<&[f64]> = panels.iter().map(|p| p.1).collect();
     let series = DensitySeries::new(law, x, &samples);
+    // A fit that diverged can put its draws anywhere: no figure of a range nothing can show.
+    let span = series.hi - series.lo;
+    if !(span.is_finite() && span < 1e9 && series.max_density().is_finite()) {
+        eprintln!(
+            "warning: {name} not drawn: the fitted draws span [{:.3e}, {:.3e}], beyond any plot (a method diverged?)",
+            series.lo, series.hi
+        );
+        return Ok(());
+    }
     let grid = DensityGrid {
         series: &series,
         panels: panels

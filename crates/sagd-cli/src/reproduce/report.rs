@@ -233,13 +233,22 @@ fn html(out: &Path, header: &str, records: &[Record]) -> Result<String> {
             let _ = writeln!(h, "<p>{}</p>", escape(n));
         }
         for f in &r.figures {
-            let bytes =
-                std::fs::read(out.join(f)).with_context(|| format!("reading the figure {f}"))?;
-            let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
-            let _ = writeln!(
-                h,
-                "<p><img alt=\"{f}\" src=\"data:image/png;base64,{b64}\"></p>"
-            );
+            match std::fs::read(out.join(f)) {
+                Ok(bytes) => {
+                    let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+                    let _ = writeln!(
+                        h,
+                        "<p><img alt=\"{f}\" src=\"data:image/png;base64,{b64}\"></p>"
+                    );
+                }
+                // A figure skipped for values beyond any plot: the page says so.
+                Err(_) => {
+                    let _ = writeln!(
+                        h,
+                        "<p class=\"failed\">{f} was not drawn (see the experiment's output).</p>"
+                    );
+                }
+            }
         }
     }
     h += "</body></html>\n";
