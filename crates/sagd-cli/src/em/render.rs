@@ -62,6 +62,7 @@ pub(super) fn result_json(
         "surface": r.surface,
         "timing_s": timing,
         "warnings": r.warnings,
+        "standard_errors": r.information,
     })
 }
 
@@ -98,6 +99,12 @@ pub(super) fn summary(s: &E1Settings, r: &E1Result, total: f64) {
         );
     }
     row("MLE", &r.mle.theta, r.mle.loglik);
+    if let Some(i) = &r.information {
+        println!(
+            "standard errors at the estimate (Louis' identity, {} draws per point): a {:.4} (95% Wald [{:.3}, {:.3}]), b {:.4} (95% Wald [{:.3}, {:.3}])",
+            i.draws, i.se[0], i.wald95[0][0], i.wald95[0][1], i.se[1], i.wald95[1][0], i.wald95[1][1]
+        );
+    }
     for w in &r.warnings {
         println!("WARNING: {w}");
     }

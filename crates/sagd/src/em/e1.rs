@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::gamma_sigmoid::GammaSigmoid;
+use super::information::{louis_information, Information, LouisSettings};
 use super::{exact_gd, maximum_likelihood, AutomatedEm, EmEvent, EmSettings, EmTrace, StopRule};
 use crate::error::{Result, SagdError};
 use crate::langevin::{LangevinSettings, Momentum};
@@ -231,6 +232,10 @@ pub struct E1Result {
     /// What the run found wrong with itself: a maximisation that did not converge, an EM that
     /// ended far from the maximum, paths beyond any sensible range.
     pub warnings: Vec<String>,
+    /// The observed information at the estimate by Louis' identity: standard errors and Wald
+    /// intervals (statistical uncertainty of the MLE, which the estimate approaches; not the Monte
+    /// Carlo error of the estimate, `em.estimate_se`).
+    pub information: Option<Information>,
 }
 
 impl E1Result {
@@ -408,6 +413,19 @@ pub fn run(
             s.alpha
         ));
     }
+    let information = match louis_information(
+        &model,
+        &trace.estimate,
+        &LouisSettings::default(),
+        crate::rng::stream_seed(s.seed, 0x10_5e),
+    ) {
+        Ok(i) => Some(i),
+        Err(e) => {
+            warnings.push(format!("no standard errors at the estimate: {e}"));
+            None
+        }
+    };
+    lap("standard_errors", &mut timing);
     let diverged = trace.path.iter().chain(&exact).any(|v| !sane(v));
     if diverged {
         warnings.push(format!(
@@ -427,5 +445,6 @@ pub fn run(
         surface,
         timing_s: timing,
         warnings,
+        information,
     }))
 }

@@ -17,6 +17,7 @@
 
 pub mod e1;
 pub mod gamma_sigmoid;
+pub mod information;
 
 use std::path::{Path, PathBuf};
 
