@@ -22,6 +22,16 @@ pub struct Staging {
     done: bool,
 }
 
+/// Writes `bytes` to `path` whole or not at all: a temporary file named for this process, then a
+/// rename.
+pub fn write_atomic(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
 /// Whether process `pid` is alive (Linux: its /proc entry exists; elsewhere assume it is).
 fn alive(pid: u32) -> bool {
     if cfg!(target_os = "linux") {
@@ -95,7 +105,7 @@ impl Staging {
     /// Names the files a result of this kind consists of: at commit, those of an earlier result
     /// that the new one does not write are removed with it. Until then the earlier result stays
     /// whole, whatever happens to this run.
-    pub fn clear(&mut self, names: &[&str]) {
+    pub fn owns(&mut self, names: &[&str]) {
         self.owned.extend(names.iter().map(|n| n.to_string()));
     }
 

@@ -28,7 +28,7 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("out/deconvolution"));
     let mut staging = Staging::new(&out)?;
-    staging.clear(&[
+    staging.owns(&[
         "result.json",
         "latent_samples.csv",
         "density.png",

@@ -9,21 +9,13 @@ use anyhow::{Context, Result};
 use indicatif::ProgressBar;
 use sagd_nn::debias::figure::DensitySeries;
 use sagd_nn::debias::{
-    paper, run_table, Case, E2Settings, Replication, RunOptions, Summary, Table1, TracePoint,
-    PAPER_METHODS,
+    paper, run_table, Case, E2Settings, Replication, RunOptions, Table1, TracePoint,
 };
 use serde_json::json;
 
 use super::{run_options, DebiasArgs};
 use crate::output::{progress_bar, Staging};
 use crate::plot::{save, DensityGrid, DensityPanel, TraceFigure};
-
-fn fmt(v: Summary) -> String {
-    match v.se {
-        Some(se) => format!("{:.3} ({:.4})", v.mean, se),
-        None => format!("{:.3}", v.mean),
-    }
-}
 
 /// Writes `trace.csv` (one row per replication, method and traced epoch) and `trace.png/.svg`
 /// (the first replication's curves: W against π where it is known, else the log-likelihood) when
@@ -104,23 +96,24 @@ fn markdown(t: &Table1) -> String {
         s.methods.iter().map(|_| "---|").collect::<String>()
     );
     for metric in ["D", "W"] {
-        let cell = |who: &str| t.get(who, metric).map(fmt).unwrap_or_default();
+        let cell = |who: &str| {
+            t.get(who, metric)
+                .map(|v| v.to_string())
+                .unwrap_or_default()
+        };
         let mut row = format!("| {metric} | this run | {} |", cell("pretrained"));
         for m in &s.methods {
             row += &format!(" {} |", cell(m.name()));
         }
         md += &(row + "\n");
-        if let Some(p) = paper(t.case, metric) {
+        if paper(t.case, metric).is_some() {
             let mut row = format!("| {metric} | paper | — |");
             for m in &s.methods {
-                let i = PAPER_METHODS.iter().position(|x| x == m).unwrap_or(0);
-                row += &format!(
-                    " {} |",
-                    fmt(Summary {
-                        mean: p[i].0,
-                        se: Some(p[i].1)
-                    })
-                );
+                let v = t
+                    .paper(*m, metric)
+                    .map(|v| v.to_string())
+                    .unwrap_or_default();
+                row += &format!(" {v} |");
             }
             md += &(row + "\n");
         }
@@ -194,7 +187,7 @@ pub struct TableJob<'a> {
 pub fn write_table(s: &E2Settings, j: TableJob) -> Result<(Table1, String, Vec<String>)> {
     let t_all = Instant::now();
     let mut staging = Staging::new(j.out)?;
-    staging.clear(&[
+    staging.owns(&[
         "result.json",
         "table1.md",
         "figure2.png",

@@ -187,7 +187,7 @@ pub fn write(s: &E1Settings, o: E1Output) -> Result<(E1Result, Vec<String>)> {
     let t_all = Instant::now();
     s.validate()?;
     let mut staging = Staging::new(o.out)?;
-    staging.clear(&[
+    staging.owns(&[
         "result.json",
         "figure1a.png",
         "figure1a.svg",

@@ -222,12 +222,9 @@ fn run_one(
     match outcome {
         Ok(()) => {
             rec.status = Status::Done;
+            // Only a whole record marks the experiment finished.
             if let Ok(text) = serde_json::to_vec_pretty(&rec) {
-                // Only a whole record marks the experiment finished.
-                let tmp = dir.join(format!("reproduce.json.tmp-{}", std::process::id()));
-                if std::fs::write(&tmp, text).is_ok() {
-                    std::fs::rename(&tmp, &state).ok();
-                }
+                crate::output::write_atomic(&state, text).ok();
             }
         }
         Err(err) => {

@@ -7,7 +7,7 @@ use anyhow::Result;
 use indicatif::ProgressBar;
 use sagd::em::e1::{E1Data, E1Options, E1Settings};
 use sagd::run::{fnv1a, FNV_OFFSET};
-use sagd_nn::debias::{Case, E2Settings, Method, RunOptions, PAPER_METHODS};
+use sagd_nn::debias::{Case, E2Settings, Method, RunOptions};
 use serde_json::json;
 
 use super::{Record, Table};
@@ -327,17 +327,8 @@ fn e1_record(s: &E1Settings, r: &sagd::em::e1::E1Result, rec: &mut Record) {
 }
 
 fn e2_record(t: &sagd_nn::debias::Table1, rec: &mut Record) {
-    let cell = |v: Option<sagd_nn::debias::Summary>| match v {
-        Some(s) => match s.se {
-            Some(se) => format!("{:.3} ({:.4})", s.mean, se),
-            None => format!("{:.3}", s.mean),
-        },
-        None => String::new(),
-    };
-    let paper = |m: Method, metric: &str| {
-        let i = PAPER_METHODS.iter().position(|x| *x == m)?;
-        sagd_nn::debias::paper(t.case, metric).map(|p| format!("{:.3} ({:.4})", p[i].0, p[i].1))
-    };
+    let cell = |v: Option<sagd_nn::debias::Summary>| v.map(|s| s.to_string()).unwrap_or_default();
+    let paper = |m: Method, metric: &str| t.paper(m, metric).map(|s| s.to_string());
     let z = |m: Method, metric: &str| {
         t.z_vs_paper(m, metric)
             .map(|z| format!("{z:+.1}"))

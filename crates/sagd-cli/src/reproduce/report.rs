@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use base64::Engine;
 use serde::Serialize;
 
@@ -111,9 +111,7 @@ pub fn write(
     ];
     let mut names = Vec::new();
     for (name, text) in files {
-        let tmp = out.join(format!("{name}.tmp-{}", std::process::id()));
-        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, out.join(name)).with_context(|| format!("writing {name}"))?;
+        crate::output::write_atomic(&out.join(name), text)?;
         names.push(name.to_string());
     }
     Ok(names)

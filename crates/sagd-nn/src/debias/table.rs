@@ -81,6 +81,16 @@ pub struct Summary {
     pub se: Option<f64>,
 }
 
+impl std::fmt::Display for Summary {
+    /// `mean (se)` as Table 1 prints it: three decimals, the standard error four.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.se {
+            Some(se) => write!(f, "{:.3} ({:.4})", self.mean, se),
+            None => write!(f, "{:.3}", self.mean),
+        }
+    }
+}
+
 /// Table 1 for one case: every replication and the summaries.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Table1 {
@@ -108,13 +118,20 @@ impl Table1 {
         self.summary.get(&format!("{who}_{metric}")).copied()
     }
 
+    /// The paper's number for `method` and `metric` in this case.
+    pub fn paper(&self, method: Method, metric: &str) -> Option<Summary> {
+        let i = PAPER_METHODS.iter().position(|m| *m == method)?;
+        let (mean, se) = paper(self.case, metric)?[i];
+        Some(Summary { mean, se: Some(se) })
+    }
+
     /// How far `method`'s mean is from the paper's, in standard errors of the difference.
     pub fn z_vs_paper(&self, method: Method, metric: &str) -> Option<f64> {
         let ours = self.get(method.name(), metric)?;
-        let i = PAPER_METHODS.iter().position(|m| *m == method)?;
-        let (pm, pse) = paper(self.case, metric)?[i];
+        let theirs = self.paper(method, metric)?;
+        let pse = theirs.se.unwrap_or(0.0);
         let se = (ours.se.unwrap_or(0.0).powi(2) + pse * pse).sqrt();
-        Some((ours.mean - pm) / se)
+        Some((ours.mean - theirs.mean) / se)
     }
 }
 
