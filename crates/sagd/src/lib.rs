@@ -66,6 +66,7 @@ pub mod langevin;
 pub mod metrics;
 pub mod model;
 pub mod optim;
+pub mod parallel;
 pub mod quadrature;
 pub mod real;
 pub mod rng;

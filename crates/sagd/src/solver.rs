@@ -243,28 +243,34 @@ impl Sagd {
         // a pass of its own.
         let theta = &state.theta[..];
         let fuse = s.anchor == Anchor::Current && problem.fuses_grad_f();
-        let (infos, parts) = state.chains.run_steps(&target, &kernel, k_t, fuse, |b| {
-            let mut g = vec![T::zero(); p];
-            match b.aux {
-                Some(a) => g.copy_from_slice(a),
-                None => problem
-                    .add_grad_f(theta, b.first_row, b.positions, &mut g)
-                    .map_err(SagdError::Model)?,
-            }
-            Ok(g)
-        })?;
+        // Each block sums its steps in f64; the blocks' sums are added in block order: the same
+        // bits for any number of threads.
+        let (infos, parts) = state.chains.run_steps_fold(
+            &target,
+            &kernel,
+            k_t,
+            fuse,
+            |_| Ok(vec![0.0f64; p]),
+            |acc: &mut Result<Vec<f64>>, b| {
+                let Ok(sum) = acc else { return };
+                if let Some(a) = b.aux {
+                    sum.iter_mut().zip(a).for_each(|(s, v)| *s += v.f64());
+                    return;
+                }
+                let mut g = vec![T::zero(); p];
+                match problem.add_grad_f(theta, b.first_row, b.positions, &mut g) {
+                    Ok(()) => sum.iter_mut().zip(g).for_each(|(s, v)| *s += v.f64()),
+                    Err(e) => *acc = Err(SagdError::Model(e)),
+                }
+            },
+        )?;
         for info in &infos {
             divergences += info.divergences;
             kinetic += info.kinetic_temperature;
             last_logp = info.mean_log_density;
         }
-        // Summed step by step, blocks in order: the same bits for any number of threads.
-        for part in parts.into_iter().flatten() {
-            let part: Result<Vec<T>> = part;
-            for (g, v) in grad.iter_mut().zip(part?) {
-                *g += v.f64();
-            }
-        }
+        let parts = parts.into_iter().collect::<Result<Vec<_>>>()?;
+        crate::parallel::add_parts(&parts, &mut grad);
         let scale = 1.0 / (k_t as f64 * problem.n_chains().max(1) as f64);
         grad.iter_mut().for_each(|g| *g *= scale);
         let grad_norm = grad.iter().map(|g| g * g).sum::<f64>().sqrt();

@@ -4,7 +4,9 @@
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 use rand_xoshiro::Xoshiro256PlusPlus;
+use rayon::prelude::*;
 use sagd::metrics::{ks_w1, Law};
+use sagd::parallel::piece_rows;
 use sagd::rng::{stream_seed, NormalStream};
 use serde::{Deserialize, Serialize};
 
@@ -83,16 +85,22 @@ pub fn log_likelihood_1d(vae: &Vae, dec: &[f32], x: &[f64]) -> f64 {
             step.ln() - end - 0.5 * uk * uk - half_ln_2pi
         })
         .collect();
-    let mut total = 0.0;
-    let mut terms = vec![0.0f64; g];
-    for xi in x {
-        for k in 0..g {
-            let r = xi - h[k] as f64;
-            terms[k] = lw[k] - 0.5 * r * r - half_ln_2pi;
-        }
-        let m = terms.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        total += m + terms.iter().map(|t| (t - m).exp()).sum::<f64>().ln();
-    }
+    // One log-sum-exp per data point, in parallel; summed in order.
+    let per_point: Vec<f64> = x
+        .par_iter()
+        .map_init(
+            || vec![0.0f64; g],
+            |terms, xi| {
+                for k in 0..g {
+                    let r = xi - h[k] as f64;
+                    terms[k] = lw[k] - 0.5 * r * r - half_ln_2pi;
+                }
+                let m = terms.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                m + terms.iter().map(|t| (t - m).exp()).sum::<f64>().ln()
+            },
+        )
+        .collect();
+    let total: f64 = per_point.iter().sum();
     total / x.len() as f64
 }
 
@@ -102,12 +110,17 @@ pub fn generate(vae: &Vae, dec: &[f32], m: usize, seed: u64) -> Vec<f64> {
     let mut s = NormalStream::new(seed);
     let mut u = vec![0.0f32; m * d];
     s.fill(&mut u);
-    let mut out = Vec::with_capacity(m * d);
-    let mut ws = Workspace::default();
-    for chunk in u.chunks(20_000 * d) {
-        vae.dec.forward(dec, chunk, chunk.len() / d, &mut ws);
-        out.extend(ws.output().iter().map(|v| *v as f64));
-    }
+    // Pieces of rows through the decoder in parallel: a row's value does not depend on its piece.
+    let mut out = vec![0.0f64; m * d];
+    let rows = piece_rows(m, 2048);
+    u.par_chunks(rows * d)
+        .zip(out.par_chunks_mut(rows * d))
+        .for_each_init(Workspace::default, |ws, (ui, oi)| {
+            vae.dec.forward(dec, ui, ui.len() / d, ws);
+            oi.iter_mut()
+                .zip(ws.output())
+                .for_each(|(o, v)| *o = *v as f64);
+        });
     out
 }
 
@@ -134,6 +147,7 @@ pub fn evaluate(
     let d = vae.d;
     let z = generate(vae, dec, m, seed);
     let per: Vec<(f64, f64)> = (0..d)
+        .into_par_iter()
         .map(|j| {
             let col: Vec<f64> = z.iter().skip(j).step_by(d).copied().collect();
             ks_w1(&col, law)

@@ -2,6 +2,7 @@
 //! estimators: reparameterised, through encoder and decoder.
 
 use sagd::error::Result;
+use sagd::parallel::{add_parts, piece_rows, PIECES};
 use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 
@@ -19,6 +20,8 @@ pub struct BoundEstimator<'a> {
     xb: Vec<f32>,
     eps: Vec<f32>,
     pool: WorkspacePool<BoundScratch>,
+    /// Per group of chunks, its decoder and encoder gradient sums (kept between updates).
+    parts: Vec<(Vec<f32>, Vec<f32>)>,
 }
 
 /// One thread's buffers for [`BoundEstimator`]'s chunks.
@@ -34,10 +37,6 @@ struct BoundScratch {
     dout: Vec<f32>,
 }
 
-/// Groups of chunks per update: a group sums its chunks' gradients in order, then the groups'
-/// sums are added in order. The grouping is fixed by the batch size, never by the threads.
-const GROUPS: usize = 16;
-
 impl<'a> BoundEstimator<'a> {
     /// k = 1: the VAE's ELBO; k > 1: the IWAE bound with k samples.
     pub fn new(vae: &'a Vae, x: &'a [f32], k: usize, seed: u64) -> Self {
@@ -49,6 +48,7 @@ impl<'a> BoundEstimator<'a> {
             xb: Vec::new(),
             eps: Vec::new(),
             pool: WorkspacePool::default(),
+            parts: Vec::new(),
         }
     }
 
@@ -193,36 +193,48 @@ impl GradientEstimator for BoundEstimator<'_> {
         self.eps.resize(k * n * d, 0.0);
         self.stream.fill(&mut self.eps);
         self.pool.ensure(rayon::current_num_threads());
-        // Chunks of whole points (about `chunk_rows` decoder rows), each run start to finish —
-        // encoder, samples, decoder, weights, both backward passes — while its buffers are in
-        // cache; chunks in fixed groups.
-        let per_chunk = (self.vae.chunk_rows() / k).max(1);
+        // Chunks of whole points (at most about `chunk_rows` decoder rows, and about PIECES
+        // chunks or more), each run start to finish — encoder, samples, decoder, weights, both
+        // backward passes — while its buffers are in cache. At most PIECES groups of chunks,
+        // each with its own gradient sums, added in group order afterwards.
+        let per_chunk = piece_rows(n, (self.vae.chunk_rows() / k).max(1));
         let chunks = n.div_ceil(per_chunk);
-        let groups = chunks.min(GROUPS);
+        let groups = chunks.min(PIECES);
         let (nd, ne) = (g_dec.len(), g_enc.len());
+        let mut parts = std::mem::take(&mut self.parts);
+        parts.resize_with(groups, Default::default);
         let this = &*self;
-        let parts: Vec<(f64, Vec<f32>, Vec<f32>)> = (0..groups)
-            .into_par_iter()
-            .map(|g| {
+        let losses: Vec<f64> = parts[..groups]
+            .par_iter_mut()
+            .enumerate()
+            .map(|(g, (gd, ge))| {
+                gd.clear();
+                gd.resize(nd, 0.0);
+                ge.clear();
+                ge.resize(ne, 0.0);
                 this.pool.with(|s| {
-                    let (mut gd, mut ge) = (vec![0.0f32; nd], vec![0.0f32; ne]);
                     let mut loss = 0.0;
                     for c in g * chunks / groups..(g + 1) * chunks / groups {
                         let (i0, i1) = (c * per_chunk, ((c + 1) * per_chunk).min(n));
                         let x = &this.xb[i0 * d..i1 * d];
                         let eps = &this.eps[i0 * k * d..i1 * k * d];
-                        loss += this.chunk(p, x, eps, n as f32, s, &mut gd, &mut ge);
+                        loss += this.chunk(p, x, eps, n as f32, s, gd, ge);
                     }
-                    (loss, gd, ge)
+                    loss
                 })
             })
             .collect();
-        let mut loss = 0.0f64;
-        for (l, gd, ge) in parts {
-            loss += l;
-            g_dec.iter_mut().zip(&gd).for_each(|(a, b)| *a += b);
-            g_enc.iter_mut().zip(&ge).for_each(|(a, b)| *a += b);
+        let loss: f64 = losses.iter().sum();
+        for (out, part) in [(g_dec, 0), (g_enc, 1)] {
+            let mut sum = vec![0.0f64; out.len()];
+            let slices: Vec<&[f32]> = parts[..groups]
+                .iter()
+                .map(|(gd, ge)| if part == 0 { &gd[..] } else { &ge[..] })
+                .collect();
+            add_parts(&slices, &mut sum);
+            out.iter_mut().zip(&sum).for_each(|(a, b)| *a += *b as f32);
         }
+        self.parts = parts;
         Ok(loss / n as f64)
     }
 }

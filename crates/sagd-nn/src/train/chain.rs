@@ -1,16 +1,17 @@
 //! Chains on the decoder's posterior p(u | x; θ) as gradient estimators: HMC from an encoder draw
 //! at every update, or SAGD's persistent underdamped Langevin chains.
 
-use sagd::error::{Result, SagdError};
+use sagd::error::{LogpError, Result, SagdError};
 use sagd::hmc::HmcSettings;
 use sagd::langevin::{ChainSet, Kernel, LangevinSettings, Momentum, Scheme};
 use sagd::model::{AnchoredTarget, MaximumLikelihood, Problem};
+use sagd::parallel::{add_parts, piece_rows};
 use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 use serde::{Deserialize, Serialize};
 
 use super::{encoder_draw, gather_rows, GradientEstimator};
-use crate::net::Workspace;
+use crate::net::WorkspacePool;
 use crate::vae::{DecoderPosterior, Vae, VaeParams};
 
 /// SAGD's chains: persistent underdamped Langevin chains on u, one per data point. The defaults
@@ -64,7 +65,7 @@ pub struct ChainEstimator<'a> {
     steps: usize,
     fresh_from_encoder: bool,
     stream: NormalStream,
-    ws: Workspace,
+    pool: WorkspacePool,
     grad: Vec<f64>,
     acceptance: Vec<f64>,
     divergences: usize,
@@ -74,6 +75,8 @@ pub struct ChainEstimator<'a> {
     xb: Vec<f32>,
     fused: bool,
     reused: usize,
+    /// The blocks' gradient sums of the last update, reused as the next one's buffers.
+    spare: Vec<Vec<f32>>,
 }
 
 impl<'a> ChainEstimator<'a> {
@@ -107,7 +110,7 @@ impl<'a> ChainEstimator<'a> {
         let n = x.len() / vae.d;
         let mut chains = ChainSet::new(n, vae.d, seed);
         // Blocks of rows step in parallel; the block boundaries, not the threads, fix the results.
-        chains.set_rows_per_block(vae.chunk_rows());
+        chains.set_rows_per_block(piece_rows(n, vae.chunk_rows()));
         ChainEstimator {
             vae,
             x,
@@ -116,7 +119,7 @@ impl<'a> ChainEstimator<'a> {
             steps: steps.max(1),
             fresh_from_encoder: fresh,
             stream: NormalStream::new(seed ^ 0xA5A5_5A5A_DEAD_BEEF),
-            ws: Workspace::default(),
+            pool: WorkspacePool::default(),
             grad: Vec::new(),
             acceptance: Vec::new(),
             divergences: 0,
@@ -126,6 +129,7 @@ impl<'a> ChainEstimator<'a> {
             xb: Vec::new(),
             fused: false,
             reused: 0,
+            spare: Vec::new(),
         }
     }
 }
@@ -197,7 +201,7 @@ impl GradientEstimator for ChainEstimator<'_> {
                 problem: &all_problem,
                 anchor: &p.dec[..],
             };
-            let u0 = encoder_draw(self.vae, p, self.x, &mut self.stream, &mut self.ws);
+            let u0 = encoder_draw(self.vae, p, self.x, &mut self.stream, &mut self.pool);
             self.chains.init(&all_target, &u0, self.momentum)?;
             self.divergences += self
                 .chains
@@ -210,7 +214,7 @@ impl GradientEstimator for ChainEstimator<'_> {
             self.chains.gather(batch)
         };
         if self.fresh_from_encoder {
-            let u0 = encoder_draw(self.vae, p, &self.xb, &mut self.stream, &mut self.ws);
+            let u0 = encoder_draw(self.vae, p, &self.xb, &mut self.stream, &mut self.pool);
             sub.set_positions(&target, &u0)?;
         } else {
             // θ moved since the chains' gradients were computed.
@@ -218,22 +222,41 @@ impl GradientEstimator for ChainEstimator<'_> {
         }
         self.grad.clear();
         self.grad.resize(p.dec.len(), 0.0);
+        sub.set_rows_per_block(piece_rows(sub.n_chains(), self.vae.chunk_rows()));
+        // Each block of chains takes all K steps in one task and sums ∇θ f at its new states
+        // after each (the step's own evaluation computed it when fused; f = −log p, as the
+        // problem defines); the blocks' sums are then added in block order.
+        let theta = &p.dec[..];
+        let spare = std::sync::Mutex::new(std::mem::take(&mut self.spare));
+        let run = sub.run_steps_fold(
+            &target,
+            &self.kernel,
+            self.steps,
+            self.fused,
+            |_| {
+                let mut g = spare
+                    .lock()
+                    .ok()
+                    .and_then(|mut s| s.pop())
+                    .unwrap_or_default();
+                g.clear();
+                g.resize(theta.len(), 0.0);
+                Ok(g)
+            },
+            |acc: &mut std::result::Result<Vec<f32>, LogpError>, b| {
+                let Ok(sum) = acc else { return };
+                match b.aux {
+                    Some(g) => sum.iter_mut().zip(g).for_each(|(s, v)| *s += *v),
+                    None => {
+                        if let Err(e) = problem.add_grad_f(theta, b.first_row, b.positions, sum) {
+                            *acc = Err(e);
+                        }
+                    }
+                }
+            },
+        );
         let mut logp = 0.0;
         let mut result = Ok(());
-        // Each block of chains takes all K steps in one task; after each, ∇θ f at its new states:
-        // the step's own evaluation computed it when fused (f = −log p, as the problem defines).
-        let theta = &p.dec[..];
-        let run = sub.run_steps(&target, &self.kernel, self.steps, self.fused, |b| {
-            match b.aux {
-                Some(g) => Ok(g.to_vec()),
-                None => {
-                    let mut g = vec![0.0f32; theta.len()];
-                    problem
-                        .add_grad_f(theta, b.first_row, b.positions, &mut g)
-                        .map(|()| g)
-                }
-            }
-        });
         match run {
             Ok((infos, parts)) => {
                 for info in &infos {
@@ -243,17 +266,15 @@ impl GradientEstimator for ChainEstimator<'_> {
                         self.acceptance.push(a);
                     }
                 }
-                // Summed step by step, blocks in order.
-                for part in parts.into_iter().flatten() {
+                let mut sums = Vec::with_capacity(parts.len());
+                for part in parts {
                     match part {
-                        Ok(g) => self
-                            .grad
-                            .iter_mut()
-                            .zip(&g)
-                            .for_each(|(a, b)| *a += *b as f64),
+                        Ok(g) => sums.push(g),
                         Err(e) => result = Err(SagdError::Model(e)),
                     }
                 }
+                add_parts(&sums, &mut self.grad);
+                self.spare = sums;
             }
             Err(e) => result = Err(e),
         }

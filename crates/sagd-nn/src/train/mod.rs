@@ -18,8 +18,9 @@ use sagd::rng::NormalStream;
 use sagd::run::{Identity, Solver};
 use serde::{Deserialize, Serialize};
 
-use crate::net::Workspace;
+use crate::net::WorkspacePool;
 use crate::vae::{Vae, VaeParams};
+use sagd::parallel::piece_rows;
 
 /// A gradient estimate of the training loss at the current parameters.
 pub trait GradientEstimator {
@@ -52,27 +53,37 @@ pub fn gather_rows(x: &[f32], d: usize, batch: &[usize], out: &mut Vec<f32>) {
     }
 }
 
-/// One reparameterised draw u = μ + σ ε per data point (n × d), from the current encoder.
+/// One reparameterised draw u = μ + σ ε per data point (n × d), from the current encoder: the
+/// noise drawn in one stream, the encoder run on pieces of rows in parallel.
 pub fn encoder_draw(
     vae: &Vae,
     p: &VaeParams,
     x: &[f32],
     stream: &mut NormalStream,
-    ws: &mut Workspace,
+    pool: &mut WorkspacePool,
 ) -> Vec<f32> {
+    use rayon::prelude::*;
     let d = vae.d;
     let n = x.len() / d;
-    vae.enc.forward(&p.enc, x, n, ws);
-    let mut eps = vec![0.0f32; n * d];
-    stream.fill(&mut eps);
-    let out = ws.output();
     let mut u = vec![0.0f32; n * d];
-    for i in 0..n {
-        for j in 0..d {
-            let (mu, lv) = (out[i * 2 * d + j], out[i * 2 * d + d + j]);
-            u[i * d + j] = mu + (0.5 * lv).exp() * eps[i * d + j];
-        }
-    }
+    stream.fill(&mut u);
+    pool.ensure(rayon::current_num_threads());
+    let rows = piece_rows(n, vae.enc.chunk_rows());
+    let pool = &*pool;
+    x.par_chunks(rows * d)
+        .zip(u.par_chunks_mut(rows * d))
+        .for_each(|(xp, up)| {
+            pool.with(|ws| {
+                vae.enc.forward(&p.enc, xp, xp.len() / d, ws);
+                let out = ws.output();
+                for (i, ui) in up.chunks_exact_mut(d).enumerate() {
+                    for (j, v) in ui.iter_mut().enumerate() {
+                        let (mu, lv) = (out[i * 2 * d + j], out[i * 2 * d + d + j]);
+                        *v = mu + (0.5 * lv).exp() * *v;
+                    }
+                }
+            })
+        });
     u
 }
 

@@ -383,6 +383,43 @@ impl<T: Real> ChainSet<T> {
         R: Send,
         F: Fn(BlockStep<'_, T>) -> R + Sync,
     {
+        let (infos, per_block) = self.run_steps_fold(
+            target,
+            kernel,
+            steps,
+            aux,
+            |_| Vec::with_capacity(steps),
+            |acc: &mut Vec<R>, b| acc.push(after(b)),
+        )?;
+        let mut values: Vec<Vec<R>> = (0..infos.len())
+            .map(|_| Vec::with_capacity(per_block.len()))
+            .collect();
+        for vals in per_block {
+            for (s, v) in vals.into_iter().enumerate() {
+                values[s].push(v);
+            }
+        }
+        Ok((infos, values))
+    }
+
+    /// [`ChainSet::run_steps`] with one accumulator per block instead of one value per block and
+    /// step: `init(block)` makes it, `fold` takes each of the block's steps into it in the block's
+    /// task. The accumulators come back in block order, so a sum over them in that order is the
+    /// same for any number of threads, and no step's value outlives its step.
+    pub fn run_steps_fold<A, I, F>(
+        &mut self,
+        target: &impl LogDensity<T>,
+        kernel: &Kernel<T>,
+        steps: usize,
+        aux: bool,
+        init: I,
+        fold: F,
+    ) -> Result<(Vec<StepInfo>, Vec<A>)>
+    where
+        A: Send,
+        I: Fn(usize) -> A + Sync,
+        F: Fn(&mut A, BlockStep<'_, T>) + Sync,
+    {
         if !self.initialized {
             return Err(SagdError::InvalidSetting {
                 name: "chains",
@@ -409,7 +446,7 @@ impl<T: Real> ChainSet<T> {
         let [g0, g1] = &mut self.g;
         let [l0, l1] = &mut self.lp;
         // One block through all the steps: buffers `a` hold the current state, `b` the next.
-        let block = |i: usize, parts: BlockBuffers<'_, T>| -> Result<(Vec<BlockStats>, Vec<R>)> {
+        let block = |i: usize, parts: BlockBuffers<'_, T>| -> Result<(Vec<BlockStats>, A)> {
             let (xs, gs, ls, rho, noise, rngs) = parts;
             let ((mut xa, mut xb), (mut ga, mut gb), (mut la, mut lb)) = if cur == 0 {
                 (xs, gs, ls)
@@ -421,7 +458,7 @@ impl<T: Real> ChainSet<T> {
             // The block's own buffer for the target's auxiliary output, reused by every step.
             let mut aux_buf = vec![T::zero(); if with_aux { target.aux_len() } else { 0 }];
             let mut stats = Vec::with_capacity(steps);
-            let mut values = Vec::with_capacity(steps);
+            let mut acc = init(i);
             for _ in 0..steps {
                 let parts = (
                     &*xa,
@@ -436,23 +473,26 @@ impl<T: Real> ChainSet<T> {
                 );
                 let aux = with_aux.then_some(&mut aux_buf[..]);
                 let st = run_block(target, kernel, Block::new(first_row, parts), aux)?;
-                values.push(after(BlockStep {
-                    first_row,
-                    positions: &*xb,
-                    divergences: st.divergences,
-                    aux: (with_aux && st.divergences == 0).then_some(&aux_buf[..]),
-                }));
+                fold(
+                    &mut acc,
+                    BlockStep {
+                        first_row,
+                        positions: &*xb,
+                        divergences: st.divergences,
+                        aux: (with_aux && st.divergences == 0).then_some(&aux_buf[..]),
+                    },
+                );
                 stats.push(st);
                 std::mem::swap(&mut xa, &mut xb);
                 std::mem::swap(&mut ga, &mut gb);
                 std::mem::swap(&mut la, &mut lb);
             }
-            Ok((stats, values))
+            Ok((stats, acc))
         };
         // One noise buffer per block (empty for kernels that draw none).
         let mut noise_chunks: Vec<&mut [T]> = self.scratch.0.chunks_mut(nb).collect();
         noise_chunks.resize_with(n_blocks, Default::default);
-        let per_block: Vec<Result<(Vec<BlockStats>, Vec<R>)>> =
+        let per_block: Vec<Result<(Vec<BlockStats>, A)>> =
             if n_blocks == 1 || rayon::current_num_threads() == 1 {
                 // No task overhead.
                 x0.chunks_mut(bd)
@@ -491,7 +531,6 @@ impl<T: Real> ChainSet<T> {
             blocks.push(b?);
         }
         let mut infos = Vec::with_capacity(steps);
-        let mut values: Vec<Vec<R>> = (0..steps).map(|_| Vec::with_capacity(n_blocks)).collect();
         let nf = n.max(1) as f64;
         for s in 0..steps {
             let mut total = BlockStats::default();
@@ -509,15 +548,10 @@ impl<T: Real> ChainSet<T> {
                     .then(|| total.dh / total.dh_count.max(1) as f64),
             });
         }
-        for (_, vals) in blocks {
-            for (s, v) in vals.into_iter().enumerate() {
-                values[s].push(v);
-            }
-        }
         if steps % 2 == 1 {
             self.cur = 1 - cur;
         }
         self.steps += steps as u64;
-        Ok((infos, values))
+        Ok((infos, blocks.into_iter().map(|(_, acc)| acc).collect()))
     }
 }

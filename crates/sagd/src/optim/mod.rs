@@ -119,7 +119,7 @@ impl Transform for Optimizer {
                 let c2 = 1.0 - beta2.powi(state.count as i32);
                 let k = [beta1, beta2, eps, c1, c2];
                 // Elementwise, so splitting a large vector across threads changes no bits.
-                const SPLIT: usize = 16_384;
+                const SPLIT: usize = 2048;
                 if grad.len() > 2 * SPLIT {
                     grad.par_chunks_mut(SPLIT)
                         .zip(state.m.par_chunks_mut(SPLIT))

@@ -1,0 +1,80 @@
+//! How parallel passes are cut: into pieces fixed by the shapes, never by the threads, and summed
+//! in piece order, so that any number of threads gives the same bits.
+
+use rayon::prelude::*;
+
+use crate::real::Real;
+
+/// Independent pieces of work a parallel pass aims to offer per synchronisation: four for each
+/// of 16 threads, so that uneven pieces still keep a big machine busy.
+pub const PIECES: usize = 64;
+
+/// Rows per piece when `n` rows are cut into about [`PIECES`] pieces or more: ⌊n / PIECES⌋, at
+/// least 1 and at most `max_rows` (what keeps one piece's buffers in a core's cache).
+pub fn piece_rows(n: usize, max_rows: usize) -> usize {
+    (n / PIECES).clamp(1, max_rows.max(1))
+}
+
+/// Elements of the output per task of [`add_parts`].
+const SUM_CHUNK: usize = 256;
+
+/// `out[j] += Σ_b parts[b][j]`, the parts added in order in f64 and the elements split among
+/// threads: the same bits for any number of threads. Every part must be as long as `out`.
+pub fn add_parts<T: Real, P: AsRef<[T]> + Sync>(parts: &[P], out: &mut [f64]) {
+    debug_assert!(parts.iter().all(|p| p.as_ref().len() == out.len()));
+    out.par_chunks_mut(SUM_CHUNK)
+        .enumerate()
+        .for_each(|(c, o)| {
+            let j0 = c * SUM_CHUNK;
+            for p in parts {
+                let p = &p.as_ref()[j0..j0 + o.len()];
+                for (a, b) in o.iter_mut().zip(p) {
+                    *a += b.f64();
+                }
+            }
+        });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_are_fixed_by_the_rows() {
+        assert_eq!(piece_rows(1000, 512), 15);
+        assert_eq!(1000usize.div_ceil(piece_rows(1000, 512)), 67);
+        assert_eq!(piece_rows(500, 128), 7);
+        assert_eq!(piece_rows(10, 512), 1);
+        assert_eq!(piece_rows(100_000, 128), 128);
+        assert_eq!(piece_rows(0, 0), 1);
+    }
+
+    #[test]
+    fn parts_add_in_order_for_any_number_of_threads() {
+        // Values whose f64 sum depends on the order: the result must equal the sequential sum.
+        let parts: Vec<Vec<f32>> = (0..70)
+            .map(|b| {
+                (0..1000)
+                    .map(|j| {
+                        ((b * 7919 + j * 104_729) % 1000) as f32 * 1e-3 - 0.5 + 1e7 * (b % 2) as f32
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut seq = vec![0.25f64; 1000];
+        for p in &parts {
+            for (a, b) in seq.iter_mut().zip(p) {
+                *a += *b as f64;
+            }
+        }
+        for threads in [1, 3, 16] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let mut out = vec![0.25f64; 1000];
+            pool.install(|| add_parts(&parts, &mut out));
+            assert_eq!(out, seq, "{threads} threads");
+        }
+    }
+}
