@@ -18,6 +18,28 @@ pub enum BenchCommand {
     /// `sagd debias` runs them, then pre-training and each method alone; with `--peer`, the PyTorch
     /// peer on the same settings in the same run, and the ratios.
     Debias(DebiasBenchArgs),
+    /// The CUDA backend against the CPU engine: every network of the experiments forward and
+    /// backward on fresh random inputs (relative error of each output, which must stay under
+    /// 1e-4), then the time of a forward + backward pass on each. Needs an NVIDIA GPU and the
+    /// CUDA 13 driver, NVRTC and cuBLAS libraries on the loader's path.
+    Gpu(GpuBenchArgs),
+}
+
+/// Flags of `sagd bench gpu`.
+#[derive(Args, Debug)]
+pub struct GpuBenchArgs {
+    /// Which GPU.
+    #[arg(long, default_value_t = 0)]
+    ordinal: usize,
+    /// Seed of the random inputs of the check.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Timed repeats of each pass (the table gives the median).
+    #[arg(long, default_value_t = 50)]
+    repeats: usize,
+    /// Also write the JSON here.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 /// Flags of `sagd bench debias`.
@@ -84,7 +106,63 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Kernel(a) => kernel(a),
         BenchCommand::Debias(a) => debias(a),
+        BenchCommand::Gpu(a) => gpu(a),
     }
+}
+
+/// Largest relative error between the engines that `sagd bench gpu` accepts: f32 arithmetic in
+/// another order lands near 1e-6.
+const GPU_TOLERANCE: f64 = 1e-4;
+
+fn gpu(a: GpuBenchArgs) -> Result<()> {
+    use sagd_nn::cuda::{check_networks, time_networks, Gpu};
+    let t = std::time::Instant::now();
+    let gpu = Gpu::open(a.ordinal).with_context(|| format!("opening GPU {}", a.ordinal))?;
+    let device = gpu.describe()?;
+    let open_s = t.elapsed().as_secs_f64();
+    eprintln!("{device}: opened and kernels compiled in {open_s:.2} s");
+    let checks = check_networks(&gpu, a.seed)?;
+    eprintln!("| network | rows | output | dparams | dx | finite |");
+    eprintln!("|---|---|---|---|---|---|");
+    for c in &checks {
+        eprintln!(
+            "| {} | {} | {:.1e} | {:.1e} | {:.1e} | {} |",
+            c.network, c.rows, c.output, c.dparams, c.dx, c.all_finite
+        );
+    }
+    let timings = time_networks(&gpu, a.repeats)?;
+    eprintln!("| network | rows | GPU ms | CPU ms (1 thread) | CPU / GPU |");
+    eprintln!("|---|---|---|---|---|");
+    for t in &timings {
+        eprintln!(
+            "| {} | {} | {:.3} | {:.3} | {:.1} |",
+            t.network,
+            t.rows,
+            t.gpu_ms,
+            t.cpu_one_thread_ms,
+            t.cpu_one_thread_ms / t.gpu_ms
+        );
+    }
+    let passed = checks
+        .iter()
+        .all(|c| c.all_finite && c.output.max(c.dparams).max(c.dx) < GPU_TOLERANCE);
+    let json = serde_json::to_string_pretty(&serde_json::json!({
+        "benchmark": "gpu",
+        "device": device,
+        "open_s": open_s,
+        "tolerance": GPU_TOLERANCE,
+        "passed": passed,
+        "checks": checks,
+        "timings": timings,
+    }))?;
+    if let Some(p) = &a.out {
+        std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
+    }
+    println!("{json}");
+    if !passed {
+        anyhow::bail!("the GPU engine disagrees with the CPU engine beyond {GPU_TOLERANCE:.0e}: see the table above");
+    }
+    Ok(())
 }
 
 fn kernel(a: KernelArgs) -> Result<()> {

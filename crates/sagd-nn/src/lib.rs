@@ -15,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cuda;
 pub mod debias;
 mod gemm;
 pub mod math;
@@ -22,4 +23,4 @@ mod net;
 pub mod train;
 pub mod vae;
 
-pub use net::{Layer, SavedError, Sequential, Workspace, WorkspacePool, CHUNK_ROWS};
+pub use net::{Layer, ParamTerms, SavedError, Sequential, Workspace, WorkspacePool, CHUNK_ROWS};

@@ -187,24 +187,25 @@ fn linear_forward(
     );
 }
 
-/// dW += gᵀ x, db += Σ_rows g.
-fn linear_param_grad(g: &[f32], x: &[f32], dw: &mut [f32], db: &mut [f32], inp: usize, out: usize) {
+/// dW += gᵀ x and db += Σ_rows g for the output units j0..j0 + db.len() (those rows of W, in
+/// `dw`). Every element is the same fused multiply-add chain over the rows whatever the range, so
+/// a layer's gradient cut into ranges computed apart has the same bits.
+fn linear_param_grad(
+    g: &[f32],
+    x: &[f32],
+    dw: &mut [f32],
+    db: &mut [f32],
+    (inp, out): (usize, usize),
+    j0: usize,
+) {
     let rows = g.len() / out;
+    let n = db.len();
+    let g = &g[j0..];
     if inp == 1 {
         // W is out × 1: its gradient as one row, xᵀ g.
-        gemm(1, out, rows, by_cols(x, 1), g, out, dw, out, Epilogue::Add);
+        gemm(1, n, rows, by_cols(x, 1), g, out, dw, n, Epilogue::Add);
     } else {
-        gemm(
-            out,
-            inp,
-            rows,
-            by_cols(g, out),
-            x,
-            inp,
-            dw,
-            inp,
-            Epilogue::Add,
-        );
+        gemm(n, inp, rows, by_cols(g, out), x, inp, dw, inp, Epilogue::Add);
     }
     // db = 1ᵀ g: a stride-0 A reads the one 1.
     let ones = Strided {
@@ -212,7 +213,28 @@ fn linear_param_grad(g: &[f32], x: &[f32], dw: &mut [f32], db: &mut [f32], inp: 
         rows: 0,
         cols: 0,
     };
-    gemm(1, out, rows, ones, g, out, db, out, Epilogue::Add);
+    gemm(1, n, rows, ones, g, out, db, n, Epilogue::Add);
+}
+
+/// What a backward pass leaves for ∂L/∂params when the products are deferred
+/// ([`Sequential::backward_keeping`]): per Linear layer, its input and the gradient at its output,
+/// for the pass's rows. The products of many passes then run in parallel over the parameters
+/// ([`Sequential::add_param_grads`]) instead of each pass summing into a copy of all of them.
+#[derive(Clone, Debug, Default)]
+pub struct ParamTerms {
+    x: Vec<Vec<f32>>,
+    g: Vec<Vec<f32>>,
+}
+
+/// Output units of a Linear layer per task of [`Sequential::add_param_grads`]: 16 tasks for a
+/// 64-wide layer, so that the 1-D networks offer over 64 pieces of work.
+const PARAM_TILE: usize = 4;
+
+/// Where a backward pass puts ∂L/∂params.
+enum ParamSink<'a> {
+    Skip,
+    Add(&'a mut [f32]),
+    Keep(&'a mut ParamTerms),
 }
 
 /// dx = (g W) ⊙ s, with s the derivative of the activation below the layer when there is one. A
@@ -321,16 +343,27 @@ impl Sequential {
     /// wide network still splits into chunks for several threads. Fixed by the shape alone, so
     /// results never depend on the number of threads.
     pub fn chunk_rows(&self) -> usize {
-        let widest = self
-            .layers
+        let widest = self.widest();
+        (CHUNK_ACTIVATIONS / widest.max(1)).clamp(1, CHUNK_ROWS)
+    }
+
+    /// The widest layer's width (input or output).
+    pub(crate) fn widest(&self) -> usize {
+        self.layers
             .iter()
             .map(|l| match l {
                 Layer::Linear { inp, out } => (*inp).max(*out),
                 Layer::Act { .. } => 1,
             })
             .max()
-            .unwrap_or(1);
-        (CHUNK_ACTIVATIONS / widest.max(1)).clamp(1, CHUNK_ROWS)
+            .unwrap_or(1)
+            .max(self.inp)
+            .max(self.out)
+    }
+
+    /// Where layer `i`'s parameters start in the flat vector.
+    pub(crate) fn offset(&self, i: usize) -> usize {
+        self.offsets[i]
     }
 
     /// The layers.
@@ -394,7 +427,73 @@ impl Sequential {
         params: &[f32],
         ws: &mut Workspace,
         dout: &[f32],
-        mut dparams: Option<&mut [f32]>,
+        dparams: Option<&mut [f32]>,
+        dx: Option<&mut [f32]>,
+    ) {
+        let sink = match dparams {
+            Some(dp) => ParamSink::Add(dp),
+            None => ParamSink::Skip,
+        };
+        self.backward_to(params, ws, dout, sink, dx);
+    }
+
+    /// [`Sequential::backward`] that keeps the terms of ∂L/∂params in `terms` instead of adding
+    /// them up; [`Sequential::add_param_grads`] adds them later.
+    pub fn backward_keeping(
+        &self,
+        params: &[f32],
+        ws: &mut Workspace,
+        dout: &[f32],
+        terms: &mut ParamTerms,
+        dx: Option<&mut [f32]>,
+    ) {
+        terms.x.resize_with(self.layers.len(), Vec::new);
+        terms.g.resize_with(self.layers.len(), Vec::new);
+        self.backward_to(params, ws, dout, ParamSink::Keep(terms), dx);
+    }
+
+    /// Adds ∂L/∂params of the kept passes `parts` into `dparams`, in parallel over groups of
+    /// [`PARAM_TILE`] output units of each Linear layer, each summing the parts in order: the
+    /// same bits for any number of threads, and as [`Sequential::backward`] on each part in turn.
+    pub fn add_param_grads(&self, parts: &[&ParamTerms], dparams: &mut [f32]) {
+        use rayon::prelude::*;
+        type Task<'a> = (usize, usize, &'a mut [f32], &'a mut [f32]);
+        let mut tasks: Vec<Task<'_>> = Vec::new();
+        let mut rest = dparams;
+        let mut at = 0;
+        for (i, l) in self.layers.iter().enumerate() {
+            let Layer::Linear { inp, out } = *l else {
+                continue;
+            };
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(self.offsets[i] - at);
+            let (w, tail) = tail.split_at_mut(inp * out);
+            let (b, tail) = tail.split_at_mut(out);
+            rest = tail;
+            at = self.offsets[i] + inp * out + out;
+            for (k, (dw, db)) in w
+                .chunks_mut(PARAM_TILE * inp)
+                .zip(b.chunks_mut(PARAM_TILE))
+                .enumerate()
+            {
+                tasks.push((i, k * PARAM_TILE, dw, db));
+            }
+        }
+        tasks.into_par_iter().for_each(|(i, j0, dw, db)| {
+            let Layer::Linear { inp, out } = self.layers[i] else {
+                return;
+            };
+            for p in parts {
+                linear_param_grad(&p.g[i], &p.x[i], dw, db, (inp, out), j0);
+            }
+        });
+    }
+
+    fn backward_to(
+        &self,
+        params: &[f32],
+        ws: &mut Workspace,
+        dout: &[f32],
+        mut sink: ParamSink<'_>,
         dx: Option<&mut [f32]>,
     ) {
         let rows = ws.rows;
@@ -416,9 +515,18 @@ impl Sequential {
                 Layer::Linear { inp, out } => {
                     let off = self.offsets[i];
                     let w = &params[off..off + inp * out];
-                    if let Some(dp) = dparams.as_deref_mut() {
-                        let (dw, db) = dp[off..off + inp * out + out].split_at_mut(inp * out);
-                        linear_param_grad(grad, xin, dw, db, inp, out);
+                    match &mut sink {
+                        ParamSink::Add(dp) => {
+                            let (dw, db) = dp[off..off + inp * out + out].split_at_mut(inp * out);
+                            linear_param_grad(grad, xin, dw, db, (inp, out), 0);
+                        }
+                        ParamSink::Keep(t) => {
+                            t.x[i].clear();
+                            t.x[i].extend_from_slice(&xin[..rows * inp]);
+                            t.g[i].clear();
+                            t.g[i].extend_from_slice(&grad[..rows * out]);
+                        }
+                        ParamSink::Skip => {}
                     }
                     if i > 0 || need_dx {
                         let below = match i.checked_sub(1).map(|j| &self.layers[j]) {
@@ -509,4 +617,54 @@ pub enum SavedError {
         #[source]
         source: Box<SavedError>,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sagd::rng::NormalStream;
+
+    fn normals(n: usize, seed: u64) -> Vec<f32> {
+        let mut v = vec![0.0f32; n];
+        NormalStream::new(seed).fill(&mut v);
+        v
+    }
+
+    #[test]
+    fn deferred_parameter_gradients_are_the_same_bits_as_summed_passes() {
+        // Widths 1, 64 and 1 (the 1-D decoder: the out × 1 and 1 × in layouts) and 3 → 9 → 2
+        // (ranges that do not divide by the tile); passes of uneven rows; any number of threads.
+        for net in [
+            Sequential::mlp(&[1, 64, 64, 1], Activation::Softplus),
+            Sequential::mlp(&[3, 9, 9, 2], Activation::Tanh),
+        ] {
+            let params = net.init(3);
+            let rows = [5usize, 17, 1, 8];
+            let mut summed = vec![0.0f32; net.n_params()];
+            let mut terms = vec![ParamTerms::default(); rows.len()];
+            let mut ws = Workspace::default();
+            for (k, (&r, t)) in rows.iter().zip(&mut terms).enumerate() {
+                let x = normals(r * net.input_dim(), 10 + k as u64);
+                let dout = normals(r * net.output_dim(), 20 + k as u64);
+                net.forward(&params, &x, r, &mut ws);
+                net.backward(&params, &mut ws, &dout, Some(&mut summed), None);
+                net.forward(&params, &x, r, &mut ws);
+                net.backward_keeping(&params, &mut ws, &dout, t, None);
+            }
+            let parts: Vec<&ParamTerms> = terms.iter().collect();
+            for threads in [1, 3, 16] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut deferred = vec![0.0f32; net.n_params()];
+                pool.install(|| net.add_param_grads(&parts, &mut deferred));
+                let same = deferred
+                    .iter()
+                    .zip(&summed)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{threads} threads");
+            }
+        }
+    }
 }

@@ -10,7 +10,7 @@ use sagd::error::LogpError;
 use sagd::model::LatentModel;
 
 use crate::math::Activation;
-use crate::net::{Sequential, Workspace};
+use crate::net::{Sequential, Workspace, WorkspacePool};
 
 /// Decoder and encoder shapes: MLPs d → h → h → d and d → h → h → 2d with softplus hidden layers.
 #[derive(Clone, Debug, PartialEq)]
@@ -72,24 +72,29 @@ pub struct DecoderPosterior<'a> {
     dec: &'a Sequential,
     x: &'a [f32],
     d: usize,
-    pool: Mutex<Vec<(Workspace, Vec<f32>)>>,
+    /// Each worker thread's forward-pass buffers and residuals.
+    pool: WorkspacePool<(Workspace, Vec<f32>)>,
     remember: bool,
     reused: AtomicUsize,
-    /// The last forward pass of each block of rows (see [`DecoderPosterior::keeping_passes`]).
-    last: Mutex<Vec<LastPass>>,
+    /// The last forward pass of each block of rows, in the slot of the block's first row (see
+    /// [`DecoderPosterior::keeping_passes`]): one lock per block, so blocks never wait on each
+    /// other.
+    last: Vec<Mutex<Option<LastPass>>>,
 }
 
 impl<'a> DecoderPosterior<'a> {
     /// The posterior of decoder `dec` for data `x` (n × d, row-major).
     pub fn new(dec: &'a Sequential, x: &'a [f32]) -> Self {
+        let mut pool = WorkspacePool::default();
+        pool.ensure(rayon::current_num_threads());
         DecoderPosterior {
             dec,
             x,
             d: dec.input_dim(),
-            pool: Mutex::new(Vec::new()),
+            pool,
             remember: false,
             reused: AtomicUsize::new(0),
-            last: Mutex::new(Vec::new()),
+            last: Vec::new(),
         }
     }
 
@@ -101,24 +106,9 @@ impl<'a> DecoderPosterior<'a> {
     /// same bits either way.)
     pub fn keeping_passes(mut self, on: bool) -> Self {
         self.remember = on;
+        let n = if on { self.x.len() / self.d.max(1) } else { 0 };
+        self.last = (0..n).map(|_| Mutex::new(None)).collect();
         self
-    }
-
-    fn with_workspace<R>(&self, f: impl FnOnce(&mut Workspace, &mut Vec<f32>) -> R) -> R {
-        let mut w = self.take_workspace();
-        let r = f(&mut w.0, &mut w.1);
-        if let Ok(mut p) = self.pool.lock() {
-            p.push(w);
-        }
-        r
-    }
-
-    fn take_workspace(&self) -> (Workspace, Vec<f32>) {
-        self.pool
-            .lock()
-            .map(|mut p| p.pop())
-            .unwrap_or(None)
-            .unwrap_or_default()
     }
 
     /// How many θ-gradient calls have reused a kept forward pass.
@@ -126,30 +116,44 @@ impl<'a> DecoderPosterior<'a> {
         self.reused.load(Ordering::SeqCst)
     }
 
-    /// Keeps a block's forward pass (workspace and residuals) in place of the block's last one.
-    fn keep_pass(&self, theta: &[f32], data: &[usize], u: &[f32], ws: Workspace, r: Vec<f32>) {
-        let (Ok(mut last), Ok(mut pool)) = (self.last.lock(), self.pool.lock()) else {
+    /// The slot of the block of rows `data`.
+    fn slot(&self, data: &[usize]) -> Option<&Mutex<Option<LastPass>>> {
+        data.first().and_then(|&i| self.last.get(i))
+    }
+
+    /// Keeps a block's forward pass (workspace and residuals) in place of the block's last one;
+    /// the caller gets the replaced pass's buffers back to reuse.
+    fn keep_pass(
+        &self,
+        theta: &[f32],
+        data: &[usize],
+        u: &[f32],
+        ws: &mut Workspace,
+        r: &mut Vec<f32>,
+    ) {
+        let Some(Ok(mut slot)) = self.slot(data).map(|m| m.lock()) else {
             return;
         };
-        match last.iter_mut().find(|l| l.data == data) {
-            // The block's slot is reused: its θ and u copies keep their allocations (θ is large for
-            // wide decoders, and this runs at every evaluation).
-            Some(slot) => {
-                slot.theta.clear();
-                slot.theta.extend_from_slice(theta);
-                slot.u.clear();
-                slot.u.extend_from_slice(u);
-                let old_ws = std::mem::replace(&mut slot.ws, ws);
-                let old_r = std::mem::replace(&mut slot.r, r);
-                pool.push((old_ws, old_r));
+        match slot.as_mut() {
+            // The slot keeps its allocations (θ is large for wide decoders, and this runs at
+            // every evaluation).
+            Some(kept) if kept.data == data => {
+                kept.theta.clear();
+                kept.theta.extend_from_slice(theta);
+                kept.u.clear();
+                kept.u.extend_from_slice(u);
+                std::mem::swap(&mut kept.ws, ws);
+                std::mem::swap(&mut kept.r, r);
             }
-            None => last.push(LastPass {
-                theta: theta.to_vec(),
-                data: data.to_vec(),
-                u: u.to_vec(),
-                ws,
-                r,
-            }),
+            _ => {
+                *slot = Some(LastPass {
+                    theta: theta.to_vec(),
+                    data: data.to_vec(),
+                    u: u.to_vec(),
+                    ws: std::mem::take(ws),
+                    r: std::mem::take(r),
+                })
+            }
         }
     }
 
@@ -163,14 +167,12 @@ impl<'a> DecoderPosterior<'a> {
         grad_theta: &mut [f32],
     ) -> Option<Vec<usize>> {
         let d = self.d;
-        // Out of the shared list while in use, so that other blocks' calls do not wait on it.
-        let mut kept = {
-            let mut last = self.last.lock().ok()?;
-            let at = last
-                .iter()
-                .position(|l| l.data == data && l.theta == theta)?;
-            last.swap_remove(at)
-        };
+        let slot = self.slot(data)?;
+        // Out of its slot while in use; compared outside the lock.
+        let mut kept = slot.lock().ok()?.take()?;
+        if kept.data != data || kept.theta != theta {
+            return None;
+        }
         let mut stale = Vec::new();
         let mut r = kept.r.clone();
         for (k, ((rr, now), then)) in r
@@ -191,12 +193,10 @@ impl<'a> DecoderPosterior<'a> {
         self.dec
             .backward(theta, &mut kept.ws, &r, Some(grad_theta), None);
         self.reused.fetch_add(1, Ordering::SeqCst);
-        if let Ok(mut last) = self.last.lock() {
+        if let Ok(mut s) = slot.lock() {
             // Unless a newer pass of these rows came in meanwhile.
-            if last.iter().all(|l| l.data != kept.data) {
-                last.push(kept);
-            } else if let Ok(mut pool) = self.pool.lock() {
-                pool.push((kept.ws, kept.r));
+            if s.is_none() {
+                *s = Some(kept);
             }
         }
         Some(stale)
@@ -213,9 +213,8 @@ impl<'a> DecoderPosterior<'a> {
         grad_theta: Option<&mut [f32]>,
     ) -> Result<(), LogpError> {
         let d = self.d;
-        let remember = self.remember;
-        let (mut ws, mut r) = self.take_workspace();
-        self.residuals(theta, data, u, &mut ws, &mut r);
+        self.pool.with(|(ws, r)| {
+        self.residuals(theta, data, u, ws, r);
         for ((lp, rr), uu) in logp
             .iter_mut()
             .zip(r.chunks_exact(d))
@@ -226,16 +225,14 @@ impl<'a> DecoderPosterior<'a> {
             *lp = -0.5 * s;
         }
         // ∇u = J_hᵀ (x − h) − u; ∇θ = Σ J_θᵀ (x − h) from the same pass.
-        self.dec
-            .backward(theta, &mut ws, &r, grad_theta, Some(grad_u));
+        self.dec.backward(theta, ws, r, grad_theta, Some(grad_u));
         for (g, uu) in grad_u.iter_mut().zip(u) {
             *g -= uu;
         }
-        if remember {
+        if self.remember {
             self.keep_pass(theta, data, u, ws, r);
-        } else if let Ok(mut p) = self.pool.lock() {
-            p.push((ws, r));
         }
+        });
         Ok(())
     }
 
@@ -321,7 +318,7 @@ impl LatentModel<f32> for DecoderPosterior<'_> {
             ),
             None => (Cow::Borrowed(data), Cow::Borrowed(u)),
         };
-        self.with_workspace(|ws, r| {
+        self.pool.with(|(ws, r)| {
             self.residuals(theta, &data, &u, ws, r);
             // ∇θ Σ log p = Σ J_θᵀ (x − h).
             self.dec.backward(theta, ws, r, Some(grad_theta), None);

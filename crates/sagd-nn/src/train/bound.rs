@@ -2,13 +2,13 @@
 //! estimators: reparameterised, through encoder and decoder.
 
 use sagd::error::Result;
-use sagd::parallel::{add_parts, piece_rows, PIECES};
+use sagd::parallel::piece_rows;
 use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 
 use super::{gather_rows, GradientEstimator};
 use crate::math;
-use crate::net::{Workspace, WorkspacePool};
+use crate::net::{ParamTerms, Workspace, WorkspacePool};
 use crate::vae::{Vae, VaeParams};
 
 /// The ELBO (k = 1) or the IWAE bound (k > 1), reparameterised, encoder and decoder.
@@ -20,8 +20,8 @@ pub struct BoundEstimator<'a> {
     xb: Vec<f32>,
     eps: Vec<f32>,
     pool: WorkspacePool<BoundScratch>,
-    /// Per group of chunks, its decoder and encoder gradient sums (kept between updates).
-    parts: Vec<(Vec<f32>, Vec<f32>)>,
+    /// Per chunk, the terms of its decoder and encoder gradients (buffers kept between updates).
+    terms: Vec<(ParamTerms, ParamTerms)>,
 }
 
 /// One thread's buffers for [`BoundEstimator`]'s chunks.
@@ -48,22 +48,19 @@ impl<'a> BoundEstimator<'a> {
             xb: Vec::new(),
             eps: Vec::new(),
             pool: WorkspacePool::default(),
-            parts: Vec::new(),
+            terms: Vec::new(),
         }
     }
 
-    /// The loss (summed over the chunk's points) and its gradients, added into `gd` and `ge`, for
-    /// the points `x` with noise `eps` (k draws per point, point-major); `nf` is the batch size.
-    #[allow(clippy::too_many_arguments)]
+    /// The loss (summed over the chunk's points) for the points `x` with noise `eps` (k draws per
+    /// point, point-major; `nf` is the batch size), and the terms of its gradients in `terms`
+    /// (decoder, encoder).
     fn chunk(
         &self,
         p: &VaeParams,
-        x: &[f32],
-        eps: &[f32],
-        nf: f32,
+        (x, eps, nf): (&[f32], &[f32], f32),
         s: &mut BoundScratch,
-        gd: &mut [f32],
-        ge: &mut [f32],
+        terms: &mut (ParamTerms, ParamTerms),
     ) -> f64 {
         let (d, k) = (self.vae.d, self.k);
         let np = x.len() / d;
@@ -131,7 +128,7 @@ impl<'a> BoundEstimator<'a> {
         s.du.resize(rows * d, 0.0);
         self.vae
             .dec
-            .backward(&p.dec, &mut s.ws_dec, &s.dh, Some(gd), Some(&mut s.du));
+            .backward_keeping(&p.dec, &mut s.ws_dec, &s.dh, &mut terms.0, Some(&mut s.du));
         // Back through the reparameterisation to (μ, log σ²), plus the KL term (k = 1) or the
         // direct ∂/∂u and ∂/∂log σ² terms of log w (k > 1).
         s.dout.clear();
@@ -159,7 +156,7 @@ impl<'a> BoundEstimator<'a> {
         }
         self.vae
             .enc
-            .backward(&p.enc, &mut s.ws_enc, &s.dout, Some(ge), None);
+            .backward_keeping(&p.enc, &mut s.ws_enc, &s.dout, &mut terms.1, None);
         loss
     }
 }
@@ -195,46 +192,29 @@ impl GradientEstimator for BoundEstimator<'_> {
         self.pool.ensure(rayon::current_num_threads());
         // Chunks of whole points (at most about `chunk_rows` decoder rows, and about PIECES
         // chunks or more), each run start to finish — encoder, samples, decoder, weights, both
-        // backward passes — while its buffers are in cache. At most PIECES groups of chunks,
-        // each with its own gradient sums, added in group order afterwards.
+        // backward passes — while its buffers are in cache, keeping the terms of its parameter
+        // gradients; then the gradients in parallel over the parameters, chunks in order.
         let per_chunk = piece_rows(n, (self.vae.chunk_rows() / k).max(1));
         let chunks = n.div_ceil(per_chunk);
-        let groups = chunks.min(PIECES);
-        let (nd, ne) = (g_dec.len(), g_enc.len());
-        let mut parts = std::mem::take(&mut self.parts);
-        parts.resize_with(groups, Default::default);
+        let mut terms = std::mem::take(&mut self.terms);
+        terms.resize_with(chunks, Default::default);
         let this = &*self;
-        let losses: Vec<f64> = parts[..groups]
+        let losses: Vec<f64> = terms[..chunks]
             .par_iter_mut()
             .enumerate()
-            .map(|(g, (gd, ge))| {
-                gd.clear();
-                gd.resize(nd, 0.0);
-                ge.clear();
-                ge.resize(ne, 0.0);
-                this.pool.with(|s| {
-                    let mut loss = 0.0;
-                    for c in g * chunks / groups..(g + 1) * chunks / groups {
-                        let (i0, i1) = (c * per_chunk, ((c + 1) * per_chunk).min(n));
-                        let x = &this.xb[i0 * d..i1 * d];
-                        let eps = &this.eps[i0 * k * d..i1 * k * d];
-                        loss += this.chunk(p, x, eps, n as f32, s, gd, ge);
-                    }
-                    loss
-                })
+            .map(|(c, t)| {
+                let (i0, i1) = (c * per_chunk, ((c + 1) * per_chunk).min(n));
+                let x = &this.xb[i0 * d..i1 * d];
+                let eps = &this.eps[i0 * k * d..i1 * k * d];
+                this.pool.with(|s| this.chunk(p, (x, eps, n as f32), s, t))
             })
             .collect();
         let loss: f64 = losses.iter().sum();
-        for (out, part) in [(g_dec, 0), (g_enc, 1)] {
-            let mut sum = vec![0.0f64; out.len()];
-            let slices: Vec<&[f32]> = parts[..groups]
-                .iter()
-                .map(|(gd, ge)| if part == 0 { &gd[..] } else { &ge[..] })
-                .collect();
-            add_parts(&slices, &mut sum);
-            out.iter_mut().zip(&sum).for_each(|(a, b)| *a += *b as f32);
-        }
-        self.parts = parts;
+        let dec: Vec<&ParamTerms> = terms[..chunks].iter().map(|t| &t.0).collect();
+        let enc: Vec<&ParamTerms> = terms[..chunks].iter().map(|t| &t.1).collect();
+        self.vae.dec.add_param_grads(&dec, g_dec);
+        self.vae.enc.add_param_grads(&enc, g_enc);
+        self.terms = terms;
         Ok(loss / n as f64)
     }
 }

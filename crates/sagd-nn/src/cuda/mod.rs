@@ -1,0 +1,435 @@
+//! The CUDA backend of the engine: the same [`Sequential`] networks on an NVIDIA GPU, through
+//! `cudarc` with dynamic loading — the driver, NVRTC and cuBLAS are found at run time, so a binary
+//! built without CUDA runs everywhere and `--device cuda` fails with a clear [`GpuError`] where no
+//! GPU or library is found. Linear layers are cuBLAS products (row-major data read as column-major
+//! transposes), activations are kernels compiled by NVRTC when the device opens. f32 throughout,
+//! without TF32, so results agree with the CPU engine to float rounding.
+
+mod check;
+
+pub use check::{check_networks, time_networks, NetworkCheck, NetworkTiming};
+
+use std::sync::Arc;
+
+use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, Gemv, GemvConfig};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
+    PushKernelArg,
+};
+
+use crate::math::Activation;
+use crate::net::{Layer, Sequential};
+
+/// Why the GPU could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// A CUDA library is not on the loader's path.
+    #[error(
+        "no CUDA {library} library was found ({file}*): {hint}; or run on the CPU, the default"
+    )]
+    Library {
+        /// Which library.
+        library: &'static str,
+        /// Its file name.
+        file: &'static str,
+        /// Where it comes from.
+        hint: &'static str,
+    },
+    /// The driver loaded but no device answered.
+    #[error("no CUDA device could be opened ({0}): check nvidia-smi, or run on the CPU")]
+    NoDevice(String),
+    /// A driver call failed.
+    #[error("CUDA driver: {0}")]
+    Driver(#[from] cudarc::driver::DriverError),
+    /// NVRTC could not compile the kernels.
+    #[error("compiling the CUDA kernels with NVRTC: {0}")]
+    Compile(String),
+    /// A cuBLAS call failed.
+    #[error("cuBLAS: {0}")]
+    Blas(#[from] cudarc::cublas::result::CublasError),
+}
+
+/// Results of the backend.
+pub type GpuResult<T> = Result<T, GpuError>;
+
+/// The kernels of `kernels.cu`.
+struct Kernels {
+    act_forward: CudaFunction,
+    add_bias: CudaFunction,
+    scale: CudaFunction,
+    fill: CudaFunction,
+}
+
+/// An open GPU: its stream, a cuBLAS handle and the compiled kernels.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    blas: CudaBlas,
+    k: Kernels,
+}
+
+/// Threads per block of the elementwise kernels.
+const THREADS: u32 = 256;
+
+fn grid(n: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: ((n as u32).div_ceil(THREADS).max(1), 1, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+fn act_code(a: Activation) -> i32 {
+    match a {
+        Activation::Softplus => 0,
+        Activation::Relu => 1,
+        Activation::Tanh => 2,
+        Activation::Sigmoid => 3,
+    }
+}
+
+/// Whether the driver, NVRTC and cuBLAS libraries can be loaded, naming the first that cannot.
+pub fn libraries_present() -> GpuResult<()> {
+    // SAFETY: these only try to open the libraries with `dlopen` and close them again.
+    const TOOLKIT: &str = "install CUDA 13, or point LD_LIBRARY_PATH at a folder that holds it \
+                           (PyTorch's CUDA wheels have one: find / -name 'libcublas.so*')";
+    let found = unsafe {
+        [
+            (
+                cudarc::driver::sys::is_culib_present(),
+                "driver",
+                "libcuda.so",
+                "this machine has no NVIDIA driver: install one",
+            ),
+            (
+                cudarc::nvrtc::sys::is_culib_present(),
+                "NVRTC",
+                "libnvrtc.so",
+                TOOLKIT,
+            ),
+            (
+                cudarc::cublas::sys::is_culib_present(),
+                "cuBLAS",
+                "libcublas.so",
+                TOOLKIT,
+            ),
+        ]
+    };
+    match found.into_iter().find(|(ok, ..)| !ok) {
+        Some((_, library, file, hint)) => Err(GpuError::Library {
+            library,
+            file,
+            hint,
+        }),
+        None => Ok(()),
+    }
+}
+
+impl Gpu {
+    /// Opens device `ordinal`: checks the libraries first (cudarc would panic on a missing one),
+    /// then creates the context, the stream and the cuBLAS handle, and compiles the kernels.
+    pub fn open(ordinal: usize) -> GpuResult<Gpu> {
+        libraries_present()?;
+        let count = CudaContext::device_count().map_err(|e| GpuError::NoDevice(e.to_string()))?;
+        if ordinal as i32 >= count {
+            return Err(GpuError::NoDevice(format!(
+                "device {ordinal} asked for, {count} found"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| GpuError::NoDevice(e.to_string()))?;
+        // One stream: cudarc's cross-stream event bookkeeping would only add work to each launch.
+        // SAFETY: every buffer of this backend is used on `stream` alone.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.default_stream();
+        let blas = CudaBlas::new(stream.clone())?;
+        let ptx = cudarc::nvrtc::compile_ptx(include_str!("kernels.cu"))
+            .map_err(|e| GpuError::Compile(e.to_string()))?;
+        let module = ctx.load_module(ptx)?;
+        let k = Kernels {
+            act_forward: module.load_function("act_forward")?,
+            add_bias: module.load_function("add_bias")?,
+            scale: module.load_function("scale")?,
+            fill: module.load_function("fill")?,
+        };
+        Ok(Gpu {
+            ctx,
+            stream,
+            blas,
+            k,
+        })
+    }
+
+    /// The device's name and compute capability, as `name (sm_XY)`.
+    pub fn describe(&self) -> GpuResult<String> {
+        let (major, minor) = self.ctx.compute_capability()?;
+        Ok(format!("{} (sm_{major}{minor})", self.ctx.name()?))
+    }
+
+    /// A copy of `host` on the device.
+    pub fn upload(&self, host: &[f32]) -> GpuResult<CudaSlice<f32>> {
+        Ok(self.stream.clone_htod(host)?)
+    }
+
+    /// A copy of `dev` on the host (waits for the stream).
+    pub fn download(&self, dev: &CudaSlice<f32>) -> GpuResult<Vec<f32>> {
+        Ok(self.stream.clone_dtoh(dev)?)
+    }
+
+    /// `n` zeros on the device.
+    pub fn zeros(&self, n: usize) -> GpuResult<CudaSlice<f32>> {
+        Ok(self.stream.alloc_zeros::<f32>(n.max(1))?)
+    }
+
+    /// Waits until the stream's work is done.
+    pub fn synchronize(&self) -> GpuResult<()> {
+        Ok(self.stream.synchronize()?)
+    }
+
+    fn fill(&self, v: &mut CudaSlice<f32>, c: f32) -> GpuResult<()> {
+        let n = v.len() as i32;
+        let mut b = self.stream.launch_builder(&self.k.fill);
+        b.arg(v).arg(&c).arg(&n);
+        // SAFETY: the kernel writes v[0..n) only.
+        unsafe { b.launch(grid(n as usize)) }?;
+        Ok(())
+    }
+
+    /// Row-major `y (rows × out) = x (rows × inp) · Wᵀ`, W row-major (out × inp): in cuBLAS's
+    /// column-major terms yᵀ = op_T(W as inp × out) · xᵀ.
+    #[allow(clippy::too_many_arguments)]
+    fn linear_forward<W: DevicePtr<f32>, X: DevicePtr<f32>, Y: DevicePtrMut<f32>>(
+        &self,
+        w: &W,
+        x: &X,
+        y: &mut Y,
+        rows: usize,
+        inp: usize,
+        out: usize,
+    ) -> GpuResult<()> {
+        let cfg = GemmConfig {
+            transa: CUBLAS_OP_T,
+            transb: CUBLAS_OP_N,
+            m: out as i32,
+            n: rows as i32,
+            k: inp as i32,
+            alpha: 1.0f32,
+            lda: inp as i32,
+            ldb: inp as i32,
+            beta: 0.0f32,
+            ldc: out as i32,
+        };
+        // SAFETY: the shapes match the buffers' lengths (checked by the callers' layouts).
+        unsafe { self.blas.gemm(cfg, w, x, y) }?;
+        Ok(())
+    }
+}
+
+/// Device buffers of one forward pass of a [`Sequential`], kept for its backward pass.
+#[derive(Default)]
+pub struct GpuWorkspace {
+    rows: usize,
+    acts: Vec<Option<CudaSlice<f32>>>,
+    derivs: Vec<Option<CudaSlice<f32>>>,
+    grad: Option<CudaSlice<f32>>,
+    grad2: Option<CudaSlice<f32>>,
+    ones: Option<CudaSlice<f32>>,
+}
+
+/// A buffer of at least `n` elements in `slot` (kept when large enough).
+fn ensure<'a>(
+    gpu: &Gpu,
+    slot: &'a mut Option<CudaSlice<f32>>,
+    n: usize,
+) -> GpuResult<&'a mut CudaSlice<f32>> {
+    if slot.as_ref().is_none_or(|s| s.len() < n.max(1)) {
+        *slot = Some(gpu.zeros(n)?);
+    }
+    Ok(slot.as_mut().expect("just made"))
+}
+
+impl GpuWorkspace {
+    /// The output of the last forward pass (at least rows × out elements; the first are valid).
+    pub fn output(&self) -> Option<&CudaSlice<f32>> {
+        self.acts.last().and_then(|a| a.as_ref())
+    }
+}
+
+impl Sequential {
+    /// The forward pass on the GPU: `x` holds rows × input_dim values; the output is
+    /// [`GpuWorkspace::output`].
+    pub fn forward_gpu(
+        &self,
+        gpu: &Gpu,
+        params: &CudaSlice<f32>,
+        x: &CudaSlice<f32>,
+        rows: usize,
+        ws: &mut GpuWorkspace,
+    ) -> GpuResult<()> {
+        let layers = self.layers();
+        ws.rows = rows;
+        ws.acts.resize_with(layers.len() + 1, || None);
+        ws.derivs.resize_with(layers.len(), || None);
+        let n0 = rows * self.input_dim();
+        let a0 = ensure(gpu, &mut ws.acts[0], n0)?;
+        gpu.stream
+            .memcpy_dtod(&x.slice(..n0), &mut a0.slice_mut(..n0))?;
+        let mut width = self.input_dim();
+        for (i, l) in layers.iter().enumerate() {
+            match *l {
+                Layer::Linear { inp, out } => {
+                    let off = self.offset(i);
+                    ensure(gpu, &mut ws.acts[i + 1], rows * out)?;
+                    let (done, rest) = ws.acts.split_at_mut(i + 1);
+                    let (xin, y) = (
+                        done[i].as_ref().expect("made above"),
+                        rest[0].as_mut().expect("made above"),
+                    );
+                    let w = params.slice(off..off + inp * out);
+                    let b = params.slice(off + inp * out..off + inp * out + out);
+                    gpu.linear_forward(&w, xin, y, rows, inp, out)?;
+                    let (n, o) = ((rows * out) as i32, out as i32);
+                    let mut lb = gpu.stream.launch_builder(&gpu.k.add_bias);
+                    lb.arg(&mut *y).arg(&b).arg(&o).arg(&n);
+                    // SAFETY: y has rows·out elements and b has out.
+                    unsafe { lb.launch(grid(n as usize)) }?;
+                    width = out;
+                }
+                Layer::Act { act } => {
+                    let n = rows * width;
+                    ensure(gpu, &mut ws.acts[i + 1], n)?;
+                    let dy = ensure(gpu, &mut ws.derivs[i], n)?;
+                    let (done, rest) = ws.acts.split_at_mut(i + 1);
+                    let (xin, y) = (
+                        done[i].as_ref().expect("made above"),
+                        rest[0].as_mut().expect("made above"),
+                    );
+                    let (kind, ni) = (act_code(act), n as i32);
+                    let mut lb = gpu.stream.launch_builder(&gpu.k.act_forward);
+                    lb.arg(&kind).arg(xin).arg(y).arg(dy).arg(&ni);
+                    // SAFETY: x, y and dy have at least n elements.
+                    unsafe { lb.launch(grid(n)) }?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The backward pass on the GPU after [`Sequential::forward_gpu`]: `dout` is ∂L/∂output
+    /// (rows × output_dim). Adds ∂L/∂params into `dparams` if given, and writes ∂L/∂x into the
+    /// first rows × input_dim elements of `dx` if given.
+    pub fn backward_gpu(
+        &self,
+        gpu: &Gpu,
+        params: &CudaSlice<f32>,
+        ws: &mut GpuWorkspace,
+        dout: &CudaSlice<f32>,
+        mut dparams: Option<&mut CudaSlice<f32>>,
+        dx: Option<&mut CudaSlice<f32>>,
+    ) -> GpuResult<()> {
+        let layers = self.layers();
+        let rows = ws.rows;
+        let widest = self.widest();
+        let n_out = rows * self.output_dim();
+        ensure(gpu, &mut ws.grad, rows * widest)?;
+        ensure(gpu, &mut ws.grad2, rows * widest)?;
+        if ws.ones.as_ref().is_none_or(|o| o.len() < rows.max(1)) {
+            let mut ones = gpu.zeros(rows)?;
+            gpu.fill(&mut ones, 1.0)?;
+            ws.ones = Some(ones);
+        }
+        let GpuWorkspace {
+            acts,
+            derivs,
+            grad,
+            grad2,
+            ones,
+            ..
+        } = ws;
+        let (mut grad, mut grad2) = (
+            grad.as_mut().expect("made above"),
+            grad2.as_mut().expect("made above"),
+        );
+        let ones = ones.as_ref().expect("made above");
+        gpu.stream
+            .memcpy_dtod(&dout.slice(..n_out), &mut grad.slice_mut(..n_out))?;
+        let need_dx = dx.is_some();
+        let mut width = self.output_dim();
+        for (i, l) in layers.iter().enumerate().rev() {
+            let xin = acts[i].as_ref().expect("forward_gpu ran");
+            match *l {
+                Layer::Linear { inp, out } => {
+                    let off = self.offset(i);
+                    if let Some(dp) = dparams.as_deref_mut() {
+                        // dWᵀ (inp × out) += xᵀ (inp × rows) · g (rows × out), column-major.
+                        let cfg = GemmConfig {
+                            transa: CUBLAS_OP_N,
+                            transb: CUBLAS_OP_T,
+                            m: inp as i32,
+                            n: out as i32,
+                            k: rows as i32,
+                            alpha: 1.0f32,
+                            lda: inp as i32,
+                            ldb: out as i32,
+                            beta: 1.0f32,
+                            ldc: inp as i32,
+                        };
+                        // SAFETY: shapes as above, buffers at least that long.
+                        unsafe {
+                            gpu.blas
+                                .gemm(cfg, xin, &*grad, &mut dp.slice_mut(off..off + inp * out))
+                        }?;
+                        // db (out) += g (out × rows, column-major) · 1.
+                        let cfg = GemvConfig {
+                            trans: CUBLAS_OP_N,
+                            m: out as i32,
+                            n: rows as i32,
+                            alpha: 1.0f32,
+                            lda: out as i32,
+                            incx: 1,
+                            beta: 1.0f32,
+                            incy: 1,
+                        };
+                        let mut db = dp.slice_mut(off + inp * out..off + inp * out + out);
+                        // SAFETY: as above.
+                        unsafe { gpu.blas.gemv(cfg, &*grad, ones, &mut db) }?;
+                    }
+                    if i > 0 || need_dx {
+                        // dxᵀ (inp × rows) = W as (inp × out) · gᵀ (out × rows).
+                        let cfg = GemmConfig {
+                            transa: CUBLAS_OP_N,
+                            transb: CUBLAS_OP_N,
+                            m: inp as i32,
+                            n: rows as i32,
+                            k: out as i32,
+                            alpha: 1.0f32,
+                            lda: inp as i32,
+                            ldb: out as i32,
+                            beta: 0.0f32,
+                            ldc: inp as i32,
+                        };
+                        let w = params.slice(off..off + inp * out);
+                        // SAFETY: as above.
+                        unsafe { gpu.blas.gemm(cfg, &w, &*grad, &mut *grad2) }?;
+                        std::mem::swap(&mut grad, &mut grad2);
+                    }
+                    width = inp;
+                }
+                Layer::Act { .. } => {
+                    let d = derivs[i].as_ref().expect("forward_gpu ran");
+                    let n = (rows * width) as i32;
+                    let mut lb = gpu.stream.launch_builder(&gpu.k.scale);
+                    lb.arg(&mut *grad).arg(d).arg(&n);
+                    // SAFETY: both hold at least n elements.
+                    unsafe { lb.launch(grid(n as usize)) }?;
+                }
+            }
+        }
+        if let Some(dx) = dx {
+            let n = rows * self.input_dim();
+            gpu.stream
+                .memcpy_dtod(&grad.slice(..n), &mut dx.slice_mut(..n))?;
+        }
+        Ok(())
+    }
+}
