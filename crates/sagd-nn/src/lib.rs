@@ -23,4 +23,7 @@ mod net;
 pub mod train;
 pub mod vae;
 
-pub use net::{Layer, ParamTerms, SavedError, Sequential, Workspace, WorkspacePool, CHUNK_ROWS};
+pub use net::{
+    Layer, ParamGrads, ParamTerms, SavedError, Sequential, Workspace, WorkspacePool, CHUNK_ROWS,
+    MIN_PIECE_ROWS,
+};

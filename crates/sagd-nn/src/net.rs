@@ -63,6 +63,9 @@ struct Transposed {
 /// Wider networks take fewer rows per chunk ([`Sequential::chunk_rows`]).
 pub const CHUNK_ROWS: usize = 512;
 
+/// The fewest rows per piece of a parallel pass ([`Sequential::piece_rows`]).
+pub const MIN_PIECE_ROWS: usize = 32;
+
 /// Activations of the widest layer per chunk: [`CHUNK_ROWS`] rows of width 64.
 const CHUNK_ACTIVATIONS: usize = CHUNK_ROWS * 64;
 
@@ -205,7 +208,17 @@ fn linear_param_grad(
         // W is out × 1: its gradient as one row, xᵀ g.
         gemm(1, n, rows, by_cols(x, 1), g, out, dw, n, Epilogue::Add);
     } else {
-        gemm(n, inp, rows, by_cols(g, out), x, inp, dw, inp, Epilogue::Add);
+        gemm(
+            n,
+            inp,
+            rows,
+            by_cols(g, out),
+            x,
+            inp,
+            dw,
+            inp,
+            Epilogue::Add,
+        );
     }
     // db = 1ᵀ g: a stride-0 A reads the one 1.
     let ones = Strided {
@@ -217,7 +230,7 @@ fn linear_param_grad(
 }
 
 /// What a backward pass leaves for ∂L/∂params when the products are deferred
-/// ([`Sequential::backward_keeping`]): per Linear layer, its input and the gradient at its output,
+/// ([`ParamGrads::Keep`]): per Linear layer, its input and the gradient at its output,
 /// for the pass's rows. The products of many passes then run in parallel over the parameters
 /// ([`Sequential::add_param_grads`]) instead of each pass summing into a copy of all of them.
 #[derive(Clone, Debug, Default)]
@@ -226,14 +239,20 @@ pub struct ParamTerms {
     g: Vec<Vec<f32>>,
 }
 
-/// Output units of a Linear layer per task of [`Sequential::add_param_grads`]: 16 tasks for a
-/// 64-wide layer, so that the 1-D networks offer over 64 pieces of work.
-const PARAM_TILE: usize = 4;
+/// Tasks per Linear layer of [`Sequential::add_param_grads`] (16: the 1-D networks offer over 64
+/// pieces of work), each of at least [`MIN_TILE`] output units.
+const TILES_PER_LAYER: usize = 16;
+
+/// The fewest output units per task of [`Sequential::add_param_grads`].
+const MIN_TILE: usize = 4;
 
 /// Where a backward pass puts ∂L/∂params.
-enum ParamSink<'a> {
+pub enum ParamGrads<'a> {
+    /// Nowhere (∂L/∂input only).
     Skip,
+    /// Added into this vector.
     Add(&'a mut [f32]),
+    /// Kept as terms, for [`Sequential::add_param_grads`].
     Keep(&'a mut ParamTerms),
 }
 
@@ -347,6 +366,14 @@ impl Sequential {
         (CHUNK_ACTIVATIONS / widest.max(1)).clamp(1, CHUNK_ROWS)
     }
 
+    /// Rows per piece of a parallel pass over `n` rows through this network
+    /// ([`sagd::parallel::piece_rows`]): about 64 pieces or more, but at least [`MIN_PIECE_ROWS`]
+    /// (below which each piece's fixed costs, such as checking its layers' cached transposes, eat
+    /// the parallel gain) and at most [`Sequential::chunk_rows`].
+    pub fn piece_rows(&self, n: usize) -> usize {
+        sagd::parallel::piece_rows(n, MIN_PIECE_ROWS, self.chunk_rows())
+    }
+
     /// The widest layer's width (input or output).
     pub(crate) fn widest(&self) -> usize {
         self.layers
@@ -430,30 +457,27 @@ impl Sequential {
         dparams: Option<&mut [f32]>,
         dx: Option<&mut [f32]>,
     ) {
-        let sink = match dparams {
-            Some(dp) => ParamSink::Add(dp),
-            None => ParamSink::Skip,
+        let grads = match dparams {
+            Some(dp) => ParamGrads::Add(dp),
+            None => ParamGrads::Skip,
         };
-        self.backward_to(params, ws, dout, sink, dx);
+        self.backward_with(params, ws, dout, grads, dx);
     }
 
-    /// [`Sequential::backward`] that keeps the terms of ∂L/∂params in `terms` instead of adding
-    /// them up; [`Sequential::add_param_grads`] adds them later.
-    pub fn backward_keeping(
-        &self,
-        params: &[f32],
-        ws: &mut Workspace,
-        dout: &[f32],
-        terms: &mut ParamTerms,
-        dx: Option<&mut [f32]>,
-    ) {
-        terms.x.resize_with(self.layers.len(), Vec::new);
-        terms.g.resize_with(self.layers.len(), Vec::new);
-        self.backward_to(params, ws, dout, ParamSink::Keep(terms), dx);
+    /// Floats a pass keeps per row with [`ParamGrads::Keep`]: each Linear layer's input and
+    /// output widths.
+    pub fn terms_per_row(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                Layer::Linear { inp, out } => inp + out,
+                Layer::Act { .. } => 0,
+            })
+            .sum()
     }
 
     /// Adds ∂L/∂params of the kept passes `parts` into `dparams`, in parallel over groups of
-    /// [`PARAM_TILE`] output units of each Linear layer, each summing the parts in order: the
+    /// output units of each Linear layer, each summing the parts in order: the
     /// same bits for any number of threads, and as [`Sequential::backward`] on each part in turn.
     pub fn add_param_grads(&self, parts: &[&ParamTerms], dparams: &mut [f32]) {
         use rayon::prelude::*;
@@ -470,12 +494,9 @@ impl Sequential {
             let (b, tail) = tail.split_at_mut(out);
             rest = tail;
             at = self.offsets[i] + inp * out + out;
-            for (k, (dw, db)) in w
-                .chunks_mut(PARAM_TILE * inp)
-                .zip(b.chunks_mut(PARAM_TILE))
-                .enumerate()
-            {
-                tasks.push((i, k * PARAM_TILE, dw, db));
+            let tile = out.div_ceil(TILES_PER_LAYER).max(MIN_TILE);
+            for (k, (dw, db)) in w.chunks_mut(tile * inp).zip(b.chunks_mut(tile)).enumerate() {
+                tasks.push((i, k * tile, dw, db));
             }
         }
         tasks.into_par_iter().for_each(|(i, j0, dw, db)| {
@@ -488,14 +509,20 @@ impl Sequential {
         });
     }
 
-    fn backward_to(
+    /// [`Sequential::backward`] with ∂L/∂params skipped, added, or kept as terms that
+    /// [`Sequential::add_param_grads`] adds later.
+    pub fn backward_with(
         &self,
         params: &[f32],
         ws: &mut Workspace,
         dout: &[f32],
-        mut sink: ParamSink<'_>,
+        mut sink: ParamGrads<'_>,
         dx: Option<&mut [f32]>,
     ) {
+        if let ParamGrads::Keep(t) = &mut sink {
+            t.x.resize_with(self.layers.len(), Vec::new);
+            t.g.resize_with(self.layers.len(), Vec::new);
+        }
         let rows = ws.rows;
         let Workspace {
             acts,
@@ -516,17 +543,17 @@ impl Sequential {
                     let off = self.offsets[i];
                     let w = &params[off..off + inp * out];
                     match &mut sink {
-                        ParamSink::Add(dp) => {
+                        ParamGrads::Add(dp) => {
                             let (dw, db) = dp[off..off + inp * out + out].split_at_mut(inp * out);
                             linear_param_grad(grad, xin, dw, db, (inp, out), 0);
                         }
-                        ParamSink::Keep(t) => {
+                        ParamGrads::Keep(t) => {
                             t.x[i].clear();
                             t.x[i].extend_from_slice(&xin[..rows * inp]);
                             t.g[i].clear();
                             t.g[i].extend_from_slice(&grad[..rows * out]);
                         }
-                        ParamSink::Skip => {}
+                        ParamGrads::Skip => {}
                     }
                     if i > 0 || need_dx {
                         let below = match i.checked_sub(1).map(|j| &self.layers[j]) {
@@ -649,7 +676,7 @@ mod tests {
                 net.forward(&params, &x, r, &mut ws);
                 net.backward(&params, &mut ws, &dout, Some(&mut summed), None);
                 net.forward(&params, &x, r, &mut ws);
-                net.backward_keeping(&params, &mut ws, &dout, t, None);
+                net.backward_with(&params, &mut ws, &dout, ParamGrads::Keep(t), None);
             }
             let parts: Vec<&ParamTerms> = terms.iter().collect();
             for threads in [1, 3, 16] {

@@ -48,6 +48,12 @@ impl Vae {
         self.dec.chunk_rows().min(self.enc.chunk_rows())
     }
 
+    /// Rows per piece of a parallel pass over `n` rows through both networks: the larger of the
+    /// networks' [`Sequential::piece_rows`].
+    pub fn piece_rows(&self, n: usize) -> usize {
+        self.dec.piece_rows(n).max(self.enc.piece_rows(n))
+    }
+
     /// Initial parameters (PyTorch's default law) from a seed.
     pub fn init(&self, seed: u64) -> VaeParams {
         VaeParams {
@@ -214,24 +220,24 @@ impl<'a> DecoderPosterior<'a> {
     ) -> Result<(), LogpError> {
         let d = self.d;
         self.pool.with(|(ws, r)| {
-        self.residuals(theta, data, u, ws, r);
-        for ((lp, rr), uu) in logp
-            .iter_mut()
-            .zip(r.chunks_exact(d))
-            .zip(u.chunks_exact(d))
-        {
-            let s: f32 =
-                rr.iter().map(|v| v * v).sum::<f32>() + uu.iter().map(|v| v * v).sum::<f32>();
-            *lp = -0.5 * s;
-        }
-        // ∇u = J_hᵀ (x − h) − u; ∇θ = Σ J_θᵀ (x − h) from the same pass.
-        self.dec.backward(theta, ws, r, grad_theta, Some(grad_u));
-        for (g, uu) in grad_u.iter_mut().zip(u) {
-            *g -= uu;
-        }
-        if self.remember {
-            self.keep_pass(theta, data, u, ws, r);
-        }
+            self.residuals(theta, data, u, ws, r);
+            for ((lp, rr), uu) in logp
+                .iter_mut()
+                .zip(r.chunks_exact(d))
+                .zip(u.chunks_exact(d))
+            {
+                let s: f32 =
+                    rr.iter().map(|v| v * v).sum::<f32>() + uu.iter().map(|v| v * v).sum::<f32>();
+                *lp = -0.5 * s;
+            }
+            // ∇u = J_hᵀ (x − h) − u; ∇θ = Σ J_θᵀ (x − h) from the same pass.
+            self.dec.backward(theta, ws, r, grad_theta, Some(grad_u));
+            for (g, uu) in grad_u.iter_mut().zip(u) {
+                *g -= uu;
+            }
+            if self.remember {
+                self.keep_pass(theta, data, u, ws, r);
+            }
         });
         Ok(())
     }

@@ -133,7 +133,7 @@ fn a_replication_is_deterministic_and_thread_independent() {
         m: 5000,
         ..Default::default()
     };
-    // 1100 points: 68 pieces of 16 rows per pass, however many threads take them.
+    // 1100 points: 34 pieces of 32 rows per pass, however many threads take them.
     let a = on_threads(1, &s, "mixture", 3);
     for threads in [2, 16] {
         assert_eq!(
@@ -176,8 +176,9 @@ fn strip(r: &sagd_nn::debias::Replication) -> serde_json::Value {
 #[test]
 fn wide_networks_split_a_minibatch_into_chunks_and_stay_thread_independent() {
     use sagd_nn::debias::E2Settings;
-    // Width 256: at most 128 rows per chunk (width 64: 512); a 300-point batch runs as 75
-    // chunks of 4 points in 64 groups, and the chains as 75 blocks.
+    // Width 256: at most 128 rows per chunk (width 64: 512); a 300-point batch runs as 10
+    // chunks of 32 points whose gradient terms are kept (the copies per chunk would not stay in
+    // cache), and the chains as 10 blocks.
     assert_eq!(Vae::new(2, 256).chunk_rows(), 128);
     assert_eq!(Vae::new(1, 64).chunk_rows(), sagd_nn::CHUNK_ROWS);
     let s = E2Settings {

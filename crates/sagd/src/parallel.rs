@@ -9,10 +9,11 @@ use crate::real::Real;
 /// of 16 threads, so that uneven pieces still keep a big machine busy.
 pub const PIECES: usize = 64;
 
-/// Rows per piece when `n` rows are cut into about [`PIECES`] pieces or more: ⌊n / PIECES⌋, at
-/// least 1 and at most `max_rows` (what keeps one piece's buffers in a core's cache).
-pub fn piece_rows(n: usize, max_rows: usize) -> usize {
-    (n / PIECES).clamp(1, max_rows.max(1))
+/// Rows per piece when `n` rows are cut into about [`PIECES`] pieces or more: ⌊n / PIECES⌋, but
+/// at least `min_rows` (below which a piece's products run inefficiently: wide layers) and at
+/// most `max_rows` (what keeps one piece's buffers in a core's cache), and at least 1.
+pub fn piece_rows(n: usize, min_rows: usize, max_rows: usize) -> usize {
+    (n / PIECES).max(min_rows).min(max_rows).max(1)
 }
 
 /// Elements of the output per task of [`add_parts`].
@@ -41,12 +42,13 @@ mod tests {
 
     #[test]
     fn pieces_are_fixed_by_the_rows() {
-        assert_eq!(piece_rows(1000, 512), 15);
-        assert_eq!(1000usize.div_ceil(piece_rows(1000, 512)), 67);
-        assert_eq!(piece_rows(500, 128), 7);
-        assert_eq!(piece_rows(10, 512), 1);
-        assert_eq!(piece_rows(100_000, 128), 128);
-        assert_eq!(piece_rows(0, 0), 1);
+        assert_eq!(piece_rows(1000, 8, 512), 15);
+        assert_eq!(1000usize.div_ceil(piece_rows(1000, 8, 512)), 67);
+        assert_eq!(piece_rows(500, 32, 128), 32);
+        assert_eq!(piece_rows(500, 1, 2), 2);
+        assert_eq!(piece_rows(10, 1, 512), 1);
+        assert_eq!(piece_rows(100_000, 8, 128), 128);
+        assert_eq!(piece_rows(0, 0, 0), 1);
     }
 
     #[test]

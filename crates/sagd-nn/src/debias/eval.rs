@@ -112,7 +112,7 @@ pub fn generate(vae: &Vae, dec: &[f32], m: usize, seed: u64) -> Vec<f64> {
     s.fill(&mut u);
     // Pieces of rows through the decoder in parallel: a row's value does not depend on its piece.
     let mut out = vec![0.0f64; m * d];
-    let rows = piece_rows(m, 2048);
+    let rows = piece_rows(m, 256, 2048);
     u.par_chunks(rows * d)
         .zip(out.par_chunks_mut(rows * d))
         .for_each_init(Workspace::default, |ws, (ui, oi)| {

@@ -2,13 +2,13 @@
 //! estimators: reparameterised, through encoder and decoder.
 
 use sagd::error::Result;
-use sagd::parallel::piece_rows;
+use sagd::parallel::{add_parts, piece_rows, PIECES};
 use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 
 use super::{gather_rows, GradientEstimator};
 use crate::math;
-use crate::net::{ParamTerms, Workspace, WorkspacePool};
+use crate::net::{ParamGrads, ParamTerms, Workspace, WorkspacePool, MIN_PIECE_ROWS};
 use crate::vae::{Vae, VaeParams};
 
 /// The ELBO (k = 1) or the IWAE bound (k > 1), reparameterised, encoder and decoder.
@@ -22,6 +22,8 @@ pub struct BoundEstimator<'a> {
     pool: WorkspacePool<BoundScratch>,
     /// Per chunk, the terms of its decoder and encoder gradients (buffers kept between updates).
     terms: Vec<(ParamTerms, ParamTerms)>,
+    /// Per group of chunks, its decoder and encoder gradient sums (when terms are not kept).
+    parts: Vec<(Vec<f32>, Vec<f32>)>,
 }
 
 /// One thread's buffers for [`BoundEstimator`]'s chunks.
@@ -37,6 +39,9 @@ struct BoundScratch {
     dout: Vec<f32>,
 }
 
+/// What one update's gradient copies or kept terms may take and still be read back from cache.
+const CACHE_BYTES: usize = 8 << 20;
+
 impl<'a> BoundEstimator<'a> {
     /// k = 1: the VAE's ELBO; k > 1: the IWAE bound with k samples.
     pub fn new(vae: &'a Vae, x: &'a [f32], k: usize, seed: u64) -> Self {
@@ -49,18 +54,19 @@ impl<'a> BoundEstimator<'a> {
             eps: Vec::new(),
             pool: WorkspacePool::default(),
             terms: Vec::new(),
+            parts: Vec::new(),
         }
     }
 
     /// The loss (summed over the chunk's points) for the points `x` with noise `eps` (k draws per
-    /// point, point-major; `nf` is the batch size), and the terms of its gradients in `terms`
-    /// (decoder, encoder).
+    /// point, point-major; `nf` is the batch size), and its gradients (decoder, encoder) added or
+    /// kept as terms.
     fn chunk(
         &self,
         p: &VaeParams,
         (x, eps, nf): (&[f32], &[f32], f32),
         s: &mut BoundScratch,
-        terms: &mut (ParamTerms, ParamTerms),
+        (gd, ge): (ParamGrads<'_>, ParamGrads<'_>),
     ) -> f64 {
         let (d, k) = (self.vae.d, self.k);
         let np = x.len() / d;
@@ -128,7 +134,7 @@ impl<'a> BoundEstimator<'a> {
         s.du.resize(rows * d, 0.0);
         self.vae
             .dec
-            .backward_keeping(&p.dec, &mut s.ws_dec, &s.dh, &mut terms.0, Some(&mut s.du));
+            .backward_with(&p.dec, &mut s.ws_dec, &s.dh, gd, Some(&mut s.du));
         // Back through the reparameterisation to (μ, log σ²), plus the KL term (k = 1) or the
         // direct ∂/∂u and ∂/∂log σ² terms of log w (k > 1).
         s.dout.clear();
@@ -156,7 +162,7 @@ impl<'a> BoundEstimator<'a> {
         }
         self.vae
             .enc
-            .backward_keeping(&p.enc, &mut s.ws_enc, &s.dout, &mut terms.1, None);
+            .backward_with(&p.enc, &mut s.ws_enc, &s.dout, ge, None);
         loss
     }
 }
@@ -190,31 +196,80 @@ impl GradientEstimator for BoundEstimator<'_> {
         self.eps.resize(k * n * d, 0.0);
         self.stream.fill(&mut self.eps);
         self.pool.ensure(rayon::current_num_threads());
-        // Chunks of whole points (at most about `chunk_rows` decoder rows, and about PIECES
-        // chunks or more), each run start to finish — encoder, samples, decoder, weights, both
-        // backward passes — while its buffers are in cache, keeping the terms of its parameter
-        // gradients; then the gradients in parallel over the parameters, chunks in order.
-        let per_chunk = piece_rows(n, (self.vae.chunk_rows() / k).max(1));
+        // Chunks of whole points (about PIECES or more, at most about `chunk_rows` decoder
+        // rows), each run start to finish — encoder, samples, decoder, weights, both backward
+        // passes — while its buffers are in cache.
+        let per_chunk = piece_rows(
+            n,
+            MIN_PIECE_ROWS.div_ceil(k),
+            (self.vae.chunk_rows() / k).max(1),
+        );
         let chunks = n.div_ceil(per_chunk);
-        let mut terms = std::mem::take(&mut self.terms);
-        terms.resize_with(chunks, Default::default);
+        // Two ways to sum the chunks' parameter gradients, the same bits for any thread count:
+        // each of at most PIECES groups of chunks into its own copy of the gradients, the copies
+        // then added in order; or each chunk keeping the terms of its products, which then run in
+        // parallel over the parameters. The copies are cheap while they stay in cache (small
+        // networks); for wide networks on modest batches the terms are the smaller.
+        let groups = chunks.min(PIECES);
+        let sums_bytes = 4 * groups * (g_dec.len() + g_enc.len());
+        let kept_bytes = 4 * n * (k * self.vae.dec.terms_per_row() + self.vae.enc.terms_per_row());
+        let keep_terms = sums_bytes > CACHE_BYTES && kept_bytes <= CACHE_BYTES;
+        let (mut terms, mut parts) = (
+            std::mem::take(&mut self.terms),
+            std::mem::take(&mut self.parts),
+        );
         let this = &*self;
-        let losses: Vec<f64> = terms[..chunks]
-            .par_iter_mut()
-            .enumerate()
-            .map(|(c, t)| {
-                let (i0, i1) = (c * per_chunk, ((c + 1) * per_chunk).min(n));
-                let x = &this.xb[i0 * d..i1 * d];
-                let eps = &this.eps[i0 * k * d..i1 * k * d];
-                this.pool.with(|s| this.chunk(p, (x, eps, n as f32), s, t))
-            })
-            .collect();
-        let loss: f64 = losses.iter().sum();
-        let dec: Vec<&ParamTerms> = terms[..chunks].iter().map(|t| &t.0).collect();
-        let enc: Vec<&ParamTerms> = terms[..chunks].iter().map(|t| &t.1).collect();
-        self.vae.dec.add_param_grads(&dec, g_dec);
-        self.vae.enc.add_param_grads(&enc, g_enc);
-        self.terms = terms;
+        let run = |c: usize, s: &mut BoundScratch, g: (ParamGrads<'_>, ParamGrads<'_>)| {
+            let (i0, i1) = (c * per_chunk, ((c + 1) * per_chunk).min(n));
+            let x = &this.xb[i0 * d..i1 * d];
+            let eps = &this.eps[i0 * k * d..i1 * k * d];
+            this.chunk(p, (x, eps, n as f32), s, g)
+        };
+        let loss: f64 = if keep_terms {
+            terms.resize_with(chunks, Default::default);
+            let losses: Vec<f64> = terms[..chunks]
+                .par_iter_mut()
+                .enumerate()
+                .map(|(c, (td, te))| {
+                    this.pool
+                        .with(|s| run(c, s, (ParamGrads::Keep(td), ParamGrads::Keep(te))))
+                })
+                .collect();
+            let dec: Vec<&ParamTerms> = terms[..chunks].iter().map(|t| &t.0).collect();
+            let enc: Vec<&ParamTerms> = terms[..chunks].iter().map(|t| &t.1).collect();
+            this.vae.dec.add_param_grads(&dec, g_dec);
+            this.vae.enc.add_param_grads(&enc, g_enc);
+            losses.iter().sum()
+        } else {
+            let (nd, ne) = (g_dec.len(), g_enc.len());
+            parts.resize_with(groups, Default::default);
+            let losses: Vec<f64> = parts[..groups]
+                .par_iter_mut()
+                .enumerate()
+                .map(|(g, (gd, ge))| {
+                    gd.clear();
+                    gd.resize(nd, 0.0);
+                    ge.clear();
+                    ge.resize(ne, 0.0);
+                    this.pool.with(|s| {
+                        (g * chunks / groups..(g + 1) * chunks / groups)
+                            .map(|c| run(c, s, (ParamGrads::Add(gd), ParamGrads::Add(ge))))
+                            .sum::<f64>()
+                    })
+                })
+                .collect();
+            for (out, which) in [(g_dec, 0), (g_enc, 1)] {
+                let mut sum = vec![0.0f64; out.len()];
+                let slices: Vec<&[f32]> = parts[..groups]
+                    .iter()
+                    .map(|(gd, ge)| if which == 0 { &gd[..] } else { &ge[..] })
+                    .collect();
+                add_parts(&slices, &mut sum);
+                out.iter_mut().zip(&sum).for_each(|(a, b)| *a += *b as f32);
+            }
+            losses.iter().sum()
+        };
+        (self.terms, self.parts) = (terms, parts);
         Ok(loss / n as f64)
     }
 }

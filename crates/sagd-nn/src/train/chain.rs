@@ -5,7 +5,7 @@ use sagd::error::{LogpError, Result, SagdError};
 use sagd::hmc::HmcSettings;
 use sagd::langevin::{ChainSet, Kernel, LangevinSettings, Momentum, Scheme};
 use sagd::model::{AnchoredTarget, MaximumLikelihood, Problem};
-use sagd::parallel::{add_parts, piece_rows};
+use sagd::parallel::add_parts;
 use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 use serde::{Deserialize, Serialize};
@@ -110,7 +110,7 @@ impl<'a> ChainEstimator<'a> {
         let n = x.len() / vae.d;
         let mut chains = ChainSet::new(n, vae.d, seed);
         // Blocks of rows step in parallel; the block boundaries, not the threads, fix the results.
-        chains.set_rows_per_block(piece_rows(n, vae.chunk_rows()));
+        chains.set_rows_per_block(vae.dec.piece_rows(n));
         ChainEstimator {
             vae,
             x,
@@ -222,7 +222,7 @@ impl GradientEstimator for ChainEstimator<'_> {
         }
         self.grad.clear();
         self.grad.resize(p.dec.len(), 0.0);
-        sub.set_rows_per_block(piece_rows(sub.n_chains(), self.vae.chunk_rows()));
+        sub.set_rows_per_block(self.vae.dec.piece_rows(sub.n_chains()));
         // Each block of chains takes all K steps in one task and sums ∇θ f at its new states
         // after each (the step's own evaluation computed it when fused; f = −log p, as the
         // problem defines); the blocks' sums are then added in block order.

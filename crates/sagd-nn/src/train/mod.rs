@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::net::WorkspacePool;
 use crate::vae::{Vae, VaeParams};
-use sagd::parallel::piece_rows;
 
 /// A gradient estimate of the training loss at the current parameters.
 pub trait GradientEstimator {
@@ -68,7 +67,7 @@ pub fn encoder_draw(
     let mut u = vec![0.0f32; n * d];
     stream.fill(&mut u);
     pool.ensure(rayon::current_num_threads());
-    let rows = piece_rows(n, vae.enc.chunk_rows());
+    let rows = vae.enc.piece_rows(n);
     let pool = &*pool;
     x.par_chunks(rows * d)
         .zip(u.par_chunks_mut(rows * d))
