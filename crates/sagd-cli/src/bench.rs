@@ -64,6 +64,9 @@ pub struct DebiasBenchArgs {
     /// Also write the JSON here.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Where the networks train: cpu or cuda (cuda:N).
+    #[arg(long, default_value_t = sagd_nn::cuda::Device::Cpu)]
+    device: sagd_nn::cuda::Device,
 }
 
 /// Flags of `sagd bench kernel`.
@@ -110,9 +113,13 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     }
 }
 
-/// Largest relative error between the engines that `sagd bench gpu` accepts: f32 arithmetic in
-/// another order lands near 1e-6.
+/// Largest relative error between the engines that `sagd bench gpu` accepts for one pass of a
+/// network: f32 arithmetic in another order lands near 1e-6.
 const GPU_TOLERANCE: f64 = 1e-4;
+
+/// The same for an estimator's gradient over three updates: the chains' 80 steps of dynamics and
+/// IWAE's normalised weights carry the rounding further.
+const ESTIMATOR_TOLERANCE: f64 = 1e-3;
 
 fn gpu(a: GpuBenchArgs) -> Result<()> {
     use sagd_nn::cuda::{check_networks, time_networks, Gpu};
@@ -128,6 +135,15 @@ fn gpu(a: GpuBenchArgs) -> Result<()> {
         eprintln!(
             "| {} | {} | {:.1e} | {:.1e} | {:.1e} | {} |",
             c.network, c.rows, c.output, c.dparams, c.dx, c.all_finite
+        );
+    }
+    let estimators = sagd_nn::cuda::check_estimators(a.seed, a.ordinal)?;
+    eprintln!("| estimator | updates | g_dec | g_enc | loss |");
+    eprintln!("|---|---|---|---|---|");
+    for c in &estimators {
+        eprintln!(
+            "| {} | {} | {:.1e} | {:.1e} | {:.1e} |",
+            c.estimator, c.updates, c.g_dec, c.g_enc, c.loss
         );
     }
     let timings = time_networks(&gpu, a.repeats)?;
@@ -153,6 +169,8 @@ fn gpu(a: GpuBenchArgs) -> Result<()> {
         "tolerance": GPU_TOLERANCE,
         "passed": passed,
         "checks": checks,
+        "estimator_tolerance": ESTIMATOR_TOLERANCE,
+        "estimators": estimators,
         "timings": timings,
     }))?;
     if let Some(p) = &a.out {
@@ -257,16 +275,23 @@ fn debias(a: DebiasBenchArgs) -> Result<()> {
     let threads = rayon::current_num_threads();
     let mut ours = PhaseTimes::default();
     let quiet = |_: &str, _: usize, _: usize| {};
+    if let sagd_nn::cuda::Device::Cuda(i) = a.device {
+        sagd_nn::cuda::Gpu::open(i).with_context(|| format!("--device {}", a.device))?;
+    }
+    let opts = RunOptions {
+        device: a.device,
+        ..RunOptions::default()
+    };
     for rep in 0..a.repeats.max(1) {
         // All four methods at once, as `sagd debias` runs a replication.
         let t = std::time::Instant::now();
-        replicate(&spec, &law, a.seed, &RunOptions::default(), &quiet)?;
+        replicate(&spec, &law, a.seed, &opts, &quiet)?;
         ours.keep_min("whole", t.elapsed().as_secs_f64());
         // Each method alone, after its own pre-training.
         for m in Method::ALL {
             let mut s = spec.clone();
             s.methods = vec![m];
-            let r = replicate(&s, &law, a.seed, &RunOptions::default(), &quiet)?;
+            let r = replicate(&s, &law, a.seed, &opts, &quiet)?;
             ours.keep_min("pretrain", r.pretrain_time_s);
             if let Some(mr) = r.methods.get(m.name()) {
                 ours.keep_min(m.name(), mr.time_s);

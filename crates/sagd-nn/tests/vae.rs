@@ -176,16 +176,16 @@ fn strip(r: &sagd_nn::debias::Replication) -> serde_json::Value {
 #[test]
 fn wide_networks_split_a_minibatch_into_chunks_and_stay_thread_independent() {
     use sagd_nn::debias::E2Settings;
-    // Width 256: at most 128 rows per chunk (width 64: 512); a 300-point batch runs as 10
-    // chunks of 32 points whose gradient terms are kept (the copies per chunk would not stay in
-    // cache), and the chains as 10 blocks.
+    // Width 256: at most 128 rows per chunk (width 64: 512); a 600-point batch runs as 19
+    // chunks of 32 points whose gradient terms are kept (19 copies of the gradients would not
+    // stay in cache), and the chains as 19 blocks.
     assert_eq!(Vae::new(2, 256).chunk_rows(), 128);
     assert_eq!(Vae::new(1, 64).chunk_rows(), sagd_nn::CHUNK_ROWS);
     let s = E2Settings {
-        n: 300,
+        n: 600,
         p: 2,
         hidden: 256,
-        batch_size: 300,
+        batch_size: 600,
         pretrain_epochs: 3,
         finetune_epochs: 2,
         m: 2000,

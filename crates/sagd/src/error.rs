@@ -107,6 +107,9 @@ pub enum SagdError {
         /// What is wrong with it, and what to do.
         problem: String,
     },
+    /// A compute device (a GPU) that cannot be used or failed.
+    #[error("device: {0}")]
+    Device(String),
 }
 
 /// The library's result type.

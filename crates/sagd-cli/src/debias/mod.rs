@@ -9,7 +9,7 @@ pub use render::{write_table, TableJob};
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::{Context, bail, Result};
 use clap::Args;
 use sagd::langevin::{Momentum, Scheme};
 use sagd_nn::debias::{Case, E2Settings, Method, MethodSettings, RunOptions};
@@ -148,6 +148,10 @@ pub struct DebiasArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Where the networks train: cpu, or cuda (cuda:N for GPU N) for an NVIDIA GPU with CUDA 13's
+    /// driver, NVRTC and cuBLAS on the loader's path. Evaluation stays on the CPU.
+    #[arg(long, default_value_t = sagd_nn::cuda::Device::Cpu)]
+    device: sagd_nn::cuda::Device,
 }
 
 /// The library's settings for these flags: the case's preset, then every flag given.
@@ -207,6 +211,7 @@ fn run_options(a: &DebiasArgs, out: &Path) -> Result<RunOptions> {
         checkpoint_every: a.checkpoint_every,
         resume: a.resume,
         interrupt_after: a.interrupt_after,
+        device: a.device,
     })
 }
 
@@ -221,6 +226,10 @@ pub fn run(a: DebiasArgs) -> Result<()> {
         bail!("--reps must be at least 1");
     }
     s.validate()?;
+    if let sagd_nn::cuda::Device::Cuda(i) = a.device {
+        // Before any work: a missing GPU or library is a flag's error, not a replication's.
+        sagd_nn::cuda::Gpu::open(i).with_context(|| format!("--device {}", a.device))?;
+    }
     match &a.data {
         Some(path) => deconvolve::deconvolve(&a, &s, path),
         None => render::table(&a, &s),

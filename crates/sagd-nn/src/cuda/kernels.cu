@@ -43,3 +43,274 @@ extern "C" __global__ void fill(float* v, float c, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) v[i] = c;
 }
+
+// ---- Random numbers: Philox-4x32-10, counter (i, call, 0, 0) under key (seed). ----
+
+__device__ __forceinline__ void philox(unsigned int c[4], unsigned int k0, unsigned int k1) {
+    for (int r = 0; r < 10; ++r) {
+        unsigned int hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
+        unsigned int hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
+        unsigned int n0 = hi1 ^ c[1] ^ k0, n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0; c[1] = lo1; c[2] = n2; c[3] = lo0;
+        k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    }
+}
+
+// A uniform in (0, 1] from 32 bits.
+__device__ __forceinline__ float unit(unsigned int u) {
+    return ((float)(u >> 8) + 1.0f) * (1.0f / 16777216.0f);
+}
+
+// out[i] ~ N(0, 1), two per counter (Box-Muller), or U(0, 1] with uniform != 0.
+extern "C" __global__ void fill_random(float* out, int n, unsigned int k0, unsigned int k1,
+                                       unsigned int call, int uniform) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int pair = i >> 1;
+    if (2 * pair >= n) return;
+    unsigned int c[4] = {(unsigned int)pair, call, 0u, 0u};
+    philox(c, k0, k1);
+    if (uniform) {
+        if (i < n) out[i] = unit((i & 1) ? c[1] : c[0]);
+        return;
+    }
+    float r = sqrtf(-2.0f * logf(unit(c[0])));
+    float t = 6.283185307179586f * unit(c[1]);
+    if (i < n) out[i] = (i & 1) ? r * sinf(t) : r * cosf(t);
+}
+
+// ---- The bounds (VAE, IWAE) ----
+
+// u[r, j] = mu[i, j] + exp(lv[i, j] / 2) eps[r, j] for row r = i k + s; enc rows are (mu, lv).
+extern "C" __global__ void reparam(const float* enc, const float* eps, float* u, int n, int k, int d) {
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n * k * d) return;
+    int j = e % d, r = e / d, i = r / k;
+    u[e] = enc[i * 2 * d + j] + expf(0.5f * enc[i * 2 * d + d + j]) * eps[e];
+}
+
+// Per point i: its loss and ∂loss/∂h of its k rows (scaled by 1/nf), and for k > 1 the
+// normalised importance weights. One thread per point.
+extern "C" __global__ void bound_loss(const float* x, const float* enc, const float* u,
+                                      const float* eps, const float* h, float* dh, float* wts,
+                                      float* loss, int n, int k, int d, float nf) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float* xi = x + i * d;
+    const float* lv = enc + i * 2 * d + d;
+    if (k == 1) {
+        double l = 0.0;
+        for (int j = 0; j < d; ++j) {
+            float res = xi[j] - h[i * d + j], mu = enc[i * 2 * d + j];
+            l += 0.5 * (double)(res * res) + 0.5 * (double)(mu * mu + expf(lv[j]) - lv[j] - 1.0f);
+            dh[i * d + j] = -res / nf;
+        }
+        loss[i] = (float)l;
+        return;
+    }
+    float m = __int_as_float(0xff800000);  // −∞
+    for (int s = 0; s < k; ++s) {
+        int r = (i * k + s) * d;
+        float acc = 0.0f;
+        for (int j = 0; j < d; ++j) {
+            float res = xi[j] - h[r + j];
+            acc += -0.5f * res * res - 0.5f * u[r + j] * u[r + j] + 0.5f * eps[r + j] * eps[r + j]
+                   + 0.5f * lv[j];
+        }
+        wts[i * k + s] = acc;
+        m = fmaxf(m, acc);
+    }
+    double sum = 0.0;
+    for (int s = 0; s < k; ++s) {
+        float w = expf(wts[i * k + s] - m);
+        wts[i * k + s] = w;
+        sum += (double)w;
+    }
+    loss[i] = (float)(-((double)m + log(sum) - log((double)k)));
+    for (int s = 0; s < k; ++s) {
+        float w = (float)((double)wts[i * k + s] / sum);
+        wts[i * k + s] = w;
+        int r = (i * k + s) * d;
+        for (int j = 0; j < d; ++j) dh[r + j] = -w * (xi[j] - h[r + j]) / nf;
+    }
+}
+
+// ∂loss/∂(mu, lv) of the encoder's outputs: back through the reparameterisation, plus the KL
+// term (k = 1) or the direct terms of log w (k > 1). One thread per (point, coordinate).
+extern "C" __global__ void bound_enc_grad(const float* enc, const float* u, const float* eps,
+                                          const float* du, const float* wts, float* dout,
+                                          int n, int k, int d, float nf) {
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n * d) return;
+    int i = e / d, j = e % d;
+    float mu = enc[i * 2 * d + j], lv = enc[i * 2 * d + d + j];
+    float sd = expf(0.5f * lv);
+    float dmu = 0.0f, dlv = 0.0f;
+    for (int s = 0; s < k; ++s) {
+        int r = (i * k + s) * d + j;
+        float wt = k == 1 ? 0.0f : wts[i * k + s];
+        float g = du[r] + wt * u[r] / nf;
+        dmu += g;
+        dlv += g * eps[r] * 0.5f * sd;
+    }
+    if (k == 1) {
+        dmu += mu / nf;
+        dlv += 0.5f * (expf(lv) - 1.0f) / nf;
+    } else {
+        dlv -= 0.5f / nf;
+    }
+    dout[i * 2 * d + j] = dmu;
+    dout[i * 2 * d + d + j] = dlv;
+}
+
+// ---- The decoder's posterior p(u | x; θ) ∝ N(u; 0, I) N(x; h(u), I) ----
+
+// r = x[row mod n] − h; lp = −½ (‖r‖² + ‖u‖²). One thread per row.
+extern "C" __global__ void posterior_residual(const float* x, const float* h, const float* u,
+                                              float* r, float* lp, int rows, int n, int d) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const float* xi = x + (row % n) * d;
+    float s = 0.0f;
+    for (int j = 0; j < d; ++j) {
+        float v = xi[j] - h[row * d + j];
+        r[row * d + j] = v;
+        s += v * v + u[row * d + j] * u[row * d + j];
+    }
+    if (lp) lp[row] = -0.5f * s;
+}
+
+// g = J_hᵀ r − u (in place on g).
+extern "C" __global__ void posterior_grad(float* g, const float* u, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) g[i] -= u[i];
+}
+
+// Finite (neither infinite nor NaN), without the math headers' macros.
+__device__ __forceinline__ bool is_fin(double v) { return v - v == 0.0; }
+
+// Columns of the per-row statistics of a transition (chain_finish).
+#define STATS 6
+
+// ---- The chains' splitting operations (the CPU's langevin/block.rs, elementwise) ----
+
+// x = src + h ρ.
+extern "C" __global__ void chain_drift(float* x, const float* src, const float* rho, float h, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = src[i] + h * rho[i];
+}
+
+// ρ = decay ρ + grad g + s η (η unused when s = 0).
+extern "C" __global__ void chain_kick(float* rho, const float* g, const float* eta, float decay,
+                                      float grad, float s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = decay * rho[i] + grad * g[i];
+    if (s != 0.0f) v += s * eta[i];
+    rho[i] = v;
+}
+
+// The exact Ornstein-Uhlenbeck flow: x += drift ρ + x1 ζ1 + x2 ζ2, ρ = decay ρ + v1 ζ1, with the
+// row's 2d normals laid out (ζ1, ζ2).
+extern "C" __global__ void chain_ou(float* x, float* rho, const float* z, float decay, float drift,
+                                    float v1, float x1, float x2, int n, int d) {
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n * d) return;
+    int r = e / d, j = e % d;
+    float z1 = z[2 * r * d + j], z2 = z[2 * r * d + d + j];
+    x[e] += drift * rho[e] + x1 * z1 + x2 * z2;
+    rho[e] = decay * rho[e] + v1 * z1;
+}
+
+// HMC's refresh: ρ = η, and the energy at the start −lp_old + ½‖ρ‖² per row.
+extern "C" __global__ void chain_refresh(float* rho, const float* eta, const float* lp_old,
+                                         double* h0, int n, int d) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= n) return;
+    double s = 0.0;
+    for (int j = 0; j < d; ++j) {
+        float v = eta[r * d + j];
+        rho[r * d + j] = v;
+        s += (double)v * (double)v;
+    }
+    h0[r] = -(double)lp_old[r] + 0.5 * s;
+}
+
+// The end of a transition, per row: divergence (a non-finite state, or an energy error over
+// 1000), the Metropolis test with a uniform, the return to the old state of a refused or diverged
+// row, fresh momentum for a diverged one. stats[r] = (diverged, acceptance, lp kept, ρ² kept,
+// energy change, whether the energy change counts).
+extern "C" __global__ void chain_finish(float* x_new, float* g_new, float* lp_new,
+                                        const float* x_old, const float* g_old,
+                                        const float* lp_old, float* rho, const float* fresh,
+                                        const float* uni, const double* h0, int metropolis,
+                                        float* stats, int n, int d) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= n) return;
+    double sx = 0.0, sg = 0.0, sr = 0.0;
+    for (int j = 0; j < d; ++j) {
+        float a = x_new[r * d + j], b = g_new[r * d + j], c = rho[r * d + j];
+        sx += (double)a * a; sg += (double)b * b; sr += (double)c * c;
+    }
+    bool ok = is_fin((double)lp_new[r]) && is_fin(sx + sg + sr);
+    bool keep = ok, diverged = !ok;
+    float acc = 0.0f, dh_out = 0.0f, dh_ok = 0.0f;
+    if (metropolis) {
+        double h1 = -(double)lp_new[r] + 0.5 * sr;
+        double dh = h1 - h0[r];
+        bool fin = is_fin(dh);
+        if (ok && fin) { acc = (float)fmin(exp(-dh), 1.0); dh_out = (float)dh; dh_ok = 1.0f; }
+        if (dh != dh || dh > 1000.0) diverged = true;
+        keep = ok && uni[r] < acc;
+    }
+    if (!keep) {
+        for (int j = 0; j < d; ++j) { x_new[r * d + j] = x_old[r * d + j]; g_new[r * d + j] = g_old[r * d + j]; }
+        lp_new[r] = lp_old[r];
+    }
+    if (diverged) {
+        sr = 0.0;
+        for (int j = 0; j < d; ++j) { float v = fresh[r * d + j]; rho[r * d + j] = v; sr += (double)v * v; }
+    }
+    float* st = stats + STATS * r;
+    st[0] = diverged ? 1.0f : 0.0f;
+    st[1] = acc;
+    st[2] = lp_new[r];
+    st[3] = (float)sr;
+    st[4] = dh_out;
+    st[5] = dh_ok;
+}
+
+// Sums of the columns of a rows × cols matrix in one block of 256 threads, in a fixed order
+// (deterministic): out[c] += Σ_r m[r, c].
+extern "C" __global__ void column_sums(const float* m, double* out, int rows, int cols) {
+    __shared__ double part[256];
+    for (int c = 0; c < cols; ++c) {
+        double s = 0.0;
+        for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+            s += (double)m[r * cols + c];
+        }
+        part[threadIdx.x] = s;
+        __syncthreads();
+        for (unsigned int w = blockDim.x / 2; w > 0; w >>= 1) {
+            if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) out[c] += part[0];
+        __syncthreads();
+    }
+}
+
+// dst[i, :] = src[idx[i], :] (gather), or dst[idx[i], :] = src[i, :] (scatter).
+extern "C" __global__ void rows_copy(float* dst, const float* src, const int* idx, int n, int d,
+                                     int scatter) {
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n * d) return;
+    int i = e / d, j = e % d;
+    if (scatter) dst[idx[i] * d + j] = src[e];
+    else dst[e] = src[idx[i] * d + j];
+}
+
+// x += h ρ.
+extern "C" __global__ void chain_drift_add(float* x, const float* rho, float h, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += h * rho[i];
+}

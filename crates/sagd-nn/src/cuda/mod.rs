@@ -5,11 +5,19 @@
 //! transposes), activations are kernels compiled by NVRTC when the device opens. f32 throughout,
 //! without TF32, so results agree with the CPU engine to float rounding.
 
+mod bound;
+mod chains;
 mod check;
 
-pub use check::{check_networks, time_networks, NetworkCheck, NetworkTiming};
+pub use bound::GpuBoundEstimator;
+pub use chains::GpuChainEstimator;
 
-use std::sync::Arc;
+pub use check::{
+    check_estimators, check_networks, time_networks, EstimatorCheck, NetworkCheck, NetworkTiming,
+};
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, Gemv, GemvConfig};
@@ -17,6 +25,8 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
     PushKernelArg,
 };
+
+use cudarc::nvrtc::Ptx;
 
 use crate::math::Activation;
 use crate::net::{Layer, Sequential};
@@ -50,29 +60,87 @@ pub enum GpuError {
     Blas(#[from] cudarc::cublas::result::CublasError),
 }
 
+/// Where networks are trained: the CPU engine (the default) or a CUDA GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    /// The CPU engine, on the thread pool.
+    #[default]
+    Cpu,
+    /// CUDA device number N.
+    Cuda(usize),
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(0) => f.write_str("cuda"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim().to_ascii_lowercase();
+        match t.as_str() {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" | "gpu" => Ok(Device::Cuda(0)),
+            _ => t
+                .strip_prefix("cuda:")
+                .and_then(|i| i.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| format!("unknown device `{s}`: use cpu, cuda or cuda:N")),
+        }
+    }
+}
+
 /// Results of the backend.
 pub type GpuResult<T> = Result<T, GpuError>;
 
-/// The kernels of `kernels.cu`.
-struct Kernels {
-    act_forward: CudaFunction,
-    add_bias: CudaFunction,
-    scale: CudaFunction,
-    fill: CudaFunction,
+impl From<GpuError> for sagd::error::SagdError {
+    fn from(e: GpuError) -> Self {
+        sagd::error::SagdError::Device(e.to_string())
+    }
 }
 
-/// An open GPU: its stream, a cuBLAS handle and the compiled kernels.
+/// The kernels of `kernels.cu`, by name.
+const KERNELS: [&str; 18] = [
+    "act_forward",
+    "add_bias",
+    "scale",
+    "fill",
+    "fill_random",
+    "reparam",
+    "bound_loss",
+    "bound_enc_grad",
+    "posterior_residual",
+    "posterior_grad",
+    "chain_drift",
+    "chain_drift_add",
+    "chain_kick",
+    "chain_ou",
+    "chain_refresh",
+    "chain_finish",
+    "column_sums",
+    "rows_copy",
+];
+
+/// An open GPU: its own stream, a cuBLAS handle on it, and the compiled kernels. Each training job
+/// opens its own, so jobs running side by side on CPU threads never share a stream or a handle.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
+    pub(crate) stream: Arc<CudaStream>,
     blas: CudaBlas,
-    k: Kernels,
+    kernels: HashMap<&'static str, CudaFunction>,
 }
 
 /// Threads per block of the elementwise kernels.
 const THREADS: u32 = 256;
 
-fn grid(n: usize) -> LaunchConfig {
+pub(crate) fn grid(n: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: ((n as u32).div_ceil(THREADS).max(1), 1, 1),
         block_dim: (THREADS, 1, 1),
@@ -91,9 +159,9 @@ fn act_code(a: Activation) -> i32 {
 
 /// Whether the driver, NVRTC and cuBLAS libraries can be loaded, naming the first that cannot.
 pub fn libraries_present() -> GpuResult<()> {
-    // SAFETY: these only try to open the libraries with `dlopen` and close them again.
     const TOOLKIT: &str = "install CUDA 13, or point LD_LIBRARY_PATH at a folder that holds it \
                            (PyTorch's CUDA wheels have one: find / -name 'libcublas.so*')";
+    // SAFETY: these only try to open the libraries with `dlopen` and close them again.
     let found = unsafe {
         [
             (
@@ -102,18 +170,8 @@ pub fn libraries_present() -> GpuResult<()> {
                 "libcuda.so",
                 "this machine has no NVIDIA driver: install one",
             ),
-            (
-                cudarc::nvrtc::sys::is_culib_present(),
-                "NVRTC",
-                "libnvrtc.so",
-                TOOLKIT,
-            ),
-            (
-                cudarc::cublas::sys::is_culib_present(),
-                "cuBLAS",
-                "libcublas.so",
-                TOOLKIT,
-            ),
+            (cudarc::nvrtc::sys::is_culib_present(), "NVRTC", "libnvrtc.so", TOOLKIT),
+            (cudarc::cublas::sys::is_culib_present(), "cuBLAS", "libcublas.so", TOOLKIT),
         ]
     };
     match found.into_iter().find(|(ok, ..)| !ok) {
@@ -126,9 +184,13 @@ pub fn libraries_present() -> GpuResult<()> {
     }
 }
 
+/// The kernels compiled once per process (NVRTC takes about a second).
+static PTX: OnceLock<Result<String, String>> = OnceLock::new();
+
 impl Gpu {
     /// Opens device `ordinal`: checks the libraries first (cudarc would panic on a missing one),
-    /// then creates the context, the stream and the cuBLAS handle, and compiles the kernels.
+    /// then makes a stream and a cuBLAS handle on the device's primary context, and loads the
+    /// kernels (compiled by NVRTC on the first call of the process).
     pub fn open(ordinal: usize) -> GpuResult<Gpu> {
         libraries_present()?;
         let count = CudaContext::device_count().map_err(|e| GpuError::NoDevice(e.to_string()))?;
@@ -138,26 +200,36 @@ impl Gpu {
             )));
         }
         let ctx = CudaContext::new(ordinal).map_err(|e| GpuError::NoDevice(e.to_string()))?;
-        // One stream: cudarc's cross-stream event bookkeeping would only add work to each launch.
-        // SAFETY: every buffer of this backend is used on `stream` alone.
+        // Each job's buffers live on its own stream: cudarc's cross-stream event bookkeeping
+        // would only add work to each launch.
+        // SAFETY: no buffer of this backend is used on two streams.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.default_stream();
+        let stream = ctx.new_stream()?;
         let blas = CudaBlas::new(stream.clone())?;
-        let ptx = cudarc::nvrtc::compile_ptx(include_str!("kernels.cu"))
-            .map_err(|e| GpuError::Compile(e.to_string()))?;
-        let module = ctx.load_module(ptx)?;
-        let k = Kernels {
-            act_forward: module.load_function("act_forward")?,
-            add_bias: module.load_function("add_bias")?,
-            scale: module.load_function("scale")?,
-            fill: module.load_function("fill")?,
-        };
+        let src = PTX
+            .get_or_init(|| {
+                cudarc::nvrtc::compile_ptx(include_str!("kernels.cu"))
+                    .map(|p| p.to_src())
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(GpuError::Compile)?;
+        let module = ctx.load_module(Ptx::from_src(src))?;
+        let mut kernels = HashMap::new();
+        for name in KERNELS {
+            kernels.insert(name, module.load_function(name)?);
+        }
         Ok(Gpu {
             ctx,
             stream,
             blas,
-            k,
+            kernels,
         })
+    }
+
+    /// The kernel `name` of `kernels.cu`.
+    pub(crate) fn k(&self, name: &'static str) -> &CudaFunction {
+        &self.kernels[name]
     }
 
     /// The device's name and compute capability, as `name (sm_XY)`.
@@ -181,6 +253,32 @@ impl Gpu {
         Ok(self.stream.alloc_zeros::<f32>(n.max(1))?)
     }
 
+    /// Copies `host` into the first elements of `dev`.
+    pub fn upload_into(&self, host: &[f32], dev: &mut CudaSlice<f32>) -> GpuResult<()> {
+        Ok(self
+            .stream
+            .memcpy_htod(host, &mut dev.slice_mut(..host.len()))?)
+    }
+
+    /// Copies the first `host.len()` elements of `dev` into `host` (waits for the stream).
+    pub fn download_into(&self, dev: &CudaSlice<f32>, host: &mut [f32]) -> GpuResult<()> {
+        Ok(self.stream.memcpy_dtoh(&dev.slice(..host.len()), host)?)
+    }
+
+    /// Sets `dev` to zeros.
+    pub fn zero(&self, dev: &mut CudaSlice<f32>) -> GpuResult<()> {
+        Ok(self.stream.memset_zeros(dev)?)
+    }
+
+    /// Copies the first `n` elements of `src` into `dst`.
+    pub fn copy(&self, src: &CudaSlice<f32>, dst: &mut CudaSlice<f32>, n: usize) -> GpuResult<()> {
+        if n > 0 {
+            self.stream
+                .memcpy_dtod(&src.slice(..n), &mut dst.slice_mut(..n))?;
+        }
+        Ok(())
+    }
+
     /// Waits until the stream's work is done.
     pub fn synchronize(&self) -> GpuResult<()> {
         Ok(self.stream.synchronize()?)
@@ -188,7 +286,7 @@ impl Gpu {
 
     fn fill(&self, v: &mut CudaSlice<f32>, c: f32) -> GpuResult<()> {
         let n = v.len() as i32;
-        let mut b = self.stream.launch_builder(&self.k.fill);
+        let mut b = self.stream.launch_builder(self.k("fill"));
         b.arg(v).arg(&c).arg(&n);
         // SAFETY: the kernel writes v[0..n) only.
         unsafe { b.launch(grid(n as usize)) }?;
@@ -225,6 +323,39 @@ impl Gpu {
     }
 }
 
+/// Normal or uniform draws made on the device: Philox-4x32-10 keyed by the seed, with a counter
+/// that each fill advances, so a run is the same for the same seed and its state is two numbers.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GpuRng {
+    seed: u64,
+    calls: u32,
+}
+
+impl GpuRng {
+    /// A stream for `seed`.
+    pub fn new(seed: u64) -> Self {
+        GpuRng { seed, calls: 0 }
+    }
+
+    /// Fills the first `n` elements of `out` with N(0, 1) draws, or U(0, 1] with `uniform`.
+    pub fn fill(
+        &mut self,
+        gpu: &Gpu,
+        out: &mut CudaSlice<f32>,
+        n: usize,
+        uniform: bool,
+    ) -> GpuResult<()> {
+        let (k0, k1) = (self.seed as u32, (self.seed >> 32) as u32);
+        let (ni, call, uni) = (n as i32, self.calls, uniform as i32);
+        self.calls = self.calls.wrapping_add(1);
+        let mut b = gpu.stream.launch_builder(gpu.k("fill_random"));
+        b.arg(out).arg(&ni).arg(&k0).arg(&k1).arg(&call).arg(&uni);
+        // SAFETY: the kernel writes out[0..n) only; out holds at least n.
+        unsafe { b.launch(grid(n.next_multiple_of(2))) }?;
+        Ok(())
+    }
+}
+
 /// Device buffers of one forward pass of a [`Sequential`], kept for its backward pass.
 #[derive(Default)]
 pub struct GpuWorkspace {
@@ -237,7 +368,7 @@ pub struct GpuWorkspace {
 }
 
 /// A buffer of at least `n` elements in `slot` (kept when large enough).
-fn ensure<'a>(
+pub(crate) fn ensure<'a>(
     gpu: &Gpu,
     slot: &'a mut Option<CudaSlice<f32>>,
     n: usize,
@@ -289,7 +420,7 @@ impl Sequential {
                     let b = params.slice(off + inp * out..off + inp * out + out);
                     gpu.linear_forward(&w, xin, y, rows, inp, out)?;
                     let (n, o) = ((rows * out) as i32, out as i32);
-                    let mut lb = gpu.stream.launch_builder(&gpu.k.add_bias);
+                    let mut lb = gpu.stream.launch_builder(gpu.k("add_bias"));
                     lb.arg(&mut *y).arg(&b).arg(&o).arg(&n);
                     // SAFETY: y has rows·out elements and b has out.
                     unsafe { lb.launch(grid(n as usize)) }?;
@@ -305,7 +436,7 @@ impl Sequential {
                         rest[0].as_mut().expect("made above"),
                     );
                     let (kind, ni) = (act_code(act), n as i32);
-                    let mut lb = gpu.stream.launch_builder(&gpu.k.act_forward);
+                    let mut lb = gpu.stream.launch_builder(gpu.k("act_forward"));
                     lb.arg(&kind).arg(xin).arg(y).arg(dy).arg(&ni);
                     // SAFETY: x, y and dy have at least n elements.
                     unsafe { lb.launch(grid(n)) }?;
@@ -418,7 +549,7 @@ impl Sequential {
                 Layer::Act { .. } => {
                     let d = derivs[i].as_ref().expect("forward_gpu ran");
                     let n = (rows * width) as i32;
-                    let mut lb = gpu.stream.launch_builder(&gpu.k.scale);
+                    let mut lb = gpu.stream.launch_builder(gpu.k("scale"));
                     lb.arg(&mut *grad).arg(d).arg(&n);
                     // SAFETY: both hold at least n elements.
                     unsafe { lb.launch(grid(n as usize)) }?;

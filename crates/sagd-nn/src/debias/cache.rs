@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use sagd::error::{Result, SagdError};
 use sagd::run::{fnv1a, FNV_OFFSET};
+
+use crate::cuda::Device;
 use serde::Deserialize;
 
 use super::E2Settings;
@@ -21,13 +23,17 @@ pub(super) struct PretrainedCache {
 const PRETRAINED_FORMAT: &str = "sagd-debias-pretrained/2";
 
 impl PretrainedCache {
-    pub(super) fn new(dir: &Path, s: &E2Settings, x: &[f32], seed: u64) -> Self {
+    pub(super) fn new(dir: &Path, s: &E2Settings, x: &[f32], seed: u64, device: Device) -> Self {
         let data_hash = fnv1a(FNV_OFFSET, x.iter().flat_map(|v| v.to_bits().to_le_bytes()));
-        let key = serde_json::json!({
+        let mut key = serde_json::json!({
             "seed": seed, "n": s.n, "p": s.p, "hidden": s.hidden, "batch_size": s.batch_size,
             "pretrain_epochs": s.pretrain_epochs, "lr": s.lr, "data_fnv1a": format!("{data_hash:016x}"),
             "sagd_nn_version": env!("CARGO_PKG_VERSION"),
         });
+        // A GPU's pre-training rounds differently: its networks are cached apart.
+        if device != Device::Cpu {
+            key["device"] = serde_json::json!(device.to_string());
+        }
         let name_hash = fnv1a(data_hash, key.to_string().bytes());
         PretrainedCache {
             path: dir.join(format!(

@@ -14,6 +14,7 @@ use sagd::run::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::cuda::{Device, Gpu, GpuBoundEstimator, GpuChainEstimator};
 use super::cache::PretrainedCache;
 use super::eval::{evaluate, generate, log_likelihood_1d, part_seed, simulate, Evaluation};
 use super::{E2Settings, Method};
@@ -82,6 +83,22 @@ pub struct RunOptions {
     /// Stop every fine-tuning phase after this many updates of this process, checkpointed, and
     /// return [`SagdError::Interrupted`] (to test and demonstrate resuming).
     pub interrupt_after: Option<usize>,
+    /// Where the networks train (evaluation stays on the CPU).
+    pub device: Device,
+}
+
+/// A bound estimator (k = 1: the ELBO; k > 1: IWAE) on `device`.
+fn bound_estimator<'a>(
+    device: Device,
+    vae: &'a Vae,
+    x: &'a [f32],
+    k: usize,
+    seed: u64,
+) -> Result<Box<dyn GradientEstimator + 'a>> {
+    Ok(match device {
+        Device::Cpu => Box::new(BoundEstimator::new(vae, x, k, seed)),
+        Device::Cuda(i) => Box::new(GpuBoundEstimator::new(Gpu::open(i)?, vae, x, k, seed)),
+    })
 }
 
 /// A training phase of a replication as the runner sees it: its name, settings and identity.
@@ -297,10 +314,14 @@ pub fn fit(
     let n = s.n.min(x.len() / s.p.max(1));
     let per_epoch = n.div_ceil(s.batch_size.clamp(1, n.max(1)));
     let data_hash = fnv1a(FNV_OFFSET, x.iter().flat_map(|v| v.to_bits().to_le_bytes()));
-    let key = serde_json::json!({
+    let mut key = serde_json::json!({
         "settings": s, "seed": seed, "data_fnv1a": format!("{data_hash:016x}"),
         "version": env!("CARGO_PKG_VERSION"),
     });
+    // A GPU's estimators keep other state, and give other draws: its checkpoints are its own.
+    if opts.device != Device::Cpu {
+        key["device"] = serde_json::json!(opts.device.to_string());
+    }
     // Pre-training is never interrupted on request: the fine-tuning phases are.
     let pretrain_opts = RunOptions {
         interrupt_after: None,
@@ -310,7 +331,7 @@ pub fn fit(
     let cache = opts
         .pretrained_cache
         .as_deref()
-        .map(|dir| PretrainedCache::new(dir, s, &x, seed));
+        .map(|dir| PretrainedCache::new(dir, s, &x, seed, opts.device));
     let (params, pretrain_time_s, pretrained_from) = match cache.as_ref().map(|c| c.load(&vae)) {
         Some(Ok(Some((params, time_s)))) => {
             // Report the skipped updates as done, as training would have.
@@ -320,7 +341,7 @@ pub fn fit(
         Some(Err(e)) => return Err(e),
         _ => {
             let t0 = Instant::now();
-            let mut pre = BoundEstimator::new(&vae, &x, 1, part_seed(seed, 2));
+            let mut pre = bound_estimator(opts.device, &vae, &x, 1, part_seed(seed, 2))?;
             let phase = Phase {
                 name: "pretrain",
                 settings: TrainSettings {
@@ -339,7 +360,7 @@ pub fn fit(
             };
             let params = run_phase(
                 &vae,
-                &mut pre,
+                pre.as_mut(),
                 &phase,
                 n,
                 vae.init(seed),
@@ -374,10 +395,30 @@ pub fn fit(
             let mseed = part_seed(1000 * seed + 1 + i as u64, 3);
             let t0 = Instant::now();
             let mut est: Box<dyn GradientEstimator> = match m {
-                Method::Vae => Box::new(BoundEstimator::new(&vae, &x, 1, mseed)),
-                Method::Iwae => Box::new(BoundEstimator::new(&vae, &x, s.method.iwae_k, mseed)),
-                Method::Hmc => Box::new(ChainEstimator::hmc(&vae, &x, &s.method.hmc(), mseed)?),
-                Method::Sagd => Box::new(ChainEstimator::sagd(&vae, &x, &s.method.sagd, mseed)?),
+                Method::Vae => bound_estimator(opts.device, &vae, &x, 1, mseed)?,
+                Method::Iwae => bound_estimator(opts.device, &vae, &x, s.method.iwae_k, mseed)?,
+                Method::Hmc => match opts.device {
+                    Device::Cpu => Box::new(ChainEstimator::hmc(&vae, &x, &s.method.hmc(), mseed)?),
+                    Device::Cuda(i) => Box::new(GpuChainEstimator::hmc(
+                        Gpu::open(i)?,
+                        &vae,
+                        &x,
+                        &s.method.hmc(),
+                        mseed,
+                    )?),
+                },
+                Method::Sagd => match opts.device {
+                    Device::Cpu => {
+                        Box::new(ChainEstimator::sagd(&vae, &x, &s.method.sagd, mseed)?)
+                    }
+                    Device::Cuda(i) => Box::new(GpuChainEstimator::sagd(
+                        Gpu::open(i)?,
+                        &vae,
+                        &x,
+                        &s.method.sagd,
+                        mseed,
+                    )?),
+                },
             };
             // SAGD has its own learning rate and returns an average of its iterates.
             let (lr, averaging) = match m {

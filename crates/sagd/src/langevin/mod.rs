@@ -291,8 +291,16 @@ impl<T: Real> Kernel<T> {
             }
     }
 
-    /// The coefficient table of the kernel as plain numbers (for tests and documentation): each entry
-    /// is an operation name and its coefficients.
+    /// Whether a transition ends with a Metropolis test (HMC).
+    pub fn metropolis(&self) -> bool {
+        self.metropolis
+    }
+
+    /// The coefficient table of the kernel as plain numbers (for tests, documentation and other
+    /// engines that run the same program): each entry is an operation name and its coefficients —
+    /// `drift` (h: ξ += h ρ), `kick` (decay, grad, noise: ρ = decay·ρ + grad·∇log π(ξ) + noise·η),
+    /// `ou` (decay, drift, v1, x1, x2: ξ += drift·ρ + x1·ζ1 + x2·ζ2, ρ = decay·ρ + v1·ζ1),
+    /// `gradient` (evaluate log π and its gradient), `refresh` (ρ ~ N(0, I)).
     pub fn table(&self) -> Vec<(&'static str, Vec<f64>)> {
         self.ops
             .iter()

@@ -1,0 +1,668 @@
+//! HMC and SAGD's chains on the GPU: the CPU's [`ChainEstimator`](crate::train::ChainEstimator)
+//! with the chains' state on the device. Each transition runs the kernel's own program
+//! ([`Kernel::table`]: drifts, kicks, Ornstein-Uhlenbeck flows, refreshes, evaluations of the
+//! decoder's posterior) and the CPU's end of a transition (divergences, the Metropolis test), as
+//! elementwise kernels; the θ-gradient of an update is one pass over the K accepted states of every
+//! chain. Chain noise comes from a device stream ([`GpuRng`]): the same law as the CPU's per-chain
+//! streams, not the same draws; encoder draws use the CPU estimator's host stream.
+
+use cudarc::driver::{CudaSlice, PushKernelArg};
+use sagd::error::{Result, SagdError};
+use sagd::langevin::{Kernel, Momentum};
+use sagd::rng::NormalStream;
+use sagd::run::{decode, encode};
+use serde::{Deserialize, Serialize};
+
+use super::{grid, Gpu, GpuError, GpuResult, GpuRng, GpuWorkspace};
+use crate::train::{gather_rows, GradientEstimator, HmcChains, LangevinChains};
+use crate::vae::{Vae, VaeParams};
+
+/// Columns of the per-row statistics of `chain_finish`: diverged, acceptance, log π, ρ², energy
+/// change, whether it counts.
+const STATS: usize = 6;
+
+/// One operation of the kernel's program, in f32.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Drift(f32),
+    Kick { decay: f32, grad: f32, noise: f32 },
+    Ou([f32; 5]),
+    Gradient,
+    Refresh,
+}
+
+fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Op>> {
+    kernel
+        .table()
+        .into_iter()
+        .map(|(name, c)| {
+            let c: Vec<f32> = c.iter().map(|v| *v as f32).collect();
+            Ok(match (name, &c[..]) {
+                ("drift", [h]) => Op::Drift(*h),
+                ("kick", [decay, grad, noise]) => Op::Kick {
+                    decay: *decay,
+                    grad: *grad,
+                    noise: *noise,
+                },
+                ("ou", [a, b, c, d, e]) => Op::Ou([*a, *b, *c, *d, *e]),
+                ("gradient", []) => Op::Gradient,
+                ("refresh", []) => Op::Refresh,
+                _ => {
+                    return Err(GpuError::Compile(format!(
+                        "the GPU chains do not know the kernel operation `{name}`"
+                    )))
+                }
+            })
+        })
+        .collect()
+}
+
+/// The device buffers, sized for all n chains (the largest batch).
+struct Buffers {
+    dec: CudaSlice<f32>,
+    enc: CudaSlice<f32>,
+    /// All data rows, and the batch's rows.
+    x_all: CudaSlice<f32>,
+    x_batch: CudaSlice<f32>,
+    /// The persistent chains: positions and momenta of all n.
+    pos: CudaSlice<f32>,
+    rho_all: CudaSlice<f32>,
+    /// The batch's chains: state a (current) and b (next), momenta.
+    xa: CudaSlice<f32>,
+    xb: CudaSlice<f32>,
+    ga: CudaSlice<f32>,
+    gb: CudaSlice<f32>,
+    la: CudaSlice<f32>,
+    lb: CudaSlice<f32>,
+    rho: CudaSlice<f32>,
+    /// Noise: up to 2 normals per coordinate, fresh momenta, uniforms.
+    eta: CudaSlice<f32>,
+    fresh: CudaSlice<f32>,
+    uni: CudaSlice<f32>,
+    h0: CudaSlice<f64>,
+    stats: CudaSlice<f32>,
+    sums: CudaSlice<f64>,
+    idx: CudaSlice<i32>,
+    /// The accepted states of an update's K transitions, step-major, and their residuals.
+    store: CudaSlice<f32>,
+    resid: CudaSlice<f32>,
+    g_theta: CudaSlice<f32>,
+    ws: GpuWorkspace,
+    ws_theta: GpuWorkspace,
+}
+
+/// What the estimator carries between updates, for checkpoints.
+#[derive(Serialize, Deserialize)]
+struct Record {
+    pos: Vec<f32>,
+    rho: Vec<f32>,
+    stream: NormalStream,
+    rng: GpuRng,
+    started: bool,
+    divergences: usize,
+    acceptance: Vec<f64>,
+}
+
+/// HMC (fresh chains from an encoder draw at every update) or SAGD (persistent chains) on the
+/// decoder's posterior, on the GPU; the gradient is the chain average of ∇θ of −log p(x | u; θ).
+pub struct GpuChainEstimator<'a> {
+    gpu: Gpu,
+    vae: &'a Vae,
+    x: &'a [f32],
+    ops: Vec<Op>,
+    metropolis: bool,
+    steps: usize,
+    fresh_from_encoder: bool,
+    burn_in: usize,
+    momentum: Momentum,
+    stream: NormalStream,
+    rng: GpuRng,
+    started: bool,
+    divergences: usize,
+    acceptance: Vec<f64>,
+    host: Vec<f32>,
+    xb: Vec<f32>,
+    eps: Vec<f32>,
+    b: Option<Buffers>,
+    /// A state restored from a checkpoint before the buffers exist.
+    pending: Option<Record>,
+}
+
+impl<'a> GpuChainEstimator<'a> {
+    /// HMC as [`ChainEstimator::hmc`](crate::train::ChainEstimator::hmc), on `gpu`.
+    pub fn hmc(gpu: Gpu, vae: &'a Vae, x: &'a [f32], s: &HmcChains, seed: u64) -> Result<Self> {
+        let kernel = s.hmc.kernel::<f32>()?;
+        Self::with(gpu, vae, x, &kernel, (s.transitions, true, 0), seed)
+    }
+
+    /// SAGD as [`ChainEstimator::sagd`](crate::train::ChainEstimator::sagd), on `gpu`.
+    pub fn sagd(
+        gpu: Gpu,
+        vae: &'a Vae,
+        x: &'a [f32],
+        s: &LangevinChains,
+        seed: u64,
+    ) -> Result<Self> {
+        s.langevin.validate(s.step_size)?;
+        let kernel = s.langevin.kernel::<f32>(s.step_size)?;
+        let mut e = Self::with(gpu, vae, x, &kernel, (s.steps, false, s.burn_in), seed)?;
+        e.momentum = s.initial_momentum;
+        Ok(e)
+    }
+
+    fn with(
+        gpu: Gpu,
+        vae: &'a Vae,
+        x: &'a [f32],
+        kernel: &Kernel<f32>,
+        (steps, fresh, burn_in): (usize, bool, usize),
+        seed: u64,
+    ) -> Result<Self> {
+        Ok(GpuChainEstimator {
+            gpu,
+            vae,
+            x,
+            ops: program(kernel)?,
+            metropolis: kernel.metropolis(),
+            steps: steps.max(1),
+            fresh_from_encoder: fresh,
+            burn_in,
+            momentum: Momentum::Normal,
+            stream: NormalStream::new(seed ^ 0xA5A5_5A5A_DEAD_BEEF),
+            rng: GpuRng::new(seed ^ 0x6A09_E667_F3BC_C908),
+            started: false,
+            divergences: 0,
+            acceptance: Vec::new(),
+            host: Vec::new(),
+            xb: Vec::new(),
+            eps: Vec::new(),
+            b: None,
+            pending: None,
+        })
+    }
+
+    fn alloc(&self, n_dec: usize, n_enc: usize) -> GpuResult<Buffers> {
+        let (gpu, d) = (&self.gpu, self.vae.d);
+        let n = self.x.len() / d;
+        let nd = n * d;
+        let z = |len: usize| gpu.zeros(len);
+        Ok(Buffers {
+            dec: z(n_dec)?,
+            enc: z(n_enc)?,
+            x_all: gpu.upload(self.x)?,
+            x_batch: z(nd)?,
+            pos: z(nd)?,
+            rho_all: z(nd)?,
+            xa: z(nd)?,
+            xb: z(nd)?,
+            ga: z(nd)?,
+            gb: z(nd)?,
+            la: z(n)?,
+            lb: z(n)?,
+            rho: z(nd)?,
+            eta: z(2 * nd)?,
+            fresh: z(nd)?,
+            uni: z(n)?,
+            h0: gpu.stream.alloc_zeros::<f64>(n.max(1))?,
+            stats: z(STATS * n)?,
+            sums: gpu.stream.alloc_zeros::<f64>(STATS)?,
+            idx: gpu.stream.alloc_zeros::<i32>(n.max(1))?,
+            store: z(self.steps * nd)?,
+            resid: z(self.steps * nd)?,
+            g_theta: z(n_dec)?,
+            ws: GpuWorkspace::default(),
+            ws_theta: GpuWorkspace::default(),
+        })
+    }
+
+    /// One reparameterised encoder draw per row of `x` (nb rows) into `out`, the noise from the
+    /// host stream (as the CPU's `encoder_draw`).
+    fn encoder_draw(&mut self, b: &mut Buffers, all: bool, nb: usize) -> GpuResult<()> {
+        let (gpu, vae, d) = (&self.gpu, self.vae, self.vae.d);
+        self.eps.resize(nb * d, 0.0);
+        self.stream.fill(&mut self.eps);
+        gpu.upload_into(&self.eps, &mut b.eta)?;
+        let x = if all { &b.x_all } else { &b.x_batch };
+        vae.enc.forward_gpu(gpu, &b.enc, x, nb, &mut b.ws)?;
+        let enc_out = b.ws.output().expect("forward ran");
+        let (ni, one, di) = (nb as i32, 1i32, d as i32);
+        let mut l = gpu.stream.launch_builder(gpu.k("reparam"));
+        l.arg(enc_out)
+            .arg(&b.eta)
+            .arg(&mut b.xa)
+            .arg(&ni)
+            .arg(&one)
+            .arg(&di);
+        // SAFETY: buffers sized for all n rows.
+        unsafe { l.launch(grid(nb * d)) }?;
+        Ok(())
+    }
+
+    /// log π and ∇log π of the batch's posterior at `x` (nb rows) into `g`, `lp`.
+    #[allow(clippy::too_many_arguments)]
+    fn evaluate(
+        gpu: &Gpu,
+        vae: &Vae,
+        dec: &CudaSlice<f32>,
+        data: &CudaSlice<f32>,
+        (x, g, lp): (&CudaSlice<f32>, &mut CudaSlice<f32>, &mut CudaSlice<f32>),
+        resid: &mut CudaSlice<f32>,
+        ws: &mut GpuWorkspace,
+        nb: usize,
+    ) -> GpuResult<()> {
+        let d = vae.d;
+        vae.dec.forward_gpu(gpu, dec, x, nb, ws)?;
+        let h = ws.output().expect("forward ran");
+        let (ni, di) = (nb as i32, d as i32);
+        let mut l = gpu.stream.launch_builder(gpu.k("posterior_residual"));
+        l.arg(data)
+            .arg(h)
+            .arg(x)
+            .arg(&mut *resid)
+            .arg(&mut *lp)
+            .arg(&ni)
+            .arg(&ni)
+            .arg(&di);
+        // SAFETY: every buffer holds nb rows.
+        unsafe { l.launch(grid(nb)) }?;
+        vae.dec
+            .backward_gpu(gpu, dec, ws, resid, None, Some(&mut *g))?;
+        let nd = (nb * d) as i32;
+        let mut l = gpu.stream.launch_builder(gpu.k("posterior_grad"));
+        l.arg(&mut *g).arg(x).arg(&nd);
+        // SAFETY: as above.
+        unsafe { l.launch(grid(nb * d)) }?;
+        Ok(())
+    }
+
+    /// One transition of the batch's nb chains (state a → b, then swapped), its statistics added
+    /// into `sums`.
+    fn transition(&mut self, b: &mut Buffers, all: bool, nb: usize) -> GpuResult<()> {
+        let (gpu, vae, d) = (&self.gpu, self.vae, self.vae.d);
+        let len = nb * d;
+        let li = len as i32;
+        let (mut moved, mut fresh) = (false, false);
+        let data = if all { &b.x_all } else { &b.x_batch };
+        for op in self.ops.clone() {
+            match op {
+                Op::Drift(h) => {
+                    let mut l = if moved {
+                        let mut l = gpu.stream.launch_builder(gpu.k("chain_drift_add"));
+                        l.arg(&mut b.xb).arg(&b.rho);
+                        l
+                    } else {
+                        let mut l = gpu.stream.launch_builder(gpu.k("chain_drift"));
+                        l.arg(&mut b.xb).arg(&b.xa).arg(&b.rho);
+                        l
+                    };
+                    l.arg(&h).arg(&li);
+                    // SAFETY: every buffer holds at least len elements.
+                    unsafe { l.launch(grid(len)) }?;
+                    moved = true;
+                }
+                Op::Kick { decay, grad, noise } => {
+                    if noise != 0.0 {
+                        self.rng.fill(gpu, &mut b.eta, len, false)?;
+                    }
+                    let g = if fresh { &b.gb } else { &b.ga };
+                    let mut l = gpu.stream.launch_builder(gpu.k("chain_kick"));
+                    l.arg(&mut b.rho)
+                        .arg(g)
+                        .arg(&b.eta)
+                        .arg(&decay)
+                        .arg(&grad)
+                        .arg(&noise)
+                        .arg(&li);
+                    // SAFETY: as above.
+                    unsafe { l.launch(grid(len)) }?;
+                }
+                Op::Ou([decay, drift, v1, x1, x2]) => {
+                    self.rng.fill(gpu, &mut b.eta, 2 * len, false)?;
+                    if !moved {
+                        gpu.copy(&b.xa, &mut b.xb, len)?;
+                        moved = true;
+                    }
+                    let (ni, di) = (nb as i32, d as i32);
+                    let mut l = gpu.stream.launch_builder(gpu.k("chain_ou"));
+                    l.arg(&mut b.xb)
+                        .arg(&mut b.rho)
+                        .arg(&b.eta)
+                        .arg(&decay)
+                        .arg(&drift)
+                        .arg(&v1)
+                        .arg(&x1)
+                        .arg(&x2)
+                        .arg(&ni)
+                        .arg(&di);
+                    // SAFETY: eta holds 2·len, the others len.
+                    unsafe { l.launch(grid(len)) }?;
+                }
+                Op::Gradient => {
+                    if !moved {
+                        gpu.copy(&b.xa, &mut b.xb, len)?;
+                        moved = true;
+                    }
+                    Self::evaluate(
+                        gpu,
+                        vae,
+                        &b.dec,
+                        data,
+                        (&b.xb, &mut b.gb, &mut b.lb),
+                        &mut b.resid,
+                        &mut b.ws,
+                        nb,
+                    )?;
+                    fresh = true;
+                }
+                Op::Refresh => {
+                    self.rng.fill(gpu, &mut b.eta, len, false)?;
+                    let (ni, di) = (nb as i32, d as i32);
+                    let mut l = gpu.stream.launch_builder(gpu.k("chain_refresh"));
+                    l.arg(&mut b.rho)
+                        .arg(&b.eta)
+                        .arg(&b.la)
+                        .arg(&mut b.h0)
+                        .arg(&ni)
+                        .arg(&di);
+                    // SAFETY: as above.
+                    unsafe { l.launch(grid(nb)) }?;
+                }
+            }
+        }
+        if !moved {
+            gpu.copy(&b.xa, &mut b.xb, len)?;
+        }
+        if !fresh {
+            gpu.copy(&b.ga, &mut b.gb, len)?;
+            gpu.copy(&b.la, &mut b.lb, nb)?;
+        }
+        self.rng.fill(gpu, &mut b.fresh, len, false)?;
+        if self.metropolis {
+            self.rng.fill(gpu, &mut b.uni, nb, true)?;
+        }
+        let (ni, di, mi) = (nb as i32, d as i32, self.metropolis as i32);
+        let mut l = gpu.stream.launch_builder(gpu.k("chain_finish"));
+        l.arg(&mut b.xb)
+            .arg(&mut b.gb)
+            .arg(&mut b.lb)
+            .arg(&b.xa)
+            .arg(&b.ga)
+            .arg(&b.la)
+            .arg(&mut b.rho)
+            .arg(&b.fresh)
+            .arg(&b.uni)
+            .arg(&b.h0)
+            .arg(&mi)
+            .arg(&mut b.stats)
+            .arg(&ni)
+            .arg(&di);
+        // SAFETY: as above.
+        unsafe { l.launch(grid(nb)) }?;
+        let (cols, rows) = (STATS as i32, nb as i32);
+        let mut l = gpu.stream.launch_builder(gpu.k("column_sums"));
+        l.arg(&b.stats).arg(&mut b.sums).arg(&rows).arg(&cols);
+        let one_block = cudarc::driver::LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: stats holds nb rows of STATS columns; one block of 256 threads, as written.
+        unsafe { l.launch(one_block) }?;
+        std::mem::swap(&mut b.xa, &mut b.xb);
+        std::mem::swap(&mut b.ga, &mut b.gb);
+        std::mem::swap(&mut b.la, &mut b.lb);
+        Ok(())
+    }
+
+    /// Reads and clears the summed statistics.
+    fn take_sums(&self, b: &mut Buffers) -> GpuResult<[f64; STATS]> {
+        let mut s = [0.0f64; STATS];
+        self.gpu.stream.memcpy_dtoh(&b.sums, &mut s[..])?;
+        self.gpu.stream.memset_zeros(&mut b.sums)?;
+        Ok(s)
+    }
+
+    /// Starts every chain from an encoder draw and burns it in under the current decoder.
+    fn start(&mut self, b: &mut Buffers) -> GpuResult<()> {
+        let (gpu, n, d) = (&self.gpu, self.x.len() / self.vae.d, self.vae.d);
+        if let Some(r) = self.pending.take() {
+            gpu.upload_into(&r.pos, &mut b.pos)?;
+            gpu.upload_into(&r.rho, &mut b.rho_all)?;
+            self.stream = r.stream;
+            self.rng = r.rng;
+            self.started = r.started;
+            self.divergences = r.divergences;
+            self.acceptance = r.acceptance;
+            if self.started {
+                return Ok(());
+            }
+        }
+        self.encoder_draw(b, true, n)?;
+        let gpu = &self.gpu;
+        match self.momentum {
+            Momentum::Normal => self.rng.fill(gpu, &mut b.rho, n * d, false)?,
+            Momentum::Zero => gpu.zero(&mut b.rho)?,
+        }
+        Self::evaluate(
+            gpu,
+            self.vae,
+            &b.dec,
+            &b.x_all,
+            (&b.xa, &mut b.ga, &mut b.la),
+            &mut b.resid,
+            &mut b.ws,
+            n,
+        )?;
+        self.take_sums(b)?;
+        for _ in 0..self.burn_in {
+            self.transition(b, true, n)?;
+        }
+        self.divergences += self.take_sums(b)?[0] as usize;
+        let gpu = &self.gpu;
+        gpu.copy(&b.xa, &mut b.pos, n * d)?;
+        gpu.copy(&b.rho, &mut b.rho_all, n * d)?;
+        self.started = true;
+        Ok(())
+    }
+
+    fn run(&mut self, p: &VaeParams, batch: &[usize], g_dec: &mut [f32]) -> GpuResult<f64> {
+        let mut b = match self.b.take() {
+            Some(b) => b,
+            None => self.alloc(p.dec.len(), p.enc.len())?,
+        };
+        let out = self.update(&mut b, p, batch, g_dec);
+        self.b = Some(b);
+        out
+    }
+
+    fn update(
+        &mut self,
+        b: &mut Buffers,
+        p: &VaeParams,
+        batch: &[usize],
+        g_dec: &mut [f32],
+    ) -> GpuResult<f64> {
+        let (d, n) = (self.vae.d, self.x.len() / self.vae.d);
+        let nb = batch.len();
+        let len = nb * d;
+        let all = nb == n && batch.iter().enumerate().all(|(k, &i)| k == i);
+        self.gpu.upload_into(&p.dec, &mut b.dec)?;
+        self.gpu.upload_into(&p.enc, &mut b.enc)?;
+        if !self.started {
+            self.start(b)?;
+        }
+        let gpu = &self.gpu;
+        // The batch's chains into state a.
+        if all {
+            gpu.copy(&b.pos, &mut b.xa, len)?;
+            gpu.copy(&b.rho_all, &mut b.rho, len)?;
+        } else {
+            gather_rows(self.x, d, batch, &mut self.xb);
+            gpu.upload_into(&self.xb, &mut b.x_batch)?;
+            let idx: Vec<i32> = batch.iter().map(|&i| i as i32).collect();
+            gpu.stream
+                .memcpy_htod(&idx, &mut b.idx.slice_mut(..nb))?;
+            for (dst, src) in [(&mut b.xa, &b.pos), (&mut b.rho, &b.rho_all)] {
+                rows_copy(gpu, dst, src, &b.idx, nb, d, false)?;
+            }
+        }
+        if self.fresh_from_encoder {
+            self.encoder_draw(b, all, nb)?;
+        }
+        let gpu = &self.gpu;
+        let data = if all { &b.x_all } else { &b.x_batch };
+        // θ moved since the chains' gradients were computed (or the chains are new).
+        Self::evaluate(
+            gpu,
+            self.vae,
+            &b.dec,
+            data,
+            (&b.xa, &mut b.ga, &mut b.la),
+            &mut b.resid,
+            &mut b.ws,
+            nb,
+        )?;
+        self.take_sums(b)?;
+        for s in 0..self.steps {
+            self.transition(b, all, nb)?;
+            self.gpu
+                .stream
+                .memcpy_dtod(&b.xa.slice(..len), &mut b.store.slice_mut(s * len..(s + 1) * len))?;
+        }
+        let sums = self.take_sums(b)?;
+        let gpu = &self.gpu;
+        // ∇θ Σ log p over the K accepted states of every chain, in one pass.
+        let rows = self.steps * nb;
+        let data = if all { &b.x_all } else { &b.x_batch };
+        self.vae
+            .dec
+            .forward_gpu(gpu, &b.dec, &b.store, rows, &mut b.ws_theta)?;
+        let h = b.ws_theta.output().expect("forward ran");
+        let (ri, ni, di) = (rows as i32, nb as i32, d as i32);
+        // A null device pointer: the kernel writes no log densities.
+        let null: u64 = 0;
+        let mut l = gpu.stream.launch_builder(gpu.k("posterior_residual"));
+        l.arg(data)
+            .arg(h)
+            .arg(&b.store)
+            .arg(&mut b.resid)
+            .arg(&null)
+            .arg(&ri)
+            .arg(&ni)
+            .arg(&di);
+        // SAFETY: store and resid hold K·nb rows; a null lp is not written.
+        unsafe { l.launch(grid(rows)) }?;
+        gpu.zero(&mut b.g_theta)?;
+        self.vae.dec.backward_gpu(
+            gpu,
+            &b.dec,
+            &mut b.ws_theta,
+            &b.resid,
+            Some(&mut b.g_theta),
+            None,
+        )?;
+        self.host.resize(g_dec.len(), 0.0);
+        gpu.download_into(&b.g_theta, &mut self.host)?;
+        // f = −log p: the estimate is −Σ ∇θ log p / (K nb).
+        let scale = -1.0 / rows as f64;
+        for (g, v) in g_dec.iter_mut().zip(&self.host) {
+            *g += (*v as f64 * scale) as f32;
+        }
+        // The chains back in place.
+        if all {
+            gpu.copy(&b.xa, &mut b.pos, len)?;
+            gpu.copy(&b.rho, &mut b.rho_all, len)?;
+        } else {
+            for (dst, src) in [(&mut b.pos, &b.xa), (&mut b.rho_all, &b.rho)] {
+                rows_copy(gpu, dst, src, &b.idx, nb, d, true)?;
+            }
+        }
+        self.divergences += sums[0] as usize;
+        if self.metropolis {
+            self.acceptance.push(sums[1] / rows as f64);
+        }
+        Ok(-sums[2] / rows as f64)
+    }
+}
+
+/// Gathers rows `idx` of `src` into `dst` (or scatters `src` into rows `idx` of `dst`).
+fn rows_copy(
+    gpu: &Gpu,
+    dst: &mut CudaSlice<f32>,
+    src: &CudaSlice<f32>,
+    idx: &CudaSlice<i32>,
+    nb: usize,
+    d: usize,
+    scatter: bool,
+) -> GpuResult<()> {
+    let (ni, di, si) = (nb as i32, d as i32, scatter as i32);
+    let mut l = gpu.stream.launch_builder(gpu.k("rows_copy"));
+    l.arg(dst).arg(src).arg(idx).arg(&ni).arg(&di).arg(&si);
+    // SAFETY: idx holds nb valid row numbers of the n-row buffers.
+    unsafe { l.launch(grid(nb * d)) }?;
+    Ok(())
+}
+
+impl GradientEstimator for GpuChainEstimator<'_> {
+    fn trains_encoder(&self) -> bool {
+        false
+    }
+
+    fn save_state(&self) -> Result<Vec<u8>> {
+        let nd = self.x.len();
+        let (mut pos, mut rho) = (vec![0.0f32; nd], vec![0.0f32; nd]);
+        if let Some(b) = &self.b {
+            self.gpu.download_into(&b.pos, &mut pos)?;
+            self.gpu.download_into(&b.rho_all, &mut rho)?;
+        }
+        encode(&Record {
+            pos,
+            rho,
+            stream: self.stream.clone(),
+            rng: self.rng.clone(),
+            started: self.started,
+            divergences: self.divergences,
+            acceptance: self.acceptance.clone(),
+        })
+    }
+
+    fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
+        let r: Record = decode(bytes)?;
+        if r.pos.len() != self.x.len() || r.rho.len() != self.x.len() {
+            return Err(SagdError::Device(
+                "the checkpoint's chains do not match the data: resume with the same data".into(),
+            ));
+        }
+        self.stream = r.stream.clone();
+        self.rng = r.rng.clone();
+        self.started = r.started;
+        self.divergences = r.divergences;
+        self.acceptance = r.acceptance.clone();
+        match &mut self.b {
+            Some(b) => {
+                self.gpu.upload_into(&r.pos, &mut b.pos)?;
+                self.gpu.upload_into(&r.rho, &mut b.rho_all)?;
+            }
+            None => self.pending = Some(r),
+        }
+        Ok(())
+    }
+
+    fn estimate(
+        &mut self,
+        p: &VaeParams,
+        batch: &[usize],
+        g_dec: &mut [f32],
+        _g_enc: &mut [f32],
+    ) -> Result<f64> {
+        Ok(self.run(p, batch, g_dec)?)
+    }
+
+    fn diagnostics(&self) -> serde_json::Value {
+        serde_json::json!({
+            "acceptance": (!self.acceptance.is_empty()).then(|| self.acceptance.iter().sum::<f64>() / self.acceptance.len() as f64),
+            "divergences": self.divergences,
+            "device": "cuda",
+        })
+    }
+}

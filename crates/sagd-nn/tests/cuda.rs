@@ -1,0 +1,59 @@
+//! The CUDA backend: what can be checked without a GPU everywhere, and its agreement with the CPU
+//! engine where a GPU is found (elsewhere that part is skipped, saying why).
+
+use sagd_nn::cuda::{check_estimators, check_networks, Device, Gpu, GpuError};
+
+#[test]
+fn devices_parse_and_print() {
+    assert_eq!("cpu".parse::<Device>(), Ok(Device::Cpu));
+    assert_eq!("CUDA".parse::<Device>(), Ok(Device::Cuda(0)));
+    assert_eq!("cuda:2".parse::<Device>(), Ok(Device::Cuda(2)));
+    assert!("tpu".parse::<Device>().unwrap_err().contains("use cpu, cuda or cuda:N"));
+    assert!("cuda:x".parse::<Device>().is_err());
+    for d in [Device::Cpu, Device::Cuda(0), Device::Cuda(3)] {
+        assert_eq!(d.to_string().parse::<Device>(), Ok(d));
+    }
+}
+
+#[test]
+fn every_kernel_the_backend_loads_is_in_its_source() {
+    let src = include_str!("../src/cuda/kernels.cu");
+    let module = include_str!("../src/cuda/mod.rs");
+    let list = module
+        .split("const KERNELS")
+        .nth(1)
+        .and_then(|s| s.split("];").next())
+        .expect("the KERNELS list");
+    let names: Vec<&str> = list.split('"').skip(1).step_by(2).collect();
+    assert!(names.len() >= 18, "{names:?}");
+    for name in names {
+        assert!(
+            src.contains(&format!("extern \"C\" __global__ void {name}(")),
+            "kernel {name} is loaded but not defined in kernels.cu"
+        );
+    }
+}
+
+#[test]
+fn the_gpu_agrees_with_the_cpu_or_the_check_is_skipped_with_the_reason() {
+    let gpu = match Gpu::open(0) {
+        Ok(gpu) => gpu,
+        Err(e) => {
+            // No GPU here (CI): opening must fail with a clear error, never a panic.
+            assert!(
+                matches!(e, GpuError::Library { .. } | GpuError::NoDevice(_)),
+                "{e}"
+            );
+            assert!(e.to_string().contains("run on the CPU") || e.to_string().contains("nvidia-smi"));
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    for c in check_networks(&gpu, 5).unwrap() {
+        assert!(c.all_finite, "{c:?}");
+        assert!(c.output.max(c.dparams).max(c.dx) < 1e-4, "{c:?}");
+    }
+    for c in check_estimators(5, 0).unwrap() {
+        assert!(c.g_dec.max(c.g_enc).max(c.loss) < 1e-3, "{c:?}");
+    }
+}
