@@ -8,7 +8,10 @@ fn devices_parse_and_print() {
     assert_eq!("cpu".parse::<Device>(), Ok(Device::Cpu));
     assert_eq!("CUDA".parse::<Device>(), Ok(Device::Cuda(0)));
     assert_eq!("cuda:2".parse::<Device>(), Ok(Device::Cuda(2)));
-    assert!("tpu".parse::<Device>().unwrap_err().contains("use cpu, cuda or cuda:N"));
+    assert!("tpu"
+        .parse::<Device>()
+        .unwrap_err()
+        .contains("use cpu, cuda or cuda:N"));
     assert!("cuda:x".parse::<Device>().is_err());
     for d in [Device::Cpu, Device::Cuda(0), Device::Cuda(3)] {
         assert_eq!(d.to_string().parse::<Device>(), Ok(d));
@@ -44,7 +47,9 @@ fn the_gpu_agrees_with_the_cpu_or_the_check_is_skipped_with_the_reason() {
                 matches!(e, GpuError::Library { .. } | GpuError::NoDevice(_)),
                 "{e}"
             );
-            assert!(e.to_string().contains("run on the CPU") || e.to_string().contains("nvidia-smi"));
+            assert!(
+                e.to_string().contains("run on the CPU") || e.to_string().contains("nvidia-smi")
+            );
             eprintln!("skipped: {e}");
             return;
         }

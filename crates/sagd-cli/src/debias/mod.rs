@@ -9,7 +9,7 @@ pub use render::{write_table, TableJob};
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use sagd::langevin::{Momentum, Scheme};
 use sagd_nn::debias::{Case, E2Settings, Method, MethodSettings, RunOptions};

@@ -2,12 +2,13 @@
 //! [`BoundEstimator`](crate::train::BoundEstimator) step for step, with its noise drawn from the
 //! same stream on the host, so both engines estimate from the same draws.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, CudaSlice, PushKernelArg};
 use sagd::error::Result;
 use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 
-use super::{ensure, grid, Gpu, GpuResult, GpuWorkspace};
+use super::{ensure, grid, Gpu, GpuError, GpuResult, GpuWorkspace};
 use crate::train::{gather_rows, GradientEstimator};
 use crate::vae::{Vae, VaeParams};
 
@@ -41,6 +42,10 @@ pub struct GpuBoundEstimator<'a> {
     eps: Vec<f32>,
     host: Vec<f32>,
     b: Buffers,
+    /// The update's launches as a graph, for batches of this size.
+    graph: Option<(usize, CudaGraph)>,
+    /// The batch size of the last update (0 before the first).
+    last_n: usize,
 }
 
 impl<'a> GpuBoundEstimator<'a> {
@@ -57,6 +62,8 @@ impl<'a> GpuBoundEstimator<'a> {
             eps: Vec::new(),
             host: Vec::new(),
             b: Buffers::default(),
+            graph: None,
+            last_n: 0,
         }
     }
 
@@ -94,70 +101,39 @@ impl<'a> GpuBoundEstimator<'a> {
         ] {
             ensure(gpu, slot, len)?;
         }
-        let Buffers {
-            dec: Some(dec),
-            enc: Some(enc),
-            xb: Some(xb),
-            eps: Some(eps),
-            u: Some(u),
-            dh: Some(dh),
-            wts: Some(wts),
-            loss: Some(loss),
-            du: Some(du),
-            dout: Some(dout),
-            g_dec: Some(gd),
-            g_enc: Some(ge),
-            ws_enc,
-            ws_dec,
-        } = b
-        else {
-            unreachable!("every buffer was made above");
+        // The update's launches, replayed from a CUDA graph once captured: one launch instead of
+        // forty (the buffers, shapes and arguments are the same at every update of a batch size).
+        match &self.graph {
+            Some((gn, graph)) if *gn == n => graph.launch()?,
+            _ => {
+                // Captured at the second update of a size: the first made every buffer, so the
+                // captured launches allocate nothing.
+                let capture = self.graph.is_none() && self.last_n == n && super::graphs_enabled();
+                if capture {
+                    gpu.stream
+                        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+                }
+                let res = launches(gpu, vae, b, (n, k, d));
+                if capture {
+                    let graph = gpu.stream.end_capture(CUgraphInstantiate_flags(0));
+                    res?;
+                    match graph? {
+                        Some(g) => {
+                            g.launch()?;
+                            self.graph = Some((n, g));
+                        }
+                        None => return Err(GpuError::Compile("an empty CUDA graph".into())),
+                    }
+                } else {
+                    res?;
+                }
+            }
+        }
+        self.last_n = n;
+        let (Some(gd), Some(ge), Some(loss)) = (&b.g_dec, &b.g_enc, &b.loss) else {
+            unreachable!("made above");
         };
-        let (ni, ki, di, nf) = (n as i32, k as i32, d as i32, n as f32);
-        vae.enc.forward_gpu(gpu, enc, xb, n, ws_enc)?;
-        let enc_out = ws_enc.output().expect("forward ran");
-        let mut l = gpu.stream.launch_builder(gpu.k("reparam"));
-        l.arg(enc_out).arg(&*eps).arg(&mut *u).arg(&ni).arg(&ki).arg(&di);
-        // SAFETY: every buffer holds what the shapes ask.
-        unsafe { l.launch(grid(rows * d)) }?;
-        vae.dec.forward_gpu(gpu, dec, u, rows, ws_dec)?;
-        let h = ws_dec.output().expect("forward ran");
-        let mut l = gpu.stream.launch_builder(gpu.k("bound_loss"));
-        l.arg(&*xb)
-            .arg(enc_out)
-            .arg(&*u)
-            .arg(&*eps)
-            .arg(h)
-            .arg(&mut *dh)
-            .arg(&mut *wts)
-            .arg(&mut *loss)
-            .arg(&ni)
-            .arg(&ki)
-            .arg(&di)
-            .arg(&nf);
-        // SAFETY: as above.
-        unsafe { l.launch(grid(n)) }?;
-        gpu.zero(gd)?;
-        vae.dec
-            .backward_gpu(gpu, dec, ws_dec, dh, Some(&mut *gd), Some(&mut *du))?;
-        let enc_out = ws_enc.output().expect("forward ran");
-        let mut l = gpu.stream.launch_builder(gpu.k("bound_enc_grad"));
-        l.arg(enc_out)
-            .arg(&*u)
-            .arg(&*eps)
-            .arg(&*du)
-            .arg(&*wts)
-            .arg(&mut *dout)
-            .arg(&ni)
-            .arg(&ki)
-            .arg(&di)
-            .arg(&nf);
-        // SAFETY: as above.
-        unsafe { l.launch(grid(n * d)) }?;
-        gpu.zero(ge)?;
-        vae.enc
-            .backward_gpu(gpu, enc, ws_enc, dout, Some(&mut *ge), None)?;
-        for (dev, out) in [(&*gd, g_dec), (&*ge, g_enc)] {
+        for (dev, out) in [(gd, g_dec), (ge, g_enc)] {
             self.host.resize(out.len(), 0.0);
             gpu.download_into(dev, &mut self.host)?;
             out.iter_mut().zip(&self.host).for_each(|(a, b)| *a += b);
@@ -166,6 +142,86 @@ impl<'a> GpuBoundEstimator<'a> {
         gpu.download_into(loss, &mut self.host)?;
         Ok(self.host.iter().map(|v| *v as f64).sum::<f64>() / n as f64)
     }
+}
+
+/// The kernel launches of one update, between the uploads and the downloads: no allocation, no
+/// host work, so that they can be captured in a graph.
+fn launches(
+    gpu: &Gpu,
+    vae: &Vae,
+    b: &mut Buffers,
+    (n, k, d): (usize, usize, usize),
+) -> GpuResult<()> {
+    let Buffers {
+        dec: Some(dec),
+        enc: Some(enc),
+        xb: Some(xb),
+        eps: Some(eps),
+        u: Some(u),
+        dh: Some(dh),
+        wts: Some(wts),
+        loss: Some(loss),
+        du: Some(du),
+        dout: Some(dout),
+        g_dec: Some(gd),
+        g_enc: Some(ge),
+        ws_enc,
+        ws_dec,
+    } = b
+    else {
+        unreachable!("every buffer was made above");
+    };
+    let (ni, ki, di, nf) = (n as i32, k as i32, d as i32, n as f32);
+    let rows = n * k;
+    vae.enc.forward_gpu(gpu, enc, xb, n, ws_enc)?;
+    let enc_out = ws_enc.output().expect("forward ran");
+    let mut l = gpu.stream.launch_builder(gpu.k("reparam"));
+    l.arg(enc_out)
+        .arg(&*eps)
+        .arg(&mut *u)
+        .arg(&ni)
+        .arg(&ki)
+        .arg(&di);
+    // SAFETY: every buffer holds what the shapes ask.
+    unsafe { l.launch(grid(rows * d)) }?;
+    vae.dec.forward_gpu(gpu, dec, u, rows, ws_dec)?;
+    let h = ws_dec.output().expect("forward ran");
+    let mut l = gpu.stream.launch_builder(gpu.k("bound_loss"));
+    l.arg(&*xb)
+        .arg(enc_out)
+        .arg(&*u)
+        .arg(&*eps)
+        .arg(h)
+        .arg(&mut *dh)
+        .arg(&mut *wts)
+        .arg(&mut *loss)
+        .arg(&ni)
+        .arg(&ki)
+        .arg(&di)
+        .arg(&nf);
+    // SAFETY: as above.
+    unsafe { l.launch(grid(n)) }?;
+    gpu.zero(gd)?;
+    vae.dec
+        .backward_gpu(gpu, dec, ws_dec, dh, Some(&mut *gd), Some(&mut *du))?;
+    let enc_out = ws_enc.output().expect("forward ran");
+    let mut l = gpu.stream.launch_builder(gpu.k("bound_enc_grad"));
+    l.arg(enc_out)
+        .arg(&*u)
+        .arg(&*eps)
+        .arg(&*du)
+        .arg(&*wts)
+        .arg(&mut *dout)
+        .arg(&ni)
+        .arg(&ki)
+        .arg(&di)
+        .arg(&nf);
+    // SAFETY: as above.
+    unsafe { l.launch(grid(n * d)) }?;
+    gpu.zero(ge)?;
+    vae.enc
+        .backward_gpu(gpu, enc, ws_enc, dout, Some(&mut *ge), None)?;
+    Ok(())
 }
 
 impl GradientEstimator for GpuBoundEstimator<'_> {

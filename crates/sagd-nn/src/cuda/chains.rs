@@ -6,7 +6,8 @@
 //! chain. Chain noise comes from a device stream ([`GpuRng`]): the same law as the CPU's per-chain
 //! streams, not the same draws; encoder draws use the CPU estimator's host stream.
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, CudaSlice, PushKernelArg};
 use sagd::error::{Result, SagdError};
 use sagd::langevin::{Kernel, Momentum};
 use sagd::rng::NormalStream;
@@ -57,6 +58,49 @@ fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Op>> {
         .collect()
 }
 
+/// A decoder d → H → H → d (one activation) small enough for `posterior_mlp`, which evaluates
+/// the posterior in one launch (one block of H threads per chain) instead of a dozen: the
+/// parameters' offsets of its three Linear layers, the activation's code and H.
+#[derive(Clone, Copy, Debug)]
+struct FusedMlp {
+    offsets: [i32; 3],
+    act: i32,
+    hidden: usize,
+}
+
+impl FusedMlp {
+    /// The decoder's shape if it fits (and `SAGD_GPU_FUSED` is not `0`).
+    fn of(dec: &crate::net::Sequential) -> Option<FusedMlp> {
+        use crate::net::Layer::{Act, Linear};
+        if std::env::var("SAGD_GPU_FUSED").is_ok_and(|v| v == "0") {
+            return None;
+        }
+        match *dec.layers() {
+            [Linear { inp: d, out: h }, Act { act }, Linear { inp: h2, out: h3 }, Act { act: act2 }, Linear { inp: h4, out: d2 }]
+                if d == d2
+                    && d <= 4
+                    && h == h2
+                    && h == h3
+                    && h == h4
+                    && h <= 1024
+                    && h >= d
+                    && act == act2 =>
+            {
+                Some(FusedMlp {
+                    offsets: [
+                        dec.offset(0) as i32,
+                        dec.offset(2) as i32,
+                        dec.offset(4) as i32,
+                    ],
+                    act: super::act_code(act),
+                    hidden: h,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The device buffers, sized for all n chains (the largest batch).
 struct Buffers {
     dec: CudaSlice<f32>,
@@ -75,9 +119,9 @@ struct Buffers {
     la: CudaSlice<f32>,
     lb: CudaSlice<f32>,
     rho: CudaSlice<f32>,
-    /// Noise: up to 2 normals per coordinate, fresh momenta, uniforms.
+    /// The encoder draws' noise (from the host); the chains' normals and uniforms of an update.
     eta: CudaSlice<f32>,
-    fresh: CudaSlice<f32>,
+    noise: CudaSlice<f32>,
     uni: CudaSlice<f32>,
     h0: CudaSlice<f64>,
     stats: CudaSlice<f32>,
@@ -111,6 +155,7 @@ pub struct GpuChainEstimator<'a> {
     x: &'a [f32],
     ops: Vec<Op>,
     metropolis: bool,
+    fused: Option<FusedMlp>,
     steps: usize,
     fresh_from_encoder: bool,
     burn_in: usize,
@@ -126,6 +171,10 @@ pub struct GpuChainEstimator<'a> {
     b: Option<Buffers>,
     /// A state restored from a checkpoint before the buffers exist.
     pending: Option<Record>,
+    /// An update's transitions and θ-gradient as a graph, for this (batch size, whole data).
+    graph: Option<((usize, bool), CudaGraph)>,
+    /// The (batch size, whole data) of the last update.
+    last: (usize, bool),
 }
 
 impl<'a> GpuChainEstimator<'a> {
@@ -164,6 +213,7 @@ impl<'a> GpuChainEstimator<'a> {
             x,
             ops: program(kernel)?,
             metropolis: kernel.metropolis(),
+            fused: FusedMlp::of(&vae.dec),
             steps: steps.max(1),
             fresh_from_encoder: fresh,
             burn_in,
@@ -178,6 +228,8 @@ impl<'a> GpuChainEstimator<'a> {
             eps: Vec::new(),
             b: None,
             pending: None,
+            graph: None,
+            last: (0, false),
         })
     }
 
@@ -200,9 +252,9 @@ impl<'a> GpuChainEstimator<'a> {
             la: z(n)?,
             lb: z(n)?,
             rho: z(nd)?,
-            eta: z(2 * nd)?,
-            fresh: z(nd)?,
-            uni: z(n)?,
+            eta: z(nd)?,
+            noise: z(self.steps.max(1) * self.normals_per_coord() * nd)?,
+            uni: z(self.steps.max(1) * n)?,
             h0: gpu.stream.alloc_zeros::<f64>(n.max(1))?,
             stats: z(STATS * n)?,
             sums: gpu.stream.alloc_zeros::<f64>(STATS)?,
@@ -242,7 +294,7 @@ impl<'a> GpuChainEstimator<'a> {
     #[allow(clippy::too_many_arguments)]
     fn evaluate(
         gpu: &Gpu,
-        vae: &Vae,
+        (vae, fused): (&Vae, Option<FusedMlp>),
         dec: &CudaSlice<f32>,
         data: &CudaSlice<f32>,
         (x, g, lp): (&CudaSlice<f32>, &mut CudaSlice<f32>, &mut CudaSlice<f32>),
@@ -251,6 +303,32 @@ impl<'a> GpuChainEstimator<'a> {
         nb: usize,
     ) -> GpuResult<()> {
         let d = vae.d;
+        if let Some(f) = fused {
+            let (ni, di, hi) = (nb as i32, d as i32, f.hidden as i32);
+            let [o0, o2, o4] = f.offsets;
+            let mut l = gpu.stream.launch_builder(gpu.k("posterior_mlp"));
+            l.arg(dec)
+                .arg(&o0)
+                .arg(&o2)
+                .arg(&o4)
+                .arg(&f.act)
+                .arg(data)
+                .arg(x)
+                .arg(&mut *lp)
+                .arg(&mut *g)
+                .arg(&ni)
+                .arg(&di)
+                .arg(&hi);
+            let cfg = cudarc::driver::LaunchConfig {
+                grid_dim: (nb.max(1) as u32, 1, 1),
+                block_dim: (f.hidden as u32, 1, 1),
+                shared_mem_bytes: ((6 * f.hidden + 8) * 4) as u32,
+            };
+            // SAFETY: one block of H threads per row, the shared memory the kernel lays out;
+            // θ has the decoder's layout (checked when `fused` was made).
+            unsafe { l.launch(cfg) }?;
+            return Ok(());
+        }
         vae.dec.forward_gpu(gpu, dec, x, nb, ws)?;
         let h = ws.output().expect("forward ran");
         let (ni, di) = (nb as i32, d as i32);
@@ -275,15 +353,49 @@ impl<'a> GpuChainEstimator<'a> {
         Ok(())
     }
 
-    /// One transition of the batch's nb chains (state a → b, then swapped), its statistics added
-    /// into `sums`.
-    fn transition(&mut self, b: &mut Buffers, all: bool, nb: usize) -> GpuResult<()> {
+    /// Normal draws per coordinate per transition: the kernel's noisy operations, and the fresh
+    /// momenta of diverged rows.
+    fn normals_per_coord(&self) -> usize {
+        1 + self
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Kick { noise, .. } if *noise != 0.0 => 1,
+                Op::Ou(_) => 2,
+                Op::Refresh => 1,
+                _ => 0,
+            })
+            .sum::<usize>()
+    }
+
+    /// Draws the noise of `transitions` transitions of nb chains into `noise` and `uni`.
+    fn draw(&mut self, b: &mut Buffers, transitions: usize, nb: usize) -> GpuResult<()> {
+        let len = nb * self.vae.d;
+        let normals = transitions * self.normals_per_coord() * len;
+        self.rng.fill(&self.gpu, &mut b.noise, normals, false)?;
+        if self.metropolis {
+            self.rng
+                .fill(&self.gpu, &mut b.uni, transitions * nb, true)?;
+        }
+        Ok(())
+    }
+
+    /// Transition `t` of the batch's nb chains (state a → b, copied back to a), its noise from
+    /// [`GpuChainEstimator::draw`], its statistics added into `sums`. Launches only, so that an
+    /// update's transitions can be captured in a graph.
+    fn transition(&self, b: &mut Buffers, all: bool, nb: usize, t: usize) -> GpuResult<()> {
         let (gpu, vae, d) = (&self.gpu, self.vae, self.vae.d);
         let len = nb * d;
         let li = len as i32;
+        let mut at = t * self.normals_per_coord() * len;
+        let mut take = |count: usize| {
+            let v = at..at + count;
+            at += count;
+            v
+        };
         let (mut moved, mut fresh) = (false, false);
         let data = if all { &b.x_all } else { &b.x_batch };
-        for op in self.ops.clone() {
+        for &op in &self.ops {
             match op {
                 Op::Drift(h) => {
                     let mut l = if moved {
@@ -301,14 +413,12 @@ impl<'a> GpuChainEstimator<'a> {
                     moved = true;
                 }
                 Op::Kick { decay, grad, noise } => {
-                    if noise != 0.0 {
-                        self.rng.fill(gpu, &mut b.eta, len, false)?;
-                    }
+                    let eta = b.noise.slice(if noise != 0.0 { take(len) } else { 0..len });
                     let g = if fresh { &b.gb } else { &b.ga };
                     let mut l = gpu.stream.launch_builder(gpu.k("chain_kick"));
                     l.arg(&mut b.rho)
                         .arg(g)
-                        .arg(&b.eta)
+                        .arg(&eta)
                         .arg(&decay)
                         .arg(&grad)
                         .arg(&noise)
@@ -317,7 +427,7 @@ impl<'a> GpuChainEstimator<'a> {
                     unsafe { l.launch(grid(len)) }?;
                 }
                 Op::Ou([decay, drift, v1, x1, x2]) => {
-                    self.rng.fill(gpu, &mut b.eta, 2 * len, false)?;
+                    let z = b.noise.slice(take(2 * len));
                     if !moved {
                         gpu.copy(&b.xa, &mut b.xb, len)?;
                         moved = true;
@@ -326,7 +436,7 @@ impl<'a> GpuChainEstimator<'a> {
                     let mut l = gpu.stream.launch_builder(gpu.k("chain_ou"));
                     l.arg(&mut b.xb)
                         .arg(&mut b.rho)
-                        .arg(&b.eta)
+                        .arg(&z)
                         .arg(&decay)
                         .arg(&drift)
                         .arg(&v1)
@@ -334,7 +444,7 @@ impl<'a> GpuChainEstimator<'a> {
                         .arg(&x2)
                         .arg(&ni)
                         .arg(&di);
-                    // SAFETY: eta holds 2·len, the others len.
+                    // SAFETY: z holds 2·len, the others len.
                     unsafe { l.launch(grid(len)) }?;
                 }
                 Op::Gradient => {
@@ -344,7 +454,7 @@ impl<'a> GpuChainEstimator<'a> {
                     }
                     Self::evaluate(
                         gpu,
-                        vae,
+                        (vae, self.fused),
                         &b.dec,
                         data,
                         (&b.xb, &mut b.gb, &mut b.lb),
@@ -355,11 +465,11 @@ impl<'a> GpuChainEstimator<'a> {
                     fresh = true;
                 }
                 Op::Refresh => {
-                    self.rng.fill(gpu, &mut b.eta, len, false)?;
+                    let eta = b.noise.slice(take(len));
                     let (ni, di) = (nb as i32, d as i32);
                     let mut l = gpu.stream.launch_builder(gpu.k("chain_refresh"));
                     l.arg(&mut b.rho)
-                        .arg(&b.eta)
+                        .arg(&eta)
                         .arg(&b.la)
                         .arg(&mut b.h0)
                         .arg(&ni)
@@ -376,10 +486,12 @@ impl<'a> GpuChainEstimator<'a> {
             gpu.copy(&b.ga, &mut b.gb, len)?;
             gpu.copy(&b.la, &mut b.lb, nb)?;
         }
-        self.rng.fill(gpu, &mut b.fresh, len, false)?;
-        if self.metropolis {
-            self.rng.fill(gpu, &mut b.uni, nb, true)?;
-        }
+        let fresh_rho = b.noise.slice(take(len));
+        let uni = b.uni.slice(if self.metropolis {
+            t * nb..(t + 1) * nb
+        } else {
+            0..nb
+        });
         let (ni, di, mi) = (nb as i32, d as i32, self.metropolis as i32);
         let mut l = gpu.stream.launch_builder(gpu.k("chain_finish"));
         l.arg(&mut b.xb)
@@ -389,8 +501,8 @@ impl<'a> GpuChainEstimator<'a> {
             .arg(&b.ga)
             .arg(&b.la)
             .arg(&mut b.rho)
-            .arg(&b.fresh)
-            .arg(&b.uni)
+            .arg(&fresh_rho)
+            .arg(&uni)
             .arg(&b.h0)
             .arg(&mi)
             .arg(&mut b.stats)
@@ -408,10 +520,55 @@ impl<'a> GpuChainEstimator<'a> {
         };
         // SAFETY: stats holds nb rows of STATS columns; one block of 256 threads, as written.
         unsafe { l.launch(one_block) }?;
-        std::mem::swap(&mut b.xa, &mut b.xb);
-        std::mem::swap(&mut b.ga, &mut b.gb);
-        std::mem::swap(&mut b.la, &mut b.lb);
+        // The new state back into a: the same buffers at every transition, as a graph needs.
+        gpu.copy(&b.xb, &mut b.xa, len)?;
+        gpu.copy(&b.gb, &mut b.ga, len)?;
+        gpu.copy(&b.lb, &mut b.la, nb)?;
         Ok(())
+    }
+
+    /// An update's K transitions, each accepted state kept in `store`, then Σ ∇θ log p over
+    /// all of them into `g_theta`: launches only (see [`GpuChainEstimator::transition`]).
+    fn steps_and_gradient(&self, b: &mut Buffers, all: bool, nb: usize) -> GpuResult<()> {
+        let (gpu, d) = (&self.gpu, self.vae.d);
+        let len = nb * d;
+        for t in 0..self.steps {
+            self.transition(b, all, nb, t)?;
+            gpu.stream.memcpy_dtod(
+                &b.xa.slice(..len),
+                &mut b.store.slice_mut(t * len..(t + 1) * len),
+            )?;
+        }
+        // ∇θ Σ log p over the K accepted states of every chain, in one pass.
+        let rows = self.steps * nb;
+        let data = if all { &b.x_all } else { &b.x_batch };
+        self.vae
+            .dec
+            .forward_gpu(gpu, &b.dec, &b.store, rows, &mut b.ws_theta)?;
+        let h = b.ws_theta.output().expect("forward ran");
+        let (ri, ni, di) = (rows as i32, nb as i32, d as i32);
+        // A null device pointer: the kernel writes no log densities.
+        let null: u64 = 0;
+        let mut l = gpu.stream.launch_builder(gpu.k("posterior_residual"));
+        l.arg(data)
+            .arg(h)
+            .arg(&b.store)
+            .arg(&mut b.resid)
+            .arg(&null)
+            .arg(&ri)
+            .arg(&ni)
+            .arg(&di);
+        // SAFETY: store and resid hold K·nb rows; a null lp is not written.
+        unsafe { l.launch(grid(rows)) }?;
+        gpu.zero(&mut b.g_theta)?;
+        self.vae.dec.backward_gpu(
+            gpu,
+            &b.dec,
+            &mut b.ws_theta,
+            &b.resid,
+            Some(&mut b.g_theta),
+            None,
+        )
     }
 
     /// Reads and clears the summed statistics.
@@ -445,7 +602,7 @@ impl<'a> GpuChainEstimator<'a> {
         }
         Self::evaluate(
             gpu,
-            self.vae,
+            (self.vae, self.fused),
             &b.dec,
             &b.x_all,
             (&b.xa, &mut b.ga, &mut b.la),
@@ -455,7 +612,8 @@ impl<'a> GpuChainEstimator<'a> {
         )?;
         self.take_sums(b)?;
         for _ in 0..self.burn_in {
-            self.transition(b, true, n)?;
+            self.draw(b, 1, n)?;
+            self.transition(b, true, n, 0)?;
         }
         self.divergences += self.take_sums(b)?[0] as usize;
         let gpu = &self.gpu;
@@ -500,8 +658,7 @@ impl<'a> GpuChainEstimator<'a> {
             gather_rows(self.x, d, batch, &mut self.xb);
             gpu.upload_into(&self.xb, &mut b.x_batch)?;
             let idx: Vec<i32> = batch.iter().map(|&i| i as i32).collect();
-            gpu.stream
-                .memcpy_htod(&idx, &mut b.idx.slice_mut(..nb))?;
+            gpu.stream.memcpy_htod(&idx, &mut b.idx.slice_mut(..nb))?;
             for (dst, src) in [(&mut b.xa, &b.pos), (&mut b.rho, &b.rho_all)] {
                 rows_copy(gpu, dst, src, &b.idx, nb, d, false)?;
             }
@@ -514,7 +671,7 @@ impl<'a> GpuChainEstimator<'a> {
         // θ moved since the chains' gradients were computed (or the chains are new).
         Self::evaluate(
             gpu,
-            self.vae,
+            (self.vae, self.fused),
             &b.dec,
             data,
             (&b.xa, &mut b.ga, &mut b.la),
@@ -523,44 +680,36 @@ impl<'a> GpuChainEstimator<'a> {
             nb,
         )?;
         self.take_sums(b)?;
-        for s in 0..self.steps {
-            self.transition(b, all, nb)?;
-            self.gpu
-                .stream
-                .memcpy_dtod(&b.xa.slice(..len), &mut b.store.slice_mut(s * len..(s + 1) * len))?;
+        self.draw(b, self.steps, nb)?;
+        // The K transitions and the θ-gradient, replayed from a CUDA graph once captured (the
+        // second update of a batch size: the first made every buffer).
+        let key = (nb, all);
+        match &self.graph {
+            Some((k, graph)) if *k == key => graph.launch()?,
+            _ => {
+                let capture = self.graph.is_none() && self.last == key && super::graphs_enabled();
+                if capture {
+                    self.gpu
+                        .stream
+                        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+                }
+                let res = self.steps_and_gradient(b, all, nb);
+                if capture {
+                    let graph = self.gpu.stream.end_capture(CUgraphInstantiate_flags(0));
+                    res?;
+                    let g =
+                        graph?.ok_or_else(|| GpuError::Compile("an empty CUDA graph".into()))?;
+                    g.launch()?;
+                    self.graph = Some((key, g));
+                } else {
+                    res?;
+                }
+            }
         }
+        self.last = key;
         let sums = self.take_sums(b)?;
         let gpu = &self.gpu;
-        // ∇θ Σ log p over the K accepted states of every chain, in one pass.
         let rows = self.steps * nb;
-        let data = if all { &b.x_all } else { &b.x_batch };
-        self.vae
-            .dec
-            .forward_gpu(gpu, &b.dec, &b.store, rows, &mut b.ws_theta)?;
-        let h = b.ws_theta.output().expect("forward ran");
-        let (ri, ni, di) = (rows as i32, nb as i32, d as i32);
-        // A null device pointer: the kernel writes no log densities.
-        let null: u64 = 0;
-        let mut l = gpu.stream.launch_builder(gpu.k("posterior_residual"));
-        l.arg(data)
-            .arg(h)
-            .arg(&b.store)
-            .arg(&mut b.resid)
-            .arg(&null)
-            .arg(&ri)
-            .arg(&ni)
-            .arg(&di);
-        // SAFETY: store and resid hold K·nb rows; a null lp is not written.
-        unsafe { l.launch(grid(rows)) }?;
-        gpu.zero(&mut b.g_theta)?;
-        self.vae.dec.backward_gpu(
-            gpu,
-            &b.dec,
-            &mut b.ws_theta,
-            &b.resid,
-            Some(&mut b.g_theta),
-            None,
-        )?;
         self.host.resize(g_dec.len(), 0.0);
         gpu.download_into(&b.g_theta, &mut self.host)?;
         // f = −log p: the estimate is −Σ ∇θ log p / (K nb).

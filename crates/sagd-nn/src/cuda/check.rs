@@ -202,9 +202,7 @@ pub struct EstimatorCheck {
 /// it is compared in law (Table 1), not here.
 pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<EstimatorCheck>> {
     use crate::debias::simulate;
-    use crate::train::{
-        BoundEstimator, ChainEstimator, GradientEstimator, LangevinChains,
-    };
+    use crate::train::{BoundEstimator, ChainEstimator, GradientEstimator, LangevinChains};
     use sagd::langevin::{LangevinSettings, Momentum, Scheme};
     use sagd::metrics::Law;
     let mut out = Vec::new();
@@ -223,35 +221,48 @@ pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Es
             initial_momentum: Momentum::Zero,
             ..LangevinChains::default()
         };
-        type Pair<'a> = (Box<dyn GradientEstimator + 'a>, Box<dyn GradientEstimator + 'a>);
+        type Pair<'a> = (
+            Box<dyn GradientEstimator + 'a>,
+            Box<dyn GradientEstimator + 'a>,
+        );
         let cases: Vec<(String, Pair<'_>)> = vec![
             (
                 format!("vae, d = {d}"),
                 (
                     Box::new(BoundEstimator::new(&vae, &x, 1, seed)),
-                    Box::new(super::GpuBoundEstimator::new(Gpu::open(ordinal)?, &vae, &x, 1, seed)),
+                    Box::new(super::GpuBoundEstimator::new(
+                        Gpu::open(ordinal)?,
+                        &vae,
+                        &x,
+                        1,
+                        seed,
+                    )),
                 ),
             ),
             (
                 format!("iwae k = 50, d = {d}"),
                 (
                     Box::new(BoundEstimator::new(&vae, &x, 50, seed)),
-                    Box::new(super::GpuBoundEstimator::new(Gpu::open(ordinal)?, &vae, &x, 50, seed)),
+                    Box::new(super::GpuBoundEstimator::new(
+                        Gpu::open(ordinal)?,
+                        &vae,
+                        &x,
+                        50,
+                        seed,
+                    )),
                 ),
             ),
             (
                 format!("sagd chains (deterministic), d = {d}"),
                 (
                     Box::new(ChainEstimator::sagd(&vae, &x, &deterministic, seed)?),
-                    Box::new(
-                        super::GpuChainEstimator::sagd(
-                            Gpu::open(ordinal)?,
-                            &vae,
-                            &x,
-                            &deterministic,
-                            seed,
-                        )?,
-                    ),
+                    Box::new(super::GpuChainEstimator::sagd(
+                        Gpu::open(ordinal)?,
+                        &vae,
+                        &x,
+                        &deterministic,
+                        seed,
+                    )?),
                 ),
             ),
         ];

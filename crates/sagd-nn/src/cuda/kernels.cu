@@ -314,3 +314,84 @@ extern "C" __global__ void chain_drift_add(float* x, const float* rho, float h, 
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] += h * rho[i];
 }
+
+// ---- A whole evaluation of a small decoder's posterior in one launch ----
+// For decoders d → H → H → d (Linear, activation, Linear, activation, Linear) with H ≤ 1024 and
+// d ≤ 4: one block of H threads per chain, one thread per hidden unit; the products are sums over
+// threads through shared memory. log p = −½ (‖x − h(u)‖² + ‖u‖²), ∇u log p = J_hᵀ (x − h) − u.
+
+__device__ __forceinline__ void act_eval(int kind, float a, float* y, float* dy) {
+    if (kind == 0) {
+        float e = expf(-fabsf(a)), inv = 1.0f / (1.0f + e);
+        *y = fmaxf(a, 0.0f) + log1pf(e);
+        *dy = a >= 0.0f ? inv : e * inv;
+    } else if (kind == 1) {
+        *y = fmaxf(a, 0.0f);
+        *dy = a > 0.0f ? 1.0f : 0.0f;
+    } else if (kind == 2) {
+        float t = tanhf(a);
+        *y = t;
+        *dy = 1.0f - t * t;
+    } else {
+        float e = expf(-fabsf(a)), inv = 1.0f / (1.0f + e);
+        float s = a >= 0.0f ? inv : e * inv;
+        *y = s;
+        *dy = s * (1.0f - s);
+    }
+}
+
+extern "C" __global__ void posterior_mlp(const float* theta, int o0, int o2, int o4, int kind,
+                                         const float* data, const float* u, float* lp, float* g,
+                                         int n, int d, int hid) {
+    extern __shared__ float sh[];  // h1[hid], g2[hid], part[4 * hid], val[8]
+    float* h1 = sh;
+    float* g2 = sh + hid;
+    float* part = sh + 2 * hid;
+    float* val = sh + 6 * hid;
+    int row = blockIdx.x, j = threadIdx.x;
+    if (row >= n) return;
+    const float* ur = u + row * d;
+    const float* w1 = theta + o0;           // hid × d, then b1
+    const float* b1 = w1 + hid * d;
+    const float* w2 = theta + o2;           // hid × hid, then b2
+    const float* b2 = w2 + hid * hid;
+    const float* w3 = theta + o4;           // d × hid, then b3
+    const float* b3 = w3 + d * hid;
+    float a1 = b1[j];
+    for (int i = 0; i < d; ++i) a1 += w1[j * d + i] * ur[i];
+    float y1, s1;
+    act_eval(kind, a1, &y1, &s1);
+    h1[j] = y1;
+    __syncthreads();
+    float a2 = b2[j];
+    for (int k = 0; k < hid; ++k) a2 += w2[j * hid + k] * h1[k];
+    float y2, s2;
+    act_eval(kind, a2, &y2, &s2);
+    for (int o = 0; o < d; ++o) part[o * hid + j] = w3[o * hid + j] * y2;
+    __syncthreads();
+    if (j < d) {
+        float h = b3[j];
+        for (int k = 0; k < hid; ++k) h += part[j * hid + k];
+        val[j] = data[row * d + j] - h;  // the residual r
+    }
+    __syncthreads();
+    float gj = 0.0f;
+    for (int o = 0; o < d; ++o) gj += w3[o * hid + j] * val[o];
+    g2[j] = gj * s2;
+    __syncthreads();
+    float g1 = 0.0f;
+    for (int k = 0; k < hid; ++k) g1 += w2[k * hid + j] * g2[k];
+    g1 *= s1;
+    for (int i = 0; i < d; ++i) part[i * hid + j] = w1[j * d + i] * g1;
+    __syncthreads();
+    if (j < d) {
+        float gu = 0.0f;
+        for (int k = 0; k < hid; ++k) gu += part[j * hid + k];
+        g[row * d + j] = gu - ur[j];
+    }
+    if (j == 0) {
+        float s = 0.0f;
+        for (int i = 0; i < d; ++i) s += val[i] * val[i] + ur[i] * ur[i];
+        lp[row] = -0.5f * s;
+    }
+}

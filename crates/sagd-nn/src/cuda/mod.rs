@@ -107,7 +107,7 @@ impl From<GpuError> for sagd::error::SagdError {
 }
 
 /// The kernels of `kernels.cu`, by name.
-const KERNELS: [&str; 18] = [
+const KERNELS: [&str; 19] = [
     "act_forward",
     "add_bias",
     "scale",
@@ -126,6 +126,7 @@ const KERNELS: [&str; 18] = [
     "chain_finish",
     "column_sums",
     "rows_copy",
+    "posterior_mlp",
 ];
 
 /// An open GPU: its own stream, a cuBLAS handle on it, and the compiled kernels. Each training job
@@ -148,13 +149,18 @@ pub(crate) fn grid(n: usize) -> LaunchConfig {
     }
 }
 
-fn act_code(a: Activation) -> i32 {
+pub(crate) fn act_code(a: Activation) -> i32 {
     match a {
         Activation::Softplus => 0,
         Activation::Relu => 1,
         Activation::Tanh => 2,
         Activation::Sigmoid => 3,
     }
+}
+
+/// Whether updates may be replayed from CUDA graphs (`SAGD_GPU_GRAPHS=0` turns them off).
+fn graphs_enabled() -> bool {
+    !std::env::var("SAGD_GPU_GRAPHS").is_ok_and(|v| v == "0")
 }
 
 /// Whether the driver, NVRTC and cuBLAS libraries can be loaded, naming the first that cannot.
@@ -170,8 +176,18 @@ pub fn libraries_present() -> GpuResult<()> {
                 "libcuda.so",
                 "this machine has no NVIDIA driver: install one",
             ),
-            (cudarc::nvrtc::sys::is_culib_present(), "NVRTC", "libnvrtc.so", TOOLKIT),
-            (cudarc::cublas::sys::is_culib_present(), "cuBLAS", "libcublas.so", TOOLKIT),
+            (
+                cudarc::nvrtc::sys::is_culib_present(),
+                "NVRTC",
+                "libnvrtc.so",
+                TOOLKIT,
+            ),
+            (
+                cudarc::cublas::sys::is_culib_present(),
+                "cuBLAS",
+                "libcublas.so",
+                TOOLKIT,
+            ),
         ]
     };
     match found.into_iter().find(|(ok, ..)| !ok) {

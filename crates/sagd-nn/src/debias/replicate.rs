@@ -14,10 +14,10 @@ use sagd::run::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::cuda::{Device, Gpu, GpuBoundEstimator, GpuChainEstimator};
 use super::cache::PretrainedCache;
 use super::eval::{evaluate, generate, log_likelihood_1d, part_seed, simulate, Evaluation};
 use super::{E2Settings, Method};
+use crate::cuda::{Device, Gpu, GpuBoundEstimator, GpuChainEstimator};
 use crate::train::{
     BoundEstimator, ChainEstimator, GradientEstimator, TrainInfo, TrainSettings, TrainState,
     Training,
@@ -408,9 +408,7 @@ pub fn fit(
                     )?),
                 },
                 Method::Sagd => match opts.device {
-                    Device::Cpu => {
-                        Box::new(ChainEstimator::sagd(&vae, &x, &s.method.sagd, mseed)?)
-                    }
+                    Device::Cpu => Box::new(ChainEstimator::sagd(&vae, &x, &s.method.sagd, mseed)?),
                     Device::Cuda(i) => Box::new(GpuChainEstimator::sagd(
                         Gpu::open(i)?,
                         &vae,
