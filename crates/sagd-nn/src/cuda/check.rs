@@ -43,7 +43,7 @@ pub struct NetworkTiming {
 
 /// The experiments' networks and batch sizes: E2's 1-D decoder and encoder (full batch of 1000,
 /// IWAE's 50000 rows) and the high-dimensional pair (minibatch of 500).
-pub fn cases() -> Vec<(String, Sequential, usize)> {
+fn cases() -> Vec<(String, Sequential, usize)> {
     let one = Vae::new(1, 64);
     let high = Vae::new(100, 256);
     vec![
@@ -74,7 +74,8 @@ fn normals(n: usize, seed: u64) -> Vec<f32> {
     v
 }
 
-/// Runs every case of [`cases`] on both engines with inputs drawn from `seed` and compares.
+/// Runs every network of the experiments (E2's decoder and encoder, 1-D and 100-D, at their batch
+/// sizes) on both engines with inputs drawn from `seed`, and compares.
 pub fn check_networks(gpu: &Gpu, seed: u64) -> GpuResult<Vec<NetworkCheck>> {
     let mut out = Vec::new();
     for (k, (name, net, rows)) in cases().into_iter().enumerate() {
@@ -126,7 +127,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// Times forward + backward of every case of [`cases`] on both engines, `repeats` times each.
+/// Times forward + backward of the same networks on both engines, `repeats` times each.
 pub fn time_networks(gpu: &Gpu, repeats: usize) -> GpuResult<Vec<NetworkTiming>> {
     let mut out = Vec::new();
     for (name, net, rows) in cases() {
