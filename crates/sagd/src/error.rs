@@ -22,8 +22,9 @@ impl LogpError {
     }
 }
 
-/// The library's error type.
-#[derive(Debug, Error)]
+/// The library's error type. Its `Debug` form is its explanation (with its cause's), so that a
+/// `main` returning `Result<_, Box<dyn Error>>` prints what went wrong and what to change.
+#[derive(Error)]
 #[non_exhaustive]
 pub enum SagdError {
     /// A setting is out of its valid range.
@@ -112,6 +113,13 @@ pub enum SagdError {
     Device(String),
 }
 
+impl std::fmt::Debug for SagdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Every message already carries its cause's.
+        write!(f, "{self}")
+    }
+}
+
 /// The library's result type.
 pub type Result<T, E = SagdError> = std::result::Result<T, E>;
 
@@ -138,5 +146,23 @@ pub(crate) fn check_len(what: &'static str, expected: usize, got: usize) -> Resu
             expected,
             got,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_prints_the_explanation() {
+        // What `main() -> Result<(), Box<dyn Error>>` shows when it returns an error.
+        let e: Box<dyn std::error::Error> = Box::new(SagdError::NonFiniteUpdate { iteration: 4 });
+        assert_eq!(format!("{e:?}"), e.to_string());
+        let nested = SagdError::Context {
+            what: "replication 3".into(),
+            cause: Box::new(SagdError::Device("no GPU".into())),
+        };
+        assert!(format!("{nested:?}").contains("no GPU"), "{nested:?}");
+        assert!(!format!("{nested:?}").contains("Context {"));
     }
 }

@@ -10,6 +10,12 @@
 use crate::error::LogpError;
 use crate::real::{sum_map, Real};
 
+mod check;
+mod derived;
+
+pub use check::{check_gradients, GradientCheck, Worst};
+pub use derived::{Derived, LogJoint, Scalar};
+
 /// Log densities of a batch of chains, with gradients.
 ///
 /// Row `r` of a batch (a slice of `dim()` values) is chain `first_row + r`. Chains may have different

@@ -192,3 +192,90 @@ fn an_interrupted_em_run_resumes_to_the_same_result() {
         assert!(err.contains("other settings or data"), "{err}");
     }
 }
+
+#[test]
+fn check_gradients_passes_the_gamma_sigmoid_model_and_names_a_wrong_derivative() {
+    use sagd::error::LogpError;
+    use sagd::model::{check_gradients, LatentModel};
+    let (model, z) = GammaSigmoid::simulate(50, 1.0, 0.5, 3).unwrap();
+    let theta = [0.8, 0.3];
+    let report = check_gradients(&model, &theta, &z, 1e-5).unwrap();
+    assert!(report.passes(1e-6), "{report}");
+
+    // The same model with ∂/∂b off by 1%: the report must point at θ coordinate 1.
+    struct Wrong<'a>(&'a GammaSigmoid);
+    impl LatentModel<f64> for Wrong<'_> {
+        fn n_data(&self) -> usize {
+            self.0.n_data()
+        }
+        fn latent_dim(&self) -> usize {
+            1
+        }
+        fn theta_dim(&self) -> usize {
+            2
+        }
+        fn log_joint(
+            &self,
+            theta: &[f64],
+            data: &[usize],
+            z: &[f64],
+            logp: &mut [f64],
+            grad_z: &mut [f64],
+        ) -> Result<(), LogpError> {
+            self.0.log_joint(theta, data, z, logp, grad_z)
+        }
+        fn add_grad_theta(
+            &self,
+            theta: &[f64],
+            data: &[usize],
+            z: &[f64],
+            grad_theta: &mut [f64],
+        ) -> Result<(), LogpError> {
+            let mut g = [0.0; 2];
+            self.0.add_grad_theta(theta, data, z, &mut g)?;
+            grad_theta[0] += g[0];
+            grad_theta[1] += 1.01 * g[1];
+            Ok(())
+        }
+    }
+    let bad = check_gradients(&Wrong(&model), &theta, &z, 1e-5).unwrap();
+    assert!(!bad.passes(1e-4), "{bad}");
+    assert_eq!(bad.theta.unwrap().coordinate, 1, "{bad}");
+    assert!(bad.z.unwrap().error < 1e-6, "{bad}");
+    assert!(bad.to_string().contains("coordinate 1"), "{bad}");
+}
+
+#[test]
+fn derived_gradients_equal_the_hand_written_ones() {
+    use sagd::model::{check_gradients, Derived, LatentModel};
+    let (model, z) = GammaSigmoid::simulate(200, 1.0, 0.5, 11).unwrap();
+    let derived = Derived(model.clone());
+    let data: Vec<usize> = (0..200).collect();
+    for theta in [[1.0, 0.5], [-0.7, 2.0], [3.0, -1.5]] {
+        let (mut lp_h, mut gz_h) = (vec![0.0; 200], vec![0.0; 200]);
+        let (mut lp_d, mut gz_d) = (vec![0.0; 200], vec![0.0; 200]);
+        LatentModel::log_joint(&model, &theta, &data, &z, &mut lp_h, &mut gz_h).unwrap();
+        derived
+            .log_joint(&theta, &data, &z, &mut lp_d, &mut gz_d)
+            .unwrap();
+        let (mut gt_h, mut gt_d) = (vec![0.0; 2], vec![0.0; 2]);
+        model.add_grad_theta(&theta, &data, &z, &mut gt_h).unwrap();
+        derived
+            .add_grad_theta(&theta, &data, &z, &mut gt_d)
+            .unwrap();
+        let close = |a: &[f64], b: &[f64]| {
+            a.iter()
+                .zip(b)
+                .all(|(x, y)| (x - y).abs() <= 1e-11 * x.abs().max(y.abs()).max(1.0))
+        };
+        assert!(close(&lp_h, &lp_d), "log p at {theta:?}");
+        assert!(close(&gz_h, &gz_d), "∇z at {theta:?}");
+        assert!(
+            close(&gt_h, &gt_d),
+            "∇θ at {theta:?}: {gt_h:?} against {gt_d:?}"
+        );
+        assert!(check_gradients(&derived, &theta, &z, 1e-5)
+            .unwrap()
+            .passes(1e-6));
+    }
+}

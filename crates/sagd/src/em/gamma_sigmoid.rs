@@ -85,6 +85,26 @@ impl GammaSigmoid {
     }
 }
 
+/// The same density written once for derived gradients ([`crate::model::Derived`]): the
+/// reference against which the hand-written gradients above are tested and timed.
+impl crate::model::LogJoint for GammaSigmoid {
+    fn n_data(&self) -> usize {
+        self.x.len()
+    }
+    fn latent_dim(&self) -> usize {
+        1
+    }
+    fn theta_dim(&self) -> usize {
+        2
+    }
+    fn log_joint<S: crate::model::Scalar>(&self, theta: &[S], i: usize, z: &[S]) -> S {
+        let (a, b, z) = (theta[0], theta[1], z[0]);
+        // s = 10 σ(a + b z); log Gamma(x; s, 1) + log N(z; 0, 1).
+        let s = (((a + b * z) * -1.0).exp() + 1.0).recip() * 10.0;
+        (s - 1.0) * self.log_x[i] - s.ln_gamma() - self.x[i] - z * z * 0.5 - HALF_LN_2PI
+    }
+}
+
 impl LatentModel<f64> for GammaSigmoid {
     fn n_data(&self) -> usize {
         self.x.len()
