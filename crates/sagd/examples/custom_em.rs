@@ -1,16 +1,17 @@
 //! Automated EM on your own latent-variable model: a Poisson regression with a random effect,
 //! X_i | Z_i ~ Poisson(exp(a + b·Z_i)), Z_i ~ N(0, 1), θ = (a, b). Write log p(x_i, z; θ) once,
 //! generic over the number type (`LogJoint`); `Derived` supplies its gradients in z and θ (checked
-//! here against central differences). Hand it to `AutomatedEm`, get standard errors by Louis'
-//! identity, and compare with the maximum-likelihood estimate by quadrature (possible here because
-//! z is one-dimensional).
+//! here against central differences). Hand it to `AutomatedEm`, check the estimate and get its
+//! standard errors with `polish` (Newton steps with the score and Louis' observed information), and
+//! compare with the maximum-likelihood estimate by quadrature (possible here because z is
+//! one-dimensional).
 //!
 //! Run: `cargo run --release -p sagd --example custom_em`
 
 use rand::SeedableRng;
 use rand_distr::{Distribution, Poisson, StandardNormal};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use sagd::em::information::{louis_information, LouisSettings};
+use sagd::em::information::{polish, PolishSettings};
 use sagd::em::{maximum_likelihood, AutomatedEm, EmSettings, StopRule};
 use sagd::langevin::Scheme;
 use sagd::model::{check_gradients, Derived, LogJoint, Scalar};
@@ -95,9 +96,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "MLE       a = {:.4}, b = {:.4}, log-likelihood {:.4}",
         mle.x[0], mle.x[1], -mle.f
     );
-    // Standard errors of the estimate: observed information by Louis' identity, from chains on
-    // the posterior at the estimate.
-    let info = louis_information(&model, &trace.estimate, &LouisSettings::default(), 2)?;
+    // EM's rule says the iterates stopped moving; Newton steps with the score and the observed
+    // information (Louis' identity) from chains at the estimate check that ℓ is at its maximum,
+    // and give the standard errors.
+    let pol = polish(&model, &trace.estimate, &PolishSettings::default(), 2)?;
+    let info = &pol.information;
+    println!(
+        "polished  a = {:.4}, b = {:.4}  (Monte Carlo se {:.4?}), log-likelihood {:.4}, gap estimates {:.4?}, converged: {}",
+        pol.estimate[0],
+        pol.estimate[1],
+        pol.mc_se,
+        log_likelihood(&model, &pol.estimate, &gh)?,
+        pol.gaps,
+        pol.converged
+    );
     println!(
         "standard errors a: {:.4}, b: {:.4}; 95% Wald intervals {:.3?}",
         info.se[0], info.se[1], info.wald95

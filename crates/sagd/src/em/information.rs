@@ -58,10 +58,59 @@ pub struct Information {
     pub wald95: Vec<[f64; 2]>,
     /// Posterior draws per data point behind the estimate.
     pub draws: usize,
+    /// The score ∇ℓ(θ) = Σ_i E[∇θ log p(x_i, Z_i; θ)] (Fisher's identity), from the same draws.
+    pub score: Vec<f64>,
+    /// The Monte Carlo covariance of `score`, by batch means over the draws (20 batches), so
+    /// that the chains' autocorrelation is counted.
+    pub score_cov: Vec<Vec<f64>>,
+    /// The Newton step I⁻¹ ∇ℓ: how far θ is from the maximum, to second order.
+    pub newton_step: Vec<f64>,
+    /// ½ ∇ℓᵀ I⁻¹ ∇ℓ: how far ℓ(θ) is below the maximum, to second order.
+    pub gap: f64,
+    /// ½ tr(I⁻¹ cov): what Monte Carlo noise alone adds to `gap` on average.
+    pub gap_noise: f64,
+}
+
+/// Batches of draws behind [`Information::score_cov`].
+const SCORE_BATCHES: usize = 20;
+
+/// The covariance of the mean of `rows` (draws × p) by `batches` batch means: the covariance of the
+/// batches' means over the number of batches.
+fn batch_mean_cov(rows: &[Vec<f64>], batches: usize) -> Vec<Vec<f64>> {
+    let p = rows.first().map_or(0, |r| r.len());
+    let b = batches.max(2);
+    let size = rows.len() / b;
+    if size == 0 {
+        return vec![vec![f64::INFINITY; p]; p];
+    }
+    let means: Vec<Vec<f64>> = (0..b)
+        .map(|k| {
+            let chunk = &rows[k * size..(k + 1) * size];
+            (0..p)
+                .map(|j| chunk.iter().map(|r| r[j]).sum::<f64>() / size as f64)
+                .collect()
+        })
+        .collect();
+    let grand: Vec<f64> = (0..p)
+        .map(|j| means.iter().map(|m| m[j]).sum::<f64>() / b as f64)
+        .collect();
+    (0..p)
+        .map(|j| {
+            (0..p)
+                .map(|k| {
+                    means
+                        .iter()
+                        .map(|m| (m[j] - grand[j]) * (m[k] - grand[k]))
+                        .sum::<f64>()
+                        / ((b - 1) * b) as f64
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Inverts a symmetric positive-definite matrix by Cholesky; `None` if it is not.
-fn spd_inverse(a: &[Vec<f64>]) -> Option<Vec<Vec<f64>>> {
+pub(crate) fn spd_inverse(a: &[Vec<f64>]) -> Option<Vec<Vec<f64>>> {
     let p = a.len();
     let mut l = vec![vec![0.0; p]; p];
     for i in 0..p {
@@ -127,6 +176,8 @@ pub fn louis_information<M: LatentModel<f64>>(
     let mut sg = vec![vec![0.0; p]; n];
     let mut sgg = vec![vec![vec![0.0; p]; p]; n];
     let mut sh = vec![vec![0.0; p]; p];
+    // The total score at each draw, for the batch means.
+    let mut per_draw: Vec<Vec<f64>> = Vec::with_capacity(s.draws);
     let grad = |th: &[f64], i: usize, z: &[f64]| -> Result<Vec<f64>> {
         let mut g = vec![0.0; p];
         model
@@ -136,9 +187,11 @@ pub fn louis_information<M: LatentModel<f64>>(
     };
     for _ in 0..s.draws {
         chains.burn_in(&target, &kernel, s.thin)?;
+        let mut total = vec![0.0; p];
         for i in 0..n {
             let z = chains.position(i).to_vec();
             let g = grad(theta, i, &z)?;
+            total.iter_mut().zip(&g).for_each(|(t, v)| *t += v);
             for j in 0..p {
                 sg[i][j] += g[j];
                 for k in 0..p {
@@ -154,6 +207,7 @@ pub fn louis_information<M: LatentModel<f64>>(
                 }
             }
         }
+        per_draw.push(total);
     }
     let m = s.draws as f64;
     let mut info = vec![vec![0.0; p]; p];
@@ -176,12 +230,34 @@ pub fn louis_information<M: LatentModel<f64>>(
     let wald95 = (0..p)
         .map(|j| [theta[j] - 1.96 * se[j], theta[j] + 1.96 * se[j]])
         .collect();
+    let score: Vec<f64> = (0..p)
+        .map(|j| (0..n).map(|i| sg[i][j]).sum::<f64>() / m)
+        .collect();
+    let score_cov = batch_mean_cov(&per_draw, SCORE_BATCHES.min(s.draws));
+    let newton_step: Vec<f64> = (0..p)
+        .map(|j| (0..p).map(|k| inv[j][k] * score[k]).sum())
+        .collect();
+    let gap = 0.5
+        * score
+            .iter()
+            .zip(&newton_step)
+            .map(|(g, d)| g * d)
+            .sum::<f64>();
+    let gap_noise = 0.5
+        * (0..p)
+            .map(|j| (0..p).map(|k| inv[j][k] * score_cov[k][j]).sum::<f64>())
+            .sum::<f64>();
     Ok(Information {
         theta: theta.to_vec(),
         matrix: info,
         se,
         wald95,
         draws: s.draws,
+        score,
+        score_cov,
+        newton_step,
+        gap,
+        gap_noise,
     })
 }
 
@@ -199,4 +275,112 @@ mod tests {
         assert!((inv[1][1] - 4.0 / det).abs() < 1e-15);
         assert!(spd_inverse(&[vec![1.0, 2.0], vec![2.0, 1.0]]).is_none());
     }
+}
+
+/// Newton steps on ℓ after EM ([`polish`]): when to stop, and the chains behind each step.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolishSettings {
+    /// The chains that estimate the score and the information at each step.
+    pub louis: LouisSettings,
+    /// Newton steps at most.
+    pub max_steps: usize,
+    /// Stop once the estimated log-likelihood gap, less what Monte Carlo noise alone gives, is
+    /// below this, and so is the noise part itself (the gap the last step's own noise leaves, on
+    /// average); while the noise part is larger, each step doubles the draws.
+    pub gap_tol: f64,
+    /// The draws may double up to this many times.
+    pub max_doublings: usize,
+}
+
+impl Default for PolishSettings {
+    fn default() -> Self {
+        PolishSettings {
+            louis: LouisSettings::default(),
+            max_steps: 6,
+            gap_tol: 0.01,
+            max_doublings: 3,
+        }
+    }
+}
+
+/// What [`polish`] did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Polished {
+    /// The estimate: the last point plus its Newton step.
+    pub estimate: Vec<f64>,
+    /// Its Monte Carlo standard errors, √diag(I⁻¹ C I⁻¹) with C the score's Monte Carlo covariance.
+    pub mc_se: Vec<f64>,
+    /// The information at the last point (its `se` are the estimate's standard errors).
+    pub information: Information,
+    /// The estimated gap ½ ∇ℓᵀ I⁻¹ ∇ℓ, less its noise part, at each point visited.
+    pub gaps: Vec<f64>,
+    /// The noise part at the last point: about the gap that the estimate's own Monte Carlo error
+    /// leaves.
+    pub gap_noise: f64,
+    /// Whether the last gap was below the tolerance.
+    pub converged: bool,
+}
+
+/// Monte Carlo Newton-Raphson on ℓ from `theta` (EM's estimate, say): at each point, chains on
+/// every posterior give the score ∇ℓ (Fisher's identity) and the observed information I (Louis'
+/// identity); ½ ∇ℓᵀ I⁻¹ ∇ℓ estimates how far ℓ is below its maximum, and the Newton step I⁻¹ ∇ℓ
+/// how far θ is from it. The steps continue until that gap, less what Monte Carlo noise alone
+/// puts into its estimate, is below `gap_tol`. This is the stopping rule that EM's own progress
+/// cannot give when EM is slow: each Newton step covers the distance that many M-steps would.
+pub fn polish<M: LatentModel<f64>>(
+    model: &M,
+    theta: &[f64],
+    s: &PolishSettings,
+    seed: u64,
+) -> Result<Polished> {
+    let p = theta.len();
+    let mut at = theta.to_vec();
+    let mut gaps = Vec::new();
+    let mut louis = s.louis;
+    let mut doublings = 0;
+    for step in 0..s.max_steps.max(1) {
+        let info = louis_information(model, &at, &louis, seed.wrapping_add(step as u64))?;
+        let gap = info.gap - info.gap_noise;
+        gaps.push(gap);
+        let noisy = info.gap_noise >= s.gap_tol;
+        if noisy && doublings < s.max_doublings {
+            louis.draws *= 2;
+            doublings += 1;
+        }
+        let estimate: Vec<f64> = at
+            .iter()
+            .zip(&info.newton_step)
+            .map(|(t, d)| t + d)
+            .collect();
+        if !estimate.iter().all(|v| v.is_finite()) {
+            return Err(SagdError::NonFiniteUpdate {
+                iteration: step + 1,
+            });
+        }
+        let converged = gap < s.gap_tol && !noisy;
+        if converged || step + 1 == s.max_steps.max(1) {
+            let inv = spd_inverse(&info.matrix).unwrap_or_else(|| vec![vec![f64::NAN; p]; p]);
+            let mc_se = (0..p)
+                .map(|j| {
+                    let mut v = 0.0;
+                    for a in 0..p {
+                        for b in 0..p {
+                            v += inv[j][a] * info.score_cov[a][b] * inv[b][j];
+                        }
+                    }
+                    v.max(0.0).sqrt()
+                })
+                .collect();
+            return Ok(Polished {
+                estimate,
+                mc_se,
+                gap_noise: info.gap_noise,
+                information: info,
+                gaps,
+                converged,
+            });
+        }
+        at = estimate;
+    }
+    unreachable!("the loop returns at its last step")
 }
