@@ -19,21 +19,7 @@ echo "== the same bits on 1, 2 and 16 threads (exp, 300 + 30 epochs, spec shapes
 for t in 1 2 16; do
   time $S --threads $t debias --dist exp --pretrain-epochs 300 --finetune-epochs 30 --m 20000 --quiet --out /tmp/bits$t > /dev/null
 done
-python3 - <<'PY'
-import json
-def strip(v):
-    if isinstance(v, dict):
-        return {k: strip(x) for k, x in v.items() if not k.endswith("time_s")}
-    if isinstance(v, list):
-        return [strip(x) for x in v]
-    return v
-def load(t):
-    r = json.load(open(f"/tmp/bits{t}/result.json"))
-    return strip([r["replications"], r["summary"]])
-a = load(1)
-for t in (2, 16):
-    print(f"threads {t}: replications and summary identical to 1 thread (times aside): {load(t) == a}")
-PY
+python3 scripts/same_bits.py /tmp/bits1 /tmp/bits2 /tmp/bits16
 
 echo "== one replication (exp, spec settings): 2 and 16 threads, whole and per phase"
 for t in 2 16; do

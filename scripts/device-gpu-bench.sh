@@ -57,19 +57,7 @@ echo "== 7. CPU engine: the same bits on 1, 2 and 16 threads (exp, 300 + 30 epoc
 for t in 1 2 16; do
   $S --threads $t debias --dist exp --pretrain-epochs 300 --finetune-epochs 30 --m 20000 --quiet --out /tmp/bits$t > /dev/null
 done
-python3 - <<'PY'
-import json
-def strip(v):
-    if isinstance(v, dict):
-        return {k: strip(x) for k, x in v.items() if not k.endswith("time_s")}
-    if isinstance(v, list):
-        return [strip(x) for x in v]
-    return v
-load = lambda t: strip((lambda r: [r["replications"], r["summary"]])(json.load(open(f"/tmp/bits{t}/result.json"))))
-a = load(1)
-for t in (2, 16):
-    print(f"threads {t}: replications and summary identical to 1 thread (times aside): {load(t) == a}")
-PY
+python3 scripts/same_bits.py /tmp/bits1 /tmp/bits2 /tmp/bits16
 
 echo "== 8. CPU engine: one 1-D replication on 16 and 2 threads, whole and each phase alone"
 for t in 16 2; do
