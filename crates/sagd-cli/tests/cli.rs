@@ -200,6 +200,15 @@ fn em_fits_a_users_data() {
         v["settings"]["stopping"].is_object(),
         "with --data EM runs until its stopping rule"
     );
+    // ... and then polishes: Newton steps until ℓ is within 0.01 of its maximum (beyond noise);
+    // the quadrature MLE checks it.
+    let gap = v["polished"]["loglik_max_minus_polished"].as_f64().unwrap();
+    assert!(
+        v["polished"]["converged"].as_bool().unwrap(),
+        "{}",
+        v["polished"]
+    );
+    assert!(gap < 0.05, "{}", v["polished"]);
 }
 
 #[test]

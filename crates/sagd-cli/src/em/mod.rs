@@ -59,9 +59,16 @@ pub struct EmArgs {
     /// M-steps to run (default 3, the paper's figure; with --data the default is --until-converged).
     #[arg(long)]
     msteps: Option<usize>,
-    /// Run M-steps until the Monte Carlo-aware stopping rule is met (at most --max-msteps).
+    /// Run M-steps until the Monte Carlo-aware stopping rule is met (at most --max-msteps), then
+    /// polish the estimate (as --polish).
     #[arg(long)]
     until_converged: bool,
+    /// After EM, Newton steps on the log-likelihood with the score and Louis' observed
+    /// information from chains at the estimate, until the estimated gap to the maximum is below
+    /// 0.01 beyond Monte Carlo noise: the check that EM's own stopping rule cannot make when EM is
+    /// slow. The standard errors then come from there.
+    #[arg(long)]
+    polish: bool,
     /// The most M-steps with --until-converged.
     #[arg(long, default_value_t = spec().max_msteps)]
     max_msteps: usize,
@@ -145,6 +152,7 @@ fn settings(a: &EmArgs) -> Result<E1Settings> {
         theta0: [a.a0, a.b0],
         msteps: a.msteps.unwrap_or(spec().msteps),
         until_converged: a.until_converged || (a.data.is_some() && a.msteps.is_none()),
+        polish: a.polish || a.until_converged || (a.data.is_some() && a.msteps.is_none()),
         max_msteps: a.max_msteps,
         stop_rule: StopRule {
             window: a.window,

@@ -63,6 +63,15 @@ pub(super) fn result_json(
         "timing_s": timing,
         "warnings": r.warnings,
         "standard_errors": r.information,
+        "polished": r.polished.as_ref().map(|(p, ll)| serde_json::json!({
+            "estimate": p.estimate,
+            "mc_se": p.mc_se,
+            "loglik": ll,
+            "loglik_max_minus_polished": r.mle.loglik - ll,
+            "gap_estimates": p.gaps,
+            "gap_noise": p.gap_noise,
+            "converged": p.converged,
+        })),
     })
 }
 
@@ -96,6 +105,18 @@ pub(super) fn summary(s: &E1Settings, r: &E1Result, total: f64) {
             r.em.estimate[1],
             r.em.estimate_se[0],
             r.em.estimate_se[1]
+        );
+    }
+    if let Some((p, ll)) = &r.polished {
+        println!(
+            "{:12} {:>10.5} {:>10.5} {ll:>12.5}   (Monte Carlo se {:.4}, {:.4}; {} Newton steps, gap {})",
+            "polished",
+            p.estimate[0],
+            p.estimate[1],
+            p.mc_se[0],
+            p.mc_se[1],
+            p.gaps.len(),
+            if p.converged { "below 0.01" } else { "NOT below 0.01" }
         );
     }
     row("MLE", &r.mle.theta, r.mle.loglik);
