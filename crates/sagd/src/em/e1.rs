@@ -79,7 +79,7 @@ pub struct E1Settings {
     pub quad_nodes: usize,
     /// Grid points per axis of the log-likelihood surface.
     pub surface: usize,
-    /// After EM, [`polish`](super::information::polish) the estimate: Newton steps on ℓ until
+    /// After EM, [`polish`] the estimate: Newton steps on ℓ until
     /// its estimated gap to the maximum is below 0.01 beyond Monte Carlo noise (the check EM's
     /// own rule cannot make when EM is slow); the standard errors then come from there.
     #[serde(default)]
