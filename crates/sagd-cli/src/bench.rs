@@ -65,8 +65,8 @@ pub struct DebiasBenchArgs {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Where the networks train: cpu or cuda (cuda:N).
-    #[arg(long, default_value_t = sagd_nn::cuda::Device::Cpu)]
-    device: sagd_nn::cuda::Device,
+    #[arg(long, default_value_t = sagd_nn::Device::Cpu)]
+    device: sagd_nn::Device,
 }
 
 /// Flags of `sagd bench kernel`.
@@ -275,9 +275,9 @@ fn debias(a: DebiasBenchArgs) -> Result<()> {
     let threads = rayon::current_num_threads();
     let mut ours = PhaseTimes::default();
     let quiet = |_: &str, _: usize, _: usize| {};
-    if let sagd_nn::cuda::Device::Cuda(i) = a.device {
-        sagd_nn::cuda::Gpu::open(i).with_context(|| format!("--device {}", a.device))?;
-    }
+    a.device
+        .ready()
+        .with_context(|| format!("--device {}", a.device))?;
     let opts = RunOptions {
         device: a.device,
         ..RunOptions::default()

@@ -17,12 +17,14 @@
 
 pub mod cuda;
 pub mod debias;
+mod device;
 mod gemm;
 pub mod math;
 mod net;
 pub mod train;
 pub mod vae;
 
+pub use device::Device;
 pub use net::{
     Layer, ParamGrads, ParamTerms, SavedError, Sequential, Workspace, WorkspacePool, CHUNK_ROWS,
     MIN_PIECE_ROWS,

@@ -1,7 +1,8 @@
 //! The CUDA backend: what can be checked without a GPU everywhere, and its agreement with the CPU
 //! engine where a GPU is found (elsewhere that part is skipped, saying why).
 
-use sagd_nn::cuda::{check_estimators, check_networks, Device, Gpu, GpuError};
+use sagd_nn::cuda::{check_estimators, check_networks, Gpu, GpuError};
+use sagd_nn::Device;
 
 #[test]
 fn devices_parse_and_print() {

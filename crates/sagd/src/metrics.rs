@@ -219,12 +219,8 @@ pub fn ks_w1(sample: &[f64], law: &Law) -> (f64, f64) {
             }
         })
         .collect();
-    let mut w = g[0] + law.h(z[m - 1]);
-    for (i, t) in terms.iter().enumerate() {
-        if z[i + 1] > z[i] {
-            w += t;
-        }
-    }
+    // An empty interval's term is 0, which adds nothing.
+    let w = terms.iter().fold(g[0] + law.h(z[m - 1]), |w, t| w + t);
     (d, w)
 }
 

@@ -150,8 +150,8 @@ pub struct DebiasArgs {
     quiet: bool,
     /// Where the networks train: cpu, or cuda (cuda:N for GPU N) for an NVIDIA GPU with CUDA 13's
     /// driver, NVRTC and cuBLAS on the loader's path. Evaluation stays on the CPU.
-    #[arg(long, default_value_t = sagd_nn::cuda::Device::Cpu)]
-    device: sagd_nn::cuda::Device,
+    #[arg(long, default_value_t = sagd_nn::Device::Cpu)]
+    device: sagd_nn::Device,
 }
 
 /// The library's settings for these flags: the case's preset, then every flag given.
@@ -226,10 +226,10 @@ pub fn run(a: DebiasArgs) -> Result<()> {
         bail!("--reps must be at least 1");
     }
     s.validate()?;
-    if let sagd_nn::cuda::Device::Cuda(i) = a.device {
-        // Before any work: a missing GPU or library is a flag's error, not a replication's.
-        sagd_nn::cuda::Gpu::open(i).with_context(|| format!("--device {}", a.device))?;
-    }
+    // Before any work: a missing GPU or library is a flag's error, not a replication's.
+    a.device
+        .ready()
+        .with_context(|| format!("--device {}", a.device))?;
     match &a.data {
         Some(path) => deconvolve::deconvolve(&a, &s, path),
         None => render::table(&a, &s),

@@ -169,8 +169,8 @@ pub struct GpuChainEstimator<'a> {
     xb: Vec<f32>,
     eps: Vec<f32>,
     b: Option<Buffers>,
-    /// A state restored from a checkpoint before the buffers exist.
-    pending: Option<Record>,
+    /// Chain positions and momenta restored from a checkpoint before the buffers exist.
+    pending: Option<(Vec<f32>, Vec<f32>)>,
     /// An update's transitions and θ-gradient as a graph, for this (batch size, whole data).
     graph: Option<((usize, bool), CudaGraph)>,
     /// The (batch size, whole data) of the last update.
@@ -571,7 +571,7 @@ impl<'a> GpuChainEstimator<'a> {
         )
     }
 
-    /// Reads and clears the summed statistics.
+    /// Reads and clears the summed statistics (zero when allocated; only transitions add to them).
     fn take_sums(&self, b: &mut Buffers) -> GpuResult<[f64; STATS]> {
         let mut s = [0.0f64; STATS];
         self.gpu.stream.memcpy_dtoh(&b.sums, &mut s[..])?;
@@ -581,19 +581,7 @@ impl<'a> GpuChainEstimator<'a> {
 
     /// Starts every chain from an encoder draw and burns it in under the current decoder.
     fn start(&mut self, b: &mut Buffers) -> GpuResult<()> {
-        let (gpu, n, d) = (&self.gpu, self.x.len() / self.vae.d, self.vae.d);
-        if let Some(r) = self.pending.take() {
-            gpu.upload_into(&r.pos, &mut b.pos)?;
-            gpu.upload_into(&r.rho, &mut b.rho_all)?;
-            self.stream = r.stream;
-            self.rng = r.rng;
-            self.started = r.started;
-            self.divergences = r.divergences;
-            self.acceptance = r.acceptance;
-            if self.started {
-                return Ok(());
-            }
-        }
+        let (n, d) = (self.x.len() / self.vae.d, self.vae.d);
         self.encoder_draw(b, true, n)?;
         let gpu = &self.gpu;
         match self.momentum {
@@ -610,7 +598,6 @@ impl<'a> GpuChainEstimator<'a> {
             &mut b.ws,
             n,
         )?;
-        self.take_sums(b)?;
         for _ in 0..self.burn_in {
             self.draw(b, 1, n)?;
             self.transition(b, true, n, 0)?;
@@ -628,6 +615,10 @@ impl<'a> GpuChainEstimator<'a> {
             Some(b) => b,
             None => self.alloc(p.dec.len(), p.enc.len())?,
         };
+        if let Some((pos, rho)) = self.pending.take() {
+            self.gpu.upload_into(&pos, &mut b.pos)?;
+            self.gpu.upload_into(&rho, &mut b.rho_all)?;
+        }
         let out = self.update(&mut b, p, batch, g_dec);
         self.b = Some(b);
         out
@@ -645,7 +636,10 @@ impl<'a> GpuChainEstimator<'a> {
         let len = nb * d;
         let all = nb == n && batch.iter().enumerate().all(|(k, &i)| k == i);
         self.gpu.upload_into(&p.dec, &mut b.dec)?;
-        self.gpu.upload_into(&p.enc, &mut b.enc)?;
+        // The encoder draws the chains' start (and HMC's at every update).
+        if !self.started || self.fresh_from_encoder {
+            self.gpu.upload_into(&p.enc, &mut b.enc)?;
+        }
         if !self.started {
             self.start(b)?;
         }
@@ -679,7 +673,6 @@ impl<'a> GpuChainEstimator<'a> {
             &mut b.ws,
             nb,
         )?;
-        self.take_sums(b)?;
         self.draw(b, self.steps, nb)?;
         // The K transitions and the θ-gradient, replayed from a CUDA graph once captured (the
         // second update of a batch size: the first made every buffer).
@@ -763,6 +756,8 @@ impl GradientEstimator for GpuChainEstimator<'_> {
         if let Some(b) = &self.b {
             self.gpu.download_into(&b.pos, &mut pos)?;
             self.gpu.download_into(&b.rho_all, &mut rho)?;
+        } else if let Some((p, r)) = &self.pending {
+            (pos, rho) = (p.clone(), r.clone());
         }
         encode(&Record {
             pos,
@@ -782,17 +777,17 @@ impl GradientEstimator for GpuChainEstimator<'_> {
                 "the checkpoint's chains do not match the data: resume with the same data".into(),
             ));
         }
-        self.stream = r.stream.clone();
-        self.rng = r.rng.clone();
+        self.stream = r.stream;
+        self.rng = r.rng;
         self.started = r.started;
         self.divergences = r.divergences;
-        self.acceptance = r.acceptance.clone();
+        self.acceptance = r.acceptance;
         match &mut self.b {
             Some(b) => {
                 self.gpu.upload_into(&r.pos, &mut b.pos)?;
                 self.gpu.upload_into(&r.rho, &mut b.rho_all)?;
             }
-            None => self.pending = Some(r),
+            None => self.pending = Some((r.pos, r.rho)),
         }
         Ok(())
     }

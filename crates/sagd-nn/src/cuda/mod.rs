@@ -60,43 +60,6 @@ pub enum GpuError {
     Blas(#[from] cudarc::cublas::result::CublasError),
 }
 
-/// Where networks are trained: the CPU engine (the default) or a CUDA GPU.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Device {
-    /// The CPU engine, on the thread pool.
-    #[default]
-    Cpu,
-    /// CUDA device number N.
-    Cuda(usize),
-}
-
-impl std::fmt::Display for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Device::Cpu => f.write_str("cpu"),
-            Device::Cuda(0) => f.write_str("cuda"),
-            Device::Cuda(i) => write!(f, "cuda:{i}"),
-        }
-    }
-}
-
-impl std::str::FromStr for Device {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let t = s.trim().to_ascii_lowercase();
-        match t.as_str() {
-            "cpu" => Ok(Device::Cpu),
-            "cuda" | "gpu" => Ok(Device::Cuda(0)),
-            _ => t
-                .strip_prefix("cuda:")
-                .and_then(|i| i.parse().ok())
-                .map(Device::Cuda)
-                .ok_or_else(|| format!("unknown device `{s}`: use cpu, cuda or cuda:N")),
-        }
-    }
-}
-
 /// Results of the backend.
 pub type GpuResult<T> = Result<T, GpuError>;
 

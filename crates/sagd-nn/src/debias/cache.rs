@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use sagd::error::{Result, SagdError};
 use sagd::run::{fnv1a, FNV_OFFSET};
 
-use crate::cuda::Device;
+use crate::Device;
 use serde::Deserialize;
 
 use super::E2Settings;

@@ -17,12 +17,13 @@ use serde::{Deserialize, Serialize};
 use super::cache::PretrainedCache;
 use super::eval::{evaluate, generate, log_likelihood_1d, part_seed, simulate, Evaluation};
 use super::{E2Settings, Method};
-use crate::cuda::{Device, Gpu, GpuBoundEstimator, GpuChainEstimator};
+use crate::cuda::{Gpu, GpuBoundEstimator, GpuChainEstimator};
 use crate::train::{
     BoundEstimator, ChainEstimator, GradientEstimator, TrainInfo, TrainSettings, TrainState,
     Training,
 };
 use crate::vae::{Vae, VaeParams};
+use crate::Device;
 
 /// One method's outcome in a replication.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -338,7 +338,8 @@ pub fn polish<M: LatentModel<f64>>(
     let mut gaps = Vec::new();
     let mut louis = s.louis;
     let mut doublings = 0;
-    for step in 0..s.max_steps.max(1) {
+    let mut step = 0;
+    loop {
         let info = louis_information(model, &at, &louis, seed.wrapping_add(step as u64))?;
         let gap = info.gap - info.gap_noise;
         gaps.push(gap);
@@ -358,7 +359,7 @@ pub fn polish<M: LatentModel<f64>>(
             });
         }
         let converged = gap < s.gap_tol && !noisy;
-        if converged || step + 1 == s.max_steps.max(1) {
+        if converged || step + 1 >= s.max_steps {
             let inv = spd_inverse(&info.matrix).unwrap_or_else(|| vec![vec![f64::NAN; p]; p]);
             let mc_se = (0..p)
                 .map(|j| {
@@ -381,6 +382,6 @@ pub fn polish<M: LatentModel<f64>>(
             });
         }
         at = estimate;
+        step += 1;
     }
-    unreachable!("the loop returns at its last step")
 }
