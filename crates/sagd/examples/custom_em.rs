@@ -1,19 +1,17 @@
 //! Automated EM on your own latent-variable model: a Poisson regression with a random effect,
 //! X_i | Z_i ~ Poisson(exp(a + b·Z_i)), Z_i ~ N(0, 1), θ = (a, b). Write log p(x_i, z; θ) once,
 //! generic over the number type (`LogJoint`); `Derived` supplies its gradients in z and θ (checked
-//! here against central differences). Hand it to `AutomatedEm`, check the estimate and get its
-//! standard errors with `polish` (Newton steps with the score and Louis' observed information), and
-//! compare with the maximum-likelihood estimate by quadrature (possible here because z is
-//! one-dimensional).
+//! here against central differences). Hand it to `AutomatedEm` with the default settings (no step
+//! size to choose), which ends with `polish` (Newton steps on ℓ with the score and Louis' observed
+//! information) and the standard errors, and compare with the maximum-likelihood estimate by
+//! quadrature (possible here because z is one-dimensional).
 //!
 //! Run: `cargo run --release -p sagd --example custom_em`
 
 use rand::SeedableRng;
 use rand_distr::{Distribution, Poisson, StandardNormal};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use sagd::em::information::{polish, PolishSettings};
-use sagd::em::{maximum_likelihood, AutomatedEm, EmSettings, StopRule};
-use sagd::langevin::Scheme;
+use sagd::em::{maximum_likelihood, AutomatedEm, EmEvent, EmSettings};
 use sagd::model::{check_gradients, Derived, LogJoint, Scalar};
 use sagd::quadrature::{log_likelihood, GaussHermite};
 use sagd::run::Control;
@@ -68,38 +66,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let z0 = vec![0.3; model.0.n_data()];
     println!("{}", check_gradients(&model, &[0.5, 0.2], &z0, 1e-5)?);
 
-    // The paper's E1 settings, BAOAB, a smaller step (the rates make the posteriors narrow), and the
-    // Monte Carlo-aware stopping rule.
-    let mut settings = EmSettings {
-        max_msteps: 40,
-        stopping: Some(StopRule::default()),
-        ..EmSettings::paper_e1()
-    };
-    settings.sagd.langevin.scheme = Scheme::Baoab;
-    settings.sagd.schedules.learning_rate = sagd::schedule::Schedule::constant(0.05);
+    // The defaults for a model of one's own: no learning rate or Langevin step to choose. Newton
+    // M-steps, the Langevin step from the posteriors' curvature, EM until its stopping rule, then
+    // Newton steps on ℓ itself (`polish`) with the score and Louis' observed information.
+    // Starting from b = 0 would be a poor choice: ℓ is even in b, so b = 0 is a saddle.
     let trace =
-        AutomatedEm::new(&model, settings).run(&[0.0, 0.0], 1, None, &mut |_| Control::Continue)?;
+        AutomatedEm::new(&model, EmSettings::default()).run(&[0.0, 1.0], 1, None, &mut |e| {
+            if let EmEvent::BackOff(b) = e {
+                eprintln!("backed off: {}", b.reason);
+            }
+            Control::Continue
+        })?;
 
     let gh = GaussHermite::new(100);
-    let mle = maximum_likelihood(&model, &trace.estimate, &gh)?;
-    let ll = log_likelihood(&model, &trace.estimate, &gh)?;
     println!(
-        "automated EM: {} M-steps, converged: {}",
+        "automated EM: {} M-steps, its stopping rule met: {}; EM's estimate a = {:.4}, b = {:.4}, log-likelihood {:.4}",
         trace.msteps.len(),
-        trace.converged
+        trace.converged,
+        trace.estimate[0],
+        trace.estimate[1],
+        log_likelihood(&model, &trace.estimate, &gh)?
     );
-    println!(
-        "estimate  a = {:.4}, b = {:.4}  (Monte Carlo se {:.4?}), log-likelihood {:.4}",
-        trace.estimate[0], trace.estimate[1], trace.estimate_se, ll
-    );
-    println!(
-        "MLE       a = {:.4}, b = {:.4}, log-likelihood {:.4}",
-        mle.x[0], mle.x[1], -mle.f
-    );
-    // EM's rule says the iterates stopped moving; Newton steps with the score and the observed
-    // information (Louis' identity) from chains at the estimate check that ℓ is at its maximum,
-    // and give the standard errors.
-    let pol = polish(&model, &trace.estimate, &PolishSettings::default(), 2)?;
+    let pol = trace
+        .polished
+        .as_ref()
+        .ok_or_else(|| trace.polish_error.clone().unwrap_or_default())?;
     let info = &pol.information;
     println!(
         "polished  a = {:.4}, b = {:.4}  (Monte Carlo se {:.4?}), log-likelihood {:.4}, gap estimates {:.4?}, converged: {}",
@@ -113,6 +104,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "standard errors a: {:.4}, b: {:.4}; 95% Wald intervals {:.3?}",
         info.se[0], info.se[1], info.wald95
+    );
+    // Possible here because z is one-dimensional: the MLE by quadrature.
+    let mle = maximum_likelihood(&model, &pol.estimate, &gh)?;
+    println!(
+        "MLE       a = {:.4}, b = {:.4}, log-likelihood {:.4}",
+        mle.x[0], mle.x[1], -mle.f
     );
     Ok(())
 }

@@ -198,8 +198,36 @@ impl Sagd {
         state.chains.evaluate(&target)
     }
 
-    /// One iteration of Algorithm 1.
+    /// One iteration of Algorithm 1: [`Sagd::estimate`], then the update rule's step of α_t.
     pub fn next_iter<T: Real, P: Problem<T> + ?Sized>(
+        &self,
+        problem: &P,
+        state: &mut SagdState<T>,
+    ) -> Result<IterInfo> {
+        let info = self.estimate(problem, state)?;
+        let mut dir: Vec<T> = state.grad.iter().map(|g| T::of(*g)).collect();
+        self.settings
+            .update
+            .apply(
+                &mut state.update,
+                &mut state.theta,
+                &mut dir,
+                info.learning_rate,
+            )
+            .map_err(|e| match e {
+                SagdError::NonFiniteUpdate { .. } => {
+                    SagdError::NonFiniteUpdate { iteration: info.t }
+                }
+                e => e,
+            })?;
+        Self::count_update(state);
+        Ok(info)
+    }
+
+    /// The first half of iteration t = `state.t + 1`: pending burn-in, the K_t Langevin steps, and
+    /// the gradient estimate (into `state.grad`); θ does not move. Callers that take their own step
+    /// (automated EM's Newton steps) finish with [`Sagd::count_update`].
+    pub fn estimate<T: Real, P: Problem<T> + ?Sized>(
         &self,
         problem: &P,
         state: &mut SagdState<T>,
@@ -278,15 +306,6 @@ impl Sagd {
             return Err(SagdError::NonFiniteUpdate { iteration: t });
         }
         state.grad.clone_from(&grad);
-        let mut dir: Vec<T> = grad.iter().map(|g| T::of(*g)).collect();
-        s.update
-            .apply(&mut state.update, &mut state.theta, &mut dir, alpha)
-            .map_err(|e| match e {
-                SagdError::NonFiniteUpdate { .. } => SagdError::NonFiniteUpdate { iteration: t },
-                e => e,
-            })?;
-        state.t = t;
-        state.total_updates += 1;
         Ok(IterInfo {
             t,
             step_size: delta,
@@ -297,5 +316,11 @@ impl Sagd {
             kinetic_temperature: kinetic / k_t as f64,
             mean_log_density: last_logp,
         })
+    }
+
+    /// Counts a finished update: t and the total move on.
+    pub fn count_update<T: Real>(state: &mut SagdState<T>) {
+        state.t += 1;
+        state.total_updates += 1;
     }
 }

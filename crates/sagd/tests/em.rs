@@ -135,12 +135,25 @@ fn automated_em_reaches_the_mle() {
 
 #[test]
 fn an_interrupted_em_run_resumes_to_the_same_result() {
-    let m = data();
-    let settings = EmSettings {
+    let paper = EmSettings {
         max_msteps: 8,
         stopping: Some(StopRule::default()),
         ..EmSettings::paper_e1()
     };
+    resumes(paper, 257);
+    // The defaults: Newton M-steps, chains from the modes with the step from their curvature
+    // (kept in the checkpoint), and the polish after the M-steps.
+    let defaults = EmSettings {
+        max_msteps: 4,
+        ..EmSettings::default()
+    };
+    resumes(defaults, 123);
+}
+
+/// Stops a run after `stop_at` updates, resumes it from its checkpoint, and checks the result
+/// against an uninterrupted run; then that other settings, seeds and starts are refused.
+fn resumes(settings: EmSettings, stop_at: usize) {
+    let m = data();
     let whole = AutomatedEm::new(&m, settings.clone())
         .run(&[0.0, 1.0], 4, None, &mut |_| Control::Continue)
         .unwrap();
@@ -156,7 +169,7 @@ fn an_interrupted_em_run_resumes_to_the_same_result() {
             if let sagd::em::EmEvent::Update { .. } = ev {
                 updates += 1;
             }
-            if updates == 257 {
+            if updates == stop_at {
                 Control::Stop
             } else {
                 Control::Continue
@@ -164,7 +177,7 @@ fn an_interrupted_em_run_resumes_to_the_same_result() {
         })
         .unwrap();
     assert!(part.interrupted);
-    assert_eq!(part.path.len(), 258);
+    assert_eq!(part.path.len(), stop_at + 1);
     let resumed = em
         .run(&[0.0, 1.0], 4, Some(&path), &mut |_| Control::Continue)
         .unwrap();
@@ -174,7 +187,7 @@ fn an_interrupted_em_run_resumes_to_the_same_result() {
     let other = AutomatedEm::new(
         &m,
         EmSettings {
-            updates_per_mstep: 50,
+            updates_per_mstep: settings.updates_per_mstep + 1,
             ..settings
         },
     );

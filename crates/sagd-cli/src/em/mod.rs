@@ -207,14 +207,24 @@ pub fn write(s: &E1Settings, o: E1Output) -> Result<(E1Result, Vec<String>)> {
         .set_length((em.max_msteps * em.updates_per_mstep) as u64);
     let bar = o.bar;
     let r = e1::run(s, &o.opts, &mut |ev| {
-        if let EmEvent::Update { mstep, theta, .. } = ev {
-            bar.inc(1);
-            bar.set_message(format!(
-                "M-step {} θ = ({:.3}, {:.3})",
-                mstep + 1,
-                theta[0],
-                theta[1]
-            ));
+        match ev {
+            EmEvent::Update { mstep, theta, .. } => {
+                bar.inc(1);
+                bar.set_message(format!(
+                    "M-step {} θ = ({:.3}, {:.3})",
+                    mstep + 1,
+                    theta[0],
+                    theta[1]
+                ));
+            }
+            EmEvent::BackOff(b) => bar.println(format!(
+                "backed off at M-step {}, update {} ({}): the M-step restarts with the learning rate ×{}",
+                b.mstep + 1,
+                b.update,
+                b.reason,
+                b.step_factor
+            )),
+            EmEvent::MStepDone(_) => {}
         }
         Control::Continue
     })?

@@ -50,6 +50,7 @@ pub(super) fn result_json(
             "converged": r.em.converged,
             "msteps": r.em.msteps,
             "langevin_steps": r.em.langevin_steps,
+            "backoffs": r.em.backoffs,
         },
         "exact_gd": {"path": r.exact_path, "loglik": r.loglik_exact, "final": ex_end, "final_loglik": r.loglik_exact.last()},
         "mle": r.mle,

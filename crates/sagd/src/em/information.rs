@@ -12,6 +12,8 @@ use crate::error::{Result, SagdError};
 use crate::langevin::{ChainSet, LangevinSettings, Momentum, Scheme};
 use crate::model::{AnchoredTarget, LatentModel, MaximumLikelihood};
 
+use super::mstep::{newton_direction, settle_chains, ChainStep};
+
 /// How the posterior expectations of Louis' identity are estimated.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LouisSettings {
@@ -27,6 +29,10 @@ pub struct LouisSettings {
     pub thin: usize,
     /// The step of the central differences of ∇θ (relative to 1 + |θ_j|).
     pub fd_step: f64,
+    /// [`ChainStep::Adaptive`]: chains from the posterior modes with δ and γ from the posteriors'
+    /// curvature (`step_size` and the friction are then not used); [`ChainStep::Schedule`]: these.
+    #[serde(default)]
+    pub chain_step: ChainStep,
 }
 
 impl Default for LouisSettings {
@@ -41,6 +47,7 @@ impl Default for LouisSettings {
             draws: 1000,
             thin: 5,
             fd_step: 1e-5,
+            chain_step: ChainStep::adaptive(),
         }
     }
 }
@@ -69,6 +76,68 @@ pub struct Information {
     pub gap: f64,
     /// ½ tr(I⁻¹ cov): what Monte Carlo noise alone adds to `gap` on average.
     pub gap_noise: f64,
+    /// The complete-data information Σ_i −E[∇²θ log p(x_i, Z_i; θ)], the first term of I.
+    #[serde(default)]
+    pub complete: Vec<Vec<f64>>,
+}
+
+/// Louis' identity's parts before the information is known to be positive definite.
+struct LouisParts {
+    info: Vec<Vec<f64>>,
+    complete: Vec<Vec<f64>>,
+    score: Vec<f64>,
+    score_cov: Vec<Vec<f64>>,
+    draws: usize,
+}
+
+impl LouisParts {
+    /// Standard errors, the Newton step and the gap at `theta`; an error naming the fix when the
+    /// information is not positive definite.
+    fn into_information(self, theta: &[f64]) -> Result<Information> {
+        let p = theta.len();
+        let LouisParts {
+            info,
+            complete,
+            score,
+            score_cov,
+            draws,
+        } = self;
+        let inv = spd_inverse(&info).ok_or_else(|| SagdError::InvalidSetting {
+            name: "observed information",
+            value: format!("{info:?}"),
+            fix: "it is not positive definite at this θ: the estimate is not at a maximum, or the model is not identified there; run EM further".into(),
+        })?;
+        let se: Vec<f64> = (0..p).map(|j| inv[j][j].sqrt()).collect();
+        let wald95 = (0..p)
+            .map(|j| [theta[j] - 1.96 * se[j], theta[j] + 1.96 * se[j]])
+            .collect();
+        let newton_step: Vec<f64> = (0..p)
+            .map(|j| (0..p).map(|k| inv[j][k] * score[k]).sum())
+            .collect();
+        let gap = 0.5
+            * score
+                .iter()
+                .zip(&newton_step)
+                .map(|(g, d)| g * d)
+                .sum::<f64>();
+        let gap_noise = 0.5
+            * (0..p)
+                .map(|j| (0..p).map(|k| inv[j][k] * score_cov[k][j]).sum::<f64>())
+                .sum::<f64>();
+        Ok(Information {
+            theta: theta.to_vec(),
+            matrix: info,
+            se,
+            wald95,
+            draws,
+            score,
+            score_cov,
+            newton_step,
+            gap,
+            gap_noise,
+            complete,
+        })
+    }
 }
 
 /// Batches of draws behind [`Information::score_cov`].
@@ -154,6 +223,15 @@ pub fn louis_information<M: LatentModel<f64>>(
     s: &LouisSettings,
     seed: u64,
 ) -> Result<Information> {
+    louis_parts(model, theta, s, seed)?.into_information(theta)
+}
+
+fn louis_parts<M: LatentModel<f64>>(
+    model: &M,
+    theta: &[f64],
+    s: &LouisSettings,
+    seed: u64,
+) -> Result<LouisParts> {
     let (n, d, p) = (model.n_data(), model.latent_dim(), model.theta_dim());
     if s.draws < 2 || s.thin == 0 {
         return Err(SagdError::InvalidSetting {
@@ -168,10 +246,32 @@ pub fn louis_information<M: LatentModel<f64>>(
         problem: &problem,
         anchor: theta,
     };
-    let kernel = s.langevin.kernel::<f64>(s.step_size)?;
     let mut chains = ChainSet::new(n, d, seed);
     chains.init(&target, &vec![0.0; d], Momentum::Normal)?;
-    chains.burn_in(&target, &kernel, s.burn_in)?;
+    let kernel = if s.chain_step == ChainStep::Schedule {
+        let kernel = s.langevin.kernel::<f64>(s.step_size)?;
+        chains.burn_in(&target, &kernel, s.burn_in)?;
+        kernel
+    } else {
+        let sigma = settle_chains(
+            &problem,
+            theta,
+            &mut chains,
+            s.chain_step,
+            s.langevin,
+            s.burn_in,
+            None,
+        )?;
+        let (delta, gamma) = s
+            .chain_step
+            .at(sigma)
+            .unwrap_or((s.step_size, s.langevin.gamma));
+        LangevinSettings {
+            gamma,
+            ..s.langevin
+        }
+        .kernel::<f64>(delta)?
+    };
     // Per point: Σ g, Σ g gᵀ; over all points: Σ H.
     let mut sg = vec![vec![0.0; p]; n];
     let mut sgg = vec![vec![vec![0.0; p]; p]; n];
@@ -211,53 +311,27 @@ pub fn louis_information<M: LatentModel<f64>>(
     }
     let m = s.draws as f64;
     let mut info = vec![vec![0.0; p]; p];
+    let mut complete = vec![vec![0.0; p]; p];
     for j in 0..p {
         for k in 0..p {
             // −E[H], symmetrised, minus the summed posterior covariances of the score.
-            let mut v = -0.5 * (sh[j][k] + sh[k][j]) / m;
+            complete[j][k] = -0.5 * (sh[j][k] + sh[k][j]) / m;
+            let mut v = complete[j][k];
             for i in 0..n {
                 v -= sgg[i][j][k] / m - (sg[i][j] / m) * (sg[i][k] / m);
             }
             info[j][k] = v;
         }
     }
-    let inv = spd_inverse(&info).ok_or_else(|| SagdError::InvalidSetting {
-        name: "observed information",
-        value: format!("{info:?}"),
-        fix: "it is not positive definite at this θ: the estimate is not at a maximum, or the model is not identified there; run EM further".into(),
-    })?;
-    let se: Vec<f64> = (0..p).map(|j| inv[j][j].sqrt()).collect();
-    let wald95 = (0..p)
-        .map(|j| [theta[j] - 1.96 * se[j], theta[j] + 1.96 * se[j]])
-        .collect();
     let score: Vec<f64> = (0..p)
         .map(|j| (0..n).map(|i| sg[i][j]).sum::<f64>() / m)
         .collect();
-    let score_cov = batch_mean_cov(&per_draw, SCORE_BATCHES.min(s.draws));
-    let newton_step: Vec<f64> = (0..p)
-        .map(|j| (0..p).map(|k| inv[j][k] * score[k]).sum())
-        .collect();
-    let gap = 0.5
-        * score
-            .iter()
-            .zip(&newton_step)
-            .map(|(g, d)| g * d)
-            .sum::<f64>();
-    let gap_noise = 0.5
-        * (0..p)
-            .map(|j| (0..p).map(|k| inv[j][k] * score_cov[k][j]).sum::<f64>())
-            .sum::<f64>();
-    Ok(Information {
-        theta: theta.to_vec(),
-        matrix: info,
-        se,
-        wald95,
-        draws: s.draws,
+    Ok(LouisParts {
+        info,
+        complete,
         score,
-        score_cov,
-        newton_step,
-        gap,
-        gap_noise,
+        score_cov: batch_mean_cov(&per_draw, SCORE_BATCHES.min(s.draws)),
+        draws: s.draws,
     })
 }
 
@@ -296,7 +370,7 @@ impl Default for PolishSettings {
     fn default() -> Self {
         PolishSettings {
             louis: LouisSettings::default(),
-            max_steps: 6,
+            max_steps: 12,
             gap_tol: 0.01,
             max_doublings: 3,
         }
@@ -312,13 +386,21 @@ pub struct Polished {
     pub mc_se: Vec<f64>,
     /// The information at the last point (its `se` are the estimate's standard errors).
     pub information: Information,
-    /// The estimated gap ½ ∇ℓᵀ I⁻¹ ∇ℓ, less its noise part, at each point visited.
+    /// The estimated gap ½ ∇ℓᵀ I⁻¹ ∇ℓ, less its noise part, at each point visited (NaN where I
+    /// was not positive definite and an EM-gradient step was taken instead).
     pub gaps: Vec<f64>,
     /// The noise part at the last point: about the gap that the estimate's own Monte Carlo error
     /// leaves.
     pub gap_noise: f64,
     /// Whether the last gap was below the tolerance.
     pub converged: bool,
+}
+
+/// About the Monte Carlo sd of a gap estimate `gap` whose noise part is `noise`: with a score
+/// g + e, e of covariance C, ½(g+e)ᵀI⁻¹(g+e) varies by the cross term (variance ≈ 4·gap·noise)
+/// and the quadratic one (≈ 2·noise² for a few parameters).
+fn gap_sd(gap: f64, noise: f64) -> f64 {
+    (4.0 * gap.max(0.0) * noise + 2.0 * noise * noise).sqrt()
 }
 
 /// Monte Carlo Newton-Raphson on ℓ from `theta` (EM's estimate, say): at each point, chains on
@@ -339,8 +421,26 @@ pub fn polish<M: LatentModel<f64>>(
     let mut louis = s.louis;
     let mut doublings = 0;
     let mut step = 0;
+    // The last accepted point, its Newton step, gap and gap noise, and the fraction of the step
+    // taken.
+    let mut last: Option<(Vec<f64>, Vec<f64>, f64, f64)> = None;
+    let mut fraction = 1.0;
     loop {
-        let info = louis_information(model, &at, &louis, seed.wrapping_add(step as u64))?;
+        let parts = louis_parts(model, &at, &louis, seed.wrapping_add(step as u64))?;
+        if spd_inverse(&parts.info).is_none() && step + 1 < s.max_steps {
+            // Not concave here (too far from the maximum for Newton): an EM-gradient step,
+            // the score scaled by the complete-data information, which goes uphill.
+            let d = newton_direction(&parts.complete, &parts.score).ok_or(
+                SagdError::NonFiniteUpdate {
+                    iteration: step + 1,
+                },
+            )?;
+            at.iter_mut().zip(&d).for_each(|(t, v)| *t -= v);
+            gaps.push(f64::NAN);
+            step += 1;
+            continue;
+        }
+        let info = parts.into_information(&at)?;
         let gap = info.gap - info.gap_noise;
         gaps.push(gap);
         let noisy = info.gap_noise >= s.gap_tol;
@@ -359,7 +459,25 @@ pub fn polish<M: LatentModel<f64>>(
             });
         }
         let converged = gap < s.gap_tol && !noisy;
-        if converged || step + 1 >= s.max_steps {
+        let last_step = converged || step + 1 >= s.max_steps;
+        if let Some((from, newton, last_gap, last_noise)) = &last {
+            let rise = gap - last_gap;
+            let sd = gap_sd(gap, info.gap_noise).hypot(gap_sd(*last_gap, *last_noise));
+            if !last_step && rise > 3.0 * sd {
+                // The step went too far (ℓ is far from quadratic there): back to where it was
+                // taken, with half of it.
+                fraction *= 0.5;
+                at = from
+                    .iter()
+                    .zip(newton)
+                    .map(|(t, d)| t + fraction * d)
+                    .collect();
+                step += 1;
+                continue;
+            }
+            fraction = (2.0 * fraction).min(1.0);
+        }
+        if last_step {
             let inv = spd_inverse(&info.matrix).unwrap_or_else(|| vec![vec![f64::NAN; p]; p]);
             let mc_se = (0..p)
                 .map(|j| {
@@ -381,7 +499,12 @@ pub fn polish<M: LatentModel<f64>>(
                 converged,
             });
         }
-        at = estimate;
+        at = at
+            .iter()
+            .zip(&info.newton_step)
+            .map(|(t, d)| t + fraction * d)
+            .collect();
+        last = Some((info.theta, info.newton_step, gap, info.gap_noise));
         step += 1;
     }
 }

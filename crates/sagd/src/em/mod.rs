@@ -18,21 +18,30 @@
 pub mod e1;
 pub mod gamma_sigmoid;
 pub mod information;
+pub mod mstep;
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::diagnostics::mean_sd;
-use crate::error::{Result, SagdError};
+use crate::error::{LogpError, Result, SagdError};
 use crate::langevin::{LangevinSettings, Momentum, Scheme};
 use crate::model::{LatentModel, MaximumLikelihood};
 use crate::optim::bfgs::{self, BfgsResult};
 use crate::optim::UpdateRule;
 use crate::quadrature::{expected_grad, posterior_rule, GaussHermite};
 use crate::run::{Control, Identity, Outcome, Runner, Solver};
-use crate::schedule::Schedules;
+use crate::schedule::{Schedule, Schedules};
 use crate::solver::{Anchor, IterInfo, Sagd, SagdSettings, SagdState};
+use information::{polish, PolishSettings, Polished};
+pub use mstep::{ChainStep, MStepUpdate};
+
+/// Mixed into the run's seed for the polishing chains.
+const POLISH_SEED: u64 = 0x5EED_9011_5400_0001;
+
+/// Back-offs a run may take before a non-finite update is an error.
+pub const MAX_BACKOFFS: usize = 20;
 
 /// When to stop the outer EM loop (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -93,6 +102,36 @@ pub struct EmSettings {
     pub stopping: Option<StopRule>,
     /// Chains per data point.
     pub chains_per_point: usize,
+    /// How an M-step moves θ: the paper's gradient steps of α_t, or Newton steps (no α).
+    #[serde(default)]
+    pub mstep_update: MStepUpdate,
+    /// How the Langevin step and friction are set: the schedules', or from the posteriors.
+    #[serde(default)]
+    pub chain_step: ChainStep,
+    /// After the M-steps, [`polish`] the estimate: Newton steps on ℓ itself,
+    /// which converge where EM is slow (a high fraction of missing information), and give the
+    /// standard errors.
+    #[serde(default)]
+    pub polish: Option<PolishSettings>,
+}
+
+impl Default for EmSettings {
+    /// Settings for a model of one's own, with no step size to guess: Newton M-steps, the
+    /// Langevin step and friction set from the posteriors' curvature at every M-step, BAOAB from
+    /// momenta drawn at random, M-steps of T = 50 updates until the stopping rule holds (at most
+    /// 20), then [`polish`] to the maximum. The paper's burn-in (100 steps) and K_t = t + 20.
+    fn default() -> Self {
+        let mut s = EmSettings::paper_e1();
+        s.sagd.langevin.scheme = Scheme::Baoab;
+        s.sagd.initial_momentum = Momentum::Normal;
+        s.mstep_update = MStepUpdate::Newton { max_halvings: 30 };
+        s.chain_step = ChainStep::adaptive();
+        s.updates_per_mstep = 50;
+        s.max_msteps = 20;
+        s.stopping = Some(StopRule::default());
+        s.polish = Some(PolishSettings::default());
+        s
+    }
 }
 
 impl EmSettings {
@@ -116,6 +155,9 @@ impl EmSettings {
             max_msteps: 3,
             stopping: None,
             chains_per_point: 1,
+            mstep_update: MStepUpdate::Gradient,
+            chain_step: ChainStep::Schedule,
+            polish: None,
         }
     }
 
@@ -154,6 +196,7 @@ impl EmSettings {
                 "use a threshold > 0, such as 1",
             )?;
         }
+        self.chain_step.validate()?;
         self.sagd.validate(theta_dim)
     }
 }
@@ -171,6 +214,23 @@ pub struct MStep {
     pub tail_sd: Vec<f64>,
     /// Divergent chain-steps in the M-step.
     pub divergences: usize,
+    /// The Langevin step δ the chains took, when it was set from the posteriors.
+    #[serde(default)]
+    pub step_size: Option<f64>,
+}
+
+/// A non-finite update that was backed off: the M-step restarted from its θ_k with the step
+/// halved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackOff {
+    /// The M-step (0-based).
+    pub mstep: usize,
+    /// The update within it that failed.
+    pub update: usize,
+    /// What failed.
+    pub reason: String,
+    /// The factor on α_t (or on the first Newton trial) from now on.
+    pub step_factor: f64,
 }
 
 /// The record of an automated EM run.
@@ -190,8 +250,32 @@ pub struct EmTrace {
     pub langevin_steps: u64,
     /// Whether the run was stopped by the caller before it finished (resume it from its checkpoint).
     pub interrupted: bool,
+    /// Non-finite updates that were backed off.
+    #[serde(default)]
+    pub backoffs: Vec<BackOff>,
+    /// The polished estimate, with its Monte Carlo and statistical standard errors, when the
+    /// settings ask for it.
+    #[serde(default)]
+    pub polished: Option<Polished>,
+    /// Why polishing failed, if it did (the estimate is then EM's).
+    #[serde(default)]
+    pub polish_error: Option<String>,
     /// Whether the last M-step in the trace is still running (checkpoints only).
     in_mstep: bool,
+    /// σ̂ of the current M-step's chains, with [`ChainStep::Adaptive`] (checkpoints only).
+    #[serde(default)]
+    posterior_scale: Option<f64>,
+}
+
+impl EmTrace {
+    /// The run's answer and its Monte Carlo standard errors: the polished estimate when there is
+    /// one, else EM's.
+    pub fn final_estimate(&self) -> (&[f64], &[f64]) {
+        match &self.polished {
+            Some(p) => (&p.estimate, &p.mc_se),
+            None => (&self.estimate, &self.estimate_se),
+        }
+    }
 }
 
 /// Something that happened during a run, for progress displays.
@@ -208,6 +292,8 @@ pub enum EmEvent<'a> {
     },
     /// An M-step finished.
     MStepDone(&'a MStep),
+    /// A non-finite update was backed off.
+    BackOff(&'a BackOff),
 }
 
 /// Automated EM for a [`LatentModel`].
@@ -222,6 +308,15 @@ pub struct AutomatedEm<'a, M> {
     /// A fingerprint of the data (the model does not expose them), part of a checkpoint's
     /// identity: a checkpoint of other data with as many points is refused.
     pub data_key: u64,
+}
+
+/// Whether an update failed for non-finite numbers (a step too large for Q's curvature), which a
+/// smaller step avoids.
+fn non_finite(e: &SagdError) -> bool {
+    matches!(
+        e,
+        SagdError::NonFiniteUpdate { .. } | SagdError::Model(LogpError::NonFinite)
+    )
 }
 
 /// Mean and sample standard deviation of column `j`.
@@ -247,6 +342,8 @@ pub struct EmInfo {
     pub iter: IterInfo,
     /// The M-step, when this update finished it.
     pub finished: Option<MStep>,
+    /// Back-offs taken before this update succeeded.
+    pub backoffs: Vec<BackOff>,
 }
 
 /// Automated EM as a [`Solver`] for the [`Runner`]: one iteration is one SAGD update; an M-step
@@ -308,6 +405,102 @@ impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
         }
     }
 
+    /// The solver's δ and γ for the current M-step.
+    fn set_chain_step(&mut self, sigma: Option<f64>) {
+        if let Some((delta, gamma)) = sigma.and_then(|s| self.settings.chain_step.at(s)) {
+            self.solver.settings.schedules.step_size = Schedule::constant(delta);
+            self.solver.settings.langevin.gamma = gamma;
+        }
+    }
+
+    /// Starts an M-step at the current θ: the anchor moves there, and the burn-in runs before the
+    /// first update, or, with [`ChainStep::Adaptive`], now: from the posterior modes, in two
+    /// halves, σ̂ measured before each.
+    fn begin_mstep(&mut self, state: &mut EmState) -> Result<()> {
+        let anchor = state.sagd.theta.clone();
+        let burn_in = self.settings.sagd.burn_in;
+        self.solver
+            .begin_stage(&self.problem, &mut state.sagd, Some(&anchor), burn_in)?;
+        state.trace.in_mstep = true;
+        if self.settings.chain_step == ChainStep::Schedule {
+            return Ok(());
+        }
+        state.sagd.pending_burn_in = 0;
+        let before = state.sagd.chains.steps;
+        let sigma = mstep::settle_chains(
+            &self.problem,
+            &anchor,
+            &mut state.sagd.chains,
+            self.settings.chain_step,
+            self.settings.sagd.langevin,
+            burn_in,
+            state.trace.posterior_scale,
+        )?;
+        state.trace.posterior_scale = Some(sigma);
+        state.trace.langevin_steps += state.sagd.chains.steps - before;
+        Ok(())
+    }
+
+    /// One update: the solver's gradient estimate, then its step of α_t (scaled down by any
+    /// back-offs) or a Newton step.
+    fn update(&mut self, state: &mut EmState) -> Result<IterInfo> {
+        self.set_chain_step(state.trace.posterior_scale);
+        let factor = 0.5f64.powi(state.trace.backoffs.len() as i32);
+        let rule = &self.settings.sagd.update;
+        let mut info = self.solver.estimate(&self.problem, &mut state.sagd)?;
+        let st = &mut state.sagd;
+        match self.settings.mstep_update {
+            MStepUpdate::Gradient => {
+                // With no back-off the step is α_t exactly, as Algorithm 1's.
+                let lr = if factor == 1.0 {
+                    info.learning_rate
+                } else {
+                    info.learning_rate * factor
+                };
+                info.learning_rate = lr;
+                let mut dir = st.grad.clone();
+                rule.apply(&mut st.update, &mut st.theta, &mut dir, lr)
+            }
+            MStepUpdate::Newton { max_halvings } => {
+                let step = mstep::newton_step(
+                    &self.problem,
+                    &st.theta,
+                    &st.grad,
+                    st.chains.positions(),
+                    factor,
+                    max_halvings,
+                )?;
+                info.learning_rate = step.fraction;
+                rule.accept(&mut st.update, &mut st.theta, &step.to)
+            }
+        }
+        .map_err(|e| match e {
+            SagdError::NonFiniteUpdate { .. } => SagdError::NonFiniteUpdate { iteration: info.t },
+            e => e,
+        })?;
+        Sagd::count_update(st);
+        Ok(info)
+    }
+
+    /// Restarts the current M-step from its θ_k after a non-finite update, with the steps halved
+    /// from now on; the chains, whose target is at θ_k, keep their states.
+    fn back_off(&mut self, state: &mut EmState, reason: String) -> Result<BackOff> {
+        let trace = &mut state.trace;
+        let done = state.sagd.t;
+        let update = done + 1;
+        trace.path.truncate(trace.path.len() - done);
+        let anchor = state.sagd.anchor.clone();
+        state.sagd.theta.clone_from(&anchor);
+        self.solver
+            .begin_stage(&self.problem, &mut state.sagd, Some(&anchor), 0)?;
+        Ok(BackOff {
+            mstep: state.trace.msteps.len(),
+            update,
+            reason,
+            step_factor: 0.5f64.powi(state.trace.backoffs.len() as i32 + 1),
+        })
+    }
+
     fn close_mstep(&self, state: &mut EmState) -> MStep {
         let (trace, t_max) = (&mut state.trace, self.settings.updates_per_mstep);
         let p = state.sagd.theta.len();
@@ -323,6 +516,10 @@ impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
             tail_mean,
             tail_sd,
             divergences,
+            step_size: trace
+                .posterior_scale
+                .and_then(|sigma| self.settings.chain_step.at(sigma))
+                .map(|(delta, _)| delta),
         };
         trace.msteps.push(m.clone());
         trace.in_mstep = false;
@@ -348,25 +545,29 @@ impl<M: LatentModel<f64>> Solver for EmSolver<'_, M> {
 
     fn next_iter(&mut self, state: &mut EmState) -> Result<EmInfo> {
         if !state.trace.in_mstep {
-            let anchor = state.sagd.theta.clone();
-            self.solver.begin_stage(
-                &self.problem,
-                &mut state.sagd,
-                Some(&anchor),
-                self.settings.sagd.burn_in,
-            )?;
-            state.trace.in_mstep = true;
+            self.begin_mstep(state)?;
         }
-        let steps_before = state.sagd.chains.steps;
         let mstep = state.trace.msteps.len();
-        let iter = self
-            .solver
-            .next_iter(&self.problem, &mut state.sagd)
-            .map_err(|e| SagdError::Context {
-                what: format!("automated EM, M-step {}", mstep + 1),
-                cause: Box::new(e),
-            })?;
-        state.trace.langevin_steps += state.sagd.chains.steps - steps_before;
+        let mut backoffs = Vec::new();
+        let iter = loop {
+            let steps_before = state.sagd.chains.steps;
+            let result = self.update(state);
+            state.trace.langevin_steps += state.sagd.chains.steps - steps_before;
+            match result {
+                Ok(iter) => break iter,
+                Err(e) if non_finite(&e) && state.trace.backoffs.len() < MAX_BACKOFFS => {
+                    let b = self.back_off(state, e.to_string())?;
+                    state.trace.backoffs.push(b.clone());
+                    backoffs.push(b);
+                }
+                Err(e) => {
+                    return Err(SagdError::Context {
+                        what: format!("automated EM, M-step {}", mstep + 1),
+                        cause: Box::new(e),
+                    })
+                }
+            }
+        };
         state.trace.path.push(state.sagd.theta.clone());
         let finished =
             (state.sagd.t >= self.settings.updates_per_mstep).then(|| self.close_mstep(state));
@@ -374,6 +575,7 @@ impl<M: LatentModel<f64>> Solver for EmSolver<'_, M> {
             mstep,
             iter,
             finished,
+            backoffs,
         })
     }
 
@@ -419,6 +621,11 @@ impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
                 info: &info.iter,
                 theta: &st.sagd.theta,
             });
+            for b in &info.backoffs {
+                if on_event(EmEvent::BackOff(b)) == Control::Stop {
+                    c = Control::Stop;
+                }
+            }
             if let Some(m) = &info.finished {
                 if on_event(EmEvent::MStepDone(m)) == Control::Stop {
                     c = Control::Stop;
@@ -441,6 +648,13 @@ impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
             return Ok(state.trace);
         }
         runner.solver.finish(&mut state);
+        if let Some(ps) = &self.settings.polish {
+            // Its own streams: the chains' seed moved by a constant.
+            match polish(self.model, &state.trace.estimate, ps, seed ^ POLISH_SEED) {
+                Ok(p) => state.trace.polished = Some(p),
+                Err(e) => state.trace.polish_error = Some(e.to_string()),
+            }
+        }
         Ok(state.trace)
     }
 }

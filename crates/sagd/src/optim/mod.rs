@@ -339,6 +339,19 @@ impl UpdateRule {
         for (th, d) in theta.iter_mut().zip(grad.iter()) {
             *th -= T::of(lr * d.f64());
         }
+        self.settle(st, theta)
+    }
+
+    /// An update to a point chosen by the caller (a Newton step with its line search): θ ← Π_Θ(θ'),
+    /// counted and averaged like [`UpdateRule::apply`]'s. The transform is not used.
+    pub fn accept<T: Real>(&self, st: &mut UpdateState, theta: &mut [T], to: &[T]) -> Result<()> {
+        theta.copy_from_slice(to);
+        self.settle(st, theta)
+    }
+
+    /// Projects the moved θ, counts the update and averages θ when its turn has come.
+    fn settle<T: Real>(&self, st: &mut UpdateState, theta: &mut [T]) -> Result<()> {
+        let iteration = st.count + 1;
         self.projection.apply(theta);
         st.count = iteration;
         if theta.iter().any(|v| !v.is_finite()) {
