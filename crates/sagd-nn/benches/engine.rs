@@ -43,5 +43,37 @@ fn passes(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, activation, passes);
+/// E3's networks over a batch of 200 on one thread: the generator's forward and backward (to its
+/// parameters and its input, as a SAGD step needs), the encoder's forward and backward (to its
+/// parameters).
+fn e3_networks(c: &mut Criterion) {
+    let mut group = c.benchmark_group("e3_batch200");
+    group.sample_size(20);
+    let rows = 200;
+    for (name, net) in [
+        ("generator", sagd_nn::mnist::generator(20)),
+        ("encoder", sagd_nn::mnist::encoder(20)),
+    ] {
+        let params = net.init(1);
+        let x: Vec<f32> = (0..rows * net.input_dim())
+            .map(|i| (i as f32 * 0.37).sin())
+            .collect();
+        let dout = vec![0.01f32; rows * net.output_dim()];
+        let mut ws = Workspace::default();
+        let mut dp = vec![0.0f32; net.n_params()];
+        let mut dx = vec![0.0f32; x.len()];
+        group.bench_function(format!("{name}_forward"), |b| {
+            b.iter(|| net.forward(&params, &x, rows, &mut ws))
+        });
+        group.bench_function(format!("{name}_forward_backward"), |b| {
+            b.iter(|| {
+                net.forward(&params, &x, rows, &mut ws);
+                net.backward(&params, &mut ws, &dout, Some(&mut dp), Some(&mut dx));
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, activation, passes, e3_networks);
 criterion_main!(benches);

@@ -15,11 +15,13 @@
 
 #![warn(missing_docs)]
 
+mod conv;
 pub mod cuda;
 pub mod debias;
 mod device;
 mod gemm;
 pub mod math;
+pub mod mnist;
 mod net;
 pub mod train;
 pub mod vae;

@@ -6,6 +6,10 @@ use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
+use crate::conv::{
+    channel_sums, conv_backward, conv_forward, conv_out_side, conv_t_backward, conv_t_forward,
+    conv_t_out_side, ConvBuffers, Windows,
+};
 use crate::gemm::{gemm, Epilogue, Strided};
 use crate::math::{self, Activation};
 
@@ -25,6 +29,118 @@ pub enum Layer {
         /// Which.
         act: Activation,
     },
+    /// A 2-D convolution (PyTorch's `Conv2d`) on square images stored channels-last (a row is
+    /// side·side·c_in values, pixel by pixel): W of shape (c_out, k, k, c_in) row-major, then b.
+    Conv {
+        /// Input channels.
+        c_in: usize,
+        /// Output channels.
+        c_out: usize,
+        /// Input side.
+        side: usize,
+        /// Kernel side.
+        k: usize,
+        /// Stride.
+        stride: usize,
+        /// Zero padding on each side.
+        pad: usize,
+    },
+    /// A transposed convolution (PyTorch's `ConvTranspose2d`), the adjoint of [`Layer::Conv`]'s
+    /// map from input to output, channels-last: W of shape (k, k, c_out, c_in) row-major, then b.
+    ConvT {
+        /// Input channels.
+        c_in: usize,
+        /// Output channels.
+        c_out: usize,
+        /// Input side.
+        side: usize,
+        /// Kernel side.
+        k: usize,
+        /// Stride.
+        stride: usize,
+        /// Zero padding on each side.
+        pad: usize,
+    },
+}
+
+impl Layer {
+    /// Input and output widths of a layer with parameters (`None` for an activation).
+    pub fn widths(&self) -> Option<(usize, usize)> {
+        match *self {
+            Layer::Linear { inp, out } => Some((inp, out)),
+            Layer::Act { .. } => None,
+            Layer::Conv {
+                c_in, c_out, side, ..
+            } => {
+                let o = self.windows()?.small;
+                Some((side * side * c_in, o * o * c_out))
+            }
+            Layer::ConvT {
+                c_in, c_out, side, ..
+            } => {
+                let o = self.windows()?.big;
+                Some((side * side * c_in, o * o * c_out))
+            }
+        }
+    }
+
+    /// The number of parameters: W, then b.
+    pub fn n_params(&self) -> usize {
+        match *self {
+            Layer::Linear { inp, out } => inp * out + out,
+            Layer::Act { .. } => 0,
+            Layer::Conv { c_in, c_out, k, .. } | Layer::ConvT { c_in, c_out, k, .. } => {
+                k * k * c_in * c_out + c_out
+            }
+        }
+    }
+
+    /// The windows a convolution slides over (its input's for `Conv`, its output's for `ConvT`).
+    pub(crate) fn windows(&self) -> Option<Windows> {
+        match *self {
+            Layer::Conv {
+                c_in,
+                side,
+                k,
+                stride,
+                pad,
+                ..
+            } => Some(Windows {
+                big: side,
+                small: conv_out_side(side, k, stride, pad),
+                k,
+                stride,
+                pad,
+                channels: c_in,
+            }),
+            Layer::ConvT {
+                c_out,
+                side,
+                k,
+                stride,
+                pad,
+                ..
+            } => Some(Windows {
+                big: conv_t_out_side(side, k, stride, pad),
+                small: side,
+                k,
+                stride,
+                pad,
+                channels: c_out,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The weights' fan-in in PyTorch's initial law (its `ConvTranspose2d` counts c_out·k·k).
+    fn fan_in(&self) -> usize {
+        match *self {
+            Layer::Linear { inp, .. } => inp,
+            Layer::Act { .. } => 1,
+            Layer::Conv { c_in, k, .. } => c_in * k * k,
+            Layer::ConvT { c_out, k, .. } => c_out * k * k,
+        }
+    }
 }
 
 /// A stack of layers. It holds the shapes only; parameters are a flat slice passed to every call,
@@ -48,12 +164,14 @@ pub struct Workspace {
     grad2: Vec<f32>,
     /// Per layer: the W that `transposed` was made from, and its transpose.
     wt: Vec<Transposed>,
+    /// Per layer: a convolution's windows and their gradients.
+    conv: Vec<ConvBuffers>,
 }
 
 /// Wᵀ of a Linear layer, kept while W stays the same: a chain's many evaluations at one θ
 /// transpose it once.
 #[derive(Clone, Debug, Default)]
-struct Transposed {
+pub(crate) struct Transposed {
     w: Vec<f32>,
     transposed: Vec<f32>,
 }
@@ -128,18 +246,19 @@ fn by_cols(data: &[f32], cols: usize) -> Strided<'_> {
 /// y = x Wᵀ + b. A width-1 output is a row of dot products, cheaper by hand than as a product
 /// with one column. `wt` keeps Wᵀ between calls.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-fn linear_forward(
+pub(crate) fn linear_forward(
     x: &[f32],
     w: &[f32],
-    b: &[f32],
+    b: Option<&[f32]>,
     y: &mut [f32],
     (inp, out): (usize, usize),
     wt: &mut Transposed,
 ) {
     let rows = y.len() / out;
     if out == 1 {
+        let b0 = b.map_or(0.0, |b| b[0]);
         for (yr, xr) in y.iter_mut().zip(x.chunks_exact(inp)) {
-            *yr = b[0] + dot(xr, w);
+            *yr = b0 + dot(xr, w);
         }
         return;
     }
@@ -186,14 +305,14 @@ fn linear_forward(
         out,
         y,
         out,
-        Epilogue::Bias(b),
+        b.map_or(Epilogue::Store, Epilogue::Bias),
     );
 }
 
 /// dW += gᵀ x and db += Σ_rows g for the output units j0..j0 + db.len() (those rows of W, in
 /// `dw`). Every element is the same fused multiply-add chain over the rows whatever the range, so
 /// a layer's gradient cut into ranges computed apart has the same bits.
-fn linear_param_grad(
+pub(crate) fn linear_param_grad(
     g: &[f32],
     x: &[f32],
     dw: &mut [f32],
@@ -237,6 +356,8 @@ fn linear_param_grad(
 pub struct ParamTerms {
     x: Vec<Vec<f32>>,
     g: Vec<Vec<f32>>,
+    /// A transposed convolution's ∂L/∂output, which its bias's gradient sums.
+    gb: Vec<Vec<f32>>,
 }
 
 /// Tasks per Linear layer of [`Sequential::add_param_grads`] (16: the 1-D networks offer over 64
@@ -259,7 +380,7 @@ pub enum ParamGrads<'a> {
 /// dx = (g W) ⊙ s, with s the derivative of the activation below the layer when there is one. A
 /// width-1 input is a column of dot products, by hand.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-fn linear_input_grad(
+pub(crate) fn linear_input_grad(
     g: &[f32],
     w: &[f32],
     dx: &mut [f32],
@@ -298,7 +419,8 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 impl Sequential {
-    /// A network from its layers. Consecutive Linear widths must match.
+    /// A network from its layers. Consecutive widths must match (a convolution's width is its
+    /// image's values: side·side·channels).
     pub fn new(layers: Vec<Layer>) -> Self {
         let mut offsets = Vec::with_capacity(layers.len());
         let mut n = 0;
@@ -306,16 +428,16 @@ impl Sequential {
         let mut inp = 0;
         for l in &layers {
             offsets.push(n);
-            if let Layer::Linear { inp: i, out } = *l {
+            if let Some((i, out)) = l.widths() {
                 assert!(
                     width.is_none_or(|w| w == i),
-                    "Linear input width {i} after width {width:?}"
+                    "{l:?}: input width {i} after width {width:?}"
                 );
                 if width.is_none() {
                     inp = i;
                 }
                 width = Some(out);
-                n += i * out + out;
+                n += l.n_params();
             }
         }
         Sequential {
@@ -378,14 +500,36 @@ impl Sequential {
     pub(crate) fn widest(&self) -> usize {
         self.layers
             .iter()
-            .map(|l| match l {
-                Layer::Linear { inp, out } => (*inp).max(*out),
-                Layer::Act { .. } => 1,
+            .map(|l| {
+                let (i, o) = l.widths().unwrap_or((1, 1));
+                // A convolution also keeps its windows.
+                let cols = l.windows().map_or(0, |w| w.count() * w.width());
+                i.max(o).max(cols)
             })
             .max()
             .unwrap_or(1)
             .max(self.inp)
             .max(self.out)
+    }
+
+    /// Convolution `i`'s W, b and windows.
+    fn conv_parts<'p>(&self, i: usize, params: &'p [f32]) -> (&'p [f32], &'p [f32], Windows) {
+        let l = &self.layers[i];
+        let (off, np) = (self.offsets[i], l.n_params());
+        let c_out = match *l {
+            Layer::Conv { c_out, .. } | Layer::ConvT { c_out, .. } => c_out,
+            _ => 0,
+        };
+        let (w, b) = params[off..off + np].split_at(np - c_out);
+        let win = l.windows().unwrap_or(Windows {
+            big: 0,
+            small: 0,
+            k: 0,
+            stride: 1,
+            pad: 0,
+            channels: 0,
+        });
+        (w, b, win)
     }
 
     /// Where layer `i`'s parameters start in the flat vector.
@@ -398,15 +542,16 @@ impl Sequential {
         &self.layers
     }
 
-    /// PyTorch's default initial law for Linear layers: W and b uniform on ±1/√fan_in.
+    /// PyTorch's default initial law for its Linear and convolution layers: W and b uniform on
+    /// ±1/√fan_in.
     pub fn init(&self, seed: u64) -> Vec<f32> {
         use rand::RngExt;
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
         let mut p = vec![0.0f32; self.n_params];
         for (l, off) in self.layers.iter().zip(&self.offsets) {
-            if let Layer::Linear { inp, out } = *l {
-                let bound = 1.0 / (inp as f64).sqrt();
-                for v in &mut p[*off..off + inp * out + out] {
+            if l.n_params() > 0 {
+                let bound = 1.0 / (l.fan_in() as f64).sqrt();
+                for v in &mut p[*off..off + l.n_params()] {
                     *v = rng.random_range(-bound..bound) as f32;
                 }
             }
@@ -423,6 +568,7 @@ impl Sequential {
         ws.acts.resize_with(self.layers.len() + 1, Vec::new);
         ws.wt.resize_with(self.layers.len(), Default::default);
         ws.derivs.resize_with(self.layers.len(), Vec::new);
+        ws.conv.resize_with(self.layers.len(), Default::default);
         ws.acts[0].clear();
         ws.acts[0].extend_from_slice(x);
         for (i, l) in self.layers.iter().enumerate() {
@@ -435,13 +581,21 @@ impl Sequential {
                     let w = &params[off..off + inp * out];
                     let b = &params[off + inp * out..off + inp * out + out];
                     y.resize(rows * out, 0.0);
-                    linear_forward(xin, w, b, y, (inp, out), &mut ws.wt[i]);
+                    linear_forward(xin, w, Some(b), y, (inp, out), &mut ws.wt[i]);
                 }
                 Layer::Act { act } => {
                     y.resize(xin.len(), 0.0);
                     let dy = &mut ws.derivs[i];
                     dy.resize(xin.len(), 0.0);
                     math::forward(act, xin, y, dy);
+                }
+                Layer::Conv { c_out, .. } => {
+                    let (w, b, win) = self.conv_parts(i, params);
+                    conv_forward(&win, xin, w, b, y, c_out, &mut ws.conv[i]);
+                }
+                Layer::ConvT { c_in, .. } => {
+                    let (w, b, win) = self.conv_parts(i, params);
+                    conv_t_forward(&win, xin, w, b, y, c_in, &mut ws.conv[i]);
                 }
             }
         }
@@ -465,13 +619,19 @@ impl Sequential {
     }
 
     /// Floats a pass keeps per row with [`ParamGrads::Keep`]: each Linear layer's input and
-    /// output widths.
+    /// output widths, each convolution's windows and gradients.
     pub fn terms_per_row(&self) -> usize {
         self.layers
             .iter()
-            .map(|l| match l {
+            .map(|l| match *l {
                 Layer::Linear { inp, out } => inp + out,
                 Layer::Act { .. } => 0,
+                Layer::Conv { c_out, .. } => {
+                    l.windows().map_or(0, |w| w.count() * (w.width() + c_out))
+                }
+                Layer::ConvT { c_in, .. } => l
+                    .windows()
+                    .map_or(0, |w| w.small * w.small * (c_in + w.width()) + w.image()),
             })
             .sum()
     }
@@ -481,32 +641,70 @@ impl Sequential {
     /// same bits for any number of threads, and as [`Sequential::backward`] on each part in turn.
     pub fn add_param_grads(&self, parts: &[&ParamTerms], dparams: &mut [f32]) {
         use rayon::prelude::*;
-        type Task<'a> = (usize, usize, &'a mut [f32], &'a mut [f32]);
+        /// Rows j0.. of layer i's W (and of its b, when the bias is the products' own), or the
+        /// bias of a transposed convolution.
+        enum Task<'a> {
+            Rows(usize, usize, &'a mut [f32], Option<&'a mut [f32]>),
+            Bias(usize, &'a mut [f32]),
+        }
         let mut tasks: Vec<Task<'_>> = Vec::new();
         let mut rest = dparams;
         let mut at = 0;
         for (i, l) in self.layers.iter().enumerate() {
-            let Layer::Linear { inp, out } = *l else {
+            let Some((inp, out)) = self.product_shape(l) else {
                 continue;
             };
             let (_, tail) = std::mem::take(&mut rest).split_at_mut(self.offsets[i] - at);
             let (w, tail) = tail.split_at_mut(inp * out);
-            let (b, tail) = tail.split_at_mut(out);
+            let (b, tail) = tail.split_at_mut(l.n_params() - inp * out);
             rest = tail;
-            at = self.offsets[i] + inp * out + out;
+            at = self.offsets[i] + l.n_params();
             let tile = out.div_ceil(TILES_PER_LAYER).max(MIN_TILE);
-            for (k, (dw, db)) in w.chunks_mut(tile * inp).zip(b.chunks_mut(tile)).enumerate() {
-                tasks.push((i, k * tile, dw, db));
+            if let Layer::ConvT { .. } = l {
+                for (k, dw) in w.chunks_mut(tile * inp).enumerate() {
+                    tasks.push(Task::Rows(i, k * tile, dw, None));
+                }
+                tasks.push(Task::Bias(i, b));
+            } else {
+                for (k, (dw, db)) in w.chunks_mut(tile * inp).zip(b.chunks_mut(tile)).enumerate() {
+                    tasks.push(Task::Rows(i, k * tile, dw, Some(db)));
+                }
             }
         }
-        tasks.into_par_iter().for_each(|(i, j0, dw, db)| {
-            let Layer::Linear { inp, out } = self.layers[i] else {
-                return;
-            };
-            for p in parts {
-                linear_param_grad(&p.g[i], &p.x[i], dw, db, (inp, out), j0);
+        tasks.into_par_iter().for_each(|task| match task {
+            Task::Rows(i, j0, dw, db) => {
+                let Some((inp, out)) = self.product_shape(&self.layers[i]) else {
+                    return;
+                };
+                let mut scratch = Vec::new();
+                let db = match db {
+                    Some(db) => db,
+                    None => {
+                        scratch.resize(dw.len() / inp, 0.0);
+                        &mut scratch[..]
+                    }
+                };
+                for p in parts {
+                    linear_param_grad(&p.g[i], &p.x[i], dw, db, (inp, out), j0);
+                }
+            }
+            Task::Bias(i, db) => {
+                for p in parts {
+                    channel_sums(&p.gb[i], db);
+                }
             }
         });
+    }
+
+    /// The (inputs, outputs) of layer `l`'s product: a Linear layer's widths, a convolution's
+    /// window and channels, a transposed convolution's channels and window.
+    fn product_shape(&self, l: &Layer) -> Option<(usize, usize)> {
+        match *l {
+            Layer::Linear { inp, out } => Some((inp, out)),
+            Layer::Act { .. } => None,
+            Layer::Conv { c_out, .. } => Some((l.windows()?.width(), c_out)),
+            Layer::ConvT { c_in, .. } => Some((c_in, l.windows()?.width())),
+        }
     }
 
     /// [`Sequential::backward`] with ∂L/∂params skipped, added, or kept as terms that
@@ -522,6 +720,7 @@ impl Sequential {
         if let ParamGrads::Keep(t) = &mut sink {
             t.x.resize_with(self.layers.len(), Vec::new);
             t.g.resize_with(self.layers.len(), Vec::new);
+            t.gb.resize_with(self.layers.len(), Vec::new);
         }
         let rows = ws.rows;
         let Workspace {
@@ -529,6 +728,7 @@ impl Sequential {
             derivs,
             grad,
             grad2,
+            conv,
             ..
         } = ws;
         grad.clear();
@@ -570,6 +770,45 @@ impl Sequential {
                     if !std::mem::take(&mut scaled) {
                         math::scale(grad, &derivs[i]);
                     }
+                }
+                Layer::Conv { c_out, .. } | Layer::ConvT { c_out, .. } => {
+                    let (w, _, win) = self.conv_parts(i, params);
+                    let (off, np) = (self.offsets[i], l.n_params());
+                    let buf = &mut conv[i];
+                    let (in_w, out_w) = l.widths().unwrap_or((0, 0));
+                    let (inp, g) = (rows * in_w, &grad[..rows * out_w]);
+                    let want_dx = i > 0 || need_dx;
+                    if want_dx {
+                        grad2.resize(inp, 0.0);
+                    }
+                    let dx_buf = want_dx.then_some(&mut grad2[..inp]);
+                    let (dwb, keep) = match &mut sink {
+                        ParamGrads::Add(dp) => (Some(&mut dp[off..off + np]), None),
+                        ParamGrads::Keep(t) => (None, Some(&mut **t)),
+                        ParamGrads::Skip => (None, None),
+                    };
+                    if let Layer::ConvT { c_in, .. } = *l {
+                        let x = &xin[..inp];
+                        conv_t_backward(&win, g, x, w, c_in, buf, dwb, dx_buf);
+                        if let Some(t) = keep {
+                            t.x[i].clear();
+                            t.x[i].extend_from_slice(x);
+                            t.g[i].clone_from(&buf.dcols);
+                            t.gb[i].clear();
+                            t.gb[i].extend_from_slice(g);
+                        }
+                    } else {
+                        if let Some(t) = keep {
+                            t.x[i].clone_from(&buf.cols);
+                            t.g[i].clear();
+                            t.g[i].extend_from_slice(g);
+                        }
+                        conv_backward(&win, g, w, c_out, buf, dwb, dx_buf);
+                    }
+                    if want_dx {
+                        std::mem::swap(grad, grad2);
+                    }
+                    scaled = false;
                 }
             }
         }
@@ -657,6 +896,36 @@ mod tests {
         v
     }
 
+    /// A small network with both convolutions: 6 × 6 × 2 → 3 × 3 × 3 → 6 × 6 × 2 → 3.
+    fn conv_net() -> Sequential {
+        let (k, stride, pad) = (4, 2, 1);
+        Sequential::new(vec![
+            Layer::Conv {
+                c_in: 2,
+                c_out: 3,
+                side: 6,
+                k,
+                stride,
+                pad,
+            },
+            Layer::Act {
+                act: Activation::Tanh,
+            },
+            Layer::ConvT {
+                c_in: 3,
+                c_out: 2,
+                side: 3,
+                k,
+                stride,
+                pad,
+            },
+            Layer::Act {
+                act: Activation::Tanh,
+            },
+            Layer::Linear { inp: 72, out: 3 },
+        ])
+    }
+
     #[test]
     fn deferred_parameter_gradients_are_the_same_bits_as_summed_passes() {
         // Widths 1, 64 and 1 (the 1-D decoder: the out × 1 and 1 × in layouts) and 3 → 9 → 2
@@ -664,6 +933,7 @@ mod tests {
         for net in [
             Sequential::mlp(&[1, 64, 64, 1], Activation::Softplus),
             Sequential::mlp(&[3, 9, 9, 2], Activation::Tanh),
+            conv_net(),
         ] {
             let params = net.init(3);
             let rows = [5usize, 17, 1, 8];

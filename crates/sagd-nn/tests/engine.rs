@@ -95,6 +95,88 @@ fn relu_matches_finite_differences_away_from_kinks() {
     );
 }
 
+/// Conv (6 × 6 × 2 → 3 × 3 × 3) and ConvT (back to 6 × 6 × 2) with PyTorch's E3 kernel (4, stride
+/// 2, padding 1), then Linear.
+fn conv_net(act: Activation) -> Sequential {
+    let (k, stride, pad) = (4, 2, 1);
+    Sequential::new(vec![
+        Layer::Conv {
+            c_in: 2,
+            c_out: 3,
+            side: 6,
+            k,
+            stride,
+            pad,
+        },
+        Layer::Act { act },
+        Layer::ConvT {
+            c_in: 3,
+            c_out: 2,
+            side: 3,
+            k,
+            stride,
+            pad,
+        },
+        Layer::Act { act },
+        Layer::Linear { inp: 72, out: 3 },
+    ])
+}
+
+#[test]
+fn convolutions_match_finite_differences() {
+    let net = conv_net(Activation::Tanh);
+    assert_eq!((net.input_dim(), net.output_dim()), (72, 3));
+    assert_eq!(
+        net.n_params(),
+        (2 * 16 * 3 + 3) + (3 * 16 * 2 + 2) + (72 * 3 + 3)
+    );
+    check(&net, 1e-2, 2e-3, false);
+    check(&conv_net(Activation::Relu), 1e-3, 1e-2, true);
+}
+
+#[test]
+fn a_convolution_is_the_sum_over_its_window() {
+    // One 4 × 4 two-channel image, a 3 × 3 kernel, stride 1, padding 1: output pixel (y, x) of
+    // channel o is b_o + Σ W[o, ky, kx, c] · image[y + ky − 1, x + kx − 1, c] (zero outside).
+    let (side, k, c_in, c_out) = (4usize, 3usize, 2usize, 2usize);
+    let net = Sequential::new(vec![Layer::Conv {
+        c_in,
+        c_out,
+        side,
+        k,
+        stride: 1,
+        pad: 1,
+    }]);
+    let p = net.init(5);
+    let x: Vec<f32> = (0..side * side * c_in)
+        .map(|i| (i % 7) as f32 - 3.0)
+        .collect();
+    let mut ws = Workspace::default();
+    net.forward(&p, &x, 1, &mut ws);
+    let y = ws.output();
+    for oy in 0..side {
+        for ox in 0..side {
+            for o in 0..c_out {
+                let mut v = p[c_out * k * k * c_in + o] as f64;
+                for ky in 0..k {
+                    for kx in 0..k {
+                        let (iy, ix) = (oy + ky, ox + kx);
+                        if iy < 1 || ix < 1 || iy > side || ix > side {
+                            continue;
+                        }
+                        for c in 0..c_in {
+                            let w = p[((o * k + ky) * k + kx) * c_in + c] as f64;
+                            v += w * x[((iy - 1) * side + ix - 1) * c_in + c] as f64;
+                        }
+                    }
+                }
+                let got = y[(oy * side + ox) * c_out + o] as f64;
+                assert!((got - v).abs() < 1e-5, "({oy}, {ox}, {o}): {got} vs {v}");
+            }
+        }
+    }
+}
+
 #[test]
 fn linear_layer_is_a_matrix_product() {
     let net = Sequential::new(vec![Layer::Linear { inp: 3, out: 2 }]);

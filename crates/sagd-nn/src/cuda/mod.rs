@@ -58,6 +58,9 @@ pub enum GpuError {
     /// A cuBLAS call failed.
     #[error("cuBLAS: {0}")]
     Blas(#[from] cudarc::cublas::result::CublasError),
+    /// A layer the GPU backend does not run yet.
+    #[error("{0:?} runs on the CPU only for now: use --device cpu")]
+    Unsupported(crate::net::Layer),
 }
 
 /// Results of the backend.
@@ -405,6 +408,7 @@ impl Sequential {
                     unsafe { lb.launch(grid(n as usize)) }?;
                     width = out;
                 }
+                Layer::Conv { .. } | Layer::ConvT { .. } => return Err(GpuError::Unsupported(*l)),
                 Layer::Act { act } => {
                     let n = rows * width;
                     ensure(gpu, &mut ws.acts[i + 1], n)?;
@@ -525,6 +529,7 @@ impl Sequential {
                     }
                     width = inp;
                 }
+                Layer::Conv { .. } | Layer::ConvT { .. } => return Err(GpuError::Unsupported(*l)),
                 Layer::Act { .. } => {
                     let d = derivs[i].as_ref().expect("forward_gpu ran");
                     let n = (rows * width) as i32;

@@ -1,0 +1,290 @@
+//! Convolutions as products on the engine's GEMM: square images stored channels-last (a row is
+//! H·W·C values, pixel by pixel), square kernels, zero padding.
+//!
+//! Both layers are a Linear layer on *patches*: gathering, for each of the small grid's positions,
+//! the k × k × C window of the big image it sees (im2col), or scattering such windows back with
+//! sums (its adjoint, col2im). A convolution gathers its input's windows and multiplies them by W
+//! (c_out × k·k·c_in); a transposed convolution multiplies each input pixel by W (k·k·c_out × c_in)
+//! and scatters the windows into its output. Their backward passes swap gather and scatter.
+
+use crate::net::{linear_forward, linear_input_grad, linear_param_grad, Transposed};
+
+/// The windows of a convolution: a kernel of side `k` slides with `stride` over a `big` × `big`
+/// image of `channels` channels padded by `pad`, visiting `small` × `small` positions.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Windows {
+    /// Side of the image the kernel slides over.
+    pub big: usize,
+    /// Positions per side.
+    pub small: usize,
+    /// Kernel side.
+    pub k: usize,
+    /// Stride.
+    pub stride: usize,
+    /// Zero padding on each side.
+    pub pad: usize,
+    /// Channels of the big image.
+    pub channels: usize,
+}
+
+impl Windows {
+    /// Values per window: k·k·channels.
+    pub fn width(&self) -> usize {
+        self.k * self.k * self.channels
+    }
+
+    /// Values per big image.
+    pub fn image(&self) -> usize {
+        self.big * self.big * self.channels
+    }
+
+    /// Windows per image.
+    pub fn count(&self) -> usize {
+        self.small * self.small
+    }
+
+    /// For window (oy, ox) and kernel offset (ky, kx): where it reads in the big image, if inside.
+    #[inline(always)]
+    fn source(&self, o: usize, kk: usize) -> Option<usize> {
+        let y = (o / self.small * self.stride + kk / self.k).checked_sub(self.pad)?;
+        let x = (o % self.small * self.stride + kk % self.k).checked_sub(self.pad)?;
+        (y < self.big && x < self.big).then_some((y * self.big + x) * self.channels)
+    }
+
+    /// im2col: every window of every image in `img` (images × [`Windows::image`]) into `out`
+    /// (images·count × width), zeros outside the image.
+    pub fn gather(&self, img: &[f32], out: &mut Vec<f32>) {
+        let (c, w) = (self.channels, self.width());
+        let images = img.len() / self.image();
+        out.resize(images * self.count() * w, 0.0);
+        for (src, dst) in img
+            .chunks_exact(self.image())
+            .zip(out.chunks_exact_mut(self.count() * w))
+        {
+            for (o, win) in dst.chunks_exact_mut(w).enumerate() {
+                for (kk, cell) in win.chunks_exact_mut(c).enumerate() {
+                    match self.source(o, kk) {
+                        Some(at) => cell.copy_from_slice(&src[at..at + c]),
+                        None => cell.fill(0.0),
+                    }
+                }
+            }
+        }
+    }
+
+    /// col2im, the adjoint of [`Windows::gather`]: `img` = Σ of the windows in `cols` at their
+    /// places (overwritten, not added to).
+    pub fn scatter(&self, cols: &[f32], img: &mut [f32]) {
+        let (c, w) = (self.channels, self.width());
+        img.fill(0.0);
+        for (src, dst) in cols
+            .chunks_exact(self.count() * w)
+            .zip(img.chunks_exact_mut(self.image()))
+        {
+            for (o, win) in src.chunks_exact(w).enumerate() {
+                for (kk, cell) in win.chunks_exact(c).enumerate() {
+                    if let Some(at) = self.source(o, kk) {
+                        for (d, v) in dst[at..at + c].iter_mut().zip(cell) {
+                            *d += v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Side of a convolution's output: (side + 2·pad − k)/stride + 1.
+pub fn conv_out_side(side: usize, k: usize, stride: usize, pad: usize) -> usize {
+    (side + 2 * pad).saturating_sub(k) / stride.max(1) + 1
+}
+
+/// Side of a transposed convolution's output: (side − 1)·stride − 2·pad + k.
+pub fn conv_t_out_side(side: usize, k: usize, stride: usize, pad: usize) -> usize {
+    ((side.max(1) - 1) * stride + k).saturating_sub(2 * pad)
+}
+
+/// Buffers a convolution keeps between its forward and backward passes.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ConvBuffers {
+    /// A convolution's input windows (kept for ∂W), or a transposed convolution's product
+    /// before the scatter.
+    pub cols: Vec<f32>,
+    /// ∂L/∂cols in the backward pass.
+    pub dcols: Vec<f32>,
+    /// A transposed convolution's ∂W of its bias-free product, whose bias part is not used.
+    pub scratch: Vec<f32>,
+    /// W's transpose for the forward product.
+    pub wt: Transposed,
+}
+
+/// Convolution forward: y (images × small²·c_out) = windows(x) · Wᵀ + b.
+pub(crate) fn conv_forward(
+    win: &Windows,
+    x: &[f32],
+    w: &[f32],
+    b: &[f32],
+    y: &mut Vec<f32>,
+    c_out: usize,
+    buf: &mut ConvBuffers,
+) {
+    win.gather(x, &mut buf.cols);
+    let rows = buf.cols.len() / win.width();
+    y.resize(rows * c_out, 0.0);
+    linear_forward(&buf.cols, w, Some(b), y, (win.width(), c_out), &mut buf.wt);
+}
+
+/// Convolution backward from ∂L/∂y `g`: adds ∂W, ∂b into `dwb` if given (W then b), and writes
+/// ∂L/∂x into `dx` if given (its images overwritten).
+pub(crate) fn conv_backward(
+    win: &Windows,
+    g: &[f32],
+    w: &[f32],
+    c_out: usize,
+    buf: &mut ConvBuffers,
+    dwb: Option<&mut [f32]>,
+    dx: Option<&mut [f32]>,
+) {
+    let inp = win.width();
+    if let Some(dwb) = dwb {
+        let (dw, db) = dwb.split_at_mut(inp * c_out);
+        linear_param_grad(g, &buf.cols, dw, db, (inp, c_out), 0);
+    }
+    if let Some(dx) = dx {
+        buf.dcols.resize(buf.cols.len(), 0.0);
+        linear_input_grad(g, w, &mut buf.dcols, (inp, c_out), None);
+        win.scatter(&buf.dcols, dx);
+    }
+}
+
+/// Transposed convolution forward: y = scatter(x · Wᵀ) + b per channel, x (images × small²·c_in),
+/// W (k·k·c_out × c_in), y (images × big²·c_out).
+pub(crate) fn conv_t_forward(
+    win: &Windows,
+    x: &[f32],
+    w: &[f32],
+    b: &[f32],
+    y: &mut Vec<f32>,
+    c_in: usize,
+    buf: &mut ConvBuffers,
+) {
+    let out = win.width();
+    let rows = x.len() / c_in;
+    buf.cols.resize(rows * out, 0.0);
+    linear_forward(x, w, None, &mut buf.cols, (c_in, out), &mut buf.wt);
+    let images = rows / win.count();
+    y.resize(images * win.image(), 0.0);
+    win.scatter(&buf.cols, y);
+    for px in y.chunks_exact_mut(win.channels) {
+        for (v, bias) in px.iter_mut().zip(b) {
+            *v += bias;
+        }
+    }
+}
+
+/// Transposed convolution backward from ∂L/∂y `g`: adds ∂W, ∂b into `dwb` if given, writes
+/// ∂L/∂x into `dx` if given.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv_t_backward(
+    win: &Windows,
+    g: &[f32],
+    x: &[f32],
+    w: &[f32],
+    c_in: usize,
+    buf: &mut ConvBuffers,
+    dwb: Option<&mut [f32]>,
+    dx: Option<&mut [f32]>,
+) {
+    let out = win.width();
+    win.gather(g, &mut buf.dcols);
+    if let Some(dwb) = dwb {
+        let (dw, db) = dwb.split_at_mut(out * c_in);
+        buf.scratch.resize(out, 0.0);
+        linear_param_grad(&buf.dcols, x, dw, &mut buf.scratch, (c_in, out), 0);
+        channel_sums(g, db);
+    }
+    if let Some(dx) = dx {
+        linear_input_grad(&buf.dcols, w, dx, (c_in, out), None);
+    }
+}
+
+/// db[c] += Σ over pixels of g[.., c] (channels-last rows), in pixel order.
+pub(crate) fn channel_sums(g: &[f32], db: &mut [f32]) {
+    for px in g.chunks_exact(db.len()) {
+        for (d, v) in db.iter_mut().zip(px) {
+            *d += v;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scatter_is_the_adjoint_of_gather() {
+        // ⟨gather(a), b⟩ = ⟨a, scatter(b)⟩ on an odd geometry with padding.
+        let win = Windows {
+            big: 7,
+            small: conv_out_side(7, 3, 2, 1),
+            k: 3,
+            stride: 2,
+            pad: 1,
+            channels: 2,
+        };
+        assert_eq!(win.small, 4);
+        let a: Vec<f32> = (0..2 * win.image())
+            .map(|i| ((i * 37) % 11) as f32 - 5.0)
+            .collect();
+        let mut ga = Vec::new();
+        win.gather(&a, &mut ga);
+        let b: Vec<f32> = (0..ga.len()).map(|i| ((i * 13) % 7) as f32 - 3.0).collect();
+        let mut sb = vec![0.0; a.len()];
+        win.scatter(&b, &mut sb);
+        let lhs: f64 = ga.iter().zip(&b).map(|(x, y)| (*x * *y) as f64).sum();
+        let rhs: f64 = a.iter().zip(&sb).map(|(x, y)| (*x * *y) as f64).sum();
+        assert_eq!(lhs, rhs);
+    }
+
+    #[test]
+    fn a_small_convolution_by_hand() {
+        // One 3 × 3 single-channel image, a 2 × 2 kernel, stride 1, no padding: each output is
+        // the window's weighted sum plus the bias.
+        let win = Windows {
+            big: 3,
+            small: 2,
+            k: 2,
+            stride: 1,
+            pad: 0,
+            channels: 1,
+        };
+        let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0];
+        let w = [1.0, 0.0, 0.0, -1.0];
+        let mut y = Vec::new();
+        let mut buf = ConvBuffers::default();
+        conv_forward(&win, &x, &w, &[0.5], &mut y, 1, &mut buf);
+        // x[i][j] − x[i+1][j+1] = −4 everywhere.
+        assert_eq!(y, vec![-3.5; 4]);
+        // The transposed convolution of a single 1 at the centre of a 2 × 2 input paints the
+        // kernel: with stride 1, no padding, output 3 × 3.
+        let twin = Windows {
+            big: 3,
+            small: 2,
+            k: 2,
+            stride: 1,
+            pad: 0,
+            channels: 1,
+        };
+        let mut yt = Vec::new();
+        conv_t_forward(
+            &twin,
+            &[0.0, 0.0, 0.0, 1.0],
+            &w,
+            &[0.0],
+            &mut yt,
+            1,
+            &mut buf,
+        );
+        assert_eq!(yt, vec![0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, -1.0]);
+    }
+}
