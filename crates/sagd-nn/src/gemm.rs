@@ -73,6 +73,10 @@ pub fn gemm(
             "gemm: B too short"
         );
     }
+    if k > 0 && m * n * k >= PACKED_MIN {
+        packed(m, n, k, a, b, ldb, c, ldc, ep);
+        return;
+    }
     let wide = wide_kernel();
     let mut acc = [[0.0f32; NR]; MR];
     for j0 in (0..n).step_by(NR) {
@@ -105,6 +109,69 @@ pub fn gemm(
                 tile_row(k, ai, a.cols, bp, ldb, &mut acc_i[..w]);
             }
             finish(&acc[..rows], i0, j0, w, c, ldc, ep);
+        }
+    }
+}
+
+/// Multiply-adds from which a product goes to [`packed`]: E3's convolutions and wide layers over a
+/// batch (hundreds of millions), not E2's pieces (at most tens of millions), whose results stay
+/// those of the tile kernel.
+const PACKED_MIN: usize = 1 << 26;
+
+/// A large product by `matrixmultiply`, which packs its operands into cache-sized blocks: the tile
+/// kernel streams all of B for every six rows of A, which leaves it waiting on memory once B
+/// outgrows the cache (measured: `benches/engine.rs`, `e3_batch200`). Deterministic for given
+/// shapes (one thread, fixed blocking), so the passes' fixed pieces keep results independent of
+/// the number of threads.
+#[allow(clippy::too_many_arguments)]
+fn packed(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Strided<'_>,
+    b: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+    ep: Epilogue<'_>,
+) {
+    let beta = match ep {
+        Epilogue::Add => 1.0,
+        Epilogue::Bias(bias) => {
+            for i in 0..m {
+                c[i * ldc..i * ldc + n].copy_from_slice(&bias[..n]);
+            }
+            1.0
+        }
+        Epilogue::Store | Epilogue::Scale(_) => 0.0,
+    };
+    // SAFETY: `gemm` asserted that A holds (m−1)·rows + (k−1)·cols, B holds (k−1)·ldb + n and C
+    // holds (m−1)·ldc + n elements; the strides below are those.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.data.as_ptr(),
+            a.rows as isize,
+            a.cols as isize,
+            b.as_ptr(),
+            ldb as isize,
+            1,
+            beta,
+            c.as_mut_ptr(),
+            ldc as isize,
+            1,
+        );
+    }
+    if let Epilogue::Scale(s) = ep {
+        for i in 0..m {
+            let at = i * ldc;
+            c[at..at + n]
+                .iter_mut()
+                .zip(&s[at..at + n])
+                .for_each(|(c, s)| *c *= s);
         }
     }
 }
@@ -276,6 +343,8 @@ mod tests {
             (6, 130, 5),
             (5, 3, 0),
             (512, 64, 64),
+            // Large enough for the packed path.
+            (400, 520, 330),
         ] {
             for transposed in [false, true] {
                 let a: Vec<f32> = (0..m * k).map(val).collect();

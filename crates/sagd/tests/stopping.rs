@@ -166,3 +166,29 @@ fn the_stopping_rule_holds_when_em_is_slow() {
     assert!(small_gap >= 19, "gap < 0.05 in {small_gap} of 20");
     assert!(within >= 18, "|error|/se < 3 in {within} of 20");
 }
+
+#[test]
+fn the_defaults_fit_the_normal_normal_model() {
+    // No settings chosen: Newton M-steps, the Langevin step from the posteriors, EM's rule, then
+    // the polish.
+    let model = RandomIntercept::simulate(500, 2, (1.0, 0.25, 1.0), 0);
+    let mle = model.mle();
+    let derived = Derived(model);
+    let trace = AutomatedEm::new(&derived, EmSettings::default())
+        .run(&[0.0, 0.0, 0.0], 1, None, &mut |_| Control::Continue)
+        .unwrap();
+    assert_eq!(trace.polish_error, None);
+    let (estimate, se) = trace.final_estimate();
+    let model = &derived.0;
+    let gap = model.loglik(&mle) - model.loglik(estimate);
+    let err = (0..3)
+        .map(|j| (estimate[j] - mle[j]).abs() / se[j])
+        .fold(0.0, f64::max);
+    eprintln!(
+        "defaults: {} M-steps (rule met {}), estimate {estimate:.4?} ± {se:.4?}, MLE {mle:.4?}, gap {gap:.5}, max |error|/se {err:.2}",
+        trace.msteps.len(),
+        trace.converged
+    );
+    assert!(gap < 0.05, "log-likelihood gap {gap}");
+    assert!(err < 4.0, "|estimate - MLE| / se = {err}");
+}
