@@ -75,5 +75,37 @@ fn e3_networks(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, activation, passes, e3_networks);
+/// One minibatch of E3's VAE training and of its SAGD refinement at the spec's sizes (200 images;
+/// 20 chains of 5 steps each), on all threads: × 300 is an epoch of 60000 images.
+fn e3_batches(c: &mut Criterion) {
+    use sagd_nn::mnist::model::{sagd_batch, sagd_noise_len, vae_batch, Chains, E3Params, E3};
+    let mut group = c.benchmark_group("e3_minibatch200");
+    group.sample_size(10);
+    let m = E3::new(20);
+    let p = m.init(1);
+    let b = 200;
+    let x: Vec<f32> = (0..b * 784)
+        .map(|i| ((i * 7919) % 3 == 0) as u8 as f32)
+        .collect();
+    let mut stream = sagd::rng::NormalStream::new(3);
+    let mut eps = vec![0.0f32; b * 20];
+    stream.fill(&mut eps);
+    let mut pool = sagd_nn::mnist::model::Scratch::default();
+    let mut g = E3Params {
+        gen: vec![0.0; p.gen.len()],
+        enc: vec![0.0; p.enc.len()],
+    };
+    group.bench_function("vae", |bch| {
+        bch.iter(|| vae_batch(&m, &p, &x, &eps, &mut g, &mut pool))
+    });
+    let chains = Chains::default();
+    let mut noise = vec![0.0f32; sagd_noise_len(&m, &chains, b)];
+    stream.fill(&mut noise);
+    group.bench_function("sagd", |bch| {
+        bch.iter(|| sagd_batch(&m, &p, &x, &chains, &noise, &mut g.gen, &mut pool))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, activation, passes, e3_networks, e3_batches);
 criterion_main!(benches);

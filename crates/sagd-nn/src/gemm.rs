@@ -74,7 +74,12 @@ pub fn gemm(
         );
     }
     if k > 0 && m * n * k >= PACKED_MIN {
-        packed(m, n, k, a, b, ldb, c, ldc, ep);
+        let b = Strided {
+            data: b,
+            rows: ldb,
+            cols: 1,
+        };
+        packed(m, n, k, a, b, c, ldc, ep);
         return;
     }
     let wide = wide_kernel();
@@ -116,7 +121,39 @@ pub fn gemm(
 /// Multiply-adds from which a product goes to [`packed`]: E3's convolutions and wide layers over a
 /// batch (hundreds of millions), not E2's pieces (at most tens of millions), whose results stay
 /// those of the tile kernel.
-const PACKED_MIN: usize = 1 << 26;
+pub const PACKED_MIN: usize = 1 << 26;
+
+/// C (m × n) ← A · Wᵀ for W (n × k) row-major, finished by `ep`, for products of at least
+/// [`PACKED_MIN`] multiply-adds: W is read in place through strides (no transposed copy).
+///
+/// # Panics
+/// If a slice is too short for the shapes and strides, or the product is smaller.
+pub fn gemm_wt(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Strided<'_>,
+    w: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    ep: Epilogue<'_>,
+) {
+    assert!(m * n * k >= PACKED_MIN && k > 0, "gemm_wt: a small product");
+    assert!(
+        a.data.len() > (m - 1) * a.rows + (k - 1) * a.cols && w.len() >= n * k,
+        "gemm_wt: A or W too short"
+    );
+    assert!(
+        ldc >= n && c.len() >= (m - 1) * ldc + n,
+        "gemm_wt: C too short"
+    );
+    let b = Strided {
+        data: w,
+        rows: 1,
+        cols: k,
+    };
+    packed(m, n, k, a, b, c, ldc, ep);
+}
 
 /// A large product by `matrixmultiply`, which packs its operands into cache-sized blocks: the tile
 /// kernel streams all of B for every six rows of A, which leaves it waiting on memory once B
@@ -129,8 +166,7 @@ fn packed(
     n: usize,
     k: usize,
     a: Strided<'_>,
-    b: &[f32],
-    ldb: usize,
+    b: Strided<'_>,
     c: &mut [f32],
     ldc: usize,
     ep: Epilogue<'_>,
@@ -145,8 +181,8 @@ fn packed(
         }
         Epilogue::Store | Epilogue::Scale(_) => 0.0,
     };
-    // SAFETY: `gemm` asserted that A holds (m−1)·rows + (k−1)·cols, B holds (k−1)·ldb + n and C
-    // holds (m−1)·ldc + n elements; the strides below are those.
+    // SAFETY: the callers asserted that A holds (m−1)·rows + (k−1)·cols, B (k−1)·rows +
+    // (n−1)·cols and C (m−1)·ldc + n elements; the strides below are those.
     unsafe {
         matrixmultiply::sgemm(
             m,
@@ -156,9 +192,9 @@ fn packed(
             a.data.as_ptr(),
             a.rows as isize,
             a.cols as isize,
-            b.as_ptr(),
-            ldb as isize,
-            1,
+            b.data.as_ptr(),
+            b.rows as isize,
+            b.cols as isize,
             beta,
             c.as_mut_ptr(),
             ldc as isize,

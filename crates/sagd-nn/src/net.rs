@@ -262,6 +262,11 @@ pub(crate) fn linear_forward(
         }
         return;
     }
+    if rows * inp * out >= crate::gemm::PACKED_MIN {
+        let ep = b.map_or(Epilogue::Store, Epilogue::Bias);
+        crate::gemm::gemm_wt(rows, out, inp, by_rows(x, inp), w, y, out, ep);
+        return;
+    }
     // Wᵀ by rows (inp × out), so that the kernel reads B by contiguous rows (for inp = 1, W is
     // already its own transpose).
     let wt = if inp == 1 {

@@ -3,6 +3,7 @@
 //! (Fashion-MNIST has the same format).
 
 pub mod idx;
+pub mod model;
 
 use std::path::{Path, PathBuf};
 

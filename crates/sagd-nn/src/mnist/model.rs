@@ -1,0 +1,466 @@
+//! E3's model and its three passes over a minibatch: the VAE's negative ELBO with its gradients,
+//! SAGD's generator gradient from Langevin chains warm-started by the frozen encoder, and the
+//! held-out log-likelihood by importance sampling from the encoder.
+//!
+//! Images are dynamically binarised: pixel j of an image is 1 with probability (its grey level)/255,
+//! drawn afresh for every minibatch. The generator's 784 outputs are Bernoulli logits.
+//!
+//! Every pass cuts its rows into a fixed number of pieces (fixed by the shapes, never by the
+//! threads), each summed in f64 and the pieces added in order: the same bits on any number of
+//! threads.
+
+use rand::RngExt;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rayon::prelude::*;
+use sagd::rng::NormalStream;
+
+use super::{encoder, generator, PIXELS};
+use crate::math::bernoulli_logits;
+use crate::net::{Sequential, Workspace, WorkspacePool};
+
+/// One thread's buffers for E3's passes: the encoder's and the generator's.
+#[derive(Debug, Default)]
+pub struct Buffers {
+    enc: Workspace,
+    gen: Workspace,
+}
+
+/// What E3's passes keep between minibatches: each thread's network buffers and each piece's
+/// gradients (reused: fresh ones would cost page faults on every minibatch).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    pool: WorkspacePool<Buffers>,
+    pieces: Vec<PieceGrads>,
+}
+
+/// One piece's gradients of both networks.
+#[derive(Debug, Default)]
+struct PieceGrads {
+    gen: Vec<f32>,
+    enc: Vec<f32>,
+    loss: f64,
+    displacement: f64,
+}
+
+impl Scratch {
+    /// Buffers for this many threads, and `n` zeroed piece gradients for these parameters.
+    fn prepare(&mut self, p: &E3Params, n: usize, enc: bool) {
+        self.pool.ensure(rayon::current_num_threads());
+        self.pieces.resize_with(n, Default::default);
+        self.pieces.par_iter_mut().for_each(|g| {
+            g.gen.clear();
+            g.gen.resize(p.gen.len(), 0.0);
+            g.enc.clear();
+            if enc {
+                g.enc.resize(p.enc.len(), 0.0);
+            }
+            g.loss = 0.0;
+            g.displacement = 0.0;
+        });
+    }
+}
+
+/// Independent pieces of a minibatch pass (enough for a 4-core machine; results do not depend on
+/// it but on the shapes).
+pub const PIECES: usize = 4;
+
+/// Rows per forward/backward call inside a piece: what keeps a transposed convolution's windows
+/// (25088 floats per image in the first) at a few megabytes.
+pub const SUB_ROWS: usize = 100;
+
+/// E3's networks for latent dimension `d`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct E3 {
+    /// Latent dimension.
+    pub d: usize,
+    /// h_θ: u → 784 logits.
+    pub gen: Sequential,
+    /// q_φ: image → (μ, log σ²).
+    pub enc: Sequential,
+}
+
+/// The parameters of both networks.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct E3Params {
+    /// θ.
+    pub gen: Vec<f32>,
+    /// φ.
+    pub enc: Vec<f32>,
+}
+
+/// The Langevin chains of SAGD's gradient: the paper's Euler scheme
+/// u ← u + δρ, ρ ← (1 − γδ)ρ + δ∇log p(u | x) + √(2γδ) η, from u₀ ~ q_φ(u | x), ρ₀ ~ N(0, I).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Chains {
+    /// Chains per image.
+    pub per_image: usize,
+    /// Steps per chain (the paper's burn-in: the gradient is taken at the last state).
+    pub steps: usize,
+    /// Friction γ.
+    pub gamma: f64,
+    /// Step δ.
+    pub delta: f64,
+}
+
+impl Default for Chains {
+    /// The paper's 20 chains of 5 steps; γ = 2 and δ = 0.01 as the peer (the paper gives no δ).
+    fn default() -> Self {
+        Chains {
+            per_image: 20,
+            steps: 5,
+            gamma: 2.0,
+            delta: 0.01,
+        }
+    }
+}
+
+/// What a minibatch pass measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BatchInfo {
+    /// The mean loss per image (negative ELBO, or −log p(x | u) at the chains' last states).
+    pub loss: f64,
+    /// The chains' mean distance from their starts (SAGD).
+    pub displacement: f64,
+}
+
+impl E3 {
+    /// The spec's networks.
+    pub fn new(d: usize) -> Self {
+        E3 {
+            d,
+            gen: generator(d),
+            enc: encoder(d),
+        }
+    }
+
+    /// Initial parameters (PyTorch's default law) from a seed.
+    pub fn init(&self, seed: u64) -> E3Params {
+        E3Params {
+            gen: self.gen.init(seed),
+            enc: self.enc.init(seed ^ 0x9E37_79B9_7F4A_7C15),
+        }
+    }
+}
+
+/// Dynamic binarisation: x_j = 1 if U_j < p_j (p = grey level/255), U_j uniform on [0, 1) from
+/// `rng`, drawn pixel by pixel in order.
+pub fn binarise(pixels: &[u8], rng: &mut Xoshiro256PlusPlus) -> Vec<f32> {
+    pixels
+        .iter()
+        .map(|p| {
+            let u: f32 = rng.random_range(0.0f32..1.0);
+            if u < *p as f32 / 255.0 {
+                1.0
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+/// Row ranges of the [`PIECES`] pieces of `n` rows.
+fn pieces(n: usize) -> Vec<std::ops::Range<usize>> {
+    let per = n.div_ceil(PIECES).max(1);
+    (0..n).step_by(per).map(|a| a..(a + per).min(n)).collect()
+}
+
+/// out[j] = Σ_pieces part[j], the pieces added in order: the same bits for any number of threads.
+fn add_pieces<'a>(parts: impl Iterator<Item = &'a [f32]>, out: &mut [f32]) {
+    let parts: Vec<&[f32]> = parts.collect();
+    const CHUNK: usize = 1 << 14;
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+        let (at, len) = (c * CHUNK, o.len());
+        o.fill(0.0);
+        for p in &parts {
+            o.iter_mut()
+                .zip(&p[at..at + len])
+                .for_each(|(a, b)| *a += b);
+        }
+    });
+}
+
+/// The VAE's mean negative ELBO over the binarised images `x` (b × 784) with one reparameterised
+/// draw per image from the noise `eps` (b × d), and its gradients into `grads` (overwritten).
+pub fn vae_batch(
+    m: &E3,
+    p: &E3Params,
+    x: &[f32],
+    eps: &[f32],
+    grads: &mut E3Params,
+    scratch: &mut Scratch,
+) -> BatchInfo {
+    let d = m.d;
+    let b = x.len() / PIXELS;
+    let scale = 1.0 / b as f32;
+    let ranges = pieces(b);
+    scratch.prepare(p, ranges.len(), true);
+    let Scratch {
+        pool,
+        pieces: slots,
+    } = scratch;
+    let pool = &*pool;
+    slots.par_iter_mut().zip(ranges).for_each(|(slot, r)| {
+        let PieceGrads {
+            gen: gg,
+            enc: ge,
+            loss,
+            ..
+        } = slot;
+        pool.with(|bufs| {
+            let Buffers { enc: ws, gen: wg } = bufs;
+            for s in (r.start..r.end).step_by(SUB_ROWS) {
+                let e = (s + SUB_ROWS).min(r.end);
+                let n = e - s;
+                let xs = &x[s * PIXELS..e * PIXELS];
+                m.enc.forward(&p.enc, xs, n, ws);
+                let out = ws.output().to_vec();
+                let mut u = vec![0.0f32; n * d];
+                for i in 0..n {
+                    for j in 0..d {
+                        let (mu, lv) = (out[i * 2 * d + j], out[i * 2 * d + d + j]);
+                        u[i * d + j] = mu + (0.5 * lv).exp() * eps[(s + i) * d + j];
+                        *loss += 0.5 * (mu * mu + lv.exp() - lv - 1.0) as f64;
+                    }
+                }
+                m.gen.forward(&p.gen, &u, n, wg);
+                let mut dl = vec![0.0f32; n * PIXELS];
+                *loss -= bernoulli_logits(wg.output(), xs, &mut dl);
+                // ∂(−log p)/∂logits = −(x − σ), averaged over the batch.
+                dl.iter_mut().for_each(|g| *g *= -scale);
+                let mut du = vec![0.0f32; n * d];
+                m.gen.backward(&p.gen, wg, &dl, Some(gg), Some(&mut du));
+                let mut dout = vec![0.0f32; n * 2 * d];
+                for i in 0..n {
+                    for j in 0..d {
+                        let (mu, lv) = (out[i * 2 * d + j], out[i * 2 * d + d + j]);
+                        let sd = (0.5 * lv).exp();
+                        let g = du[i * d + j];
+                        dout[i * 2 * d + j] = g + mu * scale;
+                        dout[i * 2 * d + d + j] =
+                            g * eps[(s + i) * d + j] * 0.5 * sd + 0.5 * (lv.exp() - 1.0) * scale;
+                    }
+                }
+                m.enc.backward(&p.enc, ws, &dout, Some(ge), None);
+            }
+        });
+    });
+    add_pieces(slots.iter().map(|g| &g.gen[..]), &mut grads.gen);
+    add_pieces(slots.iter().map(|g| &g.enc[..]), &mut grads.enc);
+    BatchInfo {
+        loss: slots.iter().map(|g| g.loss).sum::<f64>() / b as f64,
+        displacement: 0.0,
+    }
+}
+
+/// The encoder's (μ, log σ²) for the images `x`, n × 2d.
+pub fn encode(m: &E3, p: &E3Params, x: &[f32], scratch: &mut Scratch) -> Vec<f32> {
+    let n = x.len() / PIXELS;
+    scratch.pool.ensure(rayon::current_num_threads());
+    let pool = &scratch.pool;
+    let parts: Vec<Vec<f32>> = pieces(n)
+        .into_par_iter()
+        .map(|r| {
+            let mut out = Vec::with_capacity(r.len() * 2 * m.d);
+            pool.with(|bufs| {
+                for s in (r.start..r.end).step_by(SUB_ROWS) {
+                    let e = (s + SUB_ROWS).min(r.end);
+                    m.enc
+                        .forward(&p.enc, &x[s * PIXELS..e * PIXELS], e - s, &mut bufs.enc);
+                    out.extend_from_slice(bufs.enc.output());
+                }
+            });
+            out
+        })
+        .collect();
+    parts.concat()
+}
+
+/// SAGD's gradient for the generator on the binarised images `x` (b × 784), encoder frozen:
+/// `chains.per_image` chains per image from u₀ = μ + σ ε, ρ₀, run `chains.steps` Euler steps on
+/// p(u | x; θ); the gradient of the mean of −log p(x | u; θ) at their last states goes into
+/// `grad_gen` (overwritten). `noise` holds, in order, ε (C × b × d), ρ₀ (C·b × d) and the steps'
+/// η (steps × C·b × d); chain r = c·b + i belongs to image i.
+pub fn sagd_batch(
+    m: &E3,
+    p: &E3Params,
+    x: &[f32],
+    chains: &Chains,
+    noise: &[f32],
+    grad_gen: &mut [f32],
+    scratch: &mut Scratch,
+) -> BatchInfo {
+    let d = m.d;
+    let b = x.len() / PIXELS;
+    let rows = chains.per_image * b;
+    let enc = encode(m, p, x, scratch);
+    let (eps, rest) = noise.split_at(rows * d);
+    let (rho0, eta) = rest.split_at(rows * d);
+    let (delta, gamma) = (chains.delta as f32, chains.gamma as f32);
+    let (decay, kick) = (
+        1.0 - gamma * delta,
+        (2.0 * chains.gamma * chains.delta).sqrt() as f32,
+    );
+    let scale = 1.0 / rows as f32;
+    let ranges = pieces(rows);
+    scratch.prepare(p, ranges.len(), false);
+    let Scratch {
+        pool,
+        pieces: slots,
+    } = scratch;
+    let pool = &*pool;
+    slots.par_iter_mut().zip(ranges).for_each(|(slot, r)| {
+        let PieceGrads {
+            gen: gg,
+            loss,
+            displacement: disp,
+            ..
+        } = slot;
+        pool.with(|bufs| {
+            let ws = &mut bufs.gen;
+            for s in (r.start..r.end).step_by(SUB_ROWS) {
+                let e = (s + SUB_ROWS).min(r.end);
+                let n = e - s;
+                let mut xs = Vec::with_capacity(n * PIXELS);
+                let mut u = vec![0.0f32; n * d];
+                for (k, row) in (s..e).enumerate() {
+                    let i = row % b;
+                    xs.extend_from_slice(&x[i * PIXELS..(i + 1) * PIXELS]);
+                    for j in 0..d {
+                        let (mu, lv) = (enc[i * 2 * d + j], enc[i * 2 * d + d + j]);
+                        u[k * d + j] = mu + (0.5 * lv).exp() * eps[row * d + j];
+                    }
+                }
+                let u0 = u.clone();
+                let mut rho = rho0[s * d..e * d].to_vec();
+                let (mut dl, mut gu) = (vec![0.0f32; n * PIXELS], vec![0.0f32; n * d]);
+                for step in 0..chains.steps {
+                    // ∇u log p(u | x) = ∇u log p(x | u) − u.
+                    m.gen.forward(&p.gen, &u, n, ws);
+                    bernoulli_logits(ws.output(), &xs, &mut dl);
+                    m.gen.backward(&p.gen, ws, &dl, None, Some(&mut gu));
+                    let h = &eta[(step * rows + s) * d..(step * rows + e) * d];
+                    for (((uj, rj), gj), hj) in u.iter_mut().zip(&mut rho).zip(&gu).zip(h) {
+                        let g = gj - *uj;
+                        *uj += delta * *rj;
+                        *rj = decay * *rj + delta * g + kick * hj;
+                    }
+                }
+                m.gen.forward(&p.gen, &u, n, ws);
+                *loss -= bernoulli_logits(ws.output(), &xs, &mut dl);
+                dl.iter_mut().for_each(|g| *g *= -scale);
+                m.gen.backward(&p.gen, ws, &dl, Some(gg), None);
+                *disp += u
+                    .chunks_exact(d)
+                    .zip(u0.chunks_exact(d))
+                    .map(|(a, b)| {
+                        a.iter()
+                            .zip(b)
+                            .map(|(x, y)| ((x - y) as f64).powi(2))
+                            .sum::<f64>()
+                            .sqrt()
+                    })
+                    .sum::<f64>();
+            }
+        });
+    });
+    add_pieces(slots.iter().map(|g| &g.gen[..]), grad_gen);
+    BatchInfo {
+        loss: slots.iter().map(|g| g.loss).sum::<f64>() / rows as f64,
+        displacement: slots.iter().map(|g| g.displacement).sum::<f64>() / rows as f64,
+    }
+}
+
+/// Draws per image of [`sagd_batch`]'s `noise`: ε, ρ₀ and the steps' η.
+pub fn sagd_noise_len(m: &E3, chains: &Chains, images: usize) -> usize {
+    (2 + chains.steps) * chains.per_image * images * m.d
+}
+
+/// One image's importance-sampling estimate: log p̂(x) = log (1/k) Σ_j w_j with
+/// w_j = p(x | u_j) N(u_j; 0, I) / q(u_j | x), u_j ~ q; the ELBO over the same draws; and the
+/// effective sample size (Σ w)²/Σ w² of the weights.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HeldOut {
+    /// log p̂(x).
+    pub log_px: f64,
+    /// The ELBO estimate.
+    pub elbo: f64,
+    /// The weights' effective sample size.
+    pub ess: f64,
+}
+
+/// [`HeldOut`] for every image of `x` (binarised) with `k` draws each; image i's draws come from
+/// its own stream (`seed`, i), so that two generators evaluated with the same encoder and seed
+/// see the same draws (common random numbers: their difference is paired).
+pub fn held_out(
+    m: &E3,
+    gen: &[f32],
+    enc: &[f32],
+    x: &[f32],
+    k: usize,
+    seed: u64,
+    scratch: &mut Scratch,
+) -> Vec<HeldOut> {
+    let d = m.d;
+    let n = x.len() / PIXELS;
+    let pe = E3Params {
+        gen: gen.to_vec(),
+        enc: enc.to_vec(),
+    };
+    let q = encode(m, &pe, x, scratch);
+    let pool = &scratch.pool;
+    (0..n)
+        .into_par_iter()
+        .map(|i| {
+            let mut stream = NormalStream::new(sagd::rng::stream_seed(seed, i as u64));
+            let mut eps = vec![0.0f32; k * d];
+            stream.fill(&mut eps);
+            let (mu, lv) = (
+                &q[i * 2 * d..i * 2 * d + d],
+                &q[i * 2 * d + d..(i + 1) * 2 * d],
+            );
+            let xi = &x[i * PIXELS..(i + 1) * PIXELS];
+            let mut lw = Vec::with_capacity(k);
+            let mut ll_sum = 0.0f64;
+            pool.with(|bufs| {
+                let ws = &mut bufs.gen;
+                let mut dl = vec![0.0f32; PIXELS];
+                for s in (0..k).step_by(SUB_ROWS) {
+                    let e = (s + SUB_ROWS).min(k);
+                    let mut u = vec![0.0f32; (e - s) * d];
+                    let mut lpq = Vec::with_capacity(e - s);
+                    for (r, row) in u.chunks_exact_mut(d).enumerate() {
+                        let mut v = 0.0f64;
+                        for j in 0..d {
+                            let z = eps[(s + r) * d + j];
+                            row[j] = mu[j] + (0.5 * lv[j]).exp() * z;
+                            // log N(u; 0, I) − log q(u | x).
+                            v += -0.5 * (row[j] as f64).powi(2)
+                                + 0.5 * (z as f64).powi(2)
+                                + 0.5 * lv[j] as f64;
+                        }
+                        lpq.push(v);
+                    }
+                    m.gen.forward(gen, &u, e - s, ws);
+                    for (r, logits) in ws.output().chunks_exact(PIXELS).enumerate() {
+                        let ll = bernoulli_logits(logits, xi, &mut dl);
+                        ll_sum += ll;
+                        lw.push(ll + lpq[r]);
+                    }
+                }
+            });
+            let top = lw.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let (s1, s2) = lw.iter().fold((0.0, 0.0), |(a, b), v| {
+                let w = (v - top).exp();
+                (a + w, b + w * w)
+            });
+            let kl: f64 = (0..d)
+                .map(|j| 0.5 * ((mu[j] * mu[j]) as f64 + (lv[j] as f64).exp() - lv[j] as f64 - 1.0))
+                .sum();
+            HeldOut {
+                log_px: top + (s1 / k as f64).ln(),
+                elbo: ll_sum / k as f64 - kl,
+                ess: s1 * s1 / s2,
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,170 @@
+//! E3's passes: the VAE's and SAGD's gradients against finite differences along random directions,
+//! the Euler step's first move, and the importance-sampling estimator's invariants, on a few
+//! real MNIST images.
+
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use sagd::rng::NormalStream;
+use sagd_nn::mnist::model::{
+    binarise, held_out, sagd_batch, sagd_noise_len, vae_batch, Chains, E3Params, Scratch, E3,
+};
+use sagd_nn::mnist::{self, PIXELS};
+
+fn images(n: usize) -> Vec<f32> {
+    let m = mnist::load(&mnist::shipped_dir()).unwrap();
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(1);
+    binarise(&m.train.images[..n * PIXELS], &mut rng)
+}
+
+fn normals(n: usize, seed: u64) -> Vec<f32> {
+    let mut v = vec![0.0f32; n];
+    NormalStream::new(seed).fill(&mut v);
+    v
+}
+
+/// ⟨g, v⟩ against the central difference of `loss` along v (both networks' parameters moved by
+/// h·v), relative agreement.
+fn directional(loss: &dyn Fn(&E3Params) -> f64, p: &E3Params, g: &E3Params, h: f32) -> (f64, f64) {
+    let vg = normals(p.gen.len(), 5);
+    let ve = normals(p.enc.len(), 6);
+    let moved = |s: f32| E3Params {
+        gen: p.gen.iter().zip(&vg).map(|(a, v)| a + s * v).collect(),
+        enc: p.enc.iter().zip(&ve).map(|(a, v)| a + s * v).collect(),
+    };
+    let fd = (loss(&moved(h)) - loss(&moved(-h))) / (2.0 * h as f64);
+    let dot = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (*x as f64) * (*y as f64))
+            .sum::<f64>()
+    };
+    (dot(&g.gen, &vg) + dot(&g.enc, &ve), fd)
+}
+
+#[test]
+fn the_vae_gradient_is_that_of_its_loss() {
+    // Smooth enough along a random direction at a small step; ReLU kinks move the loss by
+    // O(h²) per crossing.
+    let m = E3::new(4);
+    let p = m.init(3);
+    let x = images(6);
+    let eps = normals(6 * 4, 9);
+    let mut pool = Scratch::default();
+    let mut g = E3Params {
+        gen: vec![0.0; p.gen.len()],
+        enc: vec![0.0; p.enc.len()],
+    };
+    let info = vae_batch(&m, &p, &x, &eps, &mut g, &mut pool);
+    assert!(info.loss > 0.0 && info.loss.is_finite());
+    let loss = |q: &E3Params| {
+        let mut scratch = E3Params {
+            gen: vec![0.0; q.gen.len()],
+            enc: vec![0.0; q.enc.len()],
+        };
+        vae_batch(&m, q, &x, &eps, &mut scratch, &mut Scratch::default()).loss
+    };
+    let (analytic, fd) = directional(&loss, &p, &g, 1e-3);
+    assert!(
+        (analytic - fd).abs() < 2e-2 * analytic.abs().max(1.0),
+        "{analytic} vs {fd}"
+    );
+}
+
+#[test]
+fn sagd_without_steps_is_the_gradient_at_the_encoders_draws() {
+    let m = E3::new(4);
+    let p = m.init(4);
+    let x = images(3);
+    let chains = Chains {
+        per_image: 2,
+        steps: 0,
+        ..Chains::default()
+    };
+    let noise = normals(sagd_noise_len(&m, &chains, 3), 11);
+    let mut pool = Scratch::default();
+    let mut gg = vec![0.0f32; p.gen.len()];
+    let info = sagd_batch(&m, &p, &x, &chains, &noise, &mut gg, &mut pool);
+    assert_eq!(info.displacement, 0.0);
+    let g = E3Params {
+        gen: gg,
+        enc: vec![0.0; p.enc.len()],
+    };
+    // The loss at fixed draws depends on the encoder too (through u₀), but the gradient is the
+    // generator's only: compare along a direction that moves the generator alone.
+    let loss = |q: &E3Params| {
+        let q = E3Params {
+            gen: q.gen.clone(),
+            enc: p.enc.clone(),
+        };
+        let mut scratch = vec![0.0f32; q.gen.len()];
+        sagd_batch(
+            &m,
+            &q,
+            &x,
+            &chains,
+            &noise,
+            &mut scratch,
+            &mut Scratch::default(),
+        )
+        .loss
+    };
+    let (analytic, fd) = directional(&loss, &p, &g, 1e-3);
+    assert!(
+        (analytic - fd).abs() < 2e-2 * analytic.abs().max(1.0),
+        "{analytic} vs {fd}"
+    );
+}
+
+#[test]
+fn the_first_euler_step_moves_by_delta_rho() {
+    // u₁ = u₀ + δ ρ₀: the mean displacement after one step is δ times the mean ‖ρ₀‖.
+    let m = E3::new(4);
+    let p = m.init(5);
+    let x = images(2);
+    let chains = Chains {
+        per_image: 3,
+        steps: 1,
+        ..Chains::default()
+    };
+    let noise = normals(sagd_noise_len(&m, &chains, 2), 13);
+    let mut gg = vec![0.0f32; p.gen.len()];
+    let info = sagd_batch(
+        &m,
+        &p,
+        &x,
+        &chains,
+        &noise,
+        &mut gg,
+        &mut Scratch::default(),
+    );
+    let rows = 6;
+    let rho0 = &noise[rows * 4..2 * rows * 4];
+    let want = rho0
+        .chunks_exact(4)
+        .map(|r| r.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt())
+        .sum::<f64>()
+        / rows as f64
+        * chains.delta;
+    assert!(
+        (info.displacement - want).abs() < 1e-6 * want,
+        "{} vs {want}",
+        info.displacement
+    );
+}
+
+#[test]
+fn held_out_estimates_bound_the_elbo_and_repeat_with_their_seed() {
+    let m = E3::new(4);
+    let p = m.init(6);
+    let x = images(3);
+    let mut pool = Scratch::default();
+    let a = held_out(&m, &p.gen, &p.enc, &x, 50, 7, &mut pool);
+    let b = held_out(&m, &p.gen, &p.enc, &x, 50, 7, &mut pool);
+    assert_eq!(a, b);
+    for h in &a {
+        // log of the mean weight ≥ the mean log weight (Jensen, on the same draws), and a
+        // binary image has log p(x) < 0.
+        assert!(h.log_px >= h.elbo && h.log_px < 0.0, "{h:?}");
+        assert!(h.ess >= 1.0 && h.ess <= 50.0 + 1e-9, "{h:?}");
+    }
+}
