@@ -78,7 +78,8 @@ fn e3_networks(c: &mut Criterion) {
 /// One minibatch of E3's VAE training and of its SAGD refinement at the spec's sizes (200 images;
 /// 20 chains of 5 steps each), on all threads: × 300 is an epoch of 60000 images.
 fn e3_batches(c: &mut Criterion) {
-    use sagd_nn::mnist::model::{sagd_batch, sagd_noise_len, vae_batch, Chains, E3Params, E3};
+    use sagd_nn::mnist::model::{sagd_batch, sagd_noise_len, vae_batch, Chains, E3};
+    use sagd_nn::vae::VaeParams;
     let mut group = c.benchmark_group("e3_minibatch200");
     group.sample_size(10);
     let m = E3::new(20);
@@ -91,18 +92,18 @@ fn e3_batches(c: &mut Criterion) {
     let mut eps = vec![0.0f32; b * 20];
     stream.fill(&mut eps);
     let mut pool = sagd_nn::mnist::model::Scratch::default();
-    let mut g = E3Params {
-        gen: vec![0.0; p.gen.len()],
+    let mut g = VaeParams {
+        dec: vec![0.0; p.dec.len()],
         enc: vec![0.0; p.enc.len()],
     };
     group.bench_function("vae", |bch| {
-        bch.iter(|| vae_batch(&m, &p, &x, &eps, &mut g, &mut pool))
+        bch.iter(|| vae_batch(&m, &p, &x, &eps, &mut g.dec, &mut g.enc, &mut pool))
     });
     let chains = Chains::default();
     let mut noise = vec![0.0f32; sagd_noise_len(&m, &chains, b)];
     stream.fill(&mut noise);
     group.bench_function("sagd", |bch| {
-        bch.iter(|| sagd_batch(&m, &p, &x, &chains, &noise, &mut g.gen, &mut pool))
+        bch.iter(|| sagd_batch(&m, &p, &x, &chains, &noise, &mut g.dec, &mut pool))
     });
     group.finish();
 }

@@ -128,6 +128,7 @@ pub const PACKED_MIN: usize = 1 << 26;
 ///
 /// # Panics
 /// If a slice is too short for the shapes and strides, or the product is smaller.
+#[allow(clippy::too_many_arguments)]
 pub fn gemm_wt(
     m: usize,
     n: usize,

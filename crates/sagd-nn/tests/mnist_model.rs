@@ -6,9 +6,10 @@ use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::rng::NormalStream;
 use sagd_nn::mnist::model::{
-    binarise, held_out, sagd_batch, sagd_noise_len, vae_batch, Chains, E3Params, Scratch, E3,
+    binarise, held_out, sagd_batch, sagd_noise_len, vae_batch, Chains, Scratch, E3,
 };
 use sagd_nn::mnist::{self, PIXELS};
+use sagd_nn::vae::VaeParams;
 
 fn images(n: usize) -> Vec<f32> {
     let m = mnist::load(&mnist::shipped_dir()).unwrap();
@@ -24,11 +25,16 @@ fn normals(n: usize, seed: u64) -> Vec<f32> {
 
 /// ⟨g, v⟩ against the central difference of `loss` along v (both networks' parameters moved by
 /// h·v), relative agreement.
-fn directional(loss: &dyn Fn(&E3Params) -> f64, p: &E3Params, g: &E3Params, h: f32) -> (f64, f64) {
-    let vg = normals(p.gen.len(), 5);
+fn directional(
+    loss: &dyn Fn(&VaeParams) -> f64,
+    p: &VaeParams,
+    g: &VaeParams,
+    h: f32,
+) -> (f64, f64) {
+    let vg = normals(p.dec.len(), 5);
     let ve = normals(p.enc.len(), 6);
-    let moved = |s: f32| E3Params {
-        gen: p.gen.iter().zip(&vg).map(|(a, v)| a + s * v).collect(),
+    let moved = |s: f32| VaeParams {
+        dec: p.dec.iter().zip(&vg).map(|(a, v)| a + s * v).collect(),
         enc: p.enc.iter().zip(&ve).map(|(a, v)| a + s * v).collect(),
     };
     let fd = (loss(&moved(h)) - loss(&moved(-h))) / (2.0 * h as f64);
@@ -38,7 +44,7 @@ fn directional(loss: &dyn Fn(&E3Params) -> f64, p: &E3Params, g: &E3Params, h: f
             .map(|(x, y)| (*x as f64) * (*y as f64))
             .sum::<f64>()
     };
-    (dot(&g.gen, &vg) + dot(&g.enc, &ve), fd)
+    (dot(&g.dec, &vg) + dot(&g.enc, &ve), fd)
 }
 
 #[test]
@@ -50,18 +56,27 @@ fn the_vae_gradient_is_that_of_its_loss() {
     let x = images(6);
     let eps = normals(6 * 4, 9);
     let mut pool = Scratch::default();
-    let mut g = E3Params {
-        gen: vec![0.0; p.gen.len()],
+    let mut g = VaeParams {
+        dec: vec![0.0; p.dec.len()],
         enc: vec![0.0; p.enc.len()],
     };
-    let info = vae_batch(&m, &p, &x, &eps, &mut g, &mut pool);
+    let info = vae_batch(&m, &p, &x, &eps, &mut g.dec, &mut g.enc, &mut pool);
     assert!(info.loss > 0.0 && info.loss.is_finite());
-    let loss = |q: &E3Params| {
-        let mut scratch = E3Params {
-            gen: vec![0.0; q.gen.len()],
+    let loss = |q: &VaeParams| {
+        let mut scratch = VaeParams {
+            dec: vec![0.0; q.dec.len()],
             enc: vec![0.0; q.enc.len()],
         };
-        vae_batch(&m, q, &x, &eps, &mut scratch, &mut Scratch::default()).loss
+        vae_batch(
+            &m,
+            q,
+            &x,
+            &eps,
+            &mut scratch.dec,
+            &mut scratch.enc,
+            &mut Scratch::default(),
+        )
+        .loss
     };
     let (analytic, fd) = directional(&loss, &p, &g, 1e-3);
     assert!(
@@ -82,21 +97,21 @@ fn sagd_without_steps_is_the_gradient_at_the_encoders_draws() {
     };
     let noise = normals(sagd_noise_len(&m, &chains, 3), 11);
     let mut pool = Scratch::default();
-    let mut gg = vec![0.0f32; p.gen.len()];
+    let mut gg = vec![0.0f32; p.dec.len()];
     let info = sagd_batch(&m, &p, &x, &chains, &noise, &mut gg, &mut pool);
     assert_eq!(info.displacement, 0.0);
-    let g = E3Params {
-        gen: gg,
+    let g = VaeParams {
+        dec: gg,
         enc: vec![0.0; p.enc.len()],
     };
     // The loss at fixed draws depends on the encoder too (through u₀), but the gradient is the
     // generator's only: compare along a direction that moves the generator alone.
-    let loss = |q: &E3Params| {
-        let q = E3Params {
-            gen: q.gen.clone(),
+    let loss = |q: &VaeParams| {
+        let q = VaeParams {
+            dec: q.dec.clone(),
             enc: p.enc.clone(),
         };
-        let mut scratch = vec![0.0f32; q.gen.len()];
+        let mut scratch = vec![0.0f32; q.dec.len()];
         sagd_batch(
             &m,
             &q,
@@ -127,7 +142,7 @@ fn the_first_euler_step_moves_by_delta_rho() {
         ..Chains::default()
     };
     let noise = normals(sagd_noise_len(&m, &chains, 2), 13);
-    let mut gg = vec![0.0f32; p.gen.len()];
+    let mut gg = vec![0.0f32; p.dec.len()];
     let info = sagd_batch(
         &m,
         &p,
@@ -158,8 +173,8 @@ fn held_out_estimates_bound_the_elbo_and_repeat_with_their_seed() {
     let p = m.init(6);
     let x = images(3);
     let mut pool = Scratch::default();
-    let a = held_out(&m, &p.gen, &p.enc, &x, 50, 7, &mut pool);
-    let b = held_out(&m, &p.gen, &p.enc, &x, 50, 7, &mut pool);
+    let a = held_out(&m, &p.dec, &p.enc, &x, 50, 7, &mut pool);
+    let b = held_out(&m, &p.dec, &p.enc, &x, 50, 7, &mut pool);
     assert_eq!(a, b);
     for h in &a {
         // log of the mean weight ≥ the mean log weight (Jensen, on the same draws), and a

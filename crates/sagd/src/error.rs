@@ -124,7 +124,7 @@ impl std::fmt::Debug for SagdError {
 pub type Result<T, E = SagdError> = std::result::Result<T, E>;
 
 /// Checks that `value` is finite and positive.
-pub(crate) fn positive(name: &'static str, value: f64, fix: &str) -> Result<()> {
+pub fn positive(name: &'static str, value: f64, fix: &str) -> Result<()> {
     if value.is_finite() && value > 0.0 {
         Ok(())
     } else {

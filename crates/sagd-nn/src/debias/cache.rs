@@ -9,13 +9,14 @@ use crate::Device;
 use serde::Deserialize;
 
 use super::E2Settings;
+use crate::net::Sequential;
 use crate::vae::{Vae, VaeParams};
 
 /// Pre-trained networks saved under a name derived from everything that determines them: the
 /// data, the seed and the pre-training settings. Pre-training is deterministic, so a replication
 /// that reads them gives the same results as one that trains them.
-pub(super) struct PretrainedCache {
-    pub(super) path: PathBuf,
+pub(crate) struct PretrainedCache {
+    pub(crate) path: PathBuf,
     key: serde_json::Value,
 }
 
@@ -34,12 +35,19 @@ impl PretrainedCache {
         if device != Device::Cpu {
             key["device"] = serde_json::json!(device.to_string());
         }
+        PretrainedCache::keyed(
+            dir,
+            &format!("pretrained-p{}-h{}-s{seed}", s.p, s.hidden),
+            key,
+            data_hash,
+        )
+    }
+
+    /// A cache file in `dir` named `{prefix}-{hash of the key and the data}.json`, holding `key`.
+    pub(crate) fn keyed(dir: &Path, prefix: &str, key: serde_json::Value, data_hash: u64) -> Self {
         let name_hash = fnv1a(data_hash, key.to_string().bytes());
         PretrainedCache {
-            path: dir.join(format!(
-                "pretrained-p{}-h{}-s{seed}-{name_hash:016x}.json",
-                s.p, s.hidden
-            )),
+            path: dir.join(format!("{prefix}-{name_hash:016x}.json")),
             key,
         }
     }
@@ -52,7 +60,16 @@ impl PretrainedCache {
     }
 
     /// The saved networks and the pre-training's wall seconds, or None when nothing is saved.
-    pub(super) fn load(&self, vae: &Vae) -> Result<Option<(VaeParams, f64)>> {
+    pub(crate) fn load(&self, vae: &Vae) -> Result<Option<(VaeParams, f64)>> {
+        self.load_nets(&vae.dec, &vae.enc)
+    }
+
+    /// [`PretrainedCache::load`] for any decoder and encoder.
+    pub(crate) fn load_nets(
+        &self,
+        dec: &Sequential,
+        enc: &Sequential,
+    ) -> Result<Option<(VaeParams, f64)>> {
         #[derive(Deserialize)]
         struct Saved {
             format: String,
@@ -72,12 +89,10 @@ impl PretrainedCache {
             return Err(self.error("saved for other data or settings"));
         }
         let params = VaeParams {
-            dec: vae
-                .dec
+            dec: dec
                 .from_saved(saved.dec)
                 .map_err(|e| self.error(&e.to_string()))?,
-            enc: vae
-                .enc
+            enc: enc
                 .from_saved(saved.enc)
                 .map_err(|e| self.error(&e.to_string()))?,
         };
@@ -85,10 +100,21 @@ impl PretrainedCache {
     }
 
     /// Writes the networks (whole or not at all: a temporary file, then a rename).
-    pub(super) fn save(&self, vae: &Vae, p: &VaeParams, time_s: f64) -> Result<()> {
+    pub(crate) fn save(&self, vae: &Vae, p: &VaeParams, time_s: f64) -> Result<()> {
+        self.save_nets(&vae.dec, &vae.enc, p, time_s)
+    }
+
+    /// [`PretrainedCache::save`] for any decoder and encoder.
+    pub(crate) fn save_nets(
+        &self,
+        dec: &Sequential,
+        enc: &Sequential,
+        p: &VaeParams,
+        time_s: f64,
+    ) -> Result<()> {
         let v = serde_json::json!({
             "format": PRETRAINED_FORMAT, "key": self.key, "pretrain_time_s": time_s,
-            "dec": vae.dec.to_saved(&p.dec), "enc": vae.enc.to_saved(&p.enc),
+            "dec": dec.to_saved(&p.dec), "enc": enc.to_saved(&p.enc),
         });
         let io = |e: std::io::Error| self.error(&format!("cannot write ({e})"));
         if let Some(dir) = self.path.parent() {

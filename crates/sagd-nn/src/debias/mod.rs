@@ -4,7 +4,7 @@
 //! ([`E2Settings::validate`]); [`run_table`] and [`deconvolve`] return typed, serialisable results
 //! with their summaries (Table 1 statistics beside the paper's numbers, the figure's series).
 
-mod cache;
+pub(crate) mod cache;
 mod deconvolve;
 mod eval;
 pub mod figure;

@@ -2,6 +2,7 @@
 //! ([`shipped_dir`]); `--data DIR` reads any folder with the same four files, gzipped or not
 //! (Fashion-MNIST has the same format).
 
+pub mod experiment;
 pub mod idx;
 pub mod model;
 

@@ -17,6 +17,7 @@ use sagd::rng::NormalStream;
 use super::{encoder, generator, PIXELS};
 use crate::math::bernoulli_logits;
 use crate::net::{Sequential, Workspace, WorkspacePool};
+use crate::vae::VaeParams;
 
 /// One thread's buffers for E3's passes: the encoder's and the generator's.
 #[derive(Debug, Default)]
@@ -44,12 +45,12 @@ struct PieceGrads {
 
 impl Scratch {
     /// Buffers for this many threads, and `n` zeroed piece gradients for these parameters.
-    fn prepare(&mut self, p: &E3Params, n: usize, enc: bool) {
+    fn prepare(&mut self, p: &VaeParams, n: usize, enc: bool) {
         self.pool.ensure(rayon::current_num_threads());
         self.pieces.resize_with(n, Default::default);
         self.pieces.par_iter_mut().for_each(|g| {
             g.gen.clear();
-            g.gen.resize(p.gen.len(), 0.0);
+            g.gen.resize(p.dec.len(), 0.0);
             g.enc.clear();
             if enc {
                 g.enc.resize(p.enc.len(), 0.0);
@@ -77,15 +78,6 @@ pub struct E3 {
     pub gen: Sequential,
     /// q_φ: image → (μ, log σ²).
     pub enc: Sequential,
-}
-
-/// The parameters of both networks.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct E3Params {
-    /// θ.
-    pub gen: Vec<f32>,
-    /// φ.
-    pub enc: Vec<f32>,
 }
 
 /// The Langevin chains of SAGD's gradient: the paper's Euler scheme
@@ -134,9 +126,10 @@ impl E3 {
     }
 
     /// Initial parameters (PyTorch's default law) from a seed.
-    pub fn init(&self, seed: u64) -> E3Params {
-        E3Params {
-            gen: self.gen.init(seed),
+    /// (The generator's parameters are `dec`.)
+    pub fn init(&self, seed: u64) -> VaeParams {
+        VaeParams {
+            dec: self.gen.init(seed),
             enc: self.enc.init(seed ^ 0x9E37_79B9_7F4A_7C15),
         }
     }
@@ -180,13 +173,15 @@ fn add_pieces<'a>(parts: impl Iterator<Item = &'a [f32]>, out: &mut [f32]) {
 }
 
 /// The VAE's mean negative ELBO over the binarised images `x` (b × 784) with one reparameterised
-/// draw per image from the noise `eps` (b × d), and its gradients into `grads` (overwritten).
+/// draw per image from the noise `eps` (b × d), and its gradients into `g_dec` (the generator's)
+/// and `g_enc` (overwritten).
 pub fn vae_batch(
     m: &E3,
-    p: &E3Params,
+    p: &VaeParams,
     x: &[f32],
     eps: &[f32],
-    grads: &mut E3Params,
+    g_dec: &mut [f32],
+    g_enc: &mut [f32],
     scratch: &mut Scratch,
 ) -> BatchInfo {
     let d = m.d;
@@ -222,13 +217,13 @@ pub fn vae_batch(
                         *loss += 0.5 * (mu * mu + lv.exp() - lv - 1.0) as f64;
                     }
                 }
-                m.gen.forward(&p.gen, &u, n, wg);
+                m.gen.forward(&p.dec, &u, n, wg);
                 let mut dl = vec![0.0f32; n * PIXELS];
                 *loss -= bernoulli_logits(wg.output(), xs, &mut dl);
                 // ∂(−log p)/∂logits = −(x − σ), averaged over the batch.
                 dl.iter_mut().for_each(|g| *g *= -scale);
                 let mut du = vec![0.0f32; n * d];
-                m.gen.backward(&p.gen, wg, &dl, Some(gg), Some(&mut du));
+                m.gen.backward(&p.dec, wg, &dl, Some(gg), Some(&mut du));
                 let mut dout = vec![0.0f32; n * 2 * d];
                 for i in 0..n {
                     for j in 0..d {
@@ -244,8 +239,8 @@ pub fn vae_batch(
             }
         });
     });
-    add_pieces(slots.iter().map(|g| &g.gen[..]), &mut grads.gen);
-    add_pieces(slots.iter().map(|g| &g.enc[..]), &mut grads.enc);
+    add_pieces(slots.iter().map(|g| &g.gen[..]), g_dec);
+    add_pieces(slots.iter().map(|g| &g.enc[..]), g_enc);
     BatchInfo {
         loss: slots.iter().map(|g| g.loss).sum::<f64>() / b as f64,
         displacement: 0.0,
@@ -253,7 +248,7 @@ pub fn vae_batch(
 }
 
 /// The encoder's (μ, log σ²) for the images `x`, n × 2d.
-pub fn encode(m: &E3, p: &E3Params, x: &[f32], scratch: &mut Scratch) -> Vec<f32> {
+pub fn encode(m: &E3, p: &VaeParams, x: &[f32], scratch: &mut Scratch) -> Vec<f32> {
     let n = x.len() / PIXELS;
     scratch.pool.ensure(rayon::current_num_threads());
     let pool = &scratch.pool;
@@ -282,7 +277,7 @@ pub fn encode(m: &E3, p: &E3Params, x: &[f32], scratch: &mut Scratch) -> Vec<f32
 /// η (steps × C·b × d); chain r = c·b + i belongs to image i.
 pub fn sagd_batch(
     m: &E3,
-    p: &E3Params,
+    p: &VaeParams,
     x: &[f32],
     chains: &Chains,
     noise: &[f32],
@@ -335,9 +330,9 @@ pub fn sagd_batch(
                 let (mut dl, mut gu) = (vec![0.0f32; n * PIXELS], vec![0.0f32; n * d]);
                 for step in 0..chains.steps {
                     // ∇u log p(u | x) = ∇u log p(x | u) − u.
-                    m.gen.forward(&p.gen, &u, n, ws);
+                    m.gen.forward(&p.dec, &u, n, ws);
                     bernoulli_logits(ws.output(), &xs, &mut dl);
-                    m.gen.backward(&p.gen, ws, &dl, None, Some(&mut gu));
+                    m.gen.backward(&p.dec, ws, &dl, None, Some(&mut gu));
                     let h = &eta[(step * rows + s) * d..(step * rows + e) * d];
                     for (((uj, rj), gj), hj) in u.iter_mut().zip(&mut rho).zip(&gu).zip(h) {
                         let g = gj - *uj;
@@ -345,10 +340,10 @@ pub fn sagd_batch(
                         *rj = decay * *rj + delta * g + kick * hj;
                     }
                 }
-                m.gen.forward(&p.gen, &u, n, ws);
+                m.gen.forward(&p.dec, &u, n, ws);
                 *loss -= bernoulli_logits(ws.output(), &xs, &mut dl);
                 dl.iter_mut().for_each(|g| *g *= -scale);
-                m.gen.backward(&p.gen, ws, &dl, Some(gg), None);
+                m.gen.backward(&p.dec, ws, &dl, Some(gg), None);
                 *disp += u
                     .chunks_exact(d)
                     .zip(u0.chunks_exact(d))
@@ -402,8 +397,8 @@ pub fn held_out(
 ) -> Vec<HeldOut> {
     let d = m.d;
     let n = x.len() / PIXELS;
-    let pe = E3Params {
-        gen: gen.to_vec(),
+    let pe = VaeParams {
+        dec: gen.to_vec(),
         enc: enc.to_vec(),
     };
     let q = encode(m, &pe, x, scratch);

@@ -151,6 +151,21 @@ impl<'a> Training<'a> {
         n: usize,
         identity: Identity,
     ) -> Result<Self> {
+        let sizes = (vae.dec.n_params(), vae.enc.n_params());
+        Self::with_sizes(sizes, est, s, n, None, identity)
+    }
+
+    /// Training of networks with `sizes` = (decoder, encoder) parameters on `n` data points by
+    /// `est`, for `updates` updates (all of `s.epochs` when `None`: a run may stop inside an
+    /// epoch).
+    pub fn with_sizes(
+        sizes: (usize, usize),
+        est: &'a mut dyn GradientEstimator,
+        s: &TrainSettings,
+        n: usize,
+        updates: Option<usize>,
+        identity: Identity,
+    ) -> Result<Self> {
         let rule = UpdateRule::adam(s.averaging);
         rule.validate(0)?;
         let batch = s.batch_size.clamp(1, n.max(1));
@@ -160,11 +175,16 @@ impl<'a> Training<'a> {
             lr: s.lr,
             n,
             batch,
-            total: s.epochs * n.div_ceil(batch),
+            total: updates.unwrap_or(s.epochs * n.div_ceil(batch)),
             identity,
-            g_dec: vec![0.0; vae.dec.n_params()],
-            g_enc: vec![0.0; vae.enc.n_params()],
+            g_dec: vec![0.0; sizes.0],
+            g_enc: vec![0.0; sizes.1],
         })
+    }
+
+    /// The updates the run takes.
+    pub fn total(&self) -> usize {
+        self.total
     }
 
     /// Updates per epoch.

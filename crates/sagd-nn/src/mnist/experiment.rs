@@ -1,0 +1,595 @@
+//! Experiment E3: a VAE pre-trained on MNIST, its generator refined by SAGD (encoder frozen), and a
+//! control — the same VAE trained further by its own ELBO for as many generator updates — all three
+//! measured by the held-out log-likelihood of test images, with paired differences.
+//!
+//! Every phase is a [`Training`] job of the project's runner (checkpoints, resume with the same
+//! result); the phases differ in their [`E3Estimator`].
+
+use std::path::PathBuf;
+
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use sagd::error::{Result, SagdError};
+use sagd::optim::Averaging;
+use sagd::rng::{stream_seed, NormalStream};
+use sagd::run::{decode, encode, fnv1a, Control, Identity, Outcome, Runner, Solver, FNV_OFFSET};
+use serde::{Deserialize, Serialize};
+
+use super::model::{
+    binarise, held_out, sagd_batch, sagd_noise_len, vae_batch, Chains, HeldOut, Scratch, E3,
+};
+use super::{Mnist, PIXELS};
+use crate::debias::cache::PretrainedCache;
+use crate::train::{GradientEstimator, TrainInfo, TrainSettings, TrainState, Training};
+use crate::vae::VaeParams;
+
+/// What a training phase of E3 optimises.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Objective {
+    /// The negative ELBO, both networks.
+    Vae,
+    /// SAGD's generator gradient from Langevin chains; the encoder frozen (it only starts them).
+    Sagd(Chains),
+}
+
+/// The gradient of an E3 phase on minibatches of training images, freshly binarised each time.
+pub struct E3Estimator<'a> {
+    model: &'a E3,
+    images: &'a [u8],
+    objective: Objective,
+    streams: Streams,
+    scratch: Scratch,
+    x: Vec<f32>,
+    noise: Vec<f32>,
+}
+
+/// The estimator's random streams (its checkpointed state).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Streams {
+    binarise: Xoshiro256PlusPlus,
+    normals: NormalStream,
+}
+
+impl<'a> E3Estimator<'a> {
+    /// The estimator of `objective` on `images` (n × 784 grey levels), its streams from `seed`.
+    pub fn new(model: &'a E3, images: &'a [u8], objective: Objective, seed: u64) -> Self {
+        E3Estimator {
+            model,
+            images,
+            objective,
+            streams: Streams {
+                binarise: Xoshiro256PlusPlus::seed_from_u64(stream_seed(seed, 1)),
+                normals: NormalStream::new(stream_seed(seed, 2)),
+            },
+            scratch: Scratch::default(),
+            x: Vec::new(),
+            noise: Vec::new(),
+        }
+    }
+}
+
+impl GradientEstimator for E3Estimator<'_> {
+    fn trains_encoder(&self) -> bool {
+        self.objective == Objective::Vae
+    }
+
+    fn estimate(
+        &mut self,
+        p: &VaeParams,
+        batch: &[usize],
+        g_dec: &mut [f32],
+        g_enc: &mut [f32],
+    ) -> Result<f64> {
+        let mut pixels = Vec::with_capacity(batch.len() * PIXELS);
+        for &i in batch {
+            pixels.extend_from_slice(&self.images[i * PIXELS..(i + 1) * PIXELS]);
+        }
+        self.x = binarise(&pixels, &mut self.streams.binarise);
+        let info = match self.objective {
+            Objective::Vae => {
+                self.noise.resize(batch.len() * self.model.d, 0.0);
+                self.streams.normals.fill(&mut self.noise);
+                vae_batch(
+                    self.model,
+                    p,
+                    &self.x,
+                    &self.noise,
+                    g_dec,
+                    g_enc,
+                    &mut self.scratch,
+                )
+            }
+            Objective::Sagd(chains) => {
+                self.noise
+                    .resize(sagd_noise_len(self.model, &chains, batch.len()), 0.0);
+                self.streams.normals.fill(&mut self.noise);
+                sagd_batch(
+                    self.model,
+                    p,
+                    &self.x,
+                    &chains,
+                    &self.noise,
+                    g_dec,
+                    &mut self.scratch,
+                )
+            }
+        };
+        if !info.loss.is_finite() {
+            return Err(SagdError::NonFiniteUpdate { iteration: 0 });
+        }
+        Ok(info.loss)
+    }
+
+    fn save_state(&self) -> Result<Vec<u8>> {
+        encode(&self.streams)
+    }
+
+    fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
+        self.streams = decode(bytes)?;
+        Ok(())
+    }
+}
+
+/// Settings of E3. The default fits a 2-core machine in about half an hour (see
+/// [`E3Settings::paper`] for the paper's).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct E3Settings {
+    /// Latent dimension (paper: 20).
+    pub latent: usize,
+    /// Training images used (the first ones; MNIST has 60000).
+    pub train_n: usize,
+    /// Minibatch size (paper: 200).
+    pub batch_size: usize,
+    /// VAE pre-training epochs (paper: 500).
+    pub vae_epochs: usize,
+    /// Adam's learning rate for the VAE (and the control).
+    pub vae_lr: f64,
+    /// SAGD refinement: generator updates (paper: 100 epochs = 30000).
+    pub sagd_updates: usize,
+    /// Adam's learning rate for SAGD.
+    pub sagd_lr: f64,
+    /// SAGD's chains.
+    pub chains: Chains,
+    /// Test images evaluated (the first ones, binarised once).
+    pub eval_n: usize,
+    /// Importance-sampling draws per test image.
+    pub eval_k: usize,
+    /// Seed of everything (streams derived from it).
+    pub seed: u64,
+}
+
+impl Default for E3Settings {
+    /// 20 VAE epochs on all 60000 images (≈ 12 min on 2 cores), 240 SAGD updates (0.8 epoch,
+    /// ≈ 15 min), the control's 240 VAE updates, 500 test images with 1000 draws each.
+    fn default() -> Self {
+        E3Settings {
+            latent: 20,
+            train_n: 60000,
+            batch_size: 200,
+            vae_epochs: 20,
+            vae_lr: 1e-3,
+            sagd_updates: 240,
+            sagd_lr: 1e-4,
+            chains: Chains::default(),
+            eval_n: 500,
+            eval_k: 1000,
+            seed: 0,
+        }
+    }
+}
+
+impl E3Settings {
+    /// The paper's: 500 VAE epochs and 100 SAGD epochs of 300 minibatches of 200.
+    pub fn paper() -> Self {
+        E3Settings {
+            vae_epochs: 500,
+            sagd_updates: 100 * 300,
+            ..E3Settings::default()
+        }
+    }
+
+    /// Checks the settings against the data (`train` and `test` images available).
+    pub fn validate(&self, train: usize, test: usize) -> Result<()> {
+        let bad = |name: &'static str, value: String, fix: String| {
+            Err(SagdError::InvalidSetting { name, value, fix })
+        };
+        if self.latent == 0 {
+            return bad(
+                "latent",
+                "0".into(),
+                "use a latent dimension of at least 1 (paper: 20)".into(),
+            );
+        }
+        if self.train_n == 0 || self.train_n > train {
+            return bad(
+                "train_n",
+                self.train_n.to_string(),
+                format!("use between 1 and the {train} training images"),
+            );
+        }
+        if self.eval_n > test {
+            return bad(
+                "eval_n",
+                self.eval_n.to_string(),
+                format!("use at most the {test} test images"),
+            );
+        }
+        if self.batch_size == 0 {
+            return bad(
+                "batch_size",
+                "0".into(),
+                "use a minibatch of at least 1 image".into(),
+            );
+        }
+        if self.eval_k == 0 && self.eval_n > 0 {
+            return bad(
+                "eval_k",
+                "0".into(),
+                "use at least 1 importance-sampling draw (1000 or more for a useful estimate)"
+                    .into(),
+            );
+        }
+        if self.chains.per_image == 0 {
+            return bad(
+                "chains",
+                "0".into(),
+                "use at least 1 chain per image (paper: 20)".into(),
+            );
+        }
+        sagd::error::positive(
+            "delta",
+            self.chains.delta,
+            "use a Langevin step > 0, such as 0.01",
+        )?;
+        sagd::error::positive("gamma", self.chains.gamma, "use a friction > 0, such as 2")?;
+        sagd::error::positive(
+            "vae_lr",
+            self.vae_lr,
+            "use a learning rate > 0, such as 1e-3",
+        )?;
+        sagd::error::positive(
+            "sagd_lr",
+            self.sagd_lr,
+            "use a learning rate > 0, such as 1e-4",
+        )
+    }
+}
+
+/// How E3 runs, beside what it computes.
+#[derive(Clone, Debug, Default)]
+pub struct E3Options {
+    /// Folder of the phases' checkpoints (written every `checkpoint_every` updates and at the end).
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Updates between checkpoints.
+    pub checkpoint_every: usize,
+    /// Resume each phase from its checkpoint when there is one.
+    pub resume: bool,
+    /// The folder where pre-trained networks are kept: a second run with the same pre-training
+    /// settings and data starts at the refinement.
+    pub pretrained_cache: Option<PathBuf>,
+    /// Stop (with an error naming the phase) after this many updates of this run: tests of resume.
+    pub interrupt_after: Option<usize>,
+}
+
+/// One phase's learning curve: the loss of every update.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Curve {
+    /// The phase.
+    pub phase: String,
+    /// The loss at each update (negative ELBO, or −log p(x | u) at the chains' states).
+    pub loss: Vec<f64>,
+}
+
+/// A model's held-out log-likelihood over the evaluated test images.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Evaluation {
+    /// Which parameters.
+    pub model: String,
+    /// Mean log p̂(x) per image (nats).
+    pub log_px: f64,
+    /// Its standard error over images.
+    pub log_px_se: f64,
+    /// Mean ELBO per image.
+    pub elbo: f64,
+    /// Mean effective sample size of the importance weights (of k).
+    pub ess: f64,
+    /// Per image.
+    pub per_image: Vec<HeldOut>,
+}
+
+/// A paired difference of held-out log-likelihoods over the same images and draws.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Paired {
+    /// "a − b".
+    pub what: String,
+    /// Mean difference per image (nats).
+    pub mean: f64,
+    /// Its standard error.
+    pub se: f64,
+}
+
+impl Paired {
+    fn of(a: &Evaluation, b: &Evaluation) -> Paired {
+        let d: Vec<f64> = a
+            .per_image
+            .iter()
+            .zip(&b.per_image)
+            .map(|(x, y)| x.log_px - y.log_px)
+            .collect();
+        let (mean, sd) = sagd::diagnostics::mean_sd(&d);
+        Paired {
+            what: format!("{} − {}", a.model, b.model),
+            mean,
+            se: sd / (d.len().max(1) as f64).sqrt(),
+        }
+    }
+}
+
+/// Everything E3 computed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct E3Result {
+    /// The settings.
+    pub settings: E3Settings,
+    /// The pre-trained VAE (loaded from the cache when it was there).
+    pub pretrained: VaeParams,
+    /// The SAGD-refined generator (with the frozen encoder).
+    pub sagd: VaeParams,
+    /// The control: the VAE trained further by its ELBO for as many updates.
+    pub control: VaeParams,
+    /// Learning curves of the phases run now.
+    pub curves: Vec<Curve>,
+    /// Held-out log-likelihoods: pre-trained, SAGD, control.
+    pub evaluations: Vec<Evaluation>,
+    /// SAGD − pre-trained, control − pre-trained, SAGD − control.
+    pub differences: Vec<Paired>,
+    /// Whether the pre-trained VAE came from the cache.
+    pub pretrained_cached: bool,
+    /// Wall seconds per phase.
+    pub timing_s: std::collections::BTreeMap<String, f64>,
+}
+
+/// Progress of a phase: its name, updates done and to do.
+pub type Progress<'a> = &'a (dyn Fn(&str, usize, usize) + Sync);
+
+/// Runs one phase through the runner; returns the parameters and the learning curve.
+#[allow(clippy::too_many_arguments)]
+fn phase(
+    name: &str,
+    model: &E3,
+    images: &[u8],
+    objective: Objective,
+    train: &TrainSettings,
+    updates: usize,
+    start: VaeParams,
+    s: &E3Settings,
+    key: &Identity,
+    opts: &E3Options,
+    progress: Progress<'_>,
+) -> Result<(VaeParams, Curve)> {
+    let seed = stream_seed(s.seed, name.bytes().map(u64::from).sum());
+    let mut est = E3Estimator::new(model, images, objective, seed);
+    let mut identity = key.clone().with("phase", name)?;
+    identity = identity.with("start", &start)?;
+    let sizes = (model.gen.n_params(), model.enc.n_params());
+    let n = images.len() / PIXELS;
+    let job = Training::with_sizes(sizes, &mut est, train, n, Some(updates), identity)?;
+    let mut curve = Curve {
+        phase: name.into(),
+        loss: Vec::new(),
+    };
+    let mut done_here = 0usize;
+    let mut observe = |_: &TrainState, info: &TrainInfo| {
+        curve.loss.push(info.loss);
+        progress(name, info.update, updates);
+        done_here += 1;
+        match opts.interrupt_after {
+            Some(k) if done_here >= k => Control::Stop,
+            _ => Control::Continue,
+        }
+    };
+    let mut runner = Runner::new(job).observe(&mut observe);
+    let ckpt = opts
+        .checkpoint_dir
+        .as_ref()
+        .map(|d| d.join(format!("e3-{name}.ckpt")));
+    if let Some(path) = &ckpt {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| SagdError::Io {
+                action: "creating the checkpoint folder",
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        runner = runner.checkpoint(path.clone(), opts.checkpoint_every.max(1));
+    }
+    let mut state = match &ckpt {
+        Some(path) if opts.resume && path.exists() => runner.resume(path)?,
+        _ => runner.solver.init(start, seed),
+    };
+    let outcome = runner.run(&mut state).map_err(|e| SagdError::Context {
+        what: format!("E3, {name}"),
+        cause: Box::new(e),
+    })?;
+    if outcome == Outcome::Stopped && !runner.solver.terminate(&state) {
+        return Err(SagdError::Interrupted {
+            phase: name.to_string(),
+            updates: state.updates,
+            dir: opts
+                .checkpoint_dir
+                .as_deref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+        });
+    }
+    let params = runner.solver.finish(&state);
+    drop(runner);
+    Ok((params, curve))
+}
+
+/// Held-out evaluation of `p` on the binarised test images `x`.
+fn evaluate(model: &E3, name: &str, p: &VaeParams, x: &[f32], s: &E3Settings) -> Evaluation {
+    let per_image = held_out(
+        model,
+        &p.dec,
+        &p.enc,
+        x,
+        s.eval_k,
+        stream_seed(s.seed, 77),
+        &mut Scratch::default(),
+    );
+    let lp: Vec<f64> = per_image.iter().map(|h| h.log_px).collect();
+    let (log_px, sd) = sagd::diagnostics::mean_sd(&lp);
+    let n = per_image.len().max(1) as f64;
+    Evaluation {
+        model: name.into(),
+        log_px,
+        log_px_se: sd / n.sqrt(),
+        elbo: per_image.iter().map(|h| h.elbo).sum::<f64>() / n,
+        ess: per_image.iter().map(|h| h.ess).sum::<f64>() / n,
+        per_image,
+    }
+}
+
+/// Runs E3 on `data`: pre-training (or its cache), SAGD refinement, the control, the evaluation.
+pub fn run(
+    s: &E3Settings,
+    data: &Mnist,
+    opts: &E3Options,
+    progress: Progress<'_>,
+) -> Result<E3Result> {
+    s.validate(data.train.len(), data.test.len())?;
+    let model = E3::new(s.latent);
+    let images = &data.train.images[..s.train_n * PIXELS];
+    let data_hash = fnv1a(FNV_OFFSET, images.iter().copied());
+    let key = Identity::new()
+        .with("settings", s)?
+        .with("data", &data_hash)?;
+    let mut timing = std::collections::BTreeMap::new();
+    let mut curves = Vec::new();
+    let mut lap = |name: &str, t: std::time::Instant| {
+        timing.insert(name.to_string(), t.elapsed().as_secs_f64());
+    };
+
+    // Pre-training, keyed by what decides it.
+    let vae = TrainSettings {
+        epochs: s.vae_epochs,
+        batch_size: s.batch_size,
+        lr: s.vae_lr,
+        averaging: Averaging::None,
+    };
+    let pre_json = serde_json::json!({
+        "experiment": "E3", "latent": s.latent, "train_n": s.train_n, "train": vae,
+        "seed": s.seed, "sagd_nn_version": env!("CARGO_PKG_VERSION"),
+    });
+    let pre_key = Identity::new()
+        .with("pre-training", &pre_json)?
+        .with("data", &data_hash)?;
+    let cache = opts.pretrained_cache.as_ref().map(|dir| {
+        PretrainedCache::keyed(
+            dir,
+            &format!("e3-pretrained-s{}", s.seed),
+            pre_json.clone(),
+            data_hash,
+        )
+    });
+    let t = std::time::Instant::now();
+    let cached = match &cache {
+        Some(c) => c.load_nets(&model.gen, &model.enc)?.map(|(p, _)| p),
+        None => None,
+    };
+    let pretrained_cached = cached.is_some();
+    let pretrained = match cached {
+        Some(p) => p,
+        None => {
+            let per_epoch = s.train_n.div_ceil(s.batch_size.min(s.train_n));
+            let (p, c) = phase(
+                "pretrain",
+                &model,
+                images,
+                Objective::Vae,
+                &vae,
+                s.vae_epochs * per_epoch,
+                model.init(stream_seed(s.seed, 3)),
+                s,
+                &pre_key,
+                opts,
+                progress,
+            )?;
+            curves.push(c);
+            if let Some(c) = &cache {
+                c.save_nets(&model.gen, &model.enc, &p, t.elapsed().as_secs_f64())?;
+            }
+            p
+        }
+    };
+    lap("pretrain", t);
+
+    // SAGD and the control, from the same start, as many generator updates.
+    let t = std::time::Instant::now();
+    let refine = TrainSettings {
+        lr: s.sagd_lr,
+        ..vae.clone()
+    };
+    let (sagd, c) = phase(
+        "sagd",
+        &model,
+        images,
+        Objective::Sagd(s.chains),
+        &refine,
+        s.sagd_updates,
+        pretrained.clone(),
+        s,
+        &key,
+        opts,
+        progress,
+    )?;
+    curves.push(c);
+    lap("sagd", t);
+    let t = std::time::Instant::now();
+    let (control, c) = phase(
+        "control",
+        &model,
+        images,
+        Objective::Vae,
+        &vae,
+        s.sagd_updates,
+        pretrained.clone(),
+        s,
+        &key,
+        opts,
+        progress,
+    )?;
+    curves.push(c);
+    lap("control", t);
+
+    // The first eval_n test images, binarised once.
+    let t = std::time::Instant::now();
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(stream_seed(s.seed, 4));
+    let x = binarise(&data.test.images[..s.eval_n * PIXELS], &mut rng);
+    let evaluations: Vec<Evaluation> = [
+        ("pre-trained", &pretrained),
+        ("SAGD", &sagd),
+        ("control", &control),
+    ]
+    .iter()
+    .map(|(n, p)| evaluate(&model, n, p, &x, s))
+    .collect();
+    let differences = vec![
+        Paired::of(&evaluations[1], &evaluations[0]),
+        Paired::of(&evaluations[2], &evaluations[0]),
+        Paired::of(&evaluations[1], &evaluations[2]),
+    ];
+    lap("evaluation", t);
+    Ok(E3Result {
+        settings: s.clone(),
+        pretrained,
+        sagd,
+        control,
+        curves,
+        evaluations,
+        differences,
+        pretrained_cached,
+        timing_s: timing,
+    })
+}
