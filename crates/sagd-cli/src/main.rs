@@ -4,6 +4,7 @@ mod bench;
 mod debias;
 mod em;
 mod input;
+mod mnist;
 mod output;
 mod plot;
 mod reproduce;
@@ -31,6 +32,9 @@ enum Command {
     Debias(debias::DebiasArgs),
     /// Automated EM on the Gamma-sigmoid model (the paper's E1, Figure 1), or on your own data.
     Em(em::EmArgs),
+    /// MNIST (the paper's E3, Figure 3): a convolutional VAE, its generator refined by SAGD, a
+    /// control, and the held-out log-likelihood of each.
+    Mnist(mnist::MnistArgs),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -62,6 +66,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Bench(b) => bench::run(b),
         Command::Em(a) => em::run(a),
+        Command::Mnist(a) => mnist::run(a),
         Command::Debias(a) => debias::run(a),
         Command::Reproduce(a) => reproduce::run(a),
     }

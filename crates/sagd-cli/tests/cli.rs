@@ -944,3 +944,111 @@ fn far_from_the_mle_and_extreme_data_are_named() {
         "{err}"
     );
 }
+
+/// `sagd mnist` on a few hundred images, into `out`.
+fn mnist_small(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    sagd()
+        .args([
+            "mnist",
+            "--train-n",
+            "300",
+            "--batch-size",
+            "100",
+            "--latent",
+            "4",
+            "--vae-epochs",
+            "1",
+            "--sagd-updates",
+            "2",
+            "--chains",
+            "2",
+            "--steps",
+            "2",
+            "--eval-n",
+            "10",
+            "--eval-k",
+            "20",
+            "--quiet",
+            "--out",
+        ])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn mnist_writes_its_result_and_figures_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mnist");
+    let o = mnist_small(&out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("VAE epochs (paper 500)"), "{text}");
+    assert!(text.contains("SAGD − pre-trained"), "{text}");
+    for f in ["figure3.png", "figure3.svg", "curves.png", "curves.svg"] {
+        assert!(std::fs::metadata(out.join(f)).unwrap().len() > 1000, "{f}");
+    }
+    let v = json(&out.join("result.json"));
+    assert_eq!(v["evaluations"].as_array().unwrap().len(), 3);
+    assert_eq!(v["differences"].as_array().unwrap().len(), 3);
+    assert_eq!(v["curves"][1]["loss"].as_array().unwrap().len(), 2);
+
+    // Interrupted after one update of each phase, then resumed: the same held-out numbers.
+    let out2 = dir.path().join("resumed");
+    let cache = dir.path().join("cache2");
+    let cache = cache.to_str().unwrap();
+    let o = mnist_small(
+        &out2,
+        &[
+            "--checkpoint-every",
+            "1",
+            "--interrupt-after",
+            "1",
+            "--pretrained-cache",
+            cache,
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--resume"));
+    let mut runs = 0;
+    loop {
+        let o = mnist_small(
+            &out2,
+            &[
+                "--resume",
+                "--interrupt-after",
+                "1",
+                "--pretrained-cache",
+                cache,
+            ],
+        );
+        if o.status.success() {
+            break;
+        }
+        runs += 1;
+        assert!(runs < 8, "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let w = json(&out2.join("result.json"));
+    assert_eq!(w["evaluations"], v["evaluations"]);
+    assert_eq!(w["differences"], v["differences"]);
+}
+
+#[test]
+fn mnist_rejects_bad_data_and_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mnist");
+    let missing = dir.path().join("no-such-folder");
+    let o = mnist_small(&out, &["--data", missing.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no-such-folder") && err.contains("train-images"),
+        "{err}"
+    );
+    let o = mnist_small(&out, &["--gamma", "0"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("gamma") && err.contains("friction"), "{err}");
+    assert!(!out.join("result.json").exists());
+}

@@ -3,9 +3,11 @@
 
 mod debias;
 mod em;
+mod mnist;
 
 pub use debias::{DensityGrid, DensityPanel, TraceFigure};
 pub use em::{LoglikFigure, PathsFigure};
+pub use mnist::{CurvesFigure, DigitsFigure};
 
 use std::path::Path;
 use std::sync::Once;

@@ -370,7 +370,16 @@ fn phase(
     let seed = stream_seed(s.seed, name.bytes().map(u64::from).sum());
     let mut est = E3Estimator::new(model, images, objective, seed);
     let mut identity = key.clone().with("phase", name)?;
-    identity = identity.with("start", &start)?;
+    // The start's fingerprint: the parameters themselves would make a 70 MB identity.
+    let start_key = fnv1a(
+        FNV_OFFSET,
+        start
+            .dec
+            .iter()
+            .chain(&start.enc)
+            .flat_map(|v| v.to_bits().to_le_bytes()),
+    );
+    identity = identity.with("start", &start_key)?;
     let sizes = (model.gen.n_params(), model.enc.n_params());
     let n = images.len() / PIXELS;
     let job = Training::with_sizes(sizes, &mut est, train, n, Some(updates), identity)?;
@@ -449,6 +458,14 @@ fn evaluate(model: &E3, name: &str, p: &VaeParams, x: &[f32], s: &E3Settings) ->
         ess: per_image.iter().map(|h| h.ess).sum::<f64>() / n,
         per_image,
     }
+}
+
+/// Figure 3's digits: the pixel probabilities of `gen` at 100 latents U ~ N(0, I) drawn from
+/// `seed` (the same U for every generator), 100 × 784.
+pub fn figure_digits(model: &E3, gen: &[f32], seed: u64) -> Vec<f32> {
+    let mut u = vec![0.0f32; 100 * model.d];
+    NormalStream::new(stream_seed(seed, 5)).fill(&mut u);
+    super::model::generate(model, gen, &u)
 }
 
 /// Runs E3 on `data`: pre-training (or its cache), SAGD refinement, the control, the evaluation.

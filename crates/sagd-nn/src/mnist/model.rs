@@ -459,3 +459,16 @@ pub fn held_out(
         })
         .collect()
 }
+
+/// The generator's pixel probabilities σ(h_θ(u)) for the latents `u` (n × d), n × 784.
+pub fn generate(m: &E3, gen: &[f32], u: &[f32]) -> Vec<f32> {
+    let n = u.len() / m.d.max(1);
+    let mut ws = Workspace::default();
+    let mut out = Vec::with_capacity(n * PIXELS);
+    for s in (0..n).step_by(SUB_ROWS) {
+        let e = (s + SUB_ROWS).min(n);
+        m.gen.forward(gen, &u[s * m.d..e * m.d], e - s, &mut ws);
+        out.extend(ws.output().iter().map(|l| 1.0 / (1.0 + (-l).exp())));
+    }
+    out
+}

@@ -119,7 +119,6 @@ impl Transform for Optimizer {
                 let c2 = 1.0 - beta2.powi(state.count as i32);
                 let k = [beta1, beta2, eps, c1, c2];
                 // Elementwise, so splitting a large vector across threads changes no bits.
-                const SPLIT: usize = 2048;
                 if grad.len() > 2 * SPLIT {
                     grad.par_chunks_mut(SPLIT)
                         .zip(state.m.par_chunks_mut(SPLIT))
@@ -130,6 +129,19 @@ impl Transform for Optimizer {
                 }
             }
         }
+    }
+}
+
+/// Elements per task of the elementwise passes over long parameter vectors.
+const SPLIT: usize = 2048;
+
+/// Whether every element is finite (in parallel for long vectors).
+fn all_finite<T: Real>(v: &[T]) -> bool {
+    use rayon::prelude::*;
+    if v.len() > 2 * SPLIT {
+        v.par_chunks(SPLIT).all(|c| c.iter().all(|x| x.is_finite()))
+    } else {
+        v.iter().all(|x| x.is_finite())
     }
 }
 
@@ -330,14 +342,25 @@ impl UpdateRule {
         lr: f64,
     ) -> Result<()> {
         let iteration = st.count + 1;
-        if !grad.iter().all(|g| g.is_finite()) {
+        if !all_finite(grad) {
             return Err(SagdError::NonFiniteUpdate { iteration });
         }
         self.transform.direction(grad, &mut st.opt);
         // The step is rounded to T before it is taken: one rounding in f64, the same as f32's
-        // `w -= lr·g`.
-        for (th, d) in theta.iter_mut().zip(grad.iter()) {
-            *th -= T::of(lr * d.f64());
+        // `w -= lr·g`. Elementwise, so split among threads for long vectors without changing bits.
+        let step = |th: &mut [T], d: &[T]| {
+            for (th, d) in th.iter_mut().zip(d) {
+                *th -= T::of(lr * d.f64());
+            }
+        };
+        if theta.len() > 2 * SPLIT {
+            use rayon::prelude::*;
+            theta
+                .par_chunks_mut(SPLIT)
+                .zip(grad.par_chunks(SPLIT))
+                .for_each(|(th, d)| step(th, d));
+        } else {
+            step(theta, grad);
         }
         self.settle(st, theta)
     }
@@ -354,7 +377,7 @@ impl UpdateRule {
         let iteration = st.count + 1;
         self.projection.apply(theta);
         st.count = iteration;
-        if theta.iter().any(|v| !v.is_finite()) {
+        if !all_finite(theta) {
             return Err(SagdError::NonFiniteUpdate { iteration });
         }
         if st.count > st.average_from {
