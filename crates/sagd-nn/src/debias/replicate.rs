@@ -6,12 +6,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use rayon::prelude::*;
-use sagd::error::{Result, SagdError};
+use sagd::error::Result;
 use sagd::metrics::Law;
 use sagd::optim::Averaging;
-use sagd::run::{
-    decode, encode, fnv1a, Control, Identity, Observer, Outcome, Runner, Solver, FNV_OFFSET,
-};
+use sagd::run::{decode, encode, fnv1a, Control, Identity, Observer, Runner, FNV_OFFSET};
 use serde::{Deserialize, Serialize};
 
 use super::cache::PretrainedCache;
@@ -186,53 +184,30 @@ fn run_phase(
             _ => Control::Continue,
         }
     };
-    let mut runner = Runner::new(job).observe(tracer).observe(&mut report);
-    let ckpt = opts.checkpoint_dir.as_ref().map(|dir| {
-        dir.join(format!(
-            "rep{}-{}.ckpt",
-            phase.key["seed"].as_u64().unwrap_or(0),
-            phase.name
-        ))
-    });
-    if let Some(path) = &ckpt {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| SagdError::Io {
-                action: "creating the checkpoint folder",
-                path: dir.display().to_string(),
-                source,
-            })?;
-        }
-        runner = runner.checkpoint(path.clone(), opts.checkpoint_every);
-    }
-    let mut state = match &ckpt {
-        Some(path) if opts.resume && path.exists() => {
-            let st = runner.resume(path)?;
-            (1..=st.updates).for_each(|i| progress(phase.name, i, total));
-            st
-        }
-        _ => runner.solver.init(params, phase.seed),
+    let runner = Runner::new(job).observe(tracer).observe(&mut report);
+    let ck = crate::train::PhaseCheckpoint {
+        path: opts.checkpoint_dir.as_ref().map(|dir| {
+            dir.join(format!(
+                "rep{}-{}.ckpt",
+                phase.key["seed"].as_u64().unwrap_or(0),
+                phase.name
+            ))
+        }),
+        every: opts.checkpoint_every,
+        resume: opts.resume,
     };
-    let outcome = runner.run(&mut state).map_err(|e| {
-        let what = match phase.name {
-            "pretrain" => "VAE pre-training".to_string(),
-            m => format!("fine-tuning by {}", m.to_uppercase()),
-        };
-        SagdError::Context {
-            what,
-            cause: Box::new(e),
-        }
-    })?;
-    if outcome == Outcome::Stopped && !runner.solver.terminate(&state) {
-        return Err(SagdError::Interrupted {
-            phase: phase.name.to_string(),
-            updates: state.updates,
-            dir: opts
-                .checkpoint_dir
-                .as_deref()
-                .map(|d| d.display().to_string())
-                .unwrap_or_default(),
-        });
-    }
+    let what = || match phase.name {
+        "pretrain" => "VAE pre-training".to_string(),
+        m => format!("fine-tuning by {}", m.to_uppercase()),
+    };
+    let (runner, state) = crate::train::drive_phase(
+        runner,
+        &ck,
+        phase.name,
+        what,
+        |job| job.init(params, phase.seed),
+        |st| (1..=st.updates).for_each(|i| progress(phase.name, i, total)),
+    )?;
     let params = runner.solver.finish(&state);
     let diagnostics = runner.solver.diagnostics();
     drop(runner);

@@ -12,7 +12,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::error::{Result, SagdError};
 use sagd::optim::Averaging;
 use sagd::rng::{stream_seed, NormalStream};
-use sagd::run::{decode, encode, fnv1a, Control, Identity, Outcome, Runner, Solver, FNV_OFFSET};
+use sagd::run::{decode, encode, fnv1a, Control, Identity, Runner, FNV_OFFSET};
 use serde::{Deserialize, Serialize};
 
 use super::model::{
@@ -20,7 +20,9 @@ use super::model::{
 };
 use super::{Mnist, PIXELS};
 use crate::debias::cache::PretrainedCache;
-use crate::train::{GradientEstimator, TrainInfo, TrainSettings, TrainState, Training};
+use crate::train::{
+    drive_phase, GradientEstimator, PhaseCheckpoint, TrainInfo, TrainSettings, TrainState, Training,
+};
 use crate::vae::VaeParams;
 
 /// What a training phase of E3 optimises.
@@ -397,40 +399,23 @@ fn phase(
             _ => Control::Continue,
         }
     };
-    let mut runner = Runner::new(job).observe(&mut observe);
-    let ckpt = opts
-        .checkpoint_dir
-        .as_ref()
-        .map(|d| d.join(format!("e3-{name}.ckpt")));
-    if let Some(path) = &ckpt {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| SagdError::Io {
-                action: "creating the checkpoint folder",
-                path: dir.display().to_string(),
-                source,
-            })?;
-        }
-        runner = runner.checkpoint(path.clone(), opts.checkpoint_every.max(1));
-    }
-    let mut state = match &ckpt {
-        Some(path) if opts.resume && path.exists() => runner.resume(path)?,
-        _ => runner.solver.init(start, seed),
+    let runner = Runner::new(job).observe(&mut observe);
+    let ck = PhaseCheckpoint {
+        path: opts
+            .checkpoint_dir
+            .as_ref()
+            .map(|d| d.join(format!("e3-{name}.ckpt"))),
+        every: opts.checkpoint_every,
+        resume: opts.resume,
     };
-    let outcome = runner.run(&mut state).map_err(|e| SagdError::Context {
-        what: format!("E3, {name}"),
-        cause: Box::new(e),
-    })?;
-    if outcome == Outcome::Stopped && !runner.solver.terminate(&state) {
-        return Err(SagdError::Interrupted {
-            phase: name.to_string(),
-            updates: state.updates,
-            dir: opts
-                .checkpoint_dir
-                .as_deref()
-                .map(|d| d.display().to_string())
-                .unwrap_or_default(),
-        });
-    }
+    let (runner, state) = drive_phase(
+        runner,
+        &ck,
+        name,
+        || format!("E3, {name}"),
+        |job| job.init(start, seed),
+        |_| {},
+    )?;
     let params = runner.solver.finish(&state);
     drop(runner);
     Ok((params, curve))

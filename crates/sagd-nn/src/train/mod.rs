@@ -9,13 +9,15 @@ mod chain;
 pub use bound::BoundEstimator;
 pub use chain::{ChainEstimator, HmcChains, LangevinChains};
 
+use std::path::PathBuf;
+
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::error::{Result, SagdError};
 use sagd::optim::{Averaging, UpdateRule, UpdateState};
 use sagd::rng::NormalStream;
-use sagd::run::{Identity, Solver};
+use sagd::run::{Identity, Outcome, Runner, Solver};
 use serde::{Deserialize, Serialize};
 
 use crate::net::WorkspacePool;
@@ -275,6 +277,67 @@ impl Solver for Training<'_> {
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         self.est.load_state(bytes)
     }
+}
+
+/// Where a training phase checkpoints (a file, every so many updates), and whether it resumes.
+#[derive(Clone, Debug, Default)]
+pub struct PhaseCheckpoint {
+    /// The checkpoint file, or none.
+    pub path: Option<PathBuf>,
+    /// Updates between checkpoints.
+    pub every: usize,
+    /// Resume from the file when it exists.
+    pub resume: bool,
+}
+
+/// Runs the training phase `name` through `runner` (its observers attached): checkpointed as `ck`
+/// says, resumed from the checkpoint when asked and there (then `on_resume` sees the state) or
+/// started by `start`. A run that an observer stopped before its end is
+/// [`SagdError::Interrupted`] naming the phase; other errors get the context `what`. Returns the
+/// runner (for the job's `finish`) and the final state.
+pub fn drive_phase<'a, 'b>(
+    mut runner: Runner<'a, Training<'b>>,
+    ck: &PhaseCheckpoint,
+    name: &str,
+    what: impl FnOnce() -> String,
+    start: impl FnOnce(&Training<'b>) -> TrainState,
+    on_resume: impl FnOnce(&TrainState),
+) -> Result<(Runner<'a, Training<'b>>, TrainState)> {
+    if let Some(path) = &ck.path {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| SagdError::Io {
+                action: "creating the checkpoint folder",
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        runner = runner.checkpoint(path.clone(), ck.every.max(1));
+    }
+    let mut state = match &ck.path {
+        Some(path) if ck.resume && path.exists() => {
+            let st = runner.resume(path)?;
+            on_resume(&st);
+            st
+        }
+        _ => start(&runner.solver),
+    };
+    let outcome = runner.run(&mut state).map_err(|e| SagdError::Context {
+        what: what(),
+        cause: Box::new(e),
+    })?;
+    if outcome == Outcome::Stopped && !runner.solver.terminate(&state) {
+        return Err(SagdError::Interrupted {
+            phase: name.to_string(),
+            updates: state.updates,
+            dir: ck
+                .path
+                .as_deref()
+                .and_then(|p| p.parent())
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+        });
+    }
+    Ok((runner, state))
 }
 
 #[cfg(test)]
