@@ -80,7 +80,7 @@ pub struct RunOptions {
     /// Continue each phase from its checkpoint in `checkpoint_dir` where there is one.
     pub resume: bool,
     /// Stop every fine-tuning phase after this many updates of this process, checkpointed, and
-    /// return [`SagdError::Interrupted`] (to test and demonstrate resuming).
+    /// return [`SagdError::Interrupted`](sagd::error::SagdError::Interrupted) (to test and demonstrate resuming).
     pub interrupt_after: Option<usize>,
     /// Where the networks train (evaluation stays on the CPU).
     pub device: Device,

@@ -129,7 +129,7 @@ pub struct TrainInfo {
 }
 
 /// Training of a VAE's networks by a [`GradientEstimator`] as a [`Solver`] for the project's
-/// [`Runner`](sagd::run::Runner): every method of Table 1, and pre-training, go through it; they differ only in the
+/// [`Runner`]: every method of Table 1, and pre-training, go through it; they differ only in the
 /// estimator. The estimator's own state (chains, streams) is checkpointed with the run.
 pub struct Training<'a> {
     est: &'a mut dyn GradientEstimator,
