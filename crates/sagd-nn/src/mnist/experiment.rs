@@ -528,42 +528,34 @@ pub fn run(
     lap("pretrain", t);
 
     // SAGD and the control, from the same start, as many generator updates.
-    let t = std::time::Instant::now();
     let refine = TrainSettings {
         lr: s.sagd_lr,
         ..vae.clone()
     };
-    let (sagd, c) = phase(
-        "sagd",
-        &model,
-        images,
-        Objective::Sagd(s.chains),
-        &refine,
-        s.sagd_updates,
-        pretrained.clone(),
-        s,
-        &key,
-        opts,
-        progress,
-    )?;
-    curves.push(c);
-    lap("sagd", t);
-    let t = std::time::Instant::now();
-    let (control, c) = phase(
-        "control",
-        &model,
-        images,
-        Objective::Vae,
-        &vae,
-        s.sagd_updates,
-        pretrained.clone(),
-        s,
-        &key,
-        opts,
-        progress,
-    )?;
-    curves.push(c);
-    lap("control", t);
+    let mut refined = Vec::new();
+    for (name, objective, train) in [
+        ("sagd", Objective::Sagd(s.chains), &refine),
+        ("control", Objective::Vae, &vae),
+    ] {
+        let t = std::time::Instant::now();
+        let (p, c) = phase(
+            name,
+            &model,
+            images,
+            objective,
+            train,
+            s.sagd_updates,
+            pretrained.clone(),
+            s,
+            &key,
+            opts,
+            progress,
+        )?;
+        curves.push(c);
+        lap(name, t);
+        refined.push(p);
+    }
+    let (sagd, control) = (refined.remove(0), refined.remove(0));
 
     // The first eval_n test images, binarised once.
     let t = std::time::Instant::now();

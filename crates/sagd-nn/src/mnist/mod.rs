@@ -116,32 +116,51 @@ pub fn load(dir: &Path) -> Result<Mnist, IdxError> {
     })
 }
 
+/// ReLU, between all of E3's layers.
+const RELU: Layer = Layer::Act {
+    act: Activation::Relu,
+};
+
+/// E3's resampling layers: kernel 4, stride 2, padding 1, halving the side (`Conv`) or doubling it
+/// (`ConvT`, with `up`).
+fn resample(up: bool, c_in: usize, c_out: usize, side: usize) -> Layer {
+    let (k, stride, pad) = (4, 2, 1);
+    if up {
+        Layer::ConvT {
+            c_in,
+            c_out,
+            side,
+            k,
+            stride,
+            pad,
+        }
+    } else {
+        Layer::Conv {
+            c_in,
+            c_out,
+            side,
+            k,
+            stride,
+            pad,
+        }
+    }
+}
+
 /// E3's generator h_θ(u), images channels-last: FC d → 1024 → 7·7·64, ReLU after each;
 /// transposed convolutions 64 → 32 (7 → 14), ReLU, and 32 → 1 (14 → 28), all of kernel 4,
 /// stride 2, padding 1; 784 Bernoulli logits out.
 pub fn generator(d: usize) -> Sequential {
-    let relu = Layer::Act {
-        act: Activation::Relu,
-    };
-    let up = |c_in, c_out, side| Layer::ConvT {
-        c_in,
-        c_out,
-        side,
-        k: 4,
-        stride: 2,
-        pad: 1,
-    };
     Sequential::new(vec![
         Layer::Linear { inp: d, out: 1024 },
-        relu,
+        RELU,
         Layer::Linear {
             inp: 1024,
             out: 7 * 7 * 64,
         },
-        relu,
-        up(64, 32, 7),
-        relu,
-        up(32, 1, 14),
+        RELU,
+        resample(true, 64, 32, 7),
+        RELU,
+        resample(true, 32, 1, 14),
     ])
 }
 
@@ -149,27 +168,16 @@ pub fn generator(d: usize) -> Sequential {
 /// (14 → 7), kernel 4, stride 2, padding 1, ReLU after each; FC 7·7·64 → 1024, ReLU, → 2d
 /// (μ, then log σ²).
 pub fn encoder(d: usize) -> Sequential {
-    let relu = Layer::Act {
-        act: Activation::Relu,
-    };
-    let down = |c_in, c_out, side| Layer::Conv {
-        c_in,
-        c_out,
-        side,
-        k: 4,
-        stride: 2,
-        pad: 1,
-    };
     Sequential::new(vec![
-        down(1, 32, SIDE),
-        relu,
-        down(32, 64, SIDE / 2),
-        relu,
+        resample(false, 1, 32, SIDE),
+        RELU,
+        resample(false, 32, 64, SIDE / 2),
+        RELU,
         Layer::Linear {
             inp: 7 * 7 * 64,
             out: 1024,
         },
-        relu,
+        RELU,
         Layer::Linear {
             inp: 1024,
             out: 2 * d,

@@ -44,6 +44,23 @@ struct PieceGrads {
 }
 
 impl Scratch {
+    /// The pieces of a pass over `rows` rows, each with its zeroed gradients (the encoder's too
+    /// with `enc`), and the threads' buffers.
+    #[allow(clippy::type_complexity)]
+    fn pieces_for(
+        &mut self,
+        p: &VaeParams,
+        rows: usize,
+        enc: bool,
+    ) -> (
+        &WorkspacePool<Buffers>,
+        Vec<(&mut PieceGrads, std::ops::Range<usize>)>,
+    ) {
+        let ranges = pieces(rows);
+        self.prepare(p, ranges.len(), enc);
+        (&self.pool, self.pieces.iter_mut().zip(ranges).collect())
+    }
+
     /// Buffers for this many threads, and `n` zeroed piece gradients for these parameters.
     fn prepare(&mut self, p: &VaeParams, n: usize, enc: bool) {
         self.pool.ensure(rayon::current_num_threads());
@@ -187,14 +204,8 @@ pub fn vae_batch(
     let d = m.d;
     let b = x.len() / PIXELS;
     let scale = 1.0 / b as f32;
-    let ranges = pieces(b);
-    scratch.prepare(p, ranges.len(), true);
-    let Scratch {
-        pool,
-        pieces: slots,
-    } = scratch;
-    let pool = &*pool;
-    slots.par_iter_mut().zip(ranges).for_each(|(slot, r)| {
+    let (pool, work) = scratch.pieces_for(p, b, true);
+    work.into_par_iter().for_each(|(slot, r)| {
         let PieceGrads {
             gen: gg,
             enc: ge,
@@ -239,6 +250,7 @@ pub fn vae_batch(
             }
         });
     });
+    let slots = &scratch.pieces;
     add_pieces(slots.iter().map(|g| &g.gen[..]), g_dec);
     add_pieces(slots.iter().map(|g| &g.enc[..]), g_enc);
     BatchInfo {
@@ -296,14 +308,8 @@ pub fn sagd_batch(
         (2.0 * chains.gamma * chains.delta).sqrt() as f32,
     );
     let scale = 1.0 / rows as f32;
-    let ranges = pieces(rows);
-    scratch.prepare(p, ranges.len(), false);
-    let Scratch {
-        pool,
-        pieces: slots,
-    } = scratch;
-    let pool = &*pool;
-    slots.par_iter_mut().zip(ranges).for_each(|(slot, r)| {
+    let (pool, work) = scratch.pieces_for(p, rows, false);
+    work.into_par_iter().for_each(|(slot, r)| {
         let PieceGrads {
             gen: gg,
             loss,
@@ -358,6 +364,7 @@ pub fn sagd_batch(
             }
         });
     });
+    let slots = &scratch.pieces;
     add_pieces(slots.iter().map(|g| &g.gen[..]), grad_gen);
     BatchInfo {
         loss: slots.iter().map(|g| g.loss).sum::<f64>() / rows as f64,
