@@ -53,6 +53,10 @@ pub struct MnistArgs {
     /// SAGD Langevin steps per chain (the paper's burn-in; the gradient is at the last state).
     #[arg(long, default_value_t = spec().chains.steps)]
     steps: usize,
+    /// SAGD's integrator: euler (the paper's) or baoab (exact in position on Gaussian
+    /// posteriors, one more gradient per update).
+    #[arg(long, default_value_t = spec().chains.scheme)]
+    scheme: sagd::langevin::Scheme,
     /// SAGD friction γ.
     #[arg(long, default_value_t = spec().chains.gamma)]
     gamma: f64,
@@ -112,6 +116,7 @@ fn settings(a: &MnistArgs) -> E3Settings {
         sagd_updates: a.sagd_updates.unwrap_or(base.sagd_updates),
         sagd_lr: a.sagd_lr,
         chains: sagd_nn::mnist::model::Chains {
+            scheme: a.scheme,
             per_image: a.chains,
             steps: a.steps,
             gamma: a.gamma,

@@ -183,3 +183,60 @@ fn held_out_estimates_bound_the_elbo_and_repeat_with_their_seed() {
         assert!(h.ess >= 1.0 && h.ess <= 50.0 + 1e-9, "{h:?}");
     }
 }
+
+#[test]
+fn baoab_takes_its_first_step_on_a_flat_likelihood() {
+    // All parameters zero: the encoder gives u₀ = ε (μ = 0, log σ² = 0) and the likelihood does not
+    // depend on u, so ∇u log p(u | x) = −u. One BAOAB step: ρ' = ρ₀ − (δ/2)u₀, u' = u₀ + (δ/2)ρ',
+    // ρ'' = e^(−γδ)ρ' + √(1 − e^(−2γδ)) η, u₁ = u' + (δ/2)ρ''.
+    let m = E3::new(4);
+    let p = m.init(1);
+    let p = VaeParams {
+        dec: vec![0.0; p.dec.len()],
+        enc: vec![0.0; p.enc.len()],
+    };
+    let x = images(2);
+    let chains = Chains {
+        scheme: sagd::langevin::Scheme::Baoab,
+        per_image: 3,
+        steps: 1,
+        delta: 0.3,
+        ..Chains::default()
+    };
+    let noise = normals(sagd_noise_len(&m, &chains, 2), 17);
+    let mut gg = vec![0.0f32; p.dec.len()];
+    let info = sagd_batch(
+        &m,
+        &p,
+        &x,
+        &chains,
+        &noise,
+        &mut gg,
+        &mut Scratch::default(),
+    );
+    let (rows, d) = (6, 4);
+    let (eps, rest) = noise.split_at(rows * d);
+    let (rho0, eta) = rest.split_at(rows * d);
+    let (h, c1) = (0.15f64, (-2.0f64 * 0.3).exp());
+    let c2 = (1.0 - c1 * c1).sqrt();
+    let want = (0..rows)
+        .map(|r| {
+            (0..d)
+                .map(|j| {
+                    let i = r * d + j;
+                    let (u0, r0, e) = (eps[i] as f64, rho0[i] as f64, eta[i] as f64);
+                    let r1 = r0 - h * u0;
+                    let r2 = c1 * r1 + c2 * e;
+                    (h * r1 + h * r2).powi(2)
+                })
+                .sum::<f64>()
+                .sqrt()
+        })
+        .sum::<f64>()
+        / rows as f64;
+    assert!(
+        (info.displacement - want).abs() < 1e-5 * want,
+        "{} vs {want}",
+        info.displacement
+    );
+}

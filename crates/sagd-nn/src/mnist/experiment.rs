@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::error::{Result, SagdError};
+use sagd::langevin::Scheme;
 use sagd::optim::Averaging;
 use sagd::rng::{stream_seed, NormalStream};
 use sagd::run::{decode, encode, fnv1a, Control, Identity, Runner, FNV_OFFSET};
@@ -245,6 +246,23 @@ impl E3Settings {
             "use a Langevin step > 0, such as 0.01",
         )?;
         sagd::error::positive("gamma", self.chains.gamma, "use a friction > 0, such as 2")?;
+        match self.chains.scheme {
+            Scheme::Euler if self.chains.gamma * self.chains.delta >= 1.0 => {
+                return bad(
+                    "gamma * delta",
+                    (self.chains.gamma * self.chains.delta).to_string(),
+                    "the Euler scheme needs gamma * delta < 1: take a smaller delta".into(),
+                )
+            }
+            Scheme::Euler | Scheme::Baoab => {}
+            other => {
+                return bad(
+                    "scheme",
+                    other.name().into(),
+                    "E3's chains run euler (the paper's) or baoab".into(),
+                )
+            }
+        }
         sagd::error::positive(
             "vae_lr",
             self.vae_lr,

@@ -12,6 +12,7 @@
 use rand::RngExt;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
+use sagd::langevin::Scheme;
 use sagd::rng::NormalStream;
 
 use super::{encoder, generator, PIXELS};
@@ -97,10 +98,15 @@ pub struct E3 {
     pub enc: Sequential,
 }
 
-/// The Langevin chains of SAGD's gradient: the paper's Euler scheme
-/// u ← u + δρ, ρ ← (1 − γδ)ρ + δ∇log p(u | x) + √(2γδ) η, from u₀ ~ q_φ(u | x), ρ₀ ~ N(0, I).
+/// The Langevin chains of SAGD's gradient, from u₀ ~ q_φ(u | x), ρ₀ ~ N(0, I): the paper's Euler
+/// scheme u ← u + δρ, ρ ← (1 − γδ)ρ + δ∇log p(u | x) + √(2γδ) η, or BAOAB (half kick, half drift,
+/// exact friction and noise, half drift, half kick: one gradient per step, as Euler, plus one at
+/// the start; exact in position on Gaussian posteriors).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Chains {
+    /// Euler (the paper's) or BAOAB.
+    #[serde(default)]
+    pub scheme: Scheme,
     /// Chains per image.
     pub per_image: usize,
     /// Steps per chain (the paper's burn-in: the gradient is taken at the last state).
@@ -115,6 +121,7 @@ impl Default for Chains {
     /// The paper's 20 chains of 5 steps; γ = 2 and δ = 0.01 as the peer (the paper gives no δ).
     fn default() -> Self {
         Chains {
+            scheme: Scheme::Euler,
             per_image: 20,
             steps: 5,
             gamma: 2.0,
@@ -334,16 +341,42 @@ pub fn sagd_batch(
                 let u0 = u.clone();
                 let mut rho = rho0[s * d..e * d].to_vec();
                 let (mut dl, mut gu) = (vec![0.0f32; n * PIXELS], vec![0.0f32; n * d]);
-                for step in 0..chains.steps {
-                    // ∇u log p(u | x) = ∇u log p(x | u) − u.
-                    m.gen.forward(&p.dec, &u, n, ws);
+                // gu ← ∇u log p(u | x) = ∇u log p(x | u) − u.
+                let mut grad = |u: &[f32], gu: &mut [f32]| {
+                    m.gen.forward(&p.dec, u, n, ws);
                     bernoulli_logits(ws.output(), &xs, &mut dl);
-                    m.gen.backward(&p.dec, ws, &dl, None, Some(&mut gu));
-                    let h = &eta[(step * rows + s) * d..(step * rows + e) * d];
-                    for (((uj, rj), gj), hj) in u.iter_mut().zip(&mut rho).zip(&gu).zip(h) {
-                        let g = gj - *uj;
-                        *uj += delta * *rj;
-                        *rj = decay * *rj + delta * g + kick * hj;
+                    m.gen.backward(&p.dec, ws, &dl, None, Some(gu));
+                    gu.iter_mut().zip(u).for_each(|(g, v)| *g -= v);
+                };
+                let noise = |step: usize| &eta[(step * rows + s) * d..(step * rows + e) * d];
+                if chains.scheme == Scheme::Baoab && chains.steps > 0 {
+                    let (c1, c2) = (
+                        (-chains.gamma * chains.delta).exp() as f32,
+                        (1.0 - (-2.0 * chains.gamma * chains.delta).exp()).sqrt() as f32,
+                    );
+                    let half = 0.5 * delta;
+                    grad(&u, &mut gu);
+                    for step in 0..chains.steps {
+                        for (((uj, rj), gj), hj) in
+                            u.iter_mut().zip(&mut rho).zip(&gu).zip(noise(step))
+                        {
+                            *rj += half * gj;
+                            *uj += half * *rj;
+                            *rj = c1 * *rj + c2 * hj;
+                            *uj += half * *rj;
+                        }
+                        grad(&u, &mut gu);
+                        rho.iter_mut().zip(&gu).for_each(|(r, g)| *r += half * g);
+                    }
+                } else {
+                    for step in 0..chains.steps {
+                        grad(&u, &mut gu);
+                        for (((uj, rj), gj), hj) in
+                            u.iter_mut().zip(&mut rho).zip(&gu).zip(noise(step))
+                        {
+                            *uj += delta * *rj;
+                            *rj = decay * *rj + delta * gj + kick * hj;
+                        }
                     }
                 }
                 m.gen.forward(&p.dec, &u, n, ws);
