@@ -16,24 +16,25 @@ pub fn piece_rows(n: usize, min_rows: usize, max_rows: usize) -> usize {
     (n / PIECES).max(min_rows).min(max_rows).max(1)
 }
 
-/// Elements of the output per task of [`add_parts`].
+/// The fewest elements of the output per task of [`add_parts`] (long outputs are cut into about
+/// 4 × [`PIECES`] tasks).
 const SUM_CHUNK: usize = 256;
 
-/// `out[j] += Σ_b parts[b][j]`, the parts added in order in f64 and the elements split among
-/// threads: the same bits for any number of threads. Every part must be as long as `out`.
-pub fn add_parts<T: Real, P: AsRef<[T]> + Sync>(parts: &[P], out: &mut [f64]) {
+/// `out[j] += Σ_b parts[b][j]`, the parts added in order, each addition in f64 rounded once to
+/// the output's type (for f32 that is f32 addition), the elements split among threads: the same
+/// bits for any number of threads. Every part must be as long as `out`.
+pub fn add_parts<T: Real, O: Real, P: AsRef<[T]> + Sync>(parts: &[P], out: &mut [O]) {
     debug_assert!(parts.iter().all(|p| p.as_ref().len() == out.len()));
-    out.par_chunks_mut(SUM_CHUNK)
-        .enumerate()
-        .for_each(|(c, o)| {
-            let j0 = c * SUM_CHUNK;
-            for p in parts {
-                let p = &p.as_ref()[j0..j0 + o.len()];
-                for (a, b) in o.iter_mut().zip(p) {
-                    *a += b.f64();
-                }
+    let chunk = SUM_CHUNK.max(out.len().div_ceil(4 * PIECES));
+    out.par_chunks_mut(chunk).enumerate().for_each(|(c, o)| {
+        let j0 = c * chunk;
+        for p in parts {
+            let p = &p.as_ref()[j0..j0 + o.len()];
+            for (a, b) in o.iter_mut().zip(p) {
+                *a = O::of(a.f64() + b.f64());
             }
-        });
+        }
+    });
 }
 
 #[cfg(test)]

@@ -181,19 +181,11 @@ fn pieces(n: usize) -> Vec<std::ops::Range<usize>> {
     (0..n).step_by(per).map(|a| a..(a + per).min(n)).collect()
 }
 
-/// out[j] = Σ_pieces part[j], the pieces added in order: the same bits for any number of threads.
+/// out[j] = Σ_pieces part[j], the pieces added in order ([`sagd::parallel::add_parts`]).
 fn add_pieces<'a>(parts: impl Iterator<Item = &'a [f32]>, out: &mut [f32]) {
     let parts: Vec<&[f32]> = parts.collect();
-    const CHUNK: usize = 1 << 14;
-    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
-        let (at, len) = (c * CHUNK, o.len());
-        o.fill(0.0);
-        for p in &parts {
-            o.iter_mut()
-                .zip(&p[at..at + len])
-                .for_each(|(a, b)| *a += b);
-        }
-    });
+    out.fill(0.0);
+    sagd::parallel::add_parts(&parts, out);
 }
 
 /// The VAE's mean negative ELBO over the binarised images `x` (b × 784) with one reparameterised
@@ -266,8 +258,8 @@ pub fn vae_batch(
     }
 }
 
-/// The encoder's (μ, log σ²) for the images `x`, n × 2d.
-pub fn encode(m: &E3, p: &VaeParams, x: &[f32], scratch: &mut Scratch) -> Vec<f32> {
+/// The encoder's (μ, log σ²) for the images `x`, n × 2d, at its parameters `enc`.
+pub fn encode(m: &E3, enc: &[f32], x: &[f32], scratch: &mut Scratch) -> Vec<f32> {
     let n = x.len() / PIXELS;
     scratch.pool.ensure(rayon::current_num_threads());
     let pool = &scratch.pool;
@@ -279,7 +271,7 @@ pub fn encode(m: &E3, p: &VaeParams, x: &[f32], scratch: &mut Scratch) -> Vec<f3
                 for s in (r.start..r.end).step_by(SUB_ROWS) {
                     let e = (s + SUB_ROWS).min(r.end);
                     m.enc
-                        .forward(&p.enc, &x[s * PIXELS..e * PIXELS], e - s, &mut bufs.enc);
+                        .forward(enc, &x[s * PIXELS..e * PIXELS], e - s, &mut bufs.enc);
                     out.extend_from_slice(bufs.enc.output());
                 }
             });
@@ -306,7 +298,7 @@ pub fn sagd_batch(
     let d = m.d;
     let b = x.len() / PIXELS;
     let rows = chains.per_image * b;
-    let enc = encode(m, p, x, scratch);
+    let enc = encode(m, &p.enc, x, scratch);
     let (eps, rest) = noise.split_at(rows * d);
     let (rho0, eta) = rest.split_at(rows * d);
     let (delta, gamma) = (chains.delta as f32, chains.gamma as f32);
@@ -437,11 +429,7 @@ pub fn held_out(
 ) -> Vec<HeldOut> {
     let d = m.d;
     let n = x.len() / PIXELS;
-    let pe = VaeParams {
-        dec: gen.to_vec(),
-        enc: enc.to_vec(),
-    };
-    let q = encode(m, &pe, x, scratch);
+    let q = encode(m, enc, x, scratch);
     let pool = &scratch.pool;
     (0..n)
         .into_par_iter()
