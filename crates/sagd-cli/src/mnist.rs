@@ -98,6 +98,10 @@ pub struct MnistArgs {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Where the networks train: cpu, or cuda (cuda:N for GPU N) for an NVIDIA GPU with CUDA 13's
+    /// driver, NVRTC and cuBLAS on the loader's path. The held-out evaluation stays on the CPU.
+    #[arg(long, default_value_t = sagd_nn::Device::Cpu)]
+    device: sagd_nn::Device,
 }
 
 /// The library's settings for these flags.
@@ -160,6 +164,10 @@ pub fn run(a: MnistArgs) -> Result<()> {
         )
     })?;
     s.validate(data.train.len(), data.test.len())?;
+    // Before any work: a missing GPU or library is a flag's error.
+    a.device
+        .ready()
+        .with_context(|| format!("--device {}", a.device))?;
     let checkpoints = a.out.join("checkpoints");
     if a.resume && !checkpoints.is_dir() {
         bail!(
@@ -178,6 +186,7 @@ pub fn run(a: MnistArgs) -> Result<()> {
         resume: a.resume,
         pretrained_cache: Some(cache),
         interrupt_after: a.interrupt_after,
+        device: a.device,
     };
     println!("E3 (MNIST): {}", against_paper(&s));
     let mut staging = Staging::new(&a.out)?;

@@ -1051,4 +1051,45 @@ fn mnist_rejects_bad_data_and_settings() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("gamma") && err.contains("friction"), "{err}");
     assert!(!out.join("result.json").exists());
+    // Without a GPU (CI), --device cuda stops before any work, naming the flag.
+    let o = mnist_small(&out, &["--device", "cuda"]);
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("--device cuda") && err.contains("CUDA"),
+            "{err}"
+        );
+        assert!(!out.join("result.json").exists());
+    }
+}
+
+#[test]
+fn bench_mnist_times_both_phases_through_the_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench.json");
+    let o = sagd()
+        .args([
+            "bench",
+            "mnist",
+            "--vae-batches",
+            "1",
+            "--sagd-batches",
+            "1",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&out);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (r, phase) in rows.iter().zip(["vae", "sagd"]) {
+        assert_eq!(r["phase"], phase);
+        let s = r["s_per_update"].as_f64().unwrap();
+        assert!(s > 0.0 && s.is_finite(), "{r}");
+        // 300 minibatches of 200 make an epoch (to JSON's parsing precision).
+        let epoch = r["s_per_epoch"].as_f64().unwrap();
+        assert!((epoch / (s * 300.0) - 1.0).abs() < 1e-12, "{r}");
+    }
 }

@@ -1,7 +1,7 @@
 //! The CUDA backend: what can be checked without a GPU everywhere, and its agreement with the CPU
 //! engine where a GPU is found (elsewhere that part is skipped, saying why).
 
-use sagd_nn::cuda::{check_estimators, check_networks, Gpu, GpuError};
+use sagd_nn::cuda::{check_adam, check_estimators, check_networks, check_training, Gpu, GpuError};
 use sagd_nn::Device;
 
 #[test]
@@ -39,6 +39,22 @@ fn every_kernel_the_backend_loads_is_in_its_source() {
 }
 
 #[test]
+fn e3_on_a_gpu_that_is_not_there_is_a_clear_error() {
+    use sagd_nn::mnist::experiment::{E3Estimator, Objective};
+    use sagd_nn::mnist::model::E3;
+    if Gpu::open(0).is_ok() {
+        eprintln!("skipped: a GPU is here");
+        return;
+    }
+    let m = E3::new(20);
+    let images = vec![0u8; 2 * 784];
+    match E3Estimator::on(Device::Cuda(0), &m, &images, Objective::Vae, 1) {
+        Ok(_) => panic!("opened a GPU that Gpu::open could not"),
+        Err(e) => assert!(e.to_string().contains("CUDA"), "{e}"),
+    }
+}
+
+#[test]
 fn the_gpu_agrees_with_the_cpu_or_the_check_is_skipped_with_the_reason() {
     let gpu = match Gpu::open(0) {
         Ok(gpu) => gpu,
@@ -61,5 +77,11 @@ fn the_gpu_agrees_with_the_cpu_or_the_check_is_skipped_with_the_reason() {
     }
     for c in check_estimators(5, 0).unwrap() {
         assert!(c.g_dec.max(c.g_enc).max(c.loss) < 1e-3, "{c:?}");
+    }
+    let adam = check_adam(&gpu, 5).unwrap();
+    assert_eq!((adam.theta, adam.m, adam.v), (0.0, 0.0, 0.0), "{adam:?}");
+    for c in check_training(5, 0).unwrap() {
+        // The plumbing fails by O(1); rounding spreads the moves by up to about 1e-2.
+        assert!(c.rel_err < 0.05, "{c:?}");
     }
 }

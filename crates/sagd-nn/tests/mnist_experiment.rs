@@ -67,6 +67,7 @@ fn a_tiny_run_writes_everything_and_resumes_to_the_same_result() {
         resume: true,
         pretrained_cache: Some(dir.path().join("cache")),
         interrupt_after: Some(2),
+        ..E3Options::default()
     };
     let mut stops = 0;
     let resumed = loop {

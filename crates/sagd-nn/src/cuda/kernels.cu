@@ -395,3 +395,149 @@ extern "C" __global__ void posterior_mlp(const float* theta, int o0, int o2, int
         lp[row] = -0.5f * s;
     }
 }
+
+// ---- Convolutions as products (conv.rs): windows gathered (im2col) and scattered (col2im) ----
+// Images channels-last: image m's pixel (y, x), channel c at ((m·big + y)·big + x)·ch + c. A window
+// row holds k·k cells of ch values, for kernel offset kk = ky·k + kx.
+
+// cols[(m·small² + o)·k²·ch + kk·ch + c] = img at the window's cell, 0 outside the image.
+extern "C" __global__ void im2col(const float* img, float* cols, int images, int big, int small,
+                                  int k, int stride, int pad, int ch) {
+    long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long total = (long long)images * small * small * k * k * ch;
+    if (e >= total) return;
+    int c = (int)(e % ch);
+    long long t = e / ch;
+    int kk = (int)(t % (k * k));
+    t /= k * k;
+    int o = (int)(t % (small * small));
+    long long m = t / (small * small);
+    int y = (o / small) * stride + kk / k - pad, x = (o % small) * stride + kk % k - pad;
+    cols[e] = (y >= 0 && y < big && x >= 0 && x < big)
+                  ? img[((m * big + y) * big + x) * ch + c]
+                  : 0.0f;
+}
+
+// The adjoint: img (overwritten) = the sum of the windows covering each pixel, in window order
+// (the CPU's order). One thread per image value.
+extern "C" __global__ void col2im(const float* cols, float* img, int images, int big, int small,
+                                  int k, int stride, int pad, int ch) {
+    long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long total = (long long)images * big * big * ch;
+    if (e >= total) return;
+    int c = (int)(e % ch);
+    long long t = e / ch;
+    int x = (int)(t % big);
+    t /= big;
+    int y = (int)(t % big);
+    long long m = t / big;
+    int width = k * k * ch;
+    // Window positions o with o·stride + kernel offset − pad = pixel, kernel offset in [0, k).
+    int lo_y = y + pad - k + 1, lo_x = x + pad - k + 1;
+    int oy0 = lo_y <= 0 ? 0 : (lo_y + stride - 1) / stride;
+    int ox0 = lo_x <= 0 ? 0 : (lo_x + stride - 1) / stride;
+    int oy1 = min((y + pad) / stride, small - 1), ox1 = min((x + pad) / stride, small - 1);
+    float acc = 0.0f;
+    for (int oy = oy0; oy <= oy1; ++oy) {
+        for (int ox = ox0; ox <= ox1; ++ox) {
+            int kk = (y + pad - oy * stride) * k + (x + pad - ox * stride);
+            acc += cols[((m * small + oy) * small + ox) * width + kk * ch + c];
+        }
+    }
+    img[e] = acc;
+}
+
+// ---- E3 (MNIST): Bernoulli pixels with logits, the VAE's encoder gradient, SAGD's chains ----
+
+// Per row r of logits (rows × pixels), its image x[r mod b]: ll[r] = Σ_j x l − softplus(l) (summed in
+// double), dl = gscale (x − σ(l)). One block of 256 threads per row.
+extern "C" __global__ void bernoulli_rows(const float* logits, const float* x, int b, int pixels,
+                                          float* dl, float* ll, float gscale) {
+    __shared__ double part[256];
+    long long r = blockIdx.x;
+    const float* l = logits + r * pixels;
+    const float* xr = x + (r % b) * pixels;
+    double acc = 0.0;
+    for (int j = threadIdx.x; j < pixels; j += blockDim.x) {
+        float a = l[j], xv = xr[j];
+        float e = expf(-fabsf(a));
+        float inv = 1.0f / (1.0f + e);
+        float sp = fmaxf(a, 0.0f) + log1pf(e);
+        float sg = a >= 0.0f ? inv : e * inv;
+        acc += (double)(xv * a - sp);
+        dl[r * pixels + j] = gscale * (xv - sg);
+    }
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) ll[r] = (float)part[0];
+}
+
+// The VAE's ∂loss/∂(μ, log σ²) from ∂loss/∂u = du (u = μ + σ ε) and the KL term's, scaled by
+// 1/b; kl[i] = KL(q(u | x_i) ‖ N(0, I)). One thread per image.
+extern "C" __global__ void e3_vae_grad(const float* enc, const float* eps, const float* du,
+                                       float* dout, float* kl, int n, int d, float scale) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double k = 0.0;
+    for (int j = 0; j < d; ++j) {
+        float mu = enc[i * 2 * d + j], lv = enc[i * 2 * d + d + j];
+        float sd = expf(0.5f * lv), g = du[i * d + j];
+        dout[i * 2 * d + j] = g + mu * scale;
+        dout[i * 2 * d + d + j] = g * eps[i * d + j] * 0.5f * sd + 0.5f * (expf(lv) - 1.0f) * scale;
+        k += 0.5 * (double)(mu * mu + expf(lv) - lv - 1.0f);
+    }
+    kl[i] = (float)k;
+}
+
+// SAGD's chain starts: u = u0 = μ + σ ε for chain r of image r mod b.
+extern "C" __global__ void e3_chain_init(const float* enc, const float* eps, float* u, float* u0,
+                                         int rows, int b, int d) {
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= rows * d) return;
+    int r = e / d, j = e % d, i = r % b;
+    float v = enc[i * 2 * d + j] + expf(0.5f * enc[i * 2 * d + d + j]) * eps[e];
+    u[e] = v;
+    u0[e] = v;
+}
+
+// dist[r] = ‖u_r − u0_r‖.
+extern "C" __global__ void row_distance(const float* u, const float* u0, float* dist, int rows,
+                                        int d) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    double s = 0.0;
+    for (int j = 0; j < d; ++j) {
+        double v = (double)(u[r * d + j] - u0[r * d + j]);
+        s += v * v;
+    }
+    dist[r] = (float)sqrt(s);
+}
+
+// ---- Adam on the device: the host rule's arithmetic (optim/mod.rs), each operation rounded once
+// as there (no fused multiply-adds), moments in double ----
+
+// m = β₁m + (1 − β₁)g, v = β₂v + (1 − β₂)g·g, d = (m/c₁)/(√(v/c₂) + ε) rounded to float,
+// θ −= (float)(lr·d).
+extern "C" __global__ void adam_step(float* theta, const float* g, double* m, double* v, int n,
+                                     double beta1, double beta2, double eps, double c1, double c2,
+                                     double lr) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double gf = (double)g[i];
+    double mi = __dadd_rn(__dmul_rn(beta1, m[i]), __dmul_rn(1.0 - beta1, gf));
+    double vi = __dadd_rn(__dmul_rn(beta2, v[i]), __dmul_rn(__dmul_rn(1.0 - beta2, gf), gf));
+    m[i] = mi;
+    v[i] = vi;
+    float d = (float)__ddiv_rn(__ddiv_rn(mi, c1), __dadd_rn(__dsqrt_rn(__ddiv_rn(vi, c2)), eps));
+    theta[i] = __fsub_rn(theta[i], (float)__dmul_rn(lr, (double)d));
+}
+
+// flag[0] = 1 where some g is not finite (flag zeroed before).
+extern "C" __global__ void flag_nonfinite(const float* g, int n, float* flag) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && !(g[i] - g[i] == 0.0f)) flag[0] = 1.0f;
+}

@@ -8,12 +8,15 @@
 mod bound;
 mod chains;
 mod check;
+mod e3;
 
 pub use bound::GpuBoundEstimator;
 pub use chains::GpuChainEstimator;
+pub use e3::{E3Pass, GpuE3};
 
 pub use check::{
-    check_estimators, check_networks, time_networks, EstimatorCheck, NetworkCheck, NetworkTiming,
+    check_adam, check_estimators, check_networks, check_training, time_networks, AdamCheck,
+    EstimatorCheck, NetworkCheck, NetworkTiming, TrainingCheck,
 };
 
 use std::collections::HashMap;
@@ -22,12 +25,13 @@ use std::sync::{Arc, OnceLock};
 use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, Gemv, GemvConfig};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut,
+    LaunchConfig, PushKernelArg,
 };
 
 use cudarc::nvrtc::Ptx;
 
+use crate::conv::Windows;
 use crate::math::Activation;
 use crate::net::{Layer, Sequential};
 
@@ -73,7 +77,7 @@ impl From<GpuError> for sagd::error::SagdError {
 }
 
 /// The kernels of `kernels.cu`, by name.
-const KERNELS: [&str; 19] = [
+const KERNELS: [&str; 27] = [
     "act_forward",
     "add_bias",
     "scale",
@@ -93,6 +97,14 @@ const KERNELS: [&str; 19] = [
     "column_sums",
     "rows_copy",
     "posterior_mlp",
+    "im2col",
+    "col2im",
+    "bernoulli_rows",
+    "e3_vae_grad",
+    "e3_chain_init",
+    "row_distance",
+    "adam_step",
+    "flag_nonfinite",
 ];
 
 /// An open GPU: its own stream, a cuBLAS handle on it, and the compiled kernels. Each training job
@@ -127,6 +139,13 @@ pub(crate) fn act_code(a: Activation) -> i32 {
 /// Whether updates may be replayed from CUDA graphs (`SAGD_GPU_GRAPHS=0` turns them off).
 fn graphs_enabled() -> bool {
     !std::env::var("SAGD_GPU_GRAPHS").is_ok_and(|v| v == "0")
+}
+
+/// Whether cuBLAS may run the products on tensor cores in TF32 (10-bit mantissas in, f32 sums):
+/// `SAGD_GPU_TF32=1`. Off by default, so that the GPU agrees with the CPU engine to f32 rounding;
+/// PyTorch's convolutions use TF32 by default.
+pub fn tf32_enabled() -> bool {
+    std::env::var("SAGD_GPU_TF32").is_ok_and(|v| v == "1")
 }
 
 /// Whether the driver, NVRTC and cuBLAS libraries can be loaded, naming the first that cannot.
@@ -188,6 +207,14 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
         let blas = CudaBlas::new(stream.clone())?;
+        if tf32_enabled() {
+            use cudarc::cublas::sys::{cublasMath_t, cublasSetMathMode};
+            // SAFETY: the handle was just made and lives as long as `blas`.
+            unsafe {
+                cublasSetMathMode(*blas.handle(), cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH)
+                    .result()?
+            };
+        }
         let src = PTX
             .get_or_init(|| {
                 cudarc::nvrtc::compile_ptx(include_str!("kernels.cu"))
@@ -214,10 +241,15 @@ impl Gpu {
         &self.kernels[name]
     }
 
-    /// The device's name and compute capability, as `name (sm_XY)`.
+    /// The device's name and compute capability, as `name (sm_XY)`, and TF32 if on.
     pub fn describe(&self) -> GpuResult<String> {
         let (major, minor) = self.ctx.compute_capability()?;
-        Ok(format!("{} (sm_{major}{minor})", self.ctx.name()?))
+        let tf32 = if tf32_enabled() {
+            ", TF32 products"
+        } else {
+            ""
+        };
+        Ok(format!("{} (sm_{major}{minor}{tf32})", self.ctx.name()?))
     }
 
     /// A copy of `host` on the device.
@@ -303,6 +335,154 @@ impl Gpu {
         unsafe { self.blas.gemm(cfg, w, x, y) }?;
         Ok(())
     }
+
+    /// A product's weight gradient from its input `x` (rows × inp) and ∂L/∂y `g` (rows × out),
+    /// added: dW (out × inp, row-major) += gᵀ x.
+    fn weight_grad<X, G, DW>(
+        &self,
+        x: &X,
+        g: &G,
+        dw: &mut DW,
+        rows: usize,
+        (inp, out): (usize, usize),
+    ) -> GpuResult<()>
+    where
+        X: DevicePtr<f32>,
+        G: DevicePtr<f32>,
+        DW: DevicePtrMut<f32>,
+    {
+        // dWᵀ (inp × out) += xᵀ (inp × rows) · g (rows × out), column-major.
+        let cfg = GemmConfig {
+            transa: CUBLAS_OP_N,
+            transb: CUBLAS_OP_T,
+            m: inp as i32,
+            n: out as i32,
+            k: rows as i32,
+            alpha: 1.0f32,
+            lda: inp as i32,
+            ldb: out as i32,
+            beta: 1.0f32,
+            ldc: inp as i32,
+        };
+        // SAFETY: x holds rows·inp values, g rows·out, dw inp·out.
+        unsafe { self.blas.gemm(cfg, x, g, dw) }?;
+        Ok(())
+    }
+
+    /// A bias gradient, added: db (out) += Σ_rows g (rows × out), with `ones` (at least `rows`).
+    fn bias_grad<G: DevicePtr<f32>, DB: DevicePtrMut<f32>>(
+        &self,
+        g: &G,
+        db: &mut DB,
+        ones: &CudaSlice<f32>,
+        rows: usize,
+        out: usize,
+    ) -> GpuResult<()> {
+        // db (out) += g (out × rows, column-major) · 1.
+        let cfg = GemvConfig {
+            trans: CUBLAS_OP_N,
+            m: out as i32,
+            n: rows as i32,
+            alpha: 1.0f32,
+            lda: out as i32,
+            incx: 1,
+            beta: 1.0f32,
+            incy: 1,
+        };
+        // SAFETY: g holds rows·out values, ones at least rows, db out.
+        unsafe { self.blas.gemv(cfg, g, ones, db) }?;
+        Ok(())
+    }
+
+    /// A Linear layer's input gradient: dx (rows × inp) = g (rows × out) · W, W row-major
+    /// (out × inp).
+    fn linear_input_grad<W, G, DX>(
+        &self,
+        w: &W,
+        g: &G,
+        dx: &mut DX,
+        rows: usize,
+        (inp, out): (usize, usize),
+    ) -> GpuResult<()>
+    where
+        W: DevicePtr<f32>,
+        G: DevicePtr<f32>,
+        DX: DevicePtrMut<f32>,
+    {
+        // dxᵀ (inp × rows) = W as (inp × out) · gᵀ (out × rows).
+        let cfg = GemmConfig {
+            transa: CUBLAS_OP_N,
+            transb: CUBLAS_OP_N,
+            m: inp as i32,
+            n: rows as i32,
+            k: out as i32,
+            alpha: 1.0f32,
+            lda: inp as i32,
+            ldb: out as i32,
+            beta: 0.0f32,
+            ldc: inp as i32,
+        };
+        // SAFETY: w holds inp·out values, g rows·out, dx rows·inp.
+        unsafe { self.blas.gemm(cfg, w, g, dx) }?;
+        Ok(())
+    }
+
+    /// The windows of `images` images: gathered from `src` (images × big²·ch) into `dst`
+    /// (images·small² × k²·ch) with `gather`, else scattered back with sums (the adjoint).
+    fn windows(
+        &self,
+        gather: bool,
+        win: &Windows,
+        images: usize,
+        src: &CudaSlice<f32>,
+        dst: &mut CudaSlice<f32>,
+    ) -> GpuResult<()> {
+        let n = if gather {
+            images * win.count() * win.width()
+        } else {
+            images * win.image()
+        };
+        let [im, big, small, k, stride, pad, ch] = [
+            images,
+            win.big,
+            win.small,
+            win.k,
+            win.stride,
+            win.pad,
+            win.channels,
+        ]
+        .map(|v| v as i32);
+        let name = if gather { "im2col" } else { "col2im" };
+        let mut lb = self.stream.launch_builder(self.k(name));
+        lb.arg(src)
+            .arg(dst)
+            .arg(&im)
+            .arg(&big)
+            .arg(&small)
+            .arg(&k)
+            .arg(&stride)
+            .arg(&pad)
+            .arg(&ch);
+        // SAFETY: src and dst hold the images and windows of these shapes.
+        unsafe { lb.launch(grid(n)) }?;
+        Ok(())
+    }
+
+    /// y[r, j] += b[j] for the first rows·out values of y.
+    fn add_bias(
+        &self,
+        y: &mut CudaSlice<f32>,
+        b: &CudaView<'_, f32>,
+        out: usize,
+        n: usize,
+    ) -> GpuResult<()> {
+        let (o, ni) = (out as i32, n as i32);
+        let mut lb = self.stream.launch_builder(self.k("add_bias"));
+        lb.arg(y).arg(b).arg(&o).arg(&ni);
+        // SAFETY: y has n elements and b has out.
+        unsafe { lb.launch(grid(n)) }?;
+        Ok(())
+    }
 }
 
 /// Normal or uniform draws made on the device: Philox-4x32-10 keyed by the seed, with a counter
@@ -344,6 +524,11 @@ pub struct GpuWorkspace {
     rows: usize,
     acts: Vec<Option<CudaSlice<f32>>>,
     derivs: Vec<Option<CudaSlice<f32>>>,
+    /// A convolution's gathered input windows (kept for ∂W), a transposed convolution's product
+    /// before its scatter.
+    cols: Vec<Option<CudaSlice<f32>>>,
+    /// ∂L/∂windows in the backward pass of a convolution.
+    dcols: Option<CudaSlice<f32>>,
     grad: Option<CudaSlice<f32>>,
     grad2: Option<CudaSlice<f32>>,
     ones: Option<CudaSlice<f32>>,
@@ -383,50 +568,87 @@ impl Sequential {
         ws.rows = rows;
         ws.acts.resize_with(layers.len() + 1, || None);
         ws.derivs.resize_with(layers.len(), || None);
+        ws.cols.resize_with(layers.len(), || None);
         let n0 = rows * self.input_dim();
         let a0 = ensure(gpu, &mut ws.acts[0], n0)?;
         gpu.stream
             .memcpy_dtod(&x.slice(..n0), &mut a0.slice_mut(..n0))?;
         let mut width = self.input_dim();
         for (i, l) in layers.iter().enumerate() {
-            match *l {
-                Layer::Linear { inp, out } => {
-                    let off = self.offset(i);
-                    ensure(gpu, &mut ws.acts[i + 1], rows * out)?;
-                    let (done, rest) = ws.acts.split_at_mut(i + 1);
-                    let (xin, y) = (
-                        done[i].as_ref().expect("made above"),
-                        rest[0].as_mut().expect("made above"),
-                    );
-                    let w = params.slice(off..off + inp * out);
-                    let b = params.slice(off + inp * out..off + inp * out + out);
-                    gpu.linear_forward(&w, xin, y, rows, inp, out)?;
-                    let (n, o) = ((rows * out) as i32, out as i32);
-                    let mut lb = gpu.stream.launch_builder(gpu.k("add_bias"));
-                    lb.arg(&mut *y).arg(&b).arg(&o).arg(&n);
-                    // SAFETY: y has rows·out elements and b has out.
-                    unsafe { lb.launch(grid(n as usize)) }?;
-                    width = out;
-                }
-                Layer::Conv { .. } | Layer::ConvT { .. } => return Err(GpuError::Unsupported(*l)),
-                Layer::Act { act } => {
-                    let n = rows * width;
-                    ensure(gpu, &mut ws.acts[i + 1], n)?;
-                    let dy = ensure(gpu, &mut ws.derivs[i], n)?;
-                    let (done, rest) = ws.acts.split_at_mut(i + 1);
-                    let (xin, y) = (
-                        done[i].as_ref().expect("made above"),
-                        rest[0].as_mut().expect("made above"),
-                    );
-                    let (kind, ni) = (act_code(act), n as i32);
-                    let mut lb = gpu.stream.launch_builder(gpu.k("act_forward"));
-                    lb.arg(&kind).arg(xin).arg(y).arg(dy).arg(&ni);
-                    // SAFETY: x, y and dy have at least n elements.
-                    unsafe { lb.launch(grid(n)) }?;
-                }
+            if let Layer::Act { act } = *l {
+                let n = rows * width;
+                ensure(gpu, &mut ws.acts[i + 1], n)?;
+                let dy = ensure(gpu, &mut ws.derivs[i], n)?;
+                let (done, rest) = ws.acts.split_at_mut(i + 1);
+                let (xin, y) = (
+                    done[i].as_ref().expect("made above"),
+                    rest[0].as_mut().expect("made above"),
+                );
+                let (kind, ni) = (act_code(act), n as i32);
+                let mut lb = gpu.stream.launch_builder(gpu.k("act_forward"));
+                lb.arg(&kind).arg(xin).arg(y).arg(dy).arg(&ni);
+                // SAFETY: x, y and dy have at least n elements.
+                unsafe { lb.launch(grid(n)) }?;
+                continue;
             }
+            let Some((_, out_width)) = l.widths() else {
+                continue;
+            };
+            let off = self.offset(i);
+            let np = l.n_params();
+            ensure(gpu, &mut ws.acts[i + 1], rows * out_width)?;
+            let (done, rest) = ws.acts.split_at_mut(i + 1);
+            let (xin, y) = (
+                done[i].as_ref().expect("made above"),
+                rest[0].as_mut().expect("made above"),
+            );
+            match (*l, l.windows()) {
+                (Layer::Linear { inp, out }, _) => {
+                    let w = params.slice(off..off + inp * out);
+                    let b = params.slice(off + inp * out..off + np);
+                    gpu.linear_forward(&w, xin, y, rows, inp, out)?;
+                    gpu.add_bias(y, &b, out, rows * out)?;
+                }
+                (Layer::Conv { c_out, .. }, Some(win)) => {
+                    // y = windows(x) · Wᵀ + b, one row per window.
+                    let wrows = rows * win.count();
+                    let cols = ensure(gpu, &mut ws.cols[i], wrows * win.width())?;
+                    gpu.windows(true, &win, rows, xin, cols)?;
+                    let w = params.slice(off..off + np - c_out);
+                    let b = params.slice(off + np - c_out..off + np);
+                    gpu.linear_forward(&w, &*cols, y, wrows, win.width(), c_out)?;
+                    gpu.add_bias(y, &b, c_out, wrows * c_out)?;
+                }
+                (Layer::ConvT { c_in, c_out, .. }, Some(win)) => {
+                    // y = scatter(x · Wᵀ) + b per channel, one product row per input pixel.
+                    let prows = rows * win.count();
+                    let cols = ensure(gpu, &mut ws.cols[i], prows * win.width())?;
+                    let w = params.slice(off..off + np - c_out);
+                    let b = params.slice(off + np - c_out..off + np);
+                    gpu.linear_forward(&w, xin, cols, prows, c_in, win.width())?;
+                    gpu.windows(false, &win, rows, cols, y)?;
+                    gpu.add_bias(y, &b, c_out, rows * out_width)?;
+                }
+                _ => return Err(GpuError::Unsupported(*l)),
+            }
+            width = out_width;
         }
         Ok(())
+    }
+
+    /// Rows of the longest product of a pass over `rows` rows: a convolution's windows, a
+    /// transposed convolution's output pixels (its bias gradient sums over them).
+    fn product_rows(&self, rows: usize) -> usize {
+        self.layers()
+            .iter()
+            .map(|l| match (l, l.windows()) {
+                (Layer::Conv { .. }, Some(w)) => rows * w.count(),
+                (Layer::ConvT { .. }, Some(w)) => rows * w.big * w.big,
+                _ => rows,
+            })
+            .max()
+            .unwrap_or(rows)
+            .max(rows)
     }
 
     /// The backward pass on the GPU after [`Sequential::forward_gpu`]: `dout` is ∂L/∂output
@@ -443,18 +665,37 @@ impl Sequential {
     ) -> GpuResult<()> {
         let layers = self.layers();
         let rows = ws.rows;
-        let widest = self.widest();
+        let widest = layers
+            .iter()
+            .filter_map(|l| l.widths())
+            .map(|(i, o)| i.max(o))
+            .max()
+            .unwrap_or(1)
+            .max(self.input_dim())
+            .max(self.output_dim());
         let n_out = rows * self.output_dim();
         ensure(gpu, &mut ws.grad, rows * widest)?;
         ensure(gpu, &mut ws.grad2, rows * widest)?;
-        if ws.ones.as_ref().is_none_or(|o| o.len() < rows.max(1)) {
-            let mut ones = gpu.zeros(rows)?;
+        let dcols_len = layers
+            .iter()
+            .filter_map(|l| l.windows())
+            .map(|w| rows * w.count() * w.width())
+            .max()
+            .unwrap_or(0);
+        if dcols_len > 0 {
+            ensure(gpu, &mut ws.dcols, dcols_len)?;
+        }
+        let n_ones = self.product_rows(rows);
+        if ws.ones.as_ref().is_none_or(|o| o.len() < n_ones.max(1)) {
+            let mut ones = gpu.zeros(n_ones)?;
             gpu.fill(&mut ones, 1.0)?;
             ws.ones = Some(ones);
         }
         let GpuWorkspace {
             acts,
             derivs,
+            cols,
+            dcols,
             grad,
             grad2,
             ones,
@@ -471,74 +712,75 @@ impl Sequential {
         let mut width = self.output_dim();
         for (i, l) in layers.iter().enumerate().rev() {
             let xin = acts[i].as_ref().expect("forward_gpu ran");
-            match *l {
-                Layer::Linear { inp, out } => {
-                    let off = self.offset(i);
+            if let Layer::Act { .. } = l {
+                let d = derivs[i].as_ref().expect("forward_gpu ran");
+                let n = (rows * width) as i32;
+                let mut lb = gpu.stream.launch_builder(gpu.k("scale"));
+                lb.arg(&mut *grad).arg(d).arg(&n);
+                // SAFETY: both hold at least n elements.
+                unsafe { lb.launch(grid(n as usize)) }?;
+                continue;
+            }
+            let Some((in_width, _)) = l.widths() else {
+                continue;
+            };
+            let (off, np) = (self.offset(i), l.n_params());
+            let input_grad = i > 0 || need_dx;
+            match (*l, l.windows()) {
+                (Layer::Linear { inp, out }, _) => {
                     if let Some(dp) = dparams.as_deref_mut() {
-                        // dWᵀ (inp × out) += xᵀ (inp × rows) · g (rows × out), column-major.
-                        let cfg = GemmConfig {
-                            transa: CUBLAS_OP_N,
-                            transb: CUBLAS_OP_T,
-                            m: inp as i32,
-                            n: out as i32,
-                            k: rows as i32,
-                            alpha: 1.0f32,
-                            lda: inp as i32,
-                            ldb: out as i32,
-                            beta: 1.0f32,
-                            ldc: inp as i32,
-                        };
-                        // SAFETY: shapes as above, buffers at least that long.
-                        unsafe {
-                            gpu.blas
-                                .gemm(cfg, xin, &*grad, &mut dp.slice_mut(off..off + inp * out))
-                        }?;
-                        // db (out) += g (out × rows, column-major) · 1.
-                        let cfg = GemvConfig {
-                            trans: CUBLAS_OP_N,
-                            m: out as i32,
-                            n: rows as i32,
-                            alpha: 1.0f32,
-                            lda: out as i32,
-                            incx: 1,
-                            beta: 1.0f32,
-                            incy: 1,
-                        };
-                        let mut db = dp.slice_mut(off + inp * out..off + inp * out + out);
-                        // SAFETY: as above.
-                        unsafe { gpu.blas.gemv(cfg, &*grad, ones, &mut db) }?;
+                        let dw = &mut dp.slice_mut(off..off + inp * out);
+                        gpu.weight_grad(xin, &*grad, dw, rows, (inp, out))?;
+                        let db = &mut dp.slice_mut(off + inp * out..off + np);
+                        gpu.bias_grad(&*grad, db, ones, rows, out)?;
                     }
-                    if i > 0 || need_dx {
-                        // dxᵀ (inp × rows) = W as (inp × out) · gᵀ (out × rows).
-                        let cfg = GemmConfig {
-                            transa: CUBLAS_OP_N,
-                            transb: CUBLAS_OP_N,
-                            m: inp as i32,
-                            n: rows as i32,
-                            k: out as i32,
-                            alpha: 1.0f32,
-                            lda: inp as i32,
-                            ldb: out as i32,
-                            beta: 0.0f32,
-                            ldc: inp as i32,
-                        };
+                    if input_grad {
                         let w = params.slice(off..off + inp * out);
-                        // SAFETY: as above.
-                        unsafe { gpu.blas.gemm(cfg, &w, &*grad, &mut *grad2) }?;
+                        gpu.linear_input_grad(&w, &*grad, &mut *grad2, rows, (inp, out))?;
                         std::mem::swap(&mut grad, &mut grad2);
                     }
-                    width = inp;
                 }
-                Layer::Conv { .. } | Layer::ConvT { .. } => return Err(GpuError::Unsupported(*l)),
-                Layer::Act { .. } => {
-                    let d = derivs[i].as_ref().expect("forward_gpu ran");
-                    let n = (rows * width) as i32;
-                    let mut lb = gpu.stream.launch_builder(gpu.k("scale"));
-                    lb.arg(&mut *grad).arg(d).arg(&n);
-                    // SAFETY: both hold at least n elements.
-                    unsafe { lb.launch(grid(n as usize)) }?;
+                (Layer::Conv { c_out, .. }, Some(win)) => {
+                    let wrows = rows * win.count();
+                    let shape = (win.width(), c_out);
+                    let nw = np - c_out;
+                    if let Some(dp) = dparams.as_deref_mut() {
+                        let c = cols[i].as_ref().expect("forward_gpu ran");
+                        let dw = &mut dp.slice_mut(off..off + nw);
+                        gpu.weight_grad(c, &*grad, dw, wrows, shape)?;
+                        let db = &mut dp.slice_mut(off + nw..off + np);
+                        gpu.bias_grad(&*grad, db, ones, wrows, c_out)?;
+                    }
+                    if input_grad {
+                        let dc = dcols.as_mut().expect("made above");
+                        let w = params.slice(off..off + nw);
+                        gpu.linear_input_grad(&w, &*grad, dc, wrows, shape)?;
+                        gpu.windows(false, &win, rows, dc, grad2)?;
+                        std::mem::swap(&mut grad, &mut grad2);
+                    }
                 }
+                (Layer::ConvT { c_in, c_out, .. }, Some(win)) => {
+                    let prows = rows * win.count();
+                    let shape = (c_in, win.width());
+                    let nw = np - c_out;
+                    let dc = dcols.as_mut().expect("made above");
+                    gpu.windows(true, &win, rows, grad, dc)?;
+                    if let Some(dp) = dparams.as_deref_mut() {
+                        let dw = &mut dp.slice_mut(off..off + nw);
+                        gpu.weight_grad(xin, &*dc, dw, prows, shape)?;
+                        // db[c] += Σ over output pixels of ∂L/∂y[.., c].
+                        let db = &mut dp.slice_mut(off + nw..off + np);
+                        gpu.bias_grad(&*grad, db, ones, rows * win.big * win.big, c_out)?;
+                    }
+                    if input_grad {
+                        let w = params.slice(off..off + nw);
+                        gpu.linear_input_grad(&w, &*dc, &mut *grad2, prows, shape)?;
+                        std::mem::swap(&mut grad, &mut grad2);
+                    }
+                }
+                _ => return Err(GpuError::Unsupported(*l)),
             }
+            width = in_width;
         }
         if let Some(dx) = dx {
             let n = rows * self.input_dim();

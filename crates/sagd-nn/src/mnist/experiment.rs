@@ -20,11 +20,14 @@ use super::model::{
     binarise, held_out, sagd_batch, sagd_noise_len, vae_batch, Chains, HeldOut, Scratch, E3,
 };
 use super::{Mnist, PIXELS};
+use crate::cuda::{E3Pass, Gpu, GpuE3};
 use crate::debias::cache::PretrainedCache;
 use crate::train::{
-    drive_phase, GradientEstimator, PhaseCheckpoint, TrainInfo, TrainSettings, TrainState, Training,
+    drive_phase, AdamStep, GradientEstimator, PhaseCheckpoint, TrainInfo, TrainSettings,
+    TrainState, Training,
 };
 use crate::vae::VaeParams;
+use crate::Device;
 
 /// What a training phase of E3 optimises.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -42,9 +45,17 @@ pub struct E3Estimator<'a> {
     images: &'a [u8],
     objective: Objective,
     streams: Streams,
-    scratch: Scratch,
+    engine: Engine,
     x: Vec<f32>,
     noise: Vec<f32>,
+}
+
+/// Where an estimator's passes run. Both draw the same binarisations and noise on the host.
+enum Engine {
+    /// The CPU engine, its buffers.
+    Cpu(Scratch),
+    /// A GPU.
+    Gpu(Box<GpuE3>),
 }
 
 /// The estimator's random streams (its checkpointed state).
@@ -55,7 +66,8 @@ struct Streams {
 }
 
 impl<'a> E3Estimator<'a> {
-    /// The estimator of `objective` on `images` (n × 784 grey levels), its streams from `seed`.
+    /// The estimator of `objective` on `images` (n × 784 grey levels), its streams from `seed`,
+    /// on the CPU engine.
     pub fn new(model: &'a E3, images: &'a [u8], objective: Objective, seed: u64) -> Self {
         E3Estimator {
             model,
@@ -65,10 +77,53 @@ impl<'a> E3Estimator<'a> {
                 binarise: Xoshiro256PlusPlus::seed_from_u64(stream_seed(seed, 1)),
                 normals: NormalStream::new(stream_seed(seed, 2)),
             },
-            scratch: Scratch::default(),
+            engine: Engine::Cpu(Scratch::default()),
             x: Vec::new(),
             noise: Vec::new(),
         }
+    }
+
+    /// The same estimator on `device` (the same draws: a GPU computes the CPU's gradients to
+    /// float rounding).
+    pub fn on(
+        device: Device,
+        model: &'a E3,
+        images: &'a [u8],
+        objective: Objective,
+        seed: u64,
+    ) -> Result<Self> {
+        let mut est = Self::new(model, images, objective, seed);
+        if let Device::Cuda(i) = device {
+            est.engine = Engine::Gpu(Box::new(GpuE3::new(Gpu::open(i)?)));
+        }
+        Ok(est)
+    }
+}
+
+impl E3Estimator<'_> {
+    /// The minibatch's fresh binarisation into `x` and the pass's noise into `noise`, from the
+    /// estimator's streams (the same draws for either engine).
+    fn draw(&mut self, batch: &[usize]) {
+        let mut pixels = Vec::with_capacity(batch.len() * PIXELS);
+        for &i in batch {
+            pixels.extend_from_slice(&self.images[i * PIXELS..(i + 1) * PIXELS]);
+        }
+        self.x = binarise(&pixels, &mut self.streams.binarise);
+        let len = match &self.objective {
+            Objective::Vae => batch.len() * self.model.d,
+            Objective::Sagd(chains) => sagd_noise_len(self.model, chains, batch.len()),
+        };
+        self.noise.resize(len, 0.0);
+        self.streams.normals.fill(&mut self.noise);
+    }
+}
+
+/// A pass's loss, or the error that stops a run whose networks overflowed.
+fn finite_loss(loss: f64) -> Result<f64> {
+    if loss.is_finite() {
+        Ok(loss)
+    } else {
+        Err(SagdError::NonFiniteUpdate { iteration: 0 })
     }
 }
 
@@ -84,44 +139,57 @@ impl GradientEstimator for E3Estimator<'_> {
         g_dec: &mut [f32],
         g_enc: &mut [f32],
     ) -> Result<f64> {
-        let mut pixels = Vec::with_capacity(batch.len() * PIXELS);
-        for &i in batch {
-            pixels.extend_from_slice(&self.images[i * PIXELS..(i + 1) * PIXELS]);
-        }
-        self.x = binarise(&pixels, &mut self.streams.binarise);
-        let info = match self.objective {
-            Objective::Vae => {
-                self.noise.resize(batch.len() * self.model.d, 0.0);
-                self.streams.normals.fill(&mut self.noise);
-                vae_batch(
-                    self.model,
-                    p,
-                    &self.x,
-                    &self.noise,
-                    g_dec,
-                    g_enc,
-                    &mut self.scratch,
-                )
+        self.draw(batch);
+        let (m, x, noise) = (self.model, &self.x, &self.noise);
+        let info = match (self.objective, &mut self.engine) {
+            (Objective::Vae, Engine::Cpu(scratch)) => {
+                vae_batch(m, p, x, noise, g_dec, g_enc, scratch)
             }
-            Objective::Sagd(chains) => {
-                self.noise
-                    .resize(sagd_noise_len(self.model, &chains, batch.len()), 0.0);
-                self.streams.normals.fill(&mut self.noise);
-                sagd_batch(
-                    self.model,
-                    p,
-                    &self.x,
-                    &chains,
-                    &self.noise,
-                    g_dec,
-                    &mut self.scratch,
-                )
+            (Objective::Vae, Engine::Gpu(gpu)) => gpu.vae_batch(m, p, x, noise, g_dec, g_enc)?,
+            (Objective::Sagd(chains), Engine::Cpu(scratch)) => {
+                sagd_batch(m, p, x, &chains, noise, g_dec, scratch)
+            }
+            (Objective::Sagd(chains), Engine::Gpu(gpu)) => {
+                gpu.sagd_batch(m, p, x, &chains, noise, g_dec)?
             }
         };
-        if !info.loss.is_finite() {
-            return Err(SagdError::NonFiniteUpdate { iteration: 0 });
+        finite_loss(info.loss)
+    }
+
+    fn device_update(
+        &mut self,
+        st: &TrainState,
+        batch: &[usize],
+        step: AdamStep,
+    ) -> Option<Result<f64>> {
+        if let Engine::Cpu(_) = self.engine {
+            return None;
         }
-        Ok(info.loss)
+        self.draw(batch);
+        let Engine::Gpu(gpu) = &mut self.engine else {
+            return None;
+        };
+        let what = match &self.objective {
+            Objective::Vae => E3Pass::Vae,
+            Objective::Sagd(chains) => E3Pass::Sagd(chains),
+        };
+        Some(
+            match gpu.train_step(self.model, st, &self.x, &self.noise, what, step) {
+                Err(e) => Err(e.into()),
+                Ok((info, _)) if !info.loss.is_finite() => finite_loss(info.loss),
+                Ok((_, false)) => Err(SagdError::NonFiniteUpdate {
+                    iteration: st.updates + 1,
+                }),
+                Ok((info, true)) => Ok(info.loss),
+            },
+        )
+    }
+
+    fn device_sync(&mut self, st: &mut TrainState) -> Result<()> {
+        match &mut self.engine {
+            Engine::Cpu(_) => Ok(()),
+            Engine::Gpu(gpu) => Ok(gpu.sync(st)?),
+        }
     }
 
     fn save_state(&self) -> Result<Vec<u8>> {
@@ -290,6 +358,8 @@ pub struct E3Options {
     pub pretrained_cache: Option<PathBuf>,
     /// Stop (with an error naming the phase) after this many updates of this run: tests of resume.
     pub interrupt_after: Option<usize>,
+    /// Where the training passes run (the held-out evaluation runs on the CPU engine).
+    pub device: Device,
 }
 
 /// One phase's learning curve: the loss of every update.
@@ -388,7 +458,7 @@ fn phase(
     progress: Progress<'_>,
 ) -> Result<(VaeParams, Curve)> {
     let seed = stream_seed(s.seed, name.bytes().map(u64::from).sum());
-    let mut est = E3Estimator::new(model, images, objective, seed);
+    let mut est = E3Estimator::on(opts.device, model, images, objective, seed)?;
     let mut identity = key.clone().with("phase", name)?;
     // The start's fingerprint: the parameters themselves would make a 70 MB identity.
     let start_key = fnv1a(
@@ -439,6 +509,116 @@ fn phase(
     Ok((params, curve))
 }
 
+/// What [`time_phase`] measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseTiming {
+    /// The phase timed: `vae` or `sagd`.
+    pub phase: String,
+    /// Updates timed (after one that warms up and is not counted).
+    pub updates: usize,
+    /// Seconds per update (minibatch), Adam and binarisation included.
+    pub s_per_update: f64,
+    /// Seconds per epoch of `train_n` images at this rate.
+    pub s_per_epoch: f64,
+}
+
+/// Times `updates` updates of an E3 phase through the runner, as `sagd mnist` runs them (fresh
+/// binarisations, the estimator's pass, Adam), after one update that warms up (allocations,
+/// a GPU's first launches): `Objective::Vae` is pre-training, `Objective::Sagd` the refinement.
+pub fn time_phase(
+    s: &E3Settings,
+    data: &Mnist,
+    objective: Objective,
+    updates: usize,
+    device: Device,
+) -> Result<PhaseTiming> {
+    s.validate(data.train.len(), data.test.len())?;
+    let images = &data.train.images[..s.train_n * PIXELS];
+    let first = std::sync::Mutex::new(None);
+    let progress = |_: &str, done: usize, _: usize| {
+        if done == 1 {
+            if let Ok(mut f) = first.lock() {
+                *f = Some(std::time::Instant::now());
+            }
+        }
+    };
+    train_phase(s, images, objective, updates + 1, device, &progress)?;
+    let elapsed = first
+        .lock()
+        .ok()
+        .and_then(|f| f.map(|t| t.elapsed().as_secs_f64()))
+        .unwrap_or(f64::NAN);
+    let s_per_update = elapsed / updates.max(1) as f64;
+    Ok(PhaseTiming {
+        phase: phase_name(objective).into(),
+        updates,
+        s_per_update,
+        s_per_epoch: s_per_update * s.train_n.div_ceil(s.batch_size) as f64,
+    })
+}
+
+fn phase_name(objective: Objective) -> &'static str {
+    match objective {
+        Objective::Vae => "vae",
+        Objective::Sagd(_) => "sagd",
+    }
+}
+
+/// `updates` updates of an E3 phase on `images` (n × 784 grey levels) from the initial
+/// networks of `s.seed`, on `device`, without checkpoints: the parameters it ends with.
+pub fn train_phase(
+    s: &E3Settings,
+    images: &[u8],
+    objective: Objective,
+    updates: usize,
+    device: Device,
+    progress: Progress<'_>,
+) -> Result<VaeParams> {
+    let start = E3::new(s.latent).init(stream_seed(s.seed, 3));
+    train_phase_from(s, images, objective, updates, start, device, progress)
+}
+
+/// [`train_phase`] from the networks `start`.
+pub fn train_phase_from(
+    s: &E3Settings,
+    images: &[u8],
+    objective: Objective,
+    updates: usize,
+    start: VaeParams,
+    device: Device,
+    progress: Progress<'_>,
+) -> Result<VaeParams> {
+    let model = E3::new(s.latent);
+    let lr = match objective {
+        Objective::Vae => s.vae_lr,
+        Objective::Sagd(_) => s.sagd_lr,
+    };
+    let train = TrainSettings {
+        epochs: 1,
+        batch_size: s.batch_size,
+        lr,
+        averaging: Averaging::None,
+    };
+    let opts = E3Options {
+        device,
+        ..E3Options::default()
+    };
+    let (p, _) = phase(
+        phase_name(objective),
+        &model,
+        images,
+        objective,
+        &train,
+        updates,
+        start,
+        s,
+        &Identity::new(),
+        &opts,
+        progress,
+    )?;
+    Ok(p)
+}
+
 /// Held-out evaluation of `p` on the binarised test images `x`.
 fn evaluate(model: &E3, name: &str, p: &VaeParams, x: &[f32], s: &E3Settings) -> Evaluation {
     let per_image = held_out(
@@ -482,9 +662,15 @@ pub fn run(
     let model = E3::new(s.latent);
     let images = &data.train.images[..s.train_n * PIXELS];
     let data_hash = fnv1a(FNV_OFFSET, images.iter().copied());
-    let key = Identity::new()
+    let mut key = Identity::new()
         .with("settings", s)?
         .with("data", &data_hash)?;
+    // A GPU rounds otherwise: its checkpoints and cached networks are its own (the CPU's keys
+    // stay as they were).
+    let device = (opts.device != Device::Cpu).then(|| opts.device.to_string());
+    if let Some(d) = &device {
+        key = key.with("device", d)?;
+    }
     let mut timing = std::collections::BTreeMap::new();
     let mut curves = Vec::new();
     let mut lap = |name: &str, t: std::time::Instant| {
@@ -498,10 +684,13 @@ pub fn run(
         lr: s.vae_lr,
         averaging: Averaging::None,
     };
-    let pre_json = serde_json::json!({
+    let mut pre_json = serde_json::json!({
         "experiment": "E3", "latent": s.latent, "train_n": s.train_n, "train": vae,
         "seed": s.seed, "sagd_nn_version": env!("CARGO_PKG_VERSION"),
     });
+    if let Some(d) = &device {
+        pre_json["device"] = serde_json::json!(d);
+    }
     let pre_key = Identity::new()
         .with("pre-training", &pre_json)?
         .with("data", &data_hash)?;

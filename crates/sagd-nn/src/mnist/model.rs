@@ -52,12 +52,13 @@ impl Scratch {
         &mut self,
         p: &VaeParams,
         rows: usize,
+        count: usize,
         enc: bool,
     ) -> (
         &WorkspacePool<Buffers>,
         Vec<(&mut PieceGrads, std::ops::Range<usize>)>,
     ) {
-        let ranges = pieces(rows);
+        let ranges = pieces(rows, count);
         self.prepare(p, ranges.len(), enc);
         (&self.pool, self.pieces.iter_mut().zip(ranges).collect())
     }
@@ -79,9 +80,14 @@ impl Scratch {
     }
 }
 
-/// Independent pieces of a minibatch pass (enough for a 4-core machine; results do not depend on
-/// it but on the shapes).
+/// Independent pieces of a VAE minibatch pass, each with its own gradients (results depend on
+/// the shapes, not on the threads: 50 images each for 200).
 pub const PIECES: usize = 4;
+
+/// Pieces of SAGD's final pass at the chains' last states (250 chains each for 200 images × 20
+/// chains): its parameter gradients are a quarter of SAGD's work, so more pieces than a VAE pass
+/// keep many cores busy.
+pub const FINAL_PIECES: usize = 16;
 
 /// Rows per forward/backward call inside a piece: what keeps a transposed convolution's windows
 /// (25088 floats per image in the first) at a few megabytes.
@@ -175,9 +181,9 @@ pub fn binarise(pixels: &[u8], rng: &mut Xoshiro256PlusPlus) -> Vec<f32> {
         .collect()
 }
 
-/// Row ranges of the [`PIECES`] pieces of `n` rows.
-fn pieces(n: usize) -> Vec<std::ops::Range<usize>> {
-    let per = n.div_ceil(PIECES).max(1);
+/// Row ranges of `count` pieces of `n` rows.
+fn pieces(n: usize, count: usize) -> Vec<std::ops::Range<usize>> {
+    let per = n.div_ceil(count).max(1);
     (0..n).step_by(per).map(|a| a..(a + per).min(n)).collect()
 }
 
@@ -203,7 +209,7 @@ pub fn vae_batch(
     let d = m.d;
     let b = x.len() / PIXELS;
     let scale = 1.0 / b as f32;
-    let (pool, work) = scratch.pieces_for(p, b, true);
+    let (pool, work) = scratch.pieces_for(p, b, PIECES, true);
     work.into_par_iter().for_each(|(slot, r)| {
         let PieceGrads {
             gen: gg,
@@ -263,7 +269,7 @@ pub fn encode(m: &E3, enc: &[f32], x: &[f32], scratch: &mut Scratch) -> Vec<f32>
     let n = x.len() / PIXELS;
     scratch.pool.ensure(rayon::current_num_threads());
     let pool = &scratch.pool;
-    let parts: Vec<Vec<f32>> = pieces(n)
+    let parts: Vec<Vec<f32>> = pieces(n, PIECES)
         .into_par_iter()
         .map(|r| {
             let mut out = Vec::with_capacity(r.len() * 2 * m.d);
@@ -281,11 +287,39 @@ pub fn encode(m: &E3, enc: &[f32], x: &[f32], scratch: &mut Scratch) -> Vec<f32>
     parts.concat()
 }
 
+/// The images of chains `s..e` (chain r belongs to image r mod b) into `xs`, and their starts
+/// u₀ = μ + σ ε into `u`.
+#[allow(clippy::too_many_arguments)]
+fn chain_starts(
+    x: &[f32],
+    enc: &[f32],
+    eps: &[f32],
+    (b, d): (usize, usize),
+    (s, e): (usize, usize),
+    xs: &mut Vec<f32>,
+    u: &mut [f32],
+) {
+    xs.clear();
+    for (k, row) in (s..e).enumerate() {
+        let i = row % b;
+        xs.extend_from_slice(&x[i * PIXELS..(i + 1) * PIXELS]);
+        for j in 0..d {
+            let (mu, lv) = (enc[i * 2 * d + j], enc[i * 2 * d + d + j]);
+            u[k * d + j] = mu + (0.5 * lv).exp() * eps[row * d + j];
+        }
+    }
+}
+
 /// SAGD's gradient for the generator on the binarised images `x` (b × 784), encoder frozen:
 /// `chains.per_image` chains per image from u₀ = μ + σ ε, ρ₀, run `chains.steps` Euler steps on
 /// p(u | x; θ); the gradient of the mean of −log p(x | u; θ) at their last states goes into
 /// `grad_gen` (overwritten). `noise` holds, in order, ε (C × b × d), ρ₀ (C·b × d) and the steps'
 /// η (steps × C·b × d); chain r = c·b + i belongs to image i.
+///
+/// Two passes, each cut by the shapes alone: the chains in blocks of [`SUB_ROWS`] (they need no
+/// parameter gradient, so any number of blocks can run side by side: 40 for 200 images), then the
+/// gradient at their last states in [`FINAL_PIECES`] pieces with their own gradients, added in
+/// order.
 pub fn sagd_batch(
     m: &E3,
     p: &VaeParams,
@@ -306,31 +340,18 @@ pub fn sagd_batch(
         1.0 - gamma * delta,
         (2.0 * chains.gamma * chains.delta).sqrt() as f32,
     );
-    let scale = 1.0 / rows as f32;
-    let (pool, work) = scratch.pieces_for(p, rows, false);
-    work.into_par_iter().for_each(|(slot, r)| {
-        let PieceGrads {
-            gen: gg,
-            loss,
-            displacement: disp,
-            ..
-        } = slot;
-        pool.with(|bufs| {
-            let ws = &mut bufs.gen;
-            for s in (r.start..r.end).step_by(SUB_ROWS) {
-                let e = (s + SUB_ROWS).min(r.end);
-                let n = e - s;
+    // The chains, block by block, to their last states u.
+    let mut u = vec![0.0f32; rows * d];
+    let pool = &scratch.pool;
+    u.par_chunks_mut(SUB_ROWS * d)
+        .enumerate()
+        .for_each(|(blk, u)| {
+            let (s, e) = (blk * SUB_ROWS, (blk * SUB_ROWS + SUB_ROWS).min(rows));
+            let n = e - s;
+            pool.with(|bufs| {
+                let ws = &mut bufs.gen;
                 let mut xs = Vec::with_capacity(n * PIXELS);
-                let mut u = vec![0.0f32; n * d];
-                for (k, row) in (s..e).enumerate() {
-                    let i = row % b;
-                    xs.extend_from_slice(&x[i * PIXELS..(i + 1) * PIXELS]);
-                    for j in 0..d {
-                        let (mu, lv) = (enc[i * 2 * d + j], enc[i * 2 * d + d + j]);
-                        u[k * d + j] = mu + (0.5 * lv).exp() * eps[row * d + j];
-                    }
-                }
-                let u0 = u.clone();
+                chain_starts(x, &enc, eps, (b, d), (s, e), &mut xs, u);
                 let mut rho = rho0[s * d..e * d].to_vec();
                 let (mut dl, mut gu) = (vec![0.0f32; n * PIXELS], vec![0.0f32; n * d]);
                 // gu ← ∇u log p(u | x) = ∇u log p(x | u) − u.
@@ -347,7 +368,7 @@ pub fn sagd_batch(
                         (1.0 - (-2.0 * chains.gamma * chains.delta).exp()).sqrt() as f32,
                     );
                     let half = 0.5 * delta;
-                    grad(&u, &mut gu);
+                    grad(u, &mut gu);
                     for step in 0..chains.steps {
                         for (((uj, rj), gj), hj) in
                             u.iter_mut().zip(&mut rho).zip(&gu).zip(noise(step))
@@ -357,12 +378,12 @@ pub fn sagd_batch(
                             *rj = c1 * *rj + c2 * hj;
                             *uj += half * *rj;
                         }
-                        grad(&u, &mut gu);
+                        grad(u, &mut gu);
                         rho.iter_mut().zip(&gu).for_each(|(r, g)| *r += half * g);
                     }
                 } else {
                     for step in 0..chains.steps {
-                        grad(&u, &mut gu);
+                        grad(u, &mut gu);
                         for (((uj, rj), gj), hj) in
                             u.iter_mut().zip(&mut rho).zip(&gu).zip(noise(step))
                         {
@@ -371,11 +392,33 @@ pub fn sagd_batch(
                         }
                     }
                 }
-                m.gen.forward(&p.dec, &u, n, ws);
+            });
+        });
+    // The generator's gradient at the last states.
+    let scale = 1.0 / rows as f32;
+    let (pool, work) = scratch.pieces_for(p, rows, FINAL_PIECES, false);
+    let u = &u;
+    work.into_par_iter().for_each(|(slot, r)| {
+        let PieceGrads {
+            gen: gg,
+            loss,
+            displacement: disp,
+            ..
+        } = slot;
+        pool.with(|bufs| {
+            let ws = &mut bufs.gen;
+            for s in (r.start..r.end).step_by(SUB_ROWS) {
+                let e = (s + SUB_ROWS).min(r.end);
+                let n = e - s;
+                let (mut xs, mut u0) = (Vec::with_capacity(n * PIXELS), vec![0.0f32; n * d]);
+                chain_starts(x, &enc, eps, (b, d), (s, e), &mut xs, &mut u0);
+                let ue = &u[s * d..e * d];
+                m.gen.forward(&p.dec, ue, n, ws);
+                let mut dl = vec![0.0f32; n * PIXELS];
                 *loss -= bernoulli_logits(ws.output(), &xs, &mut dl);
                 dl.iter_mut().for_each(|g| *g *= -scale);
                 m.gen.backward(&p.dec, ws, &dl, Some(gg), None);
-                *disp += u
+                *disp += ue
                     .chunks_exact(d)
                     .zip(u0.chunks_exact(d))
                     .map(|(a, b)| {

@@ -15,7 +15,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::error::{Result, SagdError};
-use sagd::optim::{Averaging, UpdateRule, UpdateState};
+use sagd::optim::{Averaging, Optimizer, Projection, UpdateRule, UpdateState};
 use sagd::rng::NormalStream;
 use sagd::run::{Identity, Outcome, Runner, Solver};
 use serde::{Deserialize, Serialize};
@@ -44,6 +44,39 @@ pub trait GradientEstimator {
     fn diagnostics(&self) -> serde_json::Value {
         serde_json::Value::Null
     }
+    /// Takes the whole update on the estimator's device where it can: the gradient on `batch`
+    /// and Adam's `step` on parameters and moments kept there between updates, returning the
+    /// loss; `None` (the default) leaves the step to the host. `st` is the state before the
+    /// update: a device whose copy is not of `st.updates` loads it first (after a resume).
+    fn device_update(
+        &mut self,
+        _st: &TrainState,
+        _batch: &[usize],
+        _step: AdamStep,
+    ) -> Option<Result<f64>> {
+        None
+    }
+    /// Writes the device's parameters and Adam moments into `st` (before a checkpoint, at the
+    /// end of a run); nothing where the host keeps them.
+    fn device_sync(&mut self, _st: &mut TrainState) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// One Adam step as a device takes it: θ ← θ − lr·m̂/(√v̂ + ε), m and v in f64, bias-corrected
+/// at the step's number `t` (from 1) of each network, rounded as the host's rule rounds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamStep {
+    /// Learning rate.
+    pub lr: f64,
+    /// First-moment decay.
+    pub beta1: f64,
+    /// Second-moment decay.
+    pub beta2: f64,
+    /// Added to √v̂.
+    pub eps: f64,
+    /// This step's number for the decoder (generator) and the encoder.
+    pub t: (u64, u64),
 }
 
 /// The rows `batch` of a row-major matrix with `d` columns, into `out`.
@@ -107,8 +140,8 @@ pub struct TrainSettings {
 pub struct TrainState {
     /// The current iterate (decoder θ and encoder φ).
     pub params: VaeParams,
-    dec: UpdateState,
-    enc: UpdateState,
+    pub(crate) dec: UpdateState,
+    pub(crate) enc: UpdateState,
     rng: Xoshiro256PlusPlus,
     order: Vec<usize>,
     /// Updates taken.
@@ -141,6 +174,9 @@ pub struct Training<'a> {
     identity: Identity,
     g_dec: Vec<f32>,
     g_enc: Vec<f32>,
+    /// Adam's (β₁, β₂, ε) where an estimator may take the whole step on its device: plain Adam,
+    /// no projection, the last iterate returned.
+    device_adam: Option<(f64, f64, f64)>,
 }
 
 impl<'a> Training<'a> {
@@ -171,7 +207,14 @@ impl<'a> Training<'a> {
         let rule = UpdateRule::adam(s.averaging);
         rule.validate(0)?;
         let batch = s.batch_size.clamp(1, n.max(1));
+        let device_adam = match (rule.transform, &rule.projection, rule.averaging) {
+            (Optimizer::Adam { beta1, beta2, eps }, Projection::None, Averaging::None) => {
+                Some((beta1, beta2, eps))
+            }
+            _ => None,
+        };
         Ok(Training {
+            device_adam,
             est,
             rule,
             lr: s.lr,
@@ -239,13 +282,42 @@ impl Solver for Training<'_> {
             st.order.shuffle(&mut st.rng);
         }
         let batch = &st.order[b * self.batch..((b + 1) * self.batch).min(self.n)];
-        self.g_dec.iter_mut().for_each(|v| *v = 0.0);
-        self.g_enc.iter_mut().for_each(|v| *v = 0.0);
+        if let Some((beta1, beta2, eps)) = self.device_adam {
+            let step = AdamStep {
+                lr: self.lr,
+                beta1,
+                beta2,
+                eps,
+                t: (st.dec.opt.count + 1, st.enc.opt.count + 1),
+            };
+            if let Some(loss) = self.est.device_update(st, batch, step) {
+                st.loss = loss?;
+                // The counts the host's rule would keep; the device holds θ and the moments.
+                let enc = self.est.trains_encoder();
+                for (u, trained) in [(&mut st.dec, true), (&mut st.enc, enc)] {
+                    if trained {
+                        u.count += 1;
+                        u.opt.count += 1;
+                    }
+                }
+                st.updates += 1;
+                return Ok(TrainInfo {
+                    update: st.updates,
+                    epoch_done: st
+                        .updates
+                        .is_multiple_of(per_epoch)
+                        .then(|| st.updates / per_epoch),
+                    loss: st.loss,
+                });
+            }
+        }
+        zero(&mut self.g_dec);
+        zero(&mut self.g_enc);
         st.loss = self
             .est
             .estimate(&st.params, batch, &mut self.g_dec, &mut self.g_enc)?;
         let update = st.updates + 1;
-        if !self.g_enc.iter().all(|v| v.is_finite()) {
+        if !all_finite(&self.g_enc) {
             return Err(SagdError::NonFiniteUpdate { iteration: update });
         }
         self.rule
@@ -277,6 +349,25 @@ impl Solver for Training<'_> {
     fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         self.est.load_state(bytes)
     }
+
+    fn sync(&mut self, st: &mut TrainState) -> Result<()> {
+        self.est.device_sync(st)
+    }
+}
+
+/// Elements per task of the elementwise passes over a gradient (MNIST's networks have millions).
+const SPLIT: usize = 1 << 16;
+
+/// v = 0, in parallel for long vectors.
+fn zero(v: &mut [f32]) {
+    use rayon::prelude::*;
+    v.par_chunks_mut(SPLIT).for_each(|c| c.fill(0.0));
+}
+
+/// Whether every element of `v` is finite, in parallel for long vectors.
+fn all_finite(v: &[f32]) -> bool {
+    use rayon::prelude::*;
+    v.par_chunks(SPLIT).all(|c| c.iter().all(|x| x.is_finite()))
 }
 
 /// Where a training phase checkpoints (a file, every so many updates), and whether it resumes.
@@ -397,5 +488,142 @@ mod tests {
             assert!((a - (z - 8.0 * lr as f32)).abs() < 1e-5, "{a} vs {z}");
         }
         assert_eq!(avg.enc, p0.enc);
+    }
+
+    /// The quadratic loss ½‖θ − ½‖² on the decoder: gradient θ − ½. With `device`, the
+    /// estimator takes the whole update on a pretend device (its own copies of θ and Adam's
+    /// moments, the step computed from [`AdamStep`] alone, as the GPU's kernel does).
+    /// What the pretend device holds: of which update, θ, m and v.
+    type Held = (usize, Vec<f32>, Vec<f64>, Vec<f64>);
+
+    struct Quadratic {
+        device: bool,
+        held: Option<Held>,
+        loads: usize,
+    }
+    impl GradientEstimator for Quadratic {
+        fn trains_encoder(&self) -> bool {
+            false
+        }
+        fn estimate(
+            &mut self,
+            p: &VaeParams,
+            _b: &[usize],
+            g: &mut [f32],
+            _e: &mut [f32],
+        ) -> Result<f64> {
+            g.iter_mut().zip(&p.dec).for_each(|(g, t)| *g += t - 0.5);
+            Ok(0.0)
+        }
+        fn save_state(&self) -> Result<Vec<u8>> {
+            Ok(Vec::new())
+        }
+        fn load_state(&mut self, _: &[u8]) -> Result<()> {
+            Ok(())
+        }
+        fn device_update(
+            &mut self,
+            st: &TrainState,
+            _b: &[usize],
+            s: AdamStep,
+        ) -> Option<Result<f64>> {
+            if !self.device {
+                return None;
+            }
+            if self.held.as_ref().is_none_or(|h| h.0 != st.updates) {
+                self.loads += 1;
+                let o = &st.dec.opt;
+                self.held = Some((st.updates, st.params.dec.clone(), o.m.clone(), o.v.clone()));
+            }
+            let (n, th, m, v) = self.held.as_mut().expect("loaded");
+            let (c1, c2) = (
+                1.0 - s.beta1.powi(s.t.0 as i32),
+                1.0 - s.beta2.powi(s.t.0 as i32),
+            );
+            for ((t, m), v) in th.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()) {
+                let g = (*t - 0.5) as f64;
+                *m = s.beta1 * *m + (1.0 - s.beta1) * g;
+                *v = s.beta2 * *v + (1.0 - s.beta2) * g * g;
+                let d = ((*m / c1) / ((*v / c2).sqrt() + s.eps)) as f32;
+                *t -= (s.lr * d as f64) as f32;
+            }
+            *n += 1;
+            Some(Ok(0.0))
+        }
+        fn device_sync(&mut self, st: &mut TrainState) -> Result<()> {
+            if let Some((n, th, m, v)) = &self.held {
+                if *n == st.updates {
+                    st.params.dec.clone_from(th);
+                    st.dec.opt.m.clone_from(m);
+                    st.dec.opt.v.clone_from(v);
+                }
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_device_that_takes_the_updates_ends_where_the_host_does_through_a_resume() {
+        use sagd::run::{Control, Runner};
+        let vae = Vae::new(1, 3);
+        let p0 = vae.init(2);
+        let s = TrainSettings {
+            epochs: 9,
+            batch_size: 4,
+            lr: 0.05,
+            averaging: Averaging::None,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        // stop_at: an observer stops the run there (checkpointed), and the run is resumed.
+        let run = |device: bool, stop_at: Option<usize>| {
+            let mut est = Quadratic {
+                device,
+                held: None,
+                loads: 0,
+            };
+            let path = dir.path().join(format!("{device}-{stop_at:?}.ckpt"));
+            let mut st = {
+                let job = Training::new(&vae, &mut est, &s, 4, Identity::new()).unwrap();
+                let st = job.init(p0.clone(), 0);
+                let mut stop = |st: &TrainState, _: &TrainInfo| match stop_at {
+                    Some(k) if st.updates == k => Control::Stop,
+                    _ => Control::Continue,
+                };
+                let mut runner = Runner::new(job).checkpoint(&path, 100).observe(&mut stop);
+                let mut st = st;
+                runner.run(&mut st).unwrap();
+                st
+            };
+            let mut loads = est.loads;
+            if stop_at.is_some() {
+                // A new process: a fresh device, loaded from the checkpoint's state.
+                let mut est = Quadratic {
+                    device,
+                    held: None,
+                    loads: 0,
+                };
+                let job = Training::new(&vae, &mut est, &s, 4, Identity::new()).unwrap();
+                let mut go = |_: &TrainState, _: &TrainInfo| Control::Continue;
+                let mut runner = Runner::new(job).checkpoint(&path, 100).observe(&mut go);
+                st = runner.resume(&path).unwrap();
+                runner.run(&mut st).unwrap();
+                drop(runner);
+                loads += est.loads;
+            }
+            (st, loads)
+        };
+        let (host, _) = run(false, None);
+        let (dev, loads) = run(true, None);
+        let (resumed, loads_resumed) = run(true, Some(4));
+        assert_eq!(host.updates, 9);
+        assert_eq!(loads, 1);
+        assert_eq!(loads_resumed, 2);
+        for st in [&dev, &resumed] {
+            assert_eq!(st.params, host.params);
+            assert_eq!((st.dec.count, st.dec.opt.count), (9, 9));
+            assert_eq!(st.dec.opt.m, host.dec.opt.m);
+            assert_eq!(st.dec.opt.v, host.dec.opt.v);
+        }
+        assert_ne!(host.params.dec, p0.dec);
     }
 }

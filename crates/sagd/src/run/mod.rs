@@ -61,6 +61,12 @@ pub trait Solver {
     fn restore(&mut self, _bytes: &[u8]) -> Result<()> {
         Ok(())
     }
+    /// Brings `state` up to date where the solver keeps its working copy elsewhere (a GPU's
+    /// memory): called by [`Runner::run`] before each checkpoint and before it returns. Until
+    /// then observers may see the state as of the last synchronisation (their `Info` is current).
+    fn sync(&mut self, _state: &mut Self::State) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The identity of a job: named parts, each encoded, compared part by part on resume.
@@ -191,13 +197,16 @@ impl<'a, S: Solver> Runner<'a, S> {
                     || self.solver.terminate(state)
                     || stop;
                 if due {
+                    self.solver.sync(state)?;
                     self.save(&c.path, state)?;
                 }
             }
             if stop {
+                self.solver.sync(state)?;
                 return Ok(Outcome::Stopped);
             }
         }
+        self.solver.sync(state)?;
         Ok(Outcome::Finished)
     }
 

@@ -1,0 +1,18 @@
+# Shared by the GPU machine's scripts (source it from the repository root): the CUDA libraries of
+# the machine's PyTorch installation on the loader's path, and the MNIST peer's helpers.
+libdir() { local f; f=$(find /usr /opt -name "$1" 2>/dev/null | head -1); [ -n "$f" ] && dirname "$f"; }
+export LD_LIBRARY_PATH="$(libdir 'libcublas.so.13*'):$(libdir 'libnvrtc.so.13*'):${LD_LIBRARY_PATH:-}"
+export PYTHONUNBUFFERED=1
+TIMEFORMAT='wall %R s'
+# mnist_peer.py for timing (no evaluation, no figure) on the shipped data.
+peer() { python3 .dev/mnist_peer.py run --data data/mnist --quiet --eval-n 0 --fig '' "$@"; }
+# Seconds per minibatch of the peer: its fastest epoch over the minibatches it ran (the first epoch
+# carries the warm-up).
+per_batch() { python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+for k in ('vae', 'sagd'):
+    p = r[k]; b = p['batches_per_epoch']; t = p['epoch_times_s']
+    best = min(tt / bb for tt, bb in zip(t, b))
+    print(f'peer {k}: {best:.4f} s per minibatch, {best * p[\"full_epoch_batches\"]:.1f} s per epoch (fastest of {len(t)} epochs of {b[0]} minibatches)')
+" "$1"; }
