@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::output::{progress_bar, Staging};
 use crate::plot::{self, CurvesFigure, DigitsFigure};
+use indicatif::ProgressBar;
 
 fn spec() -> E3Settings {
     E3Settings::default()
@@ -189,7 +190,38 @@ pub fn run(a: MnistArgs) -> Result<()> {
         device: a.device,
     };
     println!("E3 (MNIST): {}", against_paper(&s));
-    let mut staging = Staging::new(&a.out)?;
+    let bar = progress_bar(a.quiet, 0);
+    let out = MnistOutput {
+        out: &a.out,
+        bar: &bar,
+        flags: serde_json::to_value(&a)?,
+    };
+    let (r, files) = write(&s, &data, &opts, out)?;
+    print_summary(&r);
+    println!("wrote {}: {}", a.out.display(), files.join(", "));
+    Ok(())
+}
+
+/// Where and how E3 writes its outputs.
+pub struct MnistOutput<'a> {
+    /// The output folder.
+    pub out: &'a Path,
+    /// Progress over each phase's updates.
+    pub bar: &'a ProgressBar,
+    /// The command line, recorded in `result.json`.
+    pub flags: serde_json::Value,
+}
+
+/// Runs E3 on `data` and writes Figure 3, the learning curves and `result.json` into `o.out`
+/// (whole or not at all); returns the result and the files written. `sagd mnist` and `sagd
+/// reproduce` both write through it.
+pub fn write(
+    s: &E3Settings,
+    data: &sagd_nn::mnist::Mnist,
+    opts: &E3Options,
+    o: MnistOutput<'_>,
+) -> Result<(E3Result, Vec<String>)> {
+    let mut staging = Staging::new(o.out)?;
     let names = [
         "result.json",
         "figure3.png",
@@ -198,14 +230,14 @@ pub fn run(a: MnistArgs) -> Result<()> {
         "curves.svg",
     ];
     staging.owns(&names);
-    let bar = progress_bar(a.quiet, 0);
+    let bar = o.bar;
     let progress = |phase: &str, done: usize, total: usize| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
         bar.set_message(phase.to_string());
     };
     let t0 = Instant::now();
-    let r = run_e3(&s, &data, &opts, &progress)?;
+    let r = run_e3(s, data, opts, &progress)?;
     bar.finish_and_clear();
     let model = E3::new(s.latent);
     let top = figure_digits(&model, &r.pretrained.dec, s.seed);
@@ -224,19 +256,23 @@ pub fn run(a: MnistArgs) -> Result<()> {
         &staging.path("curves.svg"),
         (900, 500),
     )?;
-    let result = result_json(&a, &s, &r, t0.elapsed().as_secs_f64());
+    let result = result_json(o.flags, s, &r, opts, t0.elapsed().as_secs_f64());
     std::fs::write(
         staging.path("result.json"),
         serde_json::to_string_pretty(&result)?,
     )
     .context("writing result.json")?;
     let files = staging.commit("result.json")?;
-    print_summary(&r);
-    println!("wrote {}: {}", a.out.display(), files.join(", "));
-    Ok(())
+    Ok((r, files))
 }
 
-fn result_json(a: &MnistArgs, s: &E3Settings, r: &E3Result, total_s: f64) -> serde_json::Value {
+fn result_json(
+    flags: serde_json::Value,
+    s: &E3Settings,
+    r: &E3Result,
+    opts: &E3Options,
+    total_s: f64,
+) -> serde_json::Value {
     let evaluations: Vec<_> = r
         .evaluations
         .iter()
@@ -250,7 +286,8 @@ fn result_json(a: &MnistArgs, s: &E3Settings, r: &E3Result, total_s: f64) -> ser
     serde_json::json!({
         "experiment": "E3 MNIST: VAE, SAGD refinement of the generator, control",
         "sagd_version": env!("CARGO_PKG_VERSION"),
-        "flags": a,
+        "flags": flags,
+        "device": opts.device.to_string(),
         "settings": s,
         "against_paper": against_paper(s),
         "likelihood": "Bernoulli on dynamically binarised pixels (a fresh binarisation per minibatch; the test images binarised once)",
@@ -264,7 +301,8 @@ fn result_json(a: &MnistArgs, s: &E3Settings, r: &E3Result, total_s: f64) -> ser
     })
 }
 
-fn print_summary(r: &E3Result) {
+/// The held-out table and the paired differences, on stdout.
+pub fn print_summary(r: &E3Result) {
     println!(
         "held-out log p(x), first {} test images:",
         r.settings.eval_n

@@ -46,6 +46,10 @@ pub struct ReproduceArgs {
     /// Make the named experiment fail (to check that the others still run).
     #[arg(long, hide = true)]
     fail: Option<String>,
+    /// Where the networks of E2 and E3 train: cpu, or cuda (cuda:N) for an NVIDIA GPU with
+    /// CUDA 13's libraries on the loader's path. Evaluation stays on the CPU.
+    #[arg(long, default_value_t = sagd_nn::Device::Cpu)]
+    device: sagd_nn::Device,
 }
 
 /// How one experiment ended.
@@ -113,8 +117,12 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
     };
     let plan = plan::plan(mode, &a.only);
     if plan.iter().all(|e| e.kind == Kind::Unavailable) {
-        bail!("--only: nothing to run: E3 (MNIST) is not available in this version; use e1 or e2");
+        bail!("--only: nothing to run; use e1, e2 or e3");
     }
+    // Before any work: a missing GPU or library is a flag's error.
+    a.device
+        .ready()
+        .with_context(|| format!("--device {}", a.device))?;
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create the output folder {}", a.out.display()))?;
     let threads = rayon::current_num_threads();
@@ -180,7 +188,11 @@ fn run_one(
     bar: &indicatif::ProgressBar,
 ) -> Record {
     let dir = a.out.join(&e.name);
-    let key = e.key();
+    // A GPU rounds otherwise: its results are not the CPU's to reuse.
+    let key = match a.device {
+        sagd_nn::Device::Cpu => e.key(),
+        d => format!("{}-{d}", e.key()),
+    };
     let mut rec = Record {
         name: e.name.clone(),
         title: e.title.clone(),
@@ -216,7 +228,7 @@ fn run_one(
     let outcome = if a.fail.as_deref() == Some(e.name.as_str()) {
         Err(anyhow::anyhow!("forced failure (--fail {})", e.name))
     } else {
-        plan::execute(e, &dir, cache, bar, &mut rec)
+        plan::execute(e, &dir, cache, a.device, bar, &mut rec)
     };
     rec.time_s = t0.elapsed().as_secs_f64();
     match outcome {
