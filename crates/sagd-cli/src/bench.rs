@@ -274,6 +274,7 @@ fn mnist(a: MnistBenchArgs) -> Result<()> {
     let json = serde_json::to_string_pretty(&serde_json::json!({
         "benchmark": "mnist",
         "device": a.device.to_string(),
+        "gpu_tf32": a.device != sagd_nn::Device::Cpu && sagd_nn::cuda::tf32_enabled(),
         "threads": rayon::current_num_threads(),
         "settings": s,
         "rows": rows,

@@ -101,6 +101,7 @@ pub struct MnistArgs {
     quiet: bool,
     /// Where the networks train: cpu, or cuda (cuda:N for GPU N) for an NVIDIA GPU with CUDA 13's
     /// driver, NVRTC and cuBLAS on the loader's path. The held-out evaluation stays on the CPU.
+    /// SAGD_GPU_TF32=1 in the environment lets the GPU's products use TF32 tensor cores.
     #[arg(long, default_value_t = sagd_nn::Device::Cpu)]
     device: sagd_nn::Device,
 }
@@ -288,6 +289,11 @@ fn result_json(
         "sagd_version": env!("CARGO_PKG_VERSION"),
         "flags": flags,
         "device": opts.device.to_string(),
+        "gpu_products": match opts.device {
+            sagd_nn::Device::Cpu => serde_json::Value::Null,
+            _ if sagd_nn::cuda::tf32_enabled() => "tf32".into(),
+            _ => "f32".into(),
+        },
         "settings": s,
         "against_paper": against_paper(s),
         "likelihood": "Bernoulli on dynamically binarised pixels (a fresh binarisation per minibatch; the test images binarised once)",

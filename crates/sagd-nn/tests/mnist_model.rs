@@ -240,3 +240,44 @@ fn baoab_takes_its_first_step_on_a_flat_likelihood() {
         info.displacement
     );
 }
+
+#[test]
+fn the_passes_give_the_same_bits_on_any_number_of_threads() {
+    // 12 images × 20 chains: 240 chain states in blocks of 100, 100 and 40; 16 final pieces of
+    // 15; the VAE's 4 pieces of 3 images.
+    let m = E3::new(20);
+    let p = m.init(4);
+    let x = images(12);
+    let chains = Chains::default();
+    let noise = normals(sagd_noise_len(&m, &chains, 12), 8);
+    let eps = normals(12 * 20, 9);
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut scratch = Scratch::default();
+            let mut g = VaeParams {
+                dec: vec![0.0; p.dec.len()],
+                enc: vec![0.0; p.enc.len()],
+            };
+            let vae = vae_batch(&m, &p, &x, &eps, &mut g.dec, &mut g.enc, &mut scratch);
+            let mut gs = vec![0.0; p.dec.len()];
+            let sagd = sagd_batch(&m, &p, &x, &chains, &noise, &mut gs, &mut scratch);
+            (vae, g, sagd, gs)
+        })
+    };
+    let one = run(1);
+    for threads in [2, 5] {
+        let other = run(threads);
+        assert_eq!(other.0, one.0, "VAE loss, {threads} threads");
+        assert_eq!(other.1, one.1, "VAE gradients, {threads} threads");
+        assert_eq!(
+            other.2, one.2,
+            "SAGD loss and displacement, {threads} threads"
+        );
+        assert_eq!(other.3, one.3, "SAGD gradient, {threads} threads");
+    }
+    assert!(one.3.iter().any(|v| *v != 0.0));
+}
