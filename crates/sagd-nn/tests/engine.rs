@@ -1,8 +1,9 @@
-//! Every layer against central finite differences, and parameters saved and loaded bit for bit.
+//! Every layer against central finite differences, parameters saved and loaded bit for bit, and
+//! deferred parameter gradients against summed passes.
 #![allow(clippy::needless_range_loop)]
 
 use sagd_nn::math::Activation;
-use sagd_nn::{Layer, Sequential, Workspace};
+use sagd_nn::{Layer, ParamGrads, ParamTerms, Sequential, Workspace};
 
 /// L = Σ c ⊙ net(x), in f64 from the f32 output.
 fn loss(net: &Sequential, p: &[f32], x: &[f32], rows: usize, c: &[f32]) -> f64 {
@@ -221,4 +222,49 @@ fn parameters_round_trip_through_a_file() {
         .unwrap_err()
         .to_string()
         .contains("another network shape"));
+}
+
+fn normals(n: usize, seed: u64) -> Vec<f32> {
+    let mut v = vec![0.0f32; n];
+    sagd::rng::NormalStream::new(seed).fill(&mut v);
+    v
+}
+
+#[test]
+fn deferred_parameter_gradients_are_the_same_bits_as_summed_passes() {
+    // Widths 1, 64 and 1 (the 1-D decoder: the out × 1 and 1 × in layouts) and 3 → 9 → 2
+    // (ranges that do not divide by the tile); passes of uneven rows; any number of threads.
+    for net in [
+        Sequential::mlp(&[1, 64, 64, 1], Activation::Softplus),
+        Sequential::mlp(&[3, 9, 9, 2], Activation::Tanh),
+        conv_net(Activation::Tanh),
+    ] {
+        let params = net.init(3);
+        let rows = [5usize, 17, 1, 8];
+        let mut summed = vec![0.0f32; net.n_params()];
+        let mut terms = vec![ParamTerms::default(); rows.len()];
+        let mut ws = Workspace::default();
+        for (k, (&r, t)) in rows.iter().zip(&mut terms).enumerate() {
+            let x = normals(r * net.input_dim(), 10 + k as u64);
+            let dout = normals(r * net.output_dim(), 20 + k as u64);
+            net.forward(&params, &x, r, &mut ws);
+            net.backward(&params, &mut ws, &dout, Some(&mut summed), None);
+            net.forward(&params, &x, r, &mut ws);
+            net.backward_with(&params, &mut ws, &dout, ParamGrads::Keep(t), None);
+        }
+        let parts: Vec<&ParamTerms> = terms.iter().collect();
+        for threads in [1, 3, 16] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let mut deferred = vec![0.0f32; net.n_params()];
+            pool.install(|| net.add_param_grads(&parts, &mut deferred));
+            let same = deferred
+                .iter()
+                .zip(&summed)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{threads} threads");
+        }
+    }
 }

@@ -8,7 +8,7 @@ use sagd::error::Result;
 use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 
-use super::{ensure, grid, Gpu, GpuError, GpuResult, GpuWorkspace};
+use super::{ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace};
 use crate::train::{gather_rows, GradientEstimator};
 use crate::vae::{Vae, VaeParams};
 
@@ -81,14 +81,10 @@ impl<'a> GpuBoundEstimator<'a> {
         self.eps.resize(rows * d, 0.0);
         self.stream.fill(&mut self.eps);
         let b = &mut self.b;
-        let dec = ensure(gpu, &mut b.dec, p.dec.len())?;
-        gpu.upload_into(&p.dec, dec)?;
-        let enc = ensure(gpu, &mut b.enc, p.enc.len())?;
-        gpu.upload_into(&p.enc, enc)?;
-        let xb = ensure(gpu, &mut b.xb, n * d)?;
-        gpu.upload_into(&self.xb, xb)?;
-        let eps = ensure(gpu, &mut b.eps, rows * d)?;
-        gpu.upload_into(&self.eps, eps)?;
+        put(gpu, &mut b.dec, &p.dec)?;
+        put(gpu, &mut b.enc, &p.enc)?;
+        put(gpu, &mut b.xb, &self.xb)?;
+        put(gpu, &mut b.eps, &self.eps)?;
         for (slot, len) in [
             (&mut b.u, rows * d),
             (&mut b.dh, rows * d),

@@ -7,7 +7,7 @@
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use sagd::langevin::Scheme;
 
-use super::{ensure, grid, Gpu, GpuResult, GpuWorkspace};
+use super::{ensure, grid, put, Gpu, GpuResult, GpuWorkspace};
 use crate::mnist::model::{BatchInfo, Chains, E3};
 use crate::mnist::PIXELS;
 use crate::train::{AdamStep, TrainState};
@@ -83,13 +83,8 @@ impl GpuE3 {
     /// Puts the networks' parameters `p` on the device (any training state it held is gone).
     fn load_params(&mut self, p: &VaeParams) -> GpuResult<()> {
         self.held = None;
-        Self::put(&self.gpu, &mut self.b.gen, &p.dec)?;
-        Self::put(&self.gpu, &mut self.b.enc, &p.enc)
-    }
-
-    /// Copies `host` to the device buffer `slot` (made or grown as needed).
-    fn put(gpu: &Gpu, slot: &mut Option<CudaSlice<f32>>, host: &[f32]) -> GpuResult<()> {
-        gpu.upload_into(host, ensure(gpu, slot, host.len())?)
+        put(&self.gpu, &mut self.b.gen, &p.dec)?;
+        put(&self.gpu, &mut self.b.enc, &p.enc)
     }
 
     /// Uploads a pass's images `x` and noise, and runs the encoder on the images (its output in
@@ -101,8 +96,8 @@ impl GpuE3 {
         x: &[f32],
         noise: &[f32],
     ) -> GpuResult<()> {
-        Self::put(gpu, &mut b.x, x)?;
-        Self::put(gpu, &mut b.noise, noise)?;
+        put(gpu, &mut b.x, x)?;
+        put(gpu, &mut b.noise, noise)?;
         let (Some(enc), Some(xd)) = (&b.enc, &b.x) else {
             unreachable!("parameters loaded, images put above");
         };
@@ -337,11 +332,11 @@ impl GpuE3 {
             self.load_params(&st.params)?;
             let gpu = &self.gpu;
             let [mg, vg, me, ve] = &mut self.b.moments;
-            put64(gpu, mg, &st.dec.opt.m)?;
-            put64(gpu, vg, &st.dec.opt.v)?;
+            put(gpu, mg, &st.dec.opt.m)?;
+            put(gpu, vg, &st.dec.opt.v)?;
             if encoder {
-                put64(gpu, me, &st.enc.opt.m)?;
-                put64(gpu, ve, &st.enc.opt.v)?;
+                put(gpu, me, &st.enc.opt.m)?;
+                put(gpu, ve, &st.enc.opt.v)?;
             }
             self.held = Some(want);
         }
@@ -588,17 +583,6 @@ impl GpuE3 {
             displacement: dist / rows as f64,
         })
     }
-}
-
-/// Copies `host` to the f64 device buffer `slot` (made or grown as needed).
-fn put64(gpu: &Gpu, slot: &mut Option<CudaSlice<f64>>, host: &[f64]) -> GpuResult<()> {
-    if slot.as_ref().is_none_or(|s| s.len() < host.len().max(1)) {
-        *slot = Some(gpu.stream.alloc_zeros::<f64>(host.len().max(1))?);
-    }
-    let dev = slot.as_mut().expect("just made");
-    gpu.stream
-        .memcpy_htod(host, &mut dev.slice_mut(..host.len()))?;
-    Ok(())
 }
 
 /// Adam's step `step` (number `t`) on the first `n` parameters `theta` with gradient `g` and

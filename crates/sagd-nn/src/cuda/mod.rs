@@ -26,7 +26,7 @@ use cudarc::cublas::sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, Gemv, GemvConfig};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut,
-    LaunchConfig, PushKernelArg,
+    DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 
 use cudarc::nvrtc::Ptx;
@@ -534,16 +534,28 @@ pub struct GpuWorkspace {
     ones: Option<CudaSlice<f32>>,
 }
 
-/// A buffer of at least `n` elements in `slot` (kept when large enough).
-pub(crate) fn ensure<'a>(
+/// A buffer of at least `n` elements in `slot` (kept when large enough, else made of zeros).
+pub(crate) fn ensure<'a, T: DeviceRepr + ValidAsZeroBits>(
     gpu: &Gpu,
-    slot: &'a mut Option<CudaSlice<f32>>,
+    slot: &'a mut Option<CudaSlice<T>>,
     n: usize,
-) -> GpuResult<&'a mut CudaSlice<f32>> {
+) -> GpuResult<&'a mut CudaSlice<T>> {
     if slot.as_ref().is_none_or(|s| s.len() < n.max(1)) {
-        *slot = Some(gpu.zeros(n)?);
+        *slot = Some(gpu.stream.alloc_zeros::<T>(n.max(1))?);
     }
     Ok(slot.as_mut().expect("just made"))
+}
+
+/// Copies `host` into the device buffer `slot` (made or grown as needed).
+pub(crate) fn put<T: DeviceRepr + ValidAsZeroBits>(
+    gpu: &Gpu,
+    slot: &mut Option<CudaSlice<T>>,
+    host: &[T],
+) -> GpuResult<()> {
+    let dev = ensure(gpu, slot, host.len())?;
+    gpu.stream
+        .memcpy_htod(host, &mut dev.slice_mut(..host.len()))?;
+    Ok(())
 }
 
 impl GpuWorkspace {

@@ -265,6 +265,63 @@ impl<'a> Training<'a> {
     pub fn diagnostics(&self) -> serde_json::Value {
         self.est.diagnostics()
     }
+
+    /// The update on the estimator's device, where it takes it (plain Adam only): the loss, the
+    /// host only counting the steps; `None` leaves the update to [`Training::host_step`].
+    fn device_step(
+        &mut self,
+        st: &mut TrainState,
+        batch: std::ops::Range<usize>,
+    ) -> Option<Result<f64>> {
+        let (beta1, beta2, eps) = self.device_adam?;
+        let step = AdamStep {
+            lr: self.lr,
+            beta1,
+            beta2,
+            eps,
+            t: (st.dec.opt.count + 1, st.enc.opt.count + 1),
+        };
+        let loss = self.est.device_update(st, &st.order[batch], step)?;
+        if loss.is_ok() {
+            // The counts the host's rule would keep; the device holds θ and the moments.
+            let enc = self.est.trains_encoder();
+            for (u, trained) in [(&mut st.dec, true), (&mut st.enc, enc)] {
+                if trained {
+                    u.count += 1;
+                    u.opt.count += 1;
+                }
+            }
+        }
+        Some(loss)
+    }
+
+    /// The update on the host: the estimator's gradients, then the rule's step on each network
+    /// it trains. Returns the loss.
+    fn host_step(
+        &mut self,
+        st: &mut TrainState,
+        batch: std::ops::Range<usize>,
+        update: usize,
+    ) -> Result<f64> {
+        zero(&mut self.g_dec);
+        zero(&mut self.g_enc);
+        let loss = self.est.estimate(
+            &st.params,
+            &st.order[batch],
+            &mut self.g_dec,
+            &mut self.g_enc,
+        )?;
+        if !all_finite(&self.g_enc) {
+            return Err(SagdError::NonFiniteUpdate { iteration: update });
+        }
+        self.rule
+            .apply(&mut st.dec, &mut st.params.dec, &mut self.g_dec, self.lr)?;
+        if self.est.trains_encoder() {
+            self.rule
+                .apply(&mut st.enc, &mut st.params.enc, &mut self.g_enc, self.lr)?;
+        }
+        Ok(loss)
+    }
 }
 
 impl Solver for Training<'_> {
@@ -281,51 +338,12 @@ impl Solver for Training<'_> {
         if b == 0 && self.batch < self.n {
             st.order.shuffle(&mut st.rng);
         }
-        let batch = &st.order[b * self.batch..((b + 1) * self.batch).min(self.n)];
-        if let Some((beta1, beta2, eps)) = self.device_adam {
-            let step = AdamStep {
-                lr: self.lr,
-                beta1,
-                beta2,
-                eps,
-                t: (st.dec.opt.count + 1, st.enc.opt.count + 1),
-            };
-            if let Some(loss) = self.est.device_update(st, batch, step) {
-                st.loss = loss?;
-                // The counts the host's rule would keep; the device holds θ and the moments.
-                let enc = self.est.trains_encoder();
-                for (u, trained) in [(&mut st.dec, true), (&mut st.enc, enc)] {
-                    if trained {
-                        u.count += 1;
-                        u.opt.count += 1;
-                    }
-                }
-                st.updates += 1;
-                return Ok(TrainInfo {
-                    update: st.updates,
-                    epoch_done: st
-                        .updates
-                        .is_multiple_of(per_epoch)
-                        .then(|| st.updates / per_epoch),
-                    loss: st.loss,
-                });
-            }
-        }
-        zero(&mut self.g_dec);
-        zero(&mut self.g_enc);
-        st.loss = self
-            .est
-            .estimate(&st.params, batch, &mut self.g_dec, &mut self.g_enc)?;
+        let batch = b * self.batch..((b + 1) * self.batch).min(self.n);
         let update = st.updates + 1;
-        if !all_finite(&self.g_enc) {
-            return Err(SagdError::NonFiniteUpdate { iteration: update });
-        }
-        self.rule
-            .apply(&mut st.dec, &mut st.params.dec, &mut self.g_dec, self.lr)?;
-        if self.est.trains_encoder() {
-            self.rule
-                .apply(&mut st.enc, &mut st.params.enc, &mut self.g_enc, self.lr)?;
-        }
+        st.loss = match self.device_step(st, batch.clone()) {
+            Some(loss) => loss?,
+            None => self.host_step(st, batch, update)?,
+        };
         st.updates = update;
         Ok(TrainInfo {
             update,
