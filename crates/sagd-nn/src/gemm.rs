@@ -83,38 +83,186 @@ pub fn gemm(
         return;
     }
     let wide = wide_kernel();
-    let mut acc = [[0.0f32; NR]; MR];
     for j0 in (0..n).step_by(NR) {
         let w = NR.min(n - j0);
-        let bp = &b[j0..];
-        for i0 in (0..m).step_by(MR) {
-            let rows = MR.min(m - i0);
-            let a0 = a.data.get(i0 * a.rows..).unwrap_or(&[]);
-            debug_assert!(k == 0 || a0.len() > (rows - 1) * a.rows + (k - 1) * a.cols);
-            // SAFETY: the asserts above bound every index the kernels read: rows·rs + k·cs within
-            // A, k rows of w columns within B (the kernel masks the rest).
-            #[cfg(target_arch = "x86_64")]
-            if wide {
-                let t = avx512::Tile { i0, j0, w, ldc };
-                unsafe {
-                    match rows {
-                        6 => avx512::tile::<6>(k, a0, a, bp, ldb, c, t, ep),
-                        5 => avx512::tile::<5>(k, a0, a, bp, ldb, c, t, ep),
-                        4 => avx512::tile::<4>(k, a0, a, bp, ldb, c, t, ep),
-                        3 => avx512::tile::<3>(k, a0, a, bp, ldb, c, t, ep),
-                        2 => avx512::tile::<2>(k, a0, a, bp, ldb, c, t, ep),
-                        _ => avx512::tile::<1>(k, a0, a, bp, ldb, c, t, ep),
+        // SAFETY: C holds (m−1)·ldc + n elements (asserted), and nothing else touches it.
+        unsafe {
+            columns(
+                m,
+                k,
+                a,
+                &b[j0..],
+                ldb,
+                (j0, w),
+                c.as_mut_ptr(),
+                ldc,
+                ep,
+                wide,
+            )
+        };
+    }
+}
+
+/// Columns j0..j0 + w (at most [`NR`]) of C ← A·B, tile by tile down the rows, where `b` starts at
+/// B's column j0 (rows `ldb` apart).
+///
+/// # Safety
+/// `c` points at C, whose rows 0..m hold columns j0..j0 + w at `i·ldc + j`, which nothing else
+/// reads or writes meanwhile.
+#[allow(clippy::too_many_arguments)]
+unsafe fn columns(
+    m: usize,
+    k: usize,
+    a: Strided<'_>,
+    b: &[f32],
+    ldb: usize,
+    (j0, w): (usize, usize),
+    c: *mut f32,
+    ldc: usize,
+    ep: Epilogue<'_>,
+    wide: bool,
+) {
+    let mut acc = [[0.0f32; NR]; MR];
+    for i0 in (0..m).step_by(MR) {
+        let rows = MR.min(m - i0);
+        let a0 = a.data.get(i0 * a.rows..).unwrap_or(&[]);
+        debug_assert!(k == 0 || a0.len() > (rows - 1) * a.rows + (k - 1) * a.cols);
+        // SAFETY: the callers' asserts bound every index the kernels read: rows·rs + k·cs
+        // within A, k rows of w columns within B (the kernel masks the rest); the tile's
+        // elements of C are the caller's.
+        #[cfg(target_arch = "x86_64")]
+        if wide {
+            let t = avx512::Tile { i0, j0, w, ldc };
+            {
+                match rows {
+                    6 => avx512::tile::<6>(k, a0, a, b, ldb, c, t, ep),
+                    5 => avx512::tile::<5>(k, a0, a, b, ldb, c, t, ep),
+                    4 => avx512::tile::<4>(k, a0, a, b, ldb, c, t, ep),
+                    3 => avx512::tile::<3>(k, a0, a, b, ldb, c, t, ep),
+                    2 => avx512::tile::<2>(k, a0, a, b, ldb, c, t, ep),
+                    _ => avx512::tile::<1>(k, a0, a, b, ldb, c, t, ep),
+                }
+            }
+            continue;
+        }
+        let _ = wide;
+        for (i, acc_i) in acc[..rows].iter_mut().enumerate() {
+            let ai = a0.get(i * a.rows..).unwrap_or(&[]);
+            tile_row(k, ai, a.cols, b, ldb, &mut acc_i[..w]);
+        }
+        finish(&acc[..rows], i0, j0, w, c, ldc, ep);
+    }
+}
+
+/// B (k × n) packed once in panels of [`NR`] columns, each k contiguous rows of NR values (the
+/// last panel padded with zeros): the weights of a wide layer, packed once per parameter value
+/// and then read by every product of a pass at that value. `matrixmultiply` packs B again on
+/// every call, which costs as much as a 100-row product's arithmetic on E3's 1024 × 3136 layer.
+#[derive(Clone, Debug, Default)]
+pub struct Panels {
+    k: usize,
+    n: usize,
+    data: Vec<f32>,
+}
+
+impl Panels {
+    /// Packs B (k × n, read through strides) into these panels, reusing their memory; the
+    /// panels side by side on rayon's threads.
+    pub fn pack(&mut self, b: Strided<'_>, k: usize, n: usize) {
+        use rayon::prelude::*;
+        if k > 0 {
+            assert!(
+                n > 0 && b.data.len() > (k - 1) * b.rows + (n - 1) * b.cols,
+                "Panels::pack: B too short"
+            );
+        }
+        (self.k, self.n) = (k, n);
+        self.data.resize(n.div_ceil(NR) * k * NR, 0.0);
+        self.data
+            .par_chunks_mut((k * NR).max(1))
+            .enumerate()
+            .for_each(|(p, panel)| {
+                let (j0, w) = (p * NR, NR.min(n - p * NR));
+                if b.cols == 1 {
+                    for (r, row) in panel.chunks_exact_mut(NR).enumerate() {
+                        let at = r * b.rows + j0;
+                        row[..w].copy_from_slice(&b.data[at..at + w]);
+                    }
+                    return;
+                }
+                // B read down its columns: 16 rows at a time, so that the writes stay in a few
+                // kilobytes while each column's 16 values are read in one line.
+                const T: usize = 16;
+                for r0 in (0..k).step_by(T) {
+                    let r1 = (r0 + T).min(k);
+                    let rows = &mut panel[r0 * NR..r1 * NR];
+                    for j in 0..w {
+                        let at = (j0 + j) * b.cols;
+                        for (r, v) in rows[j..].iter_mut().step_by(NR).enumerate() {
+                            *v = b.data[at + (r0 + r) * b.rows];
+                        }
                     }
                 }
-                continue;
-            }
-            let _ = wide;
-            for (i, acc_i) in acc[..rows].iter_mut().enumerate() {
-                let ai = a0.get(i * a.rows..).unwrap_or(&[]);
-                tile_row(k, ai, a.cols, bp, ldb, &mut acc_i[..w]);
-            }
-            finish(&acc[..rows], i0, j0, w, c, ldc, ep);
+            });
+    }
+}
+
+/// C (m × n, row stride `ldc`) ← A (m × k) · B for B packed in [`Panels`], finished by `ep`:
+/// the same bits as [`gemm`]'s tile kernel on unpacked B. Large products run their panels in
+/// blocks fixed by the shapes, side by side on rayon's threads (each element of C in one block).
+///
+/// # Panics
+/// If a slice is too short for the shapes and strides.
+pub fn gemm_panels(
+    m: usize,
+    a: Strided<'_>,
+    b: &Panels,
+    c: &mut [f32],
+    ldc: usize,
+    ep: Epilogue<'_>,
+) {
+    let (n, k) = (b.n, b.k);
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        ldc >= n && c.len() >= (m - 1) * ldc + n,
+        "gemm_panels: C too short"
+    );
+    match ep {
+        Epilogue::Bias(bias) => assert!(bias.len() >= n, "gemm_panels: bias too short"),
+        Epilogue::Scale(s) => assert!(s.len() >= (m - 1) * ldc + n, "gemm_panels: scale too short"),
+        _ => {}
+    }
+    if k > 0 {
+        assert!(
+            a.data.len() > (m - 1) * a.rows + (k - 1) * a.cols,
+            "gemm_panels: A too short"
+        );
+    }
+    let wide = wide_kernel();
+    let panels = n.div_ceil(NR);
+    let blocks = (m * n * k / BLOCK_MACS).clamp(1, MAX_BLOCKS.min(panels));
+    let per = panels.div_ceil(blocks);
+    let cp = CPtr(c.as_mut_ptr());
+    let run = |p0: usize| {
+        for p in p0..(p0 + per).min(panels) {
+            let (j0, w) = (p * NR, NR.min(n - p * NR));
+            let bp = &b.data[p * k * NR..];
+            // SAFETY: the blocks write disjoint columns of C (their panels'), inside the
+            // (m−1)·ldc + n elements asserted above.
+            unsafe { columns(m, k, a, bp, NR, (j0, w), cp.at(0), ldc, ep, wide) };
         }
+    };
+    if blocks == 1 {
+        run(0);
+    } else {
+        use rayon::prelude::*;
+        (0..panels)
+            .step_by(per)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .for_each(run);
     }
 }
 
@@ -156,11 +304,33 @@ pub fn gemm_wt(
     packed(m, n, k, a, b, c, ldc, ep);
 }
 
+/// Multiply-adds per block of a large product: blocks are cut by the shapes alone (at most
+/// [`MAX_BLOCKS`]), never by the threads, and every element of C is computed whole inside one
+/// block, so a product has the same bits however many threads share its blocks.
+const BLOCK_MACS: usize = 1 << 23;
+/// Most blocks one product is cut into: enough for 16 threads.
+const MAX_BLOCKS: usize = 16;
+
+/// C's pointer, shared by the blocks of one product, which write disjoint elements.
+#[derive(Clone, Copy)]
+struct CPtr(*mut f32);
+// SAFETY: the blocks of one product write disjoint elements of C (see `packed`).
+unsafe impl Send for CPtr {}
+unsafe impl Sync for CPtr {}
+
+impl CPtr {
+    /// The pointer (a method, so that closures capture the whole `CPtr`).
+    fn at(&self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+
 /// A large product by `matrixmultiply`, which packs its operands into cache-sized blocks: the tile
 /// kernel streams all of B for every six rows of A, which leaves it waiting on memory once B
-/// outgrows the cache (measured: `benches/engine.rs`, `e3_batch200`). Deterministic for given
-/// shapes (one thread, fixed blocking), so the passes' fixed pieces keep results independent of
-/// the number of threads.
+/// outgrows the cache (measured: `benches/engine.rs`, `e3_batch200`). C is cut into blocks of
+/// columns (or of rows, when C is taller than wide: the cut that packs the smaller operand again
+/// per block), run side by side on rayon's threads; each element's sum over k runs in one
+/// block, in `matrixmultiply`'s fixed order, so the bits depend on the shapes only.
 #[allow(clippy::too_many_arguments)]
 fn packed(
     m: usize,
@@ -172,42 +342,117 @@ fn packed(
     ldc: usize,
     ep: Epilogue<'_>,
 ) {
+    let blocks = (m * n * k / BLOCK_MACS).clamp(1, MAX_BLOCKS);
+    let by_columns = n >= m;
+    let side = if by_columns { n } else { m };
+    // Whole kernel widths per block (16 columns or 8 rows), so no block ends in a masked tile
+    // that an uncut product would not have.
+    let align = if by_columns { 16 } else { 8 };
+    let per = side.div_ceil(blocks).div_ceil(align) * align;
+    let cp = CPtr(c.as_mut_ptr());
+    let run = |at: usize| {
+        let len = per.min(side - at);
+        // SAFETY: the callers asserted that A holds (m−1)·rows + (k−1)·cols, B (k−1)·rows +
+        // (n−1)·cols and C (m−1)·ldc + n elements; a block reads A's rows (or B's columns)
+        // at..at + len and writes only C's elements in those rows (or columns), which no other
+        // block writes.
+        unsafe {
+            if by_columns {
+                let b = Strided {
+                    data: &b.data[at * b.cols..],
+                    ..b
+                };
+                let ep = ep.columns_from(at);
+                packed_block(m, len, k, a, b, cp.at(at), ldc, ep);
+            } else {
+                let a = Strided {
+                    data: &a.data[at * a.rows..],
+                    ..a
+                };
+                let ep = ep.rows_from(at * ldc);
+                packed_block(len, n, k, a, b, cp.at(at * ldc), ldc, ep);
+            }
+        }
+    };
+    if per >= side {
+        run(0);
+    } else {
+        use rayon::prelude::*;
+        (0..side)
+            .step_by(per)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .for_each(run);
+    }
+}
+
+impl<'a> Epilogue<'a> {
+    /// The epilogue of the block of C that starts at column `j0`.
+    fn columns_from(self, j0: usize) -> Self {
+        match self {
+            Epilogue::Bias(b) => Epilogue::Bias(&b[j0..]),
+            Epilogue::Scale(s) => Epilogue::Scale(&s[j0..]),
+            ep => ep,
+        }
+    }
+
+    /// The epilogue of the block of C that starts at element `at` (a row's first).
+    fn rows_from(self, at: usize) -> Self {
+        match self {
+            Epilogue::Scale(s) => Epilogue::Scale(&s[at..]),
+            ep => ep,
+        }
+    }
+}
+
+/// One block of [`packed`]: C (m × n at `c`, row stride `ldc`) ← A · B, finished by `ep`.
+///
+/// # Safety
+/// A and B hold the elements their strides reach for these shapes, `c` the (m−1)·ldc + n
+/// elements from it, which nothing else reads or writes meanwhile.
+#[allow(clippy::too_many_arguments)]
+unsafe fn packed_block(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Strided<'_>,
+    b: Strided<'_>,
+    c: *mut f32,
+    ldc: usize,
+    ep: Epilogue<'_>,
+) {
+    let row = |i: usize| std::slice::from_raw_parts_mut(c.add(i * ldc), n);
     let beta = match ep {
         Epilogue::Add => 1.0,
         Epilogue::Bias(bias) => {
             for i in 0..m {
-                c[i * ldc..i * ldc + n].copy_from_slice(&bias[..n]);
+                row(i).copy_from_slice(&bias[..n]);
             }
             1.0
         }
         Epilogue::Store | Epilogue::Scale(_) => 0.0,
     };
-    // SAFETY: the callers asserted that A holds (m−1)·rows + (k−1)·cols, B (k−1)·rows +
-    // (n−1)·cols and C (m−1)·ldc + n elements; the strides below are those.
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            1.0,
-            a.data.as_ptr(),
-            a.rows as isize,
-            a.cols as isize,
-            b.data.as_ptr(),
-            b.rows as isize,
-            b.cols as isize,
-            beta,
-            c.as_mut_ptr(),
-            ldc as isize,
-            1,
-        );
-    }
+    matrixmultiply::sgemm(
+        m,
+        k,
+        n,
+        1.0,
+        a.data.as_ptr(),
+        a.rows as isize,
+        a.cols as isize,
+        b.data.as_ptr(),
+        b.rows as isize,
+        b.cols as isize,
+        beta,
+        c,
+        ldc as isize,
+        1,
+    );
     if let Epilogue::Scale(s) = ep {
         for i in 0..m {
-            let at = i * ldc;
-            c[at..at + n]
+            row(i)
                 .iter_mut()
-                .zip(&s[at..at + n])
+                .zip(&s[i * ldc..i * ldc + n])
                 .for_each(|(c, s)| *c *= s);
         }
     }
@@ -247,18 +492,21 @@ fn tile_row(k: usize, a: &[f32], cs: usize, b: &[f32], ldb: usize, acc: &mut [f3
 }
 
 /// Writes the first `w` columns of a tile into C at (i0, j0).
-fn finish(
+///
+/// # Safety
+/// The tile's elements of C, at `c + (i0 + i)·ldc + j0 + j`, are the caller's alone.
+unsafe fn finish(
     acc: &[[f32; NR]],
     i0: usize,
     j0: usize,
     w: usize,
-    c: &mut [f32],
+    c: *mut f32,
     ldc: usize,
     ep: Epilogue<'_>,
 ) {
     for (i, acc_i) in acc.iter().enumerate() {
         let at = (i0 + i) * ldc + j0;
-        let row = &mut c[at..at + w];
+        let row = std::slice::from_raw_parts_mut(c.add(at), w);
         let acc_i = &acc_i[..w];
         match ep {
             Epilogue::Store => row.copy_from_slice(acc_i),
@@ -305,7 +553,7 @@ mod avx512 {
         a: Strided<'_>,
         b: &[f32],
         ldb: usize,
-        c: &mut [f32],
+        c: *mut f32,
         t: Tile,
         ep: Epilogue<'_>,
     ) {
@@ -335,7 +583,7 @@ mod avx512 {
                 if mask == 0 {
                     break;
                 }
-                let dst = c.as_mut_ptr().add(at + col);
+                let dst = c.add(at + col);
                 let out = match ep {
                     Epilogue::Store => ab,
                     Epilogue::Add => _mm512_add_ps(_mm512_maskz_loadu_ps(mask, dst), ab),
@@ -438,6 +686,124 @@ mod tests {
                         assert_eq!(c[i * ldc + n], c0[i * ldc + n]);
                     }
                 }
+            }
+        }
+    }
+
+    /// A deterministic fill in [−1, 1).
+    fn fill(n: usize, seed: usize) -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i + seed) as f32 * 0.618).fract() - 0.5) * 2.0)
+            .collect()
+    }
+
+    #[test]
+    fn packed_panels_give_the_tile_kernels_bits() {
+        // Partial panels, odd row counts, and a product large enough to run in blocks.
+        for &(m, n, k) in &[(7, 64, 64), (13, 100, 37), (6, 130, 5), (300, 700, 400)] {
+            let a = fill(m * k, 1);
+            let b = fill(k * n, 2);
+            let sa = Strided {
+                data: &a,
+                rows: k,
+                cols: 1,
+            };
+            let bias = fill(n, 3);
+            let s = fill(m * n, 4);
+            let c0 = fill(m * n, 5);
+            for transposed in [false, true] {
+                // B given as is, or as the transpose of an n × k matrix (a layer's W).
+                let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+                let sb = if transposed {
+                    Strided {
+                        data: &bt,
+                        rows: 1,
+                        cols: k,
+                    }
+                } else {
+                    Strided {
+                        data: &b,
+                        rows: n,
+                        cols: 1,
+                    }
+                };
+                let mut panels = Panels::default();
+                panels.pack(sb, k, n);
+                for ep in [
+                    Epilogue::Store,
+                    Epilogue::Add,
+                    Epilogue::Bias(&bias),
+                    Epilogue::Scale(&s),
+                ] {
+                    let (mut want, mut got) = (c0.clone(), c0.clone());
+                    // The tile kernel itself, whatever the size.
+                    let wide = wide_kernel();
+                    for j0 in (0..n).step_by(NR) {
+                        let w = NR.min(n - j0);
+                        // SAFETY: `want` is m × n, B k × n.
+                        unsafe {
+                            columns(
+                                m,
+                                k,
+                                sa,
+                                &b[j0..],
+                                n,
+                                (j0, w),
+                                want.as_mut_ptr(),
+                                n,
+                                ep,
+                                wide,
+                            )
+                        };
+                    }
+                    gemm_panels(m, sa, &panels, &mut got, n, ep);
+                    assert!(
+                        want.iter()
+                            .zip(&got)
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{m}×{n}×{k} {ep:?} transposed {transposed}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_large_product_in_blocks_gives_the_bits_of_one_block() {
+        // Cut by columns (wide C) and by rows (tall C), with every epilogue.
+        for &(m, n, k) in &[(400, 520, 330), (900, 200, 400)] {
+            assert!(m * n * k / BLOCK_MACS > 1);
+            let a = fill(m * k, 1);
+            let b = fill(k * n, 2);
+            let sa = Strided {
+                data: &a,
+                rows: k,
+                cols: 1,
+            };
+            let sb = Strided {
+                data: &b,
+                rows: n,
+                cols: 1,
+            };
+            let bias = fill(n, 3);
+            let s = fill(m * n, 4);
+            let c0 = fill(m * n, 5);
+            for ep in [
+                Epilogue::Store,
+                Epilogue::Add,
+                Epilogue::Bias(&bias),
+                Epilogue::Scale(&s),
+            ] {
+                let (mut one, mut cut) = (c0.clone(), c0.clone());
+                // SAFETY: `one` is m × n.
+                unsafe { packed_block(m, n, k, sa, sb, one.as_mut_ptr(), n, ep) };
+                packed(m, n, k, sa, sb, &mut cut, n, ep);
+                assert!(
+                    one.iter()
+                        .zip(&cut)
+                        .all(|(x, y)| x.to_bits() == y.to_bits()),
+                    "{m}×{n}×{k} {ep:?}"
+                );
             }
         }
     }

@@ -28,6 +28,6 @@ pub mod vae;
 
 pub use device::Device;
 pub use net::{
-    Layer, ParamGrads, ParamTerms, SavedError, Sequential, Workspace, WorkspacePool, CHUNK_ROWS,
-    MIN_PIECE_ROWS,
+    Layer, PackedWeights, ParamGrads, ParamTerms, SavedError, Sequential, Workspace, WorkspacePool,
+    CHUNK_ROWS, MIN_PIECE_ROWS,
 };

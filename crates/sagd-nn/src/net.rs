@@ -10,7 +10,7 @@ use crate::conv::{
     channel_sums, conv_backward, conv_forward, conv_out_side, conv_t_backward, conv_t_forward,
     conv_t_out_side, ConvBuffers, Windows,
 };
-use crate::gemm::{gemm, Epilogue, Strided};
+use crate::gemm::{gemm, gemm_panels, Epilogue, Panels, Strided};
 use crate::math::{self, Activation};
 
 /// One layer.
@@ -240,6 +240,35 @@ fn by_cols(data: &[f32], cols: usize) -> Strided<'_> {
         data,
         rows: 1,
         cols,
+    }
+}
+
+/// Weights per Linear layer from which [`Sequential::pack`] packs it: E3's 1024 × 3136 layers,
+/// not E2's (at most 64 × 64), whose products stay on unpacked weights.
+const PACK_MIN_WEIGHTS: usize = 1 << 18;
+
+/// A wide Linear layer's W packed for its two products with a batch.
+#[derive(Clone, Debug)]
+struct PackedLayer {
+    /// Wᵀ (inp × out), for y = x Wᵀ + b.
+    forward: Panels,
+    /// W (out × inp), for ∂L/∂x = g W, when packed for backward passes.
+    input_grad: Option<Panels>,
+}
+
+/// The wide Linear layers' weights of one parameter vector, packed once
+/// ([`Sequential::pack`]) for the many passes of a minibatch at those parameters (SAGD's chains
+/// evaluate the generator ten times per chain at one θ). The products then give the same bits
+/// as on unpacked weights with fewer rows.
+#[derive(Clone, Debug, Default)]
+pub struct PackedWeights {
+    layers: Vec<Option<PackedLayer>>,
+}
+
+impl PackedWeights {
+    /// Layer `i`'s packed weights, if it has them.
+    fn layer(&self, i: usize) -> Option<&PackedLayer> {
+        self.layers.get(i).and_then(Option::as_ref)
     }
 }
 
@@ -567,6 +596,59 @@ impl Sequential {
     /// Forward pass over `rows` inputs (rows × input_dim, row-major); the output is
     /// `ws.output()`.
     pub fn forward(&self, params: &[f32], x: &[f32], rows: usize, ws: &mut Workspace) {
+        self.forward_packed(params, &PackedWeights::default(), x, rows, ws);
+    }
+
+    /// The wide Linear layers' weights of `params`, packed for [`Sequential::forward_packed`], and
+    /// with `input_grad` for [`Sequential::backward_packed`]'s ∂L/∂x too, into `packed` (its
+    /// memory reused; the panels packed side by side on rayon's threads).
+    pub fn pack(&self, params: &[f32], input_grad: bool, packed: &mut PackedWeights) {
+        packed.layers.resize_with(self.layers.len(), || None);
+        for (i, (l, slot)) in self.layers.iter().zip(&mut packed.layers).enumerate() {
+            let Layer::Linear { inp, out } = *l else {
+                *slot = None;
+                continue;
+            };
+            if inp * out < PACK_MIN_WEIGHTS {
+                *slot = None;
+                continue;
+            }
+            let w = &params[self.offsets[i]..self.offsets[i] + inp * out];
+            let pl = slot.get_or_insert_with(|| PackedLayer {
+                forward: Panels::default(),
+                input_grad: None,
+            });
+            pl.forward.pack(
+                Strided {
+                    data: w,
+                    rows: 1,
+                    cols: inp,
+                },
+                inp,
+                out,
+            );
+            match (input_grad, &mut pl.input_grad) {
+                (true, Some(p)) => p.pack(by_rows(w, inp), out, inp),
+                (true, none) => {
+                    let mut p = Panels::default();
+                    p.pack(by_rows(w, inp), out, inp);
+                    *none = Some(p);
+                }
+                (false, g) => *g = None,
+            }
+        }
+    }
+
+    /// [`Sequential::forward`] with the wide layers' weights `packed` from these `params` by
+    /// [`Sequential::pack`].
+    pub fn forward_packed(
+        &self,
+        params: &[f32],
+        packed: &PackedWeights,
+        x: &[f32],
+        rows: usize,
+        ws: &mut Workspace,
+    ) {
         debug_assert_eq!(params.len(), self.n_params);
         debug_assert_eq!(x.len(), rows * self.inp);
         ws.rows = rows;
@@ -586,7 +668,17 @@ impl Sequential {
                     let w = &params[off..off + inp * out];
                     let b = &params[off + inp * out..off + inp * out + out];
                     y.resize(rows * out, 0.0);
-                    linear_forward(xin, w, Some(b), y, (inp, out), &mut ws.wt[i]);
+                    match packed.layer(i) {
+                        Some(pl) => gemm_panels(
+                            rows,
+                            by_rows(xin, inp),
+                            &pl.forward,
+                            y,
+                            out,
+                            Epilogue::Bias(b),
+                        ),
+                        None => linear_forward(xin, w, Some(b), y, (inp, out), &mut ws.wt[i]),
+                    }
                 }
                 Layer::Act { act } => {
                     y.resize(xin.len(), 0.0);
@@ -719,6 +811,20 @@ impl Sequential {
         params: &[f32],
         ws: &mut Workspace,
         dout: &[f32],
+        sink: ParamGrads<'_>,
+        dx: Option<&mut [f32]>,
+    ) {
+        self.backward_packed(params, &PackedWeights::default(), ws, dout, sink, dx);
+    }
+
+    /// [`Sequential::backward_with`] after [`Sequential::forward_packed`], with the same
+    /// `packed` weights.
+    pub fn backward_packed(
+        &self,
+        params: &[f32],
+        packed: &PackedWeights,
+        ws: &mut Workspace,
+        dout: &[f32],
         mut sink: ParamGrads<'_>,
         dx: Option<&mut [f32]>,
     ) {
@@ -767,7 +873,13 @@ impl Sequential {
                         };
                         scaled = below.is_some();
                         grad2.resize(rows * inp, 0.0);
-                        linear_input_grad(grad, w, grad2, (inp, out), below);
+                        match packed.layer(i).and_then(|pl| pl.input_grad.as_ref()) {
+                            Some(panels) => {
+                                let ep = below.map_or(Epilogue::Store, Epilogue::Scale);
+                                gemm_panels(rows, by_rows(grad, out), panels, grad2, inp, ep);
+                            }
+                            None => linear_input_grad(grad, w, grad2, (inp, out), below),
+                        }
                         std::mem::swap(grad, grad2);
                     }
                 }
@@ -792,23 +904,23 @@ impl Sequential {
                         ParamGrads::Keep(t) => (None, Some(&mut **t)),
                         ParamGrads::Skip => (None, None),
                     };
+                    let x = &xin[..inp];
                     if let Layer::ConvT { c_in, .. } = *l {
-                        let x = &xin[..inp];
                         conv_t_backward(&win, g, x, w, c_in, buf, dwb, dx_buf);
                         if let Some(t) = keep {
                             t.x[i].clear();
                             t.x[i].extend_from_slice(x);
-                            t.g[i].clone_from(&buf.dcols);
+                            win.gather(g, &mut t.g[i]);
                             t.gb[i].clear();
                             t.gb[i].extend_from_slice(g);
                         }
                     } else {
                         if let Some(t) = keep {
-                            t.x[i].clone_from(&buf.cols);
+                            win.gather(x, &mut t.x[i]);
                             t.g[i].clear();
                             t.g[i].extend_from_slice(g);
                         }
-                        conv_backward(&win, g, w, c_out, buf, dwb, dx_buf);
+                        conv_backward(&win, g, x, w, c_out, buf, dwb, dx_buf);
                     }
                     if want_dx {
                         std::mem::swap(grad, grad2);

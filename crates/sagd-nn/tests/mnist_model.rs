@@ -244,7 +244,7 @@ fn baoab_takes_its_first_step_on_a_flat_likelihood() {
 #[test]
 fn the_passes_give_the_same_bits_on_any_number_of_threads() {
     // 12 images × 20 chains: 240 chain states in blocks of 100, 100 and 40; 16 final pieces of
-    // 15; the VAE's 4 pieces of 3 images.
+    // 15; the VAE's 2 pieces of 6 images.
     let m = E3::new(20);
     let p = m.init(4);
     let x = images(12);

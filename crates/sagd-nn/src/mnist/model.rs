@@ -17,7 +17,7 @@ use sagd::rng::NormalStream;
 
 use super::{encoder, generator, PIXELS};
 use crate::math::bernoulli_logits;
-use crate::net::{Sequential, Workspace, WorkspacePool};
+use crate::net::{PackedWeights, ParamGrads, Sequential, Workspace, WorkspacePool};
 use crate::vae::VaeParams;
 
 /// One thread's buffers for E3's passes: the encoder's and the generator's.
@@ -33,6 +33,8 @@ pub struct Buffers {
 pub struct Scratch {
     pool: WorkspacePool<Buffers>,
     pieces: Vec<PieceGrads>,
+    /// The generator's and the encoder's wide weights, packed for a pass's products.
+    packed: (PackedWeights, PackedWeights),
 }
 
 /// One piece's gradients of both networks.
@@ -81,16 +83,20 @@ impl Scratch {
 }
 
 /// Independent pieces of a VAE minibatch pass, each with its own gradients (results depend on
-/// the shapes, not on the threads: 50 images each for 200).
-pub const PIECES: usize = 4;
+/// the shapes, not on the threads: 100 images each for 200). Two, not more: the wide layers'
+/// products run in blocks on all threads inside a piece, and each piece costs a copy of both
+/// networks' gradients to zero and add (measured: 2 pieces of 100 images 1.2× faster than 4 of
+/// 50 on 2 threads, `e3_minibatch200/vae`).
+pub const PIECES: usize = 2;
 
 /// Pieces of SAGD's final pass at the chains' last states (250 chains each for 200 images × 20
 /// chains): its parameter gradients are a quarter of SAGD's work, so more pieces than a VAE pass
 /// keep many cores busy.
 pub const FINAL_PIECES: usize = 16;
 
-/// Rows per forward/backward call inside a piece: what keeps a transposed convolution's windows
-/// (25088 floats per image in the first) at a few megabytes.
+/// Rows per forward/backward call inside a piece: what keeps the activations of the wide layers
+/// (3136 floats per image) at a few megabytes (the convolutions go through their windows a chunk
+/// of images at a time whatever the rows).
 pub const SUB_ROWS: usize = 100;
 
 /// E3's networks for latent dimension `d`.
@@ -209,6 +215,9 @@ pub fn vae_batch(
     let d = m.d;
     let b = x.len() / PIXELS;
     let scale = 1.0 / b as f32;
+    let (mut pk_gen, mut pk_enc) = std::mem::take(&mut scratch.packed);
+    m.gen.pack(&p.dec, true, &mut pk_gen);
+    m.enc.pack(&p.enc, true, &mut pk_enc);
     let (pool, work) = scratch.pieces_for(p, b, PIECES, true);
     work.into_par_iter().for_each(|(slot, r)| {
         let PieceGrads {
@@ -223,7 +232,7 @@ pub fn vae_batch(
                 let e = (s + SUB_ROWS).min(r.end);
                 let n = e - s;
                 let xs = &x[s * PIXELS..e * PIXELS];
-                m.enc.forward(&p.enc, xs, n, ws);
+                m.enc.forward_packed(&p.enc, &pk_enc, xs, n, ws);
                 let out = ws.output().to_vec();
                 let mut u = vec![0.0f32; n * d];
                 for i in 0..n {
@@ -233,13 +242,14 @@ pub fn vae_batch(
                         *loss += 0.5 * (mu * mu + lv.exp() - lv - 1.0) as f64;
                     }
                 }
-                m.gen.forward(&p.dec, &u, n, wg);
+                m.gen.forward_packed(&p.dec, &pk_gen, &u, n, wg);
                 let mut dl = vec![0.0f32; n * PIXELS];
                 *loss -= bernoulli_logits(wg.output(), xs, &mut dl);
                 // ∂(−log p)/∂logits = −(x − σ), averaged over the batch.
                 dl.iter_mut().for_each(|g| *g *= -scale);
                 let mut du = vec![0.0f32; n * d];
-                m.gen.backward(&p.dec, wg, &dl, Some(gg), Some(&mut du));
+                m.gen
+                    .backward_packed(&p.dec, &pk_gen, wg, &dl, ParamGrads::Add(gg), Some(&mut du));
                 let mut dout = vec![0.0f32; n * 2 * d];
                 for i in 0..n {
                     for j in 0..d {
@@ -251,10 +261,12 @@ pub fn vae_batch(
                             g * eps[(s + i) * d + j] * 0.5 * sd + 0.5 * (lv.exp() - 1.0) * scale;
                     }
                 }
-                m.enc.backward(&p.enc, ws, &dout, Some(ge), None);
+                m.enc
+                    .backward_packed(&p.enc, &pk_enc, ws, &dout, ParamGrads::Add(ge), None);
             }
         });
     });
+    scratch.packed = (pk_gen, pk_enc);
     let slots = &scratch.pieces;
     add_pieces(slots.iter().map(|g| &g.gen[..]), g_dec);
     add_pieces(slots.iter().map(|g| &g.enc[..]), g_enc);
@@ -269,6 +281,9 @@ pub fn encode(m: &E3, enc: &[f32], x: &[f32], scratch: &mut Scratch) -> Vec<f32>
     let n = x.len() / PIXELS;
     scratch.pool.ensure(rayon::current_num_threads());
     let pool = &scratch.pool;
+    let packed = &mut scratch.packed.1;
+    m.enc.pack(enc, false, packed);
+    let packed = &*packed;
     let parts: Vec<Vec<f32>> = pieces(n, PIECES)
         .into_par_iter()
         .map(|r| {
@@ -276,8 +291,13 @@ pub fn encode(m: &E3, enc: &[f32], x: &[f32], scratch: &mut Scratch) -> Vec<f32>
             pool.with(|bufs| {
                 for s in (r.start..r.end).step_by(SUB_ROWS) {
                     let e = (s + SUB_ROWS).min(r.end);
-                    m.enc
-                        .forward(enc, &x[s * PIXELS..e * PIXELS], e - s, &mut bufs.enc);
+                    m.enc.forward_packed(
+                        enc,
+                        packed,
+                        &x[s * PIXELS..e * PIXELS],
+                        e - s,
+                        &mut bufs.enc,
+                    );
                     out.extend_from_slice(bufs.enc.output());
                 }
             });
@@ -341,6 +361,9 @@ pub fn sagd_batch(
         (2.0 * chains.gamma * chains.delta).sqrt() as f32,
     );
     // The chains, block by block, to their last states u.
+    let mut pk_gen = std::mem::take(&mut scratch.packed.0);
+    m.gen.pack(&p.dec, true, &mut pk_gen);
+    let packed = &pk_gen;
     let mut u = vec![0.0f32; rows * d];
     let pool = &scratch.pool;
     u.par_chunks_mut(SUB_ROWS * d)
@@ -356,9 +379,10 @@ pub fn sagd_batch(
                 let (mut dl, mut gu) = (vec![0.0f32; n * PIXELS], vec![0.0f32; n * d]);
                 // gu ← ∇u log p(u | x) = ∇u log p(x | u) − u.
                 let mut grad = |u: &[f32], gu: &mut [f32]| {
-                    m.gen.forward(&p.dec, u, n, ws);
+                    m.gen.forward_packed(&p.dec, packed, u, n, ws);
                     bernoulli_logits(ws.output(), &xs, &mut dl);
-                    m.gen.backward(&p.dec, ws, &dl, None, Some(gu));
+                    m.gen
+                        .backward_packed(&p.dec, packed, ws, &dl, ParamGrads::Skip, Some(gu));
                     gu.iter_mut().zip(u).for_each(|(g, v)| *g -= v);
                 };
                 let noise = |step: usize| &eta[(step * rows + s) * d..(step * rows + e) * d];
@@ -413,11 +437,12 @@ pub fn sagd_batch(
                 let (mut xs, mut u0) = (Vec::with_capacity(n * PIXELS), vec![0.0f32; n * d]);
                 chain_starts(x, &enc, eps, (b, d), (s, e), &mut xs, &mut u0);
                 let ue = &u[s * d..e * d];
-                m.gen.forward(&p.dec, ue, n, ws);
+                m.gen.forward_packed(&p.dec, packed, ue, n, ws);
                 let mut dl = vec![0.0f32; n * PIXELS];
                 *loss -= bernoulli_logits(ws.output(), &xs, &mut dl);
                 dl.iter_mut().for_each(|g| *g *= -scale);
-                m.gen.backward(&p.dec, ws, &dl, Some(gg), None);
+                m.gen
+                    .backward_packed(&p.dec, packed, ws, &dl, ParamGrads::Add(gg), None);
                 *disp += ue
                     .chunks_exact(d)
                     .zip(u0.chunks_exact(d))
@@ -432,6 +457,7 @@ pub fn sagd_batch(
             }
         });
     });
+    scratch.packed.0 = pk_gen;
     let slots = &scratch.pieces;
     add_pieces(slots.iter().map(|g| &g.gen[..]), grad_gen);
     BatchInfo {
@@ -474,6 +500,9 @@ pub fn held_out(
     let n = x.len() / PIXELS;
     let q = encode(m, enc, x, scratch);
     let pool = &scratch.pool;
+    let packed = &mut scratch.packed.0;
+    m.gen.pack(gen, false, packed);
+    let packed = &*packed;
     (0..n)
         .into_par_iter()
         .map(|i| {
@@ -506,7 +535,7 @@ pub fn held_out(
                         }
                         lpq.push(v);
                     }
-                    m.gen.forward(gen, &u, e - s, ws);
+                    m.gen.forward_packed(gen, packed, &u, e - s, ws);
                     for (r, logits) in ws.output().chunks_exact(PIXELS).enumerate() {
                         let ll = bernoulli_logits(logits, xi, &mut dl);
                         ll_sum += ll;
