@@ -7,6 +7,7 @@
 //! (c_out × k·k·c_in); a transposed convolution multiplies each input pixel by W (k·k·c_out × c_in)
 //! and scatters the windows into its output. Their backward passes swap gather and scatter.
 
+use crate::gemm::Epilogue;
 use crate::net::{linear_forward, linear_input_grad, linear_param_grad, Transposed};
 
 /// The windows of a convolution: a kernel of side `k` slides with `stride` over a `big` × `big`
@@ -51,22 +52,31 @@ impl Windows {
         (y < self.big && x < self.big).then_some((y * self.big + x) * self.channels)
     }
 
+    /// [`Windows::source`] of every cell (window by window, kernel offset by offset), [`OUTSIDE`]
+    /// in the padding: computed once per call, not once per image and cell (a one-channel
+    /// layer's cells are single values, cheaper to copy than to locate).
+    fn sources(&self) -> Vec<usize> {
+        let kk = self.k * self.k;
+        (0..self.count() * kk)
+            .map(|cell| self.source(cell / kk, cell % kk).unwrap_or(OUTSIDE))
+            .collect()
+    }
+
     /// im2col: every window of every image in `img` (images × [`Windows::image`]) into `out`
     /// (images·count × width), zeros outside the image.
     pub fn gather(&self, img: &[f32], out: &mut Vec<f32>) {
         let (c, w) = (self.channels, self.width());
         let images = img.len() / self.image();
         out.resize(images * self.count() * w, 0.0);
+        let sources = self.sources();
         for (src, dst) in img
             .chunks_exact(self.image())
             .zip(out.chunks_exact_mut(self.count() * w))
         {
-            for (o, win) in dst.chunks_exact_mut(w).enumerate() {
-                for (kk, cell) in win.chunks_exact_mut(c).enumerate() {
-                    match self.source(o, kk) {
-                        Some(at) => cell.copy_from_slice(&src[at..at + c]),
-                        None => cell.fill(0.0),
-                    }
+            for (cell, &at) in dst.chunks_exact_mut(c).zip(&sources) {
+                match src.get(at..at + c) {
+                    Some(v) => cell.iter_mut().zip(v).for_each(|(d, v)| *d = *v),
+                    None => cell.fill(0.0),
                 }
             }
         }
@@ -77,22 +87,22 @@ impl Windows {
     pub fn scatter(&self, cols: &[f32], img: &mut [f32]) {
         let (c, w) = (self.channels, self.width());
         img.fill(0.0);
+        let sources = self.sources();
         for (src, dst) in cols
             .chunks_exact(self.count() * w)
             .zip(img.chunks_exact_mut(self.image()))
         {
-            for (o, win) in src.chunks_exact(w).enumerate() {
-                for (kk, cell) in win.chunks_exact(c).enumerate() {
-                    if let Some(at) = self.source(o, kk) {
-                        for (d, v) in dst[at..at + c].iter_mut().zip(cell) {
-                            *d += v;
-                        }
-                    }
+            for (cell, &at) in src.chunks_exact(c).zip(&sources) {
+                if let Some(d) = dst.get_mut(at..at + c) {
+                    d.iter_mut().zip(cell).for_each(|(d, v)| *d += v);
                 }
             }
         }
     }
 }
+
+/// A cell of [`Windows::sources`] in the padding: past any image, so that slicing there fails.
+const OUTSIDE: usize = usize::MAX / 2;
 
 /// Side of a convolution's output: (side + 2·pad − k)/stride + 1.
 pub fn conv_out_side(side: usize, k: usize, stride: usize, pad: usize) -> usize {
@@ -175,7 +185,7 @@ pub(crate) fn conv_backward(
         }
         if let Some(dx) = dx.as_deref_mut() {
             buf.dcols.resize(gc.len() / c_out * inp, 0.0);
-            linear_input_grad(gc, w, &mut buf.dcols, (inp, c_out), None);
+            linear_input_grad(gc, w, &mut buf.dcols, (inp, c_out), Epilogue::Store);
             let at = c * per * win.image();
             win.scatter(&buf.dcols, &mut dx[at..at + xc.len()]);
         }
@@ -240,7 +250,13 @@ pub(crate) fn conv_t_backward(
         }
         if let Some(dx) = dx.as_deref_mut() {
             let at = c * per * small;
-            linear_input_grad(&buf.dcols, w, &mut dx[at..at + xc.len()], (c_in, out), None);
+            linear_input_grad(
+                &buf.dcols,
+                w,
+                &mut dx[at..at + xc.len()],
+                (c_in, out),
+                Epilogue::Store,
+            );
         }
     }
     if let Some(dwb) = dwb {

@@ -22,6 +22,26 @@ pub enum Epilogue<'a> {
     Bias(&'a [f32]),
     /// c = ab · s_(i·ldc + j): the derivative of the activation below a layer, in its backward pass.
     Scale(&'a [f32]),
+    /// c = max(ab + bias_j, 0): a layer and the ReLU above it in one pass.
+    BiasRelu(&'a [f32]),
+    /// c = ab · [p_(i·ldc + j) > 0]: the derivative of a ReLU below a layer, from the ReLU's output
+    /// p (multiplied by 1 or 0, the same bits as [`Epilogue::Scale`] by the derivative).
+    Positive(&'a [f32]),
+}
+
+impl Epilogue<'_> {
+    /// Checks the epilogue's slice against C's shape (m × n, row stride `ldc`).
+    fn check(&self, m: usize, n: usize, ldc: usize, what: &str) {
+        match self {
+            Epilogue::Bias(b) | Epilogue::BiasRelu(b) => {
+                assert!(b.len() >= n, "{what}: bias too short")
+            }
+            Epilogue::Scale(s) | Epilogue::Positive(s) => {
+                assert!(s.len() >= (m - 1) * ldc + n, "{what}: scale too short")
+            }
+            Epilogue::Store | Epilogue::Add => {}
+        }
+    }
 }
 
 /// A matrix read through strides: element (i, r) is `data[i·rows + r·cols]`.
@@ -58,11 +78,7 @@ pub fn gemm(
         ldc >= n && c.len() >= (m - 1) * ldc + n,
         "gemm: C too short"
     );
-    match ep {
-        Epilogue::Bias(bias) => assert!(bias.len() >= n, "gemm: bias too short"),
-        Epilogue::Scale(s) => assert!(s.len() >= (m - 1) * ldc + n, "gemm: scale too short"),
-        _ => {}
-    }
+    ep.check(m, n, ldc, "gemm");
     if k > 0 {
         assert!(
             a.data.len() > (m - 1) * a.rows + (k - 1) * a.cols,
@@ -229,11 +245,7 @@ pub fn gemm_panels(
         ldc >= n && c.len() >= (m - 1) * ldc + n,
         "gemm_panels: C too short"
     );
-    match ep {
-        Epilogue::Bias(bias) => assert!(bias.len() >= n, "gemm_panels: bias too short"),
-        Epilogue::Scale(s) => assert!(s.len() >= (m - 1) * ldc + n, "gemm_panels: scale too short"),
-        _ => {}
-    }
+    ep.check(m, n, ldc, "gemm_panels");
     if k > 0 {
         assert!(
             a.data.len() > (m - 1) * a.rows + (k - 1) * a.cols,
@@ -391,7 +403,9 @@ impl<'a> Epilogue<'a> {
     fn columns_from(self, j0: usize) -> Self {
         match self {
             Epilogue::Bias(b) => Epilogue::Bias(&b[j0..]),
+            Epilogue::BiasRelu(b) => Epilogue::BiasRelu(&b[j0..]),
             Epilogue::Scale(s) => Epilogue::Scale(&s[j0..]),
+            Epilogue::Positive(s) => Epilogue::Positive(&s[j0..]),
             ep => ep,
         }
     }
@@ -400,6 +414,7 @@ impl<'a> Epilogue<'a> {
     fn rows_from(self, at: usize) -> Self {
         match self {
             Epilogue::Scale(s) => Epilogue::Scale(&s[at..]),
+            Epilogue::Positive(s) => Epilogue::Positive(&s[at..]),
             ep => ep,
         }
     }
@@ -424,13 +439,13 @@ unsafe fn packed_block(
     let row = |i: usize| std::slice::from_raw_parts_mut(c.add(i * ldc), n);
     let beta = match ep {
         Epilogue::Add => 1.0,
-        Epilogue::Bias(bias) => {
+        Epilogue::Bias(bias) | Epilogue::BiasRelu(bias) => {
             for i in 0..m {
                 row(i).copy_from_slice(&bias[..n]);
             }
             1.0
         }
-        Epilogue::Store | Epilogue::Scale(_) => 0.0,
+        Epilogue::Store | Epilogue::Scale(_) | Epilogue::Positive(_) => 0.0,
     };
     matrixmultiply::sgemm(
         m,
@@ -448,12 +463,19 @@ unsafe fn packed_block(
         ldc as isize,
         1,
     );
-    if let Epilogue::Scale(s) = ep {
-        for i in 0..m {
-            row(i)
+    for i in 0..m {
+        let at = i * ldc;
+        match ep {
+            Epilogue::Scale(s) => row(i)
                 .iter_mut()
-                .zip(&s[i * ldc..i * ldc + n])
-                .for_each(|(c, s)| *c *= s);
+                .zip(&s[at..at + n])
+                .for_each(|(c, s)| *c *= s),
+            Epilogue::Positive(p) => row(i)
+                .iter_mut()
+                .zip(&p[at..at + n])
+                .for_each(|(c, p)| *c *= positive(*p)),
+            Epilogue::BiasRelu(_) => row(i).iter_mut().for_each(|c| *c = crate::math::relu(*c)),
+            _ => break,
         }
     }
 }
@@ -516,12 +538,32 @@ unsafe fn finish(
                 .zip(acc_i)
                 .zip(&bias[j0..j0 + w])
                 .for_each(|((c, v), b)| *c = v + b),
+            Epilogue::BiasRelu(bias) => row
+                .iter_mut()
+                .zip(acc_i)
+                .zip(&bias[j0..j0 + w])
+                .for_each(|((c, v), b)| *c = crate::math::relu(v + b)),
+            Epilogue::Positive(p) => row
+                .iter_mut()
+                .zip(acc_i)
+                .zip(&p[at..at + w])
+                .for_each(|((c, v), p)| *c = v * positive(*p)),
             Epilogue::Scale(s) => row
                 .iter_mut()
                 .zip(acc_i)
                 .zip(&s[at..at + w])
                 .for_each(|((c, v), s)| *c = v * s),
         }
+    }
+}
+
+/// A ReLU's derivative from its output: 1 where p > 0, else 0.
+#[inline(always)]
+fn positive(p: f32) -> f32 {
+    if p > 0.0 {
+        1.0
+    } else {
+        0.0
     }
 }
 
@@ -591,6 +633,18 @@ mod avx512 {
                         ab,
                         _mm512_maskz_loadu_ps(mask, bias.as_ptr().add(t.j0 + col)),
                     ),
+                    Epilogue::BiasRelu(bias) => _mm512_max_ps(
+                        _mm512_add_ps(
+                            ab,
+                            _mm512_maskz_loadu_ps(mask, bias.as_ptr().add(t.j0 + col)),
+                        ),
+                        _mm512_setzero_ps(),
+                    ),
+                    Epilogue::Positive(p) => {
+                        let p = _mm512_maskz_loadu_ps(mask, p.as_ptr().add(at + col));
+                        let on = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(p, _mm512_setzero_ps());
+                        _mm512_mul_ps(ab, _mm512_maskz_mov_ps(on, _mm512_set1_ps(1.0)))
+                    }
                     Epilogue::Scale(s) => {
                         _mm512_mul_ps(ab, _mm512_maskz_loadu_ps(mask, s.as_ptr().add(at + col)))
                     }
@@ -658,6 +712,8 @@ mod tests {
                     Epilogue::Add,
                     Epilogue::Bias(&bias),
                     Epilogue::Scale(&s),
+                    Epilogue::BiasRelu(&bias),
+                    Epilogue::Positive(&s),
                 ] {
                     let mut c = c0.clone();
                     gemm(m, n, k, sa, &b, ldb, &mut c, ldc, ep);
@@ -675,6 +731,14 @@ mod tests {
                                 Epilogue::Add => ab + c0[i * ldc + j] as f64,
                                 Epilogue::Bias(_) => ab + bias[j] as f64,
                                 Epilogue::Scale(_) => ab * s[i * ldc + j] as f64,
+                                Epilogue::BiasRelu(_) => (ab + bias[j] as f64).max(0.0),
+                                Epilogue::Positive(_) => {
+                                    if s[i * ldc + j] > 0.0 {
+                                        ab
+                                    } else {
+                                        0.0
+                                    }
+                                }
                             };
                             let got = c[i * ldc + j] as f64;
                             assert!(
@@ -734,6 +798,8 @@ mod tests {
                     Epilogue::Add,
                     Epilogue::Bias(&bias),
                     Epilogue::Scale(&s),
+                    Epilogue::BiasRelu(&bias),
+                    Epilogue::Positive(&s),
                 ] {
                     let (mut want, mut got) = (c0.clone(), c0.clone());
                     // The tile kernel itself, whatever the size.
@@ -793,6 +859,8 @@ mod tests {
                 Epilogue::Add,
                 Epilogue::Bias(&bias),
                 Epilogue::Scale(&s),
+                Epilogue::BiasRelu(&bias),
+                Epilogue::Positive(&s),
             ] {
                 let (mut one, mut cut) = (c0.clone(), c0.clone());
                 // SAFETY: `one` is m × n.

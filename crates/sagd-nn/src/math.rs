@@ -114,7 +114,7 @@ pub fn forward(act: Activation, x: &[f32], y: &mut [f32], dy: &mut [f32]) {
     match act {
         Activation::Softplus => it.for_each(|((y, dy), a)| (*y, *dy) = softplus_sigmoid(*a)),
         Activation::Relu => it.for_each(|((y, dy), a)| {
-            *y = a.max(0.0);
+            *y = relu(*a);
             *dy = if *a > 0.0 { 1.0 } else { 0.0 };
         }),
         Activation::Sigmoid => it.for_each(|((y, dy), a)| {
@@ -154,6 +154,32 @@ pub fn bernoulli_logits(l: &[f32], x: &[f32], grad: &mut [f32]) -> f64 {
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
 pub fn scale(g: &mut [f32], dy: &[f32]) {
     g.iter_mut().zip(dy).for_each(|(g, d)| *g *= d);
+}
+
+/// max(a, 0), +0 for −0 and NaN: the engine's ReLU, fused into a product's store or not.
+#[inline(always)]
+pub fn relu(a: f32) -> f32 {
+    if a > 0.0 {
+        a
+    } else {
+        0.0
+    }
+}
+
+/// y = max(x, 0) elementwise, without the derivative: the backward pass takes it from y
+/// ([`relu_backward`]).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
+pub fn relu_forward(x: &[f32], y: &mut [f32]) {
+    y.iter_mut().zip(x).for_each(|(y, a)| *y = relu(*a));
+}
+
+/// g ← g · [y > 0] for a ReLU's output y: its derivative, multiplied in as 1 or 0 (the bits of
+/// [`scale`] by the derivative).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
+pub fn relu_backward(g: &mut [f32], y: &[f32]) {
+    g.iter_mut()
+        .zip(y)
+        .for_each(|(g, y)| *g *= if *y > 0.0 { 1.0 } else { 0.0 });
 }
 
 #[cfg(test)]

@@ -283,16 +283,34 @@ pub(crate) fn linear_forward(
     (inp, out): (usize, usize),
     wt: &mut Transposed,
 ) {
+    let ep = b.map_or(Epilogue::Store, Epilogue::Bias);
+    linear_forward_ep(x, w, ep, y, (inp, out), wt);
+}
+
+/// [`linear_forward`] finished by `ep` (Store, Bias or BiasRelu).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
+fn linear_forward_ep(
+    x: &[f32],
+    w: &[f32],
+    ep: Epilogue<'_>,
+    y: &mut [f32],
+    (inp, out): (usize, usize),
+    wt: &mut Transposed,
+) {
     let rows = y.len() / out;
     if out == 1 {
-        let b0 = b.map_or(0.0, |b| b[0]);
+        let (b0, relu) = match ep {
+            Epilogue::Bias(b) => (b[0], false),
+            Epilogue::BiasRelu(b) => (b[0], true),
+            _ => (0.0, false),
+        };
         for (yr, xr) in y.iter_mut().zip(x.chunks_exact(inp)) {
-            *yr = b0 + dot(xr, w);
+            let v = b0 + dot(xr, w);
+            *yr = if relu { math::relu(v) } else { v };
         }
         return;
     }
     if rows * inp * out >= crate::gemm::PACKED_MIN {
-        let ep = b.map_or(Epilogue::Store, Epilogue::Bias);
         crate::gemm::gemm_wt(rows, out, inp, by_rows(x, inp), w, y, out, ep);
         return;
     }
@@ -330,17 +348,7 @@ pub(crate) fn linear_forward(
         }
         &wt.transposed[..]
     };
-    gemm(
-        rows,
-        out,
-        inp,
-        by_rows(x, inp),
-        wt,
-        out,
-        y,
-        out,
-        b.map_or(Epilogue::Store, Epilogue::Bias),
-    );
+    gemm(rows, out, inp, by_rows(x, inp), wt, out, y, out, ep);
 }
 
 /// dW += gᵀ x and db += Σ_rows g for the output units j0..j0 + db.len() (those rows of W, in
@@ -411,28 +419,30 @@ pub enum ParamGrads<'a> {
     Keep(&'a mut ParamTerms),
 }
 
-/// dx = (g W) ⊙ s, with s the derivative of the activation below the layer when there is one. A
-/// width-1 input is a column of dot products, by hand.
+/// dx = g W, finished by `below`: Store, or the derivative of the activation below the layer
+/// (Scale by it, or Positive for a ReLU's output). A width-1 input is a column of dot products,
+/// by hand.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
 pub(crate) fn linear_input_grad(
     g: &[f32],
     w: &[f32],
     dx: &mut [f32],
     (inp, out): (usize, usize),
-    s: Option<&[f32]>,
+    below: Epilogue<'_>,
 ) {
     let rows = g.len() / out;
     if inp == 1 {
         for (dr, gr) in dx.iter_mut().zip(g.chunks_exact(out)) {
             *dr = dot(gr, w);
         }
-        if let Some(s) = s {
-            math::scale(dx, s);
+        match below {
+            Epilogue::Scale(s) => math::scale(dx, s),
+            Epilogue::Positive(y) => math::relu_backward(dx, y),
+            _ => {}
         }
         return;
     }
-    let ep = s.map_or(Epilogue::Store, Epilogue::Scale);
-    gemm(rows, inp, out, by_rows(g, out), w, inp, dx, inp, ep);
+    gemm(rows, inp, out, by_rows(g, out), w, inp, dx, inp, below);
 }
 
 /// Σ a_i b_i with eight partial sums (vectorises; fixed order).
@@ -658,7 +668,18 @@ impl Sequential {
         ws.conv.resize_with(self.layers.len(), Default::default);
         ws.acts[0].clear();
         ws.acts[0].extend_from_slice(x);
+        // A Linear layer under a ReLU writes the ReLU's output itself, in its product's store.
+        let mut fused = false;
         for (i, l) in self.layers.iter().enumerate() {
+            if std::mem::take(&mut fused) {
+                continue;
+            }
+            let relu_above = matches!(
+                self.layers.get(i + 1),
+                Some(Layer::Act {
+                    act: Activation::Relu
+                })
+            );
             let (done, rest) = ws.acts.split_at_mut(i + 1);
             let xin = &done[i];
             let y = &mut rest[0];
@@ -667,18 +688,25 @@ impl Sequential {
                     let off = self.offsets[i];
                     let w = &params[off..off + inp * out];
                     let b = &params[off + inp * out..off + inp * out + out];
+                    // The ReLU's output, acts[i + 2], in place of the product's.
+                    fused = relu_above;
+                    let y = if fused { &mut rest[1] } else { y };
+                    let ep = if fused {
+                        Epilogue::BiasRelu(b)
+                    } else {
+                        Epilogue::Bias(b)
+                    };
                     y.resize(rows * out, 0.0);
                     match packed.layer(i) {
-                        Some(pl) => gemm_panels(
-                            rows,
-                            by_rows(xin, inp),
-                            &pl.forward,
-                            y,
-                            out,
-                            Epilogue::Bias(b),
-                        ),
-                        None => linear_forward(xin, w, Some(b), y, (inp, out), &mut ws.wt[i]),
+                        Some(pl) => gemm_panels(rows, by_rows(xin, inp), &pl.forward, y, out, ep),
+                        None => linear_forward_ep(xin, w, ep, y, (inp, out), &mut ws.wt[i]),
                     }
+                }
+                Layer::Act {
+                    act: Activation::Relu,
+                } => {
+                    y.resize(xin.len(), 0.0);
+                    math::relu_forward(xin, y);
                 }
                 Layer::Act { act } => {
                     y.resize(xin.len(), 0.0);
@@ -867,25 +895,31 @@ impl Sequential {
                         ParamGrads::Skip => {}
                     }
                     if i > 0 || need_dx {
+                        // A ReLU's derivative comes from its output, this layer's input.
                         let below = match i.checked_sub(1).map(|j| &self.layers[j]) {
-                            Some(Layer::Act { .. }) => Some(&derivs[i - 1][..]),
-                            _ => None,
+                            Some(Layer::Act {
+                                act: Activation::Relu,
+                            }) => Epilogue::Positive(xin),
+                            Some(Layer::Act { .. }) => Epilogue::Scale(&derivs[i - 1][..]),
+                            _ => Epilogue::Store,
                         };
-                        scaled = below.is_some();
+                        scaled = !matches!(below, Epilogue::Store);
                         grad2.resize(rows * inp, 0.0);
                         match packed.layer(i).and_then(|pl| pl.input_grad.as_ref()) {
                             Some(panels) => {
-                                let ep = below.map_or(Epilogue::Store, Epilogue::Scale);
-                                gemm_panels(rows, by_rows(grad, out), panels, grad2, inp, ep);
+                                gemm_panels(rows, by_rows(grad, out), panels, grad2, inp, below)
                             }
                             None => linear_input_grad(grad, w, grad2, (inp, out), below),
                         }
                         std::mem::swap(grad, grad2);
                     }
                 }
-                Layer::Act { .. } => {
+                Layer::Act { act } => {
                     if !std::mem::take(&mut scaled) {
-                        math::scale(grad, &derivs[i]);
+                        match act {
+                            Activation::Relu => math::relu_backward(grad, &acts[i + 1]),
+                            _ => math::scale(grad, &derivs[i]),
+                        }
                     }
                 }
                 Layer::Conv { c_out, .. } | Layer::ConvT { c_out, .. } => {
