@@ -17,7 +17,8 @@ use sagd::run::{decode, encode, fnv1a, Control, Identity, Runner, FNV_OFFSET};
 use serde::{Deserialize, Serialize};
 
 use super::model::{
-    binarise, held_out, sagd_batch, sagd_noise_len, vae_batch, Chains, HeldOut, Scratch, E3,
+    binarise, binarise_with, held_out, sagd_batch, sagd_noise_len, uniforms, vae_batch, Chains,
+    HeldOut, Scratch, E3,
 };
 use super::{Mnist, PIXELS};
 use crate::cuda::{E3Pass, Gpu, GpuE3};
@@ -48,6 +49,18 @@ pub struct E3Estimator<'a> {
     engine: Engine,
     x: Vec<f32>,
     noise: Vec<f32>,
+    /// The next update's draws, made while the GPU works on this one.
+    ahead: Option<Ahead>,
+}
+
+/// Draws made ahead for the next update: a binarisation's uniforms and the pass's normals, with
+/// the streams after them. Taken when the next update asks for as many; otherwise dropped and
+/// drawn afresh from the estimator's streams, which stay those after the draws used (the
+/// checkpointed state): the same draws, in the same order, as drawing in turn.
+struct Ahead {
+    uniforms: Vec<f32>,
+    normals: Vec<f32>,
+    after: Streams,
 }
 
 /// Where an estimator's passes run. Both draw the same binarisations and noise on the host.
@@ -80,6 +93,7 @@ impl<'a> E3Estimator<'a> {
             engine: Engine::Cpu(Scratch::default()),
             x: Vec::new(),
             noise: Vec::new(),
+            ahead: None,
         }
     }
 
@@ -108,13 +122,43 @@ impl E3Estimator<'_> {
         for &i in batch {
             pixels.extend_from_slice(&self.images[i * PIXELS..(i + 1) * PIXELS]);
         }
-        self.x = binarise(&pixels, &mut self.streams.binarise);
-        let len = match &self.objective {
-            Objective::Vae => batch.len() * self.model.d,
-            Objective::Sagd(chains) => sagd_noise_len(self.model, chains, batch.len()),
-        };
-        self.noise.resize(len, 0.0);
-        self.streams.normals.fill(&mut self.noise);
+        let len = self.noise_len(batch.len());
+        match self.ahead.take() {
+            Some(a) if a.uniforms.len() == pixels.len() && a.normals.len() == len => {
+                self.streams = a.after;
+                self.x = binarise_with(&pixels, &a.uniforms);
+                self.noise = a.normals;
+            }
+            _ => {
+                self.x = binarise(&pixels, &mut self.streams.binarise);
+                self.noise.resize(len, 0.0);
+                self.streams.normals.fill(&mut self.noise);
+            }
+        }
+    }
+
+    /// Normals per pass over `images` images.
+    fn noise_len(&self, images: usize) -> usize {
+        match &self.objective {
+            Objective::Vae => images * self.model.d,
+            Objective::Sagd(chains) => sagd_noise_len(self.model, chains, images),
+        }
+    }
+}
+
+impl Ahead {
+    /// The draws of an update over `images` images with `normals` normals, from a copy of
+    /// `streams` (which do not move).
+    fn draw(streams: &Streams, images: usize, normals: usize) -> Self {
+        let mut after = streams.clone();
+        let uniforms = uniforms(&mut after.binarise, images * PIXELS);
+        let mut z = vec![0.0f32; normals];
+        after.normals.fill(&mut z);
+        Ahead {
+            uniforms,
+            normals: z,
+            after,
+        }
     }
 }
 
@@ -166,23 +210,35 @@ impl GradientEstimator for E3Estimator<'_> {
             return None;
         }
         self.draw(batch);
-        let Engine::Gpu(gpu) = &mut self.engine else {
-            return None;
-        };
         let what = match &self.objective {
             Objective::Vae => E3Pass::Vae,
             Objective::Sagd(chains) => E3Pass::Sagd(chains),
         };
-        Some(
-            match gpu.train_step(self.model, st, &self.x, &self.noise, what, step) {
-                Err(e) => Err(e.into()),
-                Ok((info, _)) if !info.loss.is_finite() => finite_loss(info.loss),
-                Ok((_, false)) => Err(SagdError::NonFiniteUpdate {
-                    iteration: st.updates + 1,
-                }),
-                Ok((info, true)) => Ok(info.loss),
-            },
-        )
+        // A second thread draws the next update's binarisation and noise while the GPU runs
+        // this one from this thread (where its context is current).
+        let len = self.noise_len(batch.len());
+        let (result, ahead) = {
+            let Engine::Gpu(gpu) = &mut self.engine else {
+                return None;
+            };
+            let (model, x, noise) = (self.model, &self.x, &self.noise);
+            let streams = &self.streams;
+            std::thread::scope(|s| {
+                let ahead = s.spawn(|| Ahead::draw(streams, batch.len(), len));
+                let result = gpu.train_step(model, st, x, noise, what, step);
+                (result, ahead.join())
+            })
+        };
+        // A draw that failed to finish is simply made again in turn.
+        self.ahead = ahead.ok();
+        Some(match result {
+            Err(e) => Err(e.into()),
+            Ok((info, _)) if !info.loss.is_finite() => finite_loss(info.loss),
+            Ok((_, false)) => Err(SagdError::NonFiniteUpdate {
+                iteration: st.updates + 1,
+            }),
+            Ok((info, true)) => Ok(info.loss),
+        })
     }
 
     fn device_sync(&mut self, st: &mut TrainState) -> Result<()> {
@@ -198,6 +254,7 @@ impl GradientEstimator for E3Estimator<'_> {
 
     fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
         self.streams = decode(bytes)?;
+        self.ahead = None;
         Ok(())
     }
 }
@@ -793,4 +850,40 @@ pub fn run(
         pretrained_cached,
         timing_s: timing,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_made_ahead_are_the_draws_in_turn() {
+        let model = E3::new(20);
+        let images: Vec<u8> = (0..4 * PIXELS).map(|i| (i * 37 % 256) as u8).collect();
+        let objective = Objective::Sagd(Chains::default());
+        let batches: [&[usize]; 4] = [&[0, 1], &[2, 3], &[1], &[3]];
+        // In turn.
+        let mut a = E3Estimator::new(&model, &images, objective, 7);
+        let turn: Vec<_> = batches
+            .iter()
+            .map(|b| {
+                a.draw(b);
+                (a.x.clone(), a.noise.clone(), a.streams.clone())
+            })
+            .collect();
+        // Each update's draws made ahead for the next update's size: taken where the sizes
+        // agree (the second and fourth), dropped where they do not (the third).
+        let mut b = E3Estimator::new(&model, &images, objective, 7);
+        for (k, batch) in batches.iter().enumerate() {
+            b.draw(batch);
+            assert_eq!(
+                (&b.x, &b.noise, &b.streams),
+                (&turn[k].0, &turn[k].1, &turn[k].2)
+            );
+            let len = b.noise_len(batch.len());
+            b.ahead = Some(Ahead::draw(&b.streams, batch.len(), len));
+            // Its streams stay those of the draws used: what a checkpoint saves.
+            assert_eq!(b.streams, turn[k].2);
+        }
+    }
 }

@@ -174,16 +174,21 @@ impl E3 {
 /// Dynamic binarisation: x_j = 1 if U_j < p_j (p = grey level/255), U_j uniform on [0, 1) from
 /// `rng`, drawn pixel by pixel in order.
 pub fn binarise(pixels: &[u8], rng: &mut Xoshiro256PlusPlus) -> Vec<f32> {
+    binarise_with(pixels, &uniforms(rng, pixels.len()))
+}
+
+/// `n` uniforms on [0, 1) from `rng`, in order: the draws of [`binarise`] for n pixels.
+pub fn uniforms(rng: &mut Xoshiro256PlusPlus, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(0.0f32..1.0)).collect()
+}
+
+/// [`binarise`] with its uniforms drawn beforehand ([`uniforms`]), one per pixel.
+pub fn binarise_with(pixels: &[u8], u: &[f32]) -> Vec<f32> {
+    debug_assert_eq!(pixels.len(), u.len());
     pixels
         .iter()
-        .map(|p| {
-            let u: f32 = rng.random_range(0.0f32..1.0);
-            if u < *p as f32 / 255.0 {
-                1.0
-            } else {
-                0.0
-            }
-        })
+        .zip(u)
+        .map(|(p, u)| if *u < *p as f32 / 255.0 { 1.0 } else { 0.0 })
         .collect()
 }
 
