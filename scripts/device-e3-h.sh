@@ -5,28 +5,19 @@
 # threads. Builds nothing: run from the repository root with the stripped release binaries and the
 # peer's script in .dev/.
 set -u
-O=${OUT:-/tmp/sagd-device}
-mkdir -p "$O"
-R=/tmp/sagd-h
-mkdir -p "$R"
-exec > >(tee "$O/device-h.log") 2>&1
+# At most 8 files come back: the log, and everything else in one archive.
 . scripts/device-lib.sh
-nvidia-smi -L; nproc
-
-ours() { local b=$1 n=$2 t=$3 v=$4 s=$5; echo "-- $n, $t threads"; $b --threads "$t" bench mnist \
-  --vae-batches "$v" --sagd-batches "$s" --data data/mnist --out "$R/$n-cpu$t.json" | grep '^| [vs]'; }
+sitting h
 
 echo "== 1. E3 on 2 CPU threads: this build, sitting G's build, the peer (three rounds)"
 for round in 1 2 3; do
   ours .dev/sagd new-r$round 2 20 2
   ours .dev/sagd-g g-r$round 2 20 2
-  peer --threads 2 --vae-epochs 2 --vae-max-batches 20 --sagd-epochs 2 --sagd-max-batches 1 --out "$R/peer-r$round-cpu2.json" > /dev/null
-  per_batch "$R/peer-r$round-cpu2.json"
+  peer_cpu r$round 2 20 1
 done
 
 echo "== 2. E3 on 16 CPU threads: this build, the peer"
 ours .dev/sagd new 16 40 4
-peer --threads 16 --vae-epochs 2 --vae-max-batches 40 --sagd-epochs 2 --sagd-max-batches 2 --out "$R/peer-cpu16.json" > /dev/null
-per_batch "$R/peer-cpu16.json"
+peer_cpu all 16 40 2
 echo "== done"
 tar czf "$O/results.tgz" -C "$R" .

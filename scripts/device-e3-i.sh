@@ -6,13 +6,9 @@
 # against the peer. Builds nothing: run from the repository root with the stripped release binary
 # and the peer's script in .dev/.
 set -u
-O=${OUT:-/tmp/sagd-device}
-mkdir -p "$O"
-R=/tmp/sagd-i
-mkdir -p "$R"
-exec > >(tee "$O/device-i.log") 2>&1
+# At most 8 files come back: the log, and everything else in one archive.
 . scripts/device-lib.sh
-nvidia-smi -L; nproc
+sitting i
 S=.dev/sagd
 
 echo "== 1. CUDA backend against the CPU engine"
@@ -43,9 +39,8 @@ for e in a['evaluations']: print(' ', {k: e[k] for k in e if k in ('model', 'log
 
 echo "== 4. E3 on 2 CPU threads, this build against the peer (two rounds)"
 for round in 1 2; do
-  echo "-- round $round"; $S --threads 2 bench mnist --vae-batches 20 --sagd-batches 2 --data data/mnist --out "$R/new-r$round-cpu2.json" | grep '^| [vs]'
-  peer --threads 2 --vae-epochs 2 --vae-max-batches 20 --sagd-epochs 2 --sagd-max-batches 1 --out "$R/peer-r$round-cpu2.json" > /dev/null
-  per_batch "$R/peer-r$round-cpu2.json"
+  ours $S new-r$round 2 20 2
+  peer_cpu r$round 2 20 1
 done
 echo "== done"
 tar czf "$O/results.tgz" -C "$R" --exclude='cache-*' --exclude='checkpoints' .

@@ -29,18 +29,37 @@ pub enum Epilogue<'a> {
     Positive(&'a [f32]),
 }
 
-impl Epilogue<'_> {
-    /// Checks the epilogue's slice against C's shape (m × n, row stride `ldc`).
-    fn check(&self, m: usize, n: usize, ldc: usize, what: &str) {
-        match self {
-            Epilogue::Bias(b) | Epilogue::BiasRelu(b) => {
-                assert!(b.len() >= n, "{what}: bias too short")
-            }
-            Epilogue::Scale(s) | Epilogue::Positive(s) => {
-                assert!(s.len() >= (m - 1) * ldc + n, "{what}: scale too short")
-            }
-            Epilogue::Store | Epilogue::Add => {}
+/// Checks C (m × n, row stride `ldc`), the epilogue's slice and A (m × k) against the shapes,
+/// for m, n ≥ 1.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Strided<'_>,
+    c: &[f32],
+    ldc: usize,
+    ep: Epilogue<'_>,
+    what: &str,
+) {
+    assert!(
+        ldc >= n && c.len() >= (m - 1) * ldc + n,
+        "{what}: C too short"
+    );
+    match ep {
+        Epilogue::Bias(b) | Epilogue::BiasRelu(b) => {
+            assert!(b.len() >= n, "{what}: bias too short")
         }
+        Epilogue::Scale(s) | Epilogue::Positive(s) => {
+            assert!(s.len() >= (m - 1) * ldc + n, "{what}: scale too short")
+        }
+        Epilogue::Store | Epilogue::Add => {}
+    }
+    if k > 0 {
+        assert!(
+            a.data.len() > (m - 1) * a.rows + (k - 1) * a.cols,
+            "{what}: A too short"
+        );
     }
 }
 
@@ -74,16 +93,8 @@ pub fn gemm(
     if m == 0 || n == 0 {
         return;
     }
-    assert!(
-        ldc >= n && c.len() >= (m - 1) * ldc + n,
-        "gemm: C too short"
-    );
-    ep.check(m, n, ldc, "gemm");
+    check(m, n, k, a, c, ldc, ep, "gemm");
     if k > 0 {
-        assert!(
-            a.data.len() > (m - 1) * a.rows + (k - 1) * a.cols,
-            "gemm: A too short"
-        );
         assert!(
             ldb >= n && b.len() >= (k - 1) * ldb + n,
             "gemm: B too short"
@@ -241,17 +252,7 @@ pub fn gemm_panels(
     if m == 0 || n == 0 {
         return;
     }
-    assert!(
-        ldc >= n && c.len() >= (m - 1) * ldc + n,
-        "gemm_panels: C too short"
-    );
-    ep.check(m, n, ldc, "gemm_panels");
-    if k > 0 {
-        assert!(
-            a.data.len() > (m - 1) * a.rows + (k - 1) * a.cols,
-            "gemm_panels: A too short"
-        );
-    }
+    check(m, n, k, a, c, ldc, ep, "gemm_panels");
     let wide = wide_kernel();
     let panels = n.div_ceil(NR);
     let blocks = (m * n * k / BLOCK_MACS).clamp(1, MAX_BLOCKS.min(panels));
@@ -266,12 +267,18 @@ pub fn gemm_panels(
             unsafe { columns(m, k, a, bp, NR, (j0, w), cp.at(0), ldc, ep, wide) };
         }
     };
-    if blocks == 1 {
+    in_blocks(panels, per, run);
+}
+
+/// `run(start)` for the blocks start = 0, per, 2·per, … below `len`, side by side on rayon's
+/// threads (on this one when there is one block).
+fn in_blocks(len: usize, per: usize, run: impl Fn(usize) + Send + Sync) {
+    if per >= len {
         run(0);
     } else {
         use rayon::prelude::*;
-        (0..panels)
-            .step_by(per)
+        (0..len)
+            .step_by(per.max(1))
             .collect::<Vec<_>>()
             .into_par_iter()
             .for_each(run);
@@ -386,16 +393,7 @@ fn packed(
             }
         }
     };
-    if per >= side {
-        run(0);
-    } else {
-        use rayon::prelude::*;
-        (0..side)
-            .step_by(per)
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .for_each(run);
-    }
+    in_blocks(side, per, run);
 }
 
 impl<'a> Epilogue<'a> {
@@ -707,14 +705,7 @@ mod tests {
                 let bias: Vec<f32> = (0..n).map(|i| val(i + 11)).collect();
                 let s: Vec<f32> = (0..m * ldc).map(|i| val(i + 13)).collect();
                 let c0: Vec<f32> = (0..m * ldc).map(|i| val(i + 17)).collect();
-                for ep in [
-                    Epilogue::Store,
-                    Epilogue::Add,
-                    Epilogue::Bias(&bias),
-                    Epilogue::Scale(&s),
-                    Epilogue::BiasRelu(&bias),
-                    Epilogue::Positive(&s),
-                ] {
+                for ep in every_epilogue(&bias, &s) {
                     let mut c = c0.clone();
                     gemm(m, n, k, sa, &b, ldb, &mut c, ldc, ep);
                     // The portable kernel gives the same bits.
@@ -754,6 +745,38 @@ mod tests {
         }
     }
 
+    /// Every epilogue, with these bias and scale slices.
+    fn every_epilogue<'a>(bias: &'a [f32], s: &'a [f32]) -> [Epilogue<'a>; 6] {
+        [
+            Epilogue::Store,
+            Epilogue::Add,
+            Epilogue::Bias(bias),
+            Epilogue::Scale(s),
+            Epilogue::BiasRelu(bias),
+            Epilogue::Positive(s),
+        ]
+    }
+
+    /// A (m × k), B (k × n), a bias (n), a scale and a starting C (m × n), filled.
+    fn operands(m: usize, n: usize, k: usize) -> [Vec<f32>; 5] {
+        [
+            fill(m * k, 1),
+            fill(k * n, 2),
+            fill(n, 3),
+            fill(m * n, 4),
+            fill(m * n, 5),
+        ]
+    }
+
+    /// A row-major matrix with `cols` columns.
+    fn by_rows(data: &[f32], cols: usize) -> Strided<'_> {
+        Strided {
+            data,
+            rows: cols,
+            cols: 1,
+        }
+    }
+
     /// A deterministic fill in [−1, 1).
     fn fill(n: usize, seed: usize) -> Vec<f32> {
         (0..n)
@@ -765,16 +788,8 @@ mod tests {
     fn packed_panels_give_the_tile_kernels_bits() {
         // Partial panels, odd row counts, and a product large enough to run in blocks.
         for &(m, n, k) in &[(7, 64, 64), (13, 100, 37), (6, 130, 5), (300, 700, 400)] {
-            let a = fill(m * k, 1);
-            let b = fill(k * n, 2);
-            let sa = Strided {
-                data: &a,
-                rows: k,
-                cols: 1,
-            };
-            let bias = fill(n, 3);
-            let s = fill(m * n, 4);
-            let c0 = fill(m * n, 5);
+            let [a, b, bias, s, c0] = operands(m, n, k);
+            let sa = by_rows(&a, k);
             for transposed in [false, true] {
                 // B given as is, or as the transpose of an n × k matrix (a layer's W).
                 let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
@@ -785,22 +800,11 @@ mod tests {
                         cols: k,
                     }
                 } else {
-                    Strided {
-                        data: &b,
-                        rows: n,
-                        cols: 1,
-                    }
+                    by_rows(&b, n)
                 };
                 let mut panels = Panels::default();
                 panels.pack(sb, k, n);
-                for ep in [
-                    Epilogue::Store,
-                    Epilogue::Add,
-                    Epilogue::Bias(&bias),
-                    Epilogue::Scale(&s),
-                    Epilogue::BiasRelu(&bias),
-                    Epilogue::Positive(&s),
-                ] {
+                for ep in every_epilogue(&bias, &s) {
                     let (mut want, mut got) = (c0.clone(), c0.clone());
                     // The tile kernel itself, whatever the size.
                     let wide = wide_kernel();
@@ -839,29 +843,9 @@ mod tests {
         // Cut by columns (wide C) and by rows (tall C), with every epilogue.
         for &(m, n, k) in &[(400, 520, 330), (900, 200, 400)] {
             assert!(m * n * k / BLOCK_MACS > 1);
-            let a = fill(m * k, 1);
-            let b = fill(k * n, 2);
-            let sa = Strided {
-                data: &a,
-                rows: k,
-                cols: 1,
-            };
-            let sb = Strided {
-                data: &b,
-                rows: n,
-                cols: 1,
-            };
-            let bias = fill(n, 3);
-            let s = fill(m * n, 4);
-            let c0 = fill(m * n, 5);
-            for ep in [
-                Epilogue::Store,
-                Epilogue::Add,
-                Epilogue::Bias(&bias),
-                Epilogue::Scale(&s),
-                Epilogue::BiasRelu(&bias),
-                Epilogue::Positive(&s),
-            ] {
+            let [a, b, bias, s, c0] = operands(m, n, k);
+            let (sa, sb) = (by_rows(&a, k), by_rows(&b, n));
+            for ep in every_epilogue(&bias, &s) {
                 let (mut one, mut cut) = (c0.clone(), c0.clone());
                 // SAFETY: `one` is m × n.
                 unsafe { packed_block(m, n, k, sa, sb, one.as_mut_ptr(), n, ep) };
