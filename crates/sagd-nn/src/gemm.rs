@@ -24,7 +24,7 @@ pub enum Epilogue<'a> {
     Scale(&'a [f32]),
     /// c = max(ab + bias_j, 0): a layer and the ReLU above it in one pass.
     BiasRelu(&'a [f32]),
-    /// c = ab · [p_(i·ldc + j) > 0]: the derivative of a ReLU below a layer, from the ReLU's output
+    /// c = ab · 1(p_(i·ldc + j) > 0): the derivative of a ReLU below a layer, from the ReLU's output
     /// p (multiplied by 1 or 0, the same bits as [`Epilogue::Scale`] by the derivative).
     Positive(&'a [f32]),
 }

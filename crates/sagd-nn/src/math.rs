@@ -173,7 +173,7 @@ pub fn relu_forward(x: &[f32], y: &mut [f32]) {
     y.iter_mut().zip(x).for_each(|(y, a)| *y = relu(*a));
 }
 
-/// g ← g · [y > 0] for a ReLU's output y: its derivative, multiplied in as 1 or 0 (the bits of
+/// g ← g · 1(y > 0) for a ReLU's output y: its derivative, multiplied in as 1 or 0 (the bits of
 /// [`scale`] by the derivative).
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
 pub fn relu_backward(g: &mut [f32], y: &[f32]) {
