@@ -415,7 +415,9 @@ pub enum ParamGrads<'a> {
     Skip,
     /// Added into this vector.
     Add(&'a mut [f32]),
-    /// Kept as terms, for [`Sequential::add_param_grads`].
+    /// Kept as terms, for [`Sequential::add_param_grads`] (the same bits as `Add` for Linear
+    /// layers and for convolutions whose windows fit one chunk; a convolution over more images
+    /// sums its chunks in another order).
     Keep(&'a mut ParamTerms),
 }
 
