@@ -166,50 +166,75 @@ fn gpu(a: GpuBenchArgs) -> Result<()> {
     let open_s = t.elapsed().as_secs_f64();
     eprintln!("{device}: opened and kernels compiled in {open_s:.2} s");
     let checks = check_networks(&gpu, a.seed)?;
-    eprintln!("| network | rows | output | dparams | dx | finite |");
-    eprintln!("|---|---|---|---|---|---|");
-    for c in &checks {
-        eprintln!(
-            "| {} | {} | {:.1e} | {:.1e} | {:.1e} | {} |",
-            c.network, c.rows, c.output, c.dparams, c.dx, c.all_finite
-        );
-    }
+    eprint_table(
+        &["network", "rows", "output", "dparams", "dx", "finite"],
+        checks.iter().map(|c| {
+            vec![
+                c.network.to_string(),
+                c.rows.to_string(),
+                format!("{:.1e}", c.output),
+                format!("{:.1e}", c.dparams),
+                format!("{:.1e}", c.dx),
+                c.all_finite.to_string(),
+            ]
+        }),
+    );
     let estimators = sagd_nn::cuda::check_estimators(a.seed, a.ordinal)?;
-    eprintln!("| estimator | updates | g_dec | g_enc | loss |");
-    eprintln!("|---|---|---|---|---|");
-    for c in &estimators {
-        eprintln!(
-            "| {} | {} | {:.1e} | {:.1e} | {:.1e} |",
-            c.estimator, c.updates, c.g_dec, c.g_enc, c.loss
-        );
-    }
+    eprint_table(
+        &["estimator", "updates", "g_dec", "g_enc", "loss"],
+        estimators.iter().map(|c| {
+            vec![
+                c.estimator.to_string(),
+                c.updates.to_string(),
+                format!("{:.1e}", c.g_dec),
+                format!("{:.1e}", c.g_enc),
+                format!("{:.1e}", c.loss),
+            ]
+        }),
+    );
     let adam = sagd_nn::cuda::check_adam(&gpu, a.seed)?;
     eprintln!(
         "Adam on the device against the host's rule, {} parameters: largest differences θ {:.1e}, m {:.1e}, v {:.1e}",
         adam.params, adam.theta, adam.m, adam.v
     );
     let training = sagd_nn::cuda::check_training(a.seed, a.ordinal)?;
-    eprintln!("| training, update on the device | updates | parameters | moves: GPU vs CPU | CPU vs CPU nudged one ulp |");
-    eprintln!("|---|---|---|---|---|");
-    for c in &training {
-        eprintln!(
-            "| {} | {} | {} | {:.1e} | {:.1e} |",
-            c.phase, c.updates, c.params, c.rel_err, c.rounding_floor
-        );
-    }
+    eprint_table(
+        &[
+            "training, update on the device",
+            "updates",
+            "parameters",
+            "moves: GPU vs CPU",
+            "CPU vs CPU nudged one ulp",
+        ],
+        training.iter().map(|c| {
+            vec![
+                c.phase.to_string(),
+                c.updates.to_string(),
+                c.params.to_string(),
+                format!("{:.1e}", c.rel_err),
+                format!("{:.1e}", c.rounding_floor),
+            ]
+        }),
+    );
     let timings = time_networks(&gpu, a.repeats)?;
-    eprintln!("| network | rows | GPU ms | CPU ms (1 thread) | CPU / GPU |");
-    eprintln!("|---|---|---|---|---|");
-    for t in &timings {
-        eprintln!(
-            "| {} | {} | {:.3} | {:.3} | {:.1} |",
-            t.network,
-            t.rows,
-            t.gpu_ms,
-            t.cpu_one_thread_ms,
-            t.cpu_one_thread_ms / t.gpu_ms
-        );
-    }
+    eprint_table(
+        &[
+            "network",
+            "rows",
+            "GPU ms",
+            "CPU ms (1 thread)",
+            "CPU / GPU",
+        ],
+        timings.iter().map(|t| {
+            vec![
+                t.network.to_string(),
+                t.rows.to_string(),
+                format!("{:.3}", t.gpu_ms),
+                format!("{:.3}", t.cpu_one_thread_ms),
+                format!("{:.1}", t.cpu_one_thread_ms / t.gpu_ms),
+            ]
+        }),
+    );
     let passed = checks
         .iter()
         .all(|c| c.all_finite && c.output.max(c.dparams).max(c.dx) < GPU_TOLERANCE)
@@ -263,14 +288,22 @@ fn mnist(a: MnistBenchArgs) -> Result<()> {
             rows.push(time_phase(&s, &data, objective, n, a.device)?);
         }
     }
-    eprintln!("| phase | minibatches timed | s per minibatch | s per epoch (300 minibatches) |");
-    eprintln!("|---|---|---|---|");
-    for r in &rows {
-        eprintln!(
-            "| {} | {} | {:.4} | {:.1} |",
-            r.phase, r.updates, r.s_per_update, r.s_per_epoch
-        );
-    }
+    eprint_table(
+        &[
+            "phase",
+            "minibatches timed",
+            "s per minibatch",
+            "s per epoch (300 minibatches)",
+        ],
+        rows.iter().map(|r| {
+            vec![
+                r.phase.to_string(),
+                r.updates.to_string(),
+                format!("{:.4}", r.s_per_update),
+                format!("{:.1}", r.s_per_epoch),
+            ]
+        }),
+    );
     let json = serde_json::to_string_pretty(&serde_json::json!({
         "benchmark": "mnist",
         "device": a.device.to_string(),
@@ -312,14 +345,18 @@ fn kernel(a: KernelArgs) -> Result<()> {
         }
         Ok(rows)
     })?;
-    eprintln!("| dim | scheme | precision | ns/step/dim (best) | median |");
-    eprintln!("|---|---|---|---|---|");
-    for r in &rows {
-        eprintln!(
-            "| {} | {} | {} | {:.3} | {:.3} |",
-            r.dim, r.scheme, r.precision, r.ns_per_step_dim, r.ns_per_step_dim_median
-        );
-    }
+    eprint_table(
+        &["dim", "scheme", "precision", "ns/step/dim (best)", "median"],
+        rows.iter().map(|r| {
+            vec![
+                r.dim.to_string(),
+                r.scheme.to_string(),
+                r.precision.to_string(),
+                format!("{:.3}", r.ns_per_step_dim),
+                format!("{:.3}", r.ns_per_step_dim_median),
+            ]
+        }),
+    );
     let report = KernelReport {
         benchmark: "kernel",
         target: "N(0, I), one chain",
@@ -415,17 +452,18 @@ fn debias(a: DebiasBenchArgs) -> Result<()> {
         }
         r
     });
-    eprintln!("| phase | sagd (s) | peer (s) | peer / sagd |");
-    eprintln!("|---|---|---|---|");
     let cell = |v: Option<f64>, unit: &str| v.map_or("—".into(), |v| format!("{v:.2}{unit}"));
-    for ph in PHASES {
-        eprintln!(
-            "| {ph} | {} | {} | {} |",
-            cell(ours.get(ph), ""),
-            cell(peer.as_ref().and_then(|p| p.get(ph)), ""),
-            cell(ratio.as_ref().and_then(|r| r.get(ph)), "×")
-        );
-    }
+    eprint_table(
+        &["phase", "sagd (s)", "peer (s)", "peer / sagd"],
+        PHASES.iter().map(|&ph| {
+            vec![
+                ph.to_string(),
+                cell(ours.get(ph), ""),
+                cell(peer.as_ref().and_then(|p| p.get(ph)), ""),
+                cell(ratio.as_ref().and_then(|r| r.get(ph)), "×"),
+            ]
+        }),
+    );
     let report = DebiasReport {
         benchmark: "debias",
         dist: a.dist.to_string(),
@@ -488,4 +526,13 @@ fn run_peer(a: &DebiasBenchArgs, script: &std::path::Path, threads: usize) -> Re
         }
     }
     Ok(best)
+}
+
+/// A Markdown table on standard error: the header, its rule, then one line per row.
+fn eprint_table(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) {
+    eprintln!("| {} |", header.join(" | "));
+    eprintln!("|{}", "---|".repeat(header.len()));
+    for r in rows {
+        eprintln!("| {} |", r.join(" | "));
+    }
 }

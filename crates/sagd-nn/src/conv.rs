@@ -154,7 +154,8 @@ pub(crate) fn conv_forward(
     y.resize(x.len() / win.image() * out, 0.0);
     for (xc, yc) in x.chunks(per * win.image()).zip(y.chunks_mut(per * out)) {
         win.gather(xc, &mut buf.cols);
-        linear_forward(&buf.cols, w, Some(b), yc, (win.width(), c_out), &mut buf.wt);
+        let ep = Epilogue::Bias(b);
+        linear_forward(&buf.cols, w, ep, yc, (win.width(), c_out), &mut buf.wt);
     }
 }
 
@@ -207,7 +208,14 @@ pub(crate) fn conv_t_forward(
     y.resize(x.len() / small * win.image(), 0.0);
     for (xc, yc) in x.chunks(per * small).zip(y.chunks_mut(per * win.image())) {
         buf.cols.resize(xc.len() / c_in * out, 0.0);
-        linear_forward(xc, w, None, &mut buf.cols, (c_in, out), &mut buf.wt);
+        linear_forward(
+            xc,
+            w,
+            Epilogue::Store,
+            &mut buf.cols,
+            (c_in, out),
+            &mut buf.wt,
+        );
         win.scatter(&buf.cols, yc);
     }
     for px in y.chunks_exact_mut(win.channels) {

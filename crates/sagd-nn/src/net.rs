@@ -272,24 +272,10 @@ impl PackedWeights {
     }
 }
 
-/// y = x Wᵀ + b. A width-1 output is a row of dot products, cheaper by hand than as a product
-/// with one column. `wt` keeps Wᵀ between calls.
+/// y = x Wᵀ, finished by `ep` (Store, Bias or BiasRelu). A width-1 output is a row of dot
+/// products, cheaper by hand than as a product with one column. `wt` keeps Wᵀ between calls.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
 pub(crate) fn linear_forward(
-    x: &[f32],
-    w: &[f32],
-    b: Option<&[f32]>,
-    y: &mut [f32],
-    (inp, out): (usize, usize),
-    wt: &mut Transposed,
-) {
-    let ep = b.map_or(Epilogue::Store, Epilogue::Bias);
-    linear_forward_ep(x, w, ep, y, (inp, out), wt);
-}
-
-/// [`linear_forward`] finished by `ep` (Store, Bias or BiasRelu).
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-fn linear_forward_ep(
     x: &[f32],
     w: &[f32],
     ep: Epilogue<'_>,
@@ -701,7 +687,7 @@ impl Sequential {
                     y.resize(rows * out, 0.0);
                     match packed.layer(i) {
                         Some(pl) => gemm_panels(rows, by_rows(xin, inp), &pl.forward, y, out, ep),
-                        None => linear_forward_ep(xin, w, ep, y, (inp, out), &mut ws.wt[i]),
+                        None => linear_forward(xin, w, ep, y, (inp, out), &mut ws.wt[i]),
                     }
                 }
                 Layer::Act {

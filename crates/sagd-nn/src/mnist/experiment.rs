@@ -53,10 +53,10 @@ pub struct E3Estimator<'a> {
     ahead: Option<Ahead>,
 }
 
-/// Draws made ahead for the next update: a binarisation's uniforms and the pass's normals, with
-/// the streams after them. Taken when the next update asks for as many; otherwise dropped and
-/// drawn afresh from the estimator's streams, which stay those after the draws used (the
-/// checkpointed state): the same draws, in the same order, as drawing in turn.
+/// An update's draws: a binarisation's uniforms and the pass's normals, with the streams after
+/// them. Made ahead for the next update on the GPU, and taken when it asks for as many; otherwise
+/// dropped and drawn afresh from the estimator's streams, which stay those after the draws used
+/// (the checkpointed state): the same draws, in the same order, as drawing in turn.
 struct Ahead {
     uniforms: Vec<f32>,
     normals: Vec<f32>,
@@ -123,18 +123,13 @@ impl E3Estimator<'_> {
             pixels.extend_from_slice(&self.images[i * PIXELS..(i + 1) * PIXELS]);
         }
         let len = self.noise_len(batch.len());
-        match self.ahead.take() {
-            Some(a) if a.uniforms.len() == pixels.len() && a.normals.len() == len => {
-                self.streams = a.after;
-                self.x = binarise_with(&pixels, &a.uniforms);
-                self.noise = a.normals;
-            }
-            _ => {
-                self.x = binarise(&pixels, &mut self.streams.binarise);
-                self.noise.resize(len, 0.0);
-                self.streams.normals.fill(&mut self.noise);
-            }
-        }
+        let draws = match self.ahead.take() {
+            Some(a) if a.uniforms.len() == pixels.len() && a.normals.len() == len => a,
+            _ => Ahead::draw(&self.streams, batch.len(), len),
+        };
+        self.streams = draws.after;
+        self.x = binarise_with(&pixels, &draws.uniforms);
+        self.noise = draws.normals;
     }
 
     /// Normals per pass over `images` images.
