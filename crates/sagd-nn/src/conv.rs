@@ -159,9 +159,10 @@ pub(crate) fn conv_forward(
     }
 }
 
-/// Convolution backward from ∂L/∂y `g` at the input `x`: adds ∂W, ∂b into `dwb` if given (W then
-/// b), and writes ∂L/∂x into `dx` if given (its images overwritten). The windows are gathered
-/// again, a chunk at a time, rather than kept from the forward pass.
+/// Convolution backward from ∂L/∂y `g` at the input `x`: ∂W, ∂b into `dwb` if given (W then b;
+/// added, or written over with its epilogue `Store`), and ∂L/∂x into `dx` if given (its images
+/// overwritten). The windows are gathered again, a chunk at a time, rather than kept from the
+/// forward pass.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv_backward(
     win: &Windows,
@@ -170,7 +171,7 @@ pub(crate) fn conv_backward(
     w: &[f32],
     c_out: usize,
     buf: &mut ConvBuffers,
-    mut dwb: Option<&mut [f32]>,
+    mut dwb: Option<(&mut [f32], Epilogue<'_>)>,
     mut dx: Option<&mut [f32]>,
 ) {
     let (inp, per, out) = (win.width(), chunk_images(win), win.count() * c_out);
@@ -179,10 +180,12 @@ pub(crate) fn conv_backward(
         .zip(g.chunks(per * out))
         .enumerate()
     {
-        if let Some(dwb) = dwb.as_deref_mut() {
+        if let Some((dwb, ep)) = dwb.as_mut() {
             win.gather(xc, &mut buf.cols);
             let (dw, db) = dwb.split_at_mut(inp * c_out);
-            linear_param_grad(gc, &buf.cols, dw, db, (inp, c_out), 0);
+            // Later chunks add to the first's.
+            let ep = if c == 0 { *ep } else { Epilogue::Add };
+            linear_param_grad(gc, &buf.cols, dw, db, (inp, c_out), 0, ep);
         }
         if let Some(dx) = dx.as_deref_mut() {
             buf.dcols.resize(gc.len() / c_out * inp, 0.0);
@@ -225,8 +228,8 @@ pub(crate) fn conv_t_forward(
     }
 }
 
-/// Transposed convolution backward from ∂L/∂y `g`: adds ∂W, ∂b into `dwb` if given, writes
-/// ∂L/∂x into `dx` if given.
+/// Transposed convolution backward from ∂L/∂y `g`: ∂W, ∂b into `dwb` if given (added, or written
+/// over with its epilogue `Store`), ∂L/∂x into `dx` if given.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn conv_t_backward(
     win: &Windows,
@@ -235,7 +238,7 @@ pub(crate) fn conv_t_backward(
     w: &[f32],
     c_in: usize,
     buf: &mut ConvBuffers,
-    mut dwb: Option<&mut [f32]>,
+    mut dwb: Option<(&mut [f32], Epilogue<'_>)>,
     mut dx: Option<&mut [f32]>,
 ) {
     let (out, per, small) = (win.width(), chunk_images(win), win.count() * c_in);
@@ -245,8 +248,9 @@ pub(crate) fn conv_t_backward(
         .enumerate()
     {
         win.gather(gc, &mut buf.dcols);
-        if let Some(dwb) = dwb.as_deref_mut() {
+        if let Some((dwb, ep)) = dwb.as_mut() {
             buf.scratch.resize(out, 0.0);
+            let ep = if c == 0 { *ep } else { Epilogue::Add };
             linear_param_grad(
                 &buf.dcols,
                 xc,
@@ -254,6 +258,7 @@ pub(crate) fn conv_t_backward(
                 &mut buf.scratch,
                 (c_in, out),
                 0,
+                ep,
             );
         }
         if let Some(dx) = dx.as_deref_mut() {
@@ -267,8 +272,12 @@ pub(crate) fn conv_t_backward(
             );
         }
     }
-    if let Some(dwb) = dwb {
-        channel_sums(g, &mut dwb[out * c_in..]);
+    if let Some((dwb, ep)) = dwb {
+        let db = &mut dwb[out * c_in..];
+        if matches!(ep, Epilogue::Store) {
+            db.fill(0.0);
+        }
+        channel_sums(g, db);
     }
 }
 

@@ -205,6 +205,7 @@ impl Panels {
         }
         (self.k, self.n) = (k, n);
         self.data.resize(n.div_ceil(NR) * k * NR, 0.0);
+        let wide = wide_kernel();
         self.data
             .par_chunks_mut((k * NR).max(1))
             .enumerate()
@@ -223,7 +224,28 @@ impl Panels {
                 for r0 in (0..k).step_by(T) {
                     let r1 = (r0 + T).min(k);
                     let rows = &mut panel[r0 * NR..r1 * NR];
-                    for j in 0..w {
+                    let mut j = 0;
+                    // Whole 16 × 16 blocks of B with unit row stride, transposed in registers.
+                    #[cfg(target_arch = "x86_64")]
+                    if wide && b.rows == 1 && r1 - r0 == T {
+                        while j + T <= w {
+                            let at = (j0 + j) * b.cols + r0;
+                            assert!(b.data.len() >= at + (T - 1) * b.cols + T);
+                            // SAFETY: AVX-512F is present (`wide`); the 16 reads of 16 values
+                            // from `at`, `b.cols` apart, are in B (asserted), and the 16 writes
+                            // of 16 values at columns j.. of the block's 16 rows in `rows`.
+                            unsafe {
+                                avx512::transpose16(
+                                    b.data.as_ptr().add(at),
+                                    b.cols,
+                                    rows.as_mut_ptr().add(j),
+                                    NR,
+                                )
+                            };
+                            j += T;
+                        }
+                    }
+                    for j in j..w {
                         let at = (j0 + j) * b.cols;
                         for (r, v) in rows[j..].iter_mut().step_by(NR).enumerate() {
                             *v = b.data[at + (r0 + r) * b.rows];
@@ -577,6 +599,53 @@ mod avx512 {
         pub j0: usize,
         pub w: usize,
         pub ldc: usize,
+    }
+
+    /// The 16 × 16 block of 16 rows `src` (rows `lds` apart) written transposed into 16 rows
+    /// at `dst` (`ldd` apart): three rounds of in-lane unpacks, then two of 128-bit lane shuffles.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `src` holds 16 values at each of 0, lds, …, 15·lds and `dst` at
+    /// 0, ldd, …, 15·ldd.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn transpose16(src: *const f32, lds: usize, dst: *mut f32, ldd: usize) {
+        let r: [__m512; 16] = std::array::from_fn(|i| _mm512_loadu_ps(src.add(i * lds)));
+        // Pairs of rows interleaved: t[2i] = (a0 b0 a1 b1 | a4 b4 a5 b5 | …), t[2i+1] the odds.
+        let t: [__m512; 16] = std::array::from_fn(|i| {
+            let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+            if i % 2 == 0 {
+                _mm512_unpacklo_ps(a, b)
+            } else {
+                _mm512_unpackhi_ps(a, b)
+            }
+        });
+        // Quads: u[4q + c] holds column c (mod 4) of rows 4q..4q + 4, in each 128-bit lane.
+        let u: [__m512; 16] = std::array::from_fn(|i| {
+            let (q, c) = (i / 4, i % 4);
+            let (a, b) = (
+                _mm512_castps_pd(t[4 * q + c / 2]),
+                _mm512_castps_pd(t[4 * q + 2 + c / 2]),
+            );
+            _mm512_castpd_ps(if c % 2 == 0 {
+                _mm512_unpacklo_pd(a, b)
+            } else {
+                _mm512_unpackhi_pd(a, b)
+            })
+        });
+        for c in 0..4 {
+            // Lanes 0 and 2, then 1 and 3, of rows 0-3 with 4-7 and of 8-11 with 12-15.
+            let v0 = _mm512_shuffle_f32x4::<0x88>(u[c], u[4 + c]);
+            let v1 = _mm512_shuffle_f32x4::<0xDD>(u[c], u[4 + c]);
+            let w0 = _mm512_shuffle_f32x4::<0x88>(u[8 + c], u[12 + c]);
+            let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + c], u[12 + c]);
+            _mm512_storeu_ps(dst.add(c * ldd), _mm512_shuffle_f32x4::<0x88>(v0, w0));
+            _mm512_storeu_ps(dst.add((c + 8) * ldd), _mm512_shuffle_f32x4::<0xDD>(v0, w0));
+            _mm512_storeu_ps(dst.add((c + 4) * ldd), _mm512_shuffle_f32x4::<0x88>(v1, w1));
+            _mm512_storeu_ps(
+                dst.add((c + 12) * ldd),
+                _mm512_shuffle_f32x4::<0xDD>(v1, w1),
+            );
+        }
     }
 
     /// R rows × 64 columns of A·B in 4·R zmm registers, finished into C by `ep` (masked to the

@@ -338,8 +338,9 @@ pub(crate) fn linear_forward(
 }
 
 /// dW += gᵀ x and db += Σ_rows g for the output units j0..j0 + db.len() (those rows of W, in
-/// `dw`). Every element is the same fused multiply-add chain over the rows whatever the range, so
-/// a layer's gradient cut into ranges computed apart has the same bits.
+/// `dw`), or dW = gᵀ x and db = Σ_rows g with `ep` = Store (the same bits as adding into zeros).
+/// Every element is the same fused multiply-add chain over the rows whatever the range, so a
+/// layer's gradient cut into ranges computed apart has the same bits.
 pub(crate) fn linear_param_grad(
     g: &[f32],
     x: &[f32],
@@ -347,25 +348,16 @@ pub(crate) fn linear_param_grad(
     db: &mut [f32],
     (inp, out): (usize, usize),
     j0: usize,
+    ep: Epilogue<'_>,
 ) {
     let rows = g.len() / out;
     let n = db.len();
     let g = &g[j0..];
     if inp == 1 {
         // W is out × 1: its gradient as one row, xᵀ g.
-        gemm(1, n, rows, by_cols(x, 1), g, out, dw, n, Epilogue::Add);
+        gemm(1, n, rows, by_cols(x, 1), g, out, dw, n, ep);
     } else {
-        gemm(
-            n,
-            inp,
-            rows,
-            by_cols(g, out),
-            x,
-            inp,
-            dw,
-            inp,
-            Epilogue::Add,
-        );
+        gemm(n, inp, rows, by_cols(g, out), x, inp, dw, inp, ep);
     }
     // db = 1ᵀ g: a stride-0 A reads the one 1.
     let ones = Strided {
@@ -373,7 +365,7 @@ pub(crate) fn linear_param_grad(
         rows: 0,
         cols: 0,
     };
-    gemm(1, n, rows, ones, g, out, db, n, Epilogue::Add);
+    gemm(1, n, rows, ones, g, out, db, n, ep);
 }
 
 /// What a backward pass leaves for ∂L/∂params when the products are deferred
@@ -401,6 +393,9 @@ pub enum ParamGrads<'a> {
     Skip,
     /// Added into this vector.
     Add(&'a mut [f32]),
+    /// Written into this vector, every element overwritten (no zeroing beforehand: the same bits
+    /// as `Add` into zeros).
+    Set(&'a mut [f32]),
     /// Kept as terms, for [`Sequential::add_param_grads`] (the same bits as `Add` for Linear
     /// layers and for convolutions whose windows fit one chunk; a convolution over more images
     /// sums its chunks in another order).
@@ -798,7 +793,7 @@ impl Sequential {
                     }
                 };
                 for p in parts {
-                    linear_param_grad(&p.g[i], &p.x[i], dw, db, (inp, out), j0);
+                    linear_param_grad(&p.g[i], &p.x[i], dw, db, (inp, out), j0, Epilogue::Add);
                 }
             }
             Task::Bias(i, db) => {
@@ -861,6 +856,11 @@ impl Sequential {
         grad.clear();
         grad.extend_from_slice(dout);
         let need_dx = dx.is_some();
+        // How the parameter products land: written over the sink, or added into it.
+        let store = match sink {
+            ParamGrads::Set(_) => Epilogue::Store,
+            _ => Epilogue::Add,
+        };
         // An activation's derivative is applied by the Linear layer above it, in its product.
         let mut scaled = false;
         for (i, l) in self.layers.iter().enumerate().rev() {
@@ -870,9 +870,9 @@ impl Sequential {
                     let off = self.offsets[i];
                     let w = &params[off..off + inp * out];
                     match &mut sink {
-                        ParamGrads::Add(dp) => {
+                        ParamGrads::Add(dp) | ParamGrads::Set(dp) => {
                             let (dw, db) = dp[off..off + inp * out + out].split_at_mut(inp * out);
-                            linear_param_grad(grad, xin, dw, db, (inp, out), 0);
+                            linear_param_grad(grad, xin, dw, db, (inp, out), 0, store);
                         }
                         ParamGrads::Keep(t) => {
                             t.x[i].clear();
@@ -922,13 +922,15 @@ impl Sequential {
                     }
                     let dx_buf = want_dx.then_some(&mut grad2[..inp]);
                     let (dwb, keep) = match &mut sink {
-                        ParamGrads::Add(dp) => (Some(&mut dp[off..off + np]), None),
+                        ParamGrads::Add(dp) | ParamGrads::Set(dp) => {
+                            (Some(&mut dp[off..off + np]), None)
+                        }
                         ParamGrads::Keep(t) => (None, Some(&mut **t)),
                         ParamGrads::Skip => (None, None),
                     };
                     let x = &xin[..inp];
                     if let Layer::ConvT { c_in, .. } = *l {
-                        conv_t_backward(&win, g, x, w, c_in, buf, dwb, dx_buf);
+                        conv_t_backward(&win, g, x, w, c_in, buf, dwb.map(|d| (d, store)), dx_buf);
                         if let Some(t) = keep {
                             t.x[i].clear();
                             t.x[i].extend_from_slice(x);
@@ -942,7 +944,7 @@ impl Sequential {
                             t.g[i].clear();
                             t.g[i].extend_from_slice(g);
                         }
-                        conv_backward(&win, g, x, w, c_out, buf, dwb, dx_buf);
+                        conv_backward(&win, g, x, w, c_out, buf, dwb.map(|d| (d, store)), dx_buf);
                     }
                     if want_dx {
                         std::mem::swap(grad, grad2);

@@ -520,8 +520,8 @@ extern "C" __global__ void row_distance(const float* u, const float* u0, float* 
 // ---- Adam on the device: the host rule's arithmetic (optim/mod.rs), each operation rounded once
 // as there (no fused multiply-adds), moments in double ----
 
-// m = β₁m + (1 − β₁)g, v = β₂v + (1 − β₂)g·g, d = (m/c₁)/(√(v/c₂) + ε) rounded to float,
-// θ −= (float)(lr·d).
+// m = β₁m + (1 − β₁)g, v = β₂v + (1 − β₂)g·g in double, d = (m/c₁)/(√(v/c₂) + ε) in float from
+// the moments rounded to float, θ −= (float)(lr·d).
 extern "C" __global__ void adam_step(float* theta, const float* g, double* m, double* v, int n,
                                      double beta1, double beta2, double eps, double c1, double c2,
                                      double lr) {
@@ -532,7 +532,8 @@ extern "C" __global__ void adam_step(float* theta, const float* g, double* m, do
     double vi = __dadd_rn(__dmul_rn(beta2, v[i]), __dmul_rn(__dmul_rn(1.0 - beta2, gf), gf));
     m[i] = mi;
     v[i] = vi;
-    float d = (float)__ddiv_rn(__ddiv_rn(mi, c1), __dadd_rn(__dsqrt_rn(__ddiv_rn(vi, c2)), eps));
+    float d = __fdiv_rn(__fdiv_rn((float)mi, (float)c1),
+                        __fadd_rn(__fsqrt_rn(__fdiv_rn((float)vi, (float)c2)), (float)eps));
     theta[i] = __fsub_rn(theta[i], (float)__dmul_rn(lr, (double)d));
 }
 

@@ -27,8 +27,8 @@ pub struct Buffers {
     gen: Workspace,
 }
 
-/// What E3's passes keep between minibatches: each thread's network buffers and each piece's
-/// gradients (reused: fresh ones would cost page faults on every minibatch).
+/// What E3's passes keep between minibatches: each thread's network buffers and the gradients
+/// of each piece after the first (reused: fresh ones would cost page faults on every minibatch).
 #[derive(Debug, Default)]
 pub struct Scratch {
     pool: WorkspacePool<Buffers>,
@@ -37,48 +37,70 @@ pub struct Scratch {
     packed: (PackedWeights, PackedWeights),
 }
 
-/// One piece's gradients of both networks.
+/// One piece's gradients of both networks (the encoder's empty when a pass has none).
 #[derive(Debug, Default)]
 struct PieceGrads {
     gen: Vec<f32>,
     enc: Vec<f32>,
-    loss: f64,
-    displacement: f64,
+}
+
+/// One piece of a pass: its rows, and where its gradients go (written over by its first rows'
+/// pass, [`ParamGrads::Set`], then added to).
+struct Piece<'a> {
+    rows: std::ops::Range<usize>,
+    gen: &'a mut [f32],
+    enc: &'a mut [f32],
+}
+
+impl Piece<'_> {
+    /// The sinks of the pass over the rows from `s`: written over by the first, added to after.
+    fn sinks(&mut self, s: usize) -> (ParamGrads<'_>, ParamGrads<'_>) {
+        if s == self.rows.start {
+            (ParamGrads::Set(self.gen), ParamGrads::Set(self.enc))
+        } else {
+            (ParamGrads::Add(self.gen), ParamGrads::Add(self.enc))
+        }
+    }
 }
 
 impl Scratch {
-    /// The pieces of a pass over `rows` rows, each with its zeroed gradients (the encoder's too
-    /// with `enc`), and the threads' buffers.
-    #[allow(clippy::type_complexity)]
-    fn pieces_for(
-        &mut self,
-        p: &VaeParams,
+    /// The pieces of a pass over `rows` rows: the first writes its gradients into `gen` and
+    /// `enc` themselves, each other one into buffers of its own, which [`Scratch::add_pieces`]
+    /// then adds in order (none is zeroed: every piece writes all its gradients). And the
+    /// threads' buffers.
+    fn pieces_into<'a>(
+        &'a mut self,
+        gen: &'a mut [f32],
+        enc: &'a mut [f32],
         rows: usize,
         count: usize,
-        enc: bool,
-    ) -> (
-        &WorkspacePool<Buffers>,
-        Vec<(&mut PieceGrads, std::ops::Range<usize>)>,
-    ) {
+    ) -> (&'a WorkspacePool<Buffers>, Vec<Piece<'a>>) {
         let ranges = pieces(rows, count);
-        self.prepare(p, ranges.len(), enc);
-        (&self.pool, self.pieces.iter_mut().zip(ranges).collect())
+        self.pool.ensure(rayon::current_num_threads());
+        self.pieces
+            .resize_with(ranges.len().saturating_sub(1), Default::default);
+        let (n_gen, n_enc) = (gen.len(), enc.len());
+        let others = self.pieces.iter_mut().map(|g| {
+            g.gen.resize(n_gen, 0.0);
+            g.enc.resize(n_enc, 0.0);
+            (&mut g.gen[..], &mut g.enc[..])
+        });
+        let work = ranges
+            .into_iter()
+            .zip(std::iter::once((gen, enc)).chain(others))
+            .map(|(rows, (gen, enc))| Piece { rows, gen, enc })
+            .collect();
+        (&self.pool, work)
     }
 
-    /// Buffers for this many threads, and `n` zeroed piece gradients for these parameters.
-    fn prepare(&mut self, p: &VaeParams, n: usize, enc: bool) {
-        self.pool.ensure(rayon::current_num_threads());
-        self.pieces.resize_with(n, Default::default);
-        self.pieces.par_iter_mut().for_each(|g| {
-            g.gen.clear();
-            g.gen.resize(p.dec.len(), 0.0);
-            g.enc.clear();
-            if enc {
-                g.enc.resize(p.enc.len(), 0.0);
-            }
-            g.loss = 0.0;
-            g.displacement = 0.0;
-        });
+    /// Adds the gradients of the pieces after the first into the first's, in order.
+    fn add_pieces(&self, gen: &mut [f32], enc: &mut [f32]) {
+        let gens: Vec<&[f32]> = self.pieces.iter().map(|g| &g.gen[..]).collect();
+        sagd::parallel::add_parts(&gens, gen);
+        if !enc.is_empty() {
+            let encs: Vec<&[f32]> = self.pieces.iter().map(|g| &g.enc[..]).collect();
+            sagd::parallel::add_parts(&encs, enc);
+        }
     }
 }
 
@@ -198,13 +220,6 @@ fn pieces(n: usize, count: usize) -> Vec<std::ops::Range<usize>> {
     (0..n).step_by(per).map(|a| a..(a + per).min(n)).collect()
 }
 
-/// out[j] = Σ_pieces part[j], the pieces added in order ([`sagd::parallel::add_parts`]).
-fn add_pieces<'a>(parts: impl Iterator<Item = &'a [f32]>, out: &mut [f32]) {
-    let parts: Vec<&[f32]> = parts.collect();
-    out.fill(0.0);
-    sagd::parallel::add_parts(&parts, out);
-}
-
 /// The VAE's mean negative ELBO over the binarised images `x` (b × 784) with one reparameterised
 /// draw per image from the noise `eps` (b × d), and its gradients into `g_dec` (the generator's)
 /// and `g_enc` (overwritten).
@@ -223,60 +238,58 @@ pub fn vae_batch(
     let (mut pk_gen, mut pk_enc) = std::mem::take(&mut scratch.packed);
     m.gen.pack(&p.dec, true, &mut pk_gen);
     m.enc.pack(&p.enc, true, &mut pk_enc);
-    let (pool, work) = scratch.pieces_for(p, b, PIECES, true);
-    work.into_par_iter().for_each(|(slot, r)| {
-        let PieceGrads {
-            gen: gg,
-            enc: ge,
-            loss,
-            ..
-        } = slot;
-        pool.with(|bufs| {
-            let Buffers { enc: ws, gen: wg } = bufs;
-            for s in (r.start..r.end).step_by(SUB_ROWS) {
-                let e = (s + SUB_ROWS).min(r.end);
-                let n = e - s;
-                let xs = &x[s * PIXELS..e * PIXELS];
-                m.enc.forward_packed(&p.enc, &pk_enc, xs, n, ws);
-                let out = ws.output().to_vec();
-                let mut u = vec![0.0f32; n * d];
-                for i in 0..n {
-                    for j in 0..d {
-                        let (mu, lv) = (out[i * 2 * d + j], out[i * 2 * d + d + j]);
-                        u[i * d + j] = mu + (0.5 * lv).exp() * eps[(s + i) * d + j];
-                        *loss += 0.5 * (mu * mu + lv.exp() - lv - 1.0) as f64;
+    let (pool, work) = scratch.pieces_into(g_dec, g_enc, b, PIECES);
+    let losses: Vec<f64> = work
+        .into_par_iter()
+        .map(|mut piece| {
+            let mut loss = 0.0;
+            pool.with(|bufs| {
+                let Buffers { enc: ws, gen: wg } = bufs;
+                let r = piece.rows.clone();
+                for s in (r.start..r.end).step_by(SUB_ROWS) {
+                    let e = (s + SUB_ROWS).min(r.end);
+                    let n = e - s;
+                    let xs = &x[s * PIXELS..e * PIXELS];
+                    m.enc.forward_packed(&p.enc, &pk_enc, xs, n, ws);
+                    let out = ws.output().to_vec();
+                    let mut u = vec![0.0f32; n * d];
+                    for i in 0..n {
+                        for j in 0..d {
+                            let (mu, lv) = (out[i * 2 * d + j], out[i * 2 * d + d + j]);
+                            u[i * d + j] = mu + (0.5 * lv).exp() * eps[(s + i) * d + j];
+                            loss += 0.5 * (mu * mu + lv.exp() - lv - 1.0) as f64;
+                        }
                     }
-                }
-                m.gen.forward_packed(&p.dec, &pk_gen, &u, n, wg);
-                let mut dl = vec![0.0f32; n * PIXELS];
-                *loss -= bernoulli_logits(wg.output(), xs, &mut dl);
-                // ∂(−log p)/∂logits = −(x − σ), averaged over the batch.
-                dl.iter_mut().for_each(|g| *g *= -scale);
-                let mut du = vec![0.0f32; n * d];
-                m.gen
-                    .backward_packed(&p.dec, &pk_gen, wg, &dl, ParamGrads::Add(gg), Some(&mut du));
-                let mut dout = vec![0.0f32; n * 2 * d];
-                for i in 0..n {
-                    for j in 0..d {
-                        let (mu, lv) = (out[i * 2 * d + j], out[i * 2 * d + d + j]);
-                        let sd = (0.5 * lv).exp();
-                        let g = du[i * d + j];
-                        dout[i * 2 * d + j] = g + mu * scale;
-                        dout[i * 2 * d + d + j] =
-                            g * eps[(s + i) * d + j] * 0.5 * sd + 0.5 * (lv.exp() - 1.0) * scale;
+                    m.gen.forward_packed(&p.dec, &pk_gen, &u, n, wg);
+                    let mut dl = vec![0.0f32; n * PIXELS];
+                    loss -= bernoulli_logits(wg.output(), xs, &mut dl);
+                    // ∂(−log p)/∂logits = −(x − σ), averaged over the batch.
+                    dl.iter_mut().for_each(|g| *g *= -scale);
+                    let mut du = vec![0.0f32; n * d];
+                    let (gg, ge) = piece.sinks(s);
+                    m.gen
+                        .backward_packed(&p.dec, &pk_gen, wg, &dl, gg, Some(&mut du));
+                    let mut dout = vec![0.0f32; n * 2 * d];
+                    for i in 0..n {
+                        for j in 0..d {
+                            let (mu, lv) = (out[i * 2 * d + j], out[i * 2 * d + d + j]);
+                            let sd = (0.5 * lv).exp();
+                            let g = du[i * d + j];
+                            dout[i * 2 * d + j] = g + mu * scale;
+                            dout[i * 2 * d + d + j] = g * eps[(s + i) * d + j] * 0.5 * sd
+                                + 0.5 * (lv.exp() - 1.0) * scale;
+                        }
                     }
+                    m.enc.backward_packed(&p.enc, &pk_enc, ws, &dout, ge, None);
                 }
-                m.enc
-                    .backward_packed(&p.enc, &pk_enc, ws, &dout, ParamGrads::Add(ge), None);
-            }
-        });
-    });
+            });
+            loss
+        })
+        .collect();
     scratch.packed = (pk_gen, pk_enc);
-    let slots = &scratch.pieces;
-    add_pieces(slots.iter().map(|g| &g.gen[..]), g_dec);
-    add_pieces(slots.iter().map(|g| &g.enc[..]), g_enc);
+    scratch.add_pieces(g_dec, g_enc);
     BatchInfo {
-        loss: slots.iter().map(|g| g.loss).sum::<f64>() / b as f64,
+        loss: losses.iter().sum::<f64>() / b as f64,
         displacement: 0.0,
     }
 }
@@ -425,49 +438,48 @@ pub fn sagd_batch(
         });
     // The generator's gradient at the last states.
     let scale = 1.0 / rows as f32;
-    let (pool, work) = scratch.pieces_for(p, rows, FINAL_PIECES, false);
+    let (pool, work) = scratch.pieces_into(grad_gen, &mut [], rows, FINAL_PIECES);
     let u = &u;
-    work.into_par_iter().for_each(|(slot, r)| {
-        let PieceGrads {
-            gen: gg,
-            loss,
-            displacement: disp,
-            ..
-        } = slot;
-        pool.with(|bufs| {
-            let ws = &mut bufs.gen;
-            for s in (r.start..r.end).step_by(SUB_ROWS) {
-                let e = (s + SUB_ROWS).min(r.end);
-                let n = e - s;
-                let (mut xs, mut u0) = (Vec::with_capacity(n * PIXELS), vec![0.0f32; n * d]);
-                chain_starts(x, &enc, eps, (b, d), (s, e), &mut xs, &mut u0);
-                let ue = &u[s * d..e * d];
-                m.gen.forward_packed(&p.dec, packed, ue, n, ws);
-                let mut dl = vec![0.0f32; n * PIXELS];
-                *loss -= bernoulli_logits(ws.output(), &xs, &mut dl);
-                dl.iter_mut().for_each(|g| *g *= -scale);
-                m.gen
-                    .backward_packed(&p.dec, packed, ws, &dl, ParamGrads::Add(gg), None);
-                *disp += ue
-                    .chunks_exact(d)
-                    .zip(u0.chunks_exact(d))
-                    .map(|(a, b)| {
-                        a.iter()
-                            .zip(b)
-                            .map(|(x, y)| ((x - y) as f64).powi(2))
-                            .sum::<f64>()
-                            .sqrt()
-                    })
-                    .sum::<f64>();
-            }
-        });
-    });
+    let sums: Vec<(f64, f64)> = work
+        .into_par_iter()
+        .map(|mut piece| {
+            let (mut loss, mut disp) = (0.0, 0.0);
+            pool.with(|bufs| {
+                let ws = &mut bufs.gen;
+                let r = piece.rows.clone();
+                for s in (r.start..r.end).step_by(SUB_ROWS) {
+                    let e = (s + SUB_ROWS).min(r.end);
+                    let n = e - s;
+                    let (mut xs, mut u0) = (Vec::with_capacity(n * PIXELS), vec![0.0f32; n * d]);
+                    chain_starts(x, &enc, eps, (b, d), (s, e), &mut xs, &mut u0);
+                    let ue = &u[s * d..e * d];
+                    m.gen.forward_packed(&p.dec, packed, ue, n, ws);
+                    let mut dl = vec![0.0f32; n * PIXELS];
+                    loss -= bernoulli_logits(ws.output(), &xs, &mut dl);
+                    dl.iter_mut().for_each(|g| *g *= -scale);
+                    let (gg, _) = piece.sinks(s);
+                    m.gen.backward_packed(&p.dec, packed, ws, &dl, gg, None);
+                    disp += ue
+                        .chunks_exact(d)
+                        .zip(u0.chunks_exact(d))
+                        .map(|(a, b)| {
+                            a.iter()
+                                .zip(b)
+                                .map(|(x, y)| ((x - y) as f64).powi(2))
+                                .sum::<f64>()
+                                .sqrt()
+                        })
+                        .sum::<f64>();
+                }
+            });
+            (loss, disp)
+        })
+        .collect();
     scratch.packed.0 = pk_gen;
-    let slots = &scratch.pieces;
-    add_pieces(slots.iter().map(|g| &g.gen[..]), grad_gen);
+    scratch.add_pieces(grad_gen, &mut []);
     BatchInfo {
-        loss: slots.iter().map(|g| g.loss).sum::<f64>() / rows as f64,
-        displacement: slots.iter().map(|g| g.displacement).sum::<f64>() / rows as f64,
+        loss: sums.iter().map(|s| s.0).sum::<f64>() / rows as f64,
+        displacement: sums.iter().map(|s| s.1).sum::<f64>() / rows as f64,
     }
 }
 

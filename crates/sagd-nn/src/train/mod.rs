@@ -562,7 +562,8 @@ mod tests {
                 let g = (*t - 0.5) as f64;
                 *m = s.beta1 * *m + (1.0 - s.beta1) * g;
                 *v = s.beta2 * *v + (1.0 - s.beta2) * g * g;
-                let d = ((*m / c1) / ((*v / c2).sqrt() + s.eps)) as f32;
+                // The host's Adam: the direction in f32 from the moments rounded to f32.
+                let d = (*m as f32 / c1 as f32) / ((*v as f32 / c2 as f32).sqrt() + s.eps as f32);
                 *t -= (s.lr * d as f64) as f32;
             }
             *n += 1;
