@@ -4,8 +4,10 @@ libdir() { local f; f=$(find /usr /opt -name "$1" 2>/dev/null | head -1); [ -n "
 export LD_LIBRARY_PATH="$(libdir 'libcublas.so.13*'):$(libdir 'libnvrtc.so.13*'):${LD_LIBRARY_PATH:-}"
 export PYTHONUNBUFFERED=1
 TIMEFORMAT='wall %R s'
-# mnist_peer.py for timing (no evaluation, no figure) on the shipped data.
-peer() { python3 .dev/mnist_peer.py run --data data/mnist --quiet --eval-n 0 --fig '' "$@"; }
+# mnist_peer.py for timing (no evaluation, no figure) on the shipped data: PEER_PY is a Python with
+# PyTorch (default python3), PEER_SCRIPT the peer (default .dev/mnist_peer.py).
+peer() { ${PEER_PY:-python3} "${PEER_SCRIPT:-.dev/mnist_peer.py}" run --data data/mnist --quiet \
+  --eval-n 0 --fig '' "$@"; }
 # Seconds per minibatch of the peer: its fastest epoch over the minibatches it ran (the first epoch
 # carries the warm-up).
 per_batch() { python3 -c "
