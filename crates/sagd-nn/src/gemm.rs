@@ -149,34 +149,28 @@ unsafe fn columns(
     ep: Epilogue<'_>,
     wide: bool,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if wide {
+        // Narrow columns (a convolution's 16 or 32 channels) in one or two vectors with more
+        // rows per tile, so that the 24 accumulators stay in use.
+        match w {
+            0..=16 => avx512::rows_of::<24, 1>(m, k, a, b, ldb, (j0, w), c, ldc, ep),
+            17..=32 => avx512::rows_of::<12, 2>(m, k, a, b, ldb, (j0, w), c, ldc, ep),
+            _ => avx512::rows_of::<MR, 4>(m, k, a, b, ldb, (j0, w), c, ldc, ep),
+        }
+        return;
+    }
+    let _ = wide;
     let mut acc = [[0.0f32; NR]; MR];
     for i0 in (0..m).step_by(MR) {
         let rows = MR.min(m - i0);
         let a0 = a.data.get(i0 * a.rows..).unwrap_or(&[]);
         debug_assert!(k == 0 || a0.len() > (rows - 1) * a.rows + (k - 1) * a.cols);
-        // SAFETY: the callers' asserts bound every index the kernels read: rows·rs + k·cs
-        // within A, k rows of w columns within B (the kernel masks the rest); the tile's
-        // elements of C are the caller's.
-        #[cfg(target_arch = "x86_64")]
-        if wide {
-            let t = avx512::Tile { i0, j0, w, ldc };
-            {
-                match rows {
-                    6 => avx512::tile::<6>(k, a0, a, b, ldb, c, t, ep),
-                    5 => avx512::tile::<5>(k, a0, a, b, ldb, c, t, ep),
-                    4 => avx512::tile::<4>(k, a0, a, b, ldb, c, t, ep),
-                    3 => avx512::tile::<3>(k, a0, a, b, ldb, c, t, ep),
-                    2 => avx512::tile::<2>(k, a0, a, b, ldb, c, t, ep),
-                    _ => avx512::tile::<1>(k, a0, a, b, ldb, c, t, ep),
-                }
-            }
-            continue;
-        }
-        let _ = wide;
         for (i, acc_i) in acc[..rows].iter_mut().enumerate() {
             let ai = a0.get(i * a.rows..).unwrap_or(&[]);
             tile_row(k, ai, a.cols, b, ldb, &mut acc_i[..w]);
         }
+        // SAFETY: the tile's elements of C are the caller's.
         finish(&acc[..rows], i0, j0, w, c, ldc, ep);
     }
 }
@@ -648,15 +642,55 @@ mod avx512 {
         }
     }
 
-    /// R rows × 64 columns of A·B in 4·R zmm registers, finished into C by `ep` (masked to the
-    /// tile's width); `a0` starts at the tile's first row, `b` at its first column.
+    /// Columns j0..j0 + w (at most 16·V) of C ← A·B in tiles of R rows, the last rows in tiles
+    /// of at most 6.
+    ///
+    /// # Safety
+    /// As [`super::columns`], on a CPU with AVX-512F.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn rows_of<const R: usize, const V: usize>(
+        m: usize,
+        k: usize,
+        a: Strided<'_>,
+        b: &[f32],
+        ldb: usize,
+        (j0, w): (usize, usize),
+        c: *mut f32,
+        ldc: usize,
+        ep: Epilogue<'_>,
+    ) {
+        let mut i0 = 0;
+        while i0 < m {
+            let a0 = a.data.get(i0 * a.rows..).unwrap_or(&[]);
+            let t = Tile { i0, j0, w, ldc };
+            // SAFETY: the callers' asserts bound every index the kernel reads: rows·rs + k·cs
+            // within A, k rows of w columns within B (the kernel masks the rest); the tile's
+            // elements of C are the caller's.
+            let rows = if m - i0 >= R { R } else { (m - i0).min(6) };
+            match rows {
+                r if r == R => tile::<R, V>(k, a0, a, b, ldb, c, t, ep),
+                6 => tile::<6, V>(k, a0, a, b, ldb, c, t, ep),
+                5 => tile::<5, V>(k, a0, a, b, ldb, c, t, ep),
+                4 => tile::<4, V>(k, a0, a, b, ldb, c, t, ep),
+                3 => tile::<3, V>(k, a0, a, b, ldb, c, t, ep),
+                2 => tile::<2, V>(k, a0, a, b, ldb, c, t, ep),
+                _ => tile::<1, V>(k, a0, a, b, ldb, c, t, ep),
+            }
+            i0 += rows;
+        }
+    }
+
+    /// R rows × 16·V columns of A·B in V·R zmm registers, finished into C by `ep` (masked to
+    /// the tile's width, at most 16·V); `a0` starts at the tile's first row, `b` at its first
+    /// column.
     ///
     /// # Safety
     /// The CPU has AVX-512F; `a0` holds index (R−1)·rows + (k−1)·cols, `b` holds (k−1)·ldb + w
     /// elements, and C (and the epilogue's slice) hold the tile's rows and columns.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn tile<const R: usize>(
+    pub unsafe fn tile<const R: usize, const V: usize>(
         k: usize,
         a0: &[f32],
         a: Strided<'_>,
@@ -666,17 +700,17 @@ mod avx512 {
         t: Tile,
         ep: Epilogue<'_>,
     ) {
-        let mut acc = [[_mm512_setzero_ps(); 4]; R];
+        let mut acc = [[_mm512_setzero_ps(); V]; R];
         let (ap, bp) = (a0.as_ptr(), b.as_ptr());
         // Columns past the tile's width are masked off (read as zeros, never touched).
-        let masks: [__mmask16; 4] = std::array::from_fn(|v| match t.w.saturating_sub(16 * v) {
+        let masks: [__mmask16; V] = std::array::from_fn(|v| match t.w.saturating_sub(16 * v) {
             0 => 0,
             d if d >= 16 => 0xffff,
             d => (1u16 << d) - 1,
         });
         for r in 0..k {
             let row = bp.add(r * ldb);
-            let bv: [__m512; 4] =
+            let bv: [__m512; V] =
                 std::array::from_fn(|v| _mm512_maskz_loadu_ps(masks[v], row.add(16 * v)));
             for (i, acc_i) in acc.iter_mut().enumerate() {
                 let av = _mm512_set1_ps(*ap.add(i * a.rows + r * a.cols));
@@ -749,6 +783,10 @@ mod tests {
             (6, 130, 5),
             (5, 3, 0),
             (512, 64, 64),
+            // Narrow columns: one vector (24-row tiles), two (12-row tiles), with remainders.
+            (61, 16, 9),
+            (53, 20, 17),
+            (30, 33, 12),
             // Large enough for the packed path.
             (400, 520, 330),
         ] {
