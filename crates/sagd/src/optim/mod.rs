@@ -167,9 +167,9 @@ impl AdamStep {
     }
 
     /// Moves one coordinate's moments (kept in f64) by its gradient and gives its direction
-    /// m̂ / (√v̂ + ε), computed in the parameters' precision: for f32 parameters the division and
-    /// square root run on 16 lanes instead of 8, which made Adam 2.5× faster on E3's 6.6 million
-    /// parameters (it was bound by f64 division); for f64 the same bits as in f64 throughout.
+    /// m̂ / (√v̂ + ε), computed in the parameters' precision: for f32 parameters the divisions and
+    /// the square root run on 16 lanes instead of 8 (in f64, Adam on E3's 6.6 million parameters
+    /// was bound by them); for f64 the same bits as before.
     #[inline(always)]
     fn direction<T: Real>(self, g: T, m: &mut f64, v: &mut f64) -> T {
         let gf = g.f64();
