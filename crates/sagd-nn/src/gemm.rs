@@ -487,7 +487,7 @@ unsafe fn packed_block(
             Epilogue::Positive(p) => row(i)
                 .iter_mut()
                 .zip(&p[at..at + n])
-                .for_each(|(c, p)| *c *= positive(*p)),
+                .for_each(|(c, p)| *c *= crate::math::relu_slope(*p)),
             Epilogue::BiasRelu(_) => row(i).iter_mut().for_each(|c| *c = crate::math::relu(*c)),
             _ => break,
         }
@@ -561,23 +561,13 @@ unsafe fn finish(
                 .iter_mut()
                 .zip(acc_i)
                 .zip(&p[at..at + w])
-                .for_each(|((c, v), p)| *c = v * positive(*p)),
+                .for_each(|((c, v), p)| *c = v * crate::math::relu_slope(*p)),
             Epilogue::Scale(s) => row
                 .iter_mut()
                 .zip(acc_i)
                 .zip(&s[at..at + w])
                 .for_each(|((c, v), s)| *c = v * s),
         }
-    }
-}
-
-/// A ReLU's derivative from its output: 1 where p > 0, else 0.
-#[inline(always)]
-fn positive(p: f32) -> f32 {
-    if p > 0.0 {
-        1.0
-    } else {
-        0.0
     }
 }
 

@@ -115,7 +115,7 @@ pub fn forward(act: Activation, x: &[f32], y: &mut [f32], dy: &mut [f32]) {
         Activation::Softplus => it.for_each(|((y, dy), a)| (*y, *dy) = softplus_sigmoid(*a)),
         Activation::Relu => it.for_each(|((y, dy), a)| {
             *y = relu(*a);
-            *dy = if *a > 0.0 { 1.0 } else { 0.0 };
+            *dy = relu_slope(*a);
         }),
         Activation::Sigmoid => it.for_each(|((y, dy), a)| {
             let s = softplus_sigmoid(*a).1;
@@ -166,6 +166,16 @@ pub fn relu(a: f32) -> f32 {
     }
 }
 
+/// A ReLU's derivative at `a`, its input or its output alike: 1 where a > 0, else 0.
+#[inline(always)]
+pub fn relu_slope(a: f32) -> f32 {
+    if a > 0.0 {
+        1.0
+    } else {
+        0.0
+    }
+}
+
 /// y = max(x, 0) elementwise, without the derivative: the backward pass takes it from y
 /// ([`relu_backward`]).
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
@@ -177,9 +187,7 @@ pub fn relu_forward(x: &[f32], y: &mut [f32]) {
 /// [`scale`] by the derivative).
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
 pub fn relu_backward(g: &mut [f32], y: &[f32]) {
-    g.iter_mut()
-        .zip(y)
-        .for_each(|(g, y)| *g *= if *y > 0.0 { 1.0 } else { 0.0 });
+    g.iter_mut().zip(y).for_each(|(g, y)| *g *= relu_slope(*y));
 }
 
 #[cfg(test)]

@@ -857,7 +857,7 @@ impl Sequential {
         grad.extend_from_slice(dout);
         let need_dx = dx.is_some();
         // How the parameter products land: written over the sink, or added into it.
-        let store = match sink {
+        let lands = match sink {
             ParamGrads::Set(_) => Epilogue::Store,
             _ => Epilogue::Add,
         };
@@ -872,7 +872,7 @@ impl Sequential {
                     match &mut sink {
                         ParamGrads::Add(dp) | ParamGrads::Set(dp) => {
                             let (dw, db) = dp[off..off + inp * out + out].split_at_mut(inp * out);
-                            linear_param_grad(grad, xin, dw, db, (inp, out), 0, store);
+                            linear_param_grad(grad, xin, dw, db, (inp, out), 0, lands);
                         }
                         ParamGrads::Keep(t) => {
                             t.x[i].clear();
@@ -930,7 +930,7 @@ impl Sequential {
                     };
                     let x = &xin[..inp];
                     if let Layer::ConvT { c_in, .. } = *l {
-                        conv_t_backward(&win, g, x, w, c_in, buf, dwb.map(|d| (d, store)), dx_buf);
+                        conv_t_backward(&win, g, x, w, c_in, buf, dwb.map(|d| (d, lands)), dx_buf);
                         if let Some(t) = keep {
                             t.x[i].clear();
                             t.x[i].extend_from_slice(x);
@@ -944,7 +944,7 @@ impl Sequential {
                             t.g[i].clear();
                             t.g[i].extend_from_slice(g);
                         }
-                        conv_backward(&win, g, x, w, c_out, buf, dwb.map(|d| (d, store)), dx_buf);
+                        conv_backward(&win, g, x, w, c_out, buf, dwb.map(|d| (d, lands)), dx_buf);
                     }
                     if want_dx {
                         std::mem::swap(grad, grad2);
