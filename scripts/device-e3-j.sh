@@ -4,7 +4,9 @@
 # narrow tiles for the 16- and 32-channel products. The checks against the CPU engine (Adam's step
 # must still agree to the bit), E3 on the GPU against the peer, and E3 on 2 and 16 CPU threads
 # against the peer, this build alternating with the previous one (.dev/sagd-i: a release build of
-# 4d0ac41, the build of sitting I). Builds nothing: run
+# 4d0ac41, the build of sitting I). Then the AMX experiment (section 5: does bf16x3 on AMX tiles
+# pay on the GPU machine's CPU, where it did not on the 2-core development machine?). Builds
+# nothing: run
 # from the repository root with the stripped release binaries and the peer's script in .dev/.
 set -u
 # At most 8 files come back: the log, and everything else in one archive.
@@ -31,5 +33,15 @@ done
 echo "== 4. E3 on 16 CPU threads: this build, the peer"
 ours $S new 16 40 4
 peer_cpu all 16 40 2
+echo "== 5. The AMX experiment (branch experiment/amx-bf16x3, built into .dev/sagd-amx): E3's"
+echo "   minibatches with f32 and with bf16x3 products on AMX tiles, on 16 and 2 threads"
+grep -o -m1 'amx_bf16' /proc/cpuinfo || echo "this CPU has no AMX-BF16: bf16x3 will refuse"
+for t in 16 2; do
+  for r in 1 2; do for p in f32 bf16x3; do
+    echo "-- $p, $t threads, round $r"
+    .dev/sagd-amx --threads $t --products $p bench mnist --vae-batches 20 --sagd-batches 2 \
+      --data data/mnist --out "$R/amx-$p-cpu$t-r$r.json" 2>&1 | grep -E '^\| [vs]|error'
+  done; done
+done
 echo "== done"
 tar czf "$O/results.tgz" -C "$R" .
