@@ -18,8 +18,8 @@ echo "== 1. CUDA backend against the CPU engine (Adam's step: the same bits)"
 time $S bench gpu --repeats 10 --out "$R/gpu.json" | grep -vE '^ |^[{}]'
 
 echo "== 2. E3 on the GPU (f32 and TF32 products) and the peer"
-$S bench mnist --device cuda --vae-batches 200 --sagd-batches 30 --data data/mnist --out "$R/mnist-gpu.json" | grep '^| [vs]'
-SAGD_GPU_TF32=1 $S bench mnist --device cuda --vae-batches 200 --sagd-batches 30 --data data/mnist --out "$R/mnist-gpu-tf32.json" | grep '^| [vs]'
+$S bench mnist --device cuda --vae-batches 200 --sagd-batches 30 --data data/mnist --out "$R/mnist-gpu.json" 2>&1 | grep -E '^\| [vs]|error'
+SAGD_GPU_TF32=1 $S bench mnist --device cuda --vae-batches 200 --sagd-batches 30 --data data/mnist --out "$R/mnist-gpu-tf32.json" 2>&1 | grep -E '^\| [vs]|error'
 peer --device cuda --vae-epochs 2 --vae-max-batches 200 --sagd-epochs 2 --sagd-max-batches 20 --out "$R/peer-gpu.json" > /dev/null
 per_batch "$R/peer-gpu.json"
 
@@ -38,9 +38,7 @@ echo "   minibatches with f32 and with bf16x3 products on AMX tiles, on 16 and 2
 grep -o -m1 'amx_bf16' /proc/cpuinfo || echo "this CPU has no AMX-BF16: bf16x3 will refuse"
 for t in 16 2; do
   for r in 1 2; do for p in f32 bf16x3; do
-    echo "-- $p, $t threads, round $r"
-    .dev/sagd-amx --threads $t --products $p bench mnist --vae-batches 20 --sagd-batches 2 \
-      --data data/mnist --out "$R/amx-$p-cpu$t-r$r.json" 2>&1 | grep -E '^\| [vs]|error'
+    ours ".dev/sagd-amx --products $p" "amx-$p-r$r" "$t" 20 2
   done; done
 done
 echo "== done"

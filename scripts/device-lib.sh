@@ -18,9 +18,11 @@ for k in ('vae', 'sagd'):
     best = min(tt / bb for tt, bb in zip(t, b))
     print(f'peer {k}: {best:.4f} s per minibatch, {best * p[\"full_epoch_batches\"]:.1f} s per epoch (fastest of {len(t)} epochs of {b[0]} minibatches)')
 " "$1"; }
-# sagd's E3 training speed: ours BINARY TAG THREADS VAE_BATCHES SAGD_BATCHES, JSON into $R/TAG-cpuT.json.
+# sagd's E3 training speed: ours BINARY (with any flags of its own) TAG THREADS VAE_BATCHES SAGD_BATCHES, JSON into $R/TAG-cpuT.json;
+# the log keeps the table's rows (printed on stderr) and any error.
 ours() { local b=$1 n=$2 t=$3 v=$4 s=$5; echo "-- $n, $t threads"; $b --threads "$t" bench mnist \
-  --vae-batches "$v" --sagd-batches "$s" --data data/mnist --out "$R/$n-cpu$t.json" | grep '^| [vs]'; }
+  --vae-batches "$v" --sagd-batches "$s" --data data/mnist --out "$R/$n-cpu$t.json" 2>&1 \
+  | grep -E '^\| [vs]|error'; }
 # The peer's E3 training speed on T threads: peer_cpu TAG THREADS VAE_BATCHES SAGD_BATCHES.
 peer_cpu() { peer --threads "$2" --vae-epochs 2 --vae-max-batches "$3" --sagd-epochs 2 \
   --sagd-max-batches "$4" --out "$R/peer-$1-cpu$2.json" > /dev/null; per_batch "$R/peer-$1-cpu$2.json"; }

@@ -923,14 +923,14 @@ impl Sequential {
                     let dx_buf = want_dx.then_some(&mut grad2[..inp]);
                     let (dwb, keep) = match &mut sink {
                         ParamGrads::Add(dp) | ParamGrads::Set(dp) => {
-                            (Some(&mut dp[off..off + np]), None)
+                            (Some((&mut dp[off..off + np], lands)), None)
                         }
                         ParamGrads::Keep(t) => (None, Some(&mut **t)),
                         ParamGrads::Skip => (None, None),
                     };
                     let x = &xin[..inp];
                     if let Layer::ConvT { c_in, .. } = *l {
-                        conv_t_backward(&win, g, x, w, c_in, buf, dwb.map(|d| (d, lands)), dx_buf);
+                        conv_t_backward(&win, g, x, w, c_in, buf, dwb, dx_buf);
                         if let Some(t) = keep {
                             t.x[i].clear();
                             t.x[i].extend_from_slice(x);
@@ -944,7 +944,7 @@ impl Sequential {
                             t.g[i].clear();
                             t.g[i].extend_from_slice(g);
                         }
-                        conv_backward(&win, g, x, w, c_out, buf, dwb.map(|d| (d, lands)), dx_buf);
+                        conv_backward(&win, g, x, w, c_out, buf, dwb, dx_buf);
                     }
                     if want_dx {
                         std::mem::swap(grad, grad2);
