@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Times E3's generator and encoder in PyTorch on a batch of 200, as `cargo bench -p sagd-nn
---bench engine -- e3_batch200` times ours: forward, and forward + backward (generator: to its
+"""Times E3's generator and encoder in PyTorch on a batch of 200, as `cargo bench -p sagd-apps
+--bench e3 -- e3_batch200` times ours: forward, and forward + backward (generator: to its
 parameters and its input; encoder: to its parameters). Usage: e3_networks_torch.py [threads]."""
 import sys
 import time

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use sagd_nn::mnist::experiment::{figure_digits, run as run_e3, E3Options, E3Result, E3Settings};
-use sagd_nn::mnist::model::E3;
+use sagd_apps::mnist::experiment::{figure_digits, run as run_e3, E3Options, E3Result, E3Settings};
+use sagd_apps::mnist::model::E3;
 use serde::Serialize;
 
 use crate::output::{progress_bar, Staging};
@@ -121,7 +121,7 @@ fn settings(a: &MnistArgs) -> E3Settings {
         vae_lr: a.vae_lr,
         sagd_updates: a.sagd_updates.unwrap_or(base.sagd_updates),
         sagd_lr: a.sagd_lr,
-        chains: sagd_nn::mnist::model::Chains {
+        chains: sagd_apps::mnist::model::Chains {
             scheme: a.scheme,
             per_image: a.chains,
             steps: a.steps,
@@ -158,8 +158,8 @@ pub fn run(a: MnistArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());
     }
-    let dir = a.data.clone().unwrap_or_else(sagd_nn::mnist::shipped_dir);
-    let data = sagd_nn::mnist::load(&dir).with_context(|| {
+    let dir = a.data.clone().unwrap_or_else(sagd_apps::mnist::shipped_dir);
+    let data = sagd_apps::mnist::load(&dir).with_context(|| {
         format!(
             "--data {}: reading the MNIST files (train-images-idx3-ubyte[.gz] and its three companions)",
             dir.display()
@@ -218,7 +218,7 @@ pub struct MnistOutput<'a> {
 /// reproduce` both write through it.
 pub fn write(
     s: &E3Settings,
-    data: &sagd_nn::mnist::Mnist,
+    data: &sagd_apps::mnist::Mnist,
     opts: &E3Options,
     o: MnistOutput<'_>,
 ) -> Result<(E3Result, Vec<String>)> {

@@ -1,4 +1,4 @@
-//! # sagd-nn — a small CPU neural-network engine and the debiased VAE
+//! # sagd-nn — the neural engine and the neural models it trains
 //!
 //! The neural models of the paper run on an engine of our own (the Rust tensor frameworks
 //! measured two to four times slower than PyTorch on these small batched networks): every layer
@@ -11,17 +11,18 @@
 //!   vectorised activations of [`math`].
 //! * [`vae`]: the VAE's networks and the decoder's posterior as a `LatentModel`.
 //! * [`train`]: one training job for every method, differing only in the gradient estimator.
-//! * [`debias`]: the debiased-VAE application (Table 1, Figure 2, deconvolution).
+//! * [`cuda`]: the same networks and estimators on an NVIDIA GPU, loaded at run time.
+//!
+//! The paper's neural experiments (the debiased VAE, MNIST) are compositions of these parts in
+//! `sagd-apps`.
 
 #![warn(missing_docs)]
 
 mod conv;
 pub mod cuda;
-pub mod debias;
 mod device;
 mod gemm;
 pub mod math;
-pub mod mnist;
 mod net;
 pub mod train;
 pub mod vae;

@@ -15,8 +15,8 @@
 //!
 //! Every iterative job is a [`run::Solver`] driven by the one [`run::Runner`]: Algorithm 1 on a
 //! [`model::Problem`] ([`solver::Sagd::on`]), automated EM ([`em::EmSolver`]), and, in `sagd-nn`,
-//! network training. The paper's first application, with its settings as defaults, is
-//! [`em::e1`].
+//! network training. This crate holds no experiment: the paper's applications, with their
+//! settings as defaults, live in `sagd-apps`.
 //!
 //! # Example: the mean of a distribution known up to a constant
 //!

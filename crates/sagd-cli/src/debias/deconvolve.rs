@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use sagd_nn::debias::{deconvolve as fit_data, E2Settings};
+use sagd_apps::debias::{deconvolve as fit_data, E2Settings};
 use serde_json::json;
 
 use super::render::{density_figure, write_trace};

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use sagd::langevin::{Momentum, Scheme};
-use sagd_nn::debias::{Case, E2Settings, Method, MethodSettings, RunOptions};
+use sagd_apps::debias::{Case, E2Settings, Method, MethodSettings, RunOptions};
 use sagd_nn::train::LangevinChains;
 use serde::Serialize;
 

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use indicatif::ProgressBar;
-use sagd_nn::debias::figure::DensitySeries;
-use sagd_nn::debias::{
+use sagd_apps::debias::figure::DensitySeries;
+use sagd_apps::debias::{
     paper, run_table, Case, E2Settings, Replication, RunOptions, Table1, TracePoint,
 };
 use serde_json::json;

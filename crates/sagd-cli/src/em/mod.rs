@@ -10,10 +10,10 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::ProgressBar;
-use sagd::em::e1::{self, E1Data, E1Options, E1Result, E1Settings};
 use sagd::em::{EmEvent, StopRule};
 use sagd::langevin::{LangevinSettings, Momentum, Scheme};
 use sagd::run::Control;
+use sagd_apps::e1::{self, E1Data, E1Options, E1Result, E1Settings};
 use serde::Serialize;
 
 use crate::input::{read_column, Column, Domain};

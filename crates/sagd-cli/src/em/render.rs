@@ -1,6 +1,6 @@
 //! What `sagd em` writes: `result.json` and the printed summary.
 
-use sagd::em::e1::{E1Data, E1Result, E1Settings};
+use sagd_apps::e1::{E1Data, E1Result, E1Settings};
 use serde_json::json;
 
 use super::E1Output;

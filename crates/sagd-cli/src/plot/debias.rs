@@ -3,7 +3,7 @@
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use sagd_nn::debias::figure::DensitySeries;
+use sagd_apps::debias::figure::DensitySeries;
 
 use super::{draw_legend, err, segments, Figure};
 

@@ -4,7 +4,7 @@ use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
-use sagd::em::e1::Surface;
+use sagd_apps::e1::Surface;
 
 use super::{draw_legend, err, segments, Figure};
 

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use sagd_nn::mnist::experiment::Curve;
+use sagd_apps::mnist::experiment::Curve;
 
 use super::{draw_legend, err, Figure};
 

@@ -5,19 +5,15 @@
 //! transposes), activations are kernels compiled by NVRTC when the device opens. f32 throughout,
 //! without TF32, so results agree with the CPU engine to float rounding.
 
+mod adam;
 mod bound;
 mod chains;
-mod check;
-mod e3;
+mod passes;
+mod products;
 
+pub use adam::adam;
 pub use bound::GpuBoundEstimator;
 pub use chains::GpuChainEstimator;
-pub use e3::{E3Pass, GpuE3};
-
-pub use check::{
-    check_adam, check_estimators, check_networks, check_training, time_networks, AdamCheck,
-    EstimatorCheck, NetworkCheck, NetworkTiming, TrainingCheck,
-};
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -111,7 +107,8 @@ const KERNELS: [&str; 27] = [
 /// opens its own, so jobs running side by side on CPU threads never share a stream or a handle.
 pub struct Gpu {
     ctx: Arc<CudaContext>,
-    pub(crate) stream: Arc<CudaStream>,
+    /// The job's stream: every kernel launch and copy goes on it, in order.
+    pub stream: Arc<CudaStream>,
     blas: CudaBlas,
     kernels: HashMap<&'static str, CudaFunction>,
 }
@@ -119,7 +116,8 @@ pub struct Gpu {
 /// Threads per block of the elementwise kernels.
 const THREADS: u32 = 256;
 
-pub(crate) fn grid(n: usize) -> LaunchConfig {
+/// The launch shape of an elementwise kernel over `n` elements.
+pub fn grid(n: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: ((n as u32).div_ceil(THREADS).max(1), 1, 1),
         block_dim: (THREADS, 1, 1),
@@ -137,7 +135,7 @@ pub(crate) fn act_code(a: Activation) -> i32 {
 }
 
 /// Whether updates may be replayed from CUDA graphs (`SAGD_GPU_GRAPHS=0` turns them off).
-fn graphs_enabled() -> bool {
+pub(crate) fn graphs_enabled() -> bool {
     !std::env::var("SAGD_GPU_GRAPHS").is_ok_and(|v| v == "0")
 }
 
@@ -237,7 +235,7 @@ impl Gpu {
     }
 
     /// The kernel `name` of `kernels.cu`.
-    pub(crate) fn k(&self, name: &'static str) -> &CudaFunction {
+    pub fn k(&self, name: &'static str) -> &CudaFunction {
         &self.kernels[name]
     }
 
@@ -306,183 +304,6 @@ impl Gpu {
         unsafe { b.launch(grid(n as usize)) }?;
         Ok(())
     }
-
-    /// Row-major `y (rows × out) = x (rows × inp) · Wᵀ`, W row-major (out × inp): in cuBLAS's
-    /// column-major terms yᵀ = op_T(W as inp × out) · xᵀ.
-    #[allow(clippy::too_many_arguments)]
-    fn linear_forward<W: DevicePtr<f32>, X: DevicePtr<f32>, Y: DevicePtrMut<f32>>(
-        &self,
-        w: &W,
-        x: &X,
-        y: &mut Y,
-        rows: usize,
-        inp: usize,
-        out: usize,
-    ) -> GpuResult<()> {
-        let cfg = GemmConfig {
-            transa: CUBLAS_OP_T,
-            transb: CUBLAS_OP_N,
-            m: out as i32,
-            n: rows as i32,
-            k: inp as i32,
-            alpha: 1.0f32,
-            lda: inp as i32,
-            ldb: inp as i32,
-            beta: 0.0f32,
-            ldc: out as i32,
-        };
-        // SAFETY: the shapes match the buffers' lengths (checked by the callers' layouts).
-        unsafe { self.blas.gemm(cfg, w, x, y) }?;
-        Ok(())
-    }
-
-    /// A product's weight gradient from its input `x` (rows × inp) and ∂L/∂y `g` (rows × out),
-    /// added: dW (out × inp, row-major) += gᵀ x.
-    fn weight_grad<X, G, DW>(
-        &self,
-        x: &X,
-        g: &G,
-        dw: &mut DW,
-        rows: usize,
-        (inp, out): (usize, usize),
-    ) -> GpuResult<()>
-    where
-        X: DevicePtr<f32>,
-        G: DevicePtr<f32>,
-        DW: DevicePtrMut<f32>,
-    {
-        // dWᵀ (inp × out) += xᵀ (inp × rows) · g (rows × out), column-major.
-        let cfg = GemmConfig {
-            transa: CUBLAS_OP_N,
-            transb: CUBLAS_OP_T,
-            m: inp as i32,
-            n: out as i32,
-            k: rows as i32,
-            alpha: 1.0f32,
-            lda: inp as i32,
-            ldb: out as i32,
-            beta: 1.0f32,
-            ldc: inp as i32,
-        };
-        // SAFETY: x holds rows·inp values, g rows·out, dw inp·out.
-        unsafe { self.blas.gemm(cfg, x, g, dw) }?;
-        Ok(())
-    }
-
-    /// A bias gradient, added: db (out) += Σ_rows g (rows × out), with `ones` (at least `rows`).
-    fn bias_grad<G: DevicePtr<f32>, DB: DevicePtrMut<f32>>(
-        &self,
-        g: &G,
-        db: &mut DB,
-        ones: &CudaSlice<f32>,
-        rows: usize,
-        out: usize,
-    ) -> GpuResult<()> {
-        // db (out) += g (out × rows, column-major) · 1.
-        let cfg = GemvConfig {
-            trans: CUBLAS_OP_N,
-            m: out as i32,
-            n: rows as i32,
-            alpha: 1.0f32,
-            lda: out as i32,
-            incx: 1,
-            beta: 1.0f32,
-            incy: 1,
-        };
-        // SAFETY: g holds rows·out values, ones at least rows, db out.
-        unsafe { self.blas.gemv(cfg, g, ones, db) }?;
-        Ok(())
-    }
-
-    /// A Linear layer's input gradient: dx (rows × inp) = g (rows × out) · W, W row-major
-    /// (out × inp).
-    fn linear_input_grad<W, G, DX>(
-        &self,
-        w: &W,
-        g: &G,
-        dx: &mut DX,
-        rows: usize,
-        (inp, out): (usize, usize),
-    ) -> GpuResult<()>
-    where
-        W: DevicePtr<f32>,
-        G: DevicePtr<f32>,
-        DX: DevicePtrMut<f32>,
-    {
-        // dxᵀ (inp × rows) = W as (inp × out) · gᵀ (out × rows).
-        let cfg = GemmConfig {
-            transa: CUBLAS_OP_N,
-            transb: CUBLAS_OP_N,
-            m: inp as i32,
-            n: rows as i32,
-            k: out as i32,
-            alpha: 1.0f32,
-            lda: inp as i32,
-            ldb: out as i32,
-            beta: 0.0f32,
-            ldc: inp as i32,
-        };
-        // SAFETY: w holds inp·out values, g rows·out, dx rows·inp.
-        unsafe { self.blas.gemm(cfg, w, g, dx) }?;
-        Ok(())
-    }
-
-    /// The windows of `images` images: gathered from `src` (images × big²·ch) into `dst`
-    /// (images·small² × k²·ch) with `gather`, else scattered back with sums (the adjoint).
-    fn windows(
-        &self,
-        gather: bool,
-        win: &Windows,
-        images: usize,
-        src: &CudaSlice<f32>,
-        dst: &mut CudaSlice<f32>,
-    ) -> GpuResult<()> {
-        let n = if gather {
-            images * win.count() * win.width()
-        } else {
-            images * win.image()
-        };
-        let [im, big, small, k, stride, pad, ch] = [
-            images,
-            win.big,
-            win.small,
-            win.k,
-            win.stride,
-            win.pad,
-            win.channels,
-        ]
-        .map(|v| v as i32);
-        let name = if gather { "im2col" } else { "col2im" };
-        let mut lb = self.stream.launch_builder(self.k(name));
-        lb.arg(src)
-            .arg(dst)
-            .arg(&im)
-            .arg(&big)
-            .arg(&small)
-            .arg(&k)
-            .arg(&stride)
-            .arg(&pad)
-            .arg(&ch);
-        // SAFETY: src and dst hold the images and windows of these shapes.
-        unsafe { lb.launch(grid(n)) }?;
-        Ok(())
-    }
-
-    /// y[r, j] += b[j] for the first rows·out values of y.
-    fn add_bias(
-        &self,
-        y: &mut CudaSlice<f32>,
-        b: &CudaView<'_, f32>,
-        out: usize,
-        n: usize,
-    ) -> GpuResult<()> {
-        let (o, ni) = (out as i32, n as i32);
-        let mut lb = self.stream.launch_builder(self.k("add_bias"));
-        lb.arg(y).arg(b).arg(&o).arg(&ni);
-        // SAFETY: y has n elements and b has out.
-        unsafe { lb.launch(grid(n)) }?;
-        Ok(())
-    }
 }
 
 /// Normal or uniform draws made on the device: Philox-4x32-10 keyed by the seed, with a counter
@@ -535,7 +356,7 @@ pub struct GpuWorkspace {
 }
 
 /// A buffer of at least `n` elements in `slot` (kept when large enough, else made of zeros).
-pub(crate) fn ensure<'a, T: DeviceRepr + ValidAsZeroBits>(
+pub fn ensure<'a, T: DeviceRepr + ValidAsZeroBits>(
     gpu: &Gpu,
     slot: &'a mut Option<CudaSlice<T>>,
     n: usize,
@@ -547,7 +368,7 @@ pub(crate) fn ensure<'a, T: DeviceRepr + ValidAsZeroBits>(
 }
 
 /// Copies `host` into the device buffer `slot` (made or grown as needed).
-pub(crate) fn put<T: DeviceRepr + ValidAsZeroBits>(
+pub fn put<T: DeviceRepr + ValidAsZeroBits>(
     gpu: &Gpu,
     slot: &mut Option<CudaSlice<T>>,
     host: &[T],
@@ -562,243 +383,5 @@ impl GpuWorkspace {
     /// The output of the last forward pass (at least rows × out elements; the first are valid).
     pub fn output(&self) -> Option<&CudaSlice<f32>> {
         self.acts.last().and_then(|a| a.as_ref())
-    }
-}
-
-impl Sequential {
-    /// The forward pass on the GPU: `x` holds rows × input_dim values; the output is
-    /// [`GpuWorkspace::output`].
-    pub fn forward_gpu(
-        &self,
-        gpu: &Gpu,
-        params: &CudaSlice<f32>,
-        x: &CudaSlice<f32>,
-        rows: usize,
-        ws: &mut GpuWorkspace,
-    ) -> GpuResult<()> {
-        let layers = self.layers();
-        ws.rows = rows;
-        ws.acts.resize_with(layers.len() + 1, || None);
-        ws.derivs.resize_with(layers.len(), || None);
-        ws.cols.resize_with(layers.len(), || None);
-        let n0 = rows * self.input_dim();
-        let a0 = ensure(gpu, &mut ws.acts[0], n0)?;
-        gpu.stream
-            .memcpy_dtod(&x.slice(..n0), &mut a0.slice_mut(..n0))?;
-        let mut width = self.input_dim();
-        for (i, l) in layers.iter().enumerate() {
-            if let Layer::Act { act } = *l {
-                let n = rows * width;
-                ensure(gpu, &mut ws.acts[i + 1], n)?;
-                let dy = ensure(gpu, &mut ws.derivs[i], n)?;
-                let (done, rest) = ws.acts.split_at_mut(i + 1);
-                let (xin, y) = (
-                    done[i].as_ref().expect("made above"),
-                    rest[0].as_mut().expect("made above"),
-                );
-                let (kind, ni) = (act_code(act), n as i32);
-                let mut lb = gpu.stream.launch_builder(gpu.k("act_forward"));
-                lb.arg(&kind).arg(xin).arg(y).arg(dy).arg(&ni);
-                // SAFETY: x, y and dy have at least n elements.
-                unsafe { lb.launch(grid(n)) }?;
-                continue;
-            }
-            let Some((_, out_width)) = l.widths() else {
-                continue;
-            };
-            let off = self.offset(i);
-            let np = l.n_params();
-            ensure(gpu, &mut ws.acts[i + 1], rows * out_width)?;
-            let (done, rest) = ws.acts.split_at_mut(i + 1);
-            let (xin, y) = (
-                done[i].as_ref().expect("made above"),
-                rest[0].as_mut().expect("made above"),
-            );
-            match (*l, l.windows()) {
-                (Layer::Linear { inp, out }, _) => {
-                    let w = params.slice(off..off + inp * out);
-                    let b = params.slice(off + inp * out..off + np);
-                    gpu.linear_forward(&w, xin, y, rows, inp, out)?;
-                    gpu.add_bias(y, &b, out, rows * out)?;
-                }
-                (Layer::Conv { c_out, .. }, Some(win)) => {
-                    // y = windows(x) · Wᵀ + b, one row per window.
-                    let wrows = rows * win.count();
-                    let cols = ensure(gpu, &mut ws.cols[i], wrows * win.width())?;
-                    gpu.windows(true, &win, rows, xin, cols)?;
-                    let w = params.slice(off..off + np - c_out);
-                    let b = params.slice(off + np - c_out..off + np);
-                    gpu.linear_forward(&w, &*cols, y, wrows, win.width(), c_out)?;
-                    gpu.add_bias(y, &b, c_out, wrows * c_out)?;
-                }
-                (Layer::ConvT { c_in, c_out, .. }, Some(win)) => {
-                    // y = scatter(x · Wᵀ) + b per channel, one product row per input pixel.
-                    let prows = rows * win.count();
-                    let cols = ensure(gpu, &mut ws.cols[i], prows * win.width())?;
-                    let w = params.slice(off..off + np - c_out);
-                    let b = params.slice(off + np - c_out..off + np);
-                    gpu.linear_forward(&w, xin, cols, prows, c_in, win.width())?;
-                    gpu.windows(false, &win, rows, cols, y)?;
-                    gpu.add_bias(y, &b, c_out, rows * out_width)?;
-                }
-                _ => return Err(GpuError::Unsupported(*l)),
-            }
-            width = out_width;
-        }
-        Ok(())
-    }
-
-    /// Rows of the longest product of a pass over `rows` rows: a convolution's windows, a
-    /// transposed convolution's output pixels (its bias gradient sums over them).
-    fn product_rows(&self, rows: usize) -> usize {
-        self.layers()
-            .iter()
-            .map(|l| match (l, l.windows()) {
-                (Layer::Conv { .. }, Some(w)) => rows * w.count(),
-                (Layer::ConvT { .. }, Some(w)) => rows * w.big * w.big,
-                _ => rows,
-            })
-            .max()
-            .unwrap_or(rows)
-            .max(rows)
-    }
-
-    /// The backward pass on the GPU after [`Sequential::forward_gpu`]: `dout` is ∂L/∂output
-    /// (rows × output_dim). Adds ∂L/∂params into `dparams` if given, and writes ∂L/∂x into the
-    /// first rows × input_dim elements of `dx` if given.
-    pub fn backward_gpu(
-        &self,
-        gpu: &Gpu,
-        params: &CudaSlice<f32>,
-        ws: &mut GpuWorkspace,
-        dout: &CudaSlice<f32>,
-        mut dparams: Option<&mut CudaSlice<f32>>,
-        dx: Option<&mut CudaSlice<f32>>,
-    ) -> GpuResult<()> {
-        let layers = self.layers();
-        let rows = ws.rows;
-        let widest = layers
-            .iter()
-            .filter_map(|l| l.widths())
-            .map(|(i, o)| i.max(o))
-            .max()
-            .unwrap_or(1)
-            .max(self.input_dim())
-            .max(self.output_dim());
-        let n_out = rows * self.output_dim();
-        ensure(gpu, &mut ws.grad, rows * widest)?;
-        ensure(gpu, &mut ws.grad2, rows * widest)?;
-        let dcols_len = layers
-            .iter()
-            .filter_map(|l| l.windows())
-            .map(|w| rows * w.count() * w.width())
-            .max()
-            .unwrap_or(0);
-        if dcols_len > 0 {
-            ensure(gpu, &mut ws.dcols, dcols_len)?;
-        }
-        let n_ones = self.product_rows(rows);
-        if ws.ones.as_ref().is_none_or(|o| o.len() < n_ones.max(1)) {
-            let mut ones = gpu.zeros(n_ones)?;
-            gpu.fill(&mut ones, 1.0)?;
-            ws.ones = Some(ones);
-        }
-        let GpuWorkspace {
-            acts,
-            derivs,
-            cols,
-            dcols,
-            grad,
-            grad2,
-            ones,
-            ..
-        } = ws;
-        let (mut grad, mut grad2) = (
-            grad.as_mut().expect("made above"),
-            grad2.as_mut().expect("made above"),
-        );
-        let ones = ones.as_ref().expect("made above");
-        gpu.stream
-            .memcpy_dtod(&dout.slice(..n_out), &mut grad.slice_mut(..n_out))?;
-        let need_dx = dx.is_some();
-        let mut width = self.output_dim();
-        for (i, l) in layers.iter().enumerate().rev() {
-            let xin = acts[i].as_ref().expect("forward_gpu ran");
-            if let Layer::Act { .. } = l {
-                let d = derivs[i].as_ref().expect("forward_gpu ran");
-                let n = (rows * width) as i32;
-                let mut lb = gpu.stream.launch_builder(gpu.k("scale"));
-                lb.arg(&mut *grad).arg(d).arg(&n);
-                // SAFETY: both hold at least n elements.
-                unsafe { lb.launch(grid(n as usize)) }?;
-                continue;
-            }
-            let Some((in_width, _)) = l.widths() else {
-                continue;
-            };
-            let (off, np) = (self.offset(i), l.n_params());
-            let input_grad = i > 0 || need_dx;
-            match (*l, l.windows()) {
-                (Layer::Linear { inp, out }, _) => {
-                    if let Some(dp) = dparams.as_deref_mut() {
-                        let dw = &mut dp.slice_mut(off..off + inp * out);
-                        gpu.weight_grad(xin, &*grad, dw, rows, (inp, out))?;
-                        let db = &mut dp.slice_mut(off + inp * out..off + np);
-                        gpu.bias_grad(&*grad, db, ones, rows, out)?;
-                    }
-                    if input_grad {
-                        let w = params.slice(off..off + inp * out);
-                        gpu.linear_input_grad(&w, &*grad, &mut *grad2, rows, (inp, out))?;
-                        std::mem::swap(&mut grad, &mut grad2);
-                    }
-                }
-                (Layer::Conv { c_out, .. }, Some(win)) => {
-                    let wrows = rows * win.count();
-                    let shape = (win.width(), c_out);
-                    let nw = np - c_out;
-                    if let Some(dp) = dparams.as_deref_mut() {
-                        let c = cols[i].as_ref().expect("forward_gpu ran");
-                        let dw = &mut dp.slice_mut(off..off + nw);
-                        gpu.weight_grad(c, &*grad, dw, wrows, shape)?;
-                        let db = &mut dp.slice_mut(off + nw..off + np);
-                        gpu.bias_grad(&*grad, db, ones, wrows, c_out)?;
-                    }
-                    if input_grad {
-                        let dc = dcols.as_mut().expect("made above");
-                        let w = params.slice(off..off + nw);
-                        gpu.linear_input_grad(&w, &*grad, dc, wrows, shape)?;
-                        gpu.windows(false, &win, rows, dc, grad2)?;
-                        std::mem::swap(&mut grad, &mut grad2);
-                    }
-                }
-                (Layer::ConvT { c_in, c_out, .. }, Some(win)) => {
-                    let prows = rows * win.count();
-                    let shape = (c_in, win.width());
-                    let nw = np - c_out;
-                    let dc = dcols.as_mut().expect("made above");
-                    gpu.windows(true, &win, rows, grad, dc)?;
-                    if let Some(dp) = dparams.as_deref_mut() {
-                        let dw = &mut dp.slice_mut(off..off + nw);
-                        gpu.weight_grad(xin, &*dc, dw, prows, shape)?;
-                        // db[c] += Σ over output pixels of ∂L/∂y[.., c].
-                        let db = &mut dp.slice_mut(off + nw..off + np);
-                        gpu.bias_grad(&*grad, db, ones, rows * win.big * win.big, c_out)?;
-                    }
-                    if input_grad {
-                        let w = params.slice(off..off + nw);
-                        gpu.linear_input_grad(&w, &*dc, &mut *grad2, prows, shape)?;
-                        std::mem::swap(&mut grad, &mut grad2);
-                    }
-                }
-                _ => return Err(GpuError::Unsupported(*l)),
-            }
-            width = in_width;
-        }
-        if let Some(dx) = dx {
-            let n = rows * self.input_dim();
-            gpu.stream
-                .memcpy_dtod(&grad.slice(..n), &mut dx.slice_mut(..n))?;
-        }
-        Ok(())
     }
 }

@@ -140,8 +140,10 @@ pub struct TrainSettings {
 pub struct TrainState {
     /// The current iterate (decoder θ and encoder φ).
     pub params: VaeParams,
-    pub(crate) dec: UpdateState,
-    pub(crate) enc: UpdateState,
+    /// The decoder's update-rule state (Adam's moments and counts).
+    pub dec: UpdateState,
+    /// The encoder's update-rule state.
+    pub enc: UpdateState,
     rng: Xoshiro256PlusPlus,
     order: Vec<usize>,
     /// Updates taken.

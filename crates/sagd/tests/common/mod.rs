@@ -3,6 +3,8 @@
 //! Gaussian noise, so its means and covariances follow exactly from the kernel's coefficient table.
 #![allow(dead_code)]
 
+pub mod em;
+
 use sagd::langevin::Kernel;
 
 pub type M3 = [[f64; 3]; 3];

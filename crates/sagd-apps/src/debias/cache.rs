@@ -1,0 +1,130 @@
+//! Pre-trained networks kept on disk, keyed by everything that determines them.
+
+use std::path::{Path, PathBuf};
+
+use sagd::error::{Result, SagdError};
+use sagd::run::{fnv1a, FNV_OFFSET};
+
+use sagd_nn::Device;
+use serde::Deserialize;
+
+use super::E2Settings;
+use sagd_nn::vae::{Vae, VaeParams};
+use sagd_nn::Sequential;
+
+/// Pre-trained networks saved under a name derived from everything that determines them: the
+/// data, the seed and the pre-training settings. Pre-training is deterministic, so a replication
+/// that reads them gives the same results as one that trains them.
+pub(crate) struct PretrainedCache {
+    pub(crate) path: PathBuf,
+    key: serde_json::Value,
+}
+
+/// The cache file's format tag.
+const PRETRAINED_FORMAT: &str = "sagd-debias-pretrained/2";
+
+impl PretrainedCache {
+    pub(super) fn new(dir: &Path, s: &E2Settings, x: &[f32], seed: u64, device: Device) -> Self {
+        let data_hash = fnv1a(FNV_OFFSET, x.iter().flat_map(|v| v.to_bits().to_le_bytes()));
+        let mut key = serde_json::json!({
+            "seed": seed, "n": s.n, "p": s.p, "hidden": s.hidden, "batch_size": s.batch_size,
+            "pretrain_epochs": s.pretrain_epochs, "lr": s.lr, "data_fnv1a": format!("{data_hash:016x}"),
+            "sagd_nn_version": env!("CARGO_PKG_VERSION"),
+        });
+        // A GPU's pre-training rounds differently: its networks are cached apart.
+        if device != Device::Cpu {
+            key["device"] = serde_json::json!(device.to_string());
+        }
+        PretrainedCache::keyed(
+            dir,
+            &format!("pretrained-p{}-h{}-s{seed}", s.p, s.hidden),
+            key,
+            data_hash,
+        )
+    }
+
+    /// A cache file in `dir` named `{prefix}-{hash of the key and the data}.json`, holding `key`.
+    pub(crate) fn keyed(dir: &Path, prefix: &str, key: serde_json::Value, data_hash: u64) -> Self {
+        let name_hash = fnv1a(data_hash, key.to_string().bytes());
+        PretrainedCache {
+            path: dir.join(format!("{prefix}-{name_hash:016x}.json")),
+            key,
+        }
+    }
+
+    fn error(&self, what: &str) -> SagdError {
+        SagdError::Cache {
+            path: self.path.display().to_string(),
+            problem: format!("{what}; delete it to pre-train again"),
+        }
+    }
+
+    /// The saved networks and the pre-training's wall seconds, or None when nothing is saved.
+    pub(crate) fn load(&self, vae: &Vae) -> Result<Option<(VaeParams, f64)>> {
+        self.load_nets(&vae.dec, &vae.enc)
+    }
+
+    /// [`PretrainedCache::load`] for any decoder and encoder.
+    pub(crate) fn load_nets(
+        &self,
+        dec: &Sequential,
+        enc: &Sequential,
+    ) -> Result<Option<(VaeParams, f64)>> {
+        #[derive(Deserialize)]
+        struct Saved {
+            format: String,
+            key: serde_json::Value,
+            pretrain_time_s: f64,
+            dec: serde_json::Value,
+            enc: serde_json::Value,
+        }
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(self.error(&format!("unreadable ({e})"))),
+        };
+        let saved: Saved = serde_json::from_str(&text)
+            .map_err(|e| self.error(&format!("not a pre-trained cache file ({e})")))?;
+        if saved.format != PRETRAINED_FORMAT || saved.key != self.key {
+            return Err(self.error("saved for other data or settings"));
+        }
+        let params = VaeParams {
+            dec: dec
+                .from_saved(saved.dec)
+                .map_err(|e| self.error(&e.to_string()))?,
+            enc: enc
+                .from_saved(saved.enc)
+                .map_err(|e| self.error(&e.to_string()))?,
+        };
+        Ok(Some((params, saved.pretrain_time_s)))
+    }
+
+    /// Writes the networks (whole or not at all: a temporary file, then a rename).
+    pub(crate) fn save(&self, vae: &Vae, p: &VaeParams, time_s: f64) -> Result<()> {
+        self.save_nets(&vae.dec, &vae.enc, p, time_s)
+    }
+
+    /// [`PretrainedCache::save`] for any decoder and encoder.
+    pub(crate) fn save_nets(
+        &self,
+        dec: &Sequential,
+        enc: &Sequential,
+        p: &VaeParams,
+        time_s: f64,
+    ) -> Result<()> {
+        let v = serde_json::json!({
+            "format": PRETRAINED_FORMAT, "key": self.key, "pretrain_time_s": time_s,
+            "dec": dec.to_saved(&p.dec), "enc": enc.to_saved(&p.enc),
+        });
+        let io = |e: std::io::Error| self.error(&format!("cannot write ({e})"));
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        // Named for this process, so that two runs filling one cache never share a partial file.
+        let tmp = self
+            .path
+            .with_extension(format!("json.partial-{}", std::process::id()));
+        std::fs::write(&tmp, v.to_string()).map_err(io)?;
+        std::fs::rename(&tmp, &self.path).map_err(io)
+    }
+}

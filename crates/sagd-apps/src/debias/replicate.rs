@@ -1,0 +1,464 @@
+//! One replication of E2: data, VAE pre-training, then each fine-tuning method from the same
+//! pre-trained weights, every phase a [`Training`] job on the project's runner.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use rayon::prelude::*;
+use sagd::error::Result;
+use sagd::metrics::Law;
+use sagd::optim::Averaging;
+use sagd::run::{decode, encode, fnv1a, Control, Identity, Observer, Runner, FNV_OFFSET};
+use serde::{Deserialize, Serialize};
+
+use super::cache::PretrainedCache;
+use super::eval::{evaluate, generate, log_likelihood_1d, part_seed, simulate, Evaluation};
+use super::{E2Settings, Method};
+use sagd_nn::cuda::{Gpu, GpuBoundEstimator, GpuChainEstimator};
+use sagd_nn::train::{
+    BoundEstimator, ChainEstimator, GradientEstimator, TrainInfo, TrainSettings, TrainState,
+    Training,
+};
+use sagd_nn::vae::{Vae, VaeParams};
+use sagd_nn::Device;
+
+/// One method's outcome in a replication.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MethodResult {
+    /// The evaluation after fine-tuning.
+    #[serde(flatten)]
+    pub eval: Evaluation,
+    /// Wall seconds of the fine-tuning.
+    pub time_s: f64,
+    /// The loss estimate at the last update.
+    pub final_loss: f64,
+    /// Method diagnostics.
+    pub diagnostics: serde_json::Value,
+    /// D and W of the current iterate during fine-tuning (when asked: [`RunOptions::trace_every`]).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub trace: Vec<TracePoint>,
+}
+
+/// The fit at one epoch of fine-tuning.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TracePoint {
+    /// Epochs done.
+    pub epoch: usize,
+    /// Kolmogorov-Smirnov distance of the current iterate (mean over coordinates).
+    #[serde(rename = "D")]
+    pub ks: f64,
+    /// 1-Wasserstein distance of the current iterate (mean over coordinates).
+    #[serde(rename = "W")]
+    pub w1: f64,
+    /// Mean log-likelihood of the data (1-D).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub loglik: Option<f64>,
+    /// Mean of Z.
+    pub z_mean: f64,
+    /// Standard deviation of Z.
+    pub z_sd: f64,
+    /// The method's loss estimate at the epoch's last update.
+    pub loss: f64,
+}
+
+/// How a replication runs, beside its settings; none of these changes its results.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Keep the draws of Z of each fitted model (for figures).
+    pub keep_samples: bool,
+    /// A folder of pre-trained networks: pre-training is read from it when an identical one
+    /// (same data, seed and pre-training settings) was saved there, else run and saved.
+    pub pretrained_cache: Option<PathBuf>,
+    /// Evaluate D and W (against a known π) and the log-likelihood (1-D) of each method's current
+    /// iterate every this many fine-tuning epochs (0: never).
+    pub trace_every: usize,
+    /// Checkpoint every training phase into this folder (one file per replication and phase).
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Checkpoint every this many updates of a phase (and at its end).
+    pub checkpoint_every: usize,
+    /// Continue each phase from its checkpoint in `checkpoint_dir` where there is one.
+    pub resume: bool,
+    /// Stop every fine-tuning phase after this many updates of this process, checkpointed, and
+    /// return [`SagdError::Interrupted`](sagd::error::SagdError::Interrupted) (to test and demonstrate resuming).
+    pub interrupt_after: Option<usize>,
+    /// Where the networks train (evaluation stays on the CPU).
+    pub device: Device,
+}
+
+/// A bound estimator (k = 1: the ELBO; k > 1: IWAE) on `device`.
+fn bound_estimator<'a>(
+    device: Device,
+    vae: &'a Vae,
+    x: &'a [f32],
+    k: usize,
+    seed: u64,
+) -> Result<Box<dyn GradientEstimator + 'a>> {
+    Ok(match device {
+        Device::Cpu => Box::new(BoundEstimator::new(vae, x, k, seed)),
+        Device::Cuda(i) => Box::new(GpuBoundEstimator::new(Gpu::open(i)?, vae, x, k, seed)),
+    })
+}
+
+/// A training phase of a replication as the runner sees it: its name, settings and identity.
+struct Phase<'a> {
+    name: &'a str,
+    settings: TrainSettings,
+    /// The run's settings, seed and data, which with the name make the checkpoint's identity.
+    key: &'a serde_json::Value,
+    seed: u64,
+}
+
+/// D and W of the current iterate every `every` epochs: an observer whose points travel with
+/// checkpoints.
+struct Tracer<'a> {
+    every: usize,
+    assess: &'a dyn Fn(&VaeParams) -> Evaluation,
+    points: Vec<TracePoint>,
+}
+
+impl Observer<TrainState, TrainInfo> for Tracer<'_> {
+    fn observe(&mut self, st: &TrainState, info: &TrainInfo) -> Control {
+        if let Some(epoch) = info
+            .epoch_done
+            .filter(|e| self.every > 0 && e % self.every == 0)
+        {
+            let e = (self.assess)(&st.params);
+            self.points.push(TracePoint {
+                epoch,
+                ks: e.ks,
+                w1: e.w1,
+                loglik: e.loglik,
+                z_mean: e.z_mean,
+                z_sd: e.z_sd,
+                loss: info.loss,
+            });
+        }
+        Control::Continue
+    }
+    fn snapshot(&self) -> Result<Vec<u8>> {
+        encode(&self.points)
+    }
+    fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        self.points = decode(bytes)?;
+        Ok(())
+    }
+}
+
+/// What a finished phase returns.
+struct PhaseResult {
+    params: VaeParams,
+    final_loss: f64,
+    diagnostics: serde_json::Value,
+    trace: Vec<TracePoint>,
+}
+
+/// Runs one training phase through the project's runner: progress after every update, the trace,
+/// checkpoints and resume as `opts` asks.
+#[allow(clippy::too_many_arguments)]
+fn run_phase(
+    vae: &Vae,
+    est: &mut dyn GradientEstimator,
+    phase: &Phase,
+    n: usize,
+    params: VaeParams,
+    opts: &RunOptions,
+    tracer: &mut Tracer,
+    progress: &(dyn Fn(&str, usize, usize) + Sync),
+) -> Result<PhaseResult> {
+    // The phase, then each part of the run's key (settings, seed, data, version), by name.
+    let mut identity = Identity::new().with("phase", phase.name)?;
+    if let Some(parts) = phase.key.as_object() {
+        for (k, v) in parts {
+            identity = identity.with(k, &v.to_string())?;
+        }
+    }
+    let job = Training::new(vae, est, &phase.settings, n, identity)?;
+    let total = phase.settings.epochs * job.per_epoch();
+    let mut done_here = 0usize;
+    let mut report = |_: &TrainState, info: &TrainInfo| {
+        progress(phase.name, info.update, total);
+        done_here += 1;
+        match opts.interrupt_after {
+            Some(k) if done_here >= k => Control::Stop,
+            _ => Control::Continue,
+        }
+    };
+    let runner = Runner::new(job).observe(tracer).observe(&mut report);
+    let ck = sagd_nn::train::PhaseCheckpoint {
+        path: opts.checkpoint_dir.as_ref().map(|dir| {
+            dir.join(format!(
+                "rep{}-{}.ckpt",
+                phase.key["seed"].as_u64().unwrap_or(0),
+                phase.name
+            ))
+        }),
+        every: opts.checkpoint_every,
+        resume: opts.resume,
+    };
+    let what = || match phase.name {
+        "pretrain" => "VAE pre-training".to_string(),
+        m => format!("fine-tuning by {}", m.to_uppercase()),
+    };
+    let (runner, state) = sagd_nn::train::drive_phase(
+        runner,
+        &ck,
+        phase.name,
+        what,
+        |job| job.init(params, phase.seed),
+        |st| (1..=st.updates).for_each(|i| progress(phase.name, i, total)),
+    )?;
+    let params = runner.solver.finish(&state);
+    let diagnostics = runner.solver.diagnostics();
+    drop(runner);
+    Ok(PhaseResult {
+        params,
+        final_loss: state.loss,
+        diagnostics,
+        trace: std::mem::take(&mut tracer.points),
+    })
+}
+
+/// One replication.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Replication {
+    /// The seed of everything in it.
+    pub seed: u64,
+    /// The pre-trained VAE's evaluation.
+    pub pretrained: Evaluation,
+    /// Wall seconds of pre-training (of the run that did it, when read from a cache).
+    pub pretrain_time_s: f64,
+    /// The pre-trained networks were read from this file instead of trained.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub pretrained_from: Option<PathBuf>,
+    /// Per method.
+    pub methods: BTreeMap<String, MethodResult>,
+    /// Draws of Z per fitted model (pretrained and each method), kept only when asked (figures).
+    #[serde(skip)]
+    pub samples: BTreeMap<String, Vec<f64>>,
+    /// The observations.
+    #[serde(skip)]
+    pub x: Vec<f64>,
+}
+
+/// One replication: data from `seed`, VAE pre-training, then each method from the same pre-trained
+/// weights, each evaluated on the same U. `progress(phase, done, total)` reports updates.
+pub fn replicate(
+    s: &E2Settings,
+    law: &Law,
+    seed: u64,
+    opts: &RunOptions,
+    progress: &(dyn Fn(&str, usize, usize) + Sync),
+) -> Result<Replication> {
+    let (_, x64) = simulate(law, s.n, s.p, seed);
+    fit(s, Some(law), x64, seed, opts, progress)
+}
+
+/// Pre-training and fine-tuning on observations `x` (n × p); evaluation against `law` when known
+/// (otherwise D and W are NaN: there is no true π to compare with).
+pub fn fit(
+    s: &E2Settings,
+    law: Option<&Law>,
+    x64: Vec<f64>,
+    seed: u64,
+    opts: &RunOptions,
+    progress: &(dyn Fn(&str, usize, usize) + Sync),
+) -> Result<Replication> {
+    let vae = Vae::new(s.p, s.hidden);
+    let x: Vec<f32> = x64.iter().map(|v| *v as f32).collect();
+    let eval_seed = part_seed(1_000_000 + seed, 4);
+    let assess = |p: &VaeParams| -> (Evaluation, Vec<f64>) {
+        match law {
+            Some(l) => evaluate(&vae, &p.dec, l, &x64, s.m, eval_seed),
+            None => {
+                let z = generate(&vae, &p.dec, s.m, eval_seed);
+                let e = Evaluation {
+                    ks: f64::NAN,
+                    w1: f64::NAN,
+                    ks_se: None,
+                    w1_se: None,
+                    loglik: (s.p == 1).then(|| log_likelihood_1d(&vae, &p.dec, &x64)),
+                    z_mean: z.iter().sum::<f64>() / z.len().max(1) as f64,
+                    z_sd: 0.0,
+                    nonfinite: z.iter().filter(|v| !v.is_finite()).count(),
+                };
+                (e, z)
+            }
+        }
+    };
+    let assess_eval = |p: &VaeParams| assess(p).0;
+    let n = s.n.min(x.len() / s.p.max(1));
+    let per_epoch = n.div_ceil(s.batch_size.clamp(1, n.max(1)));
+    let data_hash = fnv1a(FNV_OFFSET, x.iter().flat_map(|v| v.to_bits().to_le_bytes()));
+    let mut key = serde_json::json!({
+        "settings": s, "seed": seed, "data_fnv1a": format!("{data_hash:016x}"),
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    // A GPU's estimators keep other state, and give other draws: its checkpoints are its own.
+    if opts.device != Device::Cpu {
+        key["device"] = serde_json::json!(opts.device.to_string());
+    }
+    // Pre-training is never interrupted on request: the fine-tuning phases are.
+    let pretrain_opts = RunOptions {
+        interrupt_after: None,
+        ..opts.clone()
+    };
+    let pre_total = s.pretrain_epochs * per_epoch;
+    let cache = opts
+        .pretrained_cache
+        .as_deref()
+        .map(|dir| PretrainedCache::new(dir, s, &x, seed, opts.device));
+    let (params, pretrain_time_s, pretrained_from) = match cache.as_ref().map(|c| c.load(&vae)) {
+        Some(Ok(Some((params, time_s)))) => {
+            // Report the skipped updates as done, as training would have.
+            (1..=pre_total).for_each(|i| progress("pretrain", i, pre_total));
+            (params, time_s, cache.map(|c| c.path))
+        }
+        Some(Err(e)) => return Err(e),
+        _ => {
+            let t0 = Instant::now();
+            let mut pre = bound_estimator(opts.device, &vae, &x, 1, part_seed(seed, 2))?;
+            let phase = Phase {
+                name: "pretrain",
+                settings: TrainSettings {
+                    epochs: s.pretrain_epochs,
+                    batch_size: s.batch_size,
+                    lr: s.lr,
+                    averaging: Averaging::None,
+                },
+                key: &key,
+                seed: part_seed(seed, 5),
+            };
+            let mut tracer = Tracer {
+                every: 0,
+                assess: &assess_eval,
+                points: Vec::new(),
+            };
+            let params = run_phase(
+                &vae,
+                pre.as_mut(),
+                &phase,
+                n,
+                vae.init(seed),
+                &pretrain_opts,
+                &mut tracer,
+                progress,
+            )?
+            .params;
+            let time_s = t0.elapsed().as_secs_f64();
+            if let Some(c) = &cache {
+                c.save(&vae, &params, time_s)?;
+            }
+            (params, time_s, None)
+        }
+    };
+    let (pretrained, z0) = assess(&params);
+    let mut samples = BTreeMap::new();
+    if opts.keep_samples {
+        samples.insert("pretrained".to_string(), z0);
+    }
+    // The methods start from the same pre-trained weights and have their own streams: they run in
+    // parallel, with the same results as one after another.
+    let chosen: Vec<(usize, Method)> = Method::ALL
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, m)| s.methods.contains(m))
+        .collect();
+    let outcomes: Vec<Result<(Method, MethodResult, Vec<f64>)>> = chosen
+        .par_iter()
+        .map(|&(i, m)| {
+            let mseed = part_seed(1000 * seed + 1 + i as u64, 3);
+            let t0 = Instant::now();
+            let mut est: Box<dyn GradientEstimator> = match m {
+                Method::Vae => bound_estimator(opts.device, &vae, &x, 1, mseed)?,
+                Method::Iwae => bound_estimator(opts.device, &vae, &x, s.method.iwae_k, mseed)?,
+                Method::Hmc => match opts.device {
+                    Device::Cpu => Box::new(ChainEstimator::hmc(&vae, &x, &s.method.hmc(), mseed)?),
+                    Device::Cuda(i) => Box::new(GpuChainEstimator::hmc(
+                        Gpu::open(i)?,
+                        &vae,
+                        &x,
+                        &s.method.hmc(),
+                        mseed,
+                    )?),
+                },
+                Method::Sagd => match opts.device {
+                    Device::Cpu => Box::new(ChainEstimator::sagd(&vae, &x, &s.method.sagd, mseed)?),
+                    Device::Cuda(i) => Box::new(GpuChainEstimator::sagd(
+                        Gpu::open(i)?,
+                        &vae,
+                        &x,
+                        &s.method.sagd,
+                        mseed,
+                    )?),
+                },
+            };
+            // SAGD has its own learning rate and returns an average of its iterates.
+            let (lr, averaging) = match m {
+                Method::Sagd if s.method.sagd_average > 0.0 => (
+                    s.sagd_lr(),
+                    Averaging::Tail {
+                        fraction: s.method.sagd_average,
+                    },
+                ),
+                Method::Sagd => (s.sagd_lr(), Averaging::None),
+                _ => (s.finetune_lr, Averaging::None),
+            };
+            let phase = Phase {
+                name: m.name(),
+                settings: TrainSettings {
+                    epochs: s.finetune_epochs,
+                    batch_size: s.batch_size,
+                    lr,
+                    averaging,
+                },
+                key: &key,
+                seed: part_seed(mseed, 6),
+            };
+            let mut tracer = Tracer {
+                every: opts.trace_every,
+                assess: &assess_eval,
+                points: Vec::new(),
+            };
+            let done = run_phase(
+                &vae,
+                est.as_mut(),
+                &phase,
+                n,
+                params.clone(),
+                opts,
+                &mut tracer,
+                progress,
+            )?;
+            let p = done.params;
+            let time_s = t0.elapsed().as_secs_f64();
+            let (eval, z) = assess(&p);
+            let r = MethodResult {
+                eval,
+                time_s,
+                final_loss: done.final_loss,
+                diagnostics: done.diagnostics,
+                trace: done.trace,
+            };
+            Ok((m, r, z))
+        })
+        .collect();
+    let mut methods = BTreeMap::new();
+    for o in outcomes {
+        let (m, r, z) = o?;
+        if opts.keep_samples {
+            samples.insert(m.name().to_string(), z);
+        }
+        methods.insert(m.name().to_string(), r);
+    }
+    Ok(Replication {
+        seed,
+        pretrained,
+        pretrain_time_s,
+        pretrained_from,
+        methods,
+        samples,
+        x: x64,
+    })
+}

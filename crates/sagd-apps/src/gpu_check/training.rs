@@ -1,0 +1,342 @@
+//! The estimators, training and Adam's step on the GPU against the CPU: E2's estimators on the
+//! same minibatch, E3's training phases side by side, and one Adam step to the bit.
+
+use super::*;
+
+/// One estimator's agreement between the engines after `updates` updates from the same
+/// parameters and noise: ‖gpu − cpu‖ / ‖cpu‖ of the decoder's and encoder's gradients, and the
+/// losses.
+#[derive(Clone, Debug, Serialize)]
+pub struct EstimatorCheck {
+    /// Which estimator and data.
+    pub estimator: String,
+    /// Updates compared (each from the CPU's parameters after the same Adam steps).
+    pub updates: usize,
+    /// Largest relative error of the decoder gradient over the updates.
+    pub g_dec: f64,
+    /// Largest relative error of the encoder gradient (0 where not trained).
+    pub g_enc: f64,
+    /// Largest relative difference of the losses.
+    pub loss: f64,
+}
+
+/// The GPU estimators against the CPU's on simulated E2 data (1-D and 100-D): VAE, IWAE with the
+/// same noise, and SAGD's chains with a friction of 1e-30 and momenta starting at zero (so that
+/// the dynamics, and hence both engines, are deterministic to rounding: 50 burn-in and 10 steps
+/// per update). HMC draws its momenta and Metropolis uniforms from each engine's own streams, so
+/// it is compared in law (Table 1), not here. Then E3's passes on synthetic images: the VAE and
+/// SAGD's stochastic chains, whose noise both engines read from the same host stream.
+pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<EstimatorCheck>> {
+    use crate::debias::simulate;
+    use sagd::langevin::{LangevinSettings, Momentum, Scheme};
+    use sagd::metrics::Law;
+    use sagd_nn::train::{BoundEstimator, ChainEstimator, LangevinChains};
+    let mut out = Vec::new();
+    for (d, hidden, n) in [(1usize, 64usize, 1000usize), (100, 256, 500)] {
+        let vae = Vae::new(d, hidden);
+        let law = Law::Exponential { mean: 2.0 };
+        let (_, x) = simulate(&law, n, d, seed);
+        let x: Vec<f32> = x.iter().map(|v| *v as f32).collect();
+        let params = vae.init(seed);
+        let batch: Vec<usize> = (0..n).collect();
+        let deterministic = LangevinChains {
+            langevin: LangevinSettings {
+                scheme: Scheme::Baoab,
+                gamma: 1e-30,
+            },
+            initial_momentum: Momentum::Zero,
+            ..LangevinChains::default()
+        };
+        type Pair<'a> = (
+            Box<dyn GradientEstimator + 'a>,
+            Box<dyn GradientEstimator + 'a>,
+        );
+        let cases: Vec<(String, Pair<'_>)> = vec![
+            (
+                format!("vae, d = {d}"),
+                (
+                    Box::new(BoundEstimator::new(&vae, &x, 1, seed)),
+                    Box::new(sagd_nn::cuda::GpuBoundEstimator::new(
+                        Gpu::open(ordinal)?,
+                        &vae,
+                        &x,
+                        1,
+                        seed,
+                    )),
+                ),
+            ),
+            (
+                format!("iwae k = 50, d = {d}"),
+                (
+                    Box::new(BoundEstimator::new(&vae, &x, 50, seed)),
+                    Box::new(sagd_nn::cuda::GpuBoundEstimator::new(
+                        Gpu::open(ordinal)?,
+                        &vae,
+                        &x,
+                        50,
+                        seed,
+                    )),
+                ),
+            ),
+            (
+                format!("sagd chains (deterministic), d = {d}"),
+                (
+                    Box::new(ChainEstimator::sagd(&vae, &x, &deterministic, seed)?),
+                    Box::new(sagd_nn::cuda::GpuChainEstimator::sagd(
+                        Gpu::open(ordinal)?,
+                        &vae,
+                        &x,
+                        &deterministic,
+                        seed,
+                    )?),
+                ),
+            ),
+        ];
+        for (name, (mut cpu, mut gpu)) in cases {
+            out.push(compare(name, &mut *cpu, &mut *gpu, &params, &batch)?);
+        }
+    }
+    // E3 on 400 synthetic grey images (strokes of varying intensity): the VAE's ELBO, and SAGD's
+    // chains (the spec's Euler and BAOAB) with the same binarisations and noise on both sides.
+    let model = E3::new(20);
+    let images = synthetic_images(400);
+    let params = model.init(seed);
+    let batch: Vec<usize> = (0..200).collect();
+    let baoab = Chains {
+        scheme: Scheme::Baoab,
+        ..Chains::default()
+    };
+    for (name, objective) in [
+        ("E3 vae, batch 200".to_string(), Objective::Vae),
+        (
+            "E3 sagd euler, 20 chains x 5 steps".into(),
+            Objective::Sagd(Chains::default()),
+        ),
+        (
+            "E3 sagd baoab, 20 chains x 5 steps".into(),
+            Objective::Sagd(baoab),
+        ),
+    ] {
+        let mut cpu = E3Estimator::new(&model, &images, objective, seed);
+        let mut gpu = E3Estimator::on(Device::Cuda(ordinal), &model, &images, objective, seed)?;
+        out.push(compare(name, &mut cpu, &mut gpu, &params, &batch)?);
+    }
+    Ok(out)
+}
+
+/// Three updates of the two estimators from the same parameters, each followed by the same plain
+/// step (so that the next update sees new θ), and their largest disagreements.
+fn compare(
+    name: String,
+    cpu: &mut dyn GradientEstimator,
+    gpu: &mut dyn GradientEstimator,
+    params: &VaeParams,
+    batch: &[usize],
+) -> sagd::error::Result<EstimatorCheck> {
+    let mut p = params.clone();
+    let (mut worst_d, mut worst_e, mut worst_l) = (0.0f64, 0.0f64, 0.0f64);
+    let updates = 3;
+    for _ in 0..updates {
+        let (mut cd, mut ce) = (vec![0.0f32; p.dec.len()], vec![0.0f32; p.enc.len()]);
+        let (mut gd, mut ge) = (cd.clone(), ce.clone());
+        let lc = cpu.estimate(&p, batch, &mut cd, &mut ce)?;
+        let lg = gpu.estimate(&p, batch, &mut gd, &mut ge)?;
+        worst_d = worst_d.max(rel_err(&gd, &cd));
+        if cpu.trains_encoder() {
+            worst_e = worst_e.max(rel_err(&ge, &ce));
+        }
+        worst_l = worst_l.max((lg - lc).abs() / lc.abs().max(1e-30));
+        for (t, g) in p.dec.iter_mut().zip(&cd) {
+            *t -= 1e-3 * g.signum();
+        }
+        for (t, g) in p.enc.iter_mut().zip(&ce) {
+            *t -= 1e-3 * g.signum();
+        }
+    }
+    Ok(EstimatorCheck {
+        estimator: name,
+        updates,
+        g_dec: worst_d,
+        g_enc: worst_e,
+        loss: worst_l,
+    })
+}
+
+/// E3's training on the GPU, where the device takes the whole update (Adam's moments there too),
+/// against the CPU engine's, from the same initial networks and draws.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrainingCheck {
+    /// Which phase.
+    pub phase: String,
+    /// Updates taken on each engine.
+    pub updates: usize,
+    /// Parameters compared (the encoder's only where trained).
+    pub params: usize,
+    /// ‖Δθ_gpu − Δθ_cpu‖ / ‖Δθ_cpu‖ of the moves θ − θ₀.
+    pub rel_err: f64,
+    /// The same between two CPU runs whose initial parameters differ by one unit in the last
+    /// place in every third: how far rounding alone carries here (Adam moves a parameter by
+    /// about the rate whatever its gradient's size, and ReLU kinks flip, so this varies by
+    /// orders of magnitude with the draw: reported, not a bound).
+    pub rounding_floor: f64,
+}
+
+/// ‖Δb − Δa‖ / ‖Δa‖ of the moves from `p0` of the parameters `a` and `b` (the encoder's
+/// only with `encoder`), and how many were compared.
+fn moves_apart(a: &VaeParams, b: &VaeParams, p0: &VaeParams, encoder: bool) -> (f64, usize) {
+    let mut pairs: Vec<((&f32, &f32), &f32)> = a.dec.iter().zip(&b.dec).zip(&p0.dec).collect();
+    if encoder {
+        pairs.extend(a.enc.iter().zip(&b.enc).zip(&p0.enc));
+    }
+    let (num, den) = pairs.iter().fold((0.0f64, 0.0f64), |(n, d), ((x, y), z)| {
+        (
+            n + ((*y - *x) as f64).powi(2),
+            d + ((*x - *z) as f64).powi(2),
+        )
+    });
+    ((num / den.max(f64::MIN_POSITIVE)).sqrt(), pairs.len())
+}
+
+/// E3's VAE and SAGD phases, 3 updates each of minibatches of 200 synthetic images, on the
+/// CPU (the host's Adam) and on GPU `ordinal` (the device's), with the CPU's own rounding floor.
+pub fn check_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<TrainingCheck>> {
+    use crate::mnist::experiment::{train_phase_from, E3Settings};
+    let images = synthetic_images(400);
+    let s = E3Settings {
+        train_n: 400,
+        seed,
+        ..E3Settings::default()
+    };
+    let model = E3::new(s.latent);
+    let p0 = model.init(sagd::rng::stream_seed(seed, 3));
+    let mut nudged = p0.clone();
+    for v in nudged
+        .dec
+        .iter_mut()
+        .chain(nudged.enc.iter_mut())
+        .step_by(3)
+    {
+        *v = f32::from_bits(v.to_bits() + 1);
+    }
+    let none = |_: &str, _: usize, _: usize| {};
+    let mut out = Vec::new();
+    for objective in [Objective::Vae, Objective::Sagd(Chains::default())] {
+        let updates = 3;
+        let run = |start: &VaeParams, device| {
+            train_phase_from(
+                &s,
+                &images,
+                objective,
+                updates,
+                start.clone(),
+                device,
+                &none,
+            )
+        };
+        let cpu = run(&p0, Device::Cpu)?;
+        let cpu_nudged = run(&nudged, Device::Cpu)?;
+        let gpu = run(&p0, Device::Cuda(ordinal))?;
+        let encoder = objective == Objective::Vae;
+        let (rel_err, params) = moves_apart(&cpu, &gpu, &p0, encoder);
+        let (rounding_floor, _) = moves_apart(&cpu, &cpu_nudged, &p0, encoder);
+        out.push(TrainingCheck {
+            phase: match objective {
+                Objective::Vae => "E3 vae".into(),
+                Objective::Sagd(_) => "E3 sagd (euler)".into(),
+            },
+            updates,
+            params,
+            rel_err,
+            rounding_floor,
+        });
+    }
+    Ok(out)
+}
+
+/// Adam's step on the device against the host rule's on the same gradient and moments.
+#[derive(Clone, Debug, Serialize)]
+pub struct AdamCheck {
+    /// Parameters stepped.
+    pub params: usize,
+    /// Largest |θ_gpu − θ_cpu| after the step (the kernel rounds as the host: 0 expected).
+    pub theta: f64,
+    /// Largest difference of the first moments.
+    pub m: f64,
+    /// Largest difference of the second moments.
+    pub v: f64,
+}
+
+/// One Adam step (the fifth) on 100 000 random parameters with random gradients and moments,
+/// on the device and by the host's [`UpdateRule`](sagd::optim::UpdateRule).
+pub fn check_adam(gpu: &Gpu, seed: u64) -> sagd::error::Result<AdamCheck> {
+    use sagd::optim::{Averaging, Optimizer, UpdateRule};
+    let n = 100_000;
+    let rule = UpdateRule::adam(Averaging::None);
+    let Optimizer::Adam { beta1, beta2, eps } = rule.transform else {
+        unreachable!("an Adam rule");
+    };
+    let mut theta = normals(n, seed);
+    let g: Vec<f32> = normals(n, seed ^ 3)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v * 10f32.powi(i as i32 % 9 - 6))
+        .collect();
+    let mut st = rule.init(n, None);
+    st.opt.m = normals(n, seed ^ 4)
+        .iter()
+        .map(|v| *v as f64 * 1e-3)
+        .collect();
+    st.opt.v = normals(n, seed ^ 5)
+        .iter()
+        .map(|v| (*v as f64 * 1e-3).powi(2))
+        .collect();
+    st.opt.count = 4;
+    st.count = 4;
+    let lr = 1e-3;
+    let step = sagd_nn::train::AdamStep {
+        lr,
+        beta1,
+        beta2,
+        eps,
+        t: (5, 5),
+    };
+    let mut th_d = gpu.upload(&theta)?;
+    let g_d = gpu.upload(&g)?;
+    let mut m_d = gpu.stream.clone_htod(&st.opt.m).map_err(GpuError::from)?;
+    let mut v_d = gpu.stream.clone_htod(&st.opt.v).map_err(GpuError::from)?;
+    sagd_nn::cuda::adam(gpu, &mut th_d, &g_d, &mut m_d, &mut v_d, n, step, 5)?;
+    rule.apply(&mut st, &mut theta, &mut g.clone(), lr)?;
+    let th_g = gpu.download(&th_d)?;
+    let m_g = gpu.stream.clone_dtoh(&m_d).map_err(GpuError::from)?;
+    let v_g = gpu.stream.clone_dtoh(&v_d).map_err(GpuError::from)?;
+    let worst = |a: &[f64], b: &[f64]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f64, f64::max)
+    };
+    let th_h: Vec<f64> = theta.iter().map(|v| *v as f64).collect();
+    let th_g: Vec<f64> = th_g.iter().map(|v| *v as f64).collect();
+    Ok(AdamCheck {
+        params: n,
+        theta: worst(&th_g, &th_h),
+        m: worst(&m_g, &st.opt.m),
+        v: worst(&v_g, &st.opt.v),
+    })
+}
+
+/// `n` grey 28 × 28 images of vertical strokes of varying place and intensity.
+fn synthetic_images(n: usize) -> Vec<u8> {
+    let px = crate::mnist::PIXELS;
+    (0..n * px)
+        .map(|i| {
+            let (img, p) = (i / px, i % px);
+            let (y, x) = (p / 28, p % 28);
+            if (x + img) % 7 < 3 && (4..24).contains(&y) {
+                (128 + (img * 13 + p) % 128) as u8
+            } else {
+                0
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,21 @@
+//! # sagd-apps — the paper's applications
+//!
+//! Each application is a composition of the algorithm (`sagd`) and, for the neural ones, the
+//! engine (`sagd-nn`): typed settings whose `Default` is the paper's experiment as the project's
+//! specification makes it exact, a `run` that drives the one runner, and a `Serialize` result with
+//! the tables and figure series computed here, so the command-line tool only fills settings and
+//! draws.
+//!
+//! * [`e1`]: automated EM on the Gamma-sigmoid model beside exact gradient ascent and the MLE
+//!   (Figure 1).
+//! * [`debias`]: the debiased VAE — Table 1, Figure 2 — and the deconvolution of a user's data.
+//! * [`mnist`]: E3, the SAGD-refined generator on MNIST, on the CPU engine or the GPU.
+//! * [`gpu_check`]: the GPU engine against the CPU engine on these experiments' networks,
+//!   estimators and training.
+
+#![warn(missing_docs)]
+
+pub mod debias;
+pub mod e1;
+pub mod gpu_check;
+pub mod mnist;

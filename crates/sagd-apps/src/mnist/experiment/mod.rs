@@ -1,0 +1,396 @@
+//! Experiment E3: a VAE pre-trained on MNIST, its generator refined by SAGD (encoder frozen), and a
+//! control — the same VAE trained further by its own ELBO for as many generator updates — all three
+//! measured by the held-out log-likelihood of test images, with paired differences.
+//!
+//! Every phase is a [`Training`] job of the project's runner (checkpoints, resume with the same
+//! result); the phases differ in their [`E3Estimator`].
+
+use std::path::PathBuf;
+
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use sagd::error::{Result, SagdError};
+use sagd::langevin::Scheme;
+use sagd::optim::Averaging;
+use sagd::rng::{stream_seed, NormalStream};
+use sagd::run::{decode, encode, fnv1a, Control, Identity, Runner, FNV_OFFSET};
+use serde::{Deserialize, Serialize};
+
+use super::gpu::{E3Pass, GpuE3};
+use super::model::{
+    binarise, binarise_with, held_out, sagd_batch, sagd_noise_len, uniforms, vae_batch, Chains,
+    HeldOut, Scratch, E3,
+};
+use super::{Mnist, PIXELS};
+use crate::debias::cache::PretrainedCache;
+use sagd_nn::cuda::Gpu;
+use sagd_nn::train::{
+    drive_phase, AdamStep, GradientEstimator, PhaseCheckpoint, TrainInfo, TrainSettings,
+    TrainState, Training,
+};
+use sagd_nn::vae::VaeParams;
+use sagd_nn::Device;
+
+mod estimator;
+mod result;
+mod settings;
+
+pub use estimator::{E3Estimator, Objective};
+pub use result::{Curve, E3Result, Evaluation, Paired};
+pub use settings::{E3Options, E3Settings};
+
+/// Progress of a phase: its name, updates done and to do.
+pub type Progress<'a> = &'a (dyn Fn(&str, usize, usize) + Sync);
+
+/// Runs one phase through the runner; returns the parameters and the learning curve.
+#[allow(clippy::too_many_arguments)]
+fn phase(
+    name: &str,
+    model: &E3,
+    images: &[u8],
+    objective: Objective,
+    train: &TrainSettings,
+    updates: usize,
+    start: VaeParams,
+    s: &E3Settings,
+    key: &Identity,
+    opts: &E3Options,
+    progress: Progress<'_>,
+) -> Result<(VaeParams, Curve)> {
+    let seed = stream_seed(s.seed, name.bytes().map(u64::from).sum());
+    let mut est = E3Estimator::on(opts.device, model, images, objective, seed)?;
+    let mut identity = key.clone().with("phase", name)?;
+    // The start's fingerprint: the parameters themselves would make a 70 MB identity.
+    let start_key = fnv1a(
+        FNV_OFFSET,
+        start
+            .dec
+            .iter()
+            .chain(&start.enc)
+            .flat_map(|v| v.to_bits().to_le_bytes()),
+    );
+    identity = identity.with("start", &start_key)?;
+    let sizes = (model.gen.n_params(), model.enc.n_params());
+    let n = images.len() / PIXELS;
+    let job = Training::with_sizes(sizes, &mut est, train, n, Some(updates), identity)?;
+    let mut curve = Curve {
+        phase: name.into(),
+        loss: Vec::new(),
+    };
+    let mut done_here = 0usize;
+    let mut observe = |_: &TrainState, info: &TrainInfo| {
+        curve.loss.push(info.loss);
+        progress(name, info.update, updates);
+        done_here += 1;
+        match opts.interrupt_after {
+            Some(k) if done_here >= k => Control::Stop,
+            _ => Control::Continue,
+        }
+    };
+    let runner = Runner::new(job).observe(&mut observe);
+    let ck = PhaseCheckpoint {
+        path: opts
+            .checkpoint_dir
+            .as_ref()
+            .map(|d| d.join(format!("e3-{name}.ckpt"))),
+        every: opts.checkpoint_every,
+        resume: opts.resume,
+    };
+    let (runner, state) = drive_phase(
+        runner,
+        &ck,
+        name,
+        || format!("E3, {name}"),
+        |job| job.init(start, seed),
+        |_| {},
+    )?;
+    let params = runner.solver.finish(&state);
+    drop(runner);
+    Ok((params, curve))
+}
+
+/// What [`time_phase`] measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseTiming {
+    /// The phase timed: `vae` or `sagd`.
+    pub phase: String,
+    /// Updates timed (after one that warms up and is not counted).
+    pub updates: usize,
+    /// Seconds per update (minibatch), Adam and binarisation included.
+    pub s_per_update: f64,
+    /// Seconds per epoch of `train_n` images at this rate.
+    pub s_per_epoch: f64,
+}
+
+/// Times `updates` updates of an E3 phase through the runner, as `sagd mnist` runs them (fresh
+/// binarisations, the estimator's pass, Adam), after one update that warms up (allocations,
+/// a GPU's first launches): `Objective::Vae` is pre-training, `Objective::Sagd` the refinement.
+pub fn time_phase(
+    s: &E3Settings,
+    data: &Mnist,
+    objective: Objective,
+    updates: usize,
+    device: Device,
+) -> Result<PhaseTiming> {
+    s.validate(data.train.len(), data.test.len())?;
+    let images = &data.train.images[..s.train_n * PIXELS];
+    let first = std::sync::Mutex::new(None);
+    let progress = |_: &str, done: usize, _: usize| {
+        if done == 1 {
+            if let Ok(mut f) = first.lock() {
+                *f = Some(std::time::Instant::now());
+            }
+        }
+    };
+    train_phase(s, images, objective, updates + 1, device, &progress)?;
+    let elapsed = first
+        .lock()
+        .ok()
+        .and_then(|f| f.map(|t| t.elapsed().as_secs_f64()))
+        .unwrap_or(f64::NAN);
+    let s_per_update = elapsed / updates.max(1) as f64;
+    Ok(PhaseTiming {
+        phase: phase_name(objective).into(),
+        updates,
+        s_per_update,
+        s_per_epoch: s_per_update * s.train_n.div_ceil(s.batch_size) as f64,
+    })
+}
+
+fn phase_name(objective: Objective) -> &'static str {
+    match objective {
+        Objective::Vae => "vae",
+        Objective::Sagd(_) => "sagd",
+    }
+}
+
+/// `updates` updates of an E3 phase on `images` (n × 784 grey levels) from the initial
+/// networks of `s.seed`, on `device`, without checkpoints: the parameters it ends with.
+pub fn train_phase(
+    s: &E3Settings,
+    images: &[u8],
+    objective: Objective,
+    updates: usize,
+    device: Device,
+    progress: Progress<'_>,
+) -> Result<VaeParams> {
+    let start = E3::new(s.latent).init(stream_seed(s.seed, 3));
+    train_phase_from(s, images, objective, updates, start, device, progress)
+}
+
+/// [`train_phase`] from the networks `start`.
+pub fn train_phase_from(
+    s: &E3Settings,
+    images: &[u8],
+    objective: Objective,
+    updates: usize,
+    start: VaeParams,
+    device: Device,
+    progress: Progress<'_>,
+) -> Result<VaeParams> {
+    let model = E3::new(s.latent);
+    let lr = match objective {
+        Objective::Vae => s.vae_lr,
+        Objective::Sagd(_) => s.sagd_lr,
+    };
+    let train = TrainSettings {
+        epochs: 1,
+        batch_size: s.batch_size,
+        lr,
+        averaging: Averaging::None,
+    };
+    let opts = E3Options {
+        device,
+        ..E3Options::default()
+    };
+    let (p, _) = phase(
+        phase_name(objective),
+        &model,
+        images,
+        objective,
+        &train,
+        updates,
+        start,
+        s,
+        &Identity::new(),
+        &opts,
+        progress,
+    )?;
+    Ok(p)
+}
+
+/// Held-out evaluation of `p` on the binarised test images `x`.
+fn evaluate(model: &E3, name: &str, p: &VaeParams, x: &[f32], s: &E3Settings) -> Evaluation {
+    let per_image = held_out(
+        model,
+        &p.dec,
+        &p.enc,
+        x,
+        s.eval_k,
+        stream_seed(s.seed, 77),
+        &mut Scratch::default(),
+    );
+    let lp: Vec<f64> = per_image.iter().map(|h| h.log_px).collect();
+    let (log_px, sd) = sagd::diagnostics::mean_sd(&lp);
+    let n = per_image.len().max(1) as f64;
+    Evaluation {
+        model: name.into(),
+        log_px,
+        log_px_se: sd / n.sqrt(),
+        elbo: per_image.iter().map(|h| h.elbo).sum::<f64>() / n,
+        ess: per_image.iter().map(|h| h.ess).sum::<f64>() / n,
+        per_image,
+    }
+}
+
+/// Figure 3's digits: the pixel probabilities of `gen` at 100 latents U ~ N(0, I) drawn from
+/// `seed` (the same U for every generator), 100 × 784.
+pub fn figure_digits(model: &E3, gen: &[f32], seed: u64) -> Vec<f32> {
+    let mut u = vec![0.0f32; 100 * model.d];
+    NormalStream::new(stream_seed(seed, 5)).fill(&mut u);
+    super::model::generate(model, gen, &u)
+}
+
+/// Runs E3 on `data`: pre-training (or its cache), SAGD refinement, the control, the evaluation.
+pub fn run(
+    s: &E3Settings,
+    data: &Mnist,
+    opts: &E3Options,
+    progress: Progress<'_>,
+) -> Result<E3Result> {
+    s.validate(data.train.len(), data.test.len())?;
+    let model = E3::new(s.latent);
+    let images = &data.train.images[..s.train_n * PIXELS];
+    let data_hash = fnv1a(FNV_OFFSET, images.iter().copied());
+    let mut key = Identity::new()
+        .with("settings", s)?
+        .with("data", &data_hash)?;
+    // A GPU rounds otherwise: its checkpoints and cached networks are its own (the CPU's keys
+    // stay as they were).
+    let device = (opts.device != Device::Cpu).then(|| opts.device.to_string());
+    if let Some(d) = &device {
+        key = key.with("device", d)?;
+    }
+    let mut timing = std::collections::BTreeMap::new();
+    let mut curves = Vec::new();
+    let mut lap = |name: &str, t: std::time::Instant| {
+        timing.insert(name.to_string(), t.elapsed().as_secs_f64());
+    };
+
+    // Pre-training, keyed by what decides it.
+    let vae = TrainSettings {
+        epochs: s.vae_epochs,
+        batch_size: s.batch_size,
+        lr: s.vae_lr,
+        averaging: Averaging::None,
+    };
+    let mut pre_json = serde_json::json!({
+        "experiment": "E3", "latent": s.latent, "train_n": s.train_n, "train": vae,
+        "seed": s.seed, "sagd_nn_version": env!("CARGO_PKG_VERSION"),
+    });
+    if let Some(d) = &device {
+        pre_json["device"] = serde_json::json!(d);
+    }
+    let pre_key = Identity::new()
+        .with("pre-training", &pre_json)?
+        .with("data", &data_hash)?;
+    let cache = opts.pretrained_cache.as_ref().map(|dir| {
+        PretrainedCache::keyed(
+            dir,
+            &format!("e3-pretrained-s{}", s.seed),
+            pre_json.clone(),
+            data_hash,
+        )
+    });
+    let t = std::time::Instant::now();
+    let cached = match &cache {
+        Some(c) => c.load_nets(&model.gen, &model.enc)?.map(|(p, _)| p),
+        None => None,
+    };
+    let pretrained_cached = cached.is_some();
+    let pretrained = match cached {
+        Some(p) => p,
+        None => {
+            let per_epoch = s.train_n.div_ceil(s.batch_size.min(s.train_n));
+            let (p, c) = phase(
+                "pretrain",
+                &model,
+                images,
+                Objective::Vae,
+                &vae,
+                s.vae_epochs * per_epoch,
+                model.init(stream_seed(s.seed, 3)),
+                s,
+                &pre_key,
+                opts,
+                progress,
+            )?;
+            curves.push(c);
+            if let Some(c) = &cache {
+                c.save_nets(&model.gen, &model.enc, &p, t.elapsed().as_secs_f64())?;
+            }
+            p
+        }
+    };
+    lap("pretrain", t);
+
+    // SAGD and the control, from the same start, as many generator updates.
+    let refine = TrainSettings {
+        lr: s.sagd_lr,
+        ..vae.clone()
+    };
+    let mut refined = Vec::new();
+    for (name, objective, train) in [
+        ("sagd", Objective::Sagd(s.chains), &refine),
+        ("control", Objective::Vae, &vae),
+    ] {
+        let t = std::time::Instant::now();
+        let (p, c) = phase(
+            name,
+            &model,
+            images,
+            objective,
+            train,
+            s.sagd_updates,
+            pretrained.clone(),
+            s,
+            &key,
+            opts,
+            progress,
+        )?;
+        curves.push(c);
+        lap(name, t);
+        refined.push(p);
+    }
+    let (sagd, control) = (refined.remove(0), refined.remove(0));
+
+    // The first eval_n test images, binarised once.
+    let t = std::time::Instant::now();
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(stream_seed(s.seed, 4));
+    let x = binarise(&data.test.images[..s.eval_n * PIXELS], &mut rng);
+    let evaluations: Vec<Evaluation> = [
+        ("pre-trained", &pretrained),
+        ("SAGD", &sagd),
+        ("control", &control),
+    ]
+    .iter()
+    .map(|(n, p)| evaluate(&model, n, p, &x, s))
+    .collect();
+    let differences = vec![
+        Paired::of(&evaluations[1], &evaluations[0]),
+        Paired::of(&evaluations[2], &evaluations[0]),
+        Paired::of(&evaluations[1], &evaluations[2]),
+    ];
+    lap("evaluation", t);
+    Ok(E3Result {
+        settings: s.clone(),
+        pretrained,
+        sagd,
+        control,
+        curves,
+        evaluations,
+        differences,
+        pretrained_cached,
+        timing_s: timing,
+    })
+}

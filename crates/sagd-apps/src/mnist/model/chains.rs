@@ -1,0 +1,168 @@
+//! SAGD's pass over a minibatch: Langevin chains on each image's latent, warm-started by the
+//! frozen encoder, stepped in blocks of rows, and the generator's gradient averaged over their
+//! states.
+
+use super::*;
+
+/// The images of chains `s..e` (chain r belongs to image r mod b) into `xs`, and their starts
+/// u₀ = μ + σ ε into `u`.
+#[allow(clippy::too_many_arguments)]
+fn chain_starts(
+    x: &[f32],
+    enc: &[f32],
+    eps: &[f32],
+    (b, d): (usize, usize),
+    (s, e): (usize, usize),
+    xs: &mut Vec<f32>,
+    u: &mut [f32],
+) {
+    xs.clear();
+    for (k, row) in (s..e).enumerate() {
+        let i = row % b;
+        xs.extend_from_slice(&x[i * PIXELS..(i + 1) * PIXELS]);
+        for j in 0..d {
+            let (mu, lv) = (enc[i * 2 * d + j], enc[i * 2 * d + d + j]);
+            u[k * d + j] = mu + (0.5 * lv).exp() * eps[row * d + j];
+        }
+    }
+}
+
+/// SAGD's gradient for the generator on the binarised images `x` (b × 784), encoder frozen:
+/// `chains.per_image` chains per image from u₀ = μ + σ ε, ρ₀, run `chains.steps` Euler steps on
+/// p(u | x; θ); the gradient of the mean of −log p(x | u; θ) at their last states goes into
+/// `grad_gen` (overwritten). `noise` holds, in order, ε (C × b × d), ρ₀ (C·b × d) and the steps'
+/// η (steps × C·b × d); chain r = c·b + i belongs to image i.
+///
+/// Two passes, each cut by the shapes alone: the chains in blocks of [`SUB_ROWS`] (they need no
+/// parameter gradient, so any number of blocks can run side by side: 40 for 200 images), then the
+/// gradient at their last states in [`FINAL_PIECES`] pieces with their own gradients, added in
+/// order.
+pub fn sagd_batch(
+    m: &E3,
+    p: &VaeParams,
+    x: &[f32],
+    chains: &Chains,
+    noise: &[f32],
+    grad_gen: &mut [f32],
+    scratch: &mut Scratch,
+) -> BatchInfo {
+    let d = m.d;
+    let b = x.len() / PIXELS;
+    let rows = chains.per_image * b;
+    let enc = encode(m, &p.enc, x, scratch);
+    let (eps, rest) = noise.split_at(rows * d);
+    let (rho0, eta) = rest.split_at(rows * d);
+    let (delta, gamma) = (chains.delta as f32, chains.gamma as f32);
+    let (decay, kick) = (
+        1.0 - gamma * delta,
+        (2.0 * chains.gamma * chains.delta).sqrt() as f32,
+    );
+    // The chains, block by block, to their last states u.
+    let mut pk_gen = std::mem::take(&mut scratch.packed.0);
+    m.gen.pack(&p.dec, true, &mut pk_gen);
+    let packed = &pk_gen;
+    let mut u = vec![0.0f32; rows * d];
+    let pool = &scratch.pool;
+    u.par_chunks_mut(SUB_ROWS * d)
+        .enumerate()
+        .for_each(|(blk, u)| {
+            let (s, e) = (blk * SUB_ROWS, (blk * SUB_ROWS + SUB_ROWS).min(rows));
+            let n = e - s;
+            pool.with(|bufs| {
+                let ws = &mut bufs.gen;
+                let mut xs = Vec::with_capacity(n * PIXELS);
+                chain_starts(x, &enc, eps, (b, d), (s, e), &mut xs, u);
+                let mut rho = rho0[s * d..e * d].to_vec();
+                let (mut dl, mut gu) = (vec![0.0f32; n * PIXELS], vec![0.0f32; n * d]);
+                // gu ← ∇u log p(u | x) = ∇u log p(x | u) − u.
+                let mut grad = |u: &[f32], gu: &mut [f32]| {
+                    m.gen.forward_packed(&p.dec, packed, u, n, ws);
+                    bernoulli_logits(ws.output(), &xs, &mut dl);
+                    m.gen
+                        .backward_packed(&p.dec, packed, ws, &dl, ParamGrads::Skip, Some(gu));
+                    gu.iter_mut().zip(u).for_each(|(g, v)| *g -= v);
+                };
+                let noise = |step: usize| &eta[(step * rows + s) * d..(step * rows + e) * d];
+                if chains.scheme == Scheme::Baoab && chains.steps > 0 {
+                    let (c1, c2) = (
+                        (-chains.gamma * chains.delta).exp() as f32,
+                        (1.0 - (-2.0 * chains.gamma * chains.delta).exp()).sqrt() as f32,
+                    );
+                    let half = 0.5 * delta;
+                    grad(u, &mut gu);
+                    for step in 0..chains.steps {
+                        for (((uj, rj), gj), hj) in
+                            u.iter_mut().zip(&mut rho).zip(&gu).zip(noise(step))
+                        {
+                            *rj += half * gj;
+                            *uj += half * *rj;
+                            *rj = c1 * *rj + c2 * hj;
+                            *uj += half * *rj;
+                        }
+                        grad(u, &mut gu);
+                        rho.iter_mut().zip(&gu).for_each(|(r, g)| *r += half * g);
+                    }
+                } else {
+                    for step in 0..chains.steps {
+                        grad(u, &mut gu);
+                        for (((uj, rj), gj), hj) in
+                            u.iter_mut().zip(&mut rho).zip(&gu).zip(noise(step))
+                        {
+                            *uj += delta * *rj;
+                            *rj = decay * *rj + delta * gj + kick * hj;
+                        }
+                    }
+                }
+            });
+        });
+    // The generator's gradient at the last states.
+    let scale = 1.0 / rows as f32;
+    let (pool, work) = scratch.pieces_into(grad_gen, &mut [], rows, FINAL_PIECES);
+    let u = &u;
+    let sums: Vec<(f64, f64)> = work
+        .into_par_iter()
+        .map(|mut piece| {
+            let (mut loss, mut disp) = (0.0, 0.0);
+            pool.with(|bufs| {
+                let ws = &mut bufs.gen;
+                let r = piece.rows.clone();
+                for s in (r.start..r.end).step_by(SUB_ROWS) {
+                    let e = (s + SUB_ROWS).min(r.end);
+                    let n = e - s;
+                    let (mut xs, mut u0) = (Vec::with_capacity(n * PIXELS), vec![0.0f32; n * d]);
+                    chain_starts(x, &enc, eps, (b, d), (s, e), &mut xs, &mut u0);
+                    let ue = &u[s * d..e * d];
+                    m.gen.forward_packed(&p.dec, packed, ue, n, ws);
+                    let mut dl = vec![0.0f32; n * PIXELS];
+                    loss -= bernoulli_logits(ws.output(), &xs, &mut dl);
+                    dl.iter_mut().for_each(|g| *g *= -scale);
+                    let (gg, _) = piece.sinks(s);
+                    m.gen.backward_packed(&p.dec, packed, ws, &dl, gg, None);
+                    disp += ue
+                        .chunks_exact(d)
+                        .zip(u0.chunks_exact(d))
+                        .map(|(a, b)| {
+                            a.iter()
+                                .zip(b)
+                                .map(|(x, y)| ((x - y) as f64).powi(2))
+                                .sum::<f64>()
+                                .sqrt()
+                        })
+                        .sum::<f64>();
+                }
+            });
+            (loss, disp)
+        })
+        .collect();
+    scratch.packed.0 = pk_gen;
+    scratch.add_pieces(grad_gen, &mut []);
+    BatchInfo {
+        loss: sums.iter().map(|s| s.0).sum::<f64>() / rows as f64,
+        displacement: sums.iter().map(|s| s.1).sum::<f64>() / rows as f64,
+    }
+}
+
+/// Draws per image of [`sagd_batch`]'s `noise`: ε, ρ₀ and the steps' η.
+pub fn sagd_noise_len(m: &E3, chains: &Chains, images: usize) -> usize {
+    (2 + chains.steps) * chains.per_image * images * m.d
+}

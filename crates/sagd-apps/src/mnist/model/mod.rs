@@ -1,0 +1,332 @@
+//! E3's model and its three passes over a minibatch: the VAE's negative ELBO with its gradients,
+//! SAGD's generator gradient from Langevin chains warm-started by the frozen encoder, and the
+//! held-out log-likelihood by importance sampling from the encoder.
+//!
+//! Images are dynamically binarised: pixel j of an image is 1 with probability (its grey level)/255,
+//! drawn afresh for every minibatch. The generator's 784 outputs are Bernoulli logits.
+//!
+//! Every pass cuts its rows into a fixed number of pieces (fixed by the shapes, never by the
+//! threads), each summed in f64 and the pieces added in order: the same bits on any number of
+//! threads.
+
+use rand::RngExt;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rayon::prelude::*;
+use sagd::langevin::Scheme;
+use sagd::rng::NormalStream;
+
+use super::{encoder, generator, PIXELS};
+use sagd_nn::math::bernoulli_logits;
+use sagd_nn::vae::VaeParams;
+use sagd_nn::{PackedWeights, ParamGrads, Sequential, Workspace, WorkspacePool};
+
+mod chains;
+mod held_out;
+
+pub use chains::{sagd_batch, sagd_noise_len};
+pub use held_out::{generate, held_out, HeldOut};
+
+/// One thread's buffers for E3's passes: the encoder's and the generator's.
+#[derive(Debug, Default)]
+pub struct Buffers {
+    enc: Workspace,
+    gen: Workspace,
+}
+
+/// What E3's passes keep between minibatches: each thread's network buffers and the gradients
+/// of each piece after the first (reused: fresh ones would cost page faults on every minibatch).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    pool: WorkspacePool<Buffers>,
+    pieces: Vec<PieceGrads>,
+    /// The generator's and the encoder's wide weights, packed for a pass's products.
+    packed: (PackedWeights, PackedWeights),
+}
+
+/// One piece's gradients of both networks (the encoder's empty when a pass has none).
+#[derive(Debug, Default)]
+struct PieceGrads {
+    gen: Vec<f32>,
+    enc: Vec<f32>,
+}
+
+/// One piece of a pass: its rows, and where its gradients go (written over by its first rows'
+/// pass, [`ParamGrads::Set`], then added to).
+struct Piece<'a> {
+    rows: std::ops::Range<usize>,
+    gen: &'a mut [f32],
+    enc: &'a mut [f32],
+}
+
+impl Piece<'_> {
+    /// The sinks of the pass over the rows from `s`: written over by the first, added to after.
+    fn sinks(&mut self, s: usize) -> (ParamGrads<'_>, ParamGrads<'_>) {
+        if s == self.rows.start {
+            (ParamGrads::Set(self.gen), ParamGrads::Set(self.enc))
+        } else {
+            (ParamGrads::Add(self.gen), ParamGrads::Add(self.enc))
+        }
+    }
+}
+
+impl Scratch {
+    /// The pieces of a pass over `rows` rows: the first writes its gradients into `gen` and
+    /// `enc` themselves, each other one into buffers of its own, which [`Scratch::add_pieces`]
+    /// then adds in order (none is zeroed: every piece writes all its gradients). And the
+    /// threads' buffers.
+    fn pieces_into<'a>(
+        &'a mut self,
+        gen: &'a mut [f32],
+        enc: &'a mut [f32],
+        rows: usize,
+        count: usize,
+    ) -> (&'a WorkspacePool<Buffers>, Vec<Piece<'a>>) {
+        let ranges = pieces(rows, count);
+        self.pool.ensure(rayon::current_num_threads());
+        self.pieces
+            .resize_with(ranges.len().saturating_sub(1), Default::default);
+        let (n_gen, n_enc) = (gen.len(), enc.len());
+        let others = self.pieces.iter_mut().map(|g| {
+            g.gen.resize(n_gen, 0.0);
+            g.enc.resize(n_enc, 0.0);
+            (&mut g.gen[..], &mut g.enc[..])
+        });
+        let work = ranges
+            .into_iter()
+            .zip(std::iter::once((gen, enc)).chain(others))
+            .map(|(rows, (gen, enc))| Piece { rows, gen, enc })
+            .collect();
+        (&self.pool, work)
+    }
+
+    /// Adds the gradients of the pieces after the first into the first's, in order.
+    fn add_pieces(&self, gen: &mut [f32], enc: &mut [f32]) {
+        let gens: Vec<&[f32]> = self.pieces.iter().map(|g| &g.gen[..]).collect();
+        sagd::parallel::add_parts(&gens, gen);
+        if !enc.is_empty() {
+            let encs: Vec<&[f32]> = self.pieces.iter().map(|g| &g.enc[..]).collect();
+            sagd::parallel::add_parts(&encs, enc);
+        }
+    }
+}
+
+/// Independent pieces of a VAE minibatch pass, each with its own gradients (results depend on
+/// the shapes, not on the threads: 100 images each for 200). Two, not more: the wide layers'
+/// products run in blocks on all threads inside a piece, and each piece costs a copy of both
+/// networks' gradients to zero and add (measured: 2 pieces of 100 images 1.2× faster than 4 of
+/// 50 on 2 threads, `e3_minibatch200/vae`).
+pub const PIECES: usize = 2;
+
+/// Pieces of SAGD's final pass at the chains' last states (250 chains each for 200 images × 20
+/// chains): its parameter gradients are a quarter of SAGD's work, so more pieces than a VAE pass
+/// keep many cores busy.
+pub const FINAL_PIECES: usize = 16;
+
+/// Rows per forward/backward call inside a piece: what keeps the activations of the wide layers
+/// (3136 floats per image) at a few megabytes (the convolutions go through their windows a chunk
+/// of images at a time whatever the rows).
+pub const SUB_ROWS: usize = 100;
+
+/// E3's networks for latent dimension `d`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct E3 {
+    /// Latent dimension.
+    pub d: usize,
+    /// h_θ: u → 784 logits.
+    pub gen: Sequential,
+    /// q_φ: image → (μ, log σ²).
+    pub enc: Sequential,
+}
+
+/// The Langevin chains of SAGD's gradient, from u₀ ~ q_φ(u | x), ρ₀ ~ N(0, I): the paper's Euler
+/// scheme u ← u + δρ, ρ ← (1 − γδ)ρ + δ∇log p(u | x) + √(2γδ) η, or BAOAB (half kick, half drift,
+/// exact friction and noise, half drift, half kick: one gradient per step, as Euler, plus one at
+/// the start; exact in position on Gaussian posteriors).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Chains {
+    /// Euler (the paper's) or BAOAB.
+    #[serde(default)]
+    pub scheme: Scheme,
+    /// Chains per image.
+    pub per_image: usize,
+    /// Steps per chain (the paper's burn-in: the gradient is taken at the last state).
+    pub steps: usize,
+    /// Friction γ.
+    pub gamma: f64,
+    /// Step δ.
+    pub delta: f64,
+}
+
+impl Default for Chains {
+    /// The paper's 20 chains of 5 steps; γ = 2 and δ = 0.01 as the peer (the paper gives no δ).
+    fn default() -> Self {
+        Chains {
+            scheme: Scheme::Euler,
+            per_image: 20,
+            steps: 5,
+            gamma: 2.0,
+            delta: 0.01,
+        }
+    }
+}
+
+/// What a minibatch pass measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BatchInfo {
+    /// The mean loss per image (negative ELBO, or −log p(x | u) at the chains' last states).
+    pub loss: f64,
+    /// The chains' mean distance from their starts (SAGD).
+    pub displacement: f64,
+}
+
+impl E3 {
+    /// The spec's networks.
+    pub fn new(d: usize) -> Self {
+        E3 {
+            d,
+            gen: generator(d),
+            enc: encoder(d),
+        }
+    }
+
+    /// Initial parameters (PyTorch's default law) from a seed.
+    /// (The generator's parameters are `dec`.)
+    pub fn init(&self, seed: u64) -> VaeParams {
+        VaeParams {
+            dec: self.gen.init(seed),
+            enc: self.enc.init(seed ^ 0x9E37_79B9_7F4A_7C15),
+        }
+    }
+}
+
+/// Dynamic binarisation: x_j = 1 if U_j < p_j (p = grey level/255), U_j uniform on [0, 1) from
+/// `rng`, drawn pixel by pixel in order.
+pub fn binarise(pixels: &[u8], rng: &mut Xoshiro256PlusPlus) -> Vec<f32> {
+    binarise_with(pixels, &uniforms(rng, pixels.len()))
+}
+
+/// `n` uniforms on [0, 1) from `rng`, in order: the draws of [`binarise`] for n pixels.
+pub fn uniforms(rng: &mut Xoshiro256PlusPlus, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(0.0f32..1.0)).collect()
+}
+
+/// [`binarise`] with its uniforms drawn beforehand ([`uniforms`]), one per pixel.
+pub fn binarise_with(pixels: &[u8], u: &[f32]) -> Vec<f32> {
+    debug_assert_eq!(pixels.len(), u.len());
+    pixels
+        .iter()
+        .zip(u)
+        .map(|(p, u)| if *u < *p as f32 / 255.0 { 1.0 } else { 0.0 })
+        .collect()
+}
+
+/// Row ranges of `count` pieces of `n` rows.
+fn pieces(n: usize, count: usize) -> Vec<std::ops::Range<usize>> {
+    let per = n.div_ceil(count).max(1);
+    (0..n).step_by(per).map(|a| a..(a + per).min(n)).collect()
+}
+
+/// The VAE's mean negative ELBO over the binarised images `x` (b × 784) with one reparameterised
+/// draw per image from the noise `eps` (b × d), and its gradients into `g_dec` (the generator's)
+/// and `g_enc` (overwritten).
+pub fn vae_batch(
+    m: &E3,
+    p: &VaeParams,
+    x: &[f32],
+    eps: &[f32],
+    g_dec: &mut [f32],
+    g_enc: &mut [f32],
+    scratch: &mut Scratch,
+) -> BatchInfo {
+    let d = m.d;
+    let b = x.len() / PIXELS;
+    let scale = 1.0 / b as f32;
+    let (mut pk_gen, mut pk_enc) = std::mem::take(&mut scratch.packed);
+    m.gen.pack(&p.dec, true, &mut pk_gen);
+    m.enc.pack(&p.enc, true, &mut pk_enc);
+    let (pool, work) = scratch.pieces_into(g_dec, g_enc, b, PIECES);
+    let losses: Vec<f64> = work
+        .into_par_iter()
+        .map(|mut piece| {
+            let mut loss = 0.0;
+            pool.with(|bufs| {
+                let Buffers { enc: ws, gen: wg } = bufs;
+                let r = piece.rows.clone();
+                for s in (r.start..r.end).step_by(SUB_ROWS) {
+                    let e = (s + SUB_ROWS).min(r.end);
+                    let n = e - s;
+                    let xs = &x[s * PIXELS..e * PIXELS];
+                    m.enc.forward_packed(&p.enc, &pk_enc, xs, n, ws);
+                    let out = ws.output().to_vec();
+                    let mut u = vec![0.0f32; n * d];
+                    for i in 0..n {
+                        for j in 0..d {
+                            let (mu, lv) = (out[i * 2 * d + j], out[i * 2 * d + d + j]);
+                            u[i * d + j] = mu + (0.5 * lv).exp() * eps[(s + i) * d + j];
+                            loss += 0.5 * (mu * mu + lv.exp() - lv - 1.0) as f64;
+                        }
+                    }
+                    m.gen.forward_packed(&p.dec, &pk_gen, &u, n, wg);
+                    let mut dl = vec![0.0f32; n * PIXELS];
+                    loss -= bernoulli_logits(wg.output(), xs, &mut dl);
+                    // ∂(−log p)/∂logits = −(x − σ), averaged over the batch.
+                    dl.iter_mut().for_each(|g| *g *= -scale);
+                    let mut du = vec![0.0f32; n * d];
+                    let (gg, ge) = piece.sinks(s);
+                    m.gen
+                        .backward_packed(&p.dec, &pk_gen, wg, &dl, gg, Some(&mut du));
+                    let mut dout = vec![0.0f32; n * 2 * d];
+                    for i in 0..n {
+                        for j in 0..d {
+                            let (mu, lv) = (out[i * 2 * d + j], out[i * 2 * d + d + j]);
+                            let sd = (0.5 * lv).exp();
+                            let g = du[i * d + j];
+                            dout[i * 2 * d + j] = g + mu * scale;
+                            dout[i * 2 * d + d + j] = g * eps[(s + i) * d + j] * 0.5 * sd
+                                + 0.5 * (lv.exp() - 1.0) * scale;
+                        }
+                    }
+                    m.enc.backward_packed(&p.enc, &pk_enc, ws, &dout, ge, None);
+                }
+            });
+            loss
+        })
+        .collect();
+    scratch.packed = (pk_gen, pk_enc);
+    scratch.add_pieces(g_dec, g_enc);
+    BatchInfo {
+        loss: losses.iter().sum::<f64>() / b as f64,
+        displacement: 0.0,
+    }
+}
+
+/// The encoder's (μ, log σ²) for the images `x`, n × 2d, at its parameters `enc`.
+pub fn encode(m: &E3, enc: &[f32], x: &[f32], scratch: &mut Scratch) -> Vec<f32> {
+    let n = x.len() / PIXELS;
+    scratch.pool.ensure(rayon::current_num_threads());
+    let pool = &scratch.pool;
+    let packed = &mut scratch.packed.1;
+    m.enc.pack(enc, false, packed);
+    let packed = &*packed;
+    let parts: Vec<Vec<f32>> = pieces(n, PIECES)
+        .into_par_iter()
+        .map(|r| {
+            let mut out = Vec::with_capacity(r.len() * 2 * m.d);
+            pool.with(|bufs| {
+                for s in (r.start..r.end).step_by(SUB_ROWS) {
+                    let e = (s + SUB_ROWS).min(r.end);
+                    m.enc.forward_packed(
+                        enc,
+                        packed,
+                        &x[s * PIXELS..e * PIXELS],
+                        e - s,
+                        &mut bufs.enc,
+                    );
+                    out.extend_from_slice(bufs.enc.output());
+                }
+            });
+            out
+        })
+        .collect();
+    parts.concat()
+}

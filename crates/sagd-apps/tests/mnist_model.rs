@@ -1,0 +1,283 @@
+//! E3's passes: the VAE's and SAGD's gradients against finite differences along random directions,
+//! the Euler step's first move, and the importance-sampling estimator's invariants, on a few
+//! real MNIST images.
+
+use rand::SeedableRng;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use sagd::rng::NormalStream;
+use sagd_apps::mnist::model::{
+    binarise, held_out, sagd_batch, sagd_noise_len, vae_batch, Chains, Scratch, E3,
+};
+use sagd_apps::mnist::{self, PIXELS};
+use sagd_nn::vae::VaeParams;
+
+fn images(n: usize) -> Vec<f32> {
+    let m = mnist::load(&mnist::shipped_dir()).unwrap();
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(1);
+    binarise(&m.train.images[..n * PIXELS], &mut rng)
+}
+
+fn normals(n: usize, seed: u64) -> Vec<f32> {
+    let mut v = vec![0.0f32; n];
+    NormalStream::new(seed).fill(&mut v);
+    v
+}
+
+/// ⟨g, v⟩ against the central difference of `loss` along v (both networks' parameters moved by
+/// h·v), relative agreement.
+fn directional(
+    loss: &dyn Fn(&VaeParams) -> f64,
+    p: &VaeParams,
+    g: &VaeParams,
+    h: f32,
+) -> (f64, f64) {
+    let vg = normals(p.dec.len(), 5);
+    let ve = normals(p.enc.len(), 6);
+    let moved = |s: f32| VaeParams {
+        dec: p.dec.iter().zip(&vg).map(|(a, v)| a + s * v).collect(),
+        enc: p.enc.iter().zip(&ve).map(|(a, v)| a + s * v).collect(),
+    };
+    let fd = (loss(&moved(h)) - loss(&moved(-h))) / (2.0 * h as f64);
+    let dot = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (*x as f64) * (*y as f64))
+            .sum::<f64>()
+    };
+    (dot(&g.dec, &vg) + dot(&g.enc, &ve), fd)
+}
+
+#[test]
+fn the_vae_gradient_is_that_of_its_loss() {
+    // Smooth enough along a random direction at a small step; ReLU kinks move the loss by
+    // O(h²) per crossing.
+    let m = E3::new(4);
+    let p = m.init(3);
+    let x = images(6);
+    let eps = normals(6 * 4, 9);
+    let mut pool = Scratch::default();
+    let mut g = VaeParams {
+        dec: vec![0.0; p.dec.len()],
+        enc: vec![0.0; p.enc.len()],
+    };
+    let info = vae_batch(&m, &p, &x, &eps, &mut g.dec, &mut g.enc, &mut pool);
+    assert!(info.loss > 0.0 && info.loss.is_finite());
+    let loss = |q: &VaeParams| {
+        let mut scratch = VaeParams {
+            dec: vec![0.0; q.dec.len()],
+            enc: vec![0.0; q.enc.len()],
+        };
+        vae_batch(
+            &m,
+            q,
+            &x,
+            &eps,
+            &mut scratch.dec,
+            &mut scratch.enc,
+            &mut Scratch::default(),
+        )
+        .loss
+    };
+    let (analytic, fd) = directional(&loss, &p, &g, 1e-3);
+    assert!(
+        (analytic - fd).abs() < 2e-2 * analytic.abs().max(1.0),
+        "{analytic} vs {fd}"
+    );
+}
+
+#[test]
+fn sagd_without_steps_is_the_gradient_at_the_encoders_draws() {
+    let m = E3::new(4);
+    let p = m.init(4);
+    let x = images(3);
+    let chains = Chains {
+        per_image: 2,
+        steps: 0,
+        ..Chains::default()
+    };
+    let noise = normals(sagd_noise_len(&m, &chains, 3), 11);
+    let mut pool = Scratch::default();
+    let mut gg = vec![0.0f32; p.dec.len()];
+    let info = sagd_batch(&m, &p, &x, &chains, &noise, &mut gg, &mut pool);
+    assert_eq!(info.displacement, 0.0);
+    let g = VaeParams {
+        dec: gg,
+        enc: vec![0.0; p.enc.len()],
+    };
+    // The loss at fixed draws depends on the encoder too (through u₀), but the gradient is the
+    // generator's only: compare along a direction that moves the generator alone.
+    let loss = |q: &VaeParams| {
+        let q = VaeParams {
+            dec: q.dec.clone(),
+            enc: p.enc.clone(),
+        };
+        let mut scratch = vec![0.0f32; q.dec.len()];
+        sagd_batch(
+            &m,
+            &q,
+            &x,
+            &chains,
+            &noise,
+            &mut scratch,
+            &mut Scratch::default(),
+        )
+        .loss
+    };
+    let (analytic, fd) = directional(&loss, &p, &g, 1e-3);
+    assert!(
+        (analytic - fd).abs() < 2e-2 * analytic.abs().max(1.0),
+        "{analytic} vs {fd}"
+    );
+}
+
+#[test]
+fn the_first_euler_step_moves_by_delta_rho() {
+    // u₁ = u₀ + δ ρ₀: the mean displacement after one step is δ times the mean ‖ρ₀‖.
+    let m = E3::new(4);
+    let p = m.init(5);
+    let x = images(2);
+    let chains = Chains {
+        per_image: 3,
+        steps: 1,
+        ..Chains::default()
+    };
+    let noise = normals(sagd_noise_len(&m, &chains, 2), 13);
+    let mut gg = vec![0.0f32; p.dec.len()];
+    let info = sagd_batch(
+        &m,
+        &p,
+        &x,
+        &chains,
+        &noise,
+        &mut gg,
+        &mut Scratch::default(),
+    );
+    let rows = 6;
+    let rho0 = &noise[rows * 4..2 * rows * 4];
+    let want = rho0
+        .chunks_exact(4)
+        .map(|r| r.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt())
+        .sum::<f64>()
+        / rows as f64
+        * chains.delta;
+    assert!(
+        (info.displacement - want).abs() < 1e-6 * want,
+        "{} vs {want}",
+        info.displacement
+    );
+}
+
+#[test]
+fn held_out_estimates_bound_the_elbo_and_repeat_with_their_seed() {
+    let m = E3::new(4);
+    let p = m.init(6);
+    let x = images(3);
+    let mut pool = Scratch::default();
+    let a = held_out(&m, &p.dec, &p.enc, &x, 50, 7, &mut pool);
+    let b = held_out(&m, &p.dec, &p.enc, &x, 50, 7, &mut pool);
+    assert_eq!(a, b);
+    for h in &a {
+        // log of the mean weight ≥ the mean log weight (Jensen, on the same draws), and a
+        // binary image has log p(x) < 0.
+        assert!(h.log_px >= h.elbo && h.log_px < 0.0, "{h:?}");
+        assert!(h.ess >= 1.0 && h.ess <= 50.0 + 1e-9, "{h:?}");
+    }
+}
+
+#[test]
+fn baoab_takes_its_first_step_on_a_flat_likelihood() {
+    // All parameters zero: the encoder gives u₀ = ε (μ = 0, log σ² = 0) and the likelihood does not
+    // depend on u, so ∇u log p(u | x) = −u. One BAOAB step: ρ' = ρ₀ − (δ/2)u₀, u' = u₀ + (δ/2)ρ',
+    // ρ'' = e^(−γδ)ρ' + √(1 − e^(−2γδ)) η, u₁ = u' + (δ/2)ρ''.
+    let m = E3::new(4);
+    let p = m.init(1);
+    let p = VaeParams {
+        dec: vec![0.0; p.dec.len()],
+        enc: vec![0.0; p.enc.len()],
+    };
+    let x = images(2);
+    let chains = Chains {
+        scheme: sagd::langevin::Scheme::Baoab,
+        per_image: 3,
+        steps: 1,
+        delta: 0.3,
+        ..Chains::default()
+    };
+    let noise = normals(sagd_noise_len(&m, &chains, 2), 17);
+    let mut gg = vec![0.0f32; p.dec.len()];
+    let info = sagd_batch(
+        &m,
+        &p,
+        &x,
+        &chains,
+        &noise,
+        &mut gg,
+        &mut Scratch::default(),
+    );
+    let (rows, d) = (6, 4);
+    let (eps, rest) = noise.split_at(rows * d);
+    let (rho0, eta) = rest.split_at(rows * d);
+    let (h, c1) = (0.15f64, (-2.0f64 * 0.3).exp());
+    let c2 = (1.0 - c1 * c1).sqrt();
+    let want = (0..rows)
+        .map(|r| {
+            (0..d)
+                .map(|j| {
+                    let i = r * d + j;
+                    let (u0, r0, e) = (eps[i] as f64, rho0[i] as f64, eta[i] as f64);
+                    let r1 = r0 - h * u0;
+                    let r2 = c1 * r1 + c2 * e;
+                    (h * r1 + h * r2).powi(2)
+                })
+                .sum::<f64>()
+                .sqrt()
+        })
+        .sum::<f64>()
+        / rows as f64;
+    assert!(
+        (info.displacement - want).abs() < 1e-5 * want,
+        "{} vs {want}",
+        info.displacement
+    );
+}
+
+#[test]
+fn the_passes_give_the_same_bits_on_any_number_of_threads() {
+    // 12 images × 20 chains: 240 chain states in blocks of 100, 100 and 40; 16 final pieces of
+    // 15; the VAE's 2 pieces of 6 images.
+    let m = E3::new(20);
+    let p = m.init(4);
+    let x = images(12);
+    let chains = Chains::default();
+    let noise = normals(sagd_noise_len(&m, &chains, 12), 8);
+    let eps = normals(12 * 20, 9);
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut scratch = Scratch::default();
+            let mut g = VaeParams {
+                dec: vec![0.0; p.dec.len()],
+                enc: vec![0.0; p.enc.len()],
+            };
+            let vae = vae_batch(&m, &p, &x, &eps, &mut g.dec, &mut g.enc, &mut scratch);
+            let mut gs = vec![0.0; p.dec.len()];
+            let sagd = sagd_batch(&m, &p, &x, &chains, &noise, &mut gs, &mut scratch);
+            (vae, g, sagd, gs)
+        })
+    };
+    let one = run(1);
+    for threads in [2, 5] {
+        let other = run(threads);
+        assert_eq!(other.0, one.0, "VAE loss, {threads} threads");
+        assert_eq!(other.1, one.1, "VAE gradients, {threads} threads");
+        assert_eq!(
+            other.2, one.2,
+            "SAGD loss and displacement, {threads} threads"
+        );
+        assert_eq!(other.3, one.3, "SAGD gradient, {threads} threads");
+    }
+    assert!(one.3.iter().any(|v| *v != 0.0));
+}

@@ -1,0 +1,438 @@
+//! HMC and SAGD's chains on the GPU: the CPU's [`ChainEstimator`](crate::train::ChainEstimator)
+//! with the chains' state on the device. Each transition runs the kernel's own program
+//! ([`Kernel::table`]: drifts, kicks, Ornstein-Uhlenbeck flows, refreshes, evaluations of the
+//! decoder's posterior) and the CPU's end of a transition (divergences, the Metropolis test), as
+//! elementwise kernels; the θ-gradient of an update is one pass over the K accepted states of every
+//! chain. Chain noise comes from a device stream ([`GpuRng`]): the same law as the CPU's per-chain
+//! streams, not the same draws; encoder draws use the CPU estimator's host stream.
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, CudaSlice, PushKernelArg};
+use sagd::error::{Result, SagdError};
+use sagd::langevin::{Kernel, Momentum};
+use sagd::rng::NormalStream;
+use sagd::run::{decode, encode};
+use serde::{Deserialize, Serialize};
+
+use super::{grid, Gpu, GpuError, GpuResult, GpuRng, GpuWorkspace};
+use crate::train::{gather_rows, GradientEstimator, HmcChains, LangevinChains};
+use crate::vae::{Vae, VaeParams};
+
+mod update;
+
+/// Columns of the per-row statistics of `chain_finish`: diverged, acceptance, log π, ρ², energy
+/// change, whether it counts.
+const STATS: usize = 6;
+
+/// One operation of the kernel's program, in f32.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Drift(f32),
+    Kick { decay: f32, grad: f32, noise: f32 },
+    Ou([f32; 5]),
+    Gradient,
+    Refresh,
+}
+
+fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Op>> {
+    kernel
+        .table()
+        .into_iter()
+        .map(|(name, c)| {
+            let c: Vec<f32> = c.iter().map(|v| *v as f32).collect();
+            Ok(match (name, &c[..]) {
+                ("drift", [h]) => Op::Drift(*h),
+                ("kick", [decay, grad, noise]) => Op::Kick {
+                    decay: *decay,
+                    grad: *grad,
+                    noise: *noise,
+                },
+                ("ou", [a, b, c, d, e]) => Op::Ou([*a, *b, *c, *d, *e]),
+                ("gradient", []) => Op::Gradient,
+                ("refresh", []) => Op::Refresh,
+                _ => {
+                    return Err(GpuError::Compile(format!(
+                        "the GPU chains do not know the kernel operation `{name}`"
+                    )))
+                }
+            })
+        })
+        .collect()
+}
+
+/// A decoder d → H → H → d (one activation) small enough for `posterior_mlp`, which evaluates
+/// the posterior in one launch (one block of H threads per chain) instead of a dozen: the
+/// parameters' offsets of its three Linear layers, the activation's code and H.
+#[derive(Clone, Copy, Debug)]
+struct FusedMlp {
+    offsets: [i32; 3],
+    act: i32,
+    hidden: usize,
+}
+
+impl FusedMlp {
+    /// The decoder's shape if it fits (and `SAGD_GPU_FUSED` is not `0`).
+    fn of(dec: &crate::net::Sequential) -> Option<FusedMlp> {
+        use crate::net::Layer::{Act, Linear};
+        if std::env::var("SAGD_GPU_FUSED").is_ok_and(|v| v == "0") {
+            return None;
+        }
+        match *dec.layers() {
+            [Linear { inp: d, out: h }, Act { act }, Linear { inp: h2, out: h3 }, Act { act: act2 }, Linear { inp: h4, out: d2 }]
+                if d == d2
+                    && d <= 4
+                    && h == h2
+                    && h == h3
+                    && h == h4
+                    && h <= 1024
+                    && h >= d
+                    && act == act2 =>
+            {
+                Some(FusedMlp {
+                    offsets: [
+                        dec.offset(0) as i32,
+                        dec.offset(2) as i32,
+                        dec.offset(4) as i32,
+                    ],
+                    act: super::act_code(act),
+                    hidden: h,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The device buffers, sized for all n chains (the largest batch).
+struct Buffers {
+    dec: CudaSlice<f32>,
+    enc: CudaSlice<f32>,
+    /// All data rows, and the batch's rows.
+    x_all: CudaSlice<f32>,
+    x_batch: CudaSlice<f32>,
+    /// The persistent chains: positions and momenta of all n.
+    pos: CudaSlice<f32>,
+    rho_all: CudaSlice<f32>,
+    /// The batch's chains: state a (current) and b (next), momenta.
+    xa: CudaSlice<f32>,
+    xb: CudaSlice<f32>,
+    ga: CudaSlice<f32>,
+    gb: CudaSlice<f32>,
+    la: CudaSlice<f32>,
+    lb: CudaSlice<f32>,
+    rho: CudaSlice<f32>,
+    /// The encoder draws' noise (from the host); the chains' normals and uniforms of an update.
+    eta: CudaSlice<f32>,
+    noise: CudaSlice<f32>,
+    uni: CudaSlice<f32>,
+    h0: CudaSlice<f64>,
+    stats: CudaSlice<f32>,
+    sums: CudaSlice<f64>,
+    idx: CudaSlice<i32>,
+    /// The accepted states of an update's K transitions, step-major, and their residuals.
+    store: CudaSlice<f32>,
+    resid: CudaSlice<f32>,
+    g_theta: CudaSlice<f32>,
+    ws: GpuWorkspace,
+    ws_theta: GpuWorkspace,
+}
+
+/// What the estimator carries between updates, for checkpoints.
+#[derive(Serialize, Deserialize)]
+struct Record {
+    pos: Vec<f32>,
+    rho: Vec<f32>,
+    stream: NormalStream,
+    rng: GpuRng,
+    started: bool,
+    divergences: usize,
+    acceptance: Vec<f64>,
+}
+
+/// HMC (fresh chains from an encoder draw at every update) or SAGD (persistent chains) on the
+/// decoder's posterior, on the GPU; the gradient is the chain average of ∇θ of −log p(x | u; θ).
+pub struct GpuChainEstimator<'a> {
+    gpu: Gpu,
+    vae: &'a Vae,
+    x: &'a [f32],
+    ops: Vec<Op>,
+    metropolis: bool,
+    fused: Option<FusedMlp>,
+    steps: usize,
+    fresh_from_encoder: bool,
+    burn_in: usize,
+    momentum: Momentum,
+    stream: NormalStream,
+    rng: GpuRng,
+    started: bool,
+    divergences: usize,
+    acceptance: Vec<f64>,
+    host: Vec<f32>,
+    xb: Vec<f32>,
+    eps: Vec<f32>,
+    b: Option<Buffers>,
+    /// Chain positions and momenta restored from a checkpoint before the buffers exist.
+    pending: Option<(Vec<f32>, Vec<f32>)>,
+    /// An update's transitions and θ-gradient as a graph, for this (batch size, whole data).
+    graph: Option<((usize, bool), CudaGraph)>,
+    /// The (batch size, whole data) of the last update.
+    last: (usize, bool),
+}
+
+impl<'a> GpuChainEstimator<'a> {
+    /// HMC as [`ChainEstimator::hmc`](crate::train::ChainEstimator::hmc), on `gpu`.
+    pub fn hmc(gpu: Gpu, vae: &'a Vae, x: &'a [f32], s: &HmcChains, seed: u64) -> Result<Self> {
+        let kernel = s.hmc.kernel::<f32>()?;
+        Self::with(gpu, vae, x, &kernel, (s.transitions, true, 0), seed)
+    }
+
+    /// SAGD as [`ChainEstimator::sagd`](crate::train::ChainEstimator::sagd), on `gpu`.
+    pub fn sagd(
+        gpu: Gpu,
+        vae: &'a Vae,
+        x: &'a [f32],
+        s: &LangevinChains,
+        seed: u64,
+    ) -> Result<Self> {
+        s.langevin.validate(s.step_size)?;
+        let kernel = s.langevin.kernel::<f32>(s.step_size)?;
+        let mut e = Self::with(gpu, vae, x, &kernel, (s.steps, false, s.burn_in), seed)?;
+        e.momentum = s.initial_momentum;
+        Ok(e)
+    }
+
+    fn with(
+        gpu: Gpu,
+        vae: &'a Vae,
+        x: &'a [f32],
+        kernel: &Kernel<f32>,
+        (steps, fresh, burn_in): (usize, bool, usize),
+        seed: u64,
+    ) -> Result<Self> {
+        Ok(GpuChainEstimator {
+            gpu,
+            vae,
+            x,
+            ops: program(kernel)?,
+            metropolis: kernel.metropolis(),
+            fused: FusedMlp::of(&vae.dec),
+            steps: steps.max(1),
+            fresh_from_encoder: fresh,
+            burn_in,
+            momentum: Momentum::Normal,
+            stream: NormalStream::new(seed ^ 0xA5A5_5A5A_DEAD_BEEF),
+            rng: GpuRng::new(seed ^ 0x6A09_E667_F3BC_C908),
+            started: false,
+            divergences: 0,
+            acceptance: Vec::new(),
+            host: Vec::new(),
+            xb: Vec::new(),
+            eps: Vec::new(),
+            b: None,
+            pending: None,
+            graph: None,
+            last: (0, false),
+        })
+    }
+
+    fn alloc(&self, n_dec: usize, n_enc: usize) -> GpuResult<Buffers> {
+        let (gpu, d) = (&self.gpu, self.vae.d);
+        let n = self.x.len() / d;
+        let nd = n * d;
+        let z = |len: usize| gpu.zeros(len);
+        Ok(Buffers {
+            dec: z(n_dec)?,
+            enc: z(n_enc)?,
+            x_all: gpu.upload(self.x)?,
+            x_batch: z(nd)?,
+            pos: z(nd)?,
+            rho_all: z(nd)?,
+            xa: z(nd)?,
+            xb: z(nd)?,
+            ga: z(nd)?,
+            gb: z(nd)?,
+            la: z(n)?,
+            lb: z(n)?,
+            rho: z(nd)?,
+            eta: z(nd)?,
+            noise: z(self.steps.max(1) * self.normals_per_coord() * nd)?,
+            uni: z(self.steps.max(1) * n)?,
+            h0: gpu.stream.alloc_zeros::<f64>(n.max(1))?,
+            stats: z(STATS * n)?,
+            sums: gpu.stream.alloc_zeros::<f64>(STATS)?,
+            idx: gpu.stream.alloc_zeros::<i32>(n.max(1))?,
+            store: z(self.steps * nd)?,
+            resid: z(self.steps * nd)?,
+            g_theta: z(n_dec)?,
+            ws: GpuWorkspace::default(),
+            ws_theta: GpuWorkspace::default(),
+        })
+    }
+
+    /// One reparameterised encoder draw per row of `x` (nb rows) into `out`, the noise from the
+    /// host stream (as the CPU's `encoder_draw`).
+    fn encoder_draw(&mut self, b: &mut Buffers, all: bool, nb: usize) -> GpuResult<()> {
+        let (gpu, vae, d) = (&self.gpu, self.vae, self.vae.d);
+        self.eps.resize(nb * d, 0.0);
+        self.stream.fill(&mut self.eps);
+        gpu.upload_into(&self.eps, &mut b.eta)?;
+        let x = if all { &b.x_all } else { &b.x_batch };
+        vae.enc.forward_gpu(gpu, &b.enc, x, nb, &mut b.ws)?;
+        let enc_out = b.ws.output().expect("forward ran");
+        let (ni, one, di) = (nb as i32, 1i32, d as i32);
+        let mut l = gpu.stream.launch_builder(gpu.k("reparam"));
+        l.arg(enc_out)
+            .arg(&b.eta)
+            .arg(&mut b.xa)
+            .arg(&ni)
+            .arg(&one)
+            .arg(&di);
+        // SAFETY: buffers sized for all n rows.
+        unsafe { l.launch(grid(nb * d)) }?;
+        Ok(())
+    }
+
+    /// log π and ∇log π of the batch's posterior at `x` (nb rows) into `g`, `lp`.
+    #[allow(clippy::too_many_arguments)]
+    fn evaluate(
+        gpu: &Gpu,
+        (vae, fused): (&Vae, Option<FusedMlp>),
+        dec: &CudaSlice<f32>,
+        data: &CudaSlice<f32>,
+        (x, g, lp): (&CudaSlice<f32>, &mut CudaSlice<f32>, &mut CudaSlice<f32>),
+        resid: &mut CudaSlice<f32>,
+        ws: &mut GpuWorkspace,
+        nb: usize,
+    ) -> GpuResult<()> {
+        let d = vae.d;
+        if let Some(f) = fused {
+            let (ni, di, hi) = (nb as i32, d as i32, f.hidden as i32);
+            let [o0, o2, o4] = f.offsets;
+            let mut l = gpu.stream.launch_builder(gpu.k("posterior_mlp"));
+            l.arg(dec)
+                .arg(&o0)
+                .arg(&o2)
+                .arg(&o4)
+                .arg(&f.act)
+                .arg(data)
+                .arg(x)
+                .arg(&mut *lp)
+                .arg(&mut *g)
+                .arg(&ni)
+                .arg(&di)
+                .arg(&hi);
+            let cfg = cudarc::driver::LaunchConfig {
+                grid_dim: (nb.max(1) as u32, 1, 1),
+                block_dim: (f.hidden as u32, 1, 1),
+                shared_mem_bytes: ((6 * f.hidden + 8) * 4) as u32,
+            };
+            // SAFETY: one block of H threads per row, the shared memory the kernel lays out;
+            // θ has the decoder's layout (checked when `fused` was made).
+            unsafe { l.launch(cfg) }?;
+            return Ok(());
+        }
+        vae.dec.forward_gpu(gpu, dec, x, nb, ws)?;
+        let h = ws.output().expect("forward ran");
+        let (ni, di) = (nb as i32, d as i32);
+        let mut l = gpu.stream.launch_builder(gpu.k("posterior_residual"));
+        l.arg(data)
+            .arg(h)
+            .arg(x)
+            .arg(&mut *resid)
+            .arg(&mut *lp)
+            .arg(&ni)
+            .arg(&ni)
+            .arg(&di);
+        // SAFETY: every buffer holds nb rows.
+        unsafe { l.launch(grid(nb)) }?;
+        vae.dec
+            .backward_gpu(gpu, dec, ws, resid, None, Some(&mut *g))?;
+        let nd = (nb * d) as i32;
+        let mut l = gpu.stream.launch_builder(gpu.k("posterior_grad"));
+        l.arg(&mut *g).arg(x).arg(&nd);
+        // SAFETY: as above.
+        unsafe { l.launch(grid(nb * d)) }?;
+        Ok(())
+    }
+
+    /// Normal draws per coordinate per transition: the kernel's noisy operations, and the fresh
+    /// momenta of diverged rows.
+    fn normals_per_coord(&self) -> usize {
+        1 + self
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Kick { noise, .. } if *noise != 0.0 => 1,
+                Op::Ou(_) => 2,
+                Op::Refresh => 1,
+                _ => 0,
+            })
+            .sum::<usize>()
+    }
+}
+
+impl GradientEstimator for GpuChainEstimator<'_> {
+    fn trains_encoder(&self) -> bool {
+        false
+    }
+
+    fn save_state(&self) -> Result<Vec<u8>> {
+        let nd = self.x.len();
+        let (mut pos, mut rho) = (vec![0.0f32; nd], vec![0.0f32; nd]);
+        if let Some(b) = &self.b {
+            self.gpu.download_into(&b.pos, &mut pos)?;
+            self.gpu.download_into(&b.rho_all, &mut rho)?;
+        } else if let Some((p, r)) = &self.pending {
+            (pos, rho) = (p.clone(), r.clone());
+        }
+        encode(&Record {
+            pos,
+            rho,
+            stream: self.stream.clone(),
+            rng: self.rng.clone(),
+            started: self.started,
+            divergences: self.divergences,
+            acceptance: self.acceptance.clone(),
+        })
+    }
+
+    fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
+        let r: Record = decode(bytes)?;
+        if r.pos.len() != self.x.len() || r.rho.len() != self.x.len() {
+            return Err(SagdError::Device(
+                "the checkpoint's chains do not match the data: resume with the same data".into(),
+            ));
+        }
+        self.stream = r.stream;
+        self.rng = r.rng;
+        self.started = r.started;
+        self.divergences = r.divergences;
+        self.acceptance = r.acceptance;
+        match &mut self.b {
+            Some(b) => {
+                self.gpu.upload_into(&r.pos, &mut b.pos)?;
+                self.gpu.upload_into(&r.rho, &mut b.rho_all)?;
+            }
+            None => self.pending = Some((r.pos, r.rho)),
+        }
+        Ok(())
+    }
+
+    fn estimate(
+        &mut self,
+        p: &VaeParams,
+        batch: &[usize],
+        g_dec: &mut [f32],
+        _g_enc: &mut [f32],
+    ) -> Result<f64> {
+        Ok(self.run(p, batch, g_dec)?)
+    }
+
+    fn diagnostics(&self) -> serde_json::Value {
+        serde_json::json!({
+            "acceptance": (!self.acceptance.is_empty()).then(|| self.acceptance.iter().sum::<f64>() / self.acceptance.len() as f64),
+            "divergences": self.divergences,
+            "device": "cuda",
+        })
+    }
+}

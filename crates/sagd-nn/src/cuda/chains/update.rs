@@ -1,0 +1,388 @@
+//! One update of the GPU chains: the noise of its transitions, each transition's program, the
+//! chains' steps and the θ-gradient over their accepted states, and the update's bookkeeping.
+
+use super::*;
+
+impl<'a> GpuChainEstimator<'a> {
+    /// Draws the noise of `transitions` transitions of nb chains into `noise` and `uni`.
+    fn draw(&mut self, b: &mut Buffers, transitions: usize, nb: usize) -> GpuResult<()> {
+        let len = nb * self.vae.d;
+        let normals = transitions * self.normals_per_coord() * len;
+        self.rng.fill(&self.gpu, &mut b.noise, normals, false)?;
+        if self.metropolis {
+            self.rng
+                .fill(&self.gpu, &mut b.uni, transitions * nb, true)?;
+        }
+        Ok(())
+    }
+
+    /// Transition `t` of the batch's nb chains (state a → b, copied back to a), its noise from
+    /// [`GpuChainEstimator::draw`], its statistics added into `sums`. Launches only, so that an
+    /// update's transitions can be captured in a graph.
+    fn transition(&self, b: &mut Buffers, all: bool, nb: usize, t: usize) -> GpuResult<()> {
+        let (gpu, vae, d) = (&self.gpu, self.vae, self.vae.d);
+        let len = nb * d;
+        let li = len as i32;
+        let mut at = t * self.normals_per_coord() * len;
+        let mut take = |count: usize| {
+            let v = at..at + count;
+            at += count;
+            v
+        };
+        let (mut moved, mut fresh) = (false, false);
+        let data = if all { &b.x_all } else { &b.x_batch };
+        for &op in &self.ops {
+            match op {
+                Op::Drift(h) => {
+                    let mut l = if moved {
+                        let mut l = gpu.stream.launch_builder(gpu.k("chain_drift_add"));
+                        l.arg(&mut b.xb).arg(&b.rho);
+                        l
+                    } else {
+                        let mut l = gpu.stream.launch_builder(gpu.k("chain_drift"));
+                        l.arg(&mut b.xb).arg(&b.xa).arg(&b.rho);
+                        l
+                    };
+                    l.arg(&h).arg(&li);
+                    // SAFETY: every buffer holds at least len elements.
+                    unsafe { l.launch(grid(len)) }?;
+                    moved = true;
+                }
+                Op::Kick { decay, grad, noise } => {
+                    let eta = b.noise.slice(if noise != 0.0 { take(len) } else { 0..len });
+                    let g = if fresh { &b.gb } else { &b.ga };
+                    let mut l = gpu.stream.launch_builder(gpu.k("chain_kick"));
+                    l.arg(&mut b.rho)
+                        .arg(g)
+                        .arg(&eta)
+                        .arg(&decay)
+                        .arg(&grad)
+                        .arg(&noise)
+                        .arg(&li);
+                    // SAFETY: as above.
+                    unsafe { l.launch(grid(len)) }?;
+                }
+                Op::Ou([decay, drift, v1, x1, x2]) => {
+                    let z = b.noise.slice(take(2 * len));
+                    if !moved {
+                        gpu.copy(&b.xa, &mut b.xb, len)?;
+                        moved = true;
+                    }
+                    let (ni, di) = (nb as i32, d as i32);
+                    let mut l = gpu.stream.launch_builder(gpu.k("chain_ou"));
+                    l.arg(&mut b.xb)
+                        .arg(&mut b.rho)
+                        .arg(&z)
+                        .arg(&decay)
+                        .arg(&drift)
+                        .arg(&v1)
+                        .arg(&x1)
+                        .arg(&x2)
+                        .arg(&ni)
+                        .arg(&di);
+                    // SAFETY: z holds 2·len, the others len.
+                    unsafe { l.launch(grid(len)) }?;
+                }
+                Op::Gradient => {
+                    if !moved {
+                        gpu.copy(&b.xa, &mut b.xb, len)?;
+                        moved = true;
+                    }
+                    Self::evaluate(
+                        gpu,
+                        (vae, self.fused),
+                        &b.dec,
+                        data,
+                        (&b.xb, &mut b.gb, &mut b.lb),
+                        &mut b.resid,
+                        &mut b.ws,
+                        nb,
+                    )?;
+                    fresh = true;
+                }
+                Op::Refresh => {
+                    let eta = b.noise.slice(take(len));
+                    let (ni, di) = (nb as i32, d as i32);
+                    let mut l = gpu.stream.launch_builder(gpu.k("chain_refresh"));
+                    l.arg(&mut b.rho)
+                        .arg(&eta)
+                        .arg(&b.la)
+                        .arg(&mut b.h0)
+                        .arg(&ni)
+                        .arg(&di);
+                    // SAFETY: as above.
+                    unsafe { l.launch(grid(nb)) }?;
+                }
+            }
+        }
+        if !moved {
+            gpu.copy(&b.xa, &mut b.xb, len)?;
+        }
+        if !fresh {
+            gpu.copy(&b.ga, &mut b.gb, len)?;
+            gpu.copy(&b.la, &mut b.lb, nb)?;
+        }
+        let fresh_rho = b.noise.slice(take(len));
+        let uni = b.uni.slice(if self.metropolis {
+            t * nb..(t + 1) * nb
+        } else {
+            0..nb
+        });
+        let (ni, di, mi) = (nb as i32, d as i32, self.metropolis as i32);
+        let mut l = gpu.stream.launch_builder(gpu.k("chain_finish"));
+        l.arg(&mut b.xb)
+            .arg(&mut b.gb)
+            .arg(&mut b.lb)
+            .arg(&b.xa)
+            .arg(&b.ga)
+            .arg(&b.la)
+            .arg(&mut b.rho)
+            .arg(&fresh_rho)
+            .arg(&uni)
+            .arg(&b.h0)
+            .arg(&mi)
+            .arg(&mut b.stats)
+            .arg(&ni)
+            .arg(&di);
+        // SAFETY: as above.
+        unsafe { l.launch(grid(nb)) }?;
+        let (cols, rows) = (STATS as i32, nb as i32);
+        let mut l = gpu.stream.launch_builder(gpu.k("column_sums"));
+        l.arg(&b.stats).arg(&mut b.sums).arg(&rows).arg(&cols);
+        let one_block = cudarc::driver::LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: stats holds nb rows of STATS columns; one block of 256 threads, as written.
+        unsafe { l.launch(one_block) }?;
+        // The new state back into a: the same buffers at every transition, as a graph needs.
+        gpu.copy(&b.xb, &mut b.xa, len)?;
+        gpu.copy(&b.gb, &mut b.ga, len)?;
+        gpu.copy(&b.lb, &mut b.la, nb)?;
+        Ok(())
+    }
+
+    /// An update's K transitions, each accepted state kept in `store`, then Σ ∇θ log p over
+    /// all of them into `g_theta`: launches only (see [`GpuChainEstimator::transition`]).
+    fn steps_and_gradient(&self, b: &mut Buffers, all: bool, nb: usize) -> GpuResult<()> {
+        let (gpu, d) = (&self.gpu, self.vae.d);
+        let len = nb * d;
+        for t in 0..self.steps {
+            self.transition(b, all, nb, t)?;
+            gpu.stream.memcpy_dtod(
+                &b.xa.slice(..len),
+                &mut b.store.slice_mut(t * len..(t + 1) * len),
+            )?;
+        }
+        // ∇θ Σ log p over the K accepted states of every chain, in one pass.
+        let rows = self.steps * nb;
+        let data = if all { &b.x_all } else { &b.x_batch };
+        self.vae
+            .dec
+            .forward_gpu(gpu, &b.dec, &b.store, rows, &mut b.ws_theta)?;
+        let h = b.ws_theta.output().expect("forward ran");
+        let (ri, ni, di) = (rows as i32, nb as i32, d as i32);
+        // A null device pointer: the kernel writes no log densities.
+        let null: u64 = 0;
+        let mut l = gpu.stream.launch_builder(gpu.k("posterior_residual"));
+        l.arg(data)
+            .arg(h)
+            .arg(&b.store)
+            .arg(&mut b.resid)
+            .arg(&null)
+            .arg(&ri)
+            .arg(&ni)
+            .arg(&di);
+        // SAFETY: store and resid hold K·nb rows; a null lp is not written.
+        unsafe { l.launch(grid(rows)) }?;
+        gpu.zero(&mut b.g_theta)?;
+        self.vae.dec.backward_gpu(
+            gpu,
+            &b.dec,
+            &mut b.ws_theta,
+            &b.resid,
+            Some(&mut b.g_theta),
+            None,
+        )
+    }
+
+    /// Reads and clears the summed statistics (zero when allocated; only transitions add to them).
+    fn take_sums(&self, b: &mut Buffers) -> GpuResult<[f64; STATS]> {
+        let mut s = [0.0f64; STATS];
+        self.gpu.stream.memcpy_dtoh(&b.sums, &mut s[..])?;
+        self.gpu.stream.memset_zeros(&mut b.sums)?;
+        Ok(s)
+    }
+
+    /// Starts every chain from an encoder draw and burns it in under the current decoder.
+    fn start(&mut self, b: &mut Buffers) -> GpuResult<()> {
+        let (n, d) = (self.x.len() / self.vae.d, self.vae.d);
+        self.encoder_draw(b, true, n)?;
+        let gpu = &self.gpu;
+        match self.momentum {
+            Momentum::Normal => self.rng.fill(gpu, &mut b.rho, n * d, false)?,
+            Momentum::Zero => gpu.zero(&mut b.rho)?,
+        }
+        Self::evaluate(
+            gpu,
+            (self.vae, self.fused),
+            &b.dec,
+            &b.x_all,
+            (&b.xa, &mut b.ga, &mut b.la),
+            &mut b.resid,
+            &mut b.ws,
+            n,
+        )?;
+        for _ in 0..self.burn_in {
+            self.draw(b, 1, n)?;
+            self.transition(b, true, n, 0)?;
+        }
+        self.divergences += self.take_sums(b)?[0] as usize;
+        let gpu = &self.gpu;
+        gpu.copy(&b.xa, &mut b.pos, n * d)?;
+        gpu.copy(&b.rho, &mut b.rho_all, n * d)?;
+        self.started = true;
+        Ok(())
+    }
+
+    pub(crate) fn run(
+        &mut self,
+        p: &VaeParams,
+        batch: &[usize],
+        g_dec: &mut [f32],
+    ) -> GpuResult<f64> {
+        let mut b = match self.b.take() {
+            Some(b) => b,
+            None => self.alloc(p.dec.len(), p.enc.len())?,
+        };
+        if let Some((pos, rho)) = self.pending.take() {
+            self.gpu.upload_into(&pos, &mut b.pos)?;
+            self.gpu.upload_into(&rho, &mut b.rho_all)?;
+        }
+        let out = self.update(&mut b, p, batch, g_dec);
+        self.b = Some(b);
+        out
+    }
+
+    fn update(
+        &mut self,
+        b: &mut Buffers,
+        p: &VaeParams,
+        batch: &[usize],
+        g_dec: &mut [f32],
+    ) -> GpuResult<f64> {
+        let (d, n) = (self.vae.d, self.x.len() / self.vae.d);
+        let nb = batch.len();
+        let len = nb * d;
+        let all = nb == n && batch.iter().enumerate().all(|(k, &i)| k == i);
+        self.gpu.upload_into(&p.dec, &mut b.dec)?;
+        // The encoder draws the chains' start (and HMC's at every update).
+        if !self.started || self.fresh_from_encoder {
+            self.gpu.upload_into(&p.enc, &mut b.enc)?;
+        }
+        if !self.started {
+            self.start(b)?;
+        }
+        let gpu = &self.gpu;
+        // The batch's chains into state a.
+        if all {
+            gpu.copy(&b.pos, &mut b.xa, len)?;
+            gpu.copy(&b.rho_all, &mut b.rho, len)?;
+        } else {
+            gather_rows(self.x, d, batch, &mut self.xb);
+            gpu.upload_into(&self.xb, &mut b.x_batch)?;
+            let idx: Vec<i32> = batch.iter().map(|&i| i as i32).collect();
+            gpu.stream.memcpy_htod(&idx, &mut b.idx.slice_mut(..nb))?;
+            for (dst, src) in [(&mut b.xa, &b.pos), (&mut b.rho, &b.rho_all)] {
+                rows_copy(gpu, dst, src, &b.idx, nb, d, false)?;
+            }
+        }
+        if self.fresh_from_encoder {
+            self.encoder_draw(b, all, nb)?;
+        }
+        let gpu = &self.gpu;
+        let data = if all { &b.x_all } else { &b.x_batch };
+        // θ moved since the chains' gradients were computed (or the chains are new).
+        Self::evaluate(
+            gpu,
+            (self.vae, self.fused),
+            &b.dec,
+            data,
+            (&b.xa, &mut b.ga, &mut b.la),
+            &mut b.resid,
+            &mut b.ws,
+            nb,
+        )?;
+        self.draw(b, self.steps, nb)?;
+        // The K transitions and the θ-gradient, replayed from a CUDA graph once captured (the
+        // second update of a batch size: the first made every buffer).
+        let key = (nb, all);
+        match &self.graph {
+            Some((k, graph)) if *k == key => graph.launch()?,
+            _ => {
+                let capture =
+                    self.graph.is_none() && self.last == key && crate::cuda::graphs_enabled();
+                if capture {
+                    self.gpu
+                        .stream
+                        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+                }
+                let res = self.steps_and_gradient(b, all, nb);
+                if capture {
+                    let graph = self.gpu.stream.end_capture(CUgraphInstantiate_flags(0));
+                    res?;
+                    let g =
+                        graph?.ok_or_else(|| GpuError::Compile("an empty CUDA graph".into()))?;
+                    g.launch()?;
+                    self.graph = Some((key, g));
+                } else {
+                    res?;
+                }
+            }
+        }
+        self.last = key;
+        let sums = self.take_sums(b)?;
+        let gpu = &self.gpu;
+        let rows = self.steps * nb;
+        self.host.resize(g_dec.len(), 0.0);
+        gpu.download_into(&b.g_theta, &mut self.host)?;
+        // f = −log p: the estimate is −Σ ∇θ log p / (K nb).
+        let scale = -1.0 / rows as f64;
+        for (g, v) in g_dec.iter_mut().zip(&self.host) {
+            *g += (*v as f64 * scale) as f32;
+        }
+        // The chains back in place.
+        if all {
+            gpu.copy(&b.xa, &mut b.pos, len)?;
+            gpu.copy(&b.rho, &mut b.rho_all, len)?;
+        } else {
+            for (dst, src) in [(&mut b.pos, &b.xa), (&mut b.rho_all, &b.rho)] {
+                rows_copy(gpu, dst, src, &b.idx, nb, d, true)?;
+            }
+        }
+        self.divergences += sums[0] as usize;
+        if self.metropolis {
+            self.acceptance.push(sums[1] / rows as f64);
+        }
+        Ok(-sums[2] / rows as f64)
+    }
+}
+
+/// Gathers rows `idx` of `src` into `dst` (or scatters `src` into rows `idx` of `dst`).
+fn rows_copy(
+    gpu: &Gpu,
+    dst: &mut CudaSlice<f32>,
+    src: &CudaSlice<f32>,
+    idx: &CudaSlice<i32>,
+    nb: usize,
+    d: usize,
+    scatter: bool,
+) -> GpuResult<()> {
+    let (ni, di, si) = (nb as i32, d as i32, scatter as i32);
+    let mut l = gpu.stream.launch_builder(gpu.k("rows_copy"));
+    l.arg(dst).arg(src).arg(idx).arg(&ni).arg(&di).arg(&si);
+    // SAFETY: idx holds nb valid row numbers of the n-row buffers.
+    unsafe { l.launch(grid(nb * d)) }?;
+    Ok(())
+}

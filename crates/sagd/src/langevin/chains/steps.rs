@@ -1,0 +1,214 @@
+//! Running the chains: single steps, burn-in, and K steps of every block of rows in parallel,
+//! with each block's hook or accumulator seeing its states (and the fused θ-gradient) as it goes.
+
+use super::*;
+
+impl<T: Real> ChainSet<T> {
+    /// One transition of every chain under `kernel`, with the target evaluated at the chains'
+    /// current parameters.
+    pub fn step(&mut self, target: &impl LogDensity<T>, kernel: &Kernel<T>) -> Result<StepInfo> {
+        let (infos, _) = self.run_steps(target, kernel, 1, false, |_| ())?;
+        Ok(infos[0])
+    }
+
+    /// `steps` transitions (burn-in), discarding the states; returns the divergences.
+    pub fn burn_in(
+        &mut self,
+        target: &impl LogDensity<T>,
+        kernel: &Kernel<T>,
+        steps: usize,
+    ) -> Result<usize> {
+        let (infos, _) = self.run_steps(target, kernel, steps, false, |_| ())?;
+        Ok(infos.iter().map(|i| i.divergences).sum())
+    }
+
+    /// `steps` transitions of every chain, each block of rows taking all of them in one parallel
+    /// task (chains are independent, so this is the same as stepping all chains together
+    /// `steps` times, without a synchronisation per step). After each transition of a block,
+    /// `after` runs on that block's [`BlockStep`] in the same task; its values come back per step,
+    /// in block order. With `aux`, each evaluation also computes the target's auxiliary output
+    /// (the fused θ-gradient), handed to `after` with the step. Returns one [`StepInfo`] per step.
+    pub fn run_steps<R, F>(
+        &mut self,
+        target: &impl LogDensity<T>,
+        kernel: &Kernel<T>,
+        steps: usize,
+        aux: bool,
+        after: F,
+    ) -> Result<(Vec<StepInfo>, Vec<Vec<R>>)>
+    where
+        R: Send,
+        F: Fn(BlockStep<'_, T>) -> R + Sync,
+    {
+        let (infos, per_block) = self.run_steps_fold(
+            target,
+            kernel,
+            steps,
+            aux,
+            |_| Vec::with_capacity(steps),
+            |acc: &mut Vec<R>, b| acc.push(after(b)),
+        )?;
+        let mut values: Vec<Vec<R>> = (0..infos.len())
+            .map(|_| Vec::with_capacity(per_block.len()))
+            .collect();
+        for vals in per_block {
+            for (s, v) in vals.into_iter().enumerate() {
+                values[s].push(v);
+            }
+        }
+        Ok((infos, values))
+    }
+
+    /// [`ChainSet::run_steps`] with one accumulator per block instead of one value per block and
+    /// step: `init(block)` makes it, `fold` takes each of the block's steps into it in the block's
+    /// task. The accumulators come back in block order, so a sum over them in that order is the
+    /// same for any number of threads, and no step's value outlives its step.
+    pub fn run_steps_fold<A, I, F>(
+        &mut self,
+        target: &impl LogDensity<T>,
+        kernel: &Kernel<T>,
+        steps: usize,
+        aux: bool,
+        init: I,
+        fold: F,
+    ) -> Result<(Vec<StepInfo>, Vec<A>)>
+    where
+        A: Send,
+        I: Fn(usize) -> A + Sync,
+        F: Fn(&mut A, BlockStep<'_, T>) + Sync,
+    {
+        if !self.initialized {
+            return Err(SagdError::InvalidSetting {
+                name: "chains",
+                value: "uninitialised".into(),
+                fix: "call ChainSet::init with starting positions before stepping".into(),
+            });
+        }
+        check_len("target dimension", self.d, target.dim())?;
+        if steps == 0 {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let (n, d) = (self.n, self.d);
+        let noise_len = n * d * kernel.noise_per_coord();
+        if self.scratch.0.len() < noise_len {
+            self.scratch.0.resize(noise_len, T::zero());
+        }
+        let with_aux = aux && target.aux_len() > 0 && kernel.ends_at_gradient();
+        let rows = self.rows_per_block.min(n.max(1));
+        let bd = (rows * d).max(1);
+        let nb = (kernel.noise_per_coord().max(1) * rows * d).max(1);
+        let n_blocks = n.div_ceil(rows).max(1);
+        let cur = self.cur;
+        let [x0, x1] = &mut self.x;
+        let [g0, g1] = &mut self.g;
+        let [l0, l1] = &mut self.lp;
+        // One block through all the steps: buffers `a` hold the current state, `b` the next.
+        let block = |i: usize, parts: BlockBuffers<'_, T>| -> Result<(Vec<BlockStats>, A)> {
+            let (xs, gs, ls, rho, noise, rngs) = parts;
+            let ((mut xa, mut xb), (mut ga, mut gb), (mut la, mut lb)) = if cur == 0 {
+                (xs, gs, ls)
+            } else {
+                ((xs.1, xs.0), (gs.1, gs.0), (ls.1, ls.0))
+            };
+            let first_row = i * rows;
+            let noise_len = kernel.noise_per_coord() * xa.len();
+            // The block's own buffer for the target's auxiliary output, reused by every step.
+            let mut aux_buf = vec![T::zero(); if with_aux { target.aux_len() } else { 0 }];
+            let mut stats = Vec::with_capacity(steps);
+            let mut acc = init(i);
+            for _ in 0..steps {
+                let parts = (
+                    &*xa,
+                    &mut *xb,
+                    &*ga,
+                    &mut *gb,
+                    &*la,
+                    &mut *lb,
+                    &mut *rho,
+                    &mut noise[..noise_len],
+                    &mut *rngs,
+                );
+                let aux = with_aux.then_some(&mut aux_buf[..]);
+                let st = run_block(target, kernel, Block::new(first_row, parts), aux)?;
+                fold(
+                    &mut acc,
+                    BlockStep {
+                        first_row,
+                        positions: &*xb,
+                        divergences: st.divergences,
+                        aux: (with_aux && st.divergences == 0).then_some(&aux_buf[..]),
+                    },
+                );
+                stats.push(st);
+                std::mem::swap(&mut xa, &mut xb);
+                std::mem::swap(&mut ga, &mut gb);
+                std::mem::swap(&mut la, &mut lb);
+            }
+            Ok((stats, acc))
+        };
+        // One noise buffer per block (empty for kernels that draw none).
+        let mut noise_chunks: Vec<&mut [T]> = self.scratch.0.chunks_mut(nb).collect();
+        noise_chunks.resize_with(n_blocks, Default::default);
+        let per_block: Vec<Result<(Vec<BlockStats>, A)>> =
+            if n_blocks == 1 || rayon::current_num_threads() == 1 {
+                // No task overhead.
+                x0.chunks_mut(bd)
+                    .zip(x1.chunks_mut(bd))
+                    .zip(g0.chunks_mut(bd).zip(g1.chunks_mut(bd)))
+                    .zip(l0.chunks_mut(rows).zip(l1.chunks_mut(rows)))
+                    .zip(self.rho.chunks_mut(bd))
+                    .zip(noise_chunks)
+                    .zip(self.rngs.chunks_mut(rows))
+                    .enumerate()
+                    .map(|(i, ((((((xa, xb), gs), ls), rho), noise), rngs))| {
+                        block(i, ((xa, xb), gs, ls, rho, noise, rngs))
+                    })
+                    .collect()
+            } else {
+                (
+                    x0.par_chunks_mut(bd),
+                    x1.par_chunks_mut(bd),
+                    g0.par_chunks_mut(bd),
+                    g1.par_chunks_mut(bd),
+                    l0.par_chunks_mut(rows),
+                    l1.par_chunks_mut(rows),
+                    self.rho.par_chunks_mut(bd),
+                    noise_chunks.into_par_iter(),
+                    self.rngs.par_chunks_mut(rows),
+                )
+                    .into_par_iter()
+                    .enumerate()
+                    .map(|(i, (xa, xb, ga, gb, la, lb, rho, noise, rngs))| {
+                        block(i, ((xa, xb), (ga, gb), (la, lb), rho, noise, rngs))
+                    })
+                    .collect()
+            };
+        let mut blocks = Vec::with_capacity(per_block.len());
+        for b in per_block {
+            blocks.push(b?);
+        }
+        let mut infos = Vec::with_capacity(steps);
+        let nf = n.max(1) as f64;
+        for s in 0..steps {
+            let mut total = BlockStats::default();
+            for (st, _) in &blocks {
+                total.add(&st[s]);
+            }
+            self.divergences += total.divergences as u64;
+            infos.push(StepInfo {
+                divergences: total.divergences,
+                mean_log_density: total.logp / nf,
+                kinetic_temperature: total.rho2 / (nf * d.max(1) as f64),
+                acceptance: kernel.metropolis.then(|| total.accept / nf),
+                energy_change: kernel
+                    .metropolis
+                    .then(|| total.dh / total.dh_count.max(1) as f64),
+            });
+        }
+        if steps % 2 == 1 {
+            self.cur = 1 - cur;
+        }
+        self.steps += steps as u64;
+        Ok((infos, blocks.into_iter().map(|(_, acc)| acc).collect()))
+    }
+}

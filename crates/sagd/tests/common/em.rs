@@ -1,0 +1,64 @@
+//! Fitting a model with automated EM and measuring the fit against the quadrature MLE: shared by
+//! this crate's tests of `EmSettings::default()` and, by path, by `sagd-apps`'s test of the same
+//! defaults on E1's model.
+#![allow(dead_code)]
+
+use sagd::em::{maximum_likelihood, AutomatedEm, EmEvent, EmSettings, EmTrace};
+use sagd::model::LatentModel;
+use sagd::quadrature::{log_likelihood, GaussHermite};
+use sagd::run::Control;
+
+/// Runs EM from θ₀ with `settings`, collecting the back-off events.
+pub fn run<M: LatentModel<f64>>(
+    model: &M,
+    settings: EmSettings,
+    theta0: &[f64],
+    seed: u64,
+) -> (EmTrace, usize) {
+    let mut events = 0;
+    let trace = AutomatedEm::new(model, settings)
+        .run(theta0, seed, None, &mut |e| {
+            if let EmEvent::BackOff(_) = e {
+                events += 1;
+            }
+            Control::Continue
+        })
+        .unwrap();
+    (trace, events)
+}
+
+/// ℓ(MLE) − ℓ(estimate) by quadrature, and the MLE.
+pub fn gap<M: LatentModel<f64>>(model: &M, estimate: &[f64], start: &[f64]) -> (f64, Vec<f64>) {
+    let gh = GaussHermite::new(100);
+    let mle = maximum_likelihood(model, start, &gh).unwrap();
+    // The gradient of ℓ at the MLE, relative to the number of points.
+    assert!(mle.grad_max < 1e-6 * model.n_data() as f64, "MLE: {mle:?}");
+    let l = log_likelihood(model, estimate, &gh).unwrap();
+    (-mle.f - l, mle.x)
+}
+
+/// Fits `model` from θ₀ with `EmSettings::default()` and checks the answer against the MLE: the
+/// log-likelihood gap below 0.05, and the error within 4 of the polished estimate's own Monte
+/// Carlo standard errors.
+pub fn fits_with_the_defaults<M: LatentModel<f64>>(
+    name: &str,
+    model: &M,
+    theta0: &[f64],
+    mle_start: &[f64],
+) {
+    let (trace, backoffs) = run(model, EmSettings::default(), theta0, 1);
+    assert_eq!(trace.polish_error, None);
+    let (estimate, se) = trace.final_estimate();
+    let (g, mle) = gap(model, estimate, mle_start);
+    let err = (0..mle.len())
+        .map(|j| (estimate[j] - mle[j]).abs() / se[j])
+        .fold(0.0, f64::max);
+    eprintln!(
+        "{name}: {} M-steps (rule met: {}), estimate {estimate:.4?} ± {se:.4?} (Monte Carlo), MLE {mle:.4?}, gap {g:.5}, max |error|/se {err:.2}, back-offs {backoffs}, Langevin steps {:.4?}",
+        trace.msteps.len(),
+        trace.converged,
+        trace.msteps.iter().map(|m| m.step_size.unwrap_or(f64::NAN)).collect::<Vec<_>>()
+    );
+    assert!(g < 0.05, "{name}: log-likelihood gap {g}");
+    assert!(err < 4.0, "{name}: |estimate - MLE| / se = {err}");
+}

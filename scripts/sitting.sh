@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# One sitting of measurements, on the GPU machine or here: the checks named on the command line, in
+# order, into one log. Builds nothing: run from the repository root with a release binary.
+#
+#   scripts/sitting.sh NAME CHECK [CHECK ...]
+#
+# NAME names the log ($OUT/sitting-NAME.log; OUT defaults to /tmp/sagd-sitting) and the folder of
+# the run's files ($OUT/NAME/, archived into $OUT/NAME.tgz at the end so that few files come back).
+# Environment:
+#   BIN          the sagd binary to measure (default .dev/sagd, a stripped release build)
+#   BASE         an earlier build, timed in the same rounds as BIN where a check compares builds
+#   PEER_PY      a Python with PyTorch (default python3); JAX_PY one with JAX (default python3)
+#   PEER_DIR     the folder holding the peers' scripts (default .dev): mnist_peer.py,
+#                sagd_peer.py, sagd_peer_jax.py
+#   ROUNDS       rounds of alternating timings (default 2)
+#
+# Checks (a check with arguments takes them after a colon, comma-separated):
+#   gpu-check[:REPEATS]        the CUDA engine against the CPU engine (sagd bench gpu)
+#   e3-gpu                     E3's minibatches on the GPU, f32 and TF32 products, and the peer's
+#   e3-cpu:THREADS,VAE,SAGD    E3's minibatches on THREADS CPU threads (VAE and SAGD minibatches
+#                              timed), BIN, BASE and the peer alternating for ROUNDS rounds
+#   e3-resume                  a GPU run interrupted every 4 updates and resumed, against it whole
+#   e3-default                 the default `sagd mnist` on the GPU, end to end
+#   e2-gpu                     one 1-D replication on the GPU against the JAX and PyTorch peers on
+#                              the same GPU, and the high-dimensional case against PyTorch's
+#   e2-table-gpu               Table 1's statistics (exp, 8 replications) on the GPU against the CPU
+#   e2-cpu                     one 1-D replication on 16 and 2 threads, whole and phase by phase
+#   bits                       the same replication on 1, 2 and 16 threads, compared bit for bit
+#   amx                        E3 with f32 against bf16x3 products on AMX tiles, 16 and 2 threads
+#                              (BIN built from the branch experiment/amx-bf16x3)
+#
+# Examples: the GPU sitting of a change to the engine,
+#   scripts/sitting.sh k gpu-check:10 e3-gpu e3-cpu:2,20,2 e3-cpu:16,40,4
+# and E3's speed against the peer on this machine, after `cargo build --release`,
+#   BIN=target/release/sagd PEER_DIR=../shared/peers/torch OUT=docs/results/archive \
+#     scripts/sitting.sh local-e3 e3-cpu:2,40,2
+set -u
+[ $# -ge 2 ] || { sed -n '2,38p' "$0"; exit 2; }
+NAME=$1; shift
+OUT=${OUT:-/tmp/sagd-sitting}
+R=$OUT/$NAME
+mkdir -p "$R"
+exec > >(tee "$OUT/sitting-$NAME.log") 2>&1
+S=${BIN:-.dev/sagd}
+P=${PEER_DIR:-.dev}
+ROUNDS=${ROUNDS:-2}
+TIMEFORMAT='wall %R s'
+export PYTHONUNBUFFERED=1
+libdir() { local f; f=$(find /usr /opt -name "$1" 2>/dev/null | head -1); [ -n "$f" ] && dirname "$f"; }
+export LD_LIBRARY_PATH="$(libdir 'libcublas.so.13*'):$(libdir 'libnvrtc.so.13*'):${LD_LIBRARY_PATH:-}"
+
+date -u; nproc; grep -m1 'model name' /proc/cpuinfo
+command -v nvidia-smi > /dev/null && nvidia-smi -L
+"$S" --version
+
+# The MNIST peer for timing (no evaluation, no figure) on the shipped data.
+peer() { ${PEER_PY:-python3} "$P/mnist_peer.py" run --data data/mnist --quiet --eval-n 0 --fig '' "$@"; }
+# Seconds per minibatch of the peer: its fastest epoch over the minibatches it ran (the first
+# epoch carries the warm-up).
+per_batch() { python3 -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+for k in ('vae', 'sagd'):
+    p = r[k]; b = p['batches_per_epoch']; t = p['epoch_times_s']
+    best = min(tt / bb for tt, bb in zip(t, b))
+    print(f'peer {k}: {best:.4f} s per minibatch, {best * p[\"full_epoch_batches\"]:.1f} s per epoch (fastest of {len(t)} epochs of {b[0]} minibatches)')
+" "$1"; }
+# Our E3 speed: ours BINARY TAG THREADS VAE_BATCHES SAGD_BATCHES; the table's rows (on stderr)
+# into the log, the JSON into $R.
+ours() { echo "-- $2, $3 threads"; $1 --threads "$3" bench mnist --vae-batches "$4" \
+  --sagd-batches "$5" --data data/mnist --out "$R/$2-cpu$3.json" 2>&1 | grep -E '^\| [vs]|error'; }
+peer_cpu() { peer --threads "$2" --vae-epochs 2 --vae-max-batches "$3" --sagd-epochs 2 \
+  --sagd-max-batches "$4" --out "$R/peer-$1-cpu$2.json" > /dev/null; per_batch "$R/peer-$1-cpu$2.json"; }
+phases() { python3 -c "import json,sys; r = json.load(open(sys.argv[1])); print('seconds per phase:', {k: round(v, 3) for k, v in r['mean_time_s'].items()}, 'total', round(r['total_time_s'], 2))" "$1"; }
+
+check_gpu_check() { time $S bench gpu --repeats "${1:-10}" --out "$R/gpu.json" | grep -vE '^ |^[{}]'; }
+
+check_e3_gpu() {
+  $S bench mnist --device cuda --vae-batches 200 --sagd-batches 30 --data data/mnist --out "$R/mnist-gpu.json" 2>&1 | grep -E '^\| [vs]|error'
+  SAGD_GPU_TF32=1 $S bench mnist --device cuda --vae-batches 200 --sagd-batches 30 --data data/mnist --out "$R/mnist-gpu-tf32.json" 2>&1 | grep -E '^\| [vs]|error'
+  peer --device cuda --vae-epochs 2 --vae-max-batches 200 --sagd-epochs 2 --sagd-max-batches 20 --out "$R/peer-gpu.json" > /dev/null
+  per_batch "$R/peer-gpu.json"
+}
+
+check_e3_cpu() {
+  local t=$1 v=$2 s=$3 half=$(( ($3 + 1) / 2 ))
+  for round in $(seq "$ROUNDS"); do
+    ours "$S" new-r$round "$t" "$v" "$s"
+    [ -n "${BASE:-}" ] && ours "$BASE" base-r$round "$t" "$v" "$s"
+    peer_cpu r$round "$t" "$v" "$half"
+  done
+}
+
+check_e3_resume() {
+  small() { $S mnist --device cuda --data data/mnist --train-n 2000 --vae-epochs 2 --sagd-updates 10 \
+    --eval-n 50 --eval-k 100 --quiet "$@"; }
+  time small --out "$R/whole" --pretrained-cache "$R/cache-whole" > /dev/null
+  small --out "$R/resumed" --pretrained-cache "$R/cache-resumed" --checkpoint-every 3 --interrupt-after 4 > /dev/null 2>&1
+  local i
+  for i in $(seq 12); do
+    small --out "$R/resumed" --pretrained-cache "$R/cache-resumed" --resume --interrupt-after 4 > /dev/null 2>&1 && break
+  done
+  python3 -c "
+import json
+a = json.load(open('$R/whole/result.json')); b = json.load(open('$R/resumed/result.json'))
+same = a['evaluations'] == b['evaluations'] and a['differences'] == b['differences']
+print('resumed after', $i, 'restarts: held-out numbers', 'the same' if same else 'DIFFERENT')
+"
+  rm -rf "$R"/cache-*
+}
+
+check_e3_default() {
+  time $S mnist --device cuda --data data/mnist --quiet --pretrained-cache /tmp/e3cache --out "$R/mnist-default" | tail -12
+  python3 -c "import json; r = json.load(open('$R/mnist-default/result.json')); print('timing_s', r['timing_s'])"
+}
+
+check_e2_gpu() {
+  time $S bench debias --dist exp --device cuda --out "$R/bench-gpu.json" > /dev/null
+  time JAX_PLATFORMS=cuda ${JAX_PY:-python3} "$P/sagd_peer_jax.py" e2 --dist exp --reps 1 --out "$R/jax.json" | tail -12
+  time ${PEER_PY:-python3} "$P/sagd_peer.py" e2 --dist exp --reps 1 --device cuda --pretrain-iters 500 --finetune-iters 100 --out "$R/torch-exp.json" | tail -12
+  time $S debias --dist exp --device cuda --pretrain-epochs 500 --finetune-epochs 100 --quiet --out "$R/g-exp-tenth" > /dev/null && phases "$R/g-exp-tenth/result.json"
+  time $S debias --dist highdim --device cuda --pretrain-epochs 20 --finetune-epochs 2 --quiet --out "$R/g-hd" > /dev/null && phases "$R/g-hd/result.json"
+  time ${PEER_PY:-python3} "$P/sagd_peer.py" e2 --dist highdim --reps 1 --device cuda --pretrain-epochs 20 --finetune-epochs 2 --out "$R/torch-hd.json" | tail -12
+}
+
+check_e2_table_gpu() {
+  time $S debias --dist exp --reps 8 --device cuda --quiet --out "$R/t-gpu" > /dev/null
+  time $S debias --dist exp --reps 8 --quiet --out "$R/t-cpu" > /dev/null
+  python3 - "$R" <<'PY'
+import json, math, sys
+g = json.load(open(sys.argv[1] + "/t-gpu/result.json"))["summary"]
+c = json.load(open(sys.argv[1] + "/t-cpu/result.json"))["summary"]
+print("| statistic | GPU mean (se) | CPU mean (se) | z |")
+print("|---|---|---|---|")
+for k in sorted(g):
+    a, b = g[k], c[k]
+    se = math.hypot(a["se"] or 0, b["se"] or 0)
+    z = (a["mean"] - b["mean"]) / se if se > 0 else float("nan")
+    print(f"| {k} | {a['mean']:.4f} ({a['se']:.4f}) | {b['mean']:.4f} ({b['se']:.4f}) | {z:+.2f} |")
+PY
+}
+
+check_e2_cpu() {
+  for t in 16 2; do time $S --threads $t bench debias --dist exp --out "$R/bench-cpu-$t.json" > /dev/null; done
+}
+
+check_bits() {
+  for t in 1 2 16; do
+    $S --threads $t debias --dist exp --pretrain-epochs 300 --finetune-epochs 30 --m 20000 --quiet --out "$R/bits$t" > /dev/null
+  done
+  python3 scripts/same_bits.py "$R/bits1" "$R/bits2" "$R/bits16"
+}
+
+check_amx() {
+  grep -o -m1 'amx_bf16' /proc/cpuinfo || echo "this CPU has no AMX-BF16: bf16x3 will refuse"
+  local t r p
+  for t in 16 2; do for r in $(seq "$ROUNDS"); do for p in f32 bf16x3; do
+    ours "$S --products $p" "amx-$p-r$r" "$t" 20 2
+  done; done; done
+}
+
+for c in "$@"; do
+  name=${c%%:*}; args=""; [ "$name" != "$c" ] && args=${c#*:}
+  fn=check_${name//-/_}
+  if ! declare -F "$fn" > /dev/null; then echo "unknown check '$name': see the list at the top of $0"; exit 2; fi
+  echo "== $name ${args//,/ }"
+  IFS=, read -r -a argv <<< "$args"
+  "$fn" "${argv[@]}"
+done
+echo "== done"
+tar czf "$OUT/$NAME.tgz" -C "$R" --exclude='checkpoints' .
