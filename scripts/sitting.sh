@@ -9,9 +9,9 @@
 # Environment:
 #   BIN          the sagd binary to measure (default .dev/sagd, a stripped release build)
 #   BASE         an earlier build, timed in the same rounds as BIN where a check compares builds
-#   PEER_PY      a Python with PyTorch (default python3); JAX_PY one with JAX (default python3)
-#   PEER_DIR     the folder holding the peers' scripts (default .dev): mnist_peer.py,
-#                sagd_peer.py, sagd_peer_jax.py
+#   PEER_PY      a Python with torch, numpy and scipy for peers/torch_peer.py (default python3)
+#   JAX_PEER     a JAX script of E2 to time beside it in e2-gpu (none is in the repository yet),
+#                run by JAX_PY (default python3)
 #   ROUNDS       rounds of alternating timings (default 2)
 #
 # Checks (a check with arguments takes them after a colon, comma-separated):
@@ -21,8 +21,8 @@
 #                              timed), BIN, BASE and the peer alternating for ROUNDS rounds
 #   e3-resume                  a GPU run interrupted every 4 updates and resumed, against it whole
 #   e3-default                 the default `sagd mnist` on the GPU, end to end
-#   e2-gpu                     one 1-D replication on the GPU against the JAX and PyTorch peers on
-#                              the same GPU, and the high-dimensional case against PyTorch's
+#   e2-gpu                     one 1-D replication on the GPU against the PyTorch peer (and a JAX
+#                              one, JAX_PEER) on the same GPU, and the high-dimensional case
 #   e2-table-gpu               Table 1's statistics (exp, 8 replications) on the GPU against the CPU
 #   e2-cpu                     one 1-D replication on 16 and 2 threads, whole and phase by phase
 #   bits                       the same replication on 1, 2 and 16 threads, compared bit for bit
@@ -32,7 +32,7 @@
 # Examples: the GPU sitting of a change to the engine,
 #   scripts/sitting.sh k gpu-check:10 e3-gpu e3-cpu:2,20,2 e3-cpu:16,40,4
 # and E3's speed against the peer on this machine, after `cargo build --release`,
-#   BIN=target/release/sagd PEER_DIR=../shared/peers/torch OUT=docs/results/archive \
+#   BIN=target/release/sagd PEER_PY=.venv-peer/bin/python OUT=docs/results/archive \
 #     scripts/sitting.sh local-e3 e3-cpu:2,40,2
 set -u
 [ $# -ge 2 ] || { sed -n '2,38p' "$0"; exit 2; }
@@ -42,7 +42,6 @@ R=$OUT/$NAME
 mkdir -p "$R"
 exec > >(tee "$OUT/sitting-$NAME.log") 2>&1
 S=${BIN:-.dev/sagd}
-P=${PEER_DIR:-.dev}
 ROUNDS=${ROUNDS:-2}
 TIMEFORMAT='wall %R s'
 export PYTHONUNBUFFERED=1
@@ -53,24 +52,14 @@ date -u; nproc; grep -m1 'model name' /proc/cpuinfo
 command -v nvidia-smi > /dev/null && nvidia-smi -L
 "$S" --version
 
-# The MNIST peer for timing (no evaluation, no figure) on the shipped data.
-peer() { ${PEER_PY:-python3} "$P/mnist_peer.py" run --data data/mnist --quiet --eval-n 0 --fig '' "$@"; }
-# Seconds per minibatch of the peer: its fastest epoch over the minibatches it ran (the first
-# epoch carries the warm-up).
-per_batch() { python3 -c "
-import json, sys
-r = json.load(open(sys.argv[1]))
-for k in ('vae', 'sagd'):
-    p = r[k]; b = p['batches_per_epoch']; t = p['epoch_times_s']
-    best = min(tt / bb for tt, bb in zip(t, b))
-    print(f'peer {k}: {best:.4f} s per minibatch, {best * p[\"full_epoch_batches\"]:.1f} s per epoch (fastest of {len(t)} epochs of {b[0]} minibatches)')
-" "$1"; }
+# The PyTorch peer (peers/torch_peer.py), and its E3 seconds per minibatch.
+peer() { ${PEER_PY:-python3} peers/torch_peer.py "$@"; }
 # Our E3 speed: ours BINARY TAG THREADS VAE_BATCHES SAGD_BATCHES; the table's rows (on stderr)
 # into the log, the JSON into $R.
 ours() { echo "-- $2, $3 threads"; $1 --threads "$3" bench mnist --vae-batches "$4" \
   --sagd-batches "$5" --data data/mnist --out "$R/$2-cpu$3.json" 2>&1 | grep -E '^\| [vs]|error'; }
-peer_cpu() { peer --threads "$2" --vae-epochs 2 --vae-max-batches "$3" --sagd-epochs 2 \
-  --sagd-max-batches "$4" --out "$R/peer-$1-cpu$2.json" > /dev/null; per_batch "$R/peer-$1-cpu$2.json"; }
+peer_cpu() { echo "-- peer, $2 threads"; peer e3 --threads "$2" --vae-batches "$3" --sagd-batches "$4" \
+  --out "$R/peer-$1-cpu$2.json"; }
 phases() { python3 -c "import json,sys; r = json.load(open(sys.argv[1])); print('seconds per phase:', {k: round(v, 3) for k, v in r['mean_time_s'].items()}, 'total', round(r['total_time_s'], 2))" "$1"; }
 
 check_gpu_check() { time $S bench gpu --repeats "${1:-10}" --out "$R/gpu.json" | grep -vE '^ |^[{}]'; }
@@ -78,16 +67,15 @@ check_gpu_check() { time $S bench gpu --repeats "${1:-10}" --out "$R/gpu.json" |
 check_e3_gpu() {
   $S bench mnist --device cuda --vae-batches 200 --sagd-batches 30 --data data/mnist --out "$R/mnist-gpu.json" 2>&1 | grep -E '^\| [vs]|error'
   SAGD_GPU_TF32=1 $S bench mnist --device cuda --vae-batches 200 --sagd-batches 30 --data data/mnist --out "$R/mnist-gpu-tf32.json" 2>&1 | grep -E '^\| [vs]|error'
-  peer --device cuda --vae-epochs 2 --vae-max-batches 200 --sagd-epochs 2 --sagd-max-batches 20 --out "$R/peer-gpu.json" > /dev/null
-  per_batch "$R/peer-gpu.json"
+  peer e3 --device cuda --vae-batches 200 --sagd-batches 20 --out "$R/peer-gpu.json"
 }
 
 check_e3_cpu() {
-  local t=$1 v=$2 s=$3 half=$(( ($3 + 1) / 2 ))
+  local t=$1 v=$2 s=$3
   for round in $(seq "$ROUNDS"); do
     ours "$S" new-r$round "$t" "$v" "$s"
     [ -n "${BASE:-}" ] && ours "$BASE" base-r$round "$t" "$v" "$s"
-    peer_cpu r$round "$t" "$v" "$half"
+    peer_cpu r$round "$t" "$v" "$s"
   done
 }
 
@@ -116,11 +104,15 @@ check_e3_default() {
 
 check_e2_gpu() {
   time $S bench debias --dist exp --device cuda --out "$R/bench-gpu.json" > /dev/null
-  time JAX_PLATFORMS=cuda ${JAX_PY:-python3} "$P/sagd_peer_jax.py" e2 --dist exp --reps 1 --out "$R/jax.json" | tail -12
-  time ${PEER_PY:-python3} "$P/sagd_peer.py" e2 --dist exp --reps 1 --device cuda --pretrain-iters 500 --finetune-iters 100 --out "$R/torch-exp.json" | tail -12
+  if [ -n "${JAX_PEER:-}" ]; then
+    time JAX_PLATFORMS=cuda ${JAX_PY:-python3} "$JAX_PEER" e2 --dist exp --reps 1 --out "$R/jax.json" | tail -12
+  else
+    echo "no JAX peer (JAX_PEER unset): skipped"
+  fi
+  time peer e2 --dist exp --device cuda --pretrain-epochs 500 --finetune-epochs 100 --out "$R/torch-exp.json"
   time $S debias --dist exp --device cuda --pretrain-epochs 500 --finetune-epochs 100 --quiet --out "$R/g-exp-tenth" > /dev/null && phases "$R/g-exp-tenth/result.json"
   time $S debias --dist highdim --device cuda --pretrain-epochs 20 --finetune-epochs 2 --quiet --out "$R/g-hd" > /dev/null && phases "$R/g-hd/result.json"
-  time ${PEER_PY:-python3} "$P/sagd_peer.py" e2 --dist highdim --reps 1 --device cuda --pretrain-epochs 20 --finetune-epochs 2 --out "$R/torch-hd.json" | tail -12
+  time peer e2 --dist highdim --device cuda --pretrain-epochs 20 --finetune-epochs 2 --out "$R/torch-hd.json"
 }
 
 check_e2_table_gpu() {

@@ -25,8 +25,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// The whole paper (E1, E2, and E3 once it exists) from one command, into one report:
-    /// OUT/report.html, report.md and results.json.
+    /// The whole paper (E1, E2 and E3) from one command, into one report: OUT/report.html,
+    /// report.md and results.json.
     Reproduce(reproduce::ReproduceArgs),
     /// The debiased VAE (the paper's E2, Table 1 and Figure 2), or deconvolution of your own data.
     Debias(debias::DebiasArgs),

@@ -251,11 +251,12 @@ pub fn write(
         &staging.path("figure3.svg"),
         (640, 1320),
     )?;
+    let curves = CurvesFigure { curves: &r.curves };
     plot::save(
-        &CurvesFigure { curves: &r.curves },
+        &curves,
         &staging.path("curves.png"),
         &staging.path("curves.svg"),
-        (900, 500),
+        curves.size(),
     )?;
     let result = result_json(o.flags, s, &r, opts, t0.elapsed().as_secs_f64());
     std::fs::write(

@@ -18,6 +18,7 @@ pub use table::{paper, run_table, Summary, Table1, PAPER_METHODS};
 
 use sagd::error::{Result, SagdError};
 use sagd::hmc::HmcSettings;
+use sagd::langevin::Scheme;
 use sagd::metrics::Law;
 use serde::{Deserialize, Serialize};
 
@@ -33,13 +34,24 @@ pub enum Method {
     Iwae,
     /// Decoder only; HMC chains from an encoder draw at every update.
     Hmc,
-    /// Decoder only; persistent underdamped Langevin chains (SAGD).
+    /// Decoder only; persistent underdamped Langevin chains (SAGD), with this crate's scheme and
+    /// averaging ([`MethodSettings::sagd`], [`MethodSettings::sagd_average`]).
     Sagd,
+    /// SAGD as the paper ran it: the same chains with the paper's Euler scheme, the last iterate
+    /// and the fine-tuning learning rate ([`MethodSettings::sagd_paper`]).
+    #[serde(rename = "sagd-paper")]
+    SagdPaper,
 }
 
 impl Method {
     /// All, in table order.
-    pub const ALL: [Method; 4] = [Method::Vae, Method::Iwae, Method::Hmc, Method::Sagd];
+    pub const ALL: [Method; 5] = [
+        Method::Vae,
+        Method::Iwae,
+        Method::Hmc,
+        Method::Sagd,
+        Method::SagdPaper,
+    ];
 
     /// The name as the command line spells it.
     pub fn name(self) -> &'static str {
@@ -48,6 +60,72 @@ impl Method {
             Method::Iwae => "iwae",
             Method::Hmc => "hmc",
             Method::Sagd => "sagd",
+            Method::SagdPaper => "sagd-paper",
+        }
+    }
+
+    /// The name in tables and legends.
+    pub fn label(self) -> &'static str {
+        match self {
+            Method::Vae => "VAE",
+            Method::Iwae => "IWAE",
+            Method::Hmc => "HMC",
+            Method::Sagd => "SAGD",
+            Method::SagdPaper => "SAGD (paper's)",
+        }
+    }
+
+    /// The paper's method whose Table 1 column this one is compared with.
+    pub fn paper_column(self) -> Method {
+        match self {
+            Method::SagdPaper => Method::Sagd,
+            m => m,
+        }
+    }
+
+    /// What this method runs with `m`: its integrator, averaging and chain settings, for the
+    /// headings of tables.
+    pub fn describe(self, s: &E2Settings) -> String {
+        let m = &s.method;
+        let chains = |c: &LangevinChains| {
+            format!(
+                "δ = {}, K = {}, γ = {}, {} burn-in steps",
+                c.step_size, c.steps, c.langevin.gamma, c.burn_in
+            )
+        };
+        match self {
+            Method::Vae => "the ELBO, one sample".into(),
+            Method::Iwae => format!("k = {}", m.iwae_k),
+            Method::Hmc => {
+                let h = m.hmc();
+                format!(
+                    "L = {}, step {}, {} transitions per update",
+                    h.hmc.n_leapfrog, h.hmc.step_size, h.transitions
+                )
+            }
+            Method::Sagd => {
+                let avg = if m.sagd_average > 0.0 {
+                    format!(
+                        "the average of the last {}% of its iterates",
+                        (100.0 * m.sagd_average).round()
+                    )
+                } else {
+                    "the last iterate".into()
+                };
+                let lr = match s.sagd_lr {
+                    Some(lr) => format!(", learning rate {lr}"),
+                    None => String::new(),
+                };
+                let scheme = match m.sagd.langevin.scheme {
+                    Scheme::Euler => "Euler".to_string(),
+                    other => other.name().to_uppercase(),
+                };
+                format!("{scheme}, {avg}; {}{lr}", chains(&m.sagd))
+            }
+            Method::SagdPaper => format!(
+                "Euler (the paper's), the last iterate; {}",
+                chains(&m.sagd_paper())
+            ),
         }
     }
 }
@@ -64,7 +142,7 @@ impl std::str::FromStr for Method {
         Method::ALL
             .into_iter()
             .find(|m| m.name() == s.trim().to_ascii_lowercase())
-            .ok_or_else(|| format!("unknown method `{s}`: use vae, iwae, hmc or sagd"))
+            .ok_or_else(|| format!("unknown method `{s}`: use vae, iwae, hmc, sagd or sagd-paper"))
     }
 }
 
@@ -122,7 +200,7 @@ impl Case {
                 pretrain_epochs: if paper { 10_000 } else { 500 },
                 finetune_epochs: if paper { 1000 } else { 50 },
                 // With the paper's 20000 minibatch updates the likelihood rewards drifting towards
-                // the data points; a smaller step keeps SAGD near its best (README).
+                // the data points; a smaller step keeps SAGD near its best (docs/guide.md).
                 sagd_lr: paper.then_some(HIGHDIM_PAPER_SAGD_LR),
                 ..spec
             },
@@ -137,7 +215,7 @@ impl Case {
             (Case::Highdim, false) => {
                 "the small default for 2 cores (--paper-settings runs the paper's 10000 + 1000 epochs)"
             }
-            _ => "the spec's settings",
+            _ => "the paper's settings (SAGD's scheme and averaging are named with the methods)",
         }
     }
 }
@@ -163,7 +241,7 @@ pub const HIGHDIM_PAPER_SAGD_LR: f64 = 1e-4;
 
 /// Settings of the fine-tuning methods: experiment E2's, except that SAGD integrates with BAOAB
 /// and returns the average of its last half of iterates (measured better over 30 replications;
-/// see the README).
+/// see docs/guide.md).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MethodSettings {
     /// IWAE's importance samples k.
@@ -195,6 +273,18 @@ impl Default for MethodSettings {
 }
 
 impl MethodSettings {
+    /// SAGD's chains as the paper ran them: these chains with the paper's Euler scheme.
+    pub fn sagd_paper(&self) -> LangevinChains {
+        let mut c = self.sagd;
+        c.langevin.scheme = Scheme::Euler;
+        c
+    }
+
+    /// Whether [`Method::Sagd`] runs as the paper did (the Euler scheme, the last iterate).
+    pub fn sagd_is_papers(&self) -> bool {
+        self.sagd.langevin.scheme == Scheme::Euler && self.sagd_average == 0.0
+    }
+
     /// HMC's chains, with SAGD's δ and K where HMC's own are not set.
     pub fn hmc(&self) -> HmcChains {
         HmcChains {
@@ -251,7 +341,7 @@ impl Default for E2Settings {
             finetune_lr: 1e-3,
             sagd_lr: None,
             m: 100_000,
-            methods: Method::ALL.to_vec(),
+            methods: Method::ALL[..4].to_vec(),
             method: MethodSettings::default(),
         }
     }
@@ -289,7 +379,7 @@ impl E2Settings {
             return Err(SagdError::InvalidSetting {
                 name: "methods",
                 value: "none".into(),
-                fix: "name at least one of vae, iwae, hmc, sagd".into(),
+                fix: "name at least one of vae, iwae, hmc, sagd, sagd-paper".into(),
             });
         }
         for (name, v) in [
@@ -325,7 +415,7 @@ impl E2Settings {
         let cost = match phase.parse::<Method>() {
             Ok(Method::Iwae) => 0.4 * m.iwae_k as f64,
             Ok(Method::Hmc) => 0.4 * (hmc.hmc.n_leapfrog * hmc.transitions) as f64,
-            Ok(Method::Sagd) => 0.6 * m.sagd.steps as f64,
+            Ok(Method::Sagd | Method::SagdPaper) => 0.6 * m.sagd.steps as f64,
             _ => 1.0,
         };
         cost.round().max(1.0) as u64
@@ -364,6 +454,42 @@ impl E2Settings {
         let mut out = Vec::new();
         if let (Ok(a), Ok(b)) = (serde_json::to_value(self), serde_json::to_value(preset)) {
             walk("", &a, &b, &mut out);
+        }
+        out
+    }
+
+    /// The settings that differ from the paper's for `case`, beside SAGD's own scheme, averaging
+    /// and learning rate (which [`Method::SagdPaper`] runs as the paper did): empty when this
+    /// run's numbers are comparable with the paper's Table 1.
+    pub fn differs_from_paper(&self, case: Case) -> Vec<String> {
+        let mut paper = case.settings(true);
+        paper.methods.clone_from(&self.methods);
+        paper.sagd_lr = self.sagd_lr;
+        paper.method.sagd.langevin.scheme = self.method.sagd.langevin.scheme;
+        paper.method.sagd_average = self.method.sagd_average;
+        self.overrides(&paper)
+    }
+
+    /// SAGD's settings that differ from the paper's (scheme, averaging, learning rate).
+    pub fn sagd_differs_from_paper(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.method.sagd.langevin.scheme != Scheme::Euler {
+            out.push(format!(
+                "SAGD integrates with {} (the paper: Euler)",
+                self.method.sagd.langevin.scheme.name().to_uppercase()
+            ));
+        }
+        if self.method.sagd_average > 0.0 {
+            out.push(format!(
+                "SAGD returns the average of its last {}% of iterates (the paper: the last iterate)",
+                (100.0 * self.method.sagd_average).round()
+            ));
+        }
+        if let Some(lr) = self.sagd_lr {
+            out.push(format!(
+                "SAGD's learning rate is {lr} (the paper: {})",
+                self.finetune_lr
+            ));
         }
         out
     }

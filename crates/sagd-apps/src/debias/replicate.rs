@@ -383,16 +383,22 @@ pub fn fit(
                         mseed,
                     )?),
                 },
-                Method::Sagd => match opts.device {
-                    Device::Cpu => Box::new(ChainEstimator::sagd(&vae, &x, &s.method.sagd, mseed)?),
-                    Device::Cuda(i) => Box::new(GpuChainEstimator::sagd(
-                        Gpu::open(i)?,
-                        &vae,
-                        &x,
-                        &s.method.sagd,
-                        mseed,
-                    )?),
-                },
+                Method::Sagd | Method::SagdPaper => {
+                    let chains = match m {
+                        Method::SagdPaper => s.method.sagd_paper(),
+                        _ => s.method.sagd,
+                    };
+                    match opts.device {
+                        Device::Cpu => Box::new(ChainEstimator::sagd(&vae, &x, &chains, mseed)?),
+                        Device::Cuda(i) => Box::new(GpuChainEstimator::sagd(
+                            Gpu::open(i)?,
+                            &vae,
+                            &x,
+                            &chains,
+                            mseed,
+                        )?),
+                    }
+                }
             };
             // SAGD has its own learning rate and returns an average of its iterates.
             let (lr, averaging) = match m {
@@ -403,6 +409,7 @@ pub fn fit(
                     },
                 ),
                 Method::Sagd => (s.sagd_lr(), Averaging::None),
+                // The paper's SAGD: its Euler chains, the last iterate, the fine-tuning rate.
                 _ => (s.finetune_lr, Averaging::None),
             };
             let phase = Phase {

@@ -13,7 +13,7 @@ use super::replicate::{replicate, Replication, RunOptions};
 use super::{Case, E2Settings, Method};
 
 /// The methods of the paper's Table 1, in its column order.
-pub const PAPER_METHODS: [Method; 4] = Method::ALL;
+pub const PAPER_METHODS: [Method; 4] = [Method::Vae, Method::Iwae, Method::Hmc, Method::Sagd];
 
 /// The paper's Table 1 for `case` and `metric` ("D" or "W"): (mean, standard error) for VAE,
 /// IWAE, HMC and SAGD.
@@ -118,15 +118,29 @@ impl Table1 {
         self.summary.get(&format!("{who}_{metric}")).copied()
     }
 
-    /// The paper's number for `method` and `metric` in this case.
+    /// The paper's number for `method` (its column: the paper's SAGD for both SAGD rows) and
+    /// `metric` in this case.
     pub fn paper(&self, method: Method, metric: &str) -> Option<Summary> {
-        let i = PAPER_METHODS.iter().position(|m| *m == method)?;
+        let i = PAPER_METHODS
+            .iter()
+            .position(|m| *m == method.paper_column())?;
         let (mean, se) = paper(self.case, metric)?[i];
         Some(Summary { mean, se: Some(se) })
     }
 
-    /// How far `method`'s mean is from the paper's, in standard errors of the difference.
+    /// Whether `method`'s row can be set against the paper's: the run has the paper's settings
+    /// (beside SAGD's own, [`E2Settings::differs_from_paper`]) and the method is the paper's.
+    pub fn comparable(&self, method: Method) -> bool {
+        self.settings.differs_from_paper(self.case).is_empty()
+            && (method != Method::Sagd || self.settings.sagd_differs_from_paper().is_empty())
+    }
+
+    /// How far `method`'s mean is from the paper's, in standard errors of the difference; `None`
+    /// where the two are not [`comparable`](Table1::comparable).
     pub fn z_vs_paper(&self, method: Method, metric: &str) -> Option<f64> {
+        if !self.comparable(method) {
+            return None;
+        }
         let ours = self.get(method.name(), metric)?;
         let theirs = self.paper(method, metric)?;
         let pse = theirs.se.unwrap_or(0.0);

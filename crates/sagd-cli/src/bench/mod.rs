@@ -87,7 +87,7 @@ pub struct DebiasBenchArgs {
     /// Timed repeats of each phase (the table gives the fastest).
     #[arg(long, default_value_t = 1)]
     repeats: usize,
-    /// The PyTorch reference implementation's script (`sagd_peer.py`), run with the same thread
+    /// The PyTorch peer's script (`peers/torch_peer.py`), run with the same thread
     /// count.
     #[arg(long)]
     peer: Option<PathBuf>,

@@ -77,7 +77,7 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
     )];
     for m in &s.methods {
         panels.push((
-            m.name().to_uppercase(),
+            m.label().to_string(),
             &d.samples[m.name()][..],
             f64::NAN,
             f64::NAN,

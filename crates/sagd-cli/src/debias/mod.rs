@@ -72,7 +72,7 @@ pub struct DebiasArgs {
     #[arg(long, default_value_t = spec().finetune_lr)]
     finetune_lr: f64,
     /// Adam learning rate of SAGD's fine-tuning (preset: --finetune-lr; 1e-4 for highdim with
-    /// --paper-settings, see the README).
+    /// --paper-settings, see docs/guide.md).
     #[arg(long)]
     sagd_lr: Option<f64>,
     /// Draws of U for the evaluation.

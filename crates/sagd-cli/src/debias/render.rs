@@ -67,7 +67,11 @@ pub(super) fn write_trace(staging: &mut Staging, reps: &[Replication]) -> Result
                     .trace
                     .iter()
                     .filter_map(|t| Some((t.epoch as f64, pick(t)?)));
-                (m.to_uppercase(), c.collect())
+                let label = m
+                    .parse::<sagd_apps::debias::Method>()
+                    .map(|m| m.label())
+                    .unwrap_or(m);
+                (label.to_string(), c.collect())
             })
             .collect(),
         reference: if against_pi {
@@ -92,7 +96,7 @@ fn markdown(t: &Table1) -> String {
         s.p,
         t.seeds.len(),
         t.settings_profile,
-        s.methods.iter().map(|m| m.name().to_uppercase()).collect::<Vec<_>>().join(" | "),
+        s.methods.iter().map(|m| m.label()).collect::<Vec<_>>().join(" | "),
         s.methods.iter().map(|_| "---|").collect::<String>()
     );
     for metric in ["D", "W"] {
@@ -161,7 +165,7 @@ pub(super) fn density_figure(
         staging.path(&format!("{name}.png")),
         staging.path(&format!("{name}.svg")),
     );
-    save(&grid, &p, &sv, (300 * grid.panels.len() as u32 + 40, 340))
+    save(&grid, &p, &sv, grid.size())
 }
 
 /// What a Table 1 run is, beside its settings.
@@ -228,14 +232,14 @@ pub fn write_table(s: &E2Settings, j: TableJob) -> Result<(Table1, String, Vec<S
     for m in &s.methods {
         let r = &first.methods[m.name()];
         panels.push((
-            m.name().to_uppercase(),
+            m.label().to_string(),
             &draws[m.name()][..],
             r.eval.ks,
             r.eval.w1,
         ));
     }
     let caption = format!(
-        "{} (seed {}{}): data density (dashed), true π (solid), estimated π (histogram)",
+        "Figure 2 — {} (seed {}{}): the fitted latent law of each model against the data and π",
         t.case,
         first.seed,
         if s.p > 1 { ", first coordinate" } else { "" }

@@ -92,10 +92,22 @@ pub struct DensityGrid<'a> {
     pub caption: String,
 }
 
+impl DensityGrid<'_> {
+    /// Panels per row: three, so that a grid at a report's width keeps its text legible.
+    pub const COLUMNS: usize = 3;
+
+    /// The figure's size in pixels: panels of 330 × 300 in rows of [`Self::COLUMNS`].
+    pub fn size(&self) -> (u32, u32) {
+        let cols = self.panels.len().clamp(1, Self::COLUMNS);
+        let rows = self.panels.len().div_ceil(Self::COLUMNS).max(1);
+        (330 * cols as u32 + 20, 300 * rows as u32 + 40)
+    }
+}
+
 impl Figure for DensityGrid<'_> {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
         let root = root
-            .titled(&self.caption, ("sans-serif", 16))
+            .titled(&self.caption, ("sans-serif", 17))
             .map_err(err)?;
         let DensitySeries {
             lo,
@@ -108,54 +120,73 @@ impl Figure for DensityGrid<'_> {
         } = self.series;
         let (lo, hi, width) = (*lo, *hi, *width);
         let ymax = self.series.max_density() * 1.1;
-        let areas = root.split_evenly((1, self.panels.len()));
+        let cols = self.panels.len().clamp(1, Self::COLUMNS);
+        let rows = self.panels.len().div_ceil(Self::COLUMNS).max(1);
+        let areas = root.split_evenly((rows, cols));
         for ((area, p), h) in areas.iter().zip(&self.panels).zip(hists) {
             let mut chart = ChartBuilder::on(area)
-                .caption(&p.title, ("sans-serif", 16))
-                .margin(6)
-                .x_label_area_size(40)
-                .y_label_area_size(56)
+                .caption(&p.title, ("sans-serif", 17))
+                .margin(8)
+                .x_label_area_size(42)
+                .y_label_area_size(52)
                 .build_cartesian_2d(lo..hi, 0.0..ymax.max(1e-6))
                 .map_err(err)?;
             chart
                 .configure_mesh()
                 .disable_mesh()
-                .label_style(("sans-serif", 11))
+                .label_style(("sans-serif", 14))
                 .x_desc("z")
                 .y_desc("density")
-                .axis_desc_style(("sans-serif", 12))
+                .axis_desc_style(("sans-serif", 14))
                 .x_labels(6)
                 .y_labels(5)
                 .draw()
                 .map_err(err)?;
+            let fill = BLUE.mix(0.45).filled();
             chart
                 .draw_series(h.iter().enumerate().map(|(b, v)| {
                     let x0 = lo + b as f64 * width;
-                    Rectangle::new([(x0, 0.0), (x0 + width, *v)], BLUE.mix(0.45).filled())
+                    Rectangle::new([(x0, 0.0), (x0 + width, *v)], fill)
                 }))
-                .map_err(err)?;
+                .map_err(err)?
+                .label("estimated π")
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 20, y + 5)], fill));
+            let dashed = BLACK.stroke_width(2);
             chart
                 .draw_series(DashedLineSeries::new(
                     grid.iter().cloned().zip(data_density.iter().cloned()),
                     6,
                     4,
-                    BLACK.stroke_width(2),
+                    dashed,
                 ))
-                .map_err(err)?;
+                .map_err(err)?
+                .label("data")
+                .legend(move |(x, y)| {
+                    plotters::element::DashedPathElement::new([(x, y), (x + 20, y)], 5, 3, dashed)
+                });
             if let Some(td) = &true_density {
+                let solid = RED.stroke_width(2);
+                let curve: Vec<(f64, f64)> = grid.iter().cloned().zip(td.iter().cloned()).collect();
                 chart
-                    .draw_series(LineSeries::new(
-                        grid.iter().cloned().zip(td.iter().cloned()),
-                        RED.stroke_width(2),
-                    ))
-                    .map_err(err)?;
+                    .draw_series(segments(&curve, solid))
+                    .map_err(err)?
+                    .label("true π")
+                    .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], solid));
             }
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .label_font(("sans-serif", 13))
+                .position(SeriesLabelPosition::UpperRight)
+                .draw()
+                .map_err(err)?;
             if p.d.is_finite() {
-                let style = ("sans-serif", 13).into_font().color(&BLACK);
+                let style = ("sans-serif", 14).into_font().color(&BLACK);
                 // Inside the plot, clear of the y axis and its labels.
-                area.draw_text(&format!("D = {:.4}", p.d), &style, (110, 34))
+                area.draw_text(&format!("D = {:.4}", p.d), &style, (70, 36))
                     .map_err(err)?;
-                area.draw_text(&format!("W = {:.4}", p.w), &style, (110, 50))
+                area.draw_text(&format!("W = {:.4}", p.w), &style, (70, 54))
                     .map_err(err)?;
             }
         }

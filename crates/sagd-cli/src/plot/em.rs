@@ -106,18 +106,38 @@ fn draw_paths<DB: DrawingBackend>(
         .map_err(err)?
         .label("SAGD")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED.stroke_width(2)));
+    // White markers with a black rim: visible on the heat map's light and dark colours and on
+    // the legend's white.
+    let ring = |at, r| {
+        EmptyElement::at(at)
+            + Circle::new((0, 0), r + 2, BLACK.filled())
+            + Circle::new((0, 0), r, WHITE.filled())
+    };
+    let cross = |at, r| {
+        EmptyElement::at(at)
+            + Cross::new((0, 0), r + 1, BLACK.stroke_width(6))
+            + Cross::new((0, 0), r, WHITE.stroke_width(3))
+    };
     if let Some(start) = exact.first() {
         chart
-            .draw_series([Circle::new((start[0], start[1]), 6, WHITE.filled())])
+            .draw_series([ring((start[0], start[1]), 6)])
             .map_err(err)?
             .label("start")
-            .legend(|(x, y)| Circle::new((x + 10, y), 5, WHITE.filled()));
+            .legend(|(x, y)| {
+                EmptyElement::at((x + 10, y))
+                    + Circle::new((0, 0), 6, BLACK.filled())
+                    + Circle::new((0, 0), 4, WHITE.filled())
+            });
     }
     chart
-        .draw_series([Cross::new((mle[0], mle[1]), 9, WHITE.stroke_width(3))])
+        .draw_series([cross((mle[0], mle[1]), 9)])
         .map_err(err)?
         .label("MLE")
-        .legend(|(x, y)| Cross::new((x + 10, y), 6, WHITE.stroke_width(3)));
+        .legend(|(x, y)| {
+            EmptyElement::at((x + 10, y))
+                + Cross::new((0, 0), 7, BLACK.stroke_width(6))
+                + Cross::new((0, 0), 6, WHITE.stroke_width(3))
+        });
     if let Some(t) = truth {
         chart
             .draw_series([TriangleMarker::new((t[0], t[1]), 8, MAGENTA.filled())])

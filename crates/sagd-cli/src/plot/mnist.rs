@@ -5,7 +5,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use sagd_apps::mnist::experiment::Curve;
 
-use super::{draw_legend, err, Figure};
+use super::{err, segments, Figure};
 
 /// Panels of 100 digits (pixel probabilities, 100 × 784 each) in 10 × 10 grids, one under the
 /// other, each with its title.
@@ -58,67 +58,102 @@ impl Figure for DigitsFigure<'_> {
     }
 }
 
-/// The loss of every update of each phase (a moving average over 20 updates, where there are
-/// that many).
+/// Each phase's loss at every update (a moving average over up to 20 updates), one panel per
+/// phase, each on the axis of what that phase minimises.
 pub struct CurvesFigure<'a> {
     /// The phases' curves.
     pub curves: &'a [Curve],
 }
 
+impl CurvesFigure<'_> {
+    /// The figure's size in pixels: a panel of 400 × 420 per phase, side by side.
+    pub fn size(&self) -> (u32, u32) {
+        (400 * self.curves.len().max(1) as u32 + 20, 420)
+    }
+}
+
+/// What a phase of E3 minimises, as its panel's title and y axis say it.
+fn objective(phase: &str) -> (String, &'static str) {
+    match phase {
+        "pretrain" => ("VAE pre-training".into(), "negative ELBO (nats per image)"),
+        "sagd" => (
+            "SAGD refinement (generator)".into(),
+            "−log p(x | u) at the chains' states",
+        ),
+        "control" => (
+            "control: more ELBO updates".into(),
+            "negative ELBO (nats per image)",
+        ),
+        other => (other.to_string(), "loss per image"),
+    }
+}
+
 impl Figure for CurvesFigure<'_> {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<()> {
-        let smooth = |v: &[f64]| -> Vec<(f64, f64)> {
-            let w = 20.min(v.len() / 5).max(1);
-            v.windows(w)
-                .enumerate()
-                .map(|(i, s)| ((i + w) as f64, s.iter().sum::<f64>() / w as f64))
-                .filter(|p| p.1.is_finite())
-                .collect()
-        };
-        let series: Vec<(&str, Vec<(f64, f64)>)> = self
-            .curves
-            .iter()
-            .map(|c| (c.phase.as_str(), smooth(&c.loss)))
-            .collect();
-        let xs = series.iter().flat_map(|s| s.1.iter().map(|p| p.0));
-        let x1 = xs.fold(1.0f64, f64::max);
-        let ys: Vec<f64> = series
-            .iter()
-            .flat_map(|s| s.1.iter().map(|p| p.1))
-            .collect();
-        let (y0, y1) = ys
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
-                (a.min(*v), b.max(*v))
-            });
-        let (y0, y1) = if y0 < y1 { (y0, y1) } else { (0.0, 1.0) };
-        let mut chart = ChartBuilder::on(root)
-            .caption(
-                "E3 learning curves (loss per image, moving average of up to 20 updates)",
-                ("sans-serif", 18),
+        let root = root
+            .titled(
+                "E3 learning curves: each phase's loss per update (moving average of up to 20)",
+                ("sans-serif", 17),
             )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..x1, y0..y1)
             .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("update of the phase")
-            .y_desc("loss")
-            .label_style(("sans-serif", 14))
-            .draw()
-            .map_err(err)?;
-        for (i, (name, pts)) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            chart
-                .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-                .map_err(err)?
-                .label(*name)
-                .legend(move |(x, y)| {
-                    PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2))
+        let areas = root.split_evenly((1, self.curves.len().max(1)));
+        for (i, (area, c)) in areas.iter().zip(self.curves).enumerate() {
+            let w = 20.min(c.loss.len() / 5).max(1);
+            let pts: Vec<(u32, f64)> = c
+                .loss
+                .windows(w)
+                .enumerate()
+                .map(|(k, s)| ((k + w) as u32, s.iter().sum::<f64>() / w as f64))
+                .filter(|p| p.1.is_finite())
+                .collect();
+            let (y0, y1) = pts
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+                    (a.min(p.1), b.max(p.1))
                 });
+            let (y0, y1) = if y0 < y1 {
+                let pad = (y1 - y0) * 0.05;
+                (y0 - pad, y1 + pad)
+            } else if y0.is_finite() {
+                (y0 - 1.0, y0 + 1.0)
+            } else {
+                (0.0, 1.0)
+            };
+            let n = c.loss.len().max(1) as u32;
+            // Enough decimals that neighbouring ticks differ.
+            let decimals = if y1 - y0 >= 20.0 {
+                0
+            } else if y1 - y0 >= 2.0 {
+                1
+            } else {
+                2
+            };
+            let (title, y_desc) = objective(&c.phase);
+            let mut chart = ChartBuilder::on(area)
+                .caption(format!("{title}, {n} updates"), ("sans-serif", 16))
+                .margin(10)
+                .margin_right(24)
+                .x_label_area_size(44)
+                .y_label_area_size(64)
+                .build_cartesian_2d(0..n, y0..y1)
+                .map_err(err)?;
+            chart
+                .configure_mesh()
+                .x_desc("update")
+                .y_desc(y_desc)
+                .x_labels(6)
+                .x_label_formatter(&|x| format!("{x}"))
+                .y_label_formatter(&|y| format!("{y:.decimals$}"))
+                .label_style(("sans-serif", 14))
+                .axis_desc_style(("sans-serif", 14))
+                .draw()
+                .map_err(err)?;
+            const COLOURS: [RGBColor; 3] = [BLUE, RED, RGBColor(0, 130, 0)];
+            let color = COLOURS[i % COLOURS.len()];
+            chart
+                .draw_series(segments(&pts, color.stroke_width(2)))
+                .map_err(err)?;
         }
-        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
+        Ok(())
     }
 }

@@ -17,12 +17,20 @@ use serde::{Deserialize, Serialize};
 
 use plan::{Experiment, Kind, Mode};
 
+/// `--quick`'s help, with the plan's own estimate for 2 cores.
+fn quick_help() -> String {
+    format!(
+        "The default: the paper's E1, 5 of the 30 replications per 1-D case of Table 1, the small high-dimensional default and a short E3 demonstration, each table saying so (estimated {:.0} min on 2 cores; the estimate for this machine is printed before it starts)",
+        plan::quick_minutes(2)
+    )
+}
+
 /// Flags of `sagd reproduce`.
 #[derive(Args, Debug, Clone, Serialize)]
 pub struct ReproduceArgs {
-    /// About ten minutes on 2 cores (the default): 5 replications per 1-D case of Table 1 and the
-    /// small high-dimensional default, each table saying so.
-    #[arg(long, conflicts_with = "full")]
+    /// The default: the paper's E1, 5 of the 30 replications per 1-D case of Table 1, the small
+    /// high-dimensional default and a short E3 demonstration, each table saying so.
+    #[arg(long, conflicts_with = "full", help = quick_help())]
     quick: bool,
     /// The paper's settings: 30 replications per 1-D case and the high-dimensional case's
     /// 10000 + 1000 epochs (hours on a CPU; the estimate is printed before it starts).
@@ -126,10 +134,20 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create the output folder {}", a.out.display()))?;
     let threads = rayon::current_num_threads();
-    let estimate: f64 = plan.iter().map(|e| e.estimate_s(threads)).sum();
+    // What an earlier run finished is reused, and costs nothing.
+    let reused = plan.iter().filter(|e| finished(e, &a).is_some()).count();
+    let estimate: f64 = plan
+        .iter()
+        .filter(|e| finished(e, &a).is_none())
+        .map(|e| e.estimate_s(threads))
+        .sum();
     if !a.quiet {
+        let reuse = match reused {
+            0 => String::new(),
+            k => format!(" ({k} finished earlier, reused)"),
+        };
         eprintln!(
-            "sagd reproduce ({}): {} experiment(s) into {}; estimated {} on {threads} threads (from timings on a 2-core machine)",
+            "sagd reproduce ({}): {} experiment(s){reuse} into {}; estimated {} on {threads} threads (from timings on a 2-core machine)",
             mode.name(),
             plan.len(),
             a.out.display(),
@@ -180,6 +198,25 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
     Ok(())
 }
 
+/// The key under which an experiment's finished record is reused: its settings, and the device
+/// (a GPU rounds otherwise, so its results are not the CPU's to reuse).
+fn run_key(e: &Experiment, a: &ReproduceArgs) -> String {
+    match a.device {
+        sagd_nn::Device::Cpu => e.key(),
+        d => format!("{}-{d}", e.key()),
+    }
+}
+
+/// The record of an earlier run of `e` with the same key, if it finished.
+fn finished(e: &Experiment, a: &ReproduceArgs) -> Option<Record> {
+    let dir = a.out.join(&e.name);
+    let key = run_key(e, a);
+    std::fs::read(dir.join("reproduce.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
+        .filter(|r| r.key == key && r.status == Status::Done && dir.join("result.json").exists())
+}
+
 /// One experiment, isolated: its failure becomes its record.
 fn run_one(
     e: &Experiment,
@@ -188,11 +225,7 @@ fn run_one(
     bar: &indicatif::ProgressBar,
 ) -> Record {
     let dir = a.out.join(&e.name);
-    // A GPU rounds otherwise: its results are not the CPU's to reuse.
-    let key = match a.device {
-        sagd_nn::Device::Cpu => e.key(),
-        d => format!("{}-{d}", e.key()),
-    };
+    let key = run_key(e, a);
     let mut rec = Record {
         name: e.name.clone(),
         title: e.title.clone(),
@@ -213,11 +246,7 @@ fn run_one(
         return rec;
     }
     let state = dir.join("reproduce.json");
-    if let Some(done) = std::fs::read(&state)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
-        .filter(|r| r.key == key && r.status == Status::Done && dir.join("result.json").exists())
-    {
+    if let Some(done) = finished(e, a) {
         bar.finish_and_clear();
         return Record {
             reused: true,

@@ -57,11 +57,23 @@ struct Results<'a> {
     experiments: &'a [Record],
 }
 
+/// Text as HTML: escaped, with `code` spans (the Markdown's backticks) as `<code>`.
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
+    let text = s
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
-        .replace('"', "&quot;")
+        .replace('"', "&quot;");
+    let mut out = String::with_capacity(text.len());
+    for (i, part) in text.split('`').enumerate() {
+        // Odd parts lie between a pair of backticks; an unpaired last one stays as it was.
+        match (i % 2, i == text.matches('`').count()) {
+            (1, false) => out += &format!("<code>{part}</code>"),
+            (1, true) => out += &format!("`{part}"),
+            _ => out += part,
+        }
+    }
+    out
 }
 
 fn status_word(r: &Record) -> &'static str {
@@ -251,4 +263,19 @@ fn html(out: &Path, header: &str, records: &[Record]) -> Result<String> {
     }
     h += "</body></html>\n";
     Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn html_text_is_escaped_and_backticks_become_code() {
+        assert_eq!(
+            escape("run `sagd mnist` & <see>"),
+            "run <code>sagd mnist</code> &amp; &lt;see&gt;"
+        );
+        assert_eq!(escape("one ` alone"), "one ` alone");
+        assert_eq!(escape("`a` and `b"), "<code>a</code> and `b");
+    }
 }

@@ -2,7 +2,7 @@
 //! forward-mode dual numbers (`num-dual`). Each derivative is one evaluation of the model on
 //! [`Dual64`] numbers, so a row costs about (dim z + dim θ) evaluations: cheap for the per-datum
 //! latents of automated EM, where both are small. (Reverse mode pays a tape per evaluation, which
-//! only repays itself when dim θ is in the hundreds; see the README for the measured cost.)
+//! only repays itself when dim θ is in the hundreds; see docs/guide.md for the measured cost.)
 
 use num_dual::{Dual64, DualNum};
 use statrs::function::gamma::{digamma, ln_gamma};

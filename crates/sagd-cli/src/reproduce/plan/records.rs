@@ -91,10 +91,10 @@ pub(super) fn e1_record(s: &E1Settings, r: &sagd_apps::e1::E1Result, rec: &mut R
 pub(super) fn e2_record(t: &sagd_apps::debias::Table1, rec: &mut Record) {
     let cell = |v: Option<sagd_apps::debias::Summary>| v.map(|s| s.to_string()).unwrap_or_default();
     let paper = |m: Method, metric: &str| t.paper(m, metric).map(|s| s.to_string());
-    let z = |m: Method, metric: &str| {
-        t.z_vs_paper(m, metric)
-            .map(|z| format!("{z:+.1}"))
-            .unwrap_or_default()
+    let z = |m: Method, metric: &str| match t.z_vs_paper(m, metric) {
+        Some(z) => format!("{z:+.1}"),
+        None if t.paper(m, metric).is_some() => "—".into(),
+        None => String::new(),
     };
     let mut rows = vec![vec![
         "pretrained VAE".to_string(),
@@ -107,7 +107,7 @@ pub(super) fn e2_record(t: &sagd_apps::debias::Table1, rec: &mut Record) {
     ]];
     for m in &t.settings.methods {
         rows.push(vec![
-            m.name().to_uppercase(),
+            m.label().to_string(),
             cell(t.get(m.name(), "D")),
             paper(*m, "D").unwrap_or_default(),
             z(*m, "D"),
@@ -121,12 +121,35 @@ pub(super) fn e2_record(t: &sagd_apps::debias::Table1, rec: &mut Record) {
     } else {
         "the coordinates of one replication".into()
     };
+    let methods = t
+        .settings
+        .methods
+        .iter()
+        .map(|m| format!("{}: {}", m.label(), m.describe(&t.settings)))
+        .collect::<Vec<_>>()
+        .join("; ");
     rec.tables.push(Table {
-        caption: format!("{}: Kolmogorov-Smirnov distance D and 1-Wasserstein distance W of the fitted latent law to π, mean (standard error over {over})", t.case),
+        caption: format!("{}: Kolmogorov-Smirnov distance D and 1-Wasserstein distance W of the fitted latent law to π, mean (standard error over {over}). Methods as run — {methods}", t.case),
         header: ["method", "D", "D, paper", "z", "W", "W, paper", "z"].map(String::from).to_vec(),
         rows,
     });
     rec.figures = vec![format!("{}/figure2.png", rec.name)];
-    rec.notes.push("z: our mean minus the paper's, in standard errors of the difference (both standard errors combined); |z| > 2 is a difference beyond Monte Carlo error. Lower D and W are better.".into());
-    rec.summary = json!({"summary": t.summary, "mean_time_s": t.mean_time_s, "settings_profile": t.settings_profile});
+    let differs = t.settings.differs_from_paper(t.case);
+    let sagd = t.settings.sagd_differs_from_paper();
+    if !differs.is_empty() {
+        rec.notes.push(format!(
+            "No z: this run's settings are not the paper's ({}), so its numbers are not comparable with the paper's Table 1; the paper's columns are shown for orientation only. Lower D and W are better.",
+            differs.join(", ")
+        ));
+    } else {
+        let mut note = "z: our mean minus the paper's, in standard errors of the difference (both standard errors combined); |z| > 2 is a difference beyond Monte Carlo error. Lower D and W are better.".to_string();
+        if !sagd.is_empty() {
+            note += &format!(
+                " Our SAGD differs from the paper's ({}): its row has no z; SAGD (paper's) is the paper's method on the same chains.",
+                sagd.join("; ")
+            );
+        }
+        rec.notes.push(note);
+    }
+    rec.summary = json!({"summary": t.summary, "mean_time_s": t.mean_time_s, "settings_profile": t.settings_profile, "differs_from_paper": differs, "sagd_differs_from_paper": sagd});
 }
