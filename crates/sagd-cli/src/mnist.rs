@@ -170,7 +170,7 @@ pub fn run(a: MnistArgs) -> Result<()> {
     a.device
         .ready()
         .with_context(|| format!("--device {}", a.device))?;
-    let checkpoints = a.out.join("checkpoints");
+    let checkpoints = a.out.join(crate::output::CHECKPOINTS);
     if a.resume && !checkpoints.is_dir() {
         bail!(
             "--resume: no checkpoints at {}: run with --checkpoint-every first",

@@ -29,7 +29,9 @@ pub fn write_atomic(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
     tmp.push(format!(".tmp-{}", std::process::id()));
     let tmp = PathBuf::from(tmp);
     fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+    fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    sagd::run::remove_temporaries(path);
+    Ok(())
 }
 
 /// Whether process `pid` is alive (Linux: its /proc entry exists; elsewhere assume it is).
@@ -41,6 +43,100 @@ fn alive(pid: u32) -> bool {
     }
 }
 
+/// Who holds an output folder's lock: a process by its id, its start time (clock ticks since
+/// boot) and the boot it ran in, so that a lock left by a dead run is told from a live run's
+/// even after a reboot or when another process has been given the same id.
+#[derive(Debug, PartialEq)]
+struct Owner {
+    pid: u32,
+    start: u64,
+    boot: String,
+}
+
+impl Owner {
+    /// This process.
+    fn me() -> Owner {
+        let pid = std::process::id();
+        Owner {
+            pid,
+            start: Self::start_of(pid).unwrap_or(0),
+            boot: Self::boot(),
+        }
+    }
+
+    /// The start time of process `pid` (field 22 of /proc/PID/stat), where there is a /proc.
+    fn start_of(pid: u32) -> Option<u64> {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The command name (field 2) may hold spaces and parentheses: count from its end.
+        let rest = &stat[stat.rfind(')')? + 1..];
+        rest.split_whitespace().nth(19)?.parse().ok()
+    }
+
+    fn boot() -> String {
+        fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|b| b.trim().to_string())
+            .unwrap_or_default()
+    }
+
+    /// The lock file's text: `pid P start S boot B`.
+    fn to_line(&self) -> String {
+        format!("pid {} start {} boot {}", self.pid, self.start, self.boot)
+    }
+
+    /// Reads a lock file's text; anything else (an older sagd's bare pid included) is no owner.
+    fn parse(text: &str) -> Option<Owner> {
+        let w: Vec<&str> = text.split_whitespace().collect();
+        match w.as_slice() {
+            ["pid", pid, "start", start, "boot", boot] => Some(Owner {
+                pid: pid.parse().ok()?,
+                start: start.parse().ok()?,
+                boot: boot.to_string(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether this owner is a live process: the same boot, and its id still names the process
+    /// that started then.
+    fn alive(&self) -> bool {
+        if !cfg!(target_os = "linux") {
+            return true;
+        }
+        self.boot == Self::boot() && Self::start_of(self.pid) == Some(self.start)
+    }
+}
+
+/// Removes what dead runs left in `out`: their staging folders and a lock no live run holds.
+/// Called by every run that uses the folder, also one that reuses a finished result.
+pub fn clean_dead(out: &Path) {
+    let me = std::process::id();
+    if let Ok(entries) = fs::read_dir(out) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if let Some(pid) = name
+                .strip_prefix(".staging-")
+                .and_then(|p| p.parse::<u32>().ok())
+            {
+                if pid != me && !alive(pid) {
+                    fs::remove_dir_all(e.path()).ok();
+                }
+            }
+        }
+    }
+    let lock = out.join(LOCK);
+    if let Ok(text) = fs::read_to_string(&lock) {
+        if !Owner::parse(&text).is_some_and(|o| o.alive()) {
+            fs::remove_file(&lock).ok();
+        }
+    }
+}
+
+/// The lock file's name inside an output folder.
+const LOCK: &str = ".sagd.lock";
+
+/// The folder of a run's training checkpoints inside its output folder.
+pub const CHECKPOINTS: &str = "checkpoints";
+
 impl Staging {
     /// Creates `out` (if needed), takes its lock (refused while another live run holds it),
     /// removes staging folders that dead runs left, and makes a fresh staging folder in it.
@@ -48,7 +144,9 @@ impl Staging {
         fs::create_dir_all(out)
             .with_context(|| format!("cannot create the output folder {}", out.display()))?;
         let me = std::process::id();
-        let lock = out.join(".sagd.lock");
+        let lock = out.join(LOCK);
+        clean_dead(out);
+        let mine = Owner::me();
         match fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -56,34 +154,24 @@ impl Staging {
         {
             Ok(mut f) => {
                 use std::io::Write;
-                write!(f, "{me}").with_context(|| format!("writing {}", lock.display()))?;
-            }
-            Err(_) => {
-                let holder = fs::read_to_string(&lock)
-                    .ok()
-                    .and_then(|t| t.trim().parse::<u32>().ok());
-                if let Some(pid) = holder.filter(|p| *p != me && alive(*p)) {
-                    anyhow::bail!(
-                        "another sagd run (process {pid}) is writing into {}: wait for it to finish, or give another --out",
-                        out.display()
-                    );
-                }
-                // A lock left by a run that died.
-                fs::write(&lock, me.to_string())
+                write!(f, "{}", mine.to_line())
                     .with_context(|| format!("writing {}", lock.display()))?;
             }
-        }
-        if let Ok(entries) = fs::read_dir(out) {
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().to_string();
-                if let Some(pid) = name
-                    .strip_prefix(".staging-")
-                    .and_then(|p| p.parse::<u32>().ok())
-                {
-                    if pid != me && !alive(pid) {
-                        fs::remove_dir_all(e.path()).ok();
+            Err(_) => {
+                let holder = fs::read_to_string(&lock).ok();
+                if let Some(o) = holder.as_deref().and_then(Owner::parse) {
+                    if o.alive() && o != mine {
+                        anyhow::bail!(
+                            "another sagd run (process {}) is writing into {}: wait for it to finish, or give another --out. If no such run is alive (it was killed, or the machine restarted), remove {} and run again",
+                            o.pid,
+                            out.display(),
+                            lock.display()
+                        );
                     }
                 }
+                // A lock that its run left when it died, taken between clean_dead and here.
+                fs::write(&lock, mine.to_line())
+                    .with_context(|| format!("writing {}", lock.display()))?;
             }
         }
         let dir = out.join(format!(".staging-{me}"));
@@ -117,7 +205,7 @@ impl Staging {
 
     /// Replaces the earlier result by the staged one: the earlier result file goes first (so that
     /// an interruption leaves no complete-looking mixture), the new result file `last` comes last,
-    /// when its figures are in place.
+    /// when its figures are in place; then the run's checkpoints folder is removed.
     pub fn commit(mut self, last: &str) -> Result<Vec<String>> {
         fs::remove_file(self.out.join(last)).ok();
         for f in &self.owned {
@@ -134,6 +222,9 @@ impl Staging {
                 .with_context(|| format!("moving {f} into {}", self.out.display()))?;
         }
         fs::remove_dir_all(&self.dir).ok();
+        // A finished result needs no checkpoints: the training phases' (hundreds of MB for E3)
+        // go with the success that makes them useless.
+        fs::remove_dir_all(self.out.join(CHECKPOINTS)).ok();
         self.done = true;
         Ok(order)
     }
@@ -146,8 +237,8 @@ impl Drop for Staging {
         }
         let mine = fs::read_to_string(&self.lock)
             .ok()
-            .and_then(|t| t.trim().parse::<u32>().ok())
-            == Some(std::process::id());
+            .and_then(|t| Owner::parse(&t))
+            .is_some_and(|o| o.pid == std::process::id());
         if mine {
             fs::remove_file(&self.lock).ok();
         }

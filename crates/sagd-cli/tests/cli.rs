@@ -285,6 +285,12 @@ fn em_rejects_bad_settings() {
             vec!["--until-converged", "--window", "2"],
             "window of at least 3",
         ),
+        // The error names the flag given, not the setting it maps onto.
+        (vec!["--msteps", "0"], "invalid setting `msteps`"),
+        (
+            vec!["--until-converged", "--max-msteps", "0"],
+            "invalid setting `max_msteps`",
+        ),
     ] {
         let o = sagd().args(["em", "--quiet"]).args(&args).output().unwrap();
         assert!(!o.status.success(), "{args:?} accepted");
@@ -348,7 +354,7 @@ fn debias_deconvolves_a_users_data() {
     let out = dir.path().join("dec");
     let o = sagd()
         .args(["debias", "--methods", "vae,sagd"])
-        .args(&SMALL[..9])
+        .args(&SMALL[..6])
         .arg("--data")
         .arg(&csv)
         .arg("--out")
@@ -369,6 +375,18 @@ fn debias_deconvolves_a_users_data() {
         &samples[..40]
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("D and W are not defined"));
+    // Flags that only a simulation uses are refused beside --data, not silently recorded.
+    for flag in [["--reps", "3"], ["--n", "50"], ["--dist", "mixture"]] {
+        let o = sagd()
+            .args(["debias", "--data"])
+            .arg(&csv)
+            .args(flag)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{flag:?} accepted with --data");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(flag[0]) && err.contains("--data"), "{err}");
+    }
 }
 
 #[test]
@@ -595,26 +613,8 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
             "{m}"
         );
     }
-    let o = sagd()
-        .args(args)
-        .arg(&part)
-        .args(["--checkpoint-every", "4", "--resume"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(
-        without_timings(json(&part.join("result.json"))),
-        without_timings(json(&whole.join("result.json")))
-    );
-
-    // Another seed does not take the checkpoints of this run.
-    let o = sagd()
-        .args(args)
-        .arg(&part)
-        .args(["--resume", "--seed", "3"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Checkpoints of other settings are refused; another seed does not take these (on a copy:
+    // a run that finishes removes its checkpoints).
     let o = sagd()
         .args(args)
         .arg(&part)
@@ -626,6 +626,43 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
         !o.status.success() && err.contains("other settings"),
         "{err}"
     );
+    let other = dir.path().join("other");
+    copy_dir(&part, &other);
+    let o = sagd()
+        .args(args)
+        .arg(&other)
+        .args(["--resume", "--seed", "3"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = sagd()
+        .args(args)
+        .arg(&part)
+        .args(["--checkpoint-every", "4", "--resume"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        without_timings(json(&part.join("result.json"))),
+        without_timings(json(&whole.join("result.json")))
+    );
+    assert!(
+        !part.join("checkpoints").exists(),
+        "the finished run left its checkpoints"
+    );
+}
+
+/// Copies a folder and its subfolders.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
 }
 
 #[test]
@@ -783,9 +820,17 @@ fn a_checkpoint_of_another_problem_is_refused() {
 fn a_failed_run_keeps_the_complete_earlier_result() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("em");
+    // A temporary checkpoint that a killed run left is removed by the next checkpoint.
+    std::fs::create_dir_all(&out).unwrap();
+    let leftover = out.join("em.ckpt.tmp-4194000");
+    std::fs::write(&leftover, [0u8; 100]).unwrap();
     assert!(em_small(&out, &["--checkpoint-every", "30"])
         .status
         .success());
+    assert!(
+        !leftover.exists(),
+        "a dead run's temporary checkpoint stayed"
+    );
     let before = std::fs::read(out.join("result.json")).unwrap();
     // A damaged checkpoint fails the run after it has started writing.
     let ck = out.join("em.ckpt");
@@ -831,23 +876,44 @@ fn a_killed_run_leaves_the_earlier_result_and_the_next_run_cleans_up() {
     child.wait().unwrap();
     assert!(staging.exists(), "the run never started");
     assert_eq!(std::fs::read(out.join("result.json")).unwrap(), before);
-    // A second run into the folder while the first holds it is refused; a dead holder is not.
-    std::fs::write(out.join(".sagd.lock"), std::process::id().to_string()).unwrap();
+    // A second run into the folder while a live run holds it is refused, saying how to clear it.
+    let mut holder = sagd().args(args).arg(&out).spawn().unwrap();
+    let held = out.join(format!(".staging-{}", holder.id()));
+    let t0 = std::time::Instant::now();
+    while !held.exists() && t0.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let o = sagd().args(args).arg(&out).output().unwrap();
+    holder.kill().unwrap();
+    holder.wait().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        !o.status.success() && err.contains("another sagd run"),
+        !o.status.success() && err.contains("another sagd run") && err.contains(".sagd.lock"),
         "{err}"
     );
-    std::fs::write(out.join(".sagd.lock"), "4194000").unwrap();
-    let o = sagd()
-        .args(args)
-        .arg(&out)
-        .args(["--pretrain-epochs", "20", "--finetune-epochs", "2"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(!staging.exists() && !out.join(".sagd.lock").exists());
+    // Locks no live run holds do not block: the killed run's, one naming a live process that is
+    // not that run (process 1, as after a reboot), and an older sagd's bare process id.
+    for stale in [
+        None,
+        Some("pid 1 start 0 boot x".to_string()),
+        Some("1".to_string()),
+    ] {
+        if let Some(text) = &stale {
+            std::fs::write(out.join(".sagd.lock"), text).unwrap();
+        }
+        let o = sagd()
+            .args(args)
+            .arg(&out)
+            .args(["--pretrain-epochs", "20", "--finetune-epochs", "2"])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{stale:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!staging.exists() && !held.exists() && !out.join(".sagd.lock").exists());
+    }
 }
 
 #[test]
@@ -1051,6 +1117,17 @@ fn mnist_rejects_bad_data_and_settings() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("gamma") && err.contains("friction"), "{err}");
+    // No evaluation would be a table of NaN, no step no SAGD: both refused.
+    for (flag, needle) in [("--eval-n", "eval_n"), ("--steps", "steps")] {
+        let o = sagd()
+            .args(["mnist", "--quiet", flag, "0", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{flag} 0 accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&format!("`{needle}`")), "{flag}: {err}");
+    }
     assert!(!out.join("result.json").exists());
     // Without a GPU (CI), --device cuda stops before any work, naming the flag.
     let o = mnist_small(&out, &["--device", "cuda"]);

@@ -164,6 +164,17 @@ impl E1Settings {
         if let E1Data::Simulated { n: 0, .. } = self.data {
             return bad("n", "0".into(), "simulate at least 1 observation");
         }
+        // Named by the setting the user gave: fixed M-steps or the stopping rule's cap.
+        if !self.until_converged && self.msteps == 0 {
+            return bad("msteps", "0".into(), "run at least 1 M-step (the paper: 3)");
+        }
+        if self.until_converged && self.max_msteps == 0 {
+            return bad(
+                "max_msteps",
+                "0".into(),
+                "allow at least 1 M-step (default 50)",
+            );
+        }
         self.em().validate(2)
     }
 

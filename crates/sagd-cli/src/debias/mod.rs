@@ -32,26 +32,26 @@ fn chains() -> LangevinChains {
 pub struct DebiasArgs {
     /// The true latent distribution: normal, exp, mixture, or highdim (100 independent exp
     /// coordinates).
-    #[arg(long, default_value_t = Case::default())]
+    #[arg(long, default_value_t = Case::default(), conflicts_with = "data")]
     dist: Case,
     /// highdim only: the paper's settings (10000 pre-training and 1000 fine-tuning epochs of
     /// minibatches), instead of the small default that finishes in minutes on 2 cores.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "data")]
     paper_settings: bool,
     /// Methods to fine-tune with, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = spec().methods)]
     methods: Vec<Method>,
     /// Replications, with seeds seed..seed+reps−1, run in parallel.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, conflicts_with = "data")]
     reps: usize,
     /// The first seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Data points (preset).
-    #[arg(long)]
+    /// Data points (preset; with --data, the file's).
+    #[arg(long, conflicts_with = "data")]
     n: Option<usize>,
-    /// Dimension of Z (preset).
-    #[arg(long)]
+    /// Dimension of Z (preset; with --data, 1).
+    #[arg(long, conflicts_with = "data")]
     p: Option<usize>,
     /// Hidden width of both networks (preset).
     #[arg(long)]
@@ -195,7 +195,7 @@ fn settings(a: &DebiasArgs) -> E2Settings {
 
 /// How the run is carried out (checkpoints, cache, trace), beside what it computes.
 fn run_options(a: &DebiasArgs, out: &Path) -> Result<RunOptions> {
-    let checkpoints = out.join("checkpoints");
+    let checkpoints = out.join(crate::output::CHECKPOINTS);
     if a.resume && !checkpoints.is_dir() {
         bail!(
             "--resume: no checkpoints at {}: run with --checkpoint-every first",

@@ -247,6 +247,8 @@ fn run_one(
     }
     let state = dir.join("reproduce.json");
     if let Some(done) = finished(e, a) {
+        // What a dead run left beside the finished result goes, as any run's start removes it.
+        crate::output::clean_dead(&dir);
         bar.finish_and_clear();
         return Record {
             reused: true,

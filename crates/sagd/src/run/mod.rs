@@ -306,7 +306,31 @@ fn write_framed(path: &Path, body: &[u8]) -> Result<()> {
             .map_err(io)?;
         f.sync_all().map_err(io)?;
     }
-    fs::rename(&tmp, path).map_err(io)
+    fs::rename(&tmp, path).map_err(io)?;
+    remove_temporaries(path);
+    Ok(())
+}
+
+/// Removes the temporary files (`NAME.tmp-PID`) that runs killed between writing and renaming
+/// left beside `path`. One run at a time writes a checkpoint (its output folder is locked), so
+/// once ours is in place every other one is a leftover.
+pub fn remove_temporaries(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!("{}.tmp-", name.to_string_lossy());
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                fs::remove_file(e.path()).ok();
+            }
+        }
+    }
 }
 
 /// Reads a file written by [`write_framed`] and checks its header and checksum.

@@ -80,6 +80,13 @@ impl E3Settings {
                 format!("use between 1 and the {train} training images"),
             );
         }
+        if self.eval_n == 0 {
+            return bad(
+                "eval_n",
+                "0".into(),
+                "evaluate at least 1 test image (default 500): the held-out likelihoods are E3's result".into(),
+            );
+        }
         if self.eval_n > test {
             return bad(
                 "eval_n",
@@ -100,6 +107,13 @@ impl E3Settings {
                 "0".into(),
                 "use at least 1 importance-sampling draw (1000 or more for a useful estimate)"
                     .into(),
+            );
+        }
+        if self.chains.steps == 0 {
+            return bad(
+                "steps",
+                "0".into(),
+                "take at least 1 Langevin step per chain (paper: 5): with none the chains stay at the encoder's draws and the refinement is not SAGD".into(),
             );
         }
         if self.chains.per_image == 0 {

@@ -325,7 +325,7 @@ pub fn execute(
 ) -> Result<()> {
     // Checkpoints left by an interrupted run of other settings cannot be resumed: start afresh.
     let key_file = dir.join("reproduce.key");
-    let checkpoints = dir.join("checkpoints");
+    let checkpoints = dir.join(crate::output::CHECKPOINTS);
     if std::fs::read_to_string(&key_file).ok().as_deref() != Some(rec.key.as_str()) {
         std::fs::remove_dir_all(&checkpoints).ok();
     }
