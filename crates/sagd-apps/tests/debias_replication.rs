@@ -114,7 +114,30 @@ fn a_cached_pretraining_gives_the_same_replication() {
     // Another seed is another file.
     let other = replicate(&s, &law, 5, &cached, &|_, _, _| {}).unwrap();
     assert!(other.pretrained_from.is_none());
-    // A damaged file is an error that names it and says what to do.
+    // Every single-bit flip of the cache file is refused by its frame's checksum, before any of
+    // its numbers are used; one of them end to end, through the replication.
+    let good = std::fs::read(&file).unwrap();
+    let probe = dir.path().join("probe.cache");
+    for i in 0..good.len() {
+        for bit in 0..8 {
+            let mut bad = good.clone();
+            bad[i] ^= 1 << bit;
+            std::fs::write(&probe, &bad).unwrap();
+            assert!(
+                sagd::run::read_framed(&probe).is_err(),
+                "byte {i}, bit {bit} accepted"
+            );
+        }
+    }
+    let mut flipped = good.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x04;
+    std::fs::write(&file, &flipped).unwrap();
+    let e = replicate(&s, &law, 4, &cached, &|_, _, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("damaged") && e.contains("delete"), "{e}");
+    // A file that is not one at all is an error that names it and says what to do.
     std::fs::write(&file, "{\"format\": 1").unwrap();
     let e = replicate(&s, &law, 4, &cached, &|_, _, _| {})
         .unwrap_err()

@@ -20,8 +20,8 @@ pub(crate) struct PretrainedCache {
     key: serde_json::Value,
 }
 
-/// The cache file's format tag.
-const PRETRAINED_FORMAT: &str = "sagd-debias-pretrained/2";
+/// The cache file's format tag (inside the checksummed frame of [`sagd::run::write_framed`]).
+const PRETRAINED_FORMAT: &str = "sagd-debias-pretrained/3";
 
 impl PretrainedCache {
     pub(super) fn new(dir: &Path, s: &E2Settings, x: &[f32], seed: u64, device: Device) -> Self {
@@ -43,11 +43,11 @@ impl PretrainedCache {
         )
     }
 
-    /// A cache file in `dir` named `{prefix}-{hash of the key and the data}.json`, holding `key`.
+    /// A cache file in `dir` named `{prefix}-{hash of the key and the data}.cache`, holding `key`.
     pub(crate) fn keyed(dir: &Path, prefix: &str, key: serde_json::Value, data_hash: u64) -> Self {
         let name_hash = fnv1a(data_hash, key.to_string().bytes());
         PretrainedCache {
-            path: dir.join(format!("{prefix}-{name_hash:016x}.json")),
+            path: dir.join(format!("{prefix}-{name_hash:016x}.cache")),
             key,
         }
     }
@@ -78,12 +78,19 @@ impl PretrainedCache {
             dec: serde_json::Value,
             enc: serde_json::Value,
         }
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(self.error(&format!("unreadable ({e})"))),
-        };
-        let saved: Saved = serde_json::from_str(&text)
+        if !self.path.exists() {
+            return Ok(None);
+        }
+        // The frame's checksum refuses any change to the file before its numbers are used.
+        let body = sagd::run::read_framed(&self.path).map_err(|e| {
+            self.error(&match e {
+                SagdError::Checkpoint { problem, .. } => {
+                    problem.replace("checkpoint", "cache file")
+                }
+                other => other.to_string(),
+            })
+        })?;
+        let saved: Saved = serde_json::from_slice(&body)
             .map_err(|e| self.error(&format!("not a pre-trained cache file ({e})")))?;
         if saved.format != PRETRAINED_FORMAT || saved.key != self.key {
             return Err(self.error("saved for other data or settings"));
@@ -116,15 +123,9 @@ impl PretrainedCache {
             "format": PRETRAINED_FORMAT, "key": self.key, "pretrain_time_s": time_s,
             "dec": dec.to_saved(&p.dec), "enc": enc.to_saved(&p.enc),
         });
-        let io = |e: std::io::Error| self.error(&format!("cannot write ({e})"));
         if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
+            std::fs::create_dir_all(dir).map_err(|e| self.error(&format!("cannot write ({e})")))?;
         }
-        // Named for this process, so that two runs filling one cache never share a partial file.
-        let tmp = self
-            .path
-            .with_extension(format!("json.partial-{}", std::process::id()));
-        std::fs::write(&tmp, v.to_string()).map_err(io)?;
-        std::fs::rename(&tmp, &self.path).map_err(io)
+        sagd::run::write_framed(&self.path, v.to_string().as_bytes())
     }
 }

@@ -287,8 +287,8 @@ pub fn fnv1a(h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
 pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// Writes magic, format, `body` and its checksum to a per-process temporary file, then renames it
-/// onto `path`.
-fn write_framed(path: &Path, body: &[u8]) -> Result<()> {
+/// onto `path`: the one checksummed format of every file sagd reads back (checkpoints, caches).
+pub fn write_framed(path: &Path, body: &[u8]) -> Result<()> {
     let io = |source| SagdError::Io {
         action: "writing checkpoint",
         path: path.display().to_string(),
@@ -333,8 +333,9 @@ pub fn remove_temporaries(path: &Path) {
     }
 }
 
-/// Reads a file written by [`write_framed`] and checks its header and checksum.
-fn read_framed(path: &Path) -> Result<Vec<u8>> {
+/// Reads a file written by [`write_framed`] and checks its header and checksum: any change to
+/// the file (every single-bit flip among them) is an error.
+pub fn read_framed(path: &Path) -> Result<Vec<u8>> {
     let p = path.display().to_string();
     let bytes = fs::read(path).map_err(|source| SagdError::Io {
         action: "reading checkpoint",
