@@ -1010,6 +1010,35 @@ fn far_from_the_mle_and_extreme_data_are_named() {
         !o.status.success() && err.contains("observation 18 = 10000"),
         "{err}"
     );
+    // E1's model: values so large that ℓ is flat in floating point are refused by their number,
+    // with the data (not the learning rate) named as the cause.
+    for huge in ["1e100", "1e308"] {
+        let mut text = String::from("x\n");
+        for i in 0..50 {
+            text += &if i == 9 {
+                format!("{huge}\n")
+            } else {
+                format!("{}\n", 1.0 + (i % 5) as f64)
+            };
+        }
+        std::fs::write(&f, text).unwrap();
+        let out = dir.path().join(format!("em-{huge}"));
+        let o = sagd()
+            .args(["em", "--quiet", "--data"])
+            .arg(&f)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success()
+                && err.contains(&format!("observation 10 = {huge}"))
+                && err.contains("rescale"),
+            "{huge}: {err}"
+        );
+        assert!(!out.join("result.json").exists());
+    }
 }
 
 /// `sagd mnist` on a few hundred images, into `out`.

@@ -9,6 +9,10 @@ use sagd::error::{LogpError, Result, SagdError};
 use sagd::model::LatentModel;
 use sagd::rng::stream_seed;
 
+/// The largest rounding of the log-likelihood, in nats, that data may cause (see
+/// [`GammaSigmoid::new`]).
+const MAX_ROUNDING: f64 = 1e-3;
+
 const HALF_LN_2PI: f64 = 0.918_938_533_204_672_8;
 
 /// The Gamma-sigmoid model over observed positive x_1..x_n.
@@ -41,6 +45,23 @@ impl GammaSigmoid {
                 name: "data",
                 value: format!("observation {} = {v}", i + 1),
                 fix: "the Gamma model needs finite observations > 0".into(),
+            });
+        }
+        // ℓ(θ) carries −Σx, which does not depend on θ: rounded in f64 it moves by about
+        // Σx·2⁻⁵³ between any two θ. Beyond a thousandth of a nat, likelihood comparisons (the
+        // MLE, the gap to it, the stopping rule) mean nothing: refuse, naming the largest value.
+        let rounding = x.iter().sum::<f64>() * f64::EPSILON / 2.0;
+        if rounding.is_nan() || rounding >= MAX_ROUNDING {
+            let (i, v) = x
+                .iter()
+                .enumerate()
+                .fold((0, 0.0), |b, (i, v)| if *v > b.1 { (i, *v) } else { b });
+            return Err(SagdError::InvalidSetting {
+                name: "data",
+                value: format!("observation {} = {v:e}", i + 1),
+                fix: format!(
+                    "values this large round the log-likelihood by about {rounding:.1e} nats, which swamps its dependence on θ; the model (rate 1) expects values of order 1 to 100: rescale the data"
+                ),
             });
         }
         let log_x = x.iter().map(|v| v.ln()).collect();
