@@ -1090,7 +1090,8 @@ fn mnist_writes_its_result_and_figures_and_resumes() {
     assert_eq!(v["differences"].as_array().unwrap().len(), 3);
     assert_eq!(v["curves"][1]["loss"].as_array().unwrap().len(), 2);
 
-    // Interrupted after one update of each phase, then resumed: the same held-out numbers.
+    // Interrupted after one update of each phase, then resumed: the same held-out numbers and
+    // curves.
     let out2 = dir.path().join("resumed");
     let cache = dir.path().join("cache2");
     let cache = cache.to_str().unwrap();
@@ -1128,6 +1129,8 @@ fn mnist_writes_its_result_and_figures_and_resumes() {
     let w = json(&out2.join("result.json"));
     assert_eq!(w["evaluations"], v["evaluations"]);
     assert_eq!(w["differences"], v["differences"]);
+    // The learning curves too, from each phase's first update: the checkpoints carry them.
+    assert_eq!(w["curves"], v["curves"]);
 }
 
 #[test]

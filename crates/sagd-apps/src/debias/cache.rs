@@ -61,15 +61,16 @@ impl PretrainedCache {
 
     /// The saved networks and the pre-training's wall seconds, or None when nothing is saved.
     pub(crate) fn load(&self, vae: &Vae) -> Result<Option<(VaeParams, f64)>> {
-        self.load_nets(&vae.dec, &vae.enc)
+        Ok(self.load_nets(&vae.dec, &vae.enc)?.map(|(p, t, _)| (p, t)))
     }
 
-    /// [`PretrainedCache::load`] for any decoder and encoder.
+    /// [`PretrainedCache::load`] for any decoder and encoder, with the pre-training's learning
+    /// curve where one was saved.
     pub(crate) fn load_nets(
         &self,
         dec: &Sequential,
         enc: &Sequential,
-    ) -> Result<Option<(VaeParams, f64)>> {
+    ) -> Result<Option<(VaeParams, f64, Vec<f64>)>> {
         #[derive(Deserialize)]
         struct Saved {
             format: String,
@@ -77,6 +78,8 @@ impl PretrainedCache {
             pretrain_time_s: f64,
             dec: serde_json::Value,
             enc: serde_json::Value,
+            #[serde(default)]
+            curve: Vec<f64>,
         }
         if !self.path.exists() {
             return Ok(None);
@@ -103,25 +106,27 @@ impl PretrainedCache {
                 .from_saved(saved.enc)
                 .map_err(|e| self.error(&e.to_string()))?,
         };
-        Ok(Some((params, saved.pretrain_time_s)))
+        Ok(Some((params, saved.pretrain_time_s, saved.curve)))
     }
 
     /// Writes the networks (whole or not at all: a temporary file, then a rename).
     pub(crate) fn save(&self, vae: &Vae, p: &VaeParams, time_s: f64) -> Result<()> {
-        self.save_nets(&vae.dec, &vae.enc, p, time_s)
+        self.save_nets(&vae.dec, &vae.enc, p, time_s, &[])
     }
 
-    /// [`PretrainedCache::save`] for any decoder and encoder.
+    /// [`PretrainedCache::save`] for any decoder and encoder, with the pre-training's learning
+    /// curve (so that a run reading the cache reports the curve a run training them would).
     pub(crate) fn save_nets(
         &self,
         dec: &Sequential,
         enc: &Sequential,
         p: &VaeParams,
         time_s: f64,
+        curve: &[f64],
     ) -> Result<()> {
         let v = serde_json::json!({
             "format": PRETRAINED_FORMAT, "key": self.key, "pretrain_time_s": time_s,
-            "dec": dec.to_saved(&p.dec), "enc": enc.to_saved(&p.enc),
+            "dec": dec.to_saved(&p.dec), "enc": enc.to_saved(&p.enc), "curve": curve,
         });
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| self.error(&format!("cannot write ({e})")))?;

@@ -13,7 +13,7 @@ use sagd::error::{Result, SagdError};
 use sagd::langevin::Scheme;
 use sagd::optim::Averaging;
 use sagd::rng::{stream_seed, NormalStream};
-use sagd::run::{decode, encode, fnv1a, Control, Identity, Runner, FNV_OFFSET};
+use sagd::run::{decode, encode, fnv1a, Control, Identity, Observer, Runner, FNV_OFFSET};
 use serde::{Deserialize, Serialize};
 
 use super::gpu::{E3Pass, GpuE3};
@@ -73,19 +73,16 @@ fn phase(
     let sizes = (model.gen.n_params(), model.enc.n_params());
     let n = images.len() / PIXELS;
     let job = Training::with_sizes(sizes, &mut est, train, n, Some(updates), identity)?;
-    let mut curve = Curve {
-        phase: name.into(),
-        loss: Vec::new(),
-    };
-    let mut done_here = 0usize;
-    let mut observe = |_: &TrainState, info: &TrainInfo| {
-        curve.loss.push(info.loss);
-        progress(name, info.update, updates);
-        done_here += 1;
-        match opts.interrupt_after {
-            Some(k) if done_here >= k => Control::Stop,
-            _ => Control::Continue,
-        }
+    let mut observe = PhaseObserver {
+        name,
+        curve: Curve {
+            phase: name.into(),
+            loss: Vec::new(),
+        },
+        updates,
+        done_here: 0,
+        interrupt_after: opts.interrupt_after,
+        progress,
     };
     let runner = Runner::new(job).observe(&mut observe);
     let ck = PhaseCheckpoint {
@@ -106,7 +103,40 @@ fn phase(
     )?;
     let params = runner.solver.finish(&state);
     drop(runner);
-    Ok((params, curve))
+    Ok((params, observe.curve))
+}
+
+/// A phase's observer: its learning curve, kept in the phase's checkpoints so that a resumed
+/// phase's curve starts at its first update, as an uninterrupted one's; its progress; and the
+/// interruption that tests of resume ask for.
+struct PhaseObserver<'a> {
+    name: &'a str,
+    curve: Curve,
+    updates: usize,
+    done_here: usize,
+    interrupt_after: Option<usize>,
+    progress: Progress<'a>,
+}
+
+impl Observer<TrainState, TrainInfo> for PhaseObserver<'_> {
+    fn observe(&mut self, _: &TrainState, info: &TrainInfo) -> Control {
+        self.curve.loss.push(info.loss);
+        (self.progress)(self.name, info.update, self.updates);
+        self.done_here += 1;
+        match self.interrupt_after {
+            Some(k) if self.done_here >= k => Control::Stop,
+            _ => Control::Continue,
+        }
+    }
+
+    fn snapshot(&self) -> Result<Vec<u8>> {
+        encode(&self.curve.loss)
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        self.curve.loss = decode(bytes)?;
+        Ok(())
+    }
 }
 
 /// What [`time_phase`] measured.
@@ -304,12 +334,18 @@ pub fn run(
     });
     let t = std::time::Instant::now();
     let cached = match &cache {
-        Some(c) => c.load_nets(&model.gen, &model.enc)?.map(|(p, _)| p),
+        Some(c) => c.load_nets(&model.gen, &model.enc)?,
         None => None,
     };
     let pretrained_cached = cached.is_some();
     let pretrained = match cached {
-        Some(p) => p,
+        Some((p, _, loss)) => {
+            curves.push(Curve {
+                phase: "pretrain".into(),
+                loss,
+            });
+            p
+        }
         None => {
             let per_epoch = s.train_n.div_ceil(s.batch_size.min(s.train_n));
             let (p, c) = phase(
@@ -325,10 +361,11 @@ pub fn run(
                 opts,
                 progress,
             )?;
-            curves.push(c);
-            if let Some(c) = &cache {
-                c.save_nets(&model.gen, &model.enc, &p, t.elapsed().as_secs_f64())?;
+            if let Some(cache) = &cache {
+                let time_s = t.elapsed().as_secs_f64();
+                cache.save_nets(&model.gen, &model.enc, &p, time_s, &c.loss)?;
             }
+            curves.push(c);
             p
         }
     };
