@@ -135,11 +135,13 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
         .with_context(|| format!("cannot create the output folder {}", a.out.display()))?;
     let threads = rayon::current_num_threads();
     // What an earlier run finished is reused, and costs nothing.
-    let reused = plan.iter().filter(|e| finished(e, &a).is_some()).count();
+    let reused_now: Vec<bool> = plan.iter().map(|e| finished(e, &a).is_some()).collect();
+    let reused = reused_now.iter().filter(|r| **r).count();
     let estimate: f64 = plan
         .iter()
-        .filter(|e| finished(e, &a).is_none())
-        .map(|e| e.estimate_s(threads))
+        .zip(&reused_now)
+        .filter(|(_, r)| !**r)
+        .map(|(e, _)| e.estimate_s(threads))
         .sum();
     if !a.quiet {
         let reuse = match reused {
@@ -158,7 +160,7 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
         .pretrained_cache
         .clone()
         .unwrap_or_else(|| a.out.join("cache"));
-    let ticker = progress::Ticker::new(a.quiet, &plan, threads);
+    let ticker = progress::Ticker::new(a.quiet, &plan, threads, &reused_now);
     let mut records = Vec::new();
     for (i, e) in plan.iter().enumerate() {
         let bar = ticker.start(i);

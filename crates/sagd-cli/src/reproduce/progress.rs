@@ -24,6 +24,9 @@ pub fn duration(s: f64) -> String {
 struct Shared {
     bars: Vec<Option<ProgressBar>>,
     done: Vec<bool>,
+    /// Where each bar stood when its length was first known: a resumed phase starts part-way,
+    /// and only the work from there on is this run's.
+    offsets: Vec<Option<u64>>,
 }
 
 /// The progress display of one reproduction.
@@ -42,8 +45,9 @@ pub struct Ticker {
 const STYLE: &str = "{msg:28} [{bar:30}] {percent:>3}% {elapsed:>4} eta {eta:>4}";
 
 impl Ticker {
-    /// A display for `plan` (nothing at all with `quiet`).
-    pub fn new(quiet: bool, plan: &[Experiment], threads: usize) -> Self {
+    /// A display for `plan` (nothing at all with `quiet`); `reused[i]`: experiment i was finished
+    /// by an earlier run and costs this one nothing.
+    pub fn new(quiet: bool, plan: &[Experiment], threads: usize, reused: &[bool]) -> Self {
         let terminal = std::io::stderr().is_terminal();
         let target = if quiet || !terminal {
             ProgressDrawTarget::hidden()
@@ -51,9 +55,14 @@ impl Ticker {
             ProgressDrawTarget::stderr()
         };
         let multi = MultiProgress::with_draw_target(target);
+        // This run's work only: what an earlier run finished weighs nothing.
         let weights: Vec<f64> = plan
             .iter()
-            .map(|e| e.estimate_s(threads).max(1.0))
+            .enumerate()
+            .map(|(i, e)| match reused.get(i) {
+                Some(true) => 0.0,
+                _ => e.estimate_s(threads).max(1.0),
+            })
             .collect();
         let overall = multi.add(ProgressBar::new(1000));
         overall.set_style(
@@ -63,6 +72,7 @@ impl Ticker {
         let shared = Arc::new(Mutex::new(Shared {
             bars: vec![None; plan.len()],
             done: vec![false; plan.len()],
+            offsets: vec![None; plan.len()],
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let mut t = Ticker {
@@ -80,23 +90,22 @@ impl Ticker {
         t
     }
 
-    /// The fraction of the whole plan done, weighting experiments by their expected duration.
-    fn fraction(shared: &Shared, weights: &[f64]) -> f64 {
-        let total: f64 = weights.iter().sum();
-        let done: f64 = weights
+    /// The fraction of this run's work done, weighting experiments by their expected duration
+    /// and counting a bar's progress from where it stood when this run first saw it.
+    fn fraction(shared: &mut Shared, weights: &[f64]) -> f64 {
+        let progress: Vec<Option<(u64, u64)>> = shared
+            .bars
             .iter()
-            .enumerate()
-            .map(|(i, w)| {
-                if shared.done[i] {
-                    return *w;
+            .map(|b| b.as_ref().map(|b| (b.position(), b.length().unwrap_or(0))))
+            .collect();
+        for (o, p) in shared.offsets.iter_mut().zip(&progress) {
+            if let (None, Some((pos, len))) = (*o, p) {
+                if *len > 0 {
+                    *o = Some(*pos);
                 }
-                match &shared.bars[i] {
-                    Some(b) => w * b.position() as f64 / b.length().unwrap_or(0).max(1) as f64,
-                    None => 0.0,
-                }
-            })
-            .sum();
-        (done / total.max(1e-9)).min(1.0)
+            }
+        }
+        work_done(weights, &shared.done, &progress, &shared.offsets)
     }
 
     fn spawn(&self) -> std::thread::JoinHandle<()> {
@@ -112,8 +121,8 @@ impl Ticker {
             let mut last_line = Instant::now();
             while !stop.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(200));
-                let Ok(sh) = shared.lock() else { return };
-                let f = Self::fraction(&sh, &weights);
+                let Ok(mut sh) = shared.lock() else { return };
+                let f = Self::fraction(&mut sh, &weights);
                 overall.set_position((1000.0 * f) as u64);
                 if plain && last_line.elapsed() >= Duration::from_secs(10) {
                     last_line = Instant::now();
@@ -175,6 +184,30 @@ impl Ticker {
     }
 }
 
+/// The fraction of the weighted work done: finished experiments whole, running ones by their
+/// bar's progress beyond its offset, over the total weight.
+fn work_done(
+    weights: &[f64],
+    done: &[bool],
+    progress: &[Option<(u64, u64)>],
+    offsets: &[Option<u64>],
+) -> f64 {
+    let total: f64 = weights.iter().sum();
+    if total <= 0.0 {
+        return 1.0;
+    }
+    let mut sum = 0.0;
+    for (i, w) in weights.iter().enumerate() {
+        if done[i] {
+            sum += w;
+        } else if let (Some((pos, len)), Some(off)) = (progress[i], offsets[i]) {
+            let left = len.saturating_sub(off).max(1) as f64;
+            sum += w * (pos.saturating_sub(off) as f64 / left).min(1.0);
+        }
+    }
+    (sum / total).min(1.0)
+}
+
 impl Drop for Ticker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
@@ -182,5 +215,31 @@ impl Drop for Ticker {
             t.join().ok();
         }
         self.overall.finish_and_clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::work_done;
+
+    #[test]
+    fn this_runs_work_leaves_out_reused_experiments_and_resumed_progress() {
+        // Three experiments: the first reused (weight 0), the second resumed at 60 of 100 and now
+        // at 80, the third not started.
+        let weights = [0.0, 10.0, 30.0];
+        let done = [true, false, false];
+        let progress = [None, Some((80, 100)), None];
+        let offsets = [None, Some(60), None];
+        let f = work_done(&weights, &done, &progress, &offsets);
+        // Half of the second's remaining 40: 5 of 40 weighted seconds.
+        assert!((f - 5.0 / 40.0).abs() < 1e-12, "{f}");
+        // Everything reused: all done, not a division by zero.
+        assert_eq!(
+            work_done(&[0.0, 0.0], &[true, true], &[None, None], &[None, None]),
+            1.0
+        );
+        // A fresh run counts from zero.
+        let f = work_done(&[10.0], &[false], &[Some((25, 100))], &[Some(0)]);
+        assert!((f - 0.25).abs() < 1e-12);
     }
 }
