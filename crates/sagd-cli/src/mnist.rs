@@ -177,6 +177,9 @@ pub fn run(a: MnistArgs) -> Result<()> {
             checkpoints.display()
         );
     }
+    if a.resume {
+        crate::output::check_checkpoints(&checkpoints)?;
+    }
     let on = a.checkpoint_every > 0 || a.resume || a.interrupt_after.is_some();
     let cache = a
         .pretrained_cache

@@ -137,6 +137,22 @@ const LOCK: &str = ".sagd.lock";
 /// The folder of a run's training checkpoints inside its output folder.
 pub const CHECKPOINTS: &str = "checkpoints";
 
+/// Checks every checkpoint in `dir` before a resume uses any: a damaged one is named at once,
+/// not after the phases before it have been recomputed.
+pub fn check_checkpoints(dir: &Path) -> Result<()> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .with_context(|| format!("--resume: reading {}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "ckpt"))
+        .collect();
+    files.sort();
+    for f in files {
+        sagd::run::read_framed(&f).with_context(|| "--resume: a checkpoint cannot be used")?;
+    }
+    Ok(())
+}
+
 impl Staging {
     /// Creates `out` (if needed), takes its lock (refused while another live run holds it),
     /// removes staging folders that dead runs left, and makes a fresh staging folder in it.

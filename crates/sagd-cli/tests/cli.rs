@@ -613,6 +613,33 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
             "{m}"
         );
     }
+    // A damaged checkpoint of a later phase is named before any phase is recomputed (on a copy;
+    // the earlier phases' checkpoints are left as they were).
+    let damaged = dir.path().join("damaged");
+    copy_dir(&part, &damaged);
+    let sagd_ck = damaged.join("checkpoints/rep0-sagd.ckpt");
+    let mut bytes = std::fs::read(&sagd_ck).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x10;
+    std::fs::write(&sagd_ck, &bytes).unwrap();
+    let vae_before = std::fs::read(damaged.join("checkpoints/rep0-vae.ckpt")).unwrap();
+    let o = sagd()
+        .args(args)
+        .arg(&damaged)
+        .args(["--checkpoint-every", "4", "--resume"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("rep0-sagd.ckpt") && err.contains("checksum"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(damaged.join("checkpoints/rep0-vae.ckpt")).unwrap(),
+        vae_before,
+        "a phase was recomputed before the damage was found"
+    );
+
     // Checkpoints of other settings are refused; another seed does not take these (on a copy:
     // a run that finishes removes its checkpoints).
     let o = sagd()

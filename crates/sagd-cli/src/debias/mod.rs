@@ -202,6 +202,9 @@ fn run_options(a: &DebiasArgs, out: &Path) -> Result<RunOptions> {
             checkpoints.display()
         );
     }
+    if a.resume {
+        crate::output::check_checkpoints(&checkpoints)?;
+    }
     let on = a.checkpoint_every > 0 || a.resume || a.interrupt_after.is_some();
     Ok(RunOptions {
         keep_samples: false,
