@@ -756,6 +756,28 @@ fn reproduce_writes_one_report_and_survives_a_failing_experiment() {
         .unwrap()
         .iter()
         .all(|e| e["reused"] == true));
+    // A damaged record is not trusted: that experiment runs again, saying so; the others are
+    // reused.
+    let record = out.join("e1/reproduce.record");
+    let mut bytes = std::fs::read(&record).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x02;
+    std::fs::write(&record, &bytes).unwrap();
+    let o = sagd()
+        .args(["reproduce", "--tiny", "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("checksum") && err.contains("e1 runs again"),
+        "{err}"
+    );
+    let v = json(&out.join("results.json"));
+    for e in v["experiments"].as_array().unwrap() {
+        assert_eq!(e["reused"], e["name"] != "e1", "{}", e["name"]);
+    }
 
     // One experiment fails: the others are there, the report says why, the exit status is not 0.
     let bad = dir.path().join("bad");

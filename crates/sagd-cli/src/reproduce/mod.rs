@@ -209,13 +209,24 @@ fn run_key(e: &Experiment, a: &ReproduceArgs) -> String {
     }
 }
 
+/// The file, in each experiment's folder, recording that it finished and what it found.
+const RECORD: &str = "reproduce.record";
+
 /// The record of an earlier run of `e` with the same key, if it finished.
 fn finished(e: &Experiment, a: &ReproduceArgs) -> Option<Record> {
     let dir = a.out.join(&e.name);
     let key = run_key(e, a);
-    std::fs::read(dir.join("reproduce.json"))
+    let path = dir.join(RECORD);
+    if !path.exists() {
+        return None;
+    }
+    // In the checksummed frame of checkpoints and caches: a damaged record is not trusted, and
+    // the experiment runs again.
+    let record = sagd::run::read_framed(&path)
+        .map_err(|err| eprintln!("warning: {err}; {} runs again", e.name))
+        .ok()?;
+    serde_json::from_slice::<Record>(&record)
         .ok()
-        .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
         .filter(|r| r.key == key && r.status == Status::Done && dir.join("result.json").exists())
 }
 
@@ -247,7 +258,7 @@ fn run_one(
         rec.error = Some(e.scale.clone());
         return rec;
     }
-    let state = dir.join("reproduce.json");
+    let state = dir.join(RECORD);
     if let Some(done) = finished(e, a) {
         // What a dead run left beside the finished result goes, as any run's start removes it.
         crate::output::clean_dead(&dir);
@@ -269,7 +280,7 @@ fn run_one(
             rec.status = Status::Done;
             // Only a whole record marks the experiment finished.
             if let Ok(text) = serde_json::to_vec_pretty(&rec) {
-                crate::output::write_atomic(&state, text).ok();
+                sagd::run::write_framed(&state, &text).ok();
             }
         }
         Err(err) => {
