@@ -340,3 +340,33 @@ impl TermLike for PlainLines {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Owner;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_lock_names_this_live_process_and_reads_back() {
+        let me = Owner::me();
+        let back = Owner::parse(&me.to_line()).expect("its own line");
+        assert_eq!(back, me);
+        assert!(back.alive());
+        // The same process id with another start time is another process: not this run.
+        let other = Owner {
+            start: me.start + 1,
+            ..Owner::parse(&me.to_line()).unwrap()
+        };
+        assert!(!other.alive());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(10_000))]
+        #[test]
+        fn any_lock_text_is_read_without_panic(text in "\\PC{0,80}") {
+            if let Some(o) = Owner::parse(&text) {
+                prop_assert_eq!(Owner::parse(&o.to_line()), Some(o));
+            }
+        }
+    }
+}
