@@ -100,3 +100,22 @@ fn files_that_do_not_fit_together_are_refused() {
     let e = mnist::load(&d.join("nowhere")).unwrap_err();
     assert!(e.to_string().contains("train-images-idx3-ubyte"), "{e}");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+    /// Any bytes, with the images' or labels' magic in front or not: the reader returns an
+    /// array whose dimensions account for every byte, or an error; it never panics.
+    #[test]
+    fn any_bytes_are_read_whole_or_refused(
+        rank in proptest::prop_oneof![proptest::strategy::Just(1u8), proptest::strategy::Just(3u8)],
+        magic in proptest::bool::ANY,
+        body in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
+    ) {
+        let mut bytes = if magic { vec![0, 0, 0x08, rank] } else { Vec::new() };
+        bytes.extend(&body);
+        if let Ok(a) = mnist::idx::parse(&bytes, rank, std::path::Path::new("random.idx")) {
+            proptest::prop_assert_eq!(a.dims.len(), rank as usize);
+            proptest::prop_assert_eq!(a.dims.iter().product::<usize>(), a.data.len());
+        }
+    }
+}

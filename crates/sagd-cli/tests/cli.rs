@@ -211,6 +211,17 @@ fn em_fits_a_users_data() {
     assert!(gap < 0.05, "{}", v["polished"]);
 }
 
+/// `sagd em` on the CSV `data`, into `out`.
+fn em_on_data(data: &std::path::Path, out: &std::path::Path) -> std::process::Output {
+    sagd()
+        .args(["em", "--quiet", "--data"])
+        .arg(data)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn em_rejects_bad_data_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -231,13 +242,7 @@ fn em_rejects_bad_data_and_writes_nothing() {
         let path = dir.path().join(name);
         std::fs::write(&path, body).unwrap();
         let out = dir.path().join(format!("out-{name}"));
-        let o = sagd()
-            .args(["em", "--quiet", "--data"])
-            .arg(&path)
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
+        let o = em_on_data(&path, &out);
         assert!(!o.status.success(), "{name} was accepted");
         let err = String::from_utf8_lossy(&o.stderr);
         for n in *needles {
@@ -1072,13 +1077,7 @@ fn far_from_the_mle_and_extreme_data_are_named() {
         }
         std::fs::write(&f, text).unwrap();
         let out = dir.path().join(format!("em-{huge}"));
-        let o = sagd()
-            .args(["em", "--quiet", "--data"])
-            .arg(&f)
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
+        let o = em_on_data(&f, &out);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
             !o.status.success()
