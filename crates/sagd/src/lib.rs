@@ -76,10 +76,15 @@ pub mod solver;
 
 /// The names most programs need.
 pub mod prelude {
+    pub use crate::em::{
+        louis_information, polish, AutomatedEm, EmEvent, EmSettings, EstimateStatus, PolishSettings,
+    };
     pub use crate::error::{LogpError, Result, SagdError};
     pub use crate::hmc::HmcSettings;
     pub use crate::langevin::{ChainSet, Kernel, LangevinSettings, Momentum, Scheme, StepInfo};
-    pub use crate::model::{LatentModel, LogDensity, MaximumLikelihood, Problem};
+    pub use crate::model::{
+        Derived, LatentModel, LogDensity, LogJoint, MaximumLikelihood, Problem, Scalar,
+    };
     pub use crate::optim::{Averaging, Optimizer, Projection, UpdateRule};
     pub use crate::real::Real;
     pub use crate::run::{Control, History, Observer, Outcome, Runner, Solver};

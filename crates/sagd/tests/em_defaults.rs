@@ -92,3 +92,32 @@ fn a_non_finite_update_is_backed_off_and_reported() {
     assert!(trace.converged);
     assert!(g < 0.05, "log-likelihood gap {g}");
 }
+
+#[test]
+fn a_polish_that_cannot_succeed_says_so_and_leaves_em_s_estimate_marked() {
+    // One M-step from b = 0, where ℓ (even in b) has a saddle, and a polish allowed a single
+    // Newton step: its information is not positive definite there, on every attempt. The run
+    // reports EM's estimate as such, with the attempts and why.
+    let model = poisson(200, 1.0, 0.5, 3);
+    let mut settings = EmSettings {
+        max_msteps: 1,
+        stopping: None,
+        ..EmSettings::default()
+    };
+    if let Some(p) = settings.polish.as_mut() {
+        p.max_steps = 1;
+    }
+    let (trace, _) = run(&model, settings, &[1.0, 0.0], 1);
+    let answer = trace.final_estimate();
+    match answer.status {
+        sagd::em::EstimateStatus::PolishFailed(why) => {
+            assert!(why.contains("failed 3 times"), "{why}");
+            assert_eq!(trace.polish_attempts, sagd::em::POLISH_ATTEMPTS);
+        }
+        other => panic!(
+            "expected a failed polish, got {other:?} at {:?}",
+            answer.estimate
+        ),
+    }
+    assert_eq!(answer.estimate, &trace.estimate[..]);
+}

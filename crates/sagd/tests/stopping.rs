@@ -178,7 +178,9 @@ fn the_defaults_fit_the_normal_normal_model() {
         .run(&[0.0, 0.0, 0.0], 1, None, &mut |_| Control::Continue)
         .unwrap();
     assert_eq!(trace.polish_error, None);
-    let (estimate, se) = trace.final_estimate();
+    let answer = trace.final_estimate();
+    assert_eq!(answer.status, sagd::em::EstimateStatus::Polished);
+    let (estimate, se) = (answer.estimate, answer.se);
     let model = &derived.0;
     let gap = model.loglik(&mle) - model.loglik(estimate);
     let err = (0..3)

@@ -11,9 +11,12 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use sagd::em::information::{
-    louis_information, polish, Information, LouisSettings, PolishSettings, Polished,
+    louis_information, polish_retrying, Information, LouisSettings, PolishSettings, Polished,
 };
-use sagd::em::{exact_gd, maximum_likelihood, AutomatedEm, EmEvent, EmSettings, EmTrace, StopRule};
+use sagd::em::{
+    exact_gd, maximum_likelihood, AutomatedEm, EmEvent, EmSettings, EmTrace, StopRule,
+    POLISH_ATTEMPTS,
+};
 use sagd::error::{Result, SagdError};
 use sagd::langevin::{LangevinSettings, Momentum};
 use sagd::quadrature::{log_likelihood, log_likelihood_trapezoid, GaussHermite};
@@ -80,7 +83,7 @@ pub struct E1Settings {
     pub quad_nodes: usize,
     /// Grid points per axis of the log-likelihood surface.
     pub surface: usize,
-    /// After EM, [`polish`] the estimate: Newton steps on ℓ until
+    /// After EM, [`polish`](sagd::em::polish) the estimate: Newton steps on ℓ until
     /// its estimated gap to the maximum is below 0.01 beyond Monte Carlo noise (the check EM's
     /// own rule cannot make when EM is slow); the standard errors then come from there.
     #[serde(default)]
@@ -428,13 +431,14 @@ pub fn run(
     }
     let louis_seed = sagd::rng::stream_seed(s.seed, 0x10_5e);
     let (information, polished) = if s.polish {
-        match polish(
+        match polish_retrying(
             &model,
             &trace.estimate,
             &PolishSettings::default(),
             louis_seed,
+            POLISH_ATTEMPTS,
         ) {
-            Ok(p) => {
+            Ok((p, _)) => {
                 if !p.converged {
                     warnings.push(format!(
                         "polish did not bring the estimated log-likelihood gap below 0.01 in its steps (last {:.4}): treat the estimate with care",
@@ -444,9 +448,11 @@ pub fn run(
                 let loglik = log_likelihood(&model, &p.estimate, &gh)?;
                 (Some(p.information.clone()), Some((p, loglik)))
             }
-            Err(e) => {
+            Err(failures) => {
                 warnings.push(format!(
-                    "no polish and no standard errors at the estimate: {e}"
+                    "no polish and no standard errors at the estimate: polish failed {} times ({})",
+                    failures.len(),
+                    failures.join("; ")
                 ));
                 (None, None)
             }

@@ -403,6 +403,32 @@ fn gap_sd(gap: f64, noise: f64) -> f64 {
     (4.0 * gap.max(0.0) * noise + 2.0 * noise * noise).sqrt()
 }
 
+/// [`polish`], tried again after a failure (an information that is not positive definite is most
+/// often noise) with fresh streams and twice the draws, up to `attempts` times in all: the
+/// polished estimate and the attempts it took, or why each attempt failed. The first attempt uses
+/// `seed` itself, so a polish that succeeds at once gives [`polish`]'s result.
+pub fn polish_retrying<M: LatentModel<f64>>(
+    model: &M,
+    theta: &[f64],
+    s: &PolishSettings,
+    seed: u64,
+    attempts: usize,
+) -> std::result::Result<(Polished, usize), Vec<String>> {
+    let mut s = *s;
+    let mut failures = Vec::new();
+    for attempt in 0..attempts.max(1) {
+        let seed = seed ^ (attempt as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        match polish(model, theta, &s, seed) {
+            Ok(p) => return Ok((p, attempt + 1)),
+            Err(e) => {
+                failures.push(format!("with {} draws: {e}", s.louis.draws));
+                s.louis.draws *= 2;
+            }
+        }
+    }
+    Err(failures)
+}
+
 /// Monte Carlo Newton-Raphson on ℓ from `theta` (EM's estimate, say): at each point, chains on
 /// every posterior give the score ∇ℓ (Fisher's identity) and the observed information I (Louis'
 /// identity); ½ ∇ℓᵀ I⁻¹ ∇ℓ estimates how far ℓ is below its maximum, and the Newton step I⁻¹ ∇ℓ

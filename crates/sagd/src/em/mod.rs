@@ -35,9 +35,15 @@ use crate::run::{Control, Identity, Outcome, Runner, Solver};
 use crate::schedule::{Schedule, Schedules};
 use crate::solver::{Anchor, IterInfo, Sagd, SagdSettings, SagdState};
 pub use exact::{exact_gd, maximum_likelihood};
-use information::{polish, PolishSettings, Polished};
+pub use information::{
+    louis_information, polish, polish_retrying, Information, LouisSettings, PolishSettings,
+    Polished,
+};
 pub use mstep::{ChainStep, MStepUpdate};
 pub use solver::{EmInfo, EmSolver, EmState};
+
+/// Polishing attempts before the run reports EM's estimate as unpolished.
+pub const POLISH_ATTEMPTS: usize = 3;
 
 /// Mixed into the run's seed for the polishing chains.
 const POLISH_SEED: u64 = 0x5EED_9011_5400_0001;
@@ -262,6 +268,9 @@ pub struct EmTrace {
     /// Why polishing failed, if it did (the estimate is then EM's).
     #[serde(default)]
     pub polish_error: Option<String>,
+    /// Polishing attempts made (each after a failure with fresh streams and twice the draws).
+    #[serde(default)]
+    pub polish_attempts: usize,
     /// Whether the last M-step in the trace is still running (checkpoints only).
     in_mstep: bool,
     /// σ̂ of the current M-step's chains, with [`ChainStep::Adaptive`] (checkpoints only).
@@ -270,14 +279,50 @@ pub struct EmTrace {
 }
 
 impl EmTrace {
-    /// The run's answer and its Monte Carlo standard errors: the polished estimate when there is
-    /// one, else EM's.
-    pub fn final_estimate(&self) -> (&[f64], &[f64]) {
-        match &self.polished {
-            Some(p) => (&p.estimate, &p.mc_se),
-            None => (&self.estimate, &self.estimate_se),
+    /// The run's answer, its Monte Carlo standard errors and where they come from: the polished
+    /// estimate when there is one, else EM's — and then the status says whether polishing was
+    /// not asked for or failed (with why), so that EM's estimate is never taken for a polished one.
+    pub fn final_estimate(&self) -> FinalEstimate<'_> {
+        match (&self.polished, &self.polish_error) {
+            (Some(p), _) => FinalEstimate {
+                estimate: &p.estimate,
+                se: &p.mc_se,
+                status: EstimateStatus::Polished,
+            },
+            (None, Some(e)) => FinalEstimate {
+                estimate: &self.estimate,
+                se: &self.estimate_se,
+                status: EstimateStatus::PolishFailed(e),
+            },
+            (None, None) => FinalEstimate {
+                estimate: &self.estimate,
+                se: &self.estimate_se,
+                status: EstimateStatus::Em,
+            },
         }
     }
+}
+
+/// A run's answer ([`EmTrace::final_estimate`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FinalEstimate<'a> {
+    /// The estimate of θ.
+    pub estimate: &'a [f64],
+    /// Its Monte Carlo standard errors.
+    pub se: &'a [f64],
+    /// Where it comes from.
+    pub status: EstimateStatus<'a>,
+}
+
+/// Where a run's answer comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum EstimateStatus<'a> {
+    /// `polish` brought it to the maximum (its gaps say how close).
+    Polished,
+    /// EM's own estimate: polishing was not asked for.
+    Em,
+    /// EM's own estimate, because every polishing attempt failed: why the last one did.
+    PolishFailed(&'a str),
 }
 
 /// Something that happened during a run, for progress displays.
@@ -369,9 +414,25 @@ impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
         runner.solver.finish(&mut state);
         if let Some(ps) = &self.settings.polish {
             // Its own streams: the chains' seed moved by a constant.
-            match polish(self.model, &state.trace.estimate, ps, seed ^ POLISH_SEED) {
-                Ok(p) => state.trace.polished = Some(p),
-                Err(e) => state.trace.polish_error = Some(e.to_string()),
+            match polish_retrying(
+                self.model,
+                &state.trace.estimate,
+                ps,
+                seed ^ POLISH_SEED,
+                POLISH_ATTEMPTS,
+            ) {
+                Ok((p, attempts)) => {
+                    state.trace.polished = Some(p);
+                    state.trace.polish_attempts = attempts;
+                }
+                Err(failures) => {
+                    state.trace.polish_attempts = failures.len();
+                    state.trace.polish_error = Some(format!(
+                        "polish failed {} times ({}); the estimate is EM's, not polished",
+                        failures.len(),
+                        failures.join("; ")
+                    ));
+                }
             }
         }
         Ok(state.trace)

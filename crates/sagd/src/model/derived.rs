@@ -19,6 +19,12 @@ pub trait Scalar: DualNum<Primitive = f64> + Copy + Send + Sync {
     fn ln_gamma(self) -> Self;
     /// The value, without derivatives.
     fn value(self) -> f64;
+    /// The constant `c` as this number type, for a constant on the left of an operator:
+    /// `S::constant(1.0) - a * a`. (`1.0 - a * a` cannot compile: Rust's orphan rule forbids
+    /// implementing `f64 - S` for every `S`; on the right, `a * a - 1.0` works as written.)
+    fn constant(c: f64) -> Self {
+        Self::from(c)
+    }
 }
 
 impl Scalar for f64 {

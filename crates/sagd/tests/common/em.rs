@@ -48,7 +48,9 @@ pub fn fits_with_the_defaults<M: LatentModel<f64>>(
 ) {
     let (trace, backoffs) = run(model, EmSettings::default(), theta0, 1);
     assert_eq!(trace.polish_error, None);
-    let (estimate, se) = trace.final_estimate();
+    let answer = trace.final_estimate();
+    assert_eq!(answer.status, sagd::em::EstimateStatus::Polished);
+    let (estimate, se) = (answer.estimate, answer.se);
     let (g, mle) = gap(model, estimate, mle_start);
     let err = (0..mle.len())
         .map(|j| (estimate[j] - mle[j]).abs() / se[j])
