@@ -46,13 +46,17 @@ fn claims(readme: &str, text: &str) {
 /// The quick report kept in the repository.
 const QUICK: &str = "docs/results/reproduce-quick/results.json";
 
-fn experiment<'a>(r: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    r["experiments"]
-        .as_array()
+/// The element of the array `list` whose `field` is `value`.
+fn find<'a>(list: &'a serde_json::Value, field: &str, value: &str) -> &'a serde_json::Value {
+    list.as_array()
         .unwrap()
         .iter()
-        .find(|e| e["name"] == name)
-        .unwrap_or_else(|| panic!("{QUICK} has no experiment {name}"))
+        .find(|e| e[field] == value)
+        .unwrap_or_else(|| panic!("no element with {field} = {value}"))
+}
+
+fn experiment<'a>(r: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    find(&r["experiments"], "name", name)
 }
 
 fn minutes_seconds(s: f64) -> String {
@@ -155,15 +159,7 @@ fn the_readmes_numbers_are_the_results_files() {
     }
     // E3: the default run's paired differences.
     let e3 = json("docs/results/e3-default/result.json");
-    let diff = |what: &str| {
-        e3["differences"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["what"] == what)
-            .unwrap_or_else(|| panic!("no difference {what}"))
-            .clone()
-    };
+    let diff = |what: &str| find(&e3["differences"], "what", what).clone();
     let (a, b) = (diff("SAGD − pre-trained"), diff("SAGD − control"));
     claims(
         &text,
