@@ -160,23 +160,11 @@ fn the_readmes_numbers_are_the_results_files() {
     // E3: the default run's paired differences.
     let e3 = json("docs/results/e3-default/result.json");
     let diff = |what: &str| find(&e3["differences"], "what", what).clone();
-    let (a, b) = (diff("SAGD − pre-trained"), diff("SAGD − control"));
-    claims(
-        &text,
-        &format!(
-            "+{:.3} nats** (paired se {:.3})",
-            a["mean"].as_f64().unwrap(),
-            a["se"].as_f64().unwrap()
-        ),
-    );
-    claims(
-        &text,
-        &format!(
-            "+{:.3}** (se {:.3})",
-            b["mean"].as_f64().unwrap(),
-            b["se"].as_f64().unwrap()
-        ),
-    );
+    let mean_se = |d: serde_json::Value| (d["mean"].as_f64().unwrap(), d["se"].as_f64().unwrap());
+    let (am, ase) = mean_se(diff("SAGD − pre-trained"));
+    let (bm, bse) = mean_se(diff("SAGD − control"));
+    claims(&text, &format!("+{am:.3} nats** (paired se {ase:.3})"));
+    claims(&text, &format!("+{bm:.3}** (se {bse:.3})"));
 }
 
 #[test]
