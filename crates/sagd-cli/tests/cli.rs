@@ -1251,3 +1251,32 @@ fn bench_mnist_times_both_phases_through_the_runner() {
         assert!((epoch / (s * 300.0) - 1.0).abs() < 1e-12, "{r}");
     }
 }
+
+#[test]
+fn a_resumed_reproduce_writes_the_curves_of_an_uninterrupted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = |out: &std::path::Path, extra: &[&str]| {
+        sagd()
+            .args(["reproduce", "--tiny", "--quiet", "--only", "e3", "--out"])
+            .arg(out)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let whole = dir.path().join("whole");
+    assert!(tiny(&whole, &[]).status.success());
+    // Each training phase stops after one update of each run, until the experiment finishes.
+    let part = dir.path().join("part");
+    let mut runs = 0;
+    while !tiny(&part, &["--interrupt-after", "1"]).status.success() {
+        runs += 1;
+        assert!(runs < 12, "never finished");
+    }
+    assert!(runs > 0, "the interruption did not interrupt");
+    let curves = |out: &std::path::Path| json(&out.join("e3/result.json"))["curves"].clone();
+    assert_eq!(curves(&part), curves(&whole));
+    assert_eq!(
+        json(&part.join("e3/result.json"))["evaluations"],
+        json(&whole.join("e3/result.json"))["evaluations"]
+    );
+}

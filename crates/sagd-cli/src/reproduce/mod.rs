@@ -54,6 +54,9 @@ pub struct ReproduceArgs {
     /// Make the named experiment fail (to check that the others still run).
     #[arg(long, hide = true)]
     fail: Option<String>,
+    /// Stop each training phase after this many updates of this run (tests of resume).
+    #[arg(long, hide = true)]
+    interrupt_after: Option<usize>,
     /// Where the networks of E2 and E3 train: cpu, or cuda (cuda:N) for an NVIDIA GPU with
     /// CUDA 13's libraries on the loader's path. Evaluation stays on the CPU.
     #[arg(long, default_value_t = sagd_nn::Device::Cpu)]
@@ -272,7 +275,7 @@ fn run_one(
     let outcome = if a.fail.as_deref() == Some(e.name.as_str()) {
         Err(anyhow::anyhow!("forced failure (--fail {})", e.name))
     } else {
-        plan::execute(e, &dir, cache, a.device, bar, &mut rec)
+        plan::execute(e, &dir, cache, a.device, a.interrupt_after, bar, &mut rec)
     };
     rec.time_s = t0.elapsed().as_secs_f64();
     match outcome {

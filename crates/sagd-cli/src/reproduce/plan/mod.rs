@@ -320,6 +320,7 @@ pub fn execute(
     dir: &Path,
     cache: &Path,
     device: Device,
+    interrupt_after: Option<usize>,
     bar: &ProgressBar,
     rec: &mut Record,
 ) -> Result<()> {
@@ -355,6 +356,7 @@ pub fn execute(
                 checkpoint_dir: Some(checkpoints),
                 checkpoint_every: 100,
                 resume: true,
+                interrupt_after,
                 device,
                 ..RunOptions::default()
             };
@@ -383,8 +385,8 @@ pub fn execute(
                 checkpoint_every: 100,
                 resume: true,
                 pretrained_cache: Some(cache.to_path_buf()),
+                interrupt_after,
                 device,
-                ..E3Options::default()
             };
             let out = MnistOutput {
                 out: dir,
