@@ -116,10 +116,7 @@ impl Method {
                     Some(lr) => format!(", learning rate {lr}"),
                     None => String::new(),
                 };
-                let scheme = match m.sagd.langevin.scheme {
-                    Scheme::Euler => "Euler".to_string(),
-                    other => other.name().to_uppercase(),
-                };
+                let scheme = scheme_label(m.sagd.langevin.scheme);
                 format!("{scheme}, {avg}; {}{lr}", chains(&m.sagd))
             }
             Method::SagdPaper => format!(
@@ -233,6 +230,14 @@ impl std::str::FromStr for Case {
             .into_iter()
             .find(|c| c.name() == s.trim().to_ascii_lowercase())
             .ok_or_else(|| format!("unknown case `{s}`: use normal, exp, mixture or highdim"))
+    }
+}
+
+/// A scheme as tables name it: Euler, OBABO, BAOAB, UBU.
+fn scheme_label(s: Scheme) -> String {
+    match s {
+        Scheme::Euler => "Euler".into(),
+        other => other.name().to_uppercase(),
     }
 }
 
@@ -476,7 +481,7 @@ impl E2Settings {
         if self.method.sagd.langevin.scheme != Scheme::Euler {
             out.push(format!(
                 "SAGD integrates with {} (the paper: Euler)",
-                self.method.sagd.langevin.scheme.name().to_uppercase()
+                scheme_label(self.method.sagd.langevin.scheme)
             ));
         }
         if self.method.sagd_average > 0.0 {

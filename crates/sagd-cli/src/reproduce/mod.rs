@@ -138,7 +138,8 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
         .with_context(|| format!("cannot create the output folder {}", a.out.display()))?;
     let threads = rayon::current_num_threads();
     // What an earlier run finished is reused, and costs nothing.
-    let reused_now: Vec<bool> = plan.iter().map(|e| finished(e, &a).is_some()).collect();
+    let mut earlier: Vec<Option<Record>> = plan.iter().map(|e| finished(e, &a)).collect();
+    let reused_now: Vec<bool> = earlier.iter().map(Option::is_some).collect();
     let reused = reused_now.iter().filter(|r| **r).count();
     let estimate: f64 = plan
         .iter()
@@ -167,7 +168,7 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
     let mut records = Vec::new();
     for (i, e) in plan.iter().enumerate() {
         let bar = ticker.start(i);
-        let r = run_one(e, &a, &cache, &bar);
+        let r = run_one(e, earlier[i].take(), &a, &cache, &bar);
         ticker.finish(i);
         records.push(r);
     }
@@ -233,9 +234,11 @@ fn finished(e: &Experiment, a: &ReproduceArgs) -> Option<Record> {
         .filter(|r| r.key == key && r.status == Status::Done && dir.join("result.json").exists())
 }
 
-/// One experiment, isolated: its failure becomes its record.
+/// One experiment, isolated: its failure becomes its record; `earlier`, the record of an
+/// earlier run that finished it, is reused.
 fn run_one(
     e: &Experiment,
+    earlier: Option<Record>,
     a: &ReproduceArgs,
     cache: &Path,
     bar: &indicatif::ProgressBar,
@@ -262,7 +265,7 @@ fn run_one(
         return rec;
     }
     let state = dir.join(RECORD);
-    if let Some(done) = finished(e, a) {
+    if let Some(done) = earlier {
         // What a dead run left beside the finished result goes, as any run's start removes it.
         crate::output::clean_dead(&dir);
         bar.finish_and_clear();
