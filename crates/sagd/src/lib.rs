@@ -63,6 +63,7 @@ pub mod em;
 pub mod error;
 pub mod hmc;
 pub mod langevin;
+pub mod metric;
 pub mod metrics;
 pub mod model;
 pub mod optim;

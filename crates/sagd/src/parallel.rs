@@ -16,6 +16,18 @@ pub fn piece_rows(n: usize, min_rows: usize, max_rows: usize) -> usize {
     (n / PIECES).max(min_rows).min(max_rows).max(1)
 }
 
+/// Rows per piece of `rows` chains (or points) of dimension `d`, given the rows a pass would
+/// take per piece for cheap rows: that, below 16 coordinates; beyond, few enough rows for eight
+/// pieces when there are rows for them, since one long latent row is work enough for a task
+/// (a single data point with several chains then keeps several cores busy).
+pub fn rows_for_dim(rows: usize, d: usize, cheap: usize) -> usize {
+    if d < 16 {
+        cheap
+    } else {
+        cheap.min(rows.div_ceil(8)).max(1)
+    }
+}
+
 /// The fewest elements of the output per task of [`add_parts`] (long outputs are cut into about
 /// 4 × [`PIECES`] tasks).
 const SUM_CHUNK: usize = 256;

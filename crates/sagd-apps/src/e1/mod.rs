@@ -445,6 +445,9 @@ pub fn run(
                         p.gaps.last().copied().unwrap_or(f64::NAN)
                     ));
                 }
+                if let Some(w) = &p.se_warning {
+                    warnings.push(w.clone());
+                }
                 let loglik = log_likelihood(&model, &p.estimate, &gh)?;
                 (Some(p.information.clone()), Some((p, loglik)))
             }

@@ -72,6 +72,7 @@ pub(super) fn result_json(
             "gap_estimates": p.gaps,
             "gap_noise": p.gap_noise,
             "converged": p.converged,
+            "se_warning": p.se_warning,
         })),
     })
 }
@@ -122,9 +123,15 @@ pub(super) fn summary(s: &E1Settings, r: &E1Result, total: f64) {
     }
     row("MLE", &r.mle.theta, r.mle.loglik);
     if let Some(i) = &r.information {
+        // Each standard error with its own Monte Carlo error, when the draws gave one.
+        let err = |j: usize| {
+            i.se_error
+                .get(j)
+                .map_or(String::new(), |e| format!(" ± {e:.4}"))
+        };
         println!(
-            "standard errors at the estimate (Louis' identity, {} draws per point): a {:.4} (95% Wald [{:.3}, {:.3}]), b {:.4} (95% Wald [{:.3}, {:.3}])",
-            i.draws, i.se[0], i.wald95[0][0], i.wald95[0][1], i.se[1], i.wald95[1][0], i.wald95[1][1]
+            "standard errors at the estimate (observed information, {} draws per chain): a {:.4}{} (95% Wald [{:.3}, {:.3}]), b {:.4}{} (95% Wald [{:.3}, {:.3}])",
+            i.draws, i.se[0], err(0), i.wald95[0][0], i.wald95[0][1], i.se[1], err(1), i.wald95[1][0], i.wald95[1][1]
         );
     }
     for w in &r.warnings {

@@ -27,7 +27,8 @@ use serde::{Deserialize, Serialize};
 use crate::diagnostics::mean_sd;
 use crate::error::{LogpError, Result, SagdError};
 use crate::langevin::{LangevinSettings, Momentum, Scheme};
-use crate::model::{LatentModel, MaximumLikelihood};
+use crate::metric::{Metric, Preconditioner};
+use crate::model::{AnchoredTarget, LatentModel, MaximumLikelihood};
 use crate::optim::bfgs::{self, BfgsResult};
 use crate::optim::UpdateRule;
 use crate::quadrature::{expected_grad, posterior_rule, GaussHermite};
@@ -36,8 +37,8 @@ use crate::schedule::{Schedule, Schedules};
 use crate::solver::{Anchor, IterInfo, Sagd, SagdSettings, SagdState};
 pub use exact::{exact_gd, maximum_likelihood};
 pub use information::{
-    louis_information, polish, polish_retrying, Information, LouisSettings, PolishSettings,
-    Polished,
+    attempt_seed, louis_information, polish, polish_retrying, Information, InformationMethod,
+    LouisSettings, PolishSettings, Polished, SE_DOUBLINGS, SE_PRECISION,
 };
 pub use mstep::{ChainStep, MStepUpdate};
 pub use solver::{EmInfo, EmSolver, EmState};
@@ -45,8 +46,15 @@ pub use solver::{EmInfo, EmSolver, EmState};
 /// Polishing attempts before the run reports EM's estimate as unpolished.
 pub const POLISH_ATTEMPTS: usize = 3;
 
-/// Mixed into the run's seed for the polishing chains.
-const POLISH_SEED: u64 = 0x5EED_9011_5400_0001;
+/// The stream under the run's seed from which polishing draws ([`polish_seed`]).
+const POLISH_STREAM: u64 = 0x5EED_9011_5400_0001;
+
+/// The seed [`AutomatedEm`] hands to [`polish_retrying`] for a run with `seed`: a stream of its
+/// own, so that no two runs, attempts, steps or chains share draws (the EM chains of a run draw
+/// from `stream_seed(seed, chain)`).
+pub fn polish_seed(seed: u64) -> u64 {
+    crate::rng::stream_seed(seed, POLISH_STREAM)
+}
 
 /// Back-offs a run may take before a non-finite update is an error.
 pub const MAX_BACKOFFS: usize = 20;
@@ -108,8 +116,17 @@ pub struct EmSettings {
     pub max_msteps: usize,
     /// The stopping rule; `None` runs exactly `max_msteps`.
     pub stopping: Option<StopRule>,
-    /// Chains per data point.
+    /// Chains per data point (at least; see `min_chains`).
     pub chains_per_point: usize,
+    /// Chains in all, at least: with fewer points than this, each point gets ⌈min_chains / n⌉
+    /// chains, so that one large point keeps every core busy and its estimates average
+    /// independent chains (0: `chains_per_point` alone).
+    #[serde(default)]
+    pub min_chains: usize,
+    /// The chains' mass matrix, adapted per point at the start of every M-step
+    /// ([`crate::metric`]).
+    #[serde(default)]
+    pub preconditioner: Preconditioner,
     /// How an M-step moves θ: the paper's gradient steps of α_t, or Newton steps (no α).
     #[serde(default)]
     pub mstep_update: MStepUpdate,
@@ -126,8 +143,10 @@ pub struct EmSettings {
 impl Default for EmSettings {
     /// Settings for a model of one's own, with no step size to guess: Newton M-steps, the
     /// Langevin step and friction set from the posteriors' curvature at every M-step, BAOAB from
-    /// momenta drawn at random, M-steps of T = 50 updates until the stopping rule holds (at most
-    /// 20), then [`polish`] to the maximum. The paper's burn-in (100 steps) and K_t = t + 20.
+    /// momenta drawn at random, a mass matrix per point adapted at every M-step
+    /// ([`Preconditioner::Auto`]), at least 4 chains in all, M-steps of T = 50 updates until the
+    /// stopping rule holds (at most 20), then [`polish`] to the maximum. The paper's burn-in (100
+    /// steps) and K_t = t + 20.
     fn default() -> Self {
         let mut s = EmSettings::paper_e1();
         s.sagd.langevin.scheme = Scheme::Baoab;
@@ -138,11 +157,20 @@ impl Default for EmSettings {
         s.max_msteps = 20;
         s.stopping = Some(StopRule::default());
         s.polish = Some(PolishSettings::default());
+        s.min_chains = 4;
+        s.preconditioner = Preconditioner::Auto;
         s
     }
 }
 
 impl EmSettings {
+    /// The chains per point for `n` points: `chains_per_point`, or more to reach `min_chains`.
+    pub fn chains_for(&self, n: usize) -> usize {
+        self.chains_per_point
+            .max(self.min_chains.div_ceil(n.max(1)))
+            .max(1)
+    }
+
     /// The paper's E1: three M-steps of T = 100 updates, α = 0.2, δ_t = 0.1/√t, K_t = t + 20, 100
     /// burn-in steps per M-step, γ = 1, the Euler scheme, chains from z = 0 with ρ = 0.
     pub fn paper_e1() -> Self {
@@ -163,6 +191,8 @@ impl EmSettings {
             max_msteps: 3,
             stopping: None,
             chains_per_point: 1,
+            min_chains: 0,
+            preconditioner: Preconditioner::Identity,
             mstep_update: MStepUpdate::Gradient,
             chain_step: ChainStep::Schedule,
             polish: None,
@@ -276,6 +306,9 @@ pub struct EmTrace {
     /// σ̂ of the current M-step's chains, with [`ChainStep::Adaptive`] (checkpoints only).
     #[serde(default)]
     posterior_scale: Option<f64>,
+    /// The chains' metric in the current M-step (checkpoints only).
+    #[serde(default)]
+    metric: Option<Metric>,
 }
 
 impl EmTrace {
@@ -413,12 +446,11 @@ impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
         }
         runner.solver.finish(&mut state);
         if let Some(ps) = &self.settings.polish {
-            // Its own streams: the chains' seed moved by a constant.
             match polish_retrying(
                 self.model,
                 &state.trace.estimate,
                 ps,
-                seed ^ POLISH_SEED,
+                polish_seed(seed),
                 POLISH_ATTEMPTS,
             ) {
                 Ok((p, attempts)) => {

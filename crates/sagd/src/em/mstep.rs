@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{LogpError, Result, SagdError};
 use crate::langevin::{ChainSet, LangevinSettings};
 use crate::model::{AnchoredTarget, Problem};
-use crate::parallel::{add_parts, piece_rows};
+use crate::parallel::{add_parts, piece_rows, rows_for_dim};
 
 /// How an M-step moves θ.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, Default)]
@@ -117,8 +117,9 @@ impl ChainStep {
 }
 
 /// Brings `chains` onto their targets at `anchor` with [`ChainStep::Adaptive`]: to the posterior
-/// modes, then `burn_in` steps in two halves, σ̂ measured before each (where no posterior is
-/// locally log-concave, `previous`, or 1, stays). Returns σ̂ and the Langevin steps taken.
+/// modes (unless they are `at_modes` already), then `burn_in` steps in two halves, σ̂ measured
+/// before each (where no posterior is locally log-concave, `previous`, or 1, stays). Returns σ̂.
+#[allow(clippy::too_many_arguments)]
 pub fn settle_chains<P: Problem<f64> + ?Sized>(
     problem: &P,
     anchor: &[f64],
@@ -127,6 +128,7 @@ pub fn settle_chains<P: Problem<f64> + ?Sized>(
     langevin: LangevinSettings,
     burn_in: usize,
     previous: Option<f64>,
+    at_modes: bool,
 ) -> Result<f64> {
     let ChainStep::Adaptive { quantile, .. } = step else {
         return Err(SagdError::InvalidSetting {
@@ -136,8 +138,10 @@ pub fn settle_chains<P: Problem<f64> + ?Sized>(
         });
     };
     let target = AnchoredTarget { problem, anchor };
-    let modes = posterior_modes(problem, anchor, chains.positions())?;
-    chains.set_positions(&target, &modes)?;
+    if !at_modes {
+        let modes = posterior_modes(problem, anchor, chains.positions())?;
+        chains.set_positions(&target, &modes)?;
+    }
     let mut sigma = previous.unwrap_or(1.0);
     for steps in [burn_in / 2, burn_in - burn_in / 2] {
         if let Some(s) = posterior_scale(problem, anchor, chains.positions(), quantile)? {
@@ -150,9 +154,12 @@ pub fn settle_chains<P: Problem<f64> + ?Sized>(
     Ok(sigma)
 }
 
+/// The most coordinates per chain whose curvature [`posterior_scale`] measures.
+const SCALE_COORDS: usize = 16;
+
 /// Rows per parallel piece of the passes below (cheap per-row work: large pieces).
-fn rows_per_piece(rows: usize) -> usize {
-    piece_rows(rows, 64, 4096)
+fn rows_per_piece(rows: usize, d: usize) -> usize {
+    rows_for_dim(rows, d, piece_rows(rows, 64, 4096))
 }
 
 /// Σ over pieces of `f(first_row, positions)`, in piece order: the same bits for any number of
@@ -162,7 +169,7 @@ where
     F: Fn(usize, &[f64]) -> Result<Vec<f64>> + Sync,
 {
     let rows = positions.len() / dim.max(1);
-    let per = rows_per_piece(rows);
+    let per = rows_per_piece(rows, dim);
     let parts = positions
         .par_chunks(per * dim.max(1))
         .enumerate()
@@ -335,7 +342,7 @@ pub fn posterior_modes<P: Problem<f64> + ?Sized>(
 ) -> Result<Vec<f64>> {
     let d = problem.chain_dim().max(1);
     let rows = xi.len() / d;
-    let per = rows_per_piece(rows);
+    let per = rows_per_piece(rows, d);
     let pieces = xi
         .par_chunks(per * d)
         .enumerate()
@@ -408,7 +415,8 @@ fn ascend<P: Problem<f64> + ?Sized>(
 
 /// The `quantile` of the chains' local posterior scales σ_rj = (−∂²_j log π(ξ_r))^−½, by central
 /// differences of the gradient of the target at `anchor` with steps 10⁻⁴·(1 + |ξ_rj|); coordinates
-/// where log π is not concave are left out. `None` when none is.
+/// where log π is not concave are left out. `None` when none is. Of a long latent, 16 evenly
+/// spaced coordinates stand for all (each costs two gradient evaluations of every chain).
 pub fn posterior_scale<P: Problem<f64> + ?Sized>(
     problem: &P,
     anchor: &[f64],
@@ -417,7 +425,7 @@ pub fn posterior_scale<P: Problem<f64> + ?Sized>(
 ) -> Result<Option<f64>> {
     let d = problem.chain_dim().max(1);
     let rows = xi.len() / d;
-    let per = rows_per_piece(rows);
+    let per = rows_per_piece(rows, d);
     let scales: Vec<Vec<f64>> = xi
         .par_chunks(per * d)
         .enumerate()
@@ -427,7 +435,12 @@ pub fn posterior_scale<P: Problem<f64> + ?Sized>(
             let (mut logp, mut gp, mut gm) = (vec![0.0; n], vec![0.0; x.len()], vec![0.0; x.len()]);
             let steps: Vec<f64> = x.iter().map(|v| 1e-4 * (1.0 + v.abs())).collect();
             let mut curv = vec![0.0; x.len()];
-            for j in 0..d {
+            let coords: Vec<usize> = if d <= SCALE_COORDS {
+                (0..d).collect()
+            } else {
+                (0..SCALE_COORDS).map(|k| k * d / SCALE_COORDS).collect()
+            };
+            for j in coords {
                 let shifted = |sign: f64| -> Vec<f64> {
                     let mut y = x.to_vec();
                     for r in 0..n {

@@ -3,6 +3,8 @@
 //! stopping rule and, for a non-finite update, a back-off with the step halved.
 
 use super::*;
+use crate::metric::Preconditioned;
+use crate::parallel::rows_for_dim;
 
 /// Whether an update failed for non-finite numbers (a step too large for Q's curvature), which a
 /// smaller step avoids.
@@ -47,8 +49,10 @@ pub struct EmInfo {
 pub struct EmSolver<'a, M> {
     settings: &'a EmSettings,
     solver: Sagd,
-    problem: MaximumLikelihood<'a, M>,
+    problem: Preconditioned<MaximumLikelihood<'a, M>>,
     identity: Identity,
+    /// Whether the problem's metric is the state's (after a resume it is not, until set).
+    metric_synced: bool,
 }
 
 impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
@@ -74,16 +78,25 @@ impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
         Ok(EmSolver {
             settings,
             solver: Sagd::new(sagd_settings),
-            problem: MaximumLikelihood::new(model, settings.chains_per_point),
+            problem: Preconditioned::new(
+                MaximumLikelihood::new(model, settings.chains_for(model.n_data())),
+                model.n_data(),
+            ),
             identity,
+            metric_synced: false,
         })
     }
 
     /// The state at θ₀, chains at z = 0.
     pub fn init(&self, theta0: &[f64], seed: u64) -> Result<EmState> {
-        let z0 = vec![0.0; self.problem.model().latent_dim()];
+        let d = self.problem.inner.model().latent_dim();
+        let z0 = vec![0.0; d];
+        let mut sagd = self.solver.init(&self.problem, theta0, &z0, seed)?;
+        let rows = sagd.chains.rows_per_block();
+        sagd.chains
+            .set_rows_per_block(rows_for_dim(sagd.chains.n_chains(), d, rows));
         Ok(EmState {
-            sagd: self.solver.init(&self.problem, theta0, &z0, seed)?,
+            sagd,
             trace: EmTrace {
                 path: vec![theta0.to_vec()],
                 ..Default::default()
@@ -116,6 +129,20 @@ impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
         self.solver
             .begin_stage(&self.problem, &mut state.sagd, Some(&anchor), burn_in)?;
         state.trace.in_mstep = true;
+        let adapted = self.problem.adapt(
+            &anchor,
+            state.sagd.chains.positions(),
+            self.settings.preconditioner,
+        )?;
+        if let Some(at_modes) = &adapted {
+            let target = AnchoredTarget {
+                problem: &self.problem,
+                anchor: &anchor[..],
+            };
+            state.sagd.chains.set_positions(&target, at_modes)?;
+            state.trace.metric = self.problem.metric().cloned();
+        }
+        self.metric_synced = true;
         if self.settings.chain_step == ChainStep::Schedule {
             return Ok(());
         }
@@ -129,6 +156,7 @@ impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
             self.settings.sagd.langevin,
             burn_in,
             state.trace.posterior_scale,
+            adapted.is_some(),
         )?;
         state.trace.posterior_scale = Some(sigma);
         state.trace.langevin_steps += state.sagd.chains.steps - before;
@@ -238,6 +266,10 @@ impl<M: LatentModel<f64>> Solver for EmSolver<'_, M> {
     }
 
     fn next_iter(&mut self, state: &mut EmState) -> Result<EmInfo> {
+        if !self.metric_synced {
+            self.problem.set_metric(state.trace.metric.clone());
+            self.metric_synced = true;
+        }
         if !state.trace.in_mstep {
             self.begin_mstep(state)?;
         }
