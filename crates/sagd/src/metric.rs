@@ -396,7 +396,7 @@ impl<P: Problem<f64>> Problem<f64> for Preconditioned<P> {
 }
 
 /// log π and ∇log π of chain `row` at `z` (None where not finite).
-fn row_target<P: Problem<f64> + ?Sized>(
+pub(crate) fn row_target<P: Problem<f64> + ?Sized>(
     problem: &P,
     anchor: &[f64],
     row: usize,

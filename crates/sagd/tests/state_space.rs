@@ -26,11 +26,13 @@ fn fit<M: LatentModel<f64>>(model: &M, seed: u64) -> EmTrace {
 fn ten_seeds_of_a_long_correlated_latent_fit_to_the_maximum() {
     let mut near = 0;
     let mut se_ok = [0usize; 3];
-    eprintln!("seed | gap (nats) | max |error|/se | se ± its error vs reference | M-steps");
+    eprintln!("seed | gap (nats) | max |error|/se | se ± its error vs reference | M-steps | s");
     for seed in 0..10u64 {
         let data = StateSpace::simulate(1, LEN, &truth(), 100 + seed);
         let (mle, lmax) = data.maximum(&truth());
+        let start = std::time::Instant::now();
         let trace = fit(&Analytic(data.clone()), seed);
+        let secs = start.elapsed().as_secs_f64();
         let answer = trace.final_estimate();
         // Never EM's estimate in silence: polished, or the failure reported with it.
         assert_ne!(answer.status, EstimateStatus::Em, "seed {seed}");

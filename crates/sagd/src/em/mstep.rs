@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{LogpError, Result, SagdError};
 use crate::langevin::{ChainSet, LangevinSettings};
+use crate::metric::row_target;
 use crate::model::{AnchoredTarget, Problem};
 use crate::parallel::{add_parts, piece_rows, rows_for_dim};
 
@@ -312,21 +313,6 @@ pub fn newton_step<P: Problem<f64> + ?Sized>(
         s *= 0.5;
     }
     Ok(stay)
-}
-
-/// log π and its gradient at one row `r`'s state `z` (None where not finite).
-fn row_target<P: Problem<f64> + ?Sized>(
-    problem: &P,
-    anchor: &[f64],
-    r: usize,
-    z: &[f64],
-) -> Result<Option<(f64, Vec<f64>)>> {
-    let (mut lp, mut g) = ([0.0], vec![0.0; z.len()]);
-    match problem.log_target(anchor, r, z, &mut lp, &mut g) {
-        Ok(()) if lp[0].is_finite() && g.iter().all(|v| v.is_finite()) => Ok(Some((lp[0], g))),
-        Ok(()) | Err(LogpError::NonFinite) => Ok(None),
-        Err(e) => Err(SagdError::Model(e)),
-    }
 }
 
 /// Moves every chain to a mode of its target π (at `anchor`) by diagonal Newton ascent with
