@@ -63,7 +63,10 @@ fn ten_seeds_of_a_long_correlated_latent_fit_to_the_maximum() {
                 if ok { "" } else { " (out)" }
             );
         }
-        eprintln!("{seed} | {gap:.4} | {err:.2} |{row} {}", trace.msteps.len());
+        eprintln!(
+            "{seed} | {gap:.4} | {err:.2} |{row} {} | {secs:.1}",
+            trace.msteps.len()
+        );
     }
     assert!(near >= 9, "within 0.05 nats of the maximum in {near} of 10");
     for (j, ok) in se_ok.iter().enumerate() {
