@@ -21,7 +21,6 @@ use state_space::{Analytic, StateSpace};
 
 fn fit<M: LatentModel<f64>>(model: &M, data: &StateSpace, truth: &[f64], seed: u64) {
     let (mle, lmax) = data.maximum(truth);
-    let reference = data.reference_se(&mle);
     let start = Instant::now();
     let mut em_secs = 0.0;
     let trace = AutomatedEm::new(model, EmSettings::default())
@@ -48,25 +47,21 @@ fn fit<M: LatentModel<f64>>(model: &M, data: &StateSpace, truth: &[f64], seed: u
     println!("MLE      {mle:.4?}");
     if let Some(p) = &trace.polished {
         println!(
-            "polish gaps {:.4?} draws {} at {:.4?}",
+            "polish: gaps {:.4?}, {} draws per chain, information at {:.4?}",
             p.gaps, p.information.draws, p.information.theta
-        );
-        println!(
-            "complete diag {:.1?} info diag {:.1?}",
-            (0..3)
-                .map(|j| p.information.complete[j][j])
-                .collect::<Vec<_>>(),
-            (0..3)
-                .map(|j| p.information.matrix[j][j])
-                .collect::<Vec<_>>()
         );
         println!("se       {:.4?}", p.information.se);
         println!(
-            "  ±      {:.4?}  warning {:?}",
-            p.information.se_error, p.se_warning
+            "  ±      {:.4?}  (chains' R-hat {:.3?}; warning: {:?})",
+            p.information.se_error, p.information.chain_rhat, p.se_warning
         );
     }
-    println!("se (ref) {reference:.4?}");
+    // The reference where the information was taken (else at the MLE).
+    let at = trace
+        .polished
+        .as_ref()
+        .map_or(&mle, |p| &p.information.theta);
+    println!("se (ref) {:.4?}", data.reference_se(at));
 }
 
 /// Seconds per M-step of `model` over three M-steps of the defaults with `preconditioner`.

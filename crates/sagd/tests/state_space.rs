@@ -44,6 +44,12 @@ fn ten_seeds_of_a_long_correlated_latent_fit_to_the_maximum() {
         near += usize::from(gap < 0.05);
         let info = &trace.polished.as_ref().unwrap().information;
         assert_eq!(info.se_error.len(), 3);
+        // Four chains on the one point, which agree.
+        let rhat = info.chain_rhat.expect("several chains per point");
+        assert!(
+            rhat < sagd::em::CHAIN_RHAT_LIMIT,
+            "seed {seed}: R-hat {rhat}"
+        );
         // The reference where the information was taken (the last Newton point, within Monte
         // Carlo error of the maximum): the error reported is that of the se at this θ.
         let reference = data.reference_se(&info.theta);

@@ -107,6 +107,10 @@ pub struct Information {
     /// (empty with fewer than 20 draws).
     #[serde(default)]
     pub se_error: Vec<f64>,
+    /// With several chains per point: the largest split R̂ of a point's score along its chains
+    /// (near 1 when they agree; above [`CHAIN_RHAT_LIMIT`] they have not mixed).
+    #[serde(default)]
+    pub chain_rhat: Option<f64>,
     /// 95% Wald intervals θ̂ ± 1.96 se.
     pub wald95: Vec<[f64; 2]>,
     /// Posterior draws per data point behind the estimate.
@@ -136,7 +140,33 @@ struct LouisParts {
     draws: usize,
     /// The information without each batch of draws in turn (the jackknife's replicates).
     leave_one_out: Vec<Vec<Vec<f64>>>,
+    chain_rhat: Option<f64>,
 }
+
+/// The largest split R̂ over points and parameters of the score along each point's chains
+/// (`series[row][parameter]`, row r belonging to point r % n); `None` without rows.
+fn chain_rhat(series: &[Vec<Vec<f64>>], n: usize) -> Option<f64> {
+    let p = series.first()?.len();
+    let mut worst: Option<f64> = None;
+    for i in 0..n {
+        for k in 0..p {
+            let chains: Vec<Vec<f64>> = series
+                .iter()
+                .skip(i)
+                .step_by(n)
+                .map(|r| r[k].clone())
+                .collect();
+            let r = crate::diagnostics::rhat(&chains);
+            if r.is_finite() {
+                worst = Some(worst.map_or(r, |w: f64| w.max(r)));
+            }
+        }
+    }
+    worst
+}
+
+/// Above this R̂ a point's chains disagree about its score: [`polish`] says so.
+pub const CHAIN_RHAT_LIMIT: f64 = 1.05;
 
 /// √diag(I⁻¹), `None` when I is not positive definite.
 fn standard_errors(info: &[Vec<f64>]) -> Option<Vec<f64>> {
@@ -169,6 +199,7 @@ impl LouisParts {
             score_cov,
             draws,
             leave_one_out,
+            chain_rhat,
         } = self;
         let inv = spd_inverse(&info).ok_or_else(|| SagdError::InvalidSetting {
             name: "observed information",
@@ -204,6 +235,7 @@ impl LouisParts {
             matrix: info,
             se,
             se_error,
+            chain_rhat,
             wald95,
             draws,
             score,
@@ -471,6 +503,14 @@ fn louis_parts<M: LatentModel<f64>>(
             }
             Ok(per_draw)
         };
+    // Each row's score along its draws, when points have several chains (for R̂).
+    let mut series =
+        vec![vec![Vec::with_capacity(s.draws); p]; if per_point > 1 { rows } else { 0 }];
+    let mut record = |r: usize, g: &[f64]| {
+        if let Some(row) = series.get_mut(r) {
+            row.iter_mut().zip(g).for_each(|(v, x)| v.push(*x));
+        }
+    };
     match s.method {
         InformationMethod::Louis => {
             let mut sums = vec![LouisSums::new(n, p); batches];
@@ -480,6 +520,7 @@ fn louis_parts<M: LatentModel<f64>>(
                     sum.count += per_point as f64;
                 }
                 let g = grad(theta, i, z)?;
+                record(r, &g);
                 for j in 0..p {
                     sum.sg[i * p + j] += g[j];
                     for k in 0..p {
@@ -517,6 +558,7 @@ fn louis_parts<M: LatentModel<f64>>(
                 score_cov: batch_mean_cov(&per_draw, SCORE_BATCHES.min(s.draws)),
                 draws: s.draws,
                 leave_one_out,
+                chain_rhat: chain_rhat(&series, n),
             })
         }
         InformationMethod::CoupledScore => {
@@ -536,8 +578,9 @@ fn louis_parts<M: LatentModel<f64>>(
                     down[j] -= s.fd_step * (1.0 + theta[j].abs());
                     let per_draw = run(&chains, &at, &mut |b, r, i, z| {
                         let g = grad(&at, i, z)?;
-                        if j == 0 && sign > 0.0 && r == 0 {
-                            counts[b] += 1.0;
+                        if j == 0 && sign > 0.0 {
+                            counts[b] += f64::from(u8::from(r == 0));
+                            record(r, &g);
                         }
                         for k in 0..p {
                             diff[b][j][k] += sign * g[k] / (2.0 * h * per_point as f64);
@@ -601,6 +644,7 @@ fn louis_parts<M: LatentModel<f64>>(
                 score_cov: batch_mean_cov(&totals, SCORE_BATCHES.min(s.draws)),
                 draws: s.draws,
                 leave_one_out,
+                chain_rhat: chain_rhat(&series, n),
             })
         }
     }
@@ -665,7 +709,8 @@ pub struct Polished {
     pub gap_noise: f64,
     /// Whether the last gap was below the tolerance.
     pub converged: bool,
-    /// Why the standard errors are less precise than asked ([`SE_PRECISION`]), if they are.
+    /// Why the standard errors are less precise than asked ([`SE_PRECISION`]), or a point's
+    /// chains disagree ([`CHAIN_RHAT_LIMIT`]), if so.
     #[serde(default)]
     pub se_warning: Option<String>,
 }
@@ -849,13 +894,20 @@ pub fn polish<M: LatentModel<f64>>(
                 .map(|(t, d)| t + d)
                 .collect();
             let imprecision = se_imprecision(&info);
-            let se_warning = (imprecision > SE_PRECISION).then(|| {
-                format!(
-                    "the standard errors' own Monte Carlo error is up to {:.0}% of them after {} draws per point; treat their last digit with care, or polish with more draws",
+            let mut warnings = Vec::new();
+            if imprecision > SE_PRECISION {
+                warnings.push(format!(
+                    "the standard errors' own Monte Carlo error is up to {:.0}% of them after {} draws per chain; treat their last digit with care, or polish with more draws",
                     100.0 * imprecision,
                     info.draws
-                )
-            });
+                ));
+            }
+            if let Some(r) = info.chain_rhat.filter(|r| *r > CHAIN_RHAT_LIMIT) {
+                warnings.push(format!(
+                    "a point's chains disagree about its score (R-hat {r:.3} > {CHAIN_RHAT_LIMIT}): its posterior may have several modes, or the chains mix too slowly for these draws"
+                ));
+            }
+            let se_warning = (!warnings.is_empty()).then(|| warnings.join("; "));
             let inv = spd_inverse(&info.matrix).unwrap_or_else(|| vec![vec![f64::NAN; p]; p]);
             let mc_se = (0..p)
                 .map(|j| {

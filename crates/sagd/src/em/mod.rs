@@ -38,7 +38,7 @@ use crate::solver::{Anchor, IterInfo, Sagd, SagdSettings, SagdState};
 pub use exact::{exact_gd, maximum_likelihood};
 pub use information::{
     attempt_seed, louis_information, polish, polish_retrying, Information, InformationMethod,
-    LouisSettings, PolishSettings, Polished, SE_DOUBLINGS, SE_PRECISION,
+    LouisSettings, PolishSettings, Polished, CHAIN_RHAT_LIMIT, SE_DOUBLINGS, SE_PRECISION,
 };
 pub use mstep::{ChainStep, MStepUpdate};
 pub use solver::{EmInfo, EmSolver, EmState};
