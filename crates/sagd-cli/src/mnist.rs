@@ -15,6 +15,53 @@ use crate::output::{progress_bar, Staging};
 use crate::plot::{self, CurvesFigure, DigitsFigure};
 use indicatif::ProgressBar;
 
+/// Core-seconds of E3's work on the 2-core machine of docs/results/speed.md (Intel Xeon,
+/// 2026-11-27): a VAE minibatch of 200 images 0.19 (0.095 s on 2 cores), a SAGD minibatch of 200
+/// images × 20 chains × (5 + 1) passes 5.3 (2.65 s), an importance draw of the evaluation 1.5e-4.
+const VAE_UPDATE: f64 = 0.19;
+const SAGD_UPDATE: f64 = 5.3;
+const EVAL_DRAW: f64 = 1.5e-4;
+
+/// E3's phases in run order — pre-training, SAGD, the control — each with its updates and the
+/// core-seconds of one update, then the evaluation's core-seconds: what the plan's estimate sums
+/// and what the progress bar weighs each phase's updates by.
+pub fn phase_costs(s: &E3Settings) -> (Vec<(&'static str, usize, f64)>, f64) {
+    let per = s.batch_size as f64 / 200.0;
+    let passes = (s.chains.per_image * (s.chains.steps + 1)) as f64 / 120.0;
+    let per_epoch = s.train_n.div_ceil(s.batch_size.min(s.train_n).max(1));
+    (
+        vec![
+            ("pretrain", s.vae_epochs * per_epoch, VAE_UPDATE * per),
+            ("sagd", s.sagd_updates, SAGD_UPDATE * per * passes),
+            ("control", s.sagd_updates, VAE_UPDATE * per),
+        ],
+        3.0 * (s.eval_n * s.eval_k) as f64 * EVAL_DRAW,
+    )
+}
+
+fn milli_core_s(c: f64) -> u64 {
+    (1000.0 * c).round() as u64
+}
+
+/// Where E3's bar stands (milli-core-seconds) after `done` updates of `phase`: the phases before
+/// it whole, and this one's updates weighed by their cost; `None` for a phase not in `phases`.
+fn bar_position(phases: &[(&str, usize, f64)], phase: &str, done: usize) -> Option<u64> {
+    let mut before = 0.0;
+    for (name, n, c) in phases {
+        if *name == phase {
+            return Some(milli_core_s(before + done.min(*n) as f64 * c));
+        }
+        before += *n as f64 * c;
+    }
+    None
+}
+
+/// The core-seconds of E3 at `s` ([`phase_costs`] summed).
+pub fn core_seconds(s: &E3Settings) -> f64 {
+    let (phases, eval) = phase_costs(s);
+    phases.iter().map(|(_, n, c)| *n as f64 * c).sum::<f64>() + eval
+}
+
 fn spec() -> E3Settings {
     E3Settings::default()
 }
@@ -235,10 +282,16 @@ pub fn write(
     ];
     staging.owns(&names);
     let bar = o.bar;
-    let progress = |phase: &str, done: usize, total: usize| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-        bar.set_message(phase.to_string());
+    // One bar over the whole experiment, in milli-core-seconds: each phase's updates weighed by
+    // their cost, so that the bar never runs back when a phase ends and the next begins.
+    let (phases, _) = phase_costs(s);
+    let total = milli_core_s(core_seconds(s)).max(1);
+    let progress = |phase: &str, done: usize, _: usize| {
+        if let Some(at) = bar_position(&phases, phase, done) {
+            bar.set_length(total);
+            bar.set_position(at);
+            bar.set_message(phase.to_string());
+        }
     };
     let t0 = Instant::now();
     let r = run_e3(s, data, opts, &progress)?;
@@ -332,5 +385,35 @@ pub fn print_summary(r: &E3Result) {
             d.se,
             d.mean / d.se.max(1e-300)
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bar_never_runs_back_from_one_phase_to_the_next() {
+        // Before, each phase set the bar to its own length: 100% at the end of pre-training,
+        // then 0% again. Now the bar covers the experiment, phases weighed by their cost.
+        let s = E3Settings {
+            vae_epochs: 2,
+            sagd_updates: 5,
+            ..spec()
+        };
+        let (phases, eval) = phase_costs(&s);
+        let mut last = 0;
+        for (name, n, _) in &phases {
+            for done in 0..=*n {
+                let at = bar_position(&phases, name, done).unwrap();
+                assert!(at >= last, "{name} {done}: {at} after {last}");
+                last = at;
+            }
+        }
+        let total = milli_core_s(core_seconds(&s));
+        assert!((last + milli_core_s(eval)).abs_diff(total) <= 1);
+        // SAGD's updates weigh 5.3 / 0.19 = 28 times a VAE update each, at the spec's settings.
+        assert!((phases[1].2 / phases[0].2 - 5.3 / 0.19).abs() < 1e-9);
+        assert_eq!(bar_position(&phases, "evaluation", 0), None);
     }
 }

@@ -255,18 +255,22 @@ fn e3_settings(mode: Mode) -> (E3Settings, String) {
 }
 
 impl Experiment {
-    /// Expected wall seconds on `threads` threads, from timings on a 2-core machine.
+    /// Expected wall seconds on `threads` threads, from timings on a 2-core machine (Intel Xeon,
+    /// 2026-11-27): each constant is core-seconds of one unit of work, so that the quick plan's
+    /// experiments come out within 3% of that machine's quick run (docs/results/reproduce-quick:
+    /// E1 1.6 s, E2's 1-D cases 107-117 s, high-dimensional 349 s, E3 179 s); E3's come from the
+    /// minibatches `sagd bench mnist` timed ([`crate::mnist::phase_costs`]).
     pub fn estimate_s(&self, threads: usize) -> f64 {
         let core_s = match &self.kind {
-            Kind::E1(_) => 6.0,
+            Kind::E1(_) => 3.2,
             Kind::E2 {
                 settings: s, seeds, ..
             } => {
                 let (pre, ft) = (s.pretrain_epochs as f64, s.finetune_epochs as f64);
                 let rep = if s.p == 1 {
-                    50.0 * (0.2 * pre / 5000.0 + 0.8 * ft / 1000.0) * s.n as f64 / 1000.0
+                    40.0 * (0.2 * pre / 5000.0 + 0.8 * ft / 1000.0) * s.n as f64 / 1000.0
                 } else {
-                    (0.35 * pre + 10.0 * ft) * (s.n * s.p) as f64 / 1e6
+                    (0.33 * pre + 9.3 * ft) * (s.n * s.p) as f64 / 1e6
                 };
                 // Measured with the paper's four methods; others in proportion to their work.
                 let four = E2Settings {
@@ -276,16 +280,7 @@ impl Experiment {
                 let share = s.replication_work(s.n) as f64 / four.replication_work(s.n) as f64;
                 rep * share * seeds.len() as f64
             }
-            Kind::E3 { settings: s, .. } => {
-                // Core-seconds on the 2-core machine: a VAE epoch of 60000 images 104, a SAGD
-                // update of 200 images × 20 chains × (5 + 1) passes 8, a control update 0.35,
-                // an importance draw of the evaluation 1.5e-4 (three models).
-                let per = s.batch_size as f64 / 200.0;
-                let passes = (s.chains.per_image * (s.chains.steps + 1)) as f64 / 120.0;
-                104.0 * s.vae_epochs as f64 * s.train_n as f64 / 60000.0
-                    + s.sagd_updates as f64 * per * (8.0 * passes + 0.35)
-                    + 3.0 * (s.eval_n * s.eval_k) as f64 * 1.5e-4
-            }
+            Kind::E3 { settings: s, .. } => crate::mnist::core_seconds(s),
             Kind::Unavailable => 0.0,
         };
         let scale = if self.mode == Mode::Tiny { 0.02 } else { 1.0 };
