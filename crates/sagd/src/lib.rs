@@ -61,6 +61,7 @@ pub mod bench;
 pub mod diagnostics;
 pub mod em;
 pub mod error;
+pub mod glmm;
 pub mod hmc;
 pub mod langevin;
 pub mod metric;

@@ -308,9 +308,9 @@ impl LouisSums {
     }
 }
 
-/// What a run of the information's chains does with each state: `(batch, row, point, z)` in,
-/// the score of that row out.
-type TakeDraw<'a> = dyn FnMut(usize, usize, usize, &[f64]) -> Result<Vec<f64>> + 'a;
+/// What a run of the information's chains does with each draw: `(batch, z)` in (z of every
+/// chain, rows × d), the draw's score out (Σ over rows / chains per point).
+type TakeDraw<'a> = dyn FnMut(usize, &[f64]) -> Result<Vec<f64>> + 'a;
 
 /// Batches of draws behind [`Information::se_error`] (the jackknife's).
 const SE_BATCHES: usize = 10;
@@ -468,13 +468,16 @@ fn louis_parts<M: LatentModel<f64>>(
     } else {
         1
     };
-    let grad = |th: &[f64], i: usize, z: &[f64]| -> Result<Vec<f64>> {
+    // Σ over `points`' rows of ∇θ log p at `z` (one call of the model for all of them).
+    let grad_rows = |th: &[f64], points: &[usize], z: &[f64]| -> Result<Vec<f64>> {
         let mut g = vec![0.0; p];
         model
-            .add_grad_theta(th, &[i], z, &mut g)
+            .add_grad_theta(th, points, z, &mut g)
             .map_err(SagdError::Model)?;
         Ok(g)
     };
+    let grad = |th: &[f64], i: usize, z: &[f64]| grad_rows(th, &[i], z);
+    let all_points: Vec<usize> = (0..rows).map(|r| r % n).collect();
     // Draw `draws` states of every chain from `start` at `at`, calling `take(batch, row, point,
     // z)` on each; the total score at θ per draw comes back.
     let run =
@@ -491,15 +494,7 @@ fn louis_parts<M: LatentModel<f64>>(
             for draw in 0..s.draws {
                 chains.burn_in(&target, &kernel, s.thin)?;
                 let z = problem.to_z(0, chains.positions());
-                let mut total = vec![0.0; p];
-                for r in 0..rows {
-                    let g = take(draw * batches / s.draws, r, r % n, &z[r * d..(r + 1) * d])?;
-                    total
-                        .iter_mut()
-                        .zip(&g)
-                        .for_each(|(t, v)| *t += v / per_point as f64);
-                }
-                per_draw.push(total);
+                per_draw.push(take(draw * batches / s.draws, &z)?);
             }
             Ok(per_draw)
         };
@@ -514,28 +509,31 @@ fn louis_parts<M: LatentModel<f64>>(
     match s.method {
         InformationMethod::Louis => {
             let mut sums = vec![LouisSums::new(n, p); batches];
-            let per_draw = run(&chains, theta, &mut |b, r, i, z| {
+            let per_draw = run(&chains, theta, &mut |b, z_all| {
                 let sum = &mut sums[b];
-                if r == 0 {
-                    sum.count += per_point as f64;
-                }
-                let g = grad(theta, i, z)?;
-                record(r, &g);
-                for j in 0..p {
-                    sum.sg[i * p + j] += g[j];
-                    for k in 0..p {
-                        sum.sgg[(i * p + j) * p + k] += g[j] * g[k];
+                sum.count += per_point as f64;
+                let mut total = vec![0.0; p];
+                for r in 0..rows {
+                    let (i, z) = (r % n, &z_all[r * d..(r + 1) * d]);
+                    let g = grad(theta, i, z)?;
+                    record(r, &g);
+                    for j in 0..p {
+                        total[j] += g[j] / per_point as f64;
+                        sum.sg[i * p + j] += g[j];
+                        for k in 0..p {
+                            sum.sgg[(i * p + j) * p + k] += g[j] * g[k];
+                        }
+                        let h = s.fd_step * (1.0 + theta[j].abs());
+                        let (mut tp, mut tm) = (theta.to_vec(), theta.to_vec());
+                        tp[j] += h;
+                        tm[j] -= h;
+                        let (gp, gm) = (grad(&tp, i, z)?, grad(&tm, i, z)?);
+                        for k in 0..p {
+                            sum.sh[j * p + k] += (gp[k] - gm[k]) / (2.0 * h);
+                        }
                     }
-                    let h = s.fd_step * (1.0 + theta[j].abs());
-                    let (mut tp, mut tm) = (theta.to_vec(), theta.to_vec());
-                    tp[j] += h;
-                    tm[j] -= h;
-                    let (gp, gm) = (grad(&tp, i, z)?, grad(&tm, i, z)?);
-                    for k in 0..p {
-                        sum.sh[j * p + k] += (gp[k] - gm[k]) / (2.0 * h);
-                    }
                 }
-                Ok(g)
+                Ok(total)
             })?;
             let mut all = LouisSums::new(n, p);
             sums.iter().for_each(|b| all.add(b, 1.0));
@@ -576,21 +574,33 @@ fn louis_parts<M: LatentModel<f64>>(
                     let (mut up, mut down) = (at.clone(), at.clone());
                     up[j] += s.fd_step * (1.0 + theta[j].abs());
                     down[j] -= s.fd_step * (1.0 + theta[j].abs());
-                    let per_draw = run(&chains, &at, &mut |b, r, i, z| {
-                        let g = grad(&at, i, z)?;
+                    let fd = 2.0 * s.fd_step * (1.0 + theta[j].abs());
+                    let per_draw = run(&chains, &at, &mut |b, z_all| {
+                        // Row by row only where R̂ needs each row's score (several chains per
+                        // point, in the first run); else one call of the model for all rows.
+                        let g = if j == 0 && sign > 0.0 && per_point > 1 {
+                            let mut g = vec![0.0; p];
+                            for r in 0..rows {
+                                let gr = grad(&at, r % n, &z_all[r * d..(r + 1) * d])?;
+                                record(r, &gr);
+                                g.iter_mut().zip(&gr).for_each(|(a, v)| *a += v);
+                            }
+                            g
+                        } else {
+                            grad_rows(&at, &all_points, z_all)?
+                        };
                         if j == 0 && sign > 0.0 {
-                            counts[b] += f64::from(u8::from(r == 0));
-                            record(r, &g);
+                            counts[b] += 1.0;
                         }
                         for k in 0..p {
                             diff[b][j][k] += sign * g[k] / (2.0 * h * per_point as f64);
                         }
-                        let (gu, gd) = (grad(&up, i, z)?, grad(&down, i, z)?);
-                        let fd = 2.0 * s.fd_step * (1.0 + theta[j].abs());
+                        let gu = grad_rows(&up, &all_points, z_all)?;
+                        let gd = grad_rows(&down, &all_points, z_all)?;
                         for k in 0..p {
                             complete[j][k] -= (gu[k] - gd[k]) / (fd * 2.0 * per_point as f64);
                         }
-                        Ok(g)
+                        Ok(g.iter().map(|v| v / per_point as f64).collect())
                     })?;
                     // The score at θ: the average of all runs' (their θ ± h differ by O(h²)).
                     for (t, d) in totals.iter_mut().zip(&per_draw) {

@@ -1,0 +1,55 @@
+"""The Python-callback path's cost against the same model in Rust: a Poisson random-intercept
+GLMM fitted with `sagd.glmm` (gradients in Rust) and with `sagd.fit` on a numpy function, same
+data, same seed; then the same for several sizes. Prints a Markdown table.
+
+Run: python crates/sagd-py/bench/overhead.py [--threads N] [--rounds R]
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+import sagd  # noqa: E402
+from conftest import simulate  # noqa: E402
+from models import poisson_intercept  # noqa: E402
+
+
+def best(f, rounds):
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        r = f()
+        times.append(time.perf_counter() - t)
+    return min(times), r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    print("| groups × rows | Rust (sagd.glmm) | Python function (sagd.fit) | ratio | calls of the function |")
+    print("|---|---|---|---|---|")
+    for groups, per in [(50, 8), (200, 8), (1000, 8)]:
+        y, X, g = simulate("poisson", groups=groups, per=per)
+        rust_t, rust = best(lambda: sagd.glmm(y, X, g, family="poisson", seed=1,
+                                              threads=a.threads), a.rounds)
+        f = poisson_intercept(y, X, g)
+        calls = [0]
+
+        def counted(theta, points, z):
+            calls[0] += 1
+            return f(theta, points, z)
+
+        py_t, py = best(lambda: sagd.fit(counted, [0.0, 0.0, np.log(0.5)], n_points=groups,
+                                         latent_dim=1, seed=1, threads=a.threads), a.rounds)
+        print(f"| {groups} × {per} | {rust_t:.2f} s | {py_t:.2f} s | {py_t / rust_t:.1f}× | "
+              f"{calls[0] // a.rounds} |")
+
+
+if __name__ == "__main__":
+    main()

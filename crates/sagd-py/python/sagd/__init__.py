@@ -1,0 +1,341 @@
+"""sagd: maximum likelihood for latent-variable models by automated Monte Carlo EM.
+
+Each M-step of EM is a run of Stochastic Approximate Gradient Descent (Qiu and Wang, AAAI 2020):
+gradients from short underdamped Langevin chains on every data point's posterior, Newton steps,
+and a final polish that brings the estimate to the maximum of the log-likelihood with standard
+errors (each with its own Monte Carlo error).
+
+Two entry points:
+
+* :func:`glmm` fits a generalised linear mixed model (Gaussian, Poisson, binomial) from numpy
+  arrays, with every gradient computed in Rust.
+* :func:`fit` fits your own model, given as a Python function that returns log p(x_i, z; theta)
+  and its gradients for a whole block of chains at once.
+
+Same ``seed``, same result, whatever ``threads``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _core
+
+__version__ = _core.__version__
+
+__all__ = ["glmm", "fit", "GlmmResult", "FitResult", "__version__"]
+
+
+def _vector(name: str, value: Any, n: Optional[int] = None) -> np.ndarray:
+    """``value`` as a contiguous float64 vector, with a ValueError naming ``name``."""
+    try:
+        a = np.ascontiguousarray(np.asarray(value, dtype=np.float64))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}: not numbers ({e})") from None
+    if a.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D array, got shape {a.shape}")
+    if n is not None and a.shape[0] != n:
+        raise ValueError(f"{name}: expected {n} values (one per observation), got {a.shape[0]}")
+    if not np.all(np.isfinite(a)):
+        bad = int(np.flatnonzero(~np.isfinite(a))[0])
+        raise ValueError(f"{name}: {a[bad]} at position {bad}; remove or impute it")
+    return a
+
+
+def _matrix(name: str, value: Any, n: int) -> np.ndarray:
+    """``value`` as a contiguous float64 n x k matrix (a vector is one column)."""
+    try:
+        a = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}: not numbers ({e})") from None
+    if a.ndim == 1:
+        a = a[:, None]
+    if a.ndim != 2 or a.shape[0] != n:
+        raise ValueError(f"{name}: expected {n} rows (one per observation), got shape {a.shape}")
+    if a.shape[1] == 0:
+        raise ValueError(f"{name}: needs at least one column")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name}: contains values that are not finite; remove or impute them")
+    return np.ascontiguousarray(a)
+
+
+def _table(rows: List[Tuple[str, float, float, float]], title: str) -> str:
+    width = max([len(r[0]) for r in rows] + [9])
+    lines = [title, f"{'':{width}}  {'estimate':>10}  {'std.err':>9}  {'(MC err)':>9}"]
+    for name, est, se, err in rows:
+        e = "" if math.isnan(err) else f"{err:9.4f}"
+        lines.append(f"{name:{width}}  {est:10.4f}  {se:9.4f}  {e:>9}")
+    return "\n".join(lines)
+
+
+def _arr(d: Dict[str, Any], key: str, p: int) -> np.ndarray:
+    v = d.get(key)
+    return np.full(p, np.nan) if v is None or len(v) == 0 else np.asarray(v)
+
+
+@dataclass
+class FitResult:
+    """The answer of automated EM on a model of your own.
+
+    Attributes:
+        estimate: theta-hat, polished to the maximum of the log-likelihood when ``status`` is
+            ``"polished"``.
+        se: standard errors sqrt(diag(I^-1)) from the observed information (NaN if not polished).
+        se_error: each standard error's own Monte Carlo error.
+        mc_se: the Monte Carlo error of ``estimate`` itself (from the chains).
+        status: ``"polished"``, or ``"polish failed"`` (then ``estimate`` is EM's, and
+            ``polish_error`` says why).
+        converged: whether EM's own stopping rule was met before the polish.
+        msteps: M-steps run.
+        path: theta after every update (rows).
+        se_at: the theta where the information behind ``se`` was taken (the last Newton point,
+            within the Monte Carlo error of ``estimate``).
+        chain_rhat: with several chains per point, the largest R-hat of a point's score.
+        warning: set when the standard errors are less precise than 10 %, or chains disagree.
+    """
+
+    estimate: np.ndarray
+    se: np.ndarray
+    se_error: np.ndarray
+    mc_se: np.ndarray
+    status: str
+    polish_error: Optional[str]
+    converged: bool
+    msteps: int
+    path: np.ndarray
+    se_at: Optional[np.ndarray] = None
+    chain_rhat: Optional[float] = None
+    warning: Optional[str] = None
+    names: List[str] = field(default_factory=list)
+
+    @classmethod
+    def _of(cls, d: Dict[str, Any], names: Optional[Sequence[str]] = None) -> "FitResult":
+        p = len(d["estimate"])
+        return cls(
+            estimate=np.asarray(d["estimate"]),
+            se=_arr(d, "se", p),
+            se_error=_arr(d, "se_error", p),
+            mc_se=_arr(d, "mc_se", p),
+            status=d["status"],
+            polish_error=d.get("polish_error"),
+            converged=bool(d["converged"]),
+            msteps=int(d["msteps"]),
+            path=np.asarray(d["path"]),
+            se_at=None if d.get("information_theta") is None else np.asarray(d["information_theta"]),
+            chain_rhat=d.get("chain_rhat"),
+            warning=d.get("se_warning"),
+            names=list(names) if names is not None else [f"theta[{j}]" for j in range(p)],
+        )
+
+    def _rows(self) -> List[Tuple[str, float, float, float]]:
+        return [
+            (n, float(e), float(s), float(r))
+            for n, e, s, r in zip(self.names, self.estimate, self.se, self.se_error)
+        ]
+
+    def __repr__(self) -> str:
+        head = f"sagd fit: {self.status}, {self.msteps} M-steps"
+        out = _table(self._rows(), head)
+        if self.status != "polished":
+            out += f"\nNOT polished: {self.polish_error}"
+        if self.warning:
+            out += f"\nwarning: {self.warning}"
+        return out
+
+    def to_pandas(self):
+        """The estimates as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            {"estimate": self.estimate, "se": self.se, "se_error": self.se_error,
+             "mc_se": self.mc_se},
+            index=self.names,
+        )
+
+
+@dataclass
+class GlmmResult(FitResult):
+    """A fitted GLMM. Besides :class:`FitResult`'s fields (on the internal scale theta =
+    (beta, log tau, log sigma)):
+
+    Attributes:
+        family: ``"gaussian"``, ``"poisson"`` or ``"binomial"``.
+        fixed: the fixed effects beta; ``fixed_se`` their standard errors.
+        random_sd: the random effects' standard deviations tau (one per column of Z);
+            ``random_sd_se`` theirs (by the delta method from log tau).
+        sigma: the residual sd (Gaussian family), ``sigma_se`` its standard error.
+        loglik: the log-likelihood at the estimate, exact by quadrature with one random effect
+            per group (None otherwise). Includes every constant, as lme4's does.
+        groups: the group labels, in the order of the random effects.
+    """
+
+    family: str = ""
+    fixed: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    fixed_se: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    random_sd: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    random_sd_se: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    sigma: Optional[float] = None
+    sigma_se: Optional[float] = None
+    loglik: Optional[float] = None
+    groups: Optional[np.ndarray] = None
+
+    def __repr__(self) -> str:
+        rows = [
+            (n, float(e), float(s), float(r))
+            for n, e, s, r in zip(self.names, self.estimate, self.se, self.se_error)
+        ]
+        p, q = len(self.fixed), len(self.random_sd)
+        fixed = _table(rows[:p], f"GLMM ({self.family}), {len(self.groups)} groups: {self.status}, "
+                       f"{self.msteps} M-steps")
+        sds = [(n[4:], float(t), float(s), math.nan)
+               for n, t, s in zip(self.names[p:p + q], self.random_sd, self.random_sd_se)]
+        if self.sigma is not None:
+            sds.append(("sigma", self.sigma, float(self.sigma_se), math.nan))
+        out = fixed + "\n" + _table(sds, "random effects and residual (sd scale)")
+        if self.loglik is not None:
+            out += f"\nlog-likelihood {self.loglik:.4f}"
+        if self.status != "polished":
+            out += f"\nNOT polished: {self.polish_error}"
+        if self.warning:
+            out += f"\nwarning: {self.warning}"
+        return out
+
+
+def glmm(
+    y: Any,
+    X: Any = None,
+    groups: Any = None,
+    family: str = "gaussian",
+    Z: Any = None,
+    trials: Any = None,
+    *,
+    seed: int = 0,
+    threads: Optional[int] = None,
+    max_msteps: Optional[int] = None,
+    x_names: Optional[Sequence[str]] = None,
+    z_names: Optional[Sequence[str]] = None,
+) -> GlmmResult:
+    """Fits a generalised linear mixed model by automated Monte Carlo EM.
+
+    y_i | b ~ family(eta_i), eta_i = X_i beta + Z_i b_{g(i)}, b_j ~ N(0, diag(tau^2)) independent
+    per group: lme4's ``glmer(y ~ X + (Z || g))``.
+
+    Args:
+        y: the responses (n values): real for ``"gaussian"``, counts for ``"poisson"``,
+            successes for ``"binomial"`` (0/1 for Bernoulli).
+        X: the fixed-effects design (n x p), including the intercept column if you want one;
+            None: an intercept alone.
+        groups: the group of each observation (n labels of any kind).
+        family: ``"gaussian"``, ``"poisson"`` or ``"binomial"``.
+        Z: the random-effects design (n x q); None: a random intercept.
+        trials: binomial only, the trials behind each y (default 1).
+        seed: the random seed; the same seed gives the same result on any number of threads.
+        threads: worker threads (default: all cores).
+        max_msteps: the most M-steps of EM before the polish (default 20).
+        x_names, z_names: names of X's and Z's columns for the tables.
+
+    Returns:
+        A :class:`GlmmResult`.
+
+    Raises:
+        ValueError: shapes that disagree, values that are not finite, counts that are not whole.
+        KeyboardInterrupt: Ctrl-C during the fit.
+    """
+    yv = _vector("y", y)
+    n = yv.shape[0]
+    if n == 0:
+        raise ValueError("y: empty; give at least one observation")
+    if groups is None:
+        raise ValueError("groups: give the group of each observation")
+    g = np.asarray(groups)
+    if g.ndim != 1 or g.shape[0] != n:
+        raise ValueError(f"groups: expected {n} labels (one per observation), got shape {g.shape}")
+    labels, index = np.unique(g, return_inverse=True)
+    Xm = np.ones((n, 1)) if X is None else _matrix("X", X, n)
+    Zm = np.ones((n, 1)) if Z is None else _matrix("Z", Z, n)
+    tv = None if trials is None else _vector("trials", trials, n)
+    if tv is not None and family.lower() not in ("binomial", "bernoulli"):
+        raise ValueError("trials: only the binomial family has trials")
+    p, q = Xm.shape[1], Zm.shape[1]
+    xn = list(x_names) if x_names is not None else (
+        ["(Intercept)"] if X is None else [f"x{k}" for k in range(p)])
+    zn = list(z_names) if z_names is not None else (
+        ["(Intercept)"] if Z is None else [f"z{k}" for k in range(q)])
+    if len(xn) != p or len(zn) != q:
+        raise ValueError("x_names, z_names: give one name per column of X and of Z")
+    d = _core.fit_glmm(family, yv, Xm, index.astype(np.int64), Zm, tv, int(seed), threads,
+                       max_msteps)
+    names = xn + [f"log sd {n}" for n in zn]
+    gaussian = family.lower() in ("gaussian", "normal")
+    if gaussian:
+        names.append("log(sigma)")
+    base = FitResult._of(d, names)
+    est, se = base.estimate, base.se
+    tau = np.exp(est[p:p + q])
+    if d.get("singular") or np.any(tau < 1e-4):
+        # A variance at the boundary: its log has no finite maximum, and no standard error.
+        note = ("singular fit: the likelihood is highest with the random effects' sd at 0 (the "
+                "data show no variation between groups beyond the fixed effects), so the sd's "
+                "estimate is only near 0 and its standard error is meaningless; drop the random "
+                "effect, or report the sd as 0")
+        base.warning = note if base.warning is None else f"{note}; {base.warning}"
+    return GlmmResult(
+        **{k: getattr(base, k) for k in FitResult.__dataclass_fields__},
+        family=family.lower(),
+        fixed=est[:p].copy(),
+        fixed_se=se[:p].copy(),
+        random_sd=tau,
+        random_sd_se=tau * se[p:p + q],
+        sigma=float(np.exp(est[p + q])) if gaussian else None,
+        sigma_se=float(np.exp(est[p + q]) * se[p + q]) if gaussian else None,
+        loglik=d.get("loglik"),
+        groups=labels,
+    )
+
+
+def fit(
+    f: Callable[[np.ndarray, np.ndarray, np.ndarray], Tuple[Any, Any, Any]],
+    theta0: Any,
+    n_points: int,
+    latent_dim: int,
+    *,
+    seed: int = 0,
+    threads: Optional[int] = None,
+    max_msteps: Optional[int] = None,
+    names: Optional[Sequence[str]] = None,
+) -> FitResult:
+    """Fits your own latent-variable model p(x, z; theta) by automated Monte Carlo EM.
+
+    Args:
+        f: ``f(theta, points, z) -> (logp, grad_z, grad_theta)`` for a block of chains:
+            ``theta`` (p,), ``points`` (m,) the data indices of the rows, ``z`` (m, latent_dim)
+            their latents. Return ``logp`` (m,) = log p(x_points[r], z[r]; theta),
+            ``grad_z`` (m, latent_dim) its gradients in z, and ``grad_theta`` (p,) the SUM over
+            the rows of the gradients in theta. Vectorise it: one call serves many chains.
+        theta0: where EM starts (p values).
+        n_points: the number of data points (each has its own latent).
+        latent_dim: the dimension of one point's latent.
+        seed, threads, max_msteps: as :func:`glmm`.
+        names: the parameters' names for the table.
+
+    Returns:
+        A :class:`FitResult`.
+
+    Raises:
+        ValueError: bad shapes of the arguments or of what ``f`` returns.
+        Whatever ``f`` raises, as itself.
+        KeyboardInterrupt: Ctrl-C during the fit.
+    """
+    if not callable(f):
+        raise ValueError("f: give a function f(theta, points, z) -> (logp, grad_z, grad_theta)")
+    t0 = _vector("theta0", theta0)
+    if int(n_points) < 1 or int(latent_dim) < 1:
+        raise ValueError("n_points, latent_dim: both must be at least 1")
+    if names is not None and len(names) != t0.shape[0]:
+        raise ValueError("names: give one name per parameter")
+    d = _core.fit_function(f, t0, int(n_points), int(latent_dim), int(seed), threads, max_msteps)
+    return FitResult._of(d, names)

@@ -1,0 +1,30 @@
+"""Type stubs of the extension module `sagd._core` (the Rust side; use `sagd.glmm` and
+`sagd.fit`, which check their arguments and wrap these results)."""
+
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+def fit_glmm(
+    family: str,
+    y: npt.NDArray[np.float64],
+    x: npt.NDArray[np.float64],
+    groups: npt.NDArray[np.int64],
+    z: npt.NDArray[np.float64],
+    trials: Optional[npt.NDArray[np.float64]],
+    seed: int,
+    threads: Optional[int],
+    max_msteps: Optional[int],
+) -> Dict[str, Any]: ...
+def fit_function(
+    f: Callable[[np.ndarray, np.ndarray, np.ndarray], Tuple[Any, Any, Any]],
+    theta0: npt.NDArray[np.float64],
+    n_points: int,
+    latent_dim: int,
+    seed: int,
+    threads: Optional[int],
+    max_msteps: Optional[int],
+) -> Dict[str, Any]: ...

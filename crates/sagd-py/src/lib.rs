@@ -1,0 +1,364 @@
+//! `sagd._core`: the Rust side of the Python package. Automated EM on a generalised linear mixed
+//! model given as numpy arrays (gradients in Rust, the GIL released while it runs), and on a
+//! model given as a Python function (called once per block of chains with all their latents).
+//! The Python layer (`python/sagd/__init__.py`) checks the arguments' shapes and wraps the
+//! results; errors come back as `ValueError` (bad input, bad settings) or `RuntimeError`, an
+//! exception raised by the user's function as itself, and Ctrl-C as `KeyboardInterrupt`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use numpy::{
+    PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyReadonlyArrayDyn,
+};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use sagd::em::{AutomatedEm, EmSettings, EmTrace, EstimateStatus};
+use sagd::error::{LogpError, SagdError};
+use sagd::glmm::{Family, Glmm};
+use sagd::model::LatentModel;
+use sagd::quadrature::{log_likelihood, GaussHermite};
+use sagd::run::Control;
+
+/// A library error as the Python exception a user expects: bad input or settings are a
+/// `ValueError`, anything else a `RuntimeError`; the message names the input and the fix.
+fn py_error(e: SagdError) -> PyErr {
+    match e {
+        SagdError::InvalidSetting { .. } | SagdError::Dimension { .. } => {
+            PyValueError::new_err(e.to_string())
+        }
+        e => PyRuntimeError::new_err(e.to_string()),
+    }
+}
+
+/// Runs automated EM with the defaults on `model` from `theta0`, the GIL released: Ctrl-C ends
+/// the run after its current update with `KeyboardInterrupt`, and `threads` (None: all cores)
+/// sets the pool. Results do not depend on the threads.
+fn run_em<M: LatentModel<f64>>(
+    py: Python<'_>,
+    model: &M,
+    theta0: &[f64],
+    seed: u64,
+    threads: Option<usize>,
+    max_msteps: Option<usize>,
+) -> PyResult<EmTrace> {
+    let mut settings = EmSettings::default();
+    if let Some(m) = max_msteps {
+        settings.max_msteps = m;
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .build()
+        .map_err(|e| PyRuntimeError::new_err(format!("thread pool: {e}")))?;
+    // The fit runs on a thread of its own; this (Python's main) thread looks for Ctrl-C every
+    // 20 ms — Python runs signal handlers on its main thread only — and stops the fit after
+    // its current update.
+    let stop = AtomicBool::new(false);
+    let mut interrupt: Option<PyErr> = None;
+    let trace = py.detach(|| {
+        std::thread::scope(|scope| {
+            let fit = scope.spawn(|| {
+                pool.install(|| {
+                    AutomatedEm::new(model, settings).run(theta0, seed, None, &mut |_| {
+                        if stop.load(Ordering::Relaxed) {
+                            Control::Stop
+                        } else {
+                            Control::Continue
+                        }
+                    })
+                })
+            });
+            while !fit.is_finished() {
+                std::thread::sleep(Duration::from_millis(20));
+                if interrupt.is_none() {
+                    if let Err(e) = Python::attach(|py| py.check_signals()) {
+                        interrupt = Some(e);
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+            fit.join()
+        })
+    });
+    if let Some(err) = interrupt {
+        return Err(err);
+    }
+    let trace = trace.map_err(|_| {
+        PyRuntimeError::new_err("the fit panicked (a bug in sagd: please report it)")
+    })?;
+    trace.map_err(py_error)
+}
+
+/// The fields of a finished run, for the Python result object.
+fn trace_dict<'py>(py: Python<'py>, trace: &EmTrace) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let answer = trace.final_estimate();
+    d.set_item("estimate", PyArray1::from_slice(py, answer.estimate))?;
+    d.set_item("mc_se", PyArray1::from_slice(py, answer.se))?;
+    let (status, why) = match answer.status {
+        EstimateStatus::Polished => ("polished", None),
+        EstimateStatus::Em => ("em", None),
+        EstimateStatus::PolishFailed(w) => ("polish failed", Some(w.to_string())),
+    };
+    d.set_item("status", status)?;
+    d.set_item("polish_error", why)?;
+    d.set_item("converged", trace.converged)?;
+    d.set_item("msteps", trace.msteps.len())?;
+    d.set_item("langevin_steps", trace.langevin_steps)?;
+    d.set_item("interrupted", trace.interrupted)?;
+    let path: Vec<Vec<f64>> = trace.path.clone();
+    d.set_item(
+        "path",
+        PyArray2::from_vec2(py, &path).map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
+    )?;
+    if let Some(p) = &trace.polished {
+        let i = &p.information;
+        d.set_item("se", PyArray1::from_slice(py, &i.se))?;
+        d.set_item("se_error", PyArray1::from_slice(py, &i.se_error))?;
+        d.set_item(
+            "information",
+            PyArray2::from_vec2(py, &i.matrix)
+                .map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
+        )?;
+        d.set_item("information_theta", PyArray1::from_slice(py, &i.theta))?;
+        d.set_item("chain_rhat", i.chain_rhat)?;
+        d.set_item("se_warning", p.se_warning.clone())?;
+        d.set_item("gaps", PyArray1::from_slice(py, &p.gaps))?;
+    }
+    Ok(d)
+}
+
+/// Fits a GLMM by automated EM (see `sagd.glmm` for the arguments); returns a dict of arrays.
+#[pyfunction]
+#[pyo3(signature = (family, y, x, groups, z, trials, seed, threads, max_msteps))]
+#[allow(clippy::too_many_arguments)]
+fn fit_glmm<'py>(
+    py: Python<'py>,
+    family: &str,
+    y: PyReadonlyArray1<'py, f64>,
+    x: PyReadonlyArray2<'py, f64>,
+    groups: PyReadonlyArray1<'py, i64>,
+    z: PyReadonlyArray2<'py, f64>,
+    trials: Option<PyReadonlyArray1<'py, f64>>,
+    seed: u64,
+    threads: Option<usize>,
+    max_msteps: Option<usize>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let family: Family = family.parse().map_err(PyValueError::new_err)?;
+    let groups: Vec<usize> = groups
+        .as_array()
+        .iter()
+        .map(|&g| usize::try_from(g))
+        .collect::<Result<_, _>>()
+        .map_err(|_| {
+            PyValueError::new_err("groups: negative group index; number the groups 0, 1, …, G − 1")
+        })?;
+    let model = Glmm::new(
+        family,
+        y.as_array().to_vec(),
+        x.as_array().iter().copied().collect(),
+        &groups,
+        z.as_array().iter().copied().collect(),
+        trials.map(|t| t.as_array().to_vec()),
+    )
+    .map_err(py_error)?;
+    let theta0 = model.start();
+    let trace = run_em(py, &model, &theta0, seed, threads, max_msteps)?;
+    let d = trace_dict(py, &trace)?;
+    // The log-likelihood at the estimate, exact by quadrature for one random effect per group;
+    // and whether it is no higher than with the random effect's sd at 0 (a singular fit: the
+    // maximum is on the boundary, where log sd has no estimate).
+    let (loglik, singular) = if model.n_random() == 1 {
+        let est = trace.final_estimate().estimate.to_vec();
+        let mut at_zero = est.clone();
+        at_zero[model.n_fixed()] = -30.0;
+        let gh = GaussHermite::new(40);
+        let (l, l0) = py
+            .detach(|| -> sagd::error::Result<(f64, f64)> {
+                Ok((
+                    log_likelihood(&model, &est, &gh)?,
+                    log_likelihood(&model, &at_zero, &gh)?,
+                ))
+            })
+            .map_err(py_error)?;
+        (Some(l), Some(l0 >= l - 1e-3))
+    } else {
+        (None, None)
+    };
+    d.set_item("loglik", loglik)?;
+    d.set_item("singular", singular)?;
+    Ok(d)
+}
+
+/// What the user's function returns for a block, flattened: (logp, grad_z, grad_theta).
+type BlockOutput = (Vec<f64>, Vec<f64>, Vec<f64>);
+
+/// A model given by a Python function `f(theta, points, z) -> (logp, grad_z, grad_theta)`:
+/// `points` the data indices of the rows, `z` their latents (rows × latent_dim); `logp` one value
+/// per row, `grad_z` the rows' ∇z, `grad_theta` Σ over the rows of ∇θ. One call serves a whole
+/// block of chains.
+struct PyModel {
+    f: Py<PyAny>,
+    n: usize,
+    d: usize,
+    p: usize,
+    /// The first exception the function raised or the first wrong shape it returned, given back
+    /// to the caller as itself after the run.
+    error: Mutex<Option<PyErr>>,
+}
+
+impl PyModel {
+    fn fail(&self, e: PyErr) -> LogpError {
+        let message = e.to_string();
+        if let Ok(mut slot) = self.error.lock() {
+            slot.get_or_insert(e);
+        }
+        LogpError::Fatal(format!("the model function failed: {message}"))
+    }
+
+    /// Calls the function on a block: (logp, grad_z, grad_theta).
+    fn call(&self, theta: &[f64], data: &[usize], z: &[f64]) -> Result<BlockOutput, LogpError> {
+        let rows = data.len();
+        Python::attach(|py| -> PyResult<BlockOutput> {
+            let th = PyArray1::from_slice(py, theta);
+            let idx: Vec<i64> = data.iter().map(|&i| i as i64).collect();
+            let pts = PyArray1::from_vec(py, idx);
+            let zz = PyArray1::from_slice(py, z).reshape([rows, self.d])?;
+            let out = self.f.bind(py).call1((th, pts, zz))?;
+            let (lp, gz, gt): (Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                out.extract().map_err(|_| {
+                    PyValueError::new_err(
+                        "the model function must return a tuple (logp, grad_z, grad_theta)",
+                    )
+                })?;
+            let np = py.import("numpy")?;
+            let flat = |a: Bound<'_, PyAny>, name: &str, len: usize| -> PyResult<Vec<f64>> {
+                let arr = np.call_method1("ascontiguousarray", (a, "float64"))?;
+                let arr: PyReadonlyArrayDyn<'_, f64> = arr.extract().map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "the model function returned {name} that is not an array of numbers"
+                    ))
+                })?;
+                let v = arr.as_slice()?;
+                if v.len() != len {
+                    return Err(PyValueError::new_err(format!(
+                        "the model function returned {name} with {} values; expected {len}",
+                        v.len()
+                    )));
+                }
+                Ok(v.to_vec())
+            };
+            Ok((
+                flat(lp, "logp", rows)?,
+                flat(gz, "grad_z", rows * self.d)?,
+                flat(gt, "grad_theta", self.p)?,
+            ))
+        })
+        .map_err(|e| self.fail(e))
+    }
+}
+
+impl LatentModel<f64> for PyModel {
+    fn n_data(&self) -> usize {
+        self.n
+    }
+    fn latent_dim(&self) -> usize {
+        self.d
+    }
+    fn theta_dim(&self) -> usize {
+        self.p
+    }
+    fn log_joint(
+        &self,
+        theta: &[f64],
+        data: &[usize],
+        z: &[f64],
+        logp: &mut [f64],
+        grad_z: &mut [f64],
+    ) -> Result<(), LogpError> {
+        let (lp, gz, _) = self.call(theta, data, z)?;
+        logp.copy_from_slice(&lp);
+        grad_z.copy_from_slice(&gz);
+        if lp.iter().chain(&gz).any(|v| !v.is_finite()) {
+            return Err(LogpError::NonFinite);
+        }
+        Ok(())
+    }
+    fn add_grad_theta(
+        &self,
+        theta: &[f64],
+        data: &[usize],
+        z: &[f64],
+        grad_theta: &mut [f64],
+    ) -> Result<(), LogpError> {
+        let (_, _, gt) = self.call(theta, data, z)?;
+        if gt.iter().any(|v| !v.is_finite()) {
+            return Err(LogpError::NonFinite);
+        }
+        grad_theta.iter_mut().zip(&gt).for_each(|(o, v)| *o += v);
+        Ok(())
+    }
+    fn fuses_grad_theta(&self) -> bool {
+        true
+    }
+    fn log_joint_and_grad_theta(
+        &self,
+        theta: &[f64],
+        data: &[usize],
+        z: &[f64],
+        logp: &mut [f64],
+        grad_z: &mut [f64],
+        grad_theta: &mut [f64],
+    ) -> Result<(), LogpError> {
+        let (lp, gz, gt) = self.call(theta, data, z)?;
+        logp.copy_from_slice(&lp);
+        grad_z.copy_from_slice(&gz);
+        if lp.iter().chain(&gz).chain(&gt).any(|v| !v.is_finite()) {
+            return Err(LogpError::NonFinite);
+        }
+        grad_theta.iter_mut().zip(&gt).for_each(|(o, v)| *o += v);
+        Ok(())
+    }
+}
+
+/// Fits a model given as a Python function by automated EM (see `sagd.fit`).
+#[pyfunction]
+#[pyo3(signature = (f, theta0, n_points, latent_dim, seed, threads, max_msteps))]
+#[allow(clippy::too_many_arguments)]
+fn fit_function<'py>(
+    py: Python<'py>,
+    f: Py<PyAny>,
+    theta0: PyReadonlyArray1<'py, f64>,
+    n_points: usize,
+    latent_dim: usize,
+    seed: u64,
+    threads: Option<usize>,
+    max_msteps: Option<usize>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let theta0 = theta0.as_array().to_vec();
+    let model = PyModel {
+        f,
+        n: n_points,
+        d: latent_dim,
+        p: theta0.len(),
+        error: Mutex::new(None),
+    };
+    let result = run_em(py, &model, &theta0, seed, threads, max_msteps);
+    // The user's own exception first: it says what went wrong in their code.
+    if let Some(e) = model.error.lock().ok().and_then(|mut s| s.take()) {
+        return Err(e);
+    }
+    let trace = result?;
+    trace_dict(py, &trace)
+}
+
+/// The extension module.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(fit_glmm, m)?)?;
+    m.add_function(wrap_pyfunction!(fit_function, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,71 @@
+"""Shared data and references for the Python tests: GLMM data simulated with numpy, and the exact
+log-likelihood of a random-intercept model by Gauss-Hermite quadrature, maximised with scipy."""
+
+import numpy as np
+import pytest
+from scipy import optimize
+from scipy.special import gammaln, log_expit
+
+NODES, WEIGHTS = np.polynomial.hermite.hermgauss(120)
+U = np.sqrt(2.0) * NODES
+LOGW = np.log(WEIGHTS / np.sqrt(np.pi))
+
+
+def simulate(family, groups=50, per=8, beta=(0.5, 0.3), tau=0.5, sigma=0.8, seed=1):
+    rng = np.random.default_rng(seed)
+    g = np.repeat(np.arange(groups), per)
+    x = rng.normal(size=groups * per)
+    b = rng.normal(scale=tau, size=groups)
+    eta = beta[0] + beta[1] * x + b[g]
+    if family == "poisson":
+        y = rng.poisson(np.exp(eta)).astype(float)
+    elif family == "binomial":
+        y = (rng.random(eta.shape) < 1 / (1 + np.exp(-eta))).astype(float)
+    else:
+        y = eta + sigma * rng.normal(size=eta.shape)
+    X = np.column_stack([np.ones_like(x), x])
+    return y, X, g
+
+
+def loglik(family, theta, y, X, g):
+    """The exact log-likelihood of a random intercept: theta = (beta, log tau[, log sigma])."""
+    p = X.shape[1]
+    beta, tau = theta[:p], np.exp(theta[p])
+    eta = (X @ beta)[:, None] + tau * U[None, :]
+    if family == "poisson":
+        rows = y[:, None] * eta - np.exp(eta) - gammaln(y + 1)[:, None]
+    elif family == "binomial":
+        rows = y[:, None] * log_expit(eta) + (1 - y)[:, None] * log_expit(-eta)
+    else:
+        s2 = np.exp(2 * theta[p + 1])
+        rows = -0.5 * np.log(2 * np.pi * s2) - (y[:, None] - eta) ** 2 / (2 * s2)
+    total = 0.0
+    for j in np.unique(g):
+        a = rows[g == j].sum(axis=0) + LOGW
+        m = a.max()
+        total += m + np.log(np.exp(a - m).sum())
+    return total
+
+
+def mle(family, y, X, g, start):
+    """The maximum by BFGS from `start` and the log-likelihood there."""
+    f = lambda t: -loglik(family, t, y, X, g)
+    r = optimize.minimize(f, start, method="BFGS", options={"gtol": 1e-8})
+    return r.x, -r.fun
+
+
+def reference_se(family, t, y, X, g):
+    """Standard errors at `t` from the Hessian of the exact log-likelihood by differences."""
+    f = lambda th: -loglik(family, th, y, X, g)
+    k, h = len(t), 1e-4
+    H = np.zeros((k, k))
+    for a in range(k):
+        for b in range(k):
+            e_a, e_b = np.eye(k)[a] * h, np.eye(k)[b] * h
+            H[a, b] = (f(t + e_a + e_b) - f(t + e_a - e_b) - f(t - e_a + e_b) + f(t - e_a - e_b)) / (4 * h * h)
+    return np.sqrt(np.diag(np.linalg.inv(H)))
+
+
+@pytest.fixture
+def poisson_data():
+    return simulate("poisson")

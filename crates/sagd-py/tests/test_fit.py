@@ -1,0 +1,94 @@
+"""Your model as a Python function: against the built-in GLMM on the same data, its errors, and
+Ctrl-C."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import sagd
+from conftest import simulate
+from models import poisson_intercept
+
+
+def test_a_python_model_fits_as_the_built_in_one(poisson_data):
+    y, X, g = poisson_data
+    built_in = sagd.glmm(y, X, g, family="poisson", seed=2)
+    own = sagd.fit(poisson_intercept(y, X, g), built_in.estimate * 0 + [0.0, 0.0, np.log(0.5)],
+                   n_points=50, latent_dim=1, seed=2, names=["b0", "b1", "log tau"])
+    assert own.status == "polished", own
+    # The same model: the same estimate within the two fits' Monte Carlo errors, and the same
+    # standard errors within theirs.
+    tol = 4 * np.hypot(own.mc_se, built_in.mc_se)
+    assert np.all(np.abs(own.estimate - built_in.estimate) < tol), (own, built_in)
+    tol_se = 4 * np.hypot(own.se_error, built_in.se_error) + 0.01 * built_in.se
+    assert np.all(np.abs(own.se - built_in.se) < tol_se), (own.se, built_in.se)
+    assert "b1" in repr(own)
+
+
+def test_what_the_function_raises_comes_back_as_itself(poisson_data):
+    y, X, g = poisson_data
+
+    class ModelBroke(Exception):
+        pass
+
+    def raises(theta, points, z):
+        raise ModelBroke("no such parameter")
+
+    with pytest.raises(ModelBroke, match="no such parameter"):
+        sagd.fit(raises, [0.0, 0.0, 0.0], n_points=50, latent_dim=1)
+
+
+def test_a_wrong_shape_from_the_function_is_named(poisson_data):
+    y, X, g = poisson_data
+    f = poisson_intercept(y, X, g)
+
+    def short(theta, points, z):
+        logp, gz, gt = f(theta, points, z)
+        return logp, gz, gt[:2]
+
+    with pytest.raises(ValueError, match="grad_theta with 2 values; expected 3"):
+        sagd.fit(short, [0.0, 0.0, 0.0], n_points=50, latent_dim=1)
+    with pytest.raises(ValueError, match="theta0: expected a 1-D array"):
+        sagd.fit(f, [[0.0, 0.0, 0.0]], n_points=50, latent_dim=1)
+    with pytest.raises(ValueError, match="f: give a function"):
+        sagd.fit("not a function", [0.0], n_points=50, latent_dim=1)
+
+
+def test_ctrl_c_ends_a_fit_promptly():
+    # A slow model (1 ms a call) that would run for minutes; SIGINT after a second.
+    script = textwrap.dedent(
+        """
+        import sys, time
+        sys.path.insert(0, %r)
+        import numpy as np, sagd
+        from conftest import simulate
+        from models import poisson_intercept
+        y, X, g = simulate("poisson")
+        f = poisson_intercept(y, X, g)
+        def slow(theta, points, z):
+            time.sleep(0.001)
+            return f(theta, points, z)
+        print("started", flush=True)
+        sagd.fit(slow, [0.0, 0.0, 0.0], n_points=50, latent_dim=1, max_msteps=1000)
+        print("finished")
+        """
+        % os.path.dirname(__file__)
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(1.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    took = time.monotonic() - sent
+    assert proc.returncode != 0
+    assert "KeyboardInterrupt" in err, err
+    assert "finished" not in out
+    assert took < 2.0, f"{took:.2f} s from SIGINT to exit"

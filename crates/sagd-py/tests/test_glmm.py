@@ -1,0 +1,86 @@
+"""The built-in GLMMs against the exact maximum of the likelihood (quadrature + BFGS)."""
+
+import numpy as np
+import pytest
+
+import sagd
+from conftest import loglik, mle, reference_se, simulate
+
+
+@pytest.mark.parametrize("family", ["poisson", "binomial", "gaussian"])
+def test_random_intercept_fits_the_quadrature_maximum(family):
+    y, X, g = simulate(family, groups=60 if family == "binomial" else 50)
+    r = sagd.glmm(y, X, g, family=family, seed=1)
+    assert r.status == "polished", r
+    gaussian = family == "gaussian"
+    start = np.r_[r.estimate] + 0.05
+    t, lmax = mle(family, y, X, g, start)
+    # The estimate at the maximum: within 0.05 nats, and within its Monte Carlo error.
+    gap = lmax - loglik(family, r.estimate, y, X, g)
+    assert gap < 0.05, (gap, r)
+    err = np.abs(r.estimate - t) / r.mc_se
+    assert np.all(err < 4.0), (err, r.estimate, t)
+    # Standard errors within four of their own reported errors of the exact ones where the
+    # information was taken, and that error below 10% of them.
+    se_ref = reference_se(family, r.se_at, y, X, g)
+    assert np.all(np.abs(r.se - se_ref) < 4 * r.se_error + 1e-9), (r.se, r.se_error, se_ref)
+    assert np.all(r.se_error < 0.1 * r.se)
+    # The reported log-likelihood is the exact one at the estimate (all constants included).
+    assert r.loglik == pytest.approx(loglik(family, r.estimate, y, X, g), abs=1e-6)
+    assert (r.sigma is not None) == gaussian
+    assert r.random_sd[0] == pytest.approx(np.exp(r.estimate[2]))
+    assert "GLMM (" + family + ")" in repr(r)
+
+
+def test_the_same_seed_gives_the_same_fit_on_any_number_of_threads(poisson_data):
+    y, X, g = poisson_data
+    one = sagd.glmm(y, X, g, family="poisson", seed=7, threads=1)
+    two = sagd.glmm(y, X, g, family="poisson", seed=7, threads=2)
+    assert np.array_equal(one.estimate, two.estimate)
+    assert np.array_equal(one.se, two.se)
+    other = sagd.glmm(y, X, g, family="poisson", seed=8, threads=2)
+    assert not np.array_equal(one.estimate, other.estimate)
+
+
+def test_group_labels_of_any_kind(poisson_data):
+    y, X, g = poisson_data
+    labels = np.array([f"school-{j:03d}" for j in g])
+    a = sagd.glmm(y, X, labels, family="poisson", seed=3)
+    b = sagd.glmm(y, X, g, family="poisson", seed=3)
+    assert np.array_equal(a.estimate, b.estimate)
+    assert a.groups[0] == "school-000"
+
+
+def test_bad_inputs_name_the_argument(poisson_data):
+    y, X, g = poisson_data
+    with pytest.raises(ValueError, match="X: expected 400 rows"):
+        sagd.glmm(y, X[:-1], g, family="poisson")
+    bad = y.copy()
+    bad[5] = np.nan
+    with pytest.raises(ValueError, match="y: nan at position 5"):
+        sagd.glmm(bad, X, g, family="poisson")
+    neg = y.copy()
+    neg[3] = -1
+    with pytest.raises(ValueError, match="row 3"):
+        sagd.glmm(neg, X, g, family="poisson")
+    with pytest.raises(ValueError, match="unknown family"):
+        sagd.glmm(y, X, g, family="gamma")
+    with pytest.raises(ValueError, match="groups: expected 400"):
+        sagd.glmm(y, X, g[:10], family="poisson")
+    with pytest.raises(ValueError, match="trials"):
+        sagd.glmm(y, X, g, family="poisson", trials=np.ones_like(y))
+
+
+def test_no_variation_between_groups_is_reported_as_a_singular_fit():
+    # Counts with no group effect at all: the random-effect sd's maximum is at 0 (lme4 calls
+    # this a singular fit), where log sd has no finite estimate and no standard error.
+    rng = np.random.default_rng(5)
+    g = np.repeat(np.arange(40), 6)
+    y = rng.poisson(2.0, size=g.shape).astype(float)
+    r = sagd.glmm(y, None, g, family="poisson", seed=1, max_msteps=10)
+    assert r.random_sd[0] < 0.05, r
+    assert r.warning is not None and "singular fit" in r.warning
+    assert "singular fit" in repr(r)
+    # and a model with group variation is not.
+    y2, X2, g2 = simulate("poisson")
+    assert sagd.glmm(y2, X2, g2, family="poisson", seed=1).warning is None
