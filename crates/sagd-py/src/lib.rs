@@ -303,6 +303,10 @@ impl LatentModel<f64> for PyModel {
     fn fuses_grad_theta(&self) -> bool {
         true
     }
+    /// A call crosses into Python (tens of µs before any work): hand it all rows at once.
+    fn calls_are_costly(&self) -> bool {
+        true
+    }
     fn log_joint_and_grad_theta(
         &self,
         theta: &[f64],

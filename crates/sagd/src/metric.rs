@@ -314,17 +314,22 @@ impl<P: Problem<f64>> Preconditioned<P> {
         let dense = kind.dense(self.points, d);
         let previous = self.metric.take();
         let inner = &self.inner;
-        let settled = (0..self.points)
-            .into_par_iter()
-            .map(|p| {
-                let prev = previous.as_ref().map(|m| &m.factors[p]);
-                settle_point(inner, anchor, p, &z[p * d..(p + 1) * d], prev, dense)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let (modes, factors): (Vec<Vec<f64>>, Vec<Factor>) = settled.into_iter().unzip();
+        let (modes, factors) = if self.points >= TOGETHER {
+            settle_together(inner, anchor, &z, d, previous.as_ref(), dense)?
+        } else {
+            let settled = (0..self.points)
+                .into_par_iter()
+                .map(|p| {
+                    let prev = previous.as_ref().map(|m| &m.factors[p]);
+                    settle_point(inner, anchor, p, &z[p * d..(p + 1) * d], prev, dense)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let (modes, factors): (Vec<Vec<f64>>, Vec<Factor>) = settled.into_iter().unzip();
+            (modes.concat(), factors)
+        };
         self.metric = Some(Metric {
             dim: d,
-            shift: modes.concat(),
+            shift: modes,
             factors,
         });
         Ok(Some(vec![0.0; xi.len()]))
@@ -372,6 +377,30 @@ impl<P: Problem<f64>> Problem<f64> for Preconditioned<P> {
     }
     fn fuses_grad_f(&self) -> bool {
         self.inner.fuses_grad_f()
+    }
+    fn calls_are_costly(&self) -> bool {
+        self.inner.calls_are_costly()
+    }
+    fn add_grad_f_copies(
+        &self,
+        theta: &[f64],
+        first_row: usize,
+        copies: usize,
+        xi: &[f64],
+        grad: &mut [f64],
+    ) -> std::result::Result<(), LogpError> {
+        if self.metric.is_none() {
+            return self
+                .inner
+                .add_grad_f_copies(theta, first_row, copies, xi, grad);
+        }
+        let per = xi.len() / copies.max(1);
+        let z: Vec<f64> = xi
+            .chunks(per.max(1))
+            .flat_map(|x| self.to_z(first_row, x))
+            .collect();
+        self.inner
+            .add_grad_f_copies(theta, first_row, copies, &z, grad)
     }
     fn log_target_and_grad_f(
         &self,
@@ -458,10 +487,17 @@ fn curvature<P: Problem<f64> + ?Sized>(
             h[k] = column[0];
         }
     }
+    Ok(factor_hessian(h, d, dense))
+}
+
+/// A = the negative Hessian `h` (d × d row-major, or its diagonal), factored and made positive
+/// definite where it is not (a shift λI, the smallest of 10⁻⁸·s, 10⁻⁷·s, … with s the largest
+/// |A_jj|); the identity where nothing works.
+fn factor_hessian(h: Vec<f64>, d: usize, dense: bool) -> Factor {
     let diag = |j: usize| if dense { h[j * d + j] } else { h[j] };
     let s = (0..d).map(|j| diag(j).abs()).fold(0.0f64, f64::max);
     if !(s > 0.0 && s.is_finite()) {
-        return Ok(Factor::identity(d));
+        return Factor::identity(d);
     }
     for k in 0..=16 {
         let lambda = if k == 0 { 0.0 } else { s * 10f64.powi(k - 9) };
@@ -469,16 +505,259 @@ fn curvature<P: Problem<f64> + ?Sized>(
             let mut a = h.clone();
             (0..d).for_each(|j| a[j * d + j] += lambda);
             if let Some(f) = Factor::cholesky(&a, d) {
-                return Ok(f);
+                return f;
             }
         } else {
             let a: Vec<f64> = h.iter().map(|v| v + lambda).collect();
             if a.iter().all(|v| *v > 0.0 && v.is_finite()) {
-                return Ok(Factor::diagonal(&a));
+                return Factor::diagonal(&a);
             }
         }
     }
-    Ok(Factor::identity(d))
+    Factor::identity(d)
+}
+
+/// Points at least this many are settled together ([`settle_together`]): every evaluation of
+/// the target takes all of them in a few calls, instead of one call per point.
+const TOGETHER: usize = 16;
+
+/// log π and ∇log π of the first chain of every point at `z` (points × d), in parallel pieces of
+/// rows fixed by the shapes; a row whose target is not finite gets a NaN log density (a piece
+/// that fails as a whole is evaluated row by row).
+fn evaluate_points<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    anchor: &[f64],
+    z: &[f64],
+    d: usize,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let points = z.len() / d;
+    let per = crate::em::mstep::rows_per_piece(points, d, problem.calls_are_costly());
+    let pieces = z
+        .par_chunks(per * d)
+        .enumerate()
+        .map(|(b, zb)| {
+            let rows = zb.len() / d;
+            let (mut lp, mut g) = (vec![0.0; rows], vec![0.0; zb.len()]);
+            match problem.log_target(anchor, b * per, zb, &mut lp, &mut g) {
+                Ok(()) => {}
+                Err(LogpError::NonFinite) => {
+                    for r in 0..rows {
+                        let row =
+                            row_target(problem, anchor, b * per + r, &zb[r * d..(r + 1) * d])?;
+                        match row {
+                            Some((l, gr)) => {
+                                lp[r] = l;
+                                g[r * d..(r + 1) * d].copy_from_slice(&gr);
+                            }
+                            None => lp[r] = f64::NAN,
+                        }
+                    }
+                }
+                Err(e) => return Err(SagdError::Model(e)),
+            }
+            for r in 0..rows {
+                if !g[r * d..(r + 1) * d].iter().all(|v| v.is_finite()) {
+                    lp[r] = f64::NAN;
+                }
+            }
+            Ok((lp, g))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (lp, g): (Vec<Vec<f64>>, Vec<Vec<f64>>) = pieces.into_iter().unzip();
+    Ok((lp.concat(), g.concat()))
+}
+
+/// The factors A = −∇²log π of the points `which` at `z`, by central differences of the gradient:
+/// coordinate k of every point moved at once, 2d evaluations of all points in all.
+fn curvatures<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    anchor: &[f64],
+    z: &[f64],
+    d: usize,
+    which: &[bool],
+    dense: bool,
+) -> Result<Vec<Option<Factor>>> {
+    let points = which.len();
+    let mut h: Vec<Vec<f64>> = (0..points)
+        .map(|p| {
+            vec![
+                0.0;
+                if which[p] {
+                    if dense {
+                        d * d
+                    } else {
+                        d
+                    }
+                } else {
+                    0
+                }
+            ]
+        })
+        .collect();
+    let mut broken = vec![false; points];
+    for k in 0..d {
+        let step: Vec<f64> = (0..points)
+            .map(|p| 1e-4 * (1.0 + z[p * d + k].abs()))
+            .collect();
+        let shifted = |sign: f64| -> Vec<f64> {
+            let mut y = z.to_vec();
+            (0..points).for_each(|p| y[p * d + k] += sign * step[p]);
+            y
+        };
+        let (lu, gu) = evaluate_points(problem, anchor, &shifted(1.0), d)?;
+        let (ld, gd) = evaluate_points(problem, anchor, &shifted(-1.0), d)?;
+        for p in (0..points).filter(|&p| which[p]) {
+            if lu[p].is_nan() || ld[p].is_nan() {
+                broken[p] = true;
+                continue;
+            }
+            let column = |j: usize| -(gu[p * d + j] - gd[p * d + j]) / (2.0 * step[p]);
+            if dense {
+                for j in 0..d {
+                    let v = column(j);
+                    h[p][j * d + k] += 0.5 * v;
+                    h[p][k * d + j] += 0.5 * v;
+                }
+            } else {
+                h[p][k] = column(k);
+            }
+        }
+    }
+    Ok(h.into_par_iter()
+        .enumerate()
+        .map(|(p, hp)| {
+            which[p].then(|| {
+                if broken[p] {
+                    Factor::identity(d)
+                } else {
+                    factor_hessian(hp, d, dense)
+                }
+            })
+        })
+        .collect())
+}
+
+/// [`settle_point`] for all points in lockstep: each step of every point's Newton ascent takes one
+/// evaluation of all points (a few calls of the model rather than one per point), and new
+/// Hessians are taken together for the points that need one.
+fn settle_together<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    anchor: &[f64],
+    z0: &[f64],
+    d: usize,
+    previous: Option<&Metric>,
+    dense: bool,
+) -> Result<(Vec<f64>, Vec<Factor>)> {
+    let points = z0.len() / d;
+    let mut z = z0.to_vec();
+    let (mut lp, mut g) = evaluate_points(problem, anchor, &z, d)?;
+    // Points whose target is not finite where they are keep it, and their factor.
+    let start_ok: Vec<bool> = lp.iter().map(|l| !l.is_nan()).collect();
+    let previous: Option<Vec<Factor>> = previous
+        .filter(|m| m.points() == points && m.dim == d)
+        .map(|m| m.factors.clone());
+    let need: Vec<bool> = (0..points)
+        .map(|p| start_ok[p] && previous.is_none())
+        .collect();
+    let fresh_factors = curvatures(problem, anchor, &z, d, &need, dense)?;
+    let mut factors: Vec<Factor> = (0..points)
+        .map(|p| match (&fresh_factors[p], &previous) {
+            (Some(f), _) => f.clone(),
+            (None, Some(prev)) => prev[p].clone(),
+            (None, None) => Factor::identity(d),
+        })
+        .collect();
+    let mut fresh = need.clone();
+    let mut active = start_ok.clone();
+    for _ in 0..50 {
+        // Each active point's Newton direction and decrement.
+        let dirs: Vec<Vec<f64>> = (0..points)
+            .into_par_iter()
+            .map(|p| {
+                let mut dir = g[p * d..(p + 1) * d].to_vec();
+                factors[p].solve_lower(&mut dir);
+                factors[p].solve_upper(&mut dir);
+                dir
+            })
+            .collect();
+        for p in 0..points {
+            let dec: f64 = (0..d).map(|j| g[p * d + j] * dirs[p][j]).sum();
+            if dec.is_nan() || dec <= 1e-10 {
+                active[p] = false;
+            }
+        }
+        if !active.iter().any(|a| *a) {
+            break;
+        }
+        let mut t = vec![1.0; points];
+        let mut pending = active.clone();
+        let mut moved = vec![false; points];
+        for _ in 0..30 {
+            let mut y = z.clone();
+            for p in (0..points).filter(|&p| pending[p]) {
+                for j in 0..d {
+                    y[p * d + j] = z[p * d + j] + t[p] * dirs[p][j];
+                }
+            }
+            let (ly, gy) = evaluate_points(problem, anchor, &y, d)?;
+            for p in 0..points {
+                if !pending[p] {
+                    continue;
+                }
+                if !ly[p].is_nan() && ly[p] > lp[p] {
+                    z[p * d..(p + 1) * d].copy_from_slice(&y[p * d..(p + 1) * d]);
+                    g[p * d..(p + 1) * d].copy_from_slice(&gy[p * d..(p + 1) * d]);
+                    lp[p] = ly[p];
+                    moved[p] = true;
+                    pending[p] = false;
+                } else {
+                    t[p] *= 0.5;
+                }
+            }
+            if !pending.iter().any(|a| *a) {
+                break;
+            }
+        }
+        // As settle_point: a stale metric that needed a line search gets a new Hessian; a fresh
+        // one that cannot go up is at the mode.
+        let mut need = vec![false; points];
+        for p in 0..points {
+            if !active[p] {
+                continue;
+            }
+            if moved[p] && t[p] == 1.0 {
+                fresh[p] = false;
+            } else if !fresh[p] {
+                need[p] = true;
+            } else if !moved[p] {
+                active[p] = false;
+            } else {
+                fresh[p] = false;
+            }
+        }
+        if need.iter().any(|n| *n) {
+            for (p, f) in curvatures(problem, anchor, &z, d, &need, dense)?
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(f) = f {
+                    factors[p] = f;
+                    fresh[p] = true;
+                }
+            }
+        }
+    }
+    // The metric at the modes.
+    let need: Vec<bool> = (0..points).map(|p| start_ok[p] && !fresh[p]).collect();
+    for (p, f) in curvatures(problem, anchor, &z, d, &need, dense)?
+        .into_iter()
+        .enumerate()
+    {
+        if let Some(f) = f {
+            factors[p] = f;
+        }
+    }
+    Ok((z, factors))
 }
 
 /// Point `point`'s mode and precision, from `z0`: Newton ascent preconditioned by `previous` (the
@@ -586,7 +865,7 @@ mod tests {
         assert!(Factor::cholesky(&[1.0, 2.0, 2.0, 1.0], 2).is_none());
     }
 
-    /// One chain on N(μ, P⁻¹), P tridiagonal: a `Problem` with no parameter.
+    /// Chains on N(μ, P⁻¹), P tridiagonal, one per point: a `Problem` with no parameter.
     struct TridiagonalGaussian {
         mean: Vec<f64>,
         precision: Vec<f64>,
@@ -611,14 +890,16 @@ mod tests {
             grad: &mut [f64],
         ) -> std::result::Result<(), LogpError> {
             let d = self.mean.len();
-            let dx: Vec<f64> = xi.iter().zip(&self.mean).map(|(a, m)| a - m).collect();
-            let mut quad = 0.0;
-            for i in 0..d {
-                let g: f64 = (0..d).map(|j| self.precision[i * d + j] * dx[j]).sum();
-                grad[i] = -g;
-                quad += dx[i] * g;
+            for (r, (x, gr)) in xi.chunks_exact(d).zip(grad.chunks_exact_mut(d)).enumerate() {
+                let dx: Vec<f64> = x.iter().zip(&self.mean).map(|(a, m)| a - m).collect();
+                let mut quad = 0.0;
+                for i in 0..d {
+                    let g: f64 = (0..d).map(|j| self.precision[i * d + j] * dx[j]).sum();
+                    gr[i] = -g;
+                    quad += dx[i] * g;
+                }
+                logp[r] = -0.5 * quad;
             }
-            logp[0] = -0.5 * quad;
             Ok(())
         }
         fn add_grad_f(
@@ -651,29 +932,43 @@ mod tests {
             } else {
                 &[Preconditioner::Dense, Preconditioner::Diagonal]
             };
-            for &kind in kinds {
+            // One point (settled alone), and 20 (settled together, in lockstep).
+            for (points, &kind) in [1, 20]
+                .into_iter()
+                .flat_map(|n| kinds.iter().map(move |k| (n, k)))
+            {
                 let mut pre = Preconditioned::new(
                     TridiagonalGaussian {
                         mean: mean.clone(),
                         precision: precision.clone(),
                     },
-                    1,
+                    points,
                 );
-                let u0 = pre.adapt(&[], &vec![-5.0; d], kind).unwrap().unwrap();
-                assert_eq!(u0, vec![0.0; d]);
+                let u0 = pre
+                    .adapt(&[], &vec![-5.0; points * d], kind)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(u0, vec![0.0; points * d]);
                 let m = pre.metric().unwrap();
-                for (a, b) in m.modes().iter().zip(&mean) {
-                    assert!((a - b).abs() < 1e-8, "{kind:?}: mode {a} vs mean {b}");
+                for (a, b) in m.modes().iter().zip(mean.iter().cycle()) {
+                    assert!(
+                        (a - b).abs() < 1e-8,
+                        "{kind:?}, {points}: mode {a} vs mean {b}"
+                    );
                 }
-                let u: Vec<f64> = (0..d).map(|i| (i as f64 * 1.7).sin()).collect();
-                let (mut lp, mut g) = ([0.0], vec![0.0; d]);
+                let u: Vec<f64> = (0..points * d).map(|i| (i as f64 * 1.7).sin()).collect();
+                let (mut lp, mut g) = (vec![0.0; points], vec![0.0; points * d]);
                 pre.log_target(&[], 0, &u, &mut lp, &mut g).unwrap();
                 for (gi, ui) in g.iter().zip(&u) {
-                    assert!((gi + ui).abs() < 1e-6, "{kind:?}: ∇u {gi} vs −u {}", -ui);
+                    assert!(
+                        (gi + ui).abs() < 1e-6,
+                        "{kind:?}, {points}: ∇u {gi} vs −u {}",
+                        -ui
+                    );
                 }
                 // And back: to_u(to_z(u)) = u.
                 let z = pre.to_z(0, &u);
-                let mut back = vec![0.0; d];
+                let mut back = vec![0.0; points * d];
                 m.to_u(0, &z, &mut back);
                 for (a, b) in back.iter().zip(&u) {
                     assert!((a - b).abs() < 1e-12);

@@ -94,6 +94,29 @@ pub trait Problem<T: Real>: Sync {
         false
     }
 
+    /// Whether a call costs much more than the rows it evaluates (a model in Python): passes that
+    /// would cut the rows into parallel pieces then hand them all over in one call.
+    fn calls_are_costly(&self) -> bool {
+        false
+    }
+
+    /// [`Problem::add_grad_f`] over `copies` states of the same rows `first_row..`, stacked in
+    /// `xi` (copies × rows × chain_dim): the states of K steps in one call. The default makes
+    /// one call per copy.
+    fn add_grad_f_copies(
+        &self,
+        theta: &[T],
+        first_row: usize,
+        copies: usize,
+        xi: &[T],
+        grad: &mut [T],
+    ) -> Result<(), LogpError> {
+        for x in xi.chunks(xi.len() / copies.max(1)) {
+            self.add_grad_f(theta, first_row, x, grad)?;
+        }
+        Ok(())
+    }
+
     /// [`Problem::log_target`] with π taken at θ, and adds Σ_r ∇θ f(θ; ξ_r) at the same rows into
     /// `grad_f`. The default makes two calls.
     #[allow(clippy::too_many_arguments)]
@@ -162,6 +185,12 @@ pub trait LatentModel<T: Real>: Sync {
 
     /// Whether [`LatentModel::log_joint_and_grad_theta`] shares one pass between ∇z and ∇θ.
     fn fuses_grad_theta(&self) -> bool {
+        false
+    }
+
+    /// Whether a call costs much more than the rows it evaluates (a model in Python): passes that
+    /// would cut the rows into parallel pieces then hand them all over in one call.
+    fn calls_are_costly(&self) -> bool {
         false
     }
 
@@ -248,6 +277,26 @@ impl<T: Real, M: LatentModel<T>> Problem<T> for MaximumLikelihood<'_, M> {
     }
     fn fuses_grad_f(&self) -> bool {
         self.model.fuses_grad_theta()
+    }
+    fn calls_are_costly(&self) -> bool {
+        self.model.calls_are_costly()
+    }
+    fn add_grad_f_copies(
+        &self,
+        theta: &[T],
+        first_row: usize,
+        copies: usize,
+        xi: &[T],
+        grad: &mut [T],
+    ) -> Result<(), LogpError> {
+        let d = self.model.latent_dim().max(1);
+        let rows = xi.len() / d / copies.max(1);
+        let one = &self.rows[first_row..first_row + rows];
+        let data: Vec<usize> = (0..copies).flat_map(|_| one.iter().copied()).collect();
+        grad.iter_mut().for_each(|v| *v = -*v);
+        let res = self.model.add_grad_theta(theta, &data, xi, grad);
+        grad.iter_mut().for_each(|v| *v = -*v);
+        res
     }
     fn log_target_and_grad_f(
         &self,

@@ -271,18 +271,27 @@ impl Sagd {
         // a pass of its own.
         let theta = &state.theta[..];
         let fuse = s.anchor == Anchor::Current && problem.fuses_grad_f();
-        // Each block sums its steps in f64; the blocks' sums are added in block order: the same
-        // bits for any number of threads.
+        // A model whose calls are costly (Python) gets each block's K_t states in one call at
+        // the end, instead of one call per step.
+        let stack = !fuse && problem.calls_are_costly();
+        type Acc<T> = Result<(Vec<f64>, Vec<T>, usize)>;
         let (infos, parts) = state.chains.run_steps_fold(
             &target,
             &kernel,
             k_t,
             fuse,
-            |_| Ok(vec![0.0f64; p]),
-            |acc: &mut Result<Vec<f64>>, b| {
-                let Ok(sum) = acc else { return };
+            |_| Ok((vec![0.0f64; p], Vec::new(), 0)),
+            |acc: &mut Acc<T>, b| {
+                let Ok((sum, stacked, first)) = acc else {
+                    return;
+                };
                 if let Some(a) = b.aux {
                     sum.iter_mut().zip(a).for_each(|(s, v)| *s += v.f64());
+                    return;
+                }
+                if stack {
+                    stacked.extend_from_slice(b.positions);
+                    *first = b.first_row;
                     return;
                 }
                 let mut g = vec![T::zero(); p];
@@ -292,12 +301,25 @@ impl Sagd {
                 }
             },
         )?;
+        let parts = parts
+            .into_iter()
+            .map(|acc| {
+                let (mut sum, stacked, first) = acc?;
+                if !stacked.is_empty() {
+                    let mut g = vec![T::zero(); p];
+                    problem
+                        .add_grad_f_copies(theta, first, k_t, &stacked, &mut g)
+                        .map_err(SagdError::Model)?;
+                    sum.iter_mut().zip(g).for_each(|(s, v)| *s += v.f64());
+                }
+                Ok(sum)
+            })
+            .collect::<Result<Vec<_>>>()?;
         for info in &infos {
             divergences += info.divergences;
             kinetic += info.kinetic_temperature;
             last_logp = info.mean_log_density;
         }
-        let parts = parts.into_iter().collect::<Result<Vec<_>>>()?;
         crate::parallel::add_parts(&parts, &mut grad);
         let scale = 1.0 / (k_t as f64 * problem.n_chains().max(1) as f64);
         grad.iter_mut().for_each(|g| *g *= scale);

@@ -158,19 +158,24 @@ pub fn settle_chains<P: Problem<f64> + ?Sized>(
 /// The most coordinates per chain whose curvature [`posterior_scale`] measures.
 const SCALE_COORDS: usize = 16;
 
-/// Rows per parallel piece of the passes below (cheap per-row work: large pieces).
-fn rows_per_piece(rows: usize, d: usize) -> usize {
-    rows_for_dim(rows, d, piece_rows(rows, 64, 4096))
+/// Rows per parallel piece of the passes below (cheap per-row work: large pieces), fixed by the
+/// shapes; all rows in one piece when the model's calls are costly.
+pub(crate) fn rows_per_piece(rows: usize, d: usize, costly: bool) -> usize {
+    if costly {
+        rows.max(1)
+    } else {
+        rows_for_dim(rows, d, piece_rows(rows, 64, 4096))
+    }
 }
 
 /// Σ over pieces of `f(first_row, positions)`, in piece order: the same bits for any number of
 /// threads.
-fn sum_pieces<F>(positions: &[f64], dim: usize, len: usize, f: F) -> Result<Vec<f64>>
+fn sum_pieces<F>(positions: &[f64], dim: usize, len: usize, costly: bool, f: F) -> Result<Vec<f64>>
 where
     F: Fn(usize, &[f64]) -> Result<Vec<f64>> + Sync,
 {
     let rows = positions.len() / dim.max(1);
-    let per = rows_per_piece(rows, dim);
+    let per = rows_per_piece(rows, dim, costly);
     let parts = positions
         .par_chunks(per * dim.max(1))
         .enumerate()
@@ -193,7 +198,7 @@ pub fn objective<P: Problem<f64> + ?Sized>(problem: &P, theta: &[f64], xi: &[f64
 fn sum_objective<P: Problem<f64> + ?Sized>(problem: &P, theta: &[f64], xi: &[f64]) -> Result<f64> {
     let d = problem.chain_dim();
     let rows = xi.len() / d.max(1);
-    let s = sum_pieces(xi, d, 1, |first, x| {
+    let s = sum_pieces(xi, d, 1, problem.calls_are_costly(), |first, x| {
         let n = x.len() / d.max(1);
         let (mut logp, mut g) = (vec![0.0; n], vec![0.0; x.len()]);
         problem
@@ -220,7 +225,7 @@ pub fn objective_hessian<P: Problem<f64> + ?Sized>(
         let grad_at = |sign: f64| {
             let mut th = theta.to_vec();
             th[j] += sign * step;
-            sum_pieces(xi, d, p, |first, x| {
+            sum_pieces(xi, d, p, problem.calls_are_costly(), |first, x| {
                 let mut g = vec![0.0; p];
                 problem
                     .add_grad_f(&th, first, x, &mut g)
@@ -328,7 +333,7 @@ pub fn posterior_modes<P: Problem<f64> + ?Sized>(
 ) -> Result<Vec<f64>> {
     let d = problem.chain_dim().max(1);
     let rows = xi.len() / d;
-    let per = rows_per_piece(rows, d);
+    let per = rows_per_piece(rows, d, problem.calls_are_costly());
     let pieces = xi
         .par_chunks(per * d)
         .enumerate()
@@ -411,7 +416,7 @@ pub fn posterior_scale<P: Problem<f64> + ?Sized>(
 ) -> Result<Option<f64>> {
     let d = problem.chain_dim().max(1);
     let rows = xi.len() / d;
-    let per = rows_per_piece(rows, d);
+    let per = rows_per_piece(rows, d, problem.calls_are_costly());
     let scales: Vec<Vec<f64>> = xi
         .par_chunks(per * d)
         .enumerate()
