@@ -33,9 +33,8 @@ fn py_error(e: SagdError) -> PyErr {
     }
 }
 
-/// Runs automated EM with the defaults on `model` from `theta0`, the GIL released: Ctrl-C ends
-/// the run after its current update with `KeyboardInterrupt`, and `threads` (None: all cores)
-/// sets the pool. Results do not depend on the threads.
+/// Runs automated EM with the defaults on `model` from `theta0` ([`detached`]: the GIL released,
+/// Ctrl-C watched). Results do not depend on the threads.
 fn run_em<M: LatentModel<f64>>(
     py: Python<'_>,
     model: &M,
@@ -48,29 +47,37 @@ fn run_em<M: LatentModel<f64>>(
     if let Some(m) = max_msteps {
         settings.max_msteps = m;
     }
+    let trace = detached(py, threads, |stop| {
+        AutomatedEm::new(model, settings).run(theta0, seed, None, &mut |_| {
+            if stop.load(Ordering::Relaxed) {
+                Control::Stop
+            } else {
+                Control::Continue
+            }
+        })
+    })?;
+    trace.map_err(py_error)
+}
+
+/// Runs `job` with the GIL released on a thread of its own, in a pool of `threads` (None: all
+/// cores), while this (Python's main) thread looks for Ctrl-C every 20 ms — Python runs signal
+/// handlers on its main thread only — and raises the job's `stop` flag, so that it ends after its
+/// current update; the interrupt then comes back as `KeyboardInterrupt`.
+fn detached<R, F>(py: Python<'_>, threads: Option<usize>, job: F) -> PyResult<R>
+where
+    R: Send,
+    F: FnOnce(&AtomicBool) -> R + Send,
+{
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
         .build()
         .map_err(|e| PyRuntimeError::new_err(format!("thread pool: {e}")))?;
-    // The fit runs on a thread of its own; this (Python's main) thread looks for Ctrl-C every
-    // 20 ms — Python runs signal handlers on its main thread only — and stops the fit after
-    // its current update.
     let stop = AtomicBool::new(false);
     let mut interrupt: Option<PyErr> = None;
-    let trace = py.detach(|| {
+    let result = py.detach(|| {
         std::thread::scope(|scope| {
-            let fit = scope.spawn(|| {
-                pool.install(|| {
-                    AutomatedEm::new(model, settings).run(theta0, seed, None, &mut |_| {
-                        if stop.load(Ordering::Relaxed) {
-                            Control::Stop
-                        } else {
-                            Control::Continue
-                        }
-                    })
-                })
-            });
-            while !fit.is_finished() {
+            let work = scope.spawn(|| pool.install(|| job(&stop)));
+            while !work.is_finished() {
                 std::thread::sleep(Duration::from_millis(20));
                 if interrupt.is_none() {
                     if let Err(e) = Python::attach(|py| py.check_signals()) {
@@ -79,16 +86,14 @@ fn run_em<M: LatentModel<f64>>(
                     }
                 }
             }
-            fit.join()
+            work.join()
         })
     });
     if let Some(err) = interrupt {
         return Err(err);
     }
-    let trace = trace.map_err(|_| {
-        PyRuntimeError::new_err("the fit panicked (a bug in sagd: please report it)")
-    })?;
-    trace.map_err(py_error)
+    result
+        .map_err(|_| PyRuntimeError::new_err("the fit panicked (a bug in sagd: please report it)"))
 }
 
 /// The fields of a finished run, for the Python result object.
@@ -195,6 +200,43 @@ fn fit_glmm<'py>(
 /// What the user's function returns for a block, flattened: (logp, grad_z, grad_theta).
 type BlockOutput = (Vec<f64>, Vec<f64>, Vec<f64>);
 
+/// A Python function's `(logp, grad_z, grad_theta)` for `rows` rows of dimension `d` and `p`
+/// parameters, flattened, with a `ValueError` that names a wrong output.
+fn block_output(
+    py: Python<'_>,
+    out: &Bound<'_, PyAny>,
+    rows: usize,
+    d: usize,
+    p: usize,
+) -> PyResult<BlockOutput> {
+    let (lp, gz, gt): (Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
+        out.extract().map_err(|_| {
+            PyValueError::new_err("the function must return a tuple (logp, grad_z, grad_theta)")
+        })?;
+    let np = py.import("numpy")?;
+    let flat = |a: Bound<'_, PyAny>, name: &str, len: usize| -> PyResult<Vec<f64>> {
+        let arr = np.call_method1("ascontiguousarray", (a, "float64"))?;
+        let arr: PyReadonlyArrayDyn<'_, f64> = arr.extract().map_err(|_| {
+            PyValueError::new_err(format!(
+                "the function returned {name} that is not an array of numbers"
+            ))
+        })?;
+        let v = arr.as_slice()?;
+        if v.len() != len {
+            return Err(PyValueError::new_err(format!(
+                "the function returned {name} with {} values; expected {len}",
+                v.len()
+            )));
+        }
+        Ok(v.to_vec())
+    };
+    Ok((
+        flat(lp, "logp", rows)?,
+        flat(gz, "grad_z", rows * d)?,
+        flat(gt, "grad_theta", p)?,
+    ))
+}
+
 /// A model given by a Python function `f(theta, points, z) -> (logp, grad_z, grad_theta)`:
 /// `points` the data indices of the rows, `z` their latents (rows × latent_dim); `logp` one value
 /// per row, `grad_z` the rows' ∇z, `grad_theta` Σ over the rows of ∇θ. One call serves a whole
@@ -227,34 +269,7 @@ impl PyModel {
             let pts = PyArray1::from_vec(py, idx);
             let zz = PyArray1::from_slice(py, z).reshape([rows, self.d])?;
             let out = self.f.bind(py).call1((th, pts, zz))?;
-            let (lp, gz, gt): (Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
-                out.extract().map_err(|_| {
-                    PyValueError::new_err(
-                        "the model function must return a tuple (logp, grad_z, grad_theta)",
-                    )
-                })?;
-            let np = py.import("numpy")?;
-            let flat = |a: Bound<'_, PyAny>, name: &str, len: usize| -> PyResult<Vec<f64>> {
-                let arr = np.call_method1("ascontiguousarray", (a, "float64"))?;
-                let arr: PyReadonlyArrayDyn<'_, f64> = arr.extract().map_err(|_| {
-                    PyValueError::new_err(format!(
-                        "the model function returned {name} that is not an array of numbers"
-                    ))
-                })?;
-                let v = arr.as_slice()?;
-                if v.len() != len {
-                    return Err(PyValueError::new_err(format!(
-                        "the model function returned {name} with {} values; expected {len}",
-                        v.len()
-                    )));
-                }
-                Ok(v.to_vec())
-            };
-            Ok((
-                flat(lp, "logp", rows)?,
-                flat(gz, "grad_z", rows * self.d)?,
-                flat(gt, "grad_theta", self.p)?,
-            ))
+            block_output(py, &out, rows, self.d, self.p)
         })
         .map_err(|e| self.fail(e))
     }
@@ -278,13 +293,8 @@ impl LatentModel<f64> for PyModel {
         logp: &mut [f64],
         grad_z: &mut [f64],
     ) -> Result<(), LogpError> {
-        let (lp, gz, _) = self.call(theta, data, z)?;
-        logp.copy_from_slice(&lp);
-        grad_z.copy_from_slice(&gz);
-        if lp.iter().chain(&gz).any(|v| !v.is_finite()) {
-            return Err(LogpError::NonFinite);
-        }
-        Ok(())
+        let mut unused = vec![0.0; self.p];
+        self.log_joint_and_grad_theta(theta, data, z, logp, grad_z, &mut unused)
     }
     fn add_grad_theta(
         &self,
@@ -358,11 +368,190 @@ fn fit_function<'py>(
     trace_dict(py, &trace)
 }
 
+/// Algorithm 1's problem given by a Python function `f(theta, xi) -> (logp, grad_xi, grad_f)`:
+/// the chains' log density log π_θ(ξ) for each row of `xi`, its gradient in ξ, and Σ over the rows
+/// of ∇θ f(θ; ξ).
+struct PyProblem {
+    f: Py<PyAny>,
+    chains: usize,
+    d: usize,
+    p: usize,
+    error: Mutex<Option<PyErr>>,
+}
+
+impl PyProblem {
+    fn call(&self, theta: &[f64], xi: &[f64]) -> Result<BlockOutput, LogpError> {
+        let rows = xi.len() / self.d.max(1);
+        Python::attach(|py| -> PyResult<BlockOutput> {
+            let th = PyArray1::from_slice(py, theta);
+            let x = PyArray1::from_slice(py, xi).reshape([rows, self.d])?;
+            let out = self.f.bind(py).call1((th, x))?;
+            block_output(py, &out, rows, self.d, self.p)
+        })
+        .map_err(|e| {
+            let message = e.to_string();
+            if let Ok(mut slot) = self.error.lock() {
+                slot.get_or_insert(e);
+            }
+            LogpError::Fatal(format!("the function failed: {message}"))
+        })
+    }
+}
+
+impl sagd::model::Problem<f64> for PyProblem {
+    fn theta_dim(&self) -> usize {
+        self.p
+    }
+    fn n_chains(&self) -> usize {
+        self.chains
+    }
+    fn chain_dim(&self) -> usize {
+        self.d
+    }
+    fn log_target(
+        &self,
+        anchor: &[f64],
+        _first_row: usize,
+        xi: &[f64],
+        logp: &mut [f64],
+        grad: &mut [f64],
+    ) -> Result<(), LogpError> {
+        let mut unused = vec![0.0; self.p];
+        self.log_target_and_grad_f(anchor, 0, xi, logp, grad, &mut unused)
+    }
+    fn add_grad_f(
+        &self,
+        theta: &[f64],
+        _first_row: usize,
+        xi: &[f64],
+        grad: &mut [f64],
+    ) -> Result<(), LogpError> {
+        let (_, _, gf) = self.call(theta, xi)?;
+        if gf.iter().any(|v| !v.is_finite()) {
+            return Err(LogpError::NonFinite);
+        }
+        grad.iter_mut().zip(&gf).for_each(|(o, v)| *o += v);
+        Ok(())
+    }
+    fn fuses_grad_f(&self) -> bool {
+        true
+    }
+    fn calls_are_costly(&self) -> bool {
+        true
+    }
+    fn log_target_and_grad_f(
+        &self,
+        theta: &[f64],
+        _first_row: usize,
+        xi: &[f64],
+        logp: &mut [f64],
+        grad: &mut [f64],
+        grad_f: &mut [f64],
+    ) -> Result<(), LogpError> {
+        let (lp, gx, gf) = self.call(theta, xi)?;
+        logp.copy_from_slice(&lp);
+        grad.copy_from_slice(&gx);
+        if lp.iter().chain(&gx).chain(&gf).any(|v| !v.is_finite()) {
+            return Err(LogpError::NonFinite);
+        }
+        grad_f.iter_mut().zip(&gf).for_each(|(o, v)| *o += v);
+        Ok(())
+    }
+}
+
+/// Algorithm 1 on a problem given by a Python function (see `sagd.minimize`).
+#[pyfunction]
+#[pyo3(signature = (f, theta0, xi0, n_chains, schedules, iterations, scheme, gamma, seed, threads))]
+#[allow(clippy::too_many_arguments)]
+fn minimize<'py>(
+    py: Python<'py>,
+    f: Py<PyAny>,
+    theta0: PyReadonlyArray1<'py, f64>,
+    xi0: PyReadonlyArray1<'py, f64>,
+    n_chains: usize,
+    schedules: (String, f64, f64, f64, f64),
+    iterations: usize,
+    scheme: &str,
+    gamma: f64,
+    seed: u64,
+    threads: Option<usize>,
+) -> PyResult<Bound<'py, PyDict>> {
+    use sagd::langevin::{LangevinSettings, Scheme};
+    use sagd::prelude::{Runner, Sagd, SagdSettings, Schedules};
+    use sagd::run::Outcome;
+    let theta0 = theta0.as_array().to_vec();
+    let xi0 = xi0.as_array().to_vec();
+    let (kind, a, b, c, alpha) = schedules;
+    let schedules = match kind.as_str() {
+        "theorem3" => Schedules::theorem3(a, b, alpha),
+        "theorem4" => Schedules::theorem4(a, b, c, alpha),
+        "constant" => Schedules::constant(a, b.round().max(1.0) as usize, alpha),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "schedule: unknown `{other}`; use theorem3, theorem4 or constant"
+            )))
+        }
+    };
+    let scheme: Scheme = scheme.parse().map_err(PyValueError::new_err)?;
+    let problem = PyProblem {
+        f,
+        chains: n_chains,
+        d: xi0.len() / n_chains.max(1),
+        p: theta0.len(),
+        error: Mutex::new(None),
+    };
+    let settings = SagdSettings {
+        schedules,
+        langevin: LangevinSettings { scheme, gamma },
+        ..Default::default()
+    };
+    let solver = Sagd::new(settings);
+    let result = detached(py, threads, |stop| -> sagd::error::Result<_> {
+        let mut state = solver.init(&problem, &theta0, &xi0, seed)?;
+        let mut path = vec![state.theta.clone()];
+        let mut grad_norms = Vec::new();
+        let mut record = |st: &sagd::prelude::SagdState<f64>, info: &sagd::prelude::IterInfo| {
+            path.push(st.theta.clone());
+            grad_norms.push(info.grad_norm);
+            if stop.load(Ordering::Relaxed) {
+                Control::Stop
+            } else {
+                Control::Continue
+            }
+        };
+        let outcome = Runner::new(solver.on(&problem, iterations))
+            .observe(&mut record)
+            .run(&mut state)?;
+        Ok((
+            state.theta.clone(),
+            state.theta_avg(),
+            path,
+            grad_norms,
+            outcome == Outcome::Stopped,
+        ))
+    })?;
+    if let Some(e) = problem.error.lock().ok().and_then(|mut s| s.take()) {
+        return Err(e);
+    }
+    let (theta, theta_avg, path, grad_norms, stopped) = result.map_err(py_error)?;
+    let d = PyDict::new(py);
+    d.set_item("theta", PyArray1::from_vec(py, theta))?;
+    d.set_item("theta_avg", PyArray1::from_vec(py, theta_avg))?;
+    d.set_item(
+        "path",
+        PyArray2::from_vec2(py, &path).map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
+    )?;
+    d.set_item("grad_norms", PyArray1::from_vec(py, grad_norms))?;
+    d.set_item("stopped", stopped)?;
+    Ok(d)
+}
+
 /// The extension module.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fit_glmm, m)?)?;
     m.add_function(wrap_pyfunction!(fit_function, m)?)?;
+    m.add_function(wrap_pyfunction!(minimize, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -12,6 +12,9 @@ Two entry points:
 * :func:`fit` fits your own model, given as a Python function that returns log p(x_i, z; theta)
   and its gradients for a whole block of chains at once.
 
+* :func:`minimize` runs Algorithm 1 itself on F(theta) = E_{xi ~ pi_theta} f(theta; xi), pi known
+  up to a constant, with Theorem 3's or 4's schedules.
+
 Same ``seed``, same result, whatever ``threads``.
 """
 
@@ -27,7 +30,7 @@ from . import _core
 
 __version__ = _core.__version__
 
-__all__ = ["glmm", "fit", "GlmmResult", "FitResult", "__version__"]
+__all__ = ["glmm", "fit", "minimize", "GlmmResult", "FitResult", "MinimizeResult", "__version__"]
 
 
 def _vector(name: str, value: Any, n: Optional[int] = None) -> np.ndarray:
@@ -339,3 +342,85 @@ def fit(
         raise ValueError("names: give one name per parameter")
     d = _core.fit_function(f, t0, int(n_points), int(latent_dim), int(seed), threads, max_msteps)
     return FitResult._of(d, names)
+
+
+@dataclass
+class MinimizeResult:
+    """What :func:`minimize` did.
+
+    Attributes:
+        theta: the last iterate.
+        theta_avg: the iterates' average (what Theorem 3 bounds, for convex F).
+        path: theta0 and theta after every update (rows).
+        grad_norms: the norm of each update's gradient estimate.
+        stopped: whether Ctrl-C ended the run early (then a KeyboardInterrupt is raised instead).
+    """
+
+    theta: np.ndarray
+    theta_avg: np.ndarray
+    path: np.ndarray
+    grad_norms: np.ndarray
+    stopped: bool = False
+
+
+def minimize(
+    f: Callable[[np.ndarray, np.ndarray], Tuple[Any, Any, Any]],
+    theta0: Any,
+    xi0: Any,
+    *,
+    iterations: int = 200,
+    schedule: str = "theorem3",
+    c1: float = 0.1,
+    c2: float = 1.0,
+    c: float = 0.25,
+    alpha0: float = 0.1,
+    step_size: Optional[float] = None,
+    chain_length: Optional[int] = None,
+    learning_rate: Optional[float] = None,
+    scheme: str = "baoab",
+    gamma: float = 1.0,
+    seed: int = 0,
+    threads: Optional[int] = None,
+) -> MinimizeResult:
+    """Stochastic Approximate Gradient Descent (Algorithm 1): minimises F(theta) = E f(theta; xi)
+    with xi ~ pi_theta known up to a constant, each gradient from short Langevin chains.
+
+    Args:
+        f: ``f(theta, xi) -> (logp, grad_xi, grad_f)`` for the chains' states ``xi`` (m, d):
+            log pi_theta(xi) per row (up to a constant), its gradient in xi (m, d), and the SUM
+            over the rows of the gradient of f(theta; xi) in theta (p,).
+        theta0: where theta starts (p values).
+        xi0: the chains' start, (n_chains, d).
+        iterations: updates T.
+        schedule: ``"theorem3"`` (convex F: delta_t = c1/sqrt(t), K_t = ceil(c2 t),
+            alpha_t = alpha0/sqrt(t)), ``"theorem4"`` (nonconvex: delta_t = c1 t^-c,
+            K_t = ceil(c2 t^2c), alpha_t = alpha0/t) or ``"constant"`` (``step_size``,
+            ``chain_length``, ``learning_rate``).
+        scheme: the Langevin integrator: ``"euler"`` (the paper's), ``"obabo"``, ``"baoab"``,
+            ``"ubu"``; ``gamma`` its friction.
+        seed, threads: as :func:`glmm`.
+
+    Returns:
+        A :class:`MinimizeResult`.
+    """
+    if not callable(f):
+        raise ValueError("f: give a function f(theta, xi) -> (logp, grad_xi, grad_f)")
+    t0 = _vector("theta0", theta0)
+    x = np.asarray(xi0, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(f"xi0: expected (n_chains, d), got shape {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("xi0: contains values that are not finite")
+    if int(iterations) < 1:
+        raise ValueError("iterations: at least 1")
+    if schedule == "constant":
+        if step_size is None or chain_length is None or learning_rate is None:
+            raise ValueError("schedule='constant' needs step_size, chain_length and learning_rate")
+        sched = ("constant", float(step_size), float(chain_length), 0.0, float(learning_rate))
+    else:
+        sched = (schedule, float(c1), float(c2), float(c), float(alpha0))
+    d = _core.minimize(f, t0, np.ascontiguousarray(x).ravel(), x.shape[0], sched,
+                       int(iterations), scheme, float(gamma), int(seed), threads)
+    return MinimizeResult(theta=np.asarray(d["theta"]), theta_avg=np.asarray(d["theta_avg"]),
+                          path=np.asarray(d["path"]), grad_norms=np.asarray(d["grad_norms"]),
+                          stopped=bool(d["stopped"]))

@@ -28,3 +28,15 @@ def fit_function(
     threads: Optional[int],
     max_msteps: Optional[int],
 ) -> Dict[str, Any]: ...
+def minimize(
+    f: Callable[[np.ndarray, np.ndarray], Tuple[Any, Any, Any]],
+    theta0: npt.NDArray[np.float64],
+    xi0: npt.NDArray[np.float64],
+    n_chains: int,
+    schedules: Tuple[str, float, float, float, float],
+    iterations: int,
+    scheme: str,
+    gamma: float,
+    seed: int,
+    threads: Optional[int],
+) -> Dict[str, Any]: ...

@@ -506,7 +506,7 @@ fn louis_parts<M: LatentModel<f64>>(
             row.iter_mut().zip(g).for_each(|(v, x)| v.push(*x));
         }
     };
-    match s.method {
+    let (info, complete, score, per_draw, leave_one_out) = match s.method {
         InformationMethod::Louis => {
             let mut sums = vec![LouisSums::new(n, p); batches];
             let per_draw = run(&chains, theta, &mut |b, z_all| {
@@ -549,15 +549,7 @@ fn louis_parts<M: LatentModel<f64>>(
             } else {
                 Vec::new()
             };
-            Ok(LouisParts {
-                info,
-                complete,
-                score,
-                score_cov: batch_mean_cov(&per_draw, SCORE_BATCHES.min(s.draws)),
-                draws: s.draws,
-                leave_one_out,
-                chain_rhat: chain_rhat(&series, n),
-            })
+            (info, complete, score, per_draw, leave_one_out)
         }
         InformationMethod::CoupledScore => {
             // Per batch, Σ over its draws of ∂_j score_k estimated by each pair of runs at
@@ -647,17 +639,18 @@ fn louis_parts<M: LatentModel<f64>>(
                     .collect::<Vec<Vec<f64>>>(),
                 m,
             );
-            Ok(LouisParts {
-                info: symmetric(&sum, m),
-                complete,
-                score,
-                score_cov: batch_mean_cov(&totals, SCORE_BATCHES.min(s.draws)),
-                draws: s.draws,
-                leave_one_out,
-                chain_rhat: chain_rhat(&series, n),
-            })
+            (symmetric(&sum, m), complete, score, totals, leave_one_out)
         }
-    }
+    };
+    Ok(LouisParts {
+        info,
+        complete,
+        score,
+        score_cov: batch_mean_cov(&per_draw, SCORE_BATCHES.min(s.draws)),
+        draws: s.draws,
+        leave_one_out,
+        chain_rhat: chain_rhat(&series, n),
+    })
 }
 
 #[cfg(test)]
