@@ -546,12 +546,72 @@ fn minimize<'py>(
     Ok(d)
 }
 
+/// Deconvolution of `x` = Z + N(0, noise_sd²) by E2's methods (see `sagd.deconvolve`): per fitted
+/// model (`pretrained` and each method) the draws of Z (sorted), in the data's units, and the mean
+/// log-likelihood per observation on the unit-noise scale.
+#[pyfunction]
+#[pyo3(signature = (x, noise_sd, methods, seed, threads, pretrain_epochs, finetune_epochs))]
+#[allow(clippy::too_many_arguments)]
+fn deconvolve<'py>(
+    py: Python<'py>,
+    x: PyReadonlyArray1<'py, f64>,
+    noise_sd: f64,
+    methods: Vec<String>,
+    seed: u64,
+    threads: Option<usize>,
+    pretrain_epochs: Option<usize>,
+    finetune_epochs: Option<usize>,
+) -> PyResult<Bound<'py, PyDict>> {
+    use sagd_apps::debias::{deconvolve as fit, E2Settings, Method, RunOptions};
+    let x = x.as_array().to_vec();
+    let methods = methods
+        .iter()
+        .map(|m| m.parse::<Method>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PyValueError::new_err(format!("methods: {e}")))?;
+    let mut s = E2Settings {
+        methods,
+        batch_size: x.len(),
+        ..E2Settings::default()
+    };
+    if let Some(e) = pretrain_epochs {
+        s.pretrain_epochs = e;
+    }
+    if let Some(e) = finetune_epochs {
+        s.finetune_epochs = e;
+    }
+    let opts = RunOptions {
+        keep_samples: true,
+        ..RunOptions::default()
+    };
+    // The fit has no update-by-update stop: Ctrl-C is raised when it ends.
+    let result = detached(py, threads, |_| {
+        fit(&s, &x, noise_sd, seed, &opts, &|_, _, _| ())
+    })?
+    .map_err(py_error)?;
+    let d = PyDict::new(py);
+    let draws = PyDict::new(py);
+    for (name, v) in &result.samples {
+        draws.set_item(name, PyArray1::from_slice(py, v))?;
+    }
+    d.set_item("draws", draws)?;
+    let loglik = PyDict::new(py);
+    for (name, v) in &result.loglik_per_point_scaled_data {
+        loglik.set_item(name, *v)?;
+    }
+    d.set_item("loglik_per_point", loglik)?;
+    d.set_item("n", result.n)?;
+    d.set_item("noise_sd", result.noise_sd)?;
+    Ok(d)
+}
+
 /// The extension module.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fit_glmm, m)?)?;
     m.add_function(wrap_pyfunction!(fit_function, m)?)?;
     m.add_function(wrap_pyfunction!(minimize, m)?)?;
+    m.add_function(wrap_pyfunction!(deconvolve, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

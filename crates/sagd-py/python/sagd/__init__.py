@@ -12,6 +12,8 @@ Two entry points:
 * :func:`fit` fits your own model, given as a Python function that returns log p(x_i, z; theta)
   and its gradients for a whole block of chains at once.
 
+* :func:`deconvolve` fits the law of Z from observations X = Z + N(0, sigma^2) (the paper's
+  debiased VAE: a VAE, then IWAE, HMC and SAGD fine-tuning), with draws of Z back as arrays.
 * :func:`minimize` runs Algorithm 1 itself on F(theta) = E_{xi ~ pi_theta} f(theta; xi), pi known
   up to a constant, with Theorem 3's or 4's schedules.
 
@@ -30,7 +32,8 @@ from . import _core
 
 __version__ = _core.__version__
 
-__all__ = ["glmm", "fit", "minimize", "GlmmResult", "FitResult", "MinimizeResult", "__version__"]
+__all__ = ["glmm", "fit", "minimize", "deconvolve", "GlmmResult", "FitResult", "MinimizeResult",
+           "Deconvolution", "__version__"]
 
 
 def _vector(name: str, value: Any, n: Optional[int] = None) -> np.ndarray:
@@ -424,3 +427,62 @@ def minimize(
     return MinimizeResult(theta=np.asarray(d["theta"]), theta_avg=np.asarray(d["theta_avg"]),
                           path=np.asarray(d["path"]), grad_norms=np.asarray(d["grad_norms"]),
                           stopped=bool(d["stopped"]))
+
+
+@dataclass
+class Deconvolution:
+    """The fitted laws of Z from :func:`deconvolve`.
+
+    Attributes:
+        draws: per fitted model (``"pretrained"``, and each method: ``"vae"``, ``"iwae"``,
+            ``"hmc"``, ``"sagd"``), sorted draws of Z in the data's units.
+        loglik_per_point: per fitted model, the mean log-likelihood per observation of the
+            standardised data (higher is better; a tiny difference is not a verdict).
+        noise_sd: the noise sd the data were deconvolved with.
+    """
+
+    draws: Dict[str, np.ndarray]
+    loglik_per_point: Dict[str, Optional[float]]
+    noise_sd: float
+
+    def __repr__(self) -> str:
+        lines = [f"deconvolution, noise sd {self.noise_sd}:",
+                 f"{'model':12} {'mean':>8} {'sd':>8} {'5%':>8} {'50%':>8} {'95%':>8} {'loglik/pt':>10}"]
+        for name, v in self.draws.items():
+            q = np.quantile(v, [0.05, 0.5, 0.95])
+            ll = self.loglik_per_point.get(name)
+            lls = "" if ll is None else f"{ll:10.4f}"
+            lines.append(f"{name:12} {v.mean():8.3f} {v.std():8.3f} {q[0]:8.3f} {q[1]:8.3f} "
+                         f"{q[2]:8.3f} {lls:>10}")
+        return "\n".join(lines)
+
+
+def deconvolve(
+    x: Any,
+    noise_sd: float,
+    *,
+    methods: Sequence[str] = ("vae", "iwae", "hmc", "sagd"),
+    seed: int = 0,
+    threads: Optional[int] = None,
+    pretrain_epochs: Optional[int] = None,
+    finetune_epochs: Optional[int] = None,
+) -> Deconvolution:
+    """Fits the law of Z from observations X = Z + N(0, noise_sd^2): the paper's E2 on your data.
+
+    A VAE with a neural generator Z = g(U), U ~ N(0, 1), is pre-trained on (X - median)/noise_sd,
+    then fine-tuned by each method (``"vae"``: its ELBO; ``"iwae"``; ``"hmc"``; ``"sagd"``: the
+    debiased gradient of the paper); the draws of Z come back in the data's units. Settings are
+    the paper's (5000 pre-training and 1000 fine-tuning full-batch epochs, unless given).
+
+    Raises:
+        ValueError: fewer than 2 observations, values that are not finite, a noise sd that is not
+            a positive number, an unknown method.
+    """
+    xv = _vector("x", x)
+    if not (isinstance(noise_sd, (int, float)) and math.isfinite(noise_sd) and noise_sd > 0):
+        raise ValueError(f"noise_sd: {noise_sd!r}; give the noise's standard deviation, > 0")
+    d = _core.deconvolve(xv, float(noise_sd), list(methods), int(seed), threads,
+                         pretrain_epochs, finetune_epochs)
+    return Deconvolution(draws={k: np.asarray(v) for k, v in d["draws"].items()},
+                         loglik_per_point=dict(d["loglik_per_point"]),
+                         noise_sd=float(d["noise_sd"]))

@@ -1,7 +1,7 @@
 """Type stubs of the extension module `sagd._core` (the Rust side; use `sagd.glmm` and
 `sagd.fit`, which check their arguments and wrap these results)."""
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -39,4 +39,13 @@ def minimize(
     gamma: float,
     seed: int,
     threads: Optional[int],
+) -> Dict[str, Any]: ...
+def deconvolve(
+    x: npt.NDArray[np.float64],
+    noise_sd: float,
+    methods: List[str],
+    seed: int,
+    threads: Optional[int],
+    pretrain_epochs: Optional[int],
+    finetune_epochs: Optional[int],
 ) -> Dict[str, Any]: ...
