@@ -5,7 +5,7 @@
 //! results; errors come back as `ValueError` (bad input, bad settings) or `RuntimeError`, an
 //! exception raised by the user's function as itself, and Ctrl-C as `KeyboardInterrupt`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use numpy::{
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use sagd::em::{AutomatedEm, EmSettings, EmTrace, EstimateStatus};
+use sagd::em::{AutomatedEm, EmEvent, EmSettings, EmTrace, EstimateStatus};
 use sagd::error::{LogpError, SagdError};
 use sagd::glmm::{Family, Glmm};
 use sagd::model::LatentModel;
@@ -42,47 +42,93 @@ fn run_em<M: LatentModel<f64>>(
     seed: u64,
     threads: Option<usize>,
     max_msteps: Option<usize>,
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<EmTrace> {
     let mut settings = EmSettings::default();
     if let Some(m) = max_msteps {
         settings.max_msteps = m;
     }
-    let trace = detached(py, threads, |stop| {
-        AutomatedEm::new(model, settings).run(theta0, seed, None, &mut |_| {
-            if stop.load(Ordering::Relaxed) {
-                Control::Stop
-            } else {
-                Control::Continue
-            }
+    let trace = detached(py, threads, progress, |watch| {
+        AutomatedEm::new(model, settings).run(theta0, seed, None, &mut |e| match e {
+            EmEvent::Update { .. } => watch.tick(1),
+            _ => watch.tick(0),
         })
     })?;
     trace.map_err(py_error)
 }
 
+/// What a detached job and the thread watching it share: the stop flag Ctrl-C raises, and the
+/// work done so far (updates), for a progress display.
+struct Watch {
+    stop: AtomicBool,
+    done: AtomicUsize,
+}
+
+impl Watch {
+    /// Counts one unit of work and says whether to go on.
+    fn tick(&self, units: usize) -> Control {
+        self.done.fetch_add(units, Ordering::Relaxed);
+        if self.stop.load(Ordering::Relaxed) {
+            Control::Stop
+        } else {
+            Control::Continue
+        }
+    }
+}
+
 /// Runs `job` with the GIL released on a thread of its own, in a pool of `threads` (None: all
 /// cores), while this (Python's main) thread looks for Ctrl-C every 20 ms — Python runs signal
-/// handlers on its main thread only — and raises the job's `stop` flag, so that it ends after its
-/// current update; the interrupt then comes back as `KeyboardInterrupt`.
-fn detached<R, F>(py: Python<'_>, threads: Option<usize>, job: F) -> PyResult<R>
+/// handlers on its main thread only — and raises the job's stop flag, so that it ends after its
+/// current update; the interrupt then comes back as `KeyboardInterrupt`. With `progress`, the
+/// work done is handed to it (from this thread, a few times a second).
+fn detached<R, F>(
+    py: Python<'_>,
+    threads: Option<usize>,
+    progress: Option<Py<PyAny>>,
+    job: F,
+) -> PyResult<R>
 where
     R: Send,
-    F: FnOnce(&AtomicBool) -> R + Send,
+    F: FnOnce(&Watch) -> R + Send,
 {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
         .build()
         .map_err(|e| PyRuntimeError::new_err(format!("thread pool: {e}")))?;
-    let stop = AtomicBool::new(false);
+    let watch = Watch {
+        stop: AtomicBool::new(false),
+        done: AtomicUsize::new(0),
+    };
     let mut interrupt: Option<PyErr> = None;
+    let mut shown = 0;
+    let show = |py: Python<'_>, shown: &mut usize| -> PyResult<()> {
+        let done = watch.done.load(Ordering::Relaxed);
+        if let Some(p) = &progress {
+            if done != *shown {
+                p.bind(py).call1((done,))?;
+                *shown = done;
+            }
+        }
+        Ok(())
+    };
     let result = py.detach(|| {
         std::thread::scope(|scope| {
-            let work = scope.spawn(|| pool.install(|| job(&stop)));
+            let work = scope.spawn(|| pool.install(|| job(&watch)));
+            let mut ticks = 0;
             while !work.is_finished() {
                 std::thread::sleep(Duration::from_millis(20));
+                ticks += 1;
                 if interrupt.is_none() {
-                    if let Err(e) = Python::attach(|py| py.check_signals()) {
+                    let checked = Python::attach(|py| {
+                        py.check_signals()?;
+                        if ticks % 10 == 0 {
+                            show(py, &mut shown)?;
+                        }
+                        Ok::<_, PyErr>(())
+                    });
+                    if let Err(e) = checked {
                         interrupt = Some(e);
-                        stop.store(true, Ordering::Relaxed);
+                        watch.stop.store(true, Ordering::Relaxed);
                     }
                 }
             }
@@ -92,6 +138,7 @@ where
     if let Some(err) = interrupt {
         return Err(err);
     }
+    show(py, &mut shown)?;
     result
         .map_err(|_| PyRuntimeError::new_err("the fit panicked (a bug in sagd: please report it)"))
 }
@@ -137,7 +184,7 @@ fn trace_dict<'py>(py: Python<'py>, trace: &EmTrace) -> PyResult<Bound<'py, PyDi
 
 /// Fits a GLMM by automated EM (see `sagd.glmm` for the arguments); returns a dict of arrays.
 #[pyfunction]
-#[pyo3(signature = (family, y, x, groups, z, trials, seed, threads, max_msteps))]
+#[pyo3(signature = (family, y, x, groups, z, trials, seed, threads, max_msteps, progress))]
 #[allow(clippy::too_many_arguments)]
 fn fit_glmm<'py>(
     py: Python<'py>,
@@ -150,6 +197,7 @@ fn fit_glmm<'py>(
     seed: u64,
     threads: Option<usize>,
     max_msteps: Option<usize>,
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let family: Family = family.parse().map_err(PyValueError::new_err)?;
     let groups: Vec<usize> = groups
@@ -170,7 +218,7 @@ fn fit_glmm<'py>(
     )
     .map_err(py_error)?;
     let theta0 = model.start();
-    let trace = run_em(py, &model, &theta0, seed, threads, max_msteps)?;
+    let trace = run_em(py, &model, &theta0, seed, threads, max_msteps, progress)?;
     let d = trace_dict(py, &trace)?;
     // The log-likelihood at the estimate, exact by quadrature for one random effect per group;
     // and whether it is no higher than with the random effect's sd at 0 (a singular fit: the
@@ -339,7 +387,7 @@ impl LatentModel<f64> for PyModel {
 
 /// Fits a model given as a Python function by automated EM (see `sagd.fit`).
 #[pyfunction]
-#[pyo3(signature = (f, theta0, n_points, latent_dim, seed, threads, max_msteps))]
+#[pyo3(signature = (f, theta0, n_points, latent_dim, seed, threads, max_msteps, progress))]
 #[allow(clippy::too_many_arguments)]
 fn fit_function<'py>(
     py: Python<'py>,
@@ -350,6 +398,7 @@ fn fit_function<'py>(
     seed: u64,
     threads: Option<usize>,
     max_msteps: Option<usize>,
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let theta0 = theta0.as_array().to_vec();
     let model = PyModel {
@@ -359,7 +408,7 @@ fn fit_function<'py>(
         p: theta0.len(),
         error: Mutex::new(None),
     };
-    let result = run_em(py, &model, &theta0, seed, threads, max_msteps);
+    let result = run_em(py, &model, &theta0, seed, threads, max_msteps, progress);
     // The user's own exception first: it says what went wrong in their code.
     if let Some(e) = model.error.lock().ok().and_then(|mut s| s.take()) {
         return Err(e);
@@ -461,7 +510,7 @@ impl sagd::model::Problem<f64> for PyProblem {
 
 /// Algorithm 1 on a problem given by a Python function (see `sagd.minimize`).
 #[pyfunction]
-#[pyo3(signature = (f, theta0, xi0, n_chains, schedules, iterations, scheme, gamma, seed, threads))]
+#[pyo3(signature = (f, theta0, xi0, n_chains, schedules, iterations, scheme, gamma, seed, threads, progress))]
 #[allow(clippy::too_many_arguments)]
 fn minimize<'py>(
     py: Python<'py>,
@@ -475,6 +524,7 @@ fn minimize<'py>(
     gamma: f64,
     seed: u64,
     threads: Option<usize>,
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use sagd::langevin::{LangevinSettings, Scheme};
     use sagd::prelude::{Runner, Sagd, SagdSettings, Schedules};
@@ -506,18 +556,14 @@ fn minimize<'py>(
         ..Default::default()
     };
     let solver = Sagd::new(settings);
-    let result = detached(py, threads, |stop| -> sagd::error::Result<_> {
+    let result = detached(py, threads, progress, |watch| -> sagd::error::Result<_> {
         let mut state = solver.init(&problem, &theta0, &xi0, seed)?;
         let mut path = vec![state.theta.clone()];
         let mut grad_norms = Vec::new();
         let mut record = |st: &sagd::prelude::SagdState<f64>, info: &sagd::prelude::IterInfo| {
             path.push(st.theta.clone());
             grad_norms.push(info.grad_norm);
-            if stop.load(Ordering::Relaxed) {
-                Control::Stop
-            } else {
-                Control::Continue
-            }
+            watch.tick(1)
         };
         let outcome = Runner::new(solver.on(&problem, iterations))
             .observe(&mut record)
@@ -550,7 +596,7 @@ fn minimize<'py>(
 /// model (`pretrained` and each method) the draws of Z (sorted), in the data's units, and the mean
 /// log-likelihood per observation on the unit-noise scale.
 #[pyfunction]
-#[pyo3(signature = (x, noise_sd, methods, seed, threads, pretrain_epochs, finetune_epochs))]
+#[pyo3(signature = (x, noise_sd, methods, seed, threads, pretrain_epochs, finetune_epochs, progress))]
 #[allow(clippy::too_many_arguments)]
 fn deconvolve<'py>(
     py: Python<'py>,
@@ -561,6 +607,7 @@ fn deconvolve<'py>(
     threads: Option<usize>,
     pretrain_epochs: Option<usize>,
     finetune_epochs: Option<usize>,
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use sagd_apps::debias::{deconvolve as fit, E2Settings, Method, RunOptions};
     let x = x.as_array().to_vec();
@@ -584,9 +631,12 @@ fn deconvolve<'py>(
         keep_samples: true,
         ..RunOptions::default()
     };
-    // The fit has no update-by-update stop: Ctrl-C is raised when it ends.
-    let result = detached(py, threads, |_| {
-        fit(&s, &x, noise_sd, seed, &opts, &|_, _, _| ())
+    // The fit has no update-by-update stop: Ctrl-C is raised when it ends. Progress counts its
+    // work units (`E2Settings::update_cost`), `total_work` of them in all.
+    let result = detached(py, threads, progress, |watch| {
+        fit(&s, &x, noise_sd, seed, &opts, &|phase, _, _| {
+            watch.tick(s.update_cost(phase) as usize);
+        })
     })?
     .map_err(py_error)?;
     let d = PyDict::new(py);
@@ -601,6 +651,7 @@ fn deconvolve<'py>(
     }
     d.set_item("loglik_per_point", loglik)?;
     d.set_item("n", result.n)?;
+    d.set_item("total_work", s.replication_work(x.len()))?;
     d.set_item("noise_sd", result.noise_sd)?;
     Ok(d)
 }

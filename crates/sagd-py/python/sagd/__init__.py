@@ -69,6 +69,31 @@ def _matrix(name: str, value: Any, n: int) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+def _progress(enabled: bool, total: Optional[int], desc: str):
+    """A progress callback (work done so far) and its closer: tqdm's bar when tqdm is installed
+    (in a terminal or in Jupyter), else a line on stderr every 2 s; nothing when not enabled."""
+    if not enabled:
+        return None, lambda: None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        import sys
+        import time
+
+        last = [0.0]
+
+        def line(done: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 2.0:
+                last[0] = now
+                of = f"/{total}" if total else ""
+                print(f"{desc}: {done}{of} updates", file=sys.stderr, flush=True)
+
+        return line, lambda: None
+    bar = tqdm(total=total, desc=desc, unit="update")
+    return (lambda done: bar.update(done - bar.n)), bar.close
+
+
 def _table(rows: List[Tuple[str, float, float, float]], title: str) -> str:
     width = max([len(r[0]) for r in rows] + [9])
     lines = [title, f"{'':{width}}  {'estimate':>10}  {'std.err':>9}  {'(MC err)':>9}"]
@@ -224,6 +249,7 @@ def glmm(
     max_msteps: Optional[int] = None,
     x_names: Optional[Sequence[str]] = None,
     z_names: Optional[Sequence[str]] = None,
+    progress: bool = False,
 ) -> GlmmResult:
     """Fits a generalised linear mixed model by automated Monte Carlo EM.
 
@@ -243,6 +269,7 @@ def glmm(
         threads: worker threads (default: all cores).
         max_msteps: the most M-steps of EM before the polish (default 20).
         x_names, z_names: names of X's and Z's columns for the tables.
+        progress: show a progress bar (tqdm's, when installed) of EM's updates.
 
     Returns:
         A :class:`GlmmResult`.
@@ -273,8 +300,12 @@ def glmm(
         ["(Intercept)"] if Z is None else [f"z{k}" for k in range(q)])
     if len(xn) != p or len(zn) != q:
         raise ValueError("x_names, z_names: give one name per column of X and of Z")
-    d = _core.fit_glmm(family, yv, Xm, index.astype(np.int64), Zm, tv, int(seed), threads,
-                       max_msteps)
+    show, close = _progress(progress, 50 * (max_msteps or 20), "sagd.glmm")
+    try:
+        d = _core.fit_glmm(family, yv, Xm, index.astype(np.int64), Zm, tv, int(seed), threads,
+                           max_msteps, show)
+    finally:
+        close()
     names = xn + [f"log sd {n}" for n in zn]
     gaussian = family.lower() in ("gaussian", "normal")
     if gaussian:
@@ -313,6 +344,7 @@ def fit(
     threads: Optional[int] = None,
     max_msteps: Optional[int] = None,
     names: Optional[Sequence[str]] = None,
+    progress: bool = False,
 ) -> FitResult:
     """Fits your own latent-variable model p(x, z; theta) by automated Monte Carlo EM.
 
@@ -327,6 +359,7 @@ def fit(
         latent_dim: the dimension of one point's latent.
         seed, threads, max_msteps: as :func:`glmm`.
         names: the parameters' names for the table.
+        progress: show a progress bar of EM's updates.
 
     Returns:
         A :class:`FitResult`.
@@ -343,7 +376,12 @@ def fit(
         raise ValueError("n_points, latent_dim: both must be at least 1")
     if names is not None and len(names) != t0.shape[0]:
         raise ValueError("names: give one name per parameter")
-    d = _core.fit_function(f, t0, int(n_points), int(latent_dim), int(seed), threads, max_msteps)
+    show, close = _progress(progress, 50 * (max_msteps or 20), "sagd.fit")
+    try:
+        d = _core.fit_function(f, t0, int(n_points), int(latent_dim), int(seed), threads,
+                               max_msteps, show)
+    finally:
+        close()
     return FitResult._of(d, names)
 
 
@@ -384,6 +422,7 @@ def minimize(
     gamma: float = 1.0,
     seed: int = 0,
     threads: Optional[int] = None,
+    progress: bool = False,
 ) -> MinimizeResult:
     """Stochastic Approximate Gradient Descent (Algorithm 1): minimises F(theta) = E f(theta; xi)
     with xi ~ pi_theta known up to a constant, each gradient from short Langevin chains.
@@ -401,7 +440,7 @@ def minimize(
             ``chain_length``, ``learning_rate``).
         scheme: the Langevin integrator: ``"euler"`` (the paper's), ``"obabo"``, ``"baoab"``,
             ``"ubu"``; ``gamma`` its friction.
-        seed, threads: as :func:`glmm`.
+        seed, threads, progress: as :func:`glmm`.
 
     Returns:
         A :class:`MinimizeResult`.
@@ -422,8 +461,12 @@ def minimize(
         sched = ("constant", float(step_size), float(chain_length), 0.0, float(learning_rate))
     else:
         sched = (schedule, float(c1), float(c2), float(c), float(alpha0))
-    d = _core.minimize(f, t0, np.ascontiguousarray(x).ravel(), x.shape[0], sched,
-                       int(iterations), scheme, float(gamma), int(seed), threads)
+    show, close = _progress(progress, int(iterations), "sagd.minimize")
+    try:
+        d = _core.minimize(f, t0, np.ascontiguousarray(x).ravel(), x.shape[0], sched,
+                           int(iterations), scheme, float(gamma), int(seed), threads, show)
+    finally:
+        close()
     return MinimizeResult(theta=np.asarray(d["theta"]), theta_avg=np.asarray(d["theta_avg"]),
                           path=np.asarray(d["path"]), grad_norms=np.asarray(d["grad_norms"]),
                           stopped=bool(d["stopped"]))
@@ -466,6 +509,7 @@ def deconvolve(
     threads: Optional[int] = None,
     pretrain_epochs: Optional[int] = None,
     finetune_epochs: Optional[int] = None,
+    progress: bool = False,
 ) -> Deconvolution:
     """Fits the law of Z from observations X = Z + N(0, noise_sd^2): the paper's E2 on your data.
 
@@ -481,8 +525,12 @@ def deconvolve(
     xv = _vector("x", x)
     if not (isinstance(noise_sd, (int, float)) and math.isfinite(noise_sd) and noise_sd > 0):
         raise ValueError(f"noise_sd: {noise_sd!r}; give the noise's standard deviation, > 0")
-    d = _core.deconvolve(xv, float(noise_sd), list(methods), int(seed), threads,
-                         pretrain_epochs, finetune_epochs)
+    show, close = _progress(progress, None, "sagd.deconvolve")
+    try:
+        d = _core.deconvolve(xv, float(noise_sd), list(methods), int(seed), threads,
+                             pretrain_epochs, finetune_epochs, show)
+    finally:
+        close()
     return Deconvolution(draws={k: np.asarray(v) for k, v in d["draws"].items()},
                          loglik_per_point=dict(d["loglik_per_point"]),
                          noise_sd=float(d["noise_sd"]))

@@ -18,6 +18,7 @@ def fit_glmm(
     seed: int,
     threads: Optional[int],
     max_msteps: Optional[int],
+    progress: Optional[Callable[[int], Any]],
 ) -> Dict[str, Any]: ...
 def fit_function(
     f: Callable[[np.ndarray, np.ndarray, np.ndarray], Tuple[Any, Any, Any]],
@@ -27,6 +28,7 @@ def fit_function(
     seed: int,
     threads: Optional[int],
     max_msteps: Optional[int],
+    progress: Optional[Callable[[int], Any]],
 ) -> Dict[str, Any]: ...
 def minimize(
     f: Callable[[np.ndarray, np.ndarray], Tuple[Any, Any, Any]],
@@ -39,6 +41,7 @@ def minimize(
     gamma: float,
     seed: int,
     threads: Optional[int],
+    progress: Optional[Callable[[int], Any]],
 ) -> Dict[str, Any]: ...
 def deconvolve(
     x: npt.NDArray[np.float64],
@@ -48,4 +51,5 @@ def deconvolve(
     threads: Optional[int],
     pretrain_epochs: Optional[int],
     finetune_epochs: Optional[int],
+    progress: Optional[Callable[[int], Any]],
 ) -> Dict[str, Any]: ...
