@@ -1,0 +1,113 @@
+//! The envelope (skyline) Cholesky factor of a point's mass matrix: a banded precision costs O(d)
+//! per solve, not O(d²).
+
+use serde::{Deserialize, Serialize};
+
+/// A lower-triangular L with A = L Lᵀ, in envelope form: row i holds columns `start[i]..=i`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Factor {
+    start: Vec<usize>,
+    offset: Vec<usize>,
+    vals: Vec<f64>,
+}
+
+impl Factor {
+    /// The identity of dimension `d`.
+    pub fn identity(d: usize) -> Self {
+        Factor::diagonal(&vec![1.0; d])
+    }
+
+    /// L = diag(√a).
+    pub(super) fn diagonal(a: &[f64]) -> Self {
+        Factor {
+            start: (0..a.len()).collect(),
+            offset: (0..a.len()).collect(),
+            vals: a.iter().map(|v| v.sqrt()).collect(),
+        }
+    }
+
+    /// The Cholesky factor of the symmetric `a` (d × d, row-major) within its envelope; `None`
+    /// when `a` is not positive definite.
+    pub(super) fn cholesky(a: &[f64], d: usize) -> Option<Self> {
+        let start: Vec<usize> = (0..d)
+            .map(|i| (0..i).find(|&j| a[i * d + j] != 0.0).unwrap_or(i))
+            .collect();
+        let mut offset = Vec::with_capacity(d);
+        let mut len = 0;
+        for (i, s) in start.iter().enumerate() {
+            offset.push(len);
+            len += i - s + 1;
+        }
+        let mut f = Factor {
+            start,
+            offset,
+            vals: vec![0.0; len],
+        };
+        for i in 0..d {
+            for j in f.start[i]..=i {
+                let from = f.start[i].max(f.start[j]);
+                let s: f64 = (from..j).map(|k| f.at(i, k) * f.at(j, k)).sum();
+                let v = a[i * d + j] - s;
+                let l = if i == j {
+                    if !(v > 0.0 && v.is_finite()) {
+                        return None;
+                    }
+                    v.sqrt()
+                } else {
+                    v / f.at(j, j)
+                };
+                let o = f.offset[i] + j - f.start[i];
+                f.vals[o] = l;
+            }
+        }
+        Some(f)
+    }
+
+    fn at(&self, i: usize, j: usize) -> f64 {
+        self.vals[self.offset[i] + j - self.start[i]]
+    }
+
+    /// The dimension.
+    pub fn dim(&self) -> usize {
+        self.start.len()
+    }
+
+    /// The values stored (d for a diagonal, the envelope for a dense matrix).
+    pub fn stored(&self) -> usize {
+        self.vals.len()
+    }
+
+    /// Solves L x = b in place.
+    pub(super) fn solve_lower(&self, b: &mut [f64]) {
+        for i in 0..b.len() {
+            let o = self.offset[i] - self.start[i];
+            let s: f64 = (self.start[i]..i).map(|k| self.vals[o + k] * b[k]).sum();
+            b[i] = (b[i] - s) / self.vals[o + i];
+        }
+    }
+
+    /// Solves Lᵀ x = b in place.
+    #[allow(clippy::needless_range_loop)] // envelope indices read clearer than iterators
+    pub(super) fn solve_upper(&self, b: &mut [f64]) {
+        for i in (0..b.len()).rev() {
+            let o = self.offset[i] - self.start[i];
+            b[i] /= self.vals[o + i];
+            let xi = b[i];
+            for k in self.start[i]..i {
+                b[k] -= self.vals[o + k] * xi;
+            }
+        }
+    }
+
+    /// out = Lᵀ x.
+    #[allow(clippy::needless_range_loop)] // envelope indices read clearer than iterators
+    pub(super) fn mul_upper(&self, x: &[f64], out: &mut [f64]) {
+        out.iter_mut().for_each(|v| *v = 0.0);
+        for i in 0..x.len() {
+            let o = self.offset[i] - self.start[i];
+            for k in self.start[i]..=i {
+                out[k] += self.vals[o + k] * x[i];
+            }
+        }
+    }
+}

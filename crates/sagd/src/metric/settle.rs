@@ -1,0 +1,406 @@
+//! Where the metric comes from: each point's posterior mode by Newton ascent, and the negative
+//! Hessian there by central differences of the gradient — point by point, or for many points in
+//! lockstep so that every evaluation takes all of them in a few calls.
+
+use rayon::prelude::*;
+
+use super::{Factor, Metric};
+use crate::error::{LogpError, Result, SagdError};
+use crate::model::Problem;
+
+/// log π and ∇log π of chain `row` at `z` (None where not finite).
+pub(crate) fn row_target<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    anchor: &[f64],
+    row: usize,
+    z: &[f64],
+) -> Result<Option<(f64, Vec<f64>)>> {
+    let (mut lp, mut g) = ([0.0], vec![0.0; z.len()]);
+    match problem.log_target(anchor, row, z, &mut lp, &mut g) {
+        Ok(()) if lp[0].is_finite() && g.iter().all(|v| v.is_finite()) => Ok(Some((lp[0], g))),
+        Ok(()) | Err(LogpError::NonFinite) => Ok(None),
+        Err(e) => Err(SagdError::Model(e)),
+    }
+}
+
+/// A = −∇²log π at `z` (central differences of the gradient, symmetrised), factored: the dense
+/// matrix's envelope, or its diagonal, made positive definite where it is not (a shift λI, the
+/// smallest of 10⁻⁸·s, 10⁻⁷·s, … with s the largest |A_jj|); the identity where nothing works.
+fn curvature<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    anchor: &[f64],
+    row: usize,
+    z: &[f64],
+    dense: bool,
+) -> Result<Factor> {
+    let d = z.len();
+    // Column k of the Hessian from the gradients at z ± step·e_k: columns in parallel, each
+    // with its own position buffer, collected in order.
+    let columns = (0..d)
+        .into_par_iter()
+        .map(|k| {
+            let step = 1e-4 * (1.0 + z[k].abs());
+            let mut y = z.to_vec();
+            y[k] = z[k] + step;
+            let up = row_target(problem, anchor, row, &y)?;
+            y[k] = z[k] - step;
+            let down = row_target(problem, anchor, row, &y)?;
+            Ok(match (up, down) {
+                (Some((_, gu)), Some((_, gd))) if dense => Some(
+                    gu.iter()
+                        .zip(&gd)
+                        .map(|(a, b)| -(a - b) / (2.0 * step))
+                        .collect::<Vec<f64>>(),
+                ),
+                (Some((_, gu)), Some((_, gd))) => Some(vec![-(gu[k] - gd[k]) / (2.0 * step)]),
+                _ => None,
+            })
+        })
+        .collect::<Result<Vec<Option<Vec<f64>>>>>()?;
+    let mut h = vec![0.0; if dense { d * d } else { d }];
+    for (k, column) in columns.into_iter().enumerate() {
+        let Some(column) = column else {
+            return Ok(Factor::identity(d));
+        };
+        if dense {
+            for (j, v) in column.into_iter().enumerate() {
+                h[j * d + k] += 0.5 * v;
+                h[k * d + j] += 0.5 * v;
+            }
+        } else {
+            h[k] = column[0];
+        }
+    }
+    Ok(factor_hessian(h, d, dense))
+}
+
+/// A = the negative Hessian `h` (d × d row-major, or its diagonal), factored and made positive
+/// definite where it is not (a shift λI, the smallest of 10⁻⁸·s, 10⁻⁷·s, … with s the largest
+/// |A_jj|); the identity where nothing works.
+fn factor_hessian(h: Vec<f64>, d: usize, dense: bool) -> Factor {
+    let diag = |j: usize| if dense { h[j * d + j] } else { h[j] };
+    let s = (0..d).map(|j| diag(j).abs()).fold(0.0f64, f64::max);
+    if !(s > 0.0 && s.is_finite()) {
+        return Factor::identity(d);
+    }
+    for k in 0..=16 {
+        let lambda = if k == 0 { 0.0 } else { s * 10f64.powi(k - 9) };
+        if dense {
+            let mut a = h.clone();
+            (0..d).for_each(|j| a[j * d + j] += lambda);
+            if let Some(f) = Factor::cholesky(&a, d) {
+                return f;
+            }
+        } else {
+            let a: Vec<f64> = h.iter().map(|v| v + lambda).collect();
+            if a.iter().all(|v| *v > 0.0 && v.is_finite()) {
+                return Factor::diagonal(&a);
+            }
+        }
+    }
+    Factor::identity(d)
+}
+
+/// Points at least this many are settled together ([`settle_together`]): every evaluation of
+/// the target takes all of them in a few calls, instead of one call per point.
+pub(super) const TOGETHER: usize = 16;
+
+/// log π and ∇log π of the first chain of every point at `z` (points × d), in parallel pieces of
+/// rows fixed by the shapes; a row whose target is not finite gets a NaN log density (a piece
+/// that fails as a whole is evaluated row by row).
+fn evaluate_points<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    anchor: &[f64],
+    z: &[f64],
+    d: usize,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let points = z.len() / d;
+    let per = crate::em::mstep::rows_per_piece(points, d, problem.calls_are_costly());
+    let pieces = z
+        .par_chunks(per * d)
+        .enumerate()
+        .map(|(b, zb)| {
+            let rows = zb.len() / d;
+            let (mut lp, mut g) = (vec![0.0; rows], vec![0.0; zb.len()]);
+            match problem.log_target(anchor, b * per, zb, &mut lp, &mut g) {
+                Ok(()) => {}
+                Err(LogpError::NonFinite) => {
+                    for r in 0..rows {
+                        let row =
+                            row_target(problem, anchor, b * per + r, &zb[r * d..(r + 1) * d])?;
+                        match row {
+                            Some((l, gr)) => {
+                                lp[r] = l;
+                                g[r * d..(r + 1) * d].copy_from_slice(&gr);
+                            }
+                            None => lp[r] = f64::NAN,
+                        }
+                    }
+                }
+                Err(e) => return Err(SagdError::Model(e)),
+            }
+            for r in 0..rows {
+                if !g[r * d..(r + 1) * d].iter().all(|v| v.is_finite()) {
+                    lp[r] = f64::NAN;
+                }
+            }
+            Ok((lp, g))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (lp, g): (Vec<Vec<f64>>, Vec<Vec<f64>>) = pieces.into_iter().unzip();
+    Ok((lp.concat(), g.concat()))
+}
+
+/// The factors A = −∇²log π of the points `which` at `z`, by central differences of the gradient:
+/// coordinate k of every point moved at once, 2d evaluations of all points in all.
+fn curvatures<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    anchor: &[f64],
+    z: &[f64],
+    d: usize,
+    which: &[bool],
+    dense: bool,
+) -> Result<Vec<Option<Factor>>> {
+    let points = which.len();
+    let mut h: Vec<Vec<f64>> = (0..points)
+        .map(|p| {
+            vec![
+                0.0;
+                if which[p] {
+                    if dense {
+                        d * d
+                    } else {
+                        d
+                    }
+                } else {
+                    0
+                }
+            ]
+        })
+        .collect();
+    let mut broken = vec![false; points];
+    for k in 0..d {
+        let step: Vec<f64> = (0..points)
+            .map(|p| 1e-4 * (1.0 + z[p * d + k].abs()))
+            .collect();
+        let shifted = |sign: f64| -> Vec<f64> {
+            let mut y = z.to_vec();
+            (0..points).for_each(|p| y[p * d + k] += sign * step[p]);
+            y
+        };
+        let (lu, gu) = evaluate_points(problem, anchor, &shifted(1.0), d)?;
+        let (ld, gd) = evaluate_points(problem, anchor, &shifted(-1.0), d)?;
+        for p in (0..points).filter(|&p| which[p]) {
+            if lu[p].is_nan() || ld[p].is_nan() {
+                broken[p] = true;
+                continue;
+            }
+            let column = |j: usize| -(gu[p * d + j] - gd[p * d + j]) / (2.0 * step[p]);
+            if dense {
+                for j in 0..d {
+                    let v = column(j);
+                    h[p][j * d + k] += 0.5 * v;
+                    h[p][k * d + j] += 0.5 * v;
+                }
+            } else {
+                h[p][k] = column(k);
+            }
+        }
+    }
+    Ok(h.into_par_iter()
+        .enumerate()
+        .map(|(p, hp)| {
+            which[p].then(|| {
+                if broken[p] {
+                    Factor::identity(d)
+                } else {
+                    factor_hessian(hp, d, dense)
+                }
+            })
+        })
+        .collect())
+}
+
+/// [`settle_point`] for all points in lockstep: each step of every point's Newton ascent takes one
+/// evaluation of all points (a few calls of the model rather than one per point), and new
+/// Hessians are taken together for the points that need one.
+pub(super) fn settle_together<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    anchor: &[f64],
+    z0: &[f64],
+    d: usize,
+    previous: Option<&Metric>,
+    dense: bool,
+) -> Result<(Vec<f64>, Vec<Factor>)> {
+    let points = z0.len() / d;
+    let mut z = z0.to_vec();
+    let (mut lp, mut g) = evaluate_points(problem, anchor, &z, d)?;
+    // Points whose target is not finite where they are keep it, and their factor.
+    let start_ok: Vec<bool> = lp.iter().map(|l| !l.is_nan()).collect();
+    let previous: Option<Vec<Factor>> = previous
+        .filter(|m| m.points() == points && m.dim == d)
+        .map(|m| m.factors.clone());
+    let need: Vec<bool> = (0..points)
+        .map(|p| start_ok[p] && previous.is_none())
+        .collect();
+    let fresh_factors = curvatures(problem, anchor, &z, d, &need, dense)?;
+    let mut factors: Vec<Factor> = (0..points)
+        .map(|p| match (&fresh_factors[p], &previous) {
+            (Some(f), _) => f.clone(),
+            (None, Some(prev)) => prev[p].clone(),
+            (None, None) => Factor::identity(d),
+        })
+        .collect();
+    let mut fresh = need.clone();
+    let mut active = start_ok.clone();
+    for _ in 0..50 {
+        // Each active point's Newton direction and decrement.
+        let dirs: Vec<Vec<f64>> = (0..points)
+            .into_par_iter()
+            .map(|p| {
+                let mut dir = g[p * d..(p + 1) * d].to_vec();
+                factors[p].solve_lower(&mut dir);
+                factors[p].solve_upper(&mut dir);
+                dir
+            })
+            .collect();
+        for p in 0..points {
+            let dec: f64 = (0..d).map(|j| g[p * d + j] * dirs[p][j]).sum();
+            if dec.is_nan() || dec <= 1e-10 {
+                active[p] = false;
+            }
+        }
+        if !active.iter().any(|a| *a) {
+            break;
+        }
+        let mut t = vec![1.0; points];
+        let mut pending = active.clone();
+        let mut moved = vec![false; points];
+        for _ in 0..30 {
+            let mut y = z.clone();
+            for p in (0..points).filter(|&p| pending[p]) {
+                for j in 0..d {
+                    y[p * d + j] = z[p * d + j] + t[p] * dirs[p][j];
+                }
+            }
+            let (ly, gy) = evaluate_points(problem, anchor, &y, d)?;
+            for p in 0..points {
+                if !pending[p] {
+                    continue;
+                }
+                if !ly[p].is_nan() && ly[p] > lp[p] {
+                    z[p * d..(p + 1) * d].copy_from_slice(&y[p * d..(p + 1) * d]);
+                    g[p * d..(p + 1) * d].copy_from_slice(&gy[p * d..(p + 1) * d]);
+                    lp[p] = ly[p];
+                    moved[p] = true;
+                    pending[p] = false;
+                } else {
+                    t[p] *= 0.5;
+                }
+            }
+            if !pending.iter().any(|a| *a) {
+                break;
+            }
+        }
+        // As settle_point: a stale metric that needed a line search gets a new Hessian; a fresh
+        // one that cannot go up is at the mode.
+        let mut need = vec![false; points];
+        for p in 0..points {
+            if !active[p] {
+                continue;
+            }
+            if moved[p] && t[p] == 1.0 {
+                fresh[p] = false;
+            } else if !fresh[p] {
+                need[p] = true;
+            } else if !moved[p] {
+                active[p] = false;
+            } else {
+                fresh[p] = false;
+            }
+        }
+        if need.iter().any(|n| *n) {
+            for (p, f) in curvatures(problem, anchor, &z, d, &need, dense)?
+                .into_iter()
+                .enumerate()
+            {
+                if let Some(f) = f {
+                    factors[p] = f;
+                    fresh[p] = true;
+                }
+            }
+        }
+    }
+    // The metric at the modes.
+    let need: Vec<bool> = (0..points).map(|p| start_ok[p] && !fresh[p]).collect();
+    for (p, f) in curvatures(problem, anchor, &z, d, &need, dense)?
+        .into_iter()
+        .enumerate()
+    {
+        if let Some(f) = f {
+            factors[p] = f;
+        }
+    }
+    Ok((z, factors))
+}
+
+/// Point `point`'s mode and precision, from `z0`: Newton ascent preconditioned by `previous` (the
+/// last M-step's factor), a new Hessian taken only when a full step fails to go up, then A at the
+/// mode. Where log π is not finite at `z0`, the point keeps `z0` and `previous` (or the identity).
+pub(super) fn settle_point<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    anchor: &[f64],
+    point: usize,
+    z0: &[f64],
+    previous: Option<&Factor>,
+    dense: bool,
+) -> Result<(Vec<f64>, Factor)> {
+    let d = z0.len();
+    let mut z = z0.to_vec();
+    let Some((mut lp, mut g)) = row_target(problem, anchor, point, &z)? else {
+        let keep = previous.cloned().unwrap_or_else(|| Factor::identity(d));
+        return Ok((z, keep));
+    };
+    let (mut factor, mut fresh) = match previous.filter(|f| f.dim() == d) {
+        Some(f) => (f.clone(), false),
+        None => (curvature(problem, anchor, point, &z, dense)?, true),
+    };
+    for _ in 0..50 {
+        let mut dir = g.clone();
+        factor.solve_lower(&mut dir);
+        factor.solve_upper(&mut dir);
+        // The squared Newton decrement: at a mode when it is tiny.
+        let decrement: f64 = g.iter().zip(&dir).map(|(a, b)| a * b).sum();
+        if decrement.is_nan() || decrement <= 1e-10 {
+            break;
+        }
+        let mut t = 1.0;
+        let mut moved = false;
+        for _ in 0..30 {
+            let y: Vec<f64> = z.iter().zip(&dir).map(|(a, v)| a + t * v).collect();
+            if let Some((l, gy)) = row_target(problem, anchor, point, &y)? {
+                if l > lp {
+                    (z, lp, g) = (y, l, gy);
+                    moved = true;
+                    break;
+                }
+            }
+            t *= 0.5;
+        }
+        if moved && t == 1.0 {
+            fresh = false;
+        } else if !fresh {
+            // A stale metric that needs a line search: a new Hessian here.
+            factor = curvature(problem, anchor, point, &z, dense)?;
+            fresh = true;
+        } else if !moved {
+            break;
+        } else {
+            fresh = false;
+        }
+    }
+    if !fresh {
+        factor = curvature(problem, anchor, point, &z, dense)?;
+    }
+    Ok((z, factor))
+}
