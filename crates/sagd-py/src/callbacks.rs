@@ -49,42 +49,97 @@ fn block_output(
     ))
 }
 
+/// A Python function called on blocks of chains: `f(theta, points, z)` (a model) or `f(theta, xi)`
+/// (a problem). The first exception it raises, or the first wrong shape it returns, is kept and
+/// given back to the caller as itself after the run.
+pub(crate) struct Callback {
+    f: Py<PyAny>,
+    d: usize,
+    p: usize,
+    error: Mutex<Option<PyErr>>,
+}
+
+impl Callback {
+    /// `f` for rows of dimension `d` and `p` parameters.
+    pub(crate) fn new(f: Py<PyAny>, d: usize, p: usize) -> Self {
+        Callback {
+            f,
+            d,
+            p,
+            error: Mutex::new(None),
+        }
+    }
+
+    /// What the function raised, if it did.
+    pub(crate) fn take_error(&self) -> Option<PyErr> {
+        self.error.lock().ok().and_then(|mut slot| slot.take())
+    }
+
+    /// Calls the function on a block (with the rows' data indices, for a model):
+    /// (logp, grad_x, grad_theta).
+    fn call(
+        &self,
+        theta: &[f64],
+        points: Option<&[usize]>,
+        x: &[f64],
+    ) -> Result<BlockOutput, LogpError> {
+        let rows = x.len() / self.d.max(1);
+        Python::attach(|py| -> PyResult<BlockOutput> {
+            let th = PyArray1::from_slice(py, theta);
+            let xx = PyArray1::from_slice(py, x).reshape([rows, self.d])?;
+            let out = match points {
+                Some(data) => {
+                    let idx: Vec<i64> = data.iter().map(|&i| i as i64).collect();
+                    self.f
+                        .bind(py)
+                        .call1((th, PyArray1::from_vec(py, idx), xx))?
+                }
+                None => self.f.bind(py).call1((th, xx))?,
+            };
+            block_output(py, &out, rows, self.d, self.p)
+        })
+        .map_err(|e| {
+            let message = e.to_string();
+            if let Ok(mut slot) = self.error.lock() {
+                slot.get_or_insert(e);
+            }
+            LogpError::Fatal(format!("the function failed: {message}"))
+        })
+    }
+}
+
+/// Writes a block's log densities and gradients, and adds its Σ∇θ into `add`; non-finite values
+/// are a divergence of the block.
+fn write_block(
+    (lp, gx, gt): BlockOutput,
+    logp: &mut [f64],
+    grad: &mut [f64],
+    add: &mut [f64],
+) -> Result<(), LogpError> {
+    logp.copy_from_slice(&lp);
+    grad.copy_from_slice(&gx);
+    if lp.iter().chain(&gx).any(|v| !v.is_finite()) {
+        return Err(LogpError::NonFinite);
+    }
+    add_finite(&gt, add)
+}
+
+/// `add += g`, when g is finite.
+fn add_finite(g: &[f64], add: &mut [f64]) -> Result<(), LogpError> {
+    if g.iter().any(|v| !v.is_finite()) {
+        return Err(LogpError::NonFinite);
+    }
+    add.iter_mut().zip(g).for_each(|(o, v)| *o += v);
+    Ok(())
+}
+
 /// A model given by a Python function `f(theta, points, z) -> (logp, grad_z, grad_theta)`:
 /// `points` the data indices of the rows, `z` their latents (rows × latent_dim); `logp` one value
 /// per row, `grad_z` the rows' ∇z, `grad_theta` Σ over the rows of ∇θ. One call serves a whole
 /// block of chains.
 pub(crate) struct PyModel {
-    pub(crate) f: Py<PyAny>,
+    pub(crate) f: Callback,
     pub(crate) n: usize,
-    pub(crate) d: usize,
-    pub(crate) p: usize,
-    /// The first exception the function raised or the first wrong shape it returned, given back
-    /// to the caller as itself after the run.
-    pub(crate) error: Mutex<Option<PyErr>>,
-}
-
-impl PyModel {
-    fn fail(&self, e: PyErr) -> LogpError {
-        let message = e.to_string();
-        if let Ok(mut slot) = self.error.lock() {
-            slot.get_or_insert(e);
-        }
-        LogpError::Fatal(format!("the model function failed: {message}"))
-    }
-
-    /// Calls the function on a block: (logp, grad_z, grad_theta).
-    fn call(&self, theta: &[f64], data: &[usize], z: &[f64]) -> Result<BlockOutput, LogpError> {
-        let rows = data.len();
-        Python::attach(|py| -> PyResult<BlockOutput> {
-            let th = PyArray1::from_slice(py, theta);
-            let idx: Vec<i64> = data.iter().map(|&i| i as i64).collect();
-            let pts = PyArray1::from_vec(py, idx);
-            let zz = PyArray1::from_slice(py, z).reshape([rows, self.d])?;
-            let out = self.f.bind(py).call1((th, pts, zz))?;
-            block_output(py, &out, rows, self.d, self.p)
-        })
-        .map_err(|e| self.fail(e))
-    }
 }
 
 impl LatentModel<f64> for PyModel {
@@ -92,10 +147,10 @@ impl LatentModel<f64> for PyModel {
         self.n
     }
     fn latent_dim(&self) -> usize {
-        self.d
+        self.f.d
     }
     fn theta_dim(&self) -> usize {
-        self.p
+        self.f.p
     }
     fn log_joint(
         &self,
@@ -105,7 +160,7 @@ impl LatentModel<f64> for PyModel {
         logp: &mut [f64],
         grad_z: &mut [f64],
     ) -> Result<(), LogpError> {
-        let mut unused = vec![0.0; self.p];
+        let mut unused = vec![0.0; self.f.p];
         self.log_joint_and_grad_theta(theta, data, z, logp, grad_z, &mut unused)
     }
     fn add_grad_theta(
@@ -115,12 +170,7 @@ impl LatentModel<f64> for PyModel {
         z: &[f64],
         grad_theta: &mut [f64],
     ) -> Result<(), LogpError> {
-        let (_, _, gt) = self.call(theta, data, z)?;
-        if gt.iter().any(|v| !v.is_finite()) {
-            return Err(LogpError::NonFinite);
-        }
-        grad_theta.iter_mut().zip(&gt).for_each(|(o, v)| *o += v);
-        Ok(())
+        add_finite(&self.f.call(theta, Some(data), z)?.2, grad_theta)
     }
     fn fuses_grad_theta(&self) -> bool {
         true
@@ -138,14 +188,7 @@ impl LatentModel<f64> for PyModel {
         grad_z: &mut [f64],
         grad_theta: &mut [f64],
     ) -> Result<(), LogpError> {
-        let (lp, gz, gt) = self.call(theta, data, z)?;
-        logp.copy_from_slice(&lp);
-        grad_z.copy_from_slice(&gz);
-        if lp.iter().chain(&gz).chain(&gt).any(|v| !v.is_finite()) {
-            return Err(LogpError::NonFinite);
-        }
-        grad_theta.iter_mut().zip(&gt).for_each(|(o, v)| *o += v);
-        Ok(())
+        write_block(self.f.call(theta, Some(data), z)?, logp, grad_z, grad_theta)
     }
 }
 
@@ -153,41 +196,19 @@ impl LatentModel<f64> for PyModel {
 /// the chains' log density log π_θ(ξ) for each row of `xi`, its gradient in ξ, and Σ over the rows
 /// of ∇θ f(θ; ξ).
 pub(crate) struct PyProblem {
-    pub(crate) f: Py<PyAny>,
+    pub(crate) f: Callback,
     pub(crate) chains: usize,
-    pub(crate) d: usize,
-    pub(crate) p: usize,
-    pub(crate) error: Mutex<Option<PyErr>>,
-}
-
-impl PyProblem {
-    fn call(&self, theta: &[f64], xi: &[f64]) -> Result<BlockOutput, LogpError> {
-        let rows = xi.len() / self.d.max(1);
-        Python::attach(|py| -> PyResult<BlockOutput> {
-            let th = PyArray1::from_slice(py, theta);
-            let x = PyArray1::from_slice(py, xi).reshape([rows, self.d])?;
-            let out = self.f.bind(py).call1((th, x))?;
-            block_output(py, &out, rows, self.d, self.p)
-        })
-        .map_err(|e| {
-            let message = e.to_string();
-            if let Ok(mut slot) = self.error.lock() {
-                slot.get_or_insert(e);
-            }
-            LogpError::Fatal(format!("the function failed: {message}"))
-        })
-    }
 }
 
 impl sagd::model::Problem<f64> for PyProblem {
     fn theta_dim(&self) -> usize {
-        self.p
+        self.f.p
     }
     fn n_chains(&self) -> usize {
         self.chains
     }
     fn chain_dim(&self) -> usize {
-        self.d
+        self.f.d
     }
     fn log_target(
         &self,
@@ -197,7 +218,7 @@ impl sagd::model::Problem<f64> for PyProblem {
         logp: &mut [f64],
         grad: &mut [f64],
     ) -> Result<(), LogpError> {
-        let mut unused = vec![0.0; self.p];
+        let mut unused = vec![0.0; self.f.p];
         self.log_target_and_grad_f(anchor, 0, xi, logp, grad, &mut unused)
     }
     fn add_grad_f(
@@ -207,12 +228,7 @@ impl sagd::model::Problem<f64> for PyProblem {
         xi: &[f64],
         grad: &mut [f64],
     ) -> Result<(), LogpError> {
-        let (_, _, gf) = self.call(theta, xi)?;
-        if gf.iter().any(|v| !v.is_finite()) {
-            return Err(LogpError::NonFinite);
-        }
-        grad.iter_mut().zip(&gf).for_each(|(o, v)| *o += v);
-        Ok(())
+        add_finite(&self.f.call(theta, None, xi)?.2, grad)
     }
     fn fuses_grad_f(&self) -> bool {
         true
@@ -229,13 +245,6 @@ impl sagd::model::Problem<f64> for PyProblem {
         grad: &mut [f64],
         grad_f: &mut [f64],
     ) -> Result<(), LogpError> {
-        let (lp, gx, gf) = self.call(theta, xi)?;
-        logp.copy_from_slice(&lp);
-        grad.copy_from_slice(&gx);
-        if lp.iter().chain(&gx).chain(&gf).any(|v| !v.is_finite()) {
-            return Err(LogpError::NonFinite);
-        }
-        grad_f.iter_mut().zip(&gf).for_each(|(o, v)| *o += v);
-        Ok(())
+        write_block(self.f.call(theta, None, xi)?, logp, grad, grad_f)
     }
 }

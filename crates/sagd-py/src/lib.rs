@@ -6,7 +6,6 @@
 //! exception raised by the user's function as itself, and Ctrl-C as `KeyboardInterrupt`.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
@@ -22,7 +21,7 @@ use sagd::run::Control;
 
 mod callbacks;
 
-use callbacks::{PyModel, PyProblem};
+use callbacks::{Callback, PyModel, PyProblem};
 
 /// A library error as the Python exception a user expects: bad input or settings are a
 /// `ValueError`, anything else a `RuntimeError`; the message names the input and the fix.
@@ -264,15 +263,12 @@ fn fit_function<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let theta0 = theta0.as_array().to_vec();
     let model = PyModel {
-        f,
+        f: Callback::new(f, latent_dim, theta0.len()),
         n: n_points,
-        d: latent_dim,
-        p: theta0.len(),
-        error: Mutex::new(None),
     };
     let result = run_em(py, &model, &theta0, seed, threads, max_msteps, progress);
     // The user's own exception first: it says what went wrong in their code.
-    if let Some(e) = model.error.lock().ok().and_then(|mut s| s.take()) {
+    if let Some(e) = model.f.take_error() {
         return Err(e);
     }
     let trace = result?;
@@ -315,11 +311,8 @@ fn minimize<'py>(
     };
     let scheme: Scheme = scheme.parse().map_err(PyValueError::new_err)?;
     let problem = PyProblem {
-        f,
+        f: Callback::new(f, xi0.len() / n_chains.max(1), theta0.len()),
         chains: n_chains,
-        d: xi0.len() / n_chains.max(1),
-        p: theta0.len(),
-        error: Mutex::new(None),
     };
     let settings = SagdSettings {
         schedules,
@@ -347,7 +340,7 @@ fn minimize<'py>(
             outcome == Outcome::Stopped,
         ))
     })?;
-    if let Some(e) = problem.error.lock().ok().and_then(|mut s| s.take()) {
+    if let Some(e) = problem.f.take_error() {
         return Err(e);
     }
     let (theta, theta_avg, path, grad_norms, stopped) = result.map_err(py_error)?;

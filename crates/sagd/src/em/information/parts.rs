@@ -44,7 +44,7 @@ fn chain_rhat(series: &[Vec<Vec<f64>>], n: usize) -> Option<f64> {
     worst
 }
 
-/// Above this R̂ a point's chains disagree about its score: [`polish`] says so.
+/// Above this R̂ a point's chains disagree about its score: [`polish`](super::polish) says so.
 pub const CHAIN_RHAT_LIMIT: f64 = 1.05;
 
 /// √diag(I⁻¹), `None` when I is not positive definite.
