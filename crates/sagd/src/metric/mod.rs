@@ -13,7 +13,6 @@
 //! envelope (skyline) form: a state-space model's tridiagonal precision costs O(d) per step, not
 //! O(d²). Measured on a 300-long latent AR(1) series: see docs/guide.md.
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LogpError, Result};
@@ -24,7 +23,7 @@ mod settle;
 
 pub use factor::Factor;
 pub(crate) use settle::row_target;
-use settle::{settle_point, settle_together, TOGETHER};
+use settle::settle_together;
 
 /// Which mass matrix the chains use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -211,20 +210,8 @@ impl<P: Problem<f64>> Preconditioned<P> {
         let z = self.to_z(0, &xi[..self.points * d]);
         let dense = kind.dense(self.points, d);
         let previous = self.metric.take();
-        let inner = &self.inner;
-        let (modes, factors) = if self.points >= TOGETHER {
-            settle_together(inner, anchor, &z, d, previous.as_ref(), dense)?
-        } else {
-            let settled = (0..self.points)
-                .into_par_iter()
-                .map(|p| {
-                    let prev = previous.as_ref().map(|m| &m.factors[p]);
-                    settle_point(inner, anchor, p, &z[p * d..(p + 1) * d], prev, dense)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let (modes, factors): (Vec<Vec<f64>>, Vec<Factor>) = settled.into_iter().unzip();
-            (modes.concat(), factors)
-        };
+        let (modes, factors) =
+            settle_together(&self.inner, anchor, &z, d, previous.as_ref(), dense)?;
         self.metric = Some(Metric {
             dim: d,
             shift: modes,

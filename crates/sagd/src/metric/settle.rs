@@ -23,57 +23,6 @@ pub(crate) fn row_target<P: Problem<f64> + ?Sized>(
     }
 }
 
-/// A = −∇²log π at `z` (central differences of the gradient, symmetrised), factored: the dense
-/// matrix's envelope, or its diagonal, made positive definite where it is not (a shift λI, the
-/// smallest of 10⁻⁸·s, 10⁻⁷·s, … with s the largest |A_jj|); the identity where nothing works.
-fn curvature<P: Problem<f64> + ?Sized>(
-    problem: &P,
-    anchor: &[f64],
-    row: usize,
-    z: &[f64],
-    dense: bool,
-) -> Result<Factor> {
-    let d = z.len();
-    // Column k of the Hessian from the gradients at z ± step·e_k: columns in parallel, each
-    // with its own position buffer, collected in order.
-    let columns = (0..d)
-        .into_par_iter()
-        .map(|k| {
-            let step = 1e-4 * (1.0 + z[k].abs());
-            let mut y = z.to_vec();
-            y[k] = z[k] + step;
-            let up = row_target(problem, anchor, row, &y)?;
-            y[k] = z[k] - step;
-            let down = row_target(problem, anchor, row, &y)?;
-            Ok(match (up, down) {
-                (Some((_, gu)), Some((_, gd))) if dense => Some(
-                    gu.iter()
-                        .zip(&gd)
-                        .map(|(a, b)| -(a - b) / (2.0 * step))
-                        .collect::<Vec<f64>>(),
-                ),
-                (Some((_, gu)), Some((_, gd))) => Some(vec![-(gu[k] - gd[k]) / (2.0 * step)]),
-                _ => None,
-            })
-        })
-        .collect::<Result<Vec<Option<Vec<f64>>>>>()?;
-    let mut h = vec![0.0; if dense { d * d } else { d }];
-    for (k, column) in columns.into_iter().enumerate() {
-        let Some(column) = column else {
-            return Ok(Factor::identity(d));
-        };
-        if dense {
-            for (j, v) in column.into_iter().enumerate() {
-                h[j * d + k] += 0.5 * v;
-                h[k * d + j] += 0.5 * v;
-            }
-        } else {
-            h[k] = column[0];
-        }
-    }
-    Ok(factor_hessian(h, d, dense))
-}
-
 /// A = the negative Hessian `h` (d × d row-major, or its diagonal), factored and made positive
 /// definite where it is not (a shift λI, the smallest of 10⁻⁸·s, 10⁻⁷·s, … with s the largest
 /// |A_jj|); the identity where nothing works.
@@ -101,9 +50,8 @@ fn factor_hessian(h: Vec<f64>, d: usize, dense: bool) -> Factor {
     Factor::identity(d)
 }
 
-/// Points at least this many are settled together ([`settle_together`]): every evaluation of
-/// the target takes all of them in a few calls, instead of one call per point.
-pub(super) const TOGETHER: usize = 16;
+/// Columns of the Hessians computed at once (in parallel) by [`curvatures`].
+const COLUMNS_AT_ONCE: usize = 32;
 
 /// log π and ∇log π of the first chain of every point at `z` (points × d), in parallel pieces of
 /// rows fixed by the shapes; a row whose target is not finite gets a NaN log density (a piece
@@ -179,31 +127,51 @@ fn curvatures<P: Problem<f64> + ?Sized>(
         })
         .collect();
     let mut broken = vec![false; points];
-    for k in 0..d {
-        let step: Vec<f64> = (0..points)
-            .map(|p| 1e-4 * (1.0 + z[p * d + k].abs()))
-            .collect();
-        let shifted = |sign: f64| -> Vec<f64> {
-            let mut y = z.to_vec();
-            (0..points).for_each(|p| y[p * d + k] += sign * step[p]);
-            y
-        };
-        let (lu, gu) = evaluate_points(problem, anchor, &shifted(1.0), d)?;
-        let (ld, gd) = evaluate_points(problem, anchor, &shifted(-1.0), d)?;
-        for p in (0..points).filter(|&p| which[p]) {
-            if lu[p].is_nan() || ld[p].is_nan() {
-                broken[p] = true;
-                continue;
-            }
-            let column = |j: usize| -(gu[p * d + j] - gd[p * d + j]) / (2.0 * step[p]);
-            if dense {
-                for j in 0..d {
-                    let v = column(j);
-                    h[p][j * d + k] += 0.5 * v;
-                    h[p][k * d + j] += 0.5 * v;
+    // Columns in parallel, a chunk at a time (the chunk's columns of every point are held at
+    // once), then added in column order: the same bits on any number of threads.
+    for chunk in (0..d).collect::<Vec<_>>().chunks(COLUMNS_AT_ONCE) {
+        let columns = chunk
+            .par_iter()
+            .map(|&k| -> Result<Vec<Option<Vec<f64>>>> {
+                let step: Vec<f64> = (0..points)
+                    .map(|p| 1e-4 * (1.0 + z[p * d + k].abs()))
+                    .collect();
+                let shifted = |sign: f64| -> Vec<f64> {
+                    let mut y = z.to_vec();
+                    (0..points).for_each(|p| y[p * d + k] += sign * step[p]);
+                    y
+                };
+                let (lu, gu) = evaluate_points(problem, anchor, &shifted(1.0), d)?;
+                let (ld, gd) = evaluate_points(problem, anchor, &shifted(-1.0), d)?;
+                Ok((0..points)
+                    .map(|p| {
+                        (which[p] && !lu[p].is_nan() && !ld[p].is_nan()).then(|| {
+                            let column =
+                                |j: usize| -(gu[p * d + j] - gd[p * d + j]) / (2.0 * step[p]);
+                            if dense {
+                                (0..d).map(column).collect()
+                            } else {
+                                vec![column(k)]
+                            }
+                        })
+                    })
+                    .collect())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for (&k, column) in chunk.iter().zip(columns) {
+            for (p, c) in column.into_iter().enumerate().filter(|(p, _)| which[*p]) {
+                let Some(c) = c else {
+                    broken[p] = true;
+                    continue;
+                };
+                if dense {
+                    for (j, v) in c.into_iter().enumerate() {
+                        h[p][j * d + k] += 0.5 * v;
+                        h[p][k * d + j] += 0.5 * v;
+                    }
+                } else {
+                    h[p][k] = c[0];
                 }
-            } else {
-                h[p][k] = column(k);
             }
         }
     }
@@ -221,9 +189,12 @@ fn curvatures<P: Problem<f64> + ?Sized>(
         .collect())
 }
 
-/// [`settle_point`] for all points in lockstep: each step of every point's Newton ascent takes one
-/// evaluation of all points (a few calls of the model rather than one per point), and new
-/// Hessians are taken together for the points that need one.
+/// Every point's mode and precision, from `z0`: Newton ascent preconditioned by `previous` (the
+/// last M-step's factors), a new Hessian taken only when a full step fails to go up, then A at
+/// the mode. The points go in lockstep: each step of every point's ascent takes one evaluation of
+/// all points (a few calls of the model rather than one per point), and new Hessians are taken
+/// together for the points that need one. Where log π is not finite at `z0`, a point keeps `z0`
+/// and its previous factor (or the identity).
 pub(super) fn settle_together<P: Problem<f64> + ?Sized>(
     problem: &P,
     anchor: &[f64],
@@ -302,7 +273,7 @@ pub(super) fn settle_together<P: Problem<f64> + ?Sized>(
                 break;
             }
         }
-        // As settle_point: a stale metric that needed a line search gets a new Hessian; a fresh
+        // A stale metric that needed a line search gets a new Hessian; a fresh
         // one that cannot go up is at the mode.
         let mut need = vec![false; points];
         for p in 0..points {
@@ -342,65 +313,4 @@ pub(super) fn settle_together<P: Problem<f64> + ?Sized>(
         }
     }
     Ok((z, factors))
-}
-
-/// Point `point`'s mode and precision, from `z0`: Newton ascent preconditioned by `previous` (the
-/// last M-step's factor), a new Hessian taken only when a full step fails to go up, then A at the
-/// mode. Where log π is not finite at `z0`, the point keeps `z0` and `previous` (or the identity).
-pub(super) fn settle_point<P: Problem<f64> + ?Sized>(
-    problem: &P,
-    anchor: &[f64],
-    point: usize,
-    z0: &[f64],
-    previous: Option<&Factor>,
-    dense: bool,
-) -> Result<(Vec<f64>, Factor)> {
-    let d = z0.len();
-    let mut z = z0.to_vec();
-    let Some((mut lp, mut g)) = row_target(problem, anchor, point, &z)? else {
-        let keep = previous.cloned().unwrap_or_else(|| Factor::identity(d));
-        return Ok((z, keep));
-    };
-    let (mut factor, mut fresh) = match previous.filter(|f| f.dim() == d) {
-        Some(f) => (f.clone(), false),
-        None => (curvature(problem, anchor, point, &z, dense)?, true),
-    };
-    for _ in 0..50 {
-        let mut dir = g.clone();
-        factor.solve_lower(&mut dir);
-        factor.solve_upper(&mut dir);
-        // The squared Newton decrement: at a mode when it is tiny.
-        let decrement: f64 = g.iter().zip(&dir).map(|(a, b)| a * b).sum();
-        if decrement.is_nan() || decrement <= 1e-10 {
-            break;
-        }
-        let mut t = 1.0;
-        let mut moved = false;
-        for _ in 0..30 {
-            let y: Vec<f64> = z.iter().zip(&dir).map(|(a, v)| a + t * v).collect();
-            if let Some((l, gy)) = row_target(problem, anchor, point, &y)? {
-                if l > lp {
-                    (z, lp, g) = (y, l, gy);
-                    moved = true;
-                    break;
-                }
-            }
-            t *= 0.5;
-        }
-        if moved && t == 1.0 {
-            fresh = false;
-        } else if !fresh {
-            // A stale metric that needs a line search: a new Hessian here.
-            factor = curvature(problem, anchor, point, &z, dense)?;
-            fresh = true;
-        } else if !moved {
-            break;
-        } else {
-            fresh = false;
-        }
-    }
-    if !fresh {
-        factor = curvature(problem, anchor, point, &z, dense)?;
-    }
-    Ok((z, factor))
 }
