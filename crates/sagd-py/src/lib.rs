@@ -6,6 +6,7 @@
 //! exception raised by the user's function as itself, and Ctrl-C as `KeyboardInterrupt`.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
@@ -391,15 +392,19 @@ fn deconvolve<'py>(
     if let Some(e) = finetune_epochs {
         s.finetune_epochs = e;
     }
+    // Ctrl-C stops the phase in progress after its current update. Progress counts the work
+    // units (`E2Settings::update_cost`), `total_work` of them in all.
+    let stop = Arc::new(AtomicBool::new(false));
     let opts = RunOptions {
         keep_samples: true,
+        stop: Some(stop.clone()),
         ..RunOptions::default()
     };
-    // The fit has no update-by-update stop: Ctrl-C is raised when it ends. Progress counts its
-    // work units (`E2Settings::update_cost`), `total_work` of them in all.
     let result = detached(py, threads, progress, |watch| {
         fit(&s, &x, noise_sd, seed, &opts, &|phase, _, _| {
-            watch.tick(s.update_cost(phase) as usize);
+            if watch.tick(s.update_cost(phase) as usize) == Control::Stop {
+                stop.store(true, Ordering::Relaxed);
+            }
         })
     })?
     .map_err(py_error)?;

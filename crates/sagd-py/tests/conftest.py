@@ -1,6 +1,10 @@
 """Shared data and references for the Python tests: GLMM data simulated with numpy, and the exact
 log-likelihood of a random-intercept model by Gauss-Hermite quadrature, maximised with scipy."""
 
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pytest
 from scipy import optimize
@@ -69,3 +73,22 @@ def reference_se(family, t, y, X, g):
 @pytest.fixture
 def poisson_data():
     return simulate("poisson")
+
+
+def interrupt_after_start(script):
+    """Runs `script` in a fresh Python, sends SIGINT a second after it prints "started", and
+    returns the seconds from the signal to its exit, its stdout and its stderr; checks that it
+    ended by KeyboardInterrupt."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "started"
+    time.sleep(1.0)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - sent
+    assert proc.returncode != 0
+    assert "KeyboardInterrupt" in err, err
+    return took, out, err

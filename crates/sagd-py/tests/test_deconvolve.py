@@ -1,10 +1,13 @@
 """Deconvolution from Python: X = Z + N(0, 0.5²) with Z ~ N(2, 1). For normal Z the maximum-
 likelihood law is N(mean(x), var(x) − 0.25): the fitted draws must come close to it."""
 
+import textwrap
+
 import numpy as np
 import pytest
 
 import sagd
+from conftest import interrupt_after_start
 
 
 def test_a_normal_latent_law_is_recovered():
@@ -33,3 +36,19 @@ def test_bad_inputs_are_named():
         sagd.deconvolve([1.0, 2.0, 3.0], 0.5, methods=["em"])
     with pytest.raises(ValueError, match="at least 2 observations"):
         sagd.deconvolve([1.0], 0.5)
+
+
+def test_ctrl_c_ends_a_deconvolution_promptly():
+    # Pre-training alone would take minutes; SIGINT a second in.
+    script = textwrap.dedent(
+        """
+        import numpy as np, sagd
+        x = np.random.default_rng(0).normal(size=1000)
+        print("started", flush=True)
+        sagd.deconvolve(x, 0.5, pretrain_epochs=100000)
+        print("finished")
+        """
+    )
+    took, out, _ = interrupt_after_start(script)
+    assert "finished" not in out
+    assert took < 2.0, f"{took:.2f} s from SIGINT to exit"

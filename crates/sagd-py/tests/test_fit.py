@@ -2,17 +2,13 @@
 Ctrl-C."""
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
 
 import sagd
-from conftest import simulate
+from conftest import interrupt_after_start
 from models import poisson_intercept
 
 
@@ -80,16 +76,7 @@ def test_ctrl_c_ends_a_fit_promptly():
         """
         % os.path.dirname(__file__)
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "started"
-    time.sleep(1.0)
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
-    took = time.monotonic() - sent
-    assert proc.returncode != 0
-    assert "KeyboardInterrupt" in err, err
+    took, out, err = interrupt_after_start(script)
     assert "finished" not in out
     assert took < 2.0, f"{took:.2f} s from SIGINT to exit"
 

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rayon::prelude::*;
@@ -84,6 +86,9 @@ pub struct RunOptions {
     pub interrupt_after: Option<usize>,
     /// Where the networks train (evaluation stays on the CPU).
     pub device: Device,
+    /// Raised by a host (Python's Ctrl-C), it stops the phase in progress after its current
+    /// update: the run returns [`SagdError::Interrupted`](sagd::error::SagdError::Interrupted).
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// A bound estimator (k = 1: the ELBO; k > 1: IWAE) on `device`.
@@ -179,7 +184,12 @@ fn run_phase(
     let mut report = |_: &TrainState, info: &TrainInfo| {
         progress(phase.name, info.update, total);
         done_here += 1;
+        let asked = opts
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed));
         match opts.interrupt_after {
+            _ if asked => Control::Stop,
             Some(k) if done_here >= k => Control::Stop,
             _ => Control::Continue,
         }

@@ -215,6 +215,7 @@ fn run_options(a: &DebiasArgs, out: &Path) -> Result<RunOptions> {
         resume: a.resume,
         interrupt_after: a.interrupt_after,
         device: a.device,
+        stop: None,
     })
 }
 
