@@ -15,9 +15,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use sagd::em::{AutomatedEm, EmEvent, EmSettings, EmTrace, EstimateStatus};
 use sagd::error::SagdError;
-use sagd::glmm::{Family, Glmm};
+use sagd::glmm::{Family, Glmm, LikelihoodMethod, RandomTerm};
 use sagd::model::LatentModel;
-use sagd::quadrature::{log_likelihood, GaussHermite};
 use sagd::run::Control;
 
 mod callbacks;
@@ -184,17 +183,19 @@ fn trace_dict<'py>(py: Python<'py>, trace: &EmTrace) -> PyResult<Bound<'py, PyDi
     Ok(d)
 }
 
-/// Fits a GLMM by automated EM (see `sagd.glmm` for the arguments); returns a dict of arrays.
+/// Fits a GLMM by automated EM (see `sagd.glmm` for the arguments): one random-effect term per
+/// entry of `groups`, with its design in `zs` and its `correlated` flag; returns a dict of arrays.
 #[pyfunction]
-#[pyo3(signature = (family, y, x, groups, z, trials, seed, threads, max_msteps, progress))]
+#[pyo3(signature = (family, y, x, groups, zs, correlated, trials, seed, threads, max_msteps, progress))]
 #[allow(clippy::too_many_arguments)]
 fn fit_glmm<'py>(
     py: Python<'py>,
     family: &str,
     y: PyReadonlyArray1<'py, f64>,
     x: PyReadonlyArray2<'py, f64>,
-    groups: PyReadonlyArray1<'py, i64>,
-    z: PyReadonlyArray2<'py, f64>,
+    groups: Vec<PyReadonlyArray1<'py, i64>>,
+    zs: Vec<PyReadonlyArray2<'py, f64>>,
+    correlated: Vec<bool>,
     trials: Option<PyReadonlyArray1<'py, f64>>,
     seed: u64,
     threads: Option<usize>,
@@ -202,48 +203,70 @@ fn fit_glmm<'py>(
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let family: Family = family.parse().map_err(PyValueError::new_err)?;
-    let groups: Vec<usize> = groups
-        .as_array()
-        .iter()
-        .map(|&g| usize::try_from(g))
-        .collect::<Result<_, _>>()
-        .map_err(|_| {
-            PyValueError::new_err("groups: negative group index; number the groups 0, 1, …, G − 1")
-        })?;
-    let model = Glmm::new(
+    if zs.len() != groups.len() || correlated.len() != groups.len() {
+        return Err(PyValueError::new_err(
+            "Z, correlated: give one per grouping factor",
+        ));
+    }
+    let mut terms = Vec::with_capacity(groups.len());
+    for ((g, z), correlated) in groups.iter().zip(&zs).zip(correlated) {
+        let group = g
+            .as_array()
+            .iter()
+            .map(|&g| usize::try_from(g))
+            .collect::<Result<_, _>>()
+            .map_err(|_| {
+                PyValueError::new_err(
+                    "groups: negative group index; number the groups 0, 1, …, G − 1",
+                )
+            })?;
+        terms.push(RandomTerm {
+            group,
+            z: z.as_array().iter().copied().collect(),
+            correlated,
+        });
+    }
+    let model = Glmm::with_terms(
         family,
         y.as_array().to_vec(),
         x.as_array().iter().copied().collect(),
-        &groups,
-        z.as_array().iter().copied().collect(),
+        terms,
         trials.map(|t| t.as_array().to_vec()),
     )
     .map_err(py_error)?;
     let theta0 = model.start();
     let trace = run_em(py, &model, &theta0, seed, threads, max_msteps, progress)?;
     let d = trace_dict(py, &trace)?;
-    // The log-likelihood at the estimate, exact by quadrature for one random effect per group;
-    // and whether it is no higher than with the random effect's sd at 0 (a singular fit: the
-    // maximum is on the boundary, where log sd has no estimate).
-    let (loglik, singular) = if model.n_random() == 1 {
-        let est = trace.final_estimate().estimate.to_vec();
-        let mut at_zero = est.clone();
-        at_zero[model.n_fixed()] = -30.0;
-        let gh = GaussHermite::new(40);
-        let (l, l0) = py
-            .detach(|| -> sagd::error::Result<(f64, f64)> {
-                Ok((
-                    log_likelihood(&model, &est, &gh)?,
-                    log_likelihood(&model, &at_zero, &gh)?,
-                ))
-            })
-            .map_err(py_error)?;
-        (Some(l), Some(l0 >= l - 1e-3))
-    } else {
-        (None, None)
+    // The log-likelihood at the estimate (exact, or sampled with its error); with a single random
+    // intercept, also whether it is no higher than with its sd at 0 (a singular fit: the maximum
+    // is on the boundary, where log sd has no estimate).
+    let est = trace.final_estimate().estimate.to_vec();
+    let (loglik, singular) = py
+        .detach(|| -> sagd::error::Result<_> {
+            let l = model.log_likelihood(&est, seed)?;
+            let singular = if model.terms() == [(1, false)] {
+                let mut at_zero = est.clone();
+                at_zero[model.n_fixed()] = -30.0;
+                Some(model.log_likelihood(&at_zero, seed)?.value >= l.value - 1e-3)
+            } else {
+                None
+            };
+            Ok((l, singular))
+        })
+        .map_err(py_error)?;
+    d.set_item("loglik", loglik.value)?;
+    d.set_item("loglik_se", loglik.se)?;
+    let method = match loglik.method {
+        LikelihoodMethod::Quadrature => "quadrature".to_string(),
+        LikelihoodMethod::Exact => "exact".to_string(),
+        LikelihoodMethod::ImportanceSampling { draws } => {
+            format!("importance sampling ({draws} draws per point)")
+        }
     };
-    d.set_item("loglik", loglik)?;
+    d.set_item("loglik_method", method)?;
+    d.set_item("loglik_ess", loglik.min_ess)?;
     d.set_item("singular", singular)?;
+    d.set_item("n_points", model.n_data())?;
     Ok(d)
 }
 

@@ -28,7 +28,7 @@ impl Factor {
 
     /// The Cholesky factor of the symmetric `a` (d × d, row-major) within its envelope; `None`
     /// when `a` is not positive definite.
-    pub(super) fn cholesky(a: &[f64], d: usize) -> Option<Self> {
+    pub(crate) fn cholesky(a: &[f64], d: usize) -> Option<Self> {
         let start: Vec<usize> = (0..d)
             .map(|i| (0..i).find(|&j| a[i * d + j] != 0.0).unwrap_or(i))
             .collect();
@@ -77,8 +77,13 @@ impl Factor {
         self.vals.len()
     }
 
+    /// log det(L Lᵀ).
+    pub(crate) fn log_det(&self) -> f64 {
+        (0..self.dim()).map(|i| 2.0 * self.at(i, i).ln()).sum()
+    }
+
     /// Solves L x = b in place.
-    pub(super) fn solve_lower(&self, b: &mut [f64]) {
+    pub(crate) fn solve_lower(&self, b: &mut [f64]) {
         for i in 0..b.len() {
             let o = self.offset[i] - self.start[i];
             let s: f64 = (self.start[i]..i).map(|k| self.vals[o + k] * b[k]).sum();
@@ -88,7 +93,7 @@ impl Factor {
 
     /// Solves Lᵀ x = b in place.
     #[allow(clippy::needless_range_loop)] // envelope indices read clearer than iterators
-    pub(super) fn solve_upper(&self, b: &mut [f64]) {
+    pub(crate) fn solve_upper(&self, b: &mut [f64]) {
         for i in (0..b.len()).rev() {
             let o = self.offset[i] - self.start[i];
             b[i] /= self.vals[o + i];

@@ -1,0 +1,109 @@
+"""GLMMs beyond one random intercept: correlated random slopes (against 2-D quadrature) and
+crossed grouping factors (against the Gaussian closed form), each at the exact maximum."""
+
+import numpy as np
+import pytest
+from scipy import optimize
+from scipy.special import gammaln
+
+import sagd
+
+NODES, WEIGHTS = np.polynomial.hermite.hermgauss(60)
+U1, U2 = np.meshgrid(np.sqrt(2.0) * NODES, np.sqrt(2.0) * NODES, indexing="ij")
+U = np.stack([U1.ravel(), U2.ravel()])  # (2, 3600) standard normal nodes (30 were 0.02 nats off)
+LOGW = np.log(np.outer(WEIGHTS, WEIGHTS).ravel() / np.pi)
+
+
+def slopes_loglik(theta, y, x, g):
+    """Poisson, y ~ 1 + x + (1 + x | g): theta = (b0, b1, log L00, log L11, L10)."""
+    L = np.array([[np.exp(theta[2]), 0.0], [theta[4], np.exp(theta[3])]])
+    B = L @ U  # (2, nodes): intercept and slope effects
+    eta = theta[0] + theta[1] * x[:, None] + B[0][None, :] + x[:, None] * B[1][None, :]
+    rows = y[:, None] * eta - np.exp(eta) - gammaln(y + 1)[:, None]
+    total = 0.0
+    for j in np.unique(g):
+        a = rows[g == j].sum(axis=0) + LOGW
+        m = a.max()
+        total += m + np.log(np.exp(a - m).sum())
+    return total
+
+
+def crossed_loglik(theta, y, x, a, b):
+    """Gaussian, y ~ 1 + x + (1 | a) + (1 | b): theta = (b0, b1, log sd_a, log sd_b, log sigma),
+    from the n x n covariance."""
+    A = (a[:, None] == a[None, :]) * np.exp(2 * theta[2])
+    B = (b[:, None] == b[None, :]) * np.exp(2 * theta[3])
+    C = A + B + np.eye(len(y)) * np.exp(2 * theta[4])
+    r = y - theta[0] - theta[1] * x
+    sign, logdet = np.linalg.slogdet(C)
+    return -0.5 * (len(y) * np.log(2 * np.pi) + logdet + r @ np.linalg.solve(C, r))
+
+
+def maximum(f, start):
+    r = optimize.minimize(lambda t: -f(t), start, method="BFGS", options={"gtol": 1e-7})
+    return r.x, -r.fun
+
+
+def hessian_se(f, t, h=1e-4):
+    k = len(t)
+    H = np.zeros((k, k))
+    E = np.eye(k) * h
+    for i in range(k):
+        for j in range(k):
+            H[i, j] = -(f(t + E[i] + E[j]) - f(t + E[i] - E[j]) - f(t - E[i] + E[j])
+                        + f(t - E[i] - E[j])) / (4 * h * h)
+    return np.sqrt(np.diag(np.linalg.inv(H)))
+
+
+def test_correlated_random_slopes_fit_the_quadrature_maximum():
+    rng = np.random.default_rng(11)
+    G, per = 60, 8
+    g = np.repeat(np.arange(G), per)
+    x = rng.normal(size=G * per)
+    Sigma = np.array([[0.5 ** 2, 0.6 * 0.5 * 0.3], [0.6 * 0.5 * 0.3, 0.3 ** 2]])
+    b = rng.multivariate_normal([0, 0], Sigma, size=G)
+    y = rng.poisson(np.exp(0.5 + 0.3 * x + b[g, 0] + b[g, 1] * x)).astype(float)
+    X = np.column_stack([np.ones_like(x), x])
+    r = sagd.glmm(y, X, g, family="poisson", Z=X, correlated=True, seed=2,
+                  z_names=["(Intercept)", "x"])
+    assert r.status == "polished", r
+    f = lambda t: slopes_loglik(t, y, x, g)
+    t, lmax = maximum(f, r.estimate + 0.02)
+    assert lmax - f(r.estimate) < 0.05, (lmax - f(r.estimate), r)
+    assert np.all(np.abs(r.estimate - t) < 4 * r.mc_se + 1e-3), (r.estimate, t, r.mc_se)
+    se_ref = hessian_se(f, r.se_at)
+    assert np.all(np.abs(r.se - se_ref) < 4 * r.se_error + 0.02 * se_ref), (r.se, se_ref)
+    # The sampled log-likelihood at the estimate against the quadrature, within its error.
+    assert "importance sampling" in r.loglik_method
+    assert 0 < r.loglik_se < 0.05
+    assert abs(r.loglik - f(r.estimate)) < 4 * r.loglik_se, (r.loglik, f(r.estimate))
+    # The covariance on its natural scale.
+    L = np.array([[np.exp(t[2]), 0.0], [t[4], np.exp(t[3])]])
+    S = L @ L.T
+    np.testing.assert_allclose(r.random_sd, np.sqrt(np.diag(S)), atol=0.02)
+    assert r.random_cor[0][0, 1] == pytest.approx(S[0, 1] / np.sqrt(S[0, 0] * S[1, 1]), abs=0.1)
+    assert "correlations" in repr(r)
+
+
+def test_crossed_factors_fit_the_closed_form_maximum():
+    rng = np.random.default_rng(12)
+    A, B = 20, 15
+    a = np.repeat(np.arange(A), B)
+    b = np.tile(np.arange(B), A)
+    x = rng.normal(size=A * B)
+    y = (1.0 + 0.5 * x + rng.normal(scale=0.7, size=A)[a] + rng.normal(scale=0.4, size=B)[b]
+         + rng.normal(scale=0.5, size=A * B))
+    X = np.column_stack([np.ones_like(x), x])
+    r = sagd.glmm(y, X, {"subject": a, "item": b}, family="gaussian", seed=3)
+    assert r.status == "polished", r
+    assert r.n_points == 1  # every subject meets every item: one block
+    f = lambda t: crossed_loglik(t, y, x, a, b)
+    t, lmax = maximum(f, r.estimate + 0.02)
+    assert lmax - f(r.estimate) < 0.05, (lmax - f(r.estimate), r)
+    assert np.all(np.abs(r.estimate - t) < 4 * r.mc_se + 1e-3), (r.estimate, t, r.mc_se)
+    se_ref = hessian_se(f, r.se_at)
+    assert np.all(np.abs(r.se - se_ref) < 4 * r.se_error + 0.02 * se_ref), (r.se, se_ref)
+    assert r.loglik_method == "exact"
+    assert r.loglik == pytest.approx(f(r.estimate), abs=1e-6)
+    assert r.random_names == ["subject: (Intercept)", "item: (Intercept)"]
+    assert set(r.groups) == {"subject", "item"}

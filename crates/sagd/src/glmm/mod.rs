@@ -1,0 +1,822 @@
+//! Generalised linear mixed models, ready to fit: y_i | b ~ family(η_i) with
+//! η_i = x_iᵀβ + Σ_t z_{t,i}ᵀ b_{t, g_t(i)}: one or several random-effect terms t (lme4's
+//! `(Z_t | g_t)`), each with a vector b_{t,l} ~ N(0, Σ_t) per level l of its grouping factor —
+//! Σ_t diagonal (independent effects, `(Z || g)`) or full (correlated) — for the Gaussian,
+//! Poisson and binomial (Bernoulli) families.
+//!
+//! As a [`LatentModel`], a data point is a connected set of rows: rows that share a level of any
+//! term, closed under sharing. With one grouping factor that is a group; with nested factors, a
+//! top-level group; with crossed factors, usually the whole data set (one point with every
+//! level's effects as its latent, which the mass matrix of [`crate::metric`] handles). Its latent
+//! is u = (L_t⁻¹ b_{t,l}) over its levels, standard normal a priori (the non-centred form, whose
+//! posteriors stay well scaled however small the effects), with Σ_t = L_t L_tᵀ; points with fewer
+//! effects than the largest are padded with coordinates that only the prior sees. θ = (β; per
+//! term, log diag L_t then, when correlated, L_t's lower off-diagonal row by row; log σ for the
+//! Gaussian family). Gradients are written out, O(rows) per point. The log densities include
+//! every constant (log y!, the binomial coefficients, 2π), so that log-likelihoods compare with
+//! lme4's; [`Glmm::log_likelihood`] computes it.
+
+mod likelihood;
+
+pub use likelihood::{LikelihoodMethod, MarginalLikelihood};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{LogpError, Result, SagdError};
+use crate::model::LatentModel;
+
+const LN_2PI: f64 = 1.837_877_066_409_345_5;
+
+/// The distribution of y given the linear predictor η.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// y ~ N(η, σ²), σ a parameter.
+    Gaussian,
+    /// y ~ Poisson(e^η).
+    Poisson,
+    /// y ~ Binomial(m, 1/(1 + e^−η)), m the trials of the row (1: Bernoulli).
+    Binomial,
+}
+
+impl std::str::FromStr for Family {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "gaussian" | "normal" => Ok(Family::Gaussian),
+            "poisson" => Ok(Family::Poisson),
+            "binomial" | "bernoulli" => Ok(Family::Binomial),
+            _ => Err(format!(
+                "unknown family `{s}`: use gaussian, poisson or binomial"
+            )),
+        }
+    }
+}
+
+/// ln Γ(x + 1) for the counts' constants.
+fn ln_factorial(k: f64) -> f64 {
+    statrs::function::gamma::ln_gamma(k + 1.0)
+}
+
+/// One random-effect term, `(Z | g)` in lme4's notation.
+#[derive(Clone, Debug)]
+pub struct RandomTerm {
+    /// The level of the term's grouping factor at each row, numbered 0..G with every level used.
+    pub group: Vec<usize>,
+    /// The term's design, row-major n × q (a column of ones: a random intercept).
+    pub z: Vec<f64>,
+    /// Whether a level's q effects are correlated (a full covariance) or independent.
+    pub correlated: bool,
+}
+
+/// A term as the model keeps it.
+#[derive(Clone, Debug)]
+struct Term {
+    z: Vec<f64>,
+    q: usize,
+    correlated: bool,
+    /// Where its parameters start in θ.
+    theta_at: usize,
+}
+
+impl Term {
+    fn n_params(&self) -> usize {
+        self.q
+            + if self.correlated {
+                self.q * (self.q - 1) / 2
+            } else {
+                0
+            }
+    }
+
+    /// L (q × q, row-major, lower-triangular) from θ.
+    fn factor(&self, theta: &[f64]) -> Vec<f64> {
+        let q = self.q;
+        let par = &theta[self.theta_at..self.theta_at + self.n_params()];
+        let mut l = vec![0.0; q * q];
+        for a in 0..q {
+            l[a * q + a] = par[a].exp();
+        }
+        if self.correlated {
+            let mut k = q;
+            for a in 1..q {
+                for b in 0..a {
+                    l[a * q + b] = par[k];
+                    k += 1;
+                }
+            }
+        }
+        l
+    }
+}
+
+/// The rows of one data point and the size of its latent.
+#[derive(Clone, Debug)]
+struct Component {
+    rows: Vec<usize>,
+    dim: usize,
+}
+
+/// What a row contributes: log f(y | η) without its constant, d/dη and −d²/dη².
+#[inline]
+fn row(family: Family, y: f64, m: f64, eta: f64, inv_var: f64) -> (f64, f64, f64) {
+    match family {
+        Family::Gaussian => {
+            let e = y - eta;
+            (-0.5 * e * e * inv_var, e * inv_var, inv_var)
+        }
+        Family::Poisson => {
+            let mu = eta.exp();
+            (y * eta - mu, y - mu, mu)
+        }
+        Family::Binomial => {
+            // log(1 + e^η) without overflow.
+            let softplus = if eta > 0.0 {
+                eta + (-eta).exp().ln_1p()
+            } else {
+                eta.exp().ln_1p()
+            };
+            let p = 1.0 / (1.0 + (-eta).exp());
+            (y * eta - m * softplus, y - m * p, m * p * (1.0 - p))
+        }
+    }
+}
+
+/// A GLMM's data, checked.
+#[derive(Clone, Debug)]
+pub struct Glmm {
+    family: Family,
+    y: Vec<f64>,
+    /// Fixed-effects design, row-major n × p.
+    x: Vec<f64>,
+    p: usize,
+    terms: Vec<Term>,
+    /// Trials per row (binomial).
+    trials: Vec<f64>,
+    points: Vec<Component>,
+    /// Row-major n × (number of terms): where the row's level of each term starts in its point's
+    /// latent.
+    slot: Vec<usize>,
+    latent_dim: usize,
+    /// Per point, Σ over its rows of the log density's constant part (log y!, binomial
+    /// coefficients, 2π).
+    row_constant: Vec<f64>,
+}
+
+/// The connected sets of rows linked by shared levels: per row its set, numbered in the order of
+/// the first term's levels (so that with one term, set j is group j).
+fn connected_rows(terms: &[RandomTerm], levels: &[usize], n: usize) -> Vec<usize> {
+    let offsets: Vec<usize> = levels
+        .iter()
+        .scan(0, |acc, &l| {
+            let at = *acc;
+            *acc += l;
+            Some(at)
+        })
+        .collect();
+    let mut parent: Vec<usize> = (0..levels.iter().sum()).collect();
+    fn root(parent: &mut [usize], mut a: usize) -> usize {
+        while parent[a] != a {
+            parent[a] = parent[parent[a]];
+            a = parent[a];
+        }
+        a
+    }
+    for i in 0..n {
+        let first = root(&mut parent, terms[0].group[i]);
+        for (t, term) in terms.iter().enumerate().skip(1) {
+            let other = root(&mut parent, offsets[t] + term.group[i]);
+            if other != first {
+                parent[other.max(first)] = other.min(first);
+            }
+        }
+    }
+    let mut number = vec![usize::MAX; parent.len()];
+    let mut next = 0;
+    for level in 0..levels[0] {
+        let r = root(&mut parent, level);
+        if number[r] == usize::MAX {
+            number[r] = next;
+            next += 1;
+        }
+    }
+    (0..n)
+        .map(|i| number[root(&mut parent, terms[0].group[i])])
+        .collect()
+}
+
+impl Glmm {
+    /// A GLMM of `y` (n values) on the fixed-effects design `x` (n × p, row-major) with one
+    /// random-effect term: groups `group` (n indices 0..G, each used) and independent effects
+    /// with design `z` (n × q, row-major). `trials` (binomial only, n values, default 1) are the
+    /// numbers of trials behind each y. Errors name the input and the fix.
+    pub fn new(
+        family: Family,
+        y: Vec<f64>,
+        x: Vec<f64>,
+        group: &[usize],
+        z: Vec<f64>,
+        trials: Option<Vec<f64>>,
+    ) -> Result<Self> {
+        let term = RandomTerm {
+            group: group.to_vec(),
+            z,
+            correlated: false,
+        };
+        Glmm::with_terms(family, y, x, vec![term], trials)
+    }
+
+    /// A GLMM with any number of random-effect terms (crossed or nested grouping factors,
+    /// correlated or independent effects); see [`Glmm::new`] for the rest.
+    pub fn with_terms(
+        family: Family,
+        y: Vec<f64>,
+        x: Vec<f64>,
+        terms: Vec<RandomTerm>,
+        trials: Option<Vec<f64>>,
+    ) -> Result<Self> {
+        let n = y.len();
+        let bad = |name: &'static str, value: String, fix: &str| {
+            Err(SagdError::InvalidSetting {
+                name,
+                value,
+                fix: fix.into(),
+            })
+        };
+        if n == 0 {
+            return bad("y", "empty".into(), "give at least one observation");
+        }
+        if terms.is_empty() {
+            return bad(
+                "groups",
+                "no random-effect term".into(),
+                "give at least one grouping factor",
+            );
+        }
+        if !x.len().is_multiple_of(n) {
+            return bad(
+                "X",
+                format!("{} values", x.len()),
+                &format!("give a design with {n} rows"),
+            );
+        }
+        let p = x.len() / n;
+        if let Some(i) = y.iter().position(|v| !v.is_finite()) {
+            return bad(
+                "y",
+                format!("{} at row {i}", y[i]),
+                "remove or impute the missing or infinite values",
+            );
+        }
+        if x.iter().any(|v| !v.is_finite()) {
+            return bad(
+                "X",
+                "a value that is not finite".into(),
+                "remove or impute the missing or infinite values",
+            );
+        }
+        let mut levels = Vec::with_capacity(terms.len());
+        for (t, term) in terms.iter().enumerate() {
+            if term.group.len() != n {
+                return bad(
+                    "groups",
+                    format!("{} values in grouping factor {t}", term.group.len()),
+                    &format!("give one group index per observation ({n})"),
+                );
+            }
+            if !term.z.len().is_multiple_of(n) || term.z.is_empty() {
+                return bad(
+                    "Z",
+                    format!("{} values in term {t}", term.z.len()),
+                    &format!("give a design with {n} rows and at least one column"),
+                );
+            }
+            if term.z.iter().any(|v| !v.is_finite()) {
+                return bad(
+                    "Z",
+                    format!("a value that is not finite in term {t}"),
+                    "remove or impute the missing or infinite values",
+                );
+            }
+            let g = term.group.iter().max().map_or(0, |m| m + 1);
+            let mut used = vec![false; g];
+            term.group.iter().for_each(|&j| used[j] = true);
+            if let Some(j) = used.iter().position(|u| !u) {
+                return bad(
+                    "groups",
+                    format!("no observation in group {j} of grouping factor {t}"),
+                    "number the groups 0, 1, …, G − 1 with every number used",
+                );
+            }
+            levels.push(g);
+        }
+        let trials = trials.unwrap_or_else(|| vec![1.0; n]);
+        if trials.len() != n {
+            return bad(
+                "trials",
+                format!("{} values", trials.len()),
+                &format!("give one number of trials per observation ({n})"),
+            );
+        }
+        for i in 0..n {
+            let (yi, m) = (y[i], trials[i]);
+            let ok = match family {
+                Family::Gaussian => true,
+                Family::Poisson => yi >= 0.0 && yi.fract() == 0.0,
+                Family::Binomial => {
+                    m >= 1.0 && m.fract() == 0.0 && yi >= 0.0 && yi <= m && yi.fract() == 0.0
+                }
+            };
+            if !ok {
+                return bad(
+                    "y",
+                    format!("{yi} at row {i}"),
+                    "Poisson needs counts 0, 1, 2, …; binomial needs successes between 0 and the row's trials (whole numbers)",
+                );
+            }
+        }
+        // The points, and where each (term, level) sits in its point's latent.
+        let set = connected_rows(&terms, &levels, n);
+        let n_points = set.iter().max().map_or(0, |m| m + 1);
+        let mut points = vec![
+            Component {
+                rows: Vec::new(),
+                dim: 0
+            };
+            n_points
+        ];
+        for (i, &c) in set.iter().enumerate() {
+            points[c].rows.push(i);
+        }
+        let n_terms = terms.len();
+        let mut slot = vec![0; n * n_terms];
+        for (t, term) in terms.iter().enumerate() {
+            let q = term.z.len() / n;
+            let mut at = vec![usize::MAX; levels[t]];
+            for (i, &l) in term.group.iter().enumerate() {
+                if at[l] == usize::MAX {
+                    let c = &mut points[set[i]];
+                    at[l] = c.dim;
+                    c.dim += q;
+                }
+                slot[i * n_terms + t] = at[l];
+            }
+        }
+        let latent_dim = points.iter().map(|c| c.dim).max().unwrap_or(0);
+        let row_constant = points
+            .iter()
+            .map(|c| {
+                c.rows
+                    .iter()
+                    .map(|&i| match family {
+                        Family::Gaussian => -0.5 * LN_2PI,
+                        Family::Poisson => -ln_factorial(y[i]),
+                        Family::Binomial => {
+                            ln_factorial(trials[i])
+                                - ln_factorial(y[i])
+                                - ln_factorial(trials[i] - y[i])
+                        }
+                    })
+                    .sum::<f64>()
+            })
+            .collect();
+        let mut theta_at = p;
+        let terms = terms
+            .into_iter()
+            .map(|term| {
+                let q = term.z.len() / n;
+                let kept = Term {
+                    z: term.z,
+                    q,
+                    correlated: term.correlated && q > 1,
+                    theta_at,
+                };
+                theta_at += kept.n_params();
+                kept
+            })
+            .collect();
+        Ok(Glmm {
+            family,
+            y,
+            x,
+            p,
+            terms,
+            trials,
+            points,
+            slot,
+            latent_dim,
+            row_constant,
+        })
+    }
+
+    /// The fixed effects' count p.
+    pub fn n_fixed(&self) -> usize {
+        self.p
+    }
+
+    /// Per random-effect term, its effects' count q and whether they are correlated.
+    pub fn terms(&self) -> Vec<(usize, bool)> {
+        self.terms.iter().map(|t| (t.q, t.correlated)).collect()
+    }
+
+    /// The family.
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    /// A starting θ: β from the mean response on the link scale (intercept where the first
+    /// column of X is constant), every effect's sd 0.5 and no correlation, σ the response's sd.
+    pub fn start(&self) -> Vec<f64> {
+        let n = self.y.len() as f64;
+        let mean = self.y.iter().sum::<f64>() / n;
+        let mut th = vec![0.0; self.theta_len()];
+        let intercept = (0..self.y.len()).all(|i| self.x[i * self.p] == 1.0);
+        if intercept && self.p > 0 {
+            th[0] = match self.family {
+                Family::Gaussian => mean,
+                Family::Poisson => mean.max(1e-3).ln(),
+                Family::Binomial => {
+                    let m = self.trials.iter().sum::<f64>() / n;
+                    let r = (mean / m).clamp(1e-3, 1.0 - 1e-3);
+                    (r / (1.0 - r)).ln()
+                }
+            };
+        }
+        for t in &self.terms {
+            th[t.theta_at..t.theta_at + t.q].fill(0.5f64.ln());
+        }
+        if self.family == Family::Gaussian {
+            let var = self.y.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+            th[self.theta_len() - 1] = 0.5 * var.max(1e-12).ln();
+        }
+        th
+    }
+
+    fn theta_len(&self) -> usize {
+        let random: usize = self.terms.iter().map(Term::n_params).sum();
+        self.p + random + usize::from(self.family == Family::Gaussian)
+    }
+
+    /// 1/σ² (Gaussian) or 0, and log σ (or 0).
+    fn scale(&self, theta: &[f64]) -> (f64, f64) {
+        if self.family == Family::Gaussian {
+            let log_sigma = theta[self.theta_len() - 1];
+            ((-2.0 * log_sigma).exp(), log_sigma)
+        } else {
+            (0.0, 0.0)
+        }
+    }
+
+    /// Calls `each(column, value)` for the non-zero entries of dη_i/du: Σ_a z_a L_ab at the
+    /// b-th effect of the row's level of each term.
+    fn row_design(&self, factors: &[Vec<f64>], i: usize, mut each: impl FnMut(usize, f64)) {
+        let n_terms = self.terms.len();
+        for (t, term) in self.terms.iter().enumerate() {
+            let (q, l) = (term.q, &factors[t]);
+            let zi = &term.z[i * q..(i + 1) * q];
+            let at = self.slot[i * n_terms + t];
+            for b in 0..q {
+                let v = if term.correlated {
+                    (b..q).map(|a| zi[a] * l[a * q + b]).sum()
+                } else {
+                    zi[b] * l[b * q + b]
+                };
+                each(at + b, v);
+            }
+        }
+    }
+
+    /// x_iᵀβ for every row of point `c`.
+    fn fixed_part(&self, beta: &[f64], i: usize) -> f64 {
+        let xi = &self.x[i * self.p..(i + 1) * self.p];
+        xi.iter().zip(beta).map(|(a, b)| a * b).sum::<f64>()
+    }
+
+    /// For point `c` at latent `u`: log p(y_c, u; θ) (with `prior_dim` coordinates of u in the
+    /// prior), and through `each` every row's (i, dℓ/dη, −d²ℓ/dη²).
+    fn point_terms(
+        &self,
+        theta: &[f64],
+        factors: &[Vec<f64>],
+        c: usize,
+        u: &[f64],
+        prior_dim: usize,
+        mut each: impl FnMut(usize, f64, f64),
+    ) -> f64 {
+        let (inv_var, log_sigma) = self.scale(theta);
+        let rows = &self.points[c].rows;
+        let mut lp = self.row_constant[c]
+            - 0.5 * prior_dim as f64 * LN_2PI
+            - 0.5 * u[..prior_dim].iter().map(|v| v * v).sum::<f64>()
+            - rows.len() as f64 * log_sigma;
+        for &i in rows {
+            let mut eta = self.fixed_part(&theta[..self.p], i);
+            self.row_design(factors, i, |k, a| eta += a * u[k]);
+            let (l, d, w) = row(self.family, self.y[i], self.trials[i], eta, inv_var);
+            lp += l;
+            each(i, d, w);
+        }
+        lp
+    }
+
+    fn factors(&self, theta: &[f64]) -> Vec<Vec<f64>> {
+        self.terms.iter().map(|t| t.factor(theta)).collect()
+    }
+}
+
+impl LatentModel<f64> for Glmm {
+    fn n_data(&self) -> usize {
+        self.points.len()
+    }
+    fn latent_dim(&self) -> usize {
+        self.latent_dim
+    }
+    fn theta_dim(&self) -> usize {
+        self.theta_len()
+    }
+    fn log_joint(
+        &self,
+        theta: &[f64],
+        data: &[usize],
+        z: &[f64],
+        logp: &mut [f64],
+        grad_z: &mut [f64],
+    ) -> std::result::Result<(), LogpError> {
+        let d = self.latent_dim;
+        let factors = self.factors(theta);
+        for (r, &c) in data.iter().enumerate() {
+            let u = &z[r * d..(r + 1) * d];
+            let g = &mut grad_z[r * d..(r + 1) * d];
+            g.iter_mut().zip(u).for_each(|(g, u)| *g = -u);
+            let lp = self.point_terms(theta, &factors, c, u, d, |i, dl, _| {
+                self.row_design(&factors, i, |k, a| g[k] += dl * a);
+            });
+            if !lp.is_finite() || g.iter().any(|v| !v.is_finite()) {
+                return Err(LogpError::NonFinite);
+            }
+            logp[r] = lp;
+        }
+        Ok(())
+    }
+    fn add_grad_theta(
+        &self,
+        theta: &[f64],
+        data: &[usize],
+        z: &[f64],
+        grad: &mut [f64],
+    ) -> std::result::Result<(), LogpError> {
+        let (d, p, n_terms) = (self.latent_dim, self.p, self.terms.len());
+        let factors = self.factors(theta);
+        let (inv_var, _) = self.scale(theta);
+        let last = grad.len() - 1;
+        for (r, &c) in data.iter().enumerate() {
+            let u = &z[r * d..(r + 1) * d];
+            let mut g = vec![0.0; grad.len()];
+            self.point_terms(theta, &factors, c, u, d, |i, dl, _| {
+                let xi = &self.x[i * p..(i + 1) * p];
+                g[..p].iter_mut().zip(xi).for_each(|(o, v)| *o += dl * v);
+                for (t, term) in self.terms.iter().enumerate() {
+                    let (q, l) = (term.q, &factors[t]);
+                    let zi = &term.z[i * q..(i + 1) * q];
+                    let ut = &u[self.slot[i * n_terms + t]..][..q];
+                    let at = term.theta_at;
+                    for a in 0..q {
+                        // d/d log L_aa of z_a L_aa u_a.
+                        g[at + a] += dl * zi[a] * l[a * q + a] * ut[a];
+                    }
+                    if term.correlated {
+                        let mut k = at + q;
+                        for (a, za) in zi.iter().enumerate().skip(1) {
+                            for ub in &ut[..a] {
+                                g[k] += dl * za * ub;
+                                k += 1;
+                            }
+                        }
+                    }
+                }
+                if self.family == Family::Gaussian {
+                    // d/d log σ of −log σ − e²/(2σ²): −1 + e²/σ², with e = dl·σ².
+                    let e = dl / inv_var;
+                    g[last] += -1.0 + e * e * inv_var;
+                }
+            });
+            if g.iter().any(|v| !v.is_finite()) {
+                return Err(LogpError::NonFinite);
+            }
+            grad.iter_mut().zip(&g).for_each(|(o, v)| *o += v);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metric::Factor;
+    use crate::model::check_gradients;
+
+    fn small(family: Family) -> Glmm {
+        let n = 12;
+        let y: Vec<f64> = (0..n)
+            .map(|i| match family {
+                Family::Gaussian => (i as f64 * 0.7).sin() * 2.0,
+                Family::Poisson => (i % 5) as f64,
+                Family::Binomial => (i % 4) as f64,
+            })
+            .collect();
+        let x: Vec<f64> = (0..n).flat_map(|i| [1.0, (i as f64 * 0.3).cos()]).collect();
+        let z: Vec<f64> = (0..n).flat_map(|i| [1.0, i as f64 / n as f64]).collect();
+        let group: Vec<usize> = (0..n).map(|i| i % 3).collect();
+        let trials = (family == Family::Binomial).then(|| vec![4.0; n]);
+        Glmm::new(family, y, x, &group, z, trials).unwrap()
+    }
+
+    /// Two terms: correlated slopes by `a` (4 levels) crossed with intercepts by `b` (3 levels)
+    /// over 24 rows (one point), or nested (b's levels within a's: 4 points).
+    fn two_terms(family: Family, nested: bool) -> Glmm {
+        let n = 24;
+        let y: Vec<f64> = (0..n)
+            .map(|i| match family {
+                Family::Gaussian => (i as f64 * 0.7).sin() * 2.0,
+                Family::Poisson => (i % 5) as f64,
+                Family::Binomial => (i % 4) as f64,
+            })
+            .collect();
+        let x: Vec<f64> = (0..n).flat_map(|i| [1.0, (i as f64 * 0.3).cos()]).collect();
+        let a = RandomTerm {
+            group: (0..n).map(|i| i % 4).collect(),
+            z: (0..n).flat_map(|i| [1.0, (i as f64 * 0.5).sin()]).collect(),
+            correlated: true,
+        };
+        let b = RandomTerm {
+            group: (0..n)
+                .map(|i| {
+                    if nested {
+                        2 * (i % 4) + (i / 4) % 2
+                    } else {
+                        i % 3
+                    }
+                })
+                .collect(),
+            z: vec![1.0; n],
+            correlated: false,
+        };
+        let trials = (family == Family::Binomial).then(|| vec![4.0; n]);
+        Glmm::with_terms(family, y, x, vec![a, b], trials).unwrap()
+    }
+
+    #[test]
+    fn gradients_match_central_differences() {
+        for family in [Family::Gaussian, Family::Poisson, Family::Binomial] {
+            for m in [
+                small(family),
+                two_terms(family, false),
+                two_terms(family, true),
+            ] {
+                let theta: Vec<f64> = (0..m.theta_dim()).map(|k| 0.1 * k as f64 - 0.2).collect();
+                let z: Vec<f64> = (0..m.n_data() * m.latent_dim())
+                    .map(|k| (k as f64 * 1.3).sin())
+                    .collect();
+                let check = check_gradients(&m, &theta, &z, 1e-6).unwrap();
+                assert!(check.worst_error() < 1e-6, "{family:?}: {check:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn points_are_the_sets_of_rows_that_share_a_level() {
+        // One factor: point j is group j. Crossed: one point with 4·2 + 3 effects. Nested: a
+        // point per level of a, with its 2 effects and its 2 sub-levels of b.
+        let m = small(Family::Poisson);
+        assert_eq!((m.n_data(), m.latent_dim()), (3, 2));
+        assert!(m.points[1].rows.iter().all(|i| i % 3 == 1));
+        let crossed = two_terms(Family::Poisson, false);
+        assert_eq!((crossed.n_data(), crossed.latent_dim()), (1, 11));
+        let nested = two_terms(Family::Poisson, true);
+        assert_eq!((nested.n_data(), nested.latent_dim()), (4, 4));
+        assert_eq!(nested.theta_dim(), 2 + 3 + 1);
+    }
+
+    /// log N(y; Xβ, σ²I + A Aᵀ) from the n × n covariance itself.
+    fn dense_gaussian(m: &Glmm, theta: &[f64]) -> f64 {
+        let factors = m.factors(theta);
+        let (_, log_sigma) = m.scale(theta);
+        let n = m.y.len();
+        // Every point's effects in columns of their own.
+        let dim = m.latent_dim * m.n_data();
+        let mut a = vec![0.0; n * dim];
+        for (c, point) in m.points.iter().enumerate() {
+            for &i in &point.rows {
+                m.row_design(&factors, i, |k, v| a[i * dim + c * m.latent_dim + k] += v);
+            }
+        }
+        let mut cov = vec![0.0; n * n];
+        for i in 0..n {
+            for j in 0..n {
+                cov[i * n + j] = (0..dim)
+                    .map(|k| a[i * dim + k] * a[j * dim + k])
+                    .sum::<f64>()
+                    + if i == j { (2.0 * log_sigma).exp() } else { 0.0 };
+            }
+        }
+        let f = Factor::cholesky(&cov, n).unwrap();
+        let mut r: Vec<f64> = (0..n)
+            .map(|i| m.y[i] - m.fixed_part(&theta[..m.p], i))
+            .collect();
+        f.solve_lower(&mut r);
+        -0.5 * n as f64 * LN_2PI - 0.5 * f.log_det() - 0.5 * r.iter().map(|v| v * v).sum::<f64>()
+    }
+
+    #[test]
+    fn the_gaussian_closed_form_is_the_dense_normal_density() {
+        let m = two_terms(Family::Gaussian, false);
+        let theta: Vec<f64> = (0..m.theta_dim()).map(|k| 0.1 * k as f64 - 0.2).collect();
+        let l = m.log_likelihood(&theta, 0).unwrap();
+        assert_eq!(l.method, LikelihoodMethod::Exact);
+        let want = dense_gaussian(&m, &theta);
+        assert!((l.value - want).abs() < 1e-9, "{} vs {want}", l.value);
+        // And with one effect per point, the closed form is the quadrature.
+        let one = small(Family::Gaussian);
+        let one_q = Glmm::new(
+            Family::Gaussian,
+            one.y.clone(),
+            one.x.clone(),
+            &(0..12).map(|i| i % 3).collect::<Vec<_>>(),
+            vec![1.0; 12],
+            None,
+        )
+        .unwrap();
+        let th = [0.3, -0.2, -0.4, 0.1];
+        let q = one_q.log_likelihood(&th, 0).unwrap();
+        assert_eq!(q.method, LikelihoodMethod::Quadrature);
+        let want = dense_gaussian(&one_q, &th);
+        assert!((q.value - want).abs() < 1e-8, "{} vs {want}", q.value);
+    }
+
+    #[test]
+    fn importance_sampling_agrees_with_the_exact_values_within_its_error() {
+        // Against quadrature (Poisson, binomial: one effect per point) and the closed form
+        // (Gaussian, crossed and nested): within 4 of the sampler's own standard errors, which
+        // must be small (the proposal fits).
+        let mut cases = Vec::new();
+        for family in [Family::Poisson, Family::Binomial] {
+            let m = small(family);
+            let one = Glmm::new(
+                family,
+                m.y.clone(),
+                m.x.clone(),
+                &(0..12).map(|i| i % 3).collect::<Vec<_>>(),
+                vec![1.0; 12],
+                m.family.eq(&Family::Binomial).then(|| vec![4.0; 12]),
+            )
+            .unwrap();
+            let th = [0.2, -0.3, -0.2];
+            let exact = one.log_likelihood(&th, 0).unwrap().value;
+            cases.push((one, th.to_vec(), exact));
+        }
+        for nested in [false, true] {
+            let m = two_terms(Family::Gaussian, nested);
+            let th: Vec<f64> = (0..m.theta_dim()).map(|k| 0.1 * k as f64 - 0.2).collect();
+            let exact = m.log_likelihood(&th, 0).unwrap().value;
+            cases.push((m, th, exact));
+        }
+        for (m, th, exact) in cases {
+            let s = m.log_likelihood_sampled(&th, 4000, 7).unwrap();
+            assert!(s.se > 0.0 && s.se < 0.02, "{s:?}");
+            assert!((s.value - exact).abs() < 4.0 * s.se, "{s:?} vs {exact}");
+            assert!(s.min_ess.unwrap() > 0.5, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn bad_data_is_named() {
+        let err = |r: Result<Glmm>| format!("{:?}", r.unwrap_err());
+        let e = err(Glmm::new(
+            Family::Poisson,
+            vec![1.0, -1.0],
+            vec![1.0, 1.0],
+            &[0, 0],
+            vec![1.0, 1.0],
+            None,
+        ));
+        assert!(e.contains("y") && e.contains("row 1"), "{e}");
+        let e = err(Glmm::new(
+            Family::Gaussian,
+            vec![1.0, 2.0],
+            vec![1.0, 1.0],
+            &[0, 2],
+            vec![1.0, 1.0],
+            None,
+        ));
+        assert!(e.contains("group 1"), "{e}");
+        let e = err(Glmm::new(
+            Family::Gaussian,
+            vec![1.0, f64::NAN],
+            vec![1.0, 1.0],
+            &[0, 0],
+            vec![1.0, 1.0],
+            None,
+        ));
+        assert!(e.contains("NaN"), "{e}");
+    }
+}
