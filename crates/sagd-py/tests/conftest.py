@@ -43,9 +43,15 @@ def loglik(family, theta, y, X, g):
     else:
         s2 = np.exp(2 * theta[p + 1])
         rows = -0.5 * np.log(2 * np.pi * s2) - (y[:, None] - eta) ** 2 / (2 * s2)
+    return by_group(rows, g, LOGW)
+
+
+def by_group(rows, g, logw):
+    """Sum over groups of log sum_k w_k prod_(rows i of the group) p_i(node k), from the rows'
+    log densities at the nodes (rows x nodes) and the log weights."""
     total = 0.0
     for j in np.unique(g):
-        a = rows[g == j].sum(axis=0) + LOGW
+        a = rows[g == j].sum(axis=0) + logw
         m = a.max()
         total += m + np.log(np.exp(a - m).sum())
     return total

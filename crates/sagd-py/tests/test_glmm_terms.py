@@ -7,6 +7,7 @@ from scipy import optimize
 from scipy.special import gammaln
 
 import sagd
+from conftest import by_group
 
 NODES, WEIGHTS = np.polynomial.hermite.hermgauss(60)
 U1, U2 = np.meshgrid(np.sqrt(2.0) * NODES, np.sqrt(2.0) * NODES, indexing="ij")
@@ -20,12 +21,7 @@ def slopes_loglik(theta, y, x, g):
     B = L @ U  # (2, nodes): intercept and slope effects
     eta = theta[0] + theta[1] * x[:, None] + B[0][None, :] + x[:, None] * B[1][None, :]
     rows = y[:, None] * eta - np.exp(eta) - gammaln(y + 1)[:, None]
-    total = 0.0
-    for j in np.unique(g):
-        a = rows[g == j].sum(axis=0) + LOGW
-        m = a.max()
-        total += m + np.log(np.exp(a - m).sum())
-    return total
+    return by_group(rows, g, LOGW)
 
 
 def crossed_loglik(theta, y, x, a, b):

@@ -615,16 +615,22 @@ mod tests {
     use crate::metric::Factor;
     use crate::model::check_gradients;
 
-    fn small(family: Family) -> Glmm {
-        let n = 12;
-        let y: Vec<f64> = (0..n)
+    /// n responses of the family and a design with an intercept and a covariate.
+    fn responses(family: Family, n: usize) -> (Vec<f64>, Vec<f64>) {
+        let y = (0..n)
             .map(|i| match family {
                 Family::Gaussian => (i as f64 * 0.7).sin() * 2.0,
                 Family::Poisson => (i % 5) as f64,
                 Family::Binomial => (i % 4) as f64,
             })
             .collect();
-        let x: Vec<f64> = (0..n).flat_map(|i| [1.0, (i as f64 * 0.3).cos()]).collect();
+        let x = (0..n).flat_map(|i| [1.0, (i as f64 * 0.3).cos()]).collect();
+        (y, x)
+    }
+
+    fn small(family: Family) -> Glmm {
+        let n = 12;
+        let (y, x) = responses(family, n);
         let z: Vec<f64> = (0..n).flat_map(|i| [1.0, i as f64 / n as f64]).collect();
         let group: Vec<usize> = (0..n).map(|i| i % 3).collect();
         let trials = (family == Family::Binomial).then(|| vec![4.0; n]);
@@ -635,14 +641,7 @@ mod tests {
     /// over 24 rows (one point), or nested (b's levels within a's: 4 points).
     fn two_terms(family: Family, nested: bool) -> Glmm {
         let n = 24;
-        let y: Vec<f64> = (0..n)
-            .map(|i| match family {
-                Family::Gaussian => (i as f64 * 0.7).sin() * 2.0,
-                Family::Poisson => (i % 5) as f64,
-                Family::Binomial => (i % 4) as f64,
-            })
-            .collect();
-        let x: Vec<f64> = (0..n).flat_map(|i| [1.0, (i as f64 * 0.3).cos()]).collect();
+        let (y, x) = responses(family, n);
         let a = RandomTerm {
             group: (0..n).map(|i| i % 4).collect(),
             z: (0..n).flat_map(|i| [1.0, (i as f64 * 0.5).sin()]).collect(),
