@@ -16,131 +16,21 @@
 //! every constant (log y!, the binomial coefficients, 2π), so that log-likelihoods compare with
 //! lme4's; [`Glmm::log_likelihood`] computes it.
 
+mod family;
 mod likelihood;
+mod terms;
 
+pub use family::Family;
 pub use likelihood::{LikelihoodMethod, MarginalLikelihood};
 
-use serde::{Deserialize, Serialize};
+use family::{ln_factorial, row};
+pub use terms::RandomTerm;
+use terms::{connected_rows, Component, Term};
 
 use crate::error::{LogpError, Result, SagdError};
 use crate::model::LatentModel;
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
-
-/// The distribution of y given the linear predictor η.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Family {
-    /// y ~ N(η, σ²), σ a parameter.
-    Gaussian,
-    /// y ~ Poisson(e^η).
-    Poisson,
-    /// y ~ Binomial(m, 1/(1 + e^−η)), m the trials of the row (1: Bernoulli).
-    Binomial,
-}
-
-impl std::str::FromStr for Family {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "gaussian" | "normal" => Ok(Family::Gaussian),
-            "poisson" => Ok(Family::Poisson),
-            "binomial" | "bernoulli" => Ok(Family::Binomial),
-            _ => Err(format!(
-                "unknown family `{s}`: use gaussian, poisson or binomial"
-            )),
-        }
-    }
-}
-
-/// ln Γ(x + 1) for the counts' constants.
-fn ln_factorial(k: f64) -> f64 {
-    statrs::function::gamma::ln_gamma(k + 1.0)
-}
-
-/// One random-effect term, `(Z | g)` in lme4's notation.
-#[derive(Clone, Debug)]
-pub struct RandomTerm {
-    /// The level of the term's grouping factor at each row, numbered 0..G with every level used.
-    pub group: Vec<usize>,
-    /// The term's design, row-major n × q (a column of ones: a random intercept).
-    pub z: Vec<f64>,
-    /// Whether a level's q effects are correlated (a full covariance) or independent.
-    pub correlated: bool,
-}
-
-/// A term as the model keeps it.
-#[derive(Clone, Debug)]
-struct Term {
-    z: Vec<f64>,
-    q: usize,
-    correlated: bool,
-    /// Where its parameters start in θ.
-    theta_at: usize,
-}
-
-impl Term {
-    fn n_params(&self) -> usize {
-        self.q
-            + if self.correlated {
-                self.q * (self.q - 1) / 2
-            } else {
-                0
-            }
-    }
-
-    /// L (q × q, row-major, lower-triangular) from θ.
-    fn factor(&self, theta: &[f64]) -> Vec<f64> {
-        let q = self.q;
-        let par = &theta[self.theta_at..self.theta_at + self.n_params()];
-        let mut l = vec![0.0; q * q];
-        for a in 0..q {
-            l[a * q + a] = par[a].exp();
-        }
-        if self.correlated {
-            let mut k = q;
-            for a in 1..q {
-                for b in 0..a {
-                    l[a * q + b] = par[k];
-                    k += 1;
-                }
-            }
-        }
-        l
-    }
-}
-
-/// The rows of one data point and the size of its latent.
-#[derive(Clone, Debug)]
-struct Component {
-    rows: Vec<usize>,
-    dim: usize,
-}
-
-/// What a row contributes: log f(y | η) without its constant, d/dη and −d²/dη².
-#[inline]
-fn row(family: Family, y: f64, m: f64, eta: f64, inv_var: f64) -> (f64, f64, f64) {
-    match family {
-        Family::Gaussian => {
-            let e = y - eta;
-            (-0.5 * e * e * inv_var, e * inv_var, inv_var)
-        }
-        Family::Poisson => {
-            let mu = eta.exp();
-            (y * eta - mu, y - mu, mu)
-        }
-        Family::Binomial => {
-            // log(1 + e^η) without overflow.
-            let softplus = if eta > 0.0 {
-                eta + (-eta).exp().ln_1p()
-            } else {
-                eta.exp().ln_1p()
-            };
-            let p = 1.0 / (1.0 + (-eta).exp());
-            (y * eta - m * softplus, y - m * p, m * p * (1.0 - p))
-        }
-    }
-}
 
 /// A GLMM's data, checked.
 #[derive(Clone, Debug)]
@@ -161,48 +51,6 @@ pub struct Glmm {
     /// Per point, Σ over its rows of the log density's constant part (log y!, binomial
     /// coefficients, 2π).
     row_constant: Vec<f64>,
-}
-
-/// The connected sets of rows linked by shared levels: per row its set, numbered in the order of
-/// the first term's levels (so that with one term, set j is group j).
-fn connected_rows(terms: &[RandomTerm], levels: &[usize], n: usize) -> Vec<usize> {
-    let offsets: Vec<usize> = levels
-        .iter()
-        .scan(0, |acc, &l| {
-            let at = *acc;
-            *acc += l;
-            Some(at)
-        })
-        .collect();
-    let mut parent: Vec<usize> = (0..levels.iter().sum()).collect();
-    fn root(parent: &mut [usize], mut a: usize) -> usize {
-        while parent[a] != a {
-            parent[a] = parent[parent[a]];
-            a = parent[a];
-        }
-        a
-    }
-    for i in 0..n {
-        let first = root(&mut parent, terms[0].group[i]);
-        for (t, term) in terms.iter().enumerate().skip(1) {
-            let other = root(&mut parent, offsets[t] + term.group[i]);
-            if other != first {
-                parent[other.max(first)] = other.min(first);
-            }
-        }
-    }
-    let mut number = vec![usize::MAX; parent.len()];
-    let mut next = 0;
-    for level in 0..levels[0] {
-        let r = root(&mut parent, level);
-        if number[r] == usize::MAX {
-            number[r] = next;
-            next += 1;
-        }
-    }
-    (0..n)
-        .map(|i| number[root(&mut parent, terms[0].group[i])])
-        .collect()
 }
 
 impl Glmm {

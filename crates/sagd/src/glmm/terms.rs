@@ -1,0 +1,103 @@
+//! Random-effect terms: what the user gives, how θ parametrises each term's covariance, and the
+//! blocks of rows (EM's data points) that shared levels link.
+
+/// One random-effect term, `(Z | g)` in lme4's notation.
+#[derive(Clone, Debug)]
+pub struct RandomTerm {
+    /// The level of the term's grouping factor at each row, numbered 0..G with every level used.
+    pub group: Vec<usize>,
+    /// The term's design, row-major n × q (a column of ones: a random intercept).
+    pub z: Vec<f64>,
+    /// Whether a level's q effects are correlated (a full covariance) or independent.
+    pub correlated: bool,
+}
+
+/// A term as the model keeps it.
+#[derive(Clone, Debug)]
+pub(super) struct Term {
+    pub(super) z: Vec<f64>,
+    pub(super) q: usize,
+    pub(super) correlated: bool,
+    /// Where its parameters start in θ.
+    pub(super) theta_at: usize,
+}
+
+impl Term {
+    pub(super) fn n_params(&self) -> usize {
+        self.q
+            + if self.correlated {
+                self.q * (self.q - 1) / 2
+            } else {
+                0
+            }
+    }
+
+    /// L (q × q, row-major, lower-triangular) from θ.
+    pub(super) fn factor(&self, theta: &[f64]) -> Vec<f64> {
+        let q = self.q;
+        let par = &theta[self.theta_at..self.theta_at + self.n_params()];
+        let mut l = vec![0.0; q * q];
+        for a in 0..q {
+            l[a * q + a] = par[a].exp();
+        }
+        if self.correlated {
+            let mut k = q;
+            for a in 1..q {
+                for b in 0..a {
+                    l[a * q + b] = par[k];
+                    k += 1;
+                }
+            }
+        }
+        l
+    }
+}
+
+/// The rows of one data point and the size of its latent.
+#[derive(Clone, Debug)]
+pub(super) struct Component {
+    pub(super) rows: Vec<usize>,
+    pub(super) dim: usize,
+}
+
+/// The connected sets of rows linked by shared levels: per row its set, numbered in the order of
+/// the first term's levels (so that with one term, set j is group j).
+pub(super) fn connected_rows(terms: &[RandomTerm], levels: &[usize], n: usize) -> Vec<usize> {
+    let offsets: Vec<usize> = levels
+        .iter()
+        .scan(0, |acc, &l| {
+            let at = *acc;
+            *acc += l;
+            Some(at)
+        })
+        .collect();
+    let mut parent: Vec<usize> = (0..levels.iter().sum()).collect();
+    fn root(parent: &mut [usize], mut a: usize) -> usize {
+        while parent[a] != a {
+            parent[a] = parent[parent[a]];
+            a = parent[a];
+        }
+        a
+    }
+    for i in 0..n {
+        let first = root(&mut parent, terms[0].group[i]);
+        for (t, term) in terms.iter().enumerate().skip(1) {
+            let other = root(&mut parent, offsets[t] + term.group[i]);
+            if other != first {
+                parent[other.max(first)] = other.min(first);
+            }
+        }
+    }
+    let mut number = vec![usize::MAX; parent.len()];
+    let mut next = 0;
+    for level in 0..levels[0] {
+        let r = root(&mut parent, level);
+        if number[r] == usize::MAX {
+            number[r] = next;
+            next += 1;
+        }
+    }
+    (0..n)
+        .map(|i| number[root(&mut parent, terms[0].group[i])])
+        .collect()
+}
