@@ -1,0 +1,162 @@
+"""What the entry points share: argument checks, the progress display, tables, and the result
+of automated EM (`FitResult`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+
+def _vector(name: str, value: Any, n: Optional[int] = None) -> np.ndarray:
+    """``value`` as a contiguous float64 vector, with a ValueError naming ``name``."""
+    try:
+        a = np.ascontiguousarray(np.asarray(value, dtype=np.float64))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}: not numbers ({e})") from None
+    if a.ndim != 1:
+        raise ValueError(f"{name}: expected a 1-D array, got shape {a.shape}")
+    if n is not None and a.shape[0] != n:
+        raise ValueError(f"{name}: expected {n} values (one per observation), got {a.shape[0]}")
+    if not np.all(np.isfinite(a)):
+        bad = int(np.flatnonzero(~np.isfinite(a))[0])
+        raise ValueError(f"{name}: {a[bad]} at position {bad}; remove or impute it")
+    return a
+
+
+def _matrix(name: str, value: Any, n: int) -> np.ndarray:
+    """``value`` as a contiguous float64 n x k matrix (a vector is one column)."""
+    try:
+        a = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}: not numbers ({e})") from None
+    if a.ndim == 1:
+        a = a[:, None]
+    if a.ndim != 2 or a.shape[0] != n:
+        raise ValueError(f"{name}: expected {n} rows (one per observation), got shape {a.shape}")
+    if a.shape[1] == 0:
+        raise ValueError(f"{name}: needs at least one column")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name}: contains values that are not finite; remove or impute them")
+    return np.ascontiguousarray(a)
+
+
+def _progress(enabled: bool, total: Optional[int], desc: str):
+    """A progress callback (work done so far) and its closer: tqdm's bar when tqdm is installed
+    (in a terminal or in Jupyter), else a line on stderr every 2 s; nothing when not enabled."""
+    if not enabled:
+        return None, lambda: None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        import sys
+        import time
+
+        last = [0.0]
+
+        def line(done: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 2.0:
+                last[0] = now
+                of = f"/{total}" if total else ""
+                print(f"{desc}: {done}{of} updates", file=sys.stderr, flush=True)
+
+        return line, lambda: None
+    bar = tqdm(total=total, desc=desc, unit="update")
+    return (lambda done: bar.update(done - bar.n)), bar.close
+
+
+def _table(rows: List[Tuple[str, float, float, float]], title: str) -> str:
+    width = max([len(r[0]) for r in rows] + [9])
+    lines = [title, f"{'':{width}}  {'estimate':>10}  {'std.err':>9}  {'(MC err)':>9}"]
+    for name, est, se, err in rows:
+        e = "" if math.isnan(err) else f"{err:9.4f}"
+        lines.append(f"{name:{width}}  {est:10.4f}  {se:9.4f}  {e:>9}")
+    return "\n".join(lines)
+
+
+def _arr(d: Dict[str, Any], key: str, p: int) -> np.ndarray:
+    v = d.get(key)
+    return np.full(p, np.nan) if v is None or len(v) == 0 else np.asarray(v)
+
+
+@dataclass
+class FitResult:
+    """The answer of automated EM on a model of your own.
+
+    Attributes:
+        estimate: theta-hat, polished to the maximum of the log-likelihood when ``status`` is
+            ``"polished"``.
+        se: standard errors sqrt(diag(I^-1)) from the observed information (NaN if not polished).
+        se_error: each standard error's own Monte Carlo error.
+        mc_se: the Monte Carlo error of ``estimate`` itself (from the chains).
+        status: ``"polished"``, or ``"polish failed"`` (then ``estimate`` is EM's, and
+            ``polish_error`` says why).
+        converged: whether EM's own stopping rule was met before the polish.
+        msteps: M-steps run.
+        path: theta after every update (rows).
+        se_at: the theta where the information behind ``se`` was taken (the last Newton point,
+            within the Monte Carlo error of ``estimate``).
+        chain_rhat: with several chains per point, the largest R-hat of a point's score.
+        warning: set when the standard errors are less precise than 10 %, or chains disagree.
+    """
+
+    estimate: np.ndarray
+    se: np.ndarray
+    se_error: np.ndarray
+    mc_se: np.ndarray
+    status: str
+    polish_error: Optional[str]
+    converged: bool
+    msteps: int
+    path: np.ndarray
+    se_at: Optional[np.ndarray] = None
+    chain_rhat: Optional[float] = None
+    warning: Optional[str] = None
+    names: List[str] = field(default_factory=list)
+
+    @classmethod
+    def _of(cls, d: Dict[str, Any], names: Optional[Sequence[str]] = None) -> "FitResult":
+        p = len(d["estimate"])
+        return cls(
+            estimate=np.asarray(d["estimate"]),
+            se=_arr(d, "se", p),
+            se_error=_arr(d, "se_error", p),
+            mc_se=_arr(d, "mc_se", p),
+            status=d["status"],
+            polish_error=d.get("polish_error"),
+            converged=bool(d["converged"]),
+            msteps=int(d["msteps"]),
+            path=np.asarray(d["path"]),
+            se_at=None if d.get("information_theta") is None else np.asarray(d["information_theta"]),
+            chain_rhat=d.get("chain_rhat"),
+            warning=d.get("se_warning"),
+            names=list(names) if names is not None else [f"theta[{j}]" for j in range(p)],
+        )
+
+    def _rows(self) -> List[Tuple[str, float, float, float]]:
+        return [
+            (n, float(e), float(s), float(r))
+            for n, e, s, r in zip(self.names, self.estimate, self.se, self.se_error)
+        ]
+
+    def __repr__(self) -> str:
+        head = f"sagd fit: {self.status}, {self.msteps} M-steps"
+        out = _table(self._rows(), head)
+        if self.status != "polished":
+            out += f"\nNOT polished: {self.polish_error}"
+        if self.warning:
+            out += f"\nwarning: {self.warning}"
+        return out
+
+    def to_pandas(self):
+        """The estimates as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            {"estimate": self.estimate, "se": self.se, "se_error": self.se_error,
+             "mc_se": self.mc_se},
+            index=self.names,
+        )

@@ -1,0 +1,292 @@
+"""`sagd.glmm`: generalised linear mixed models from numpy arrays, fitted in Rust."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _core
+from ._common import FitResult, _matrix, _progress, _table, _vector
+
+
+@dataclass
+class GlmmResult(FitResult):
+    """A fitted GLMM. Besides :class:`FitResult`'s fields (on the internal scale theta = (beta;
+    per grouping factor, log of the diagonal of the Cholesky factor L of its effects' covariance,
+    then, when correlated, L's lower off-diagonal row by row; log sigma)):
+
+    Attributes:
+        family: ``"gaussian"``, ``"poisson"`` or ``"binomial"``.
+        fixed: the fixed effects beta; ``fixed_se`` their standard errors.
+        random_sd: the random effects' standard deviations, grouping factor by grouping factor
+            (one per column of its Z); ``random_sd_se`` theirs (delta method); ``random_names``
+            "factor: column" for each.
+        random_cor: per grouping factor, the correlation matrix of its effects (the identity
+            when they are independent).
+        sigma: the residual sd (Gaussian family), ``sigma_se`` its standard error.
+        loglik: the log-likelihood at the estimate, every constant included as lme4's: exact
+            (quadrature with one random effect per point; closed form for the Gaussian family)
+            or by importance sampling, with ``loglik_se`` its Monte Carlo error (0 when exact) and
+            ``loglik_method`` saying which.
+        groups: the group labels (one grouping factor), or a dict factor -> labels.
+        n_points: the independent blocks of the data EM works on: the groups of one factor, the
+            top-level groups of nested ones, often the whole data set for crossed ones.
+    """
+
+    family: str = ""
+    fixed: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    fixed_se: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    random_sd: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    random_sd_se: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    random_names: List[str] = field(default_factory=list)
+    random_cor: List[np.ndarray] = field(default_factory=list)
+    sigma: Optional[float] = None
+    sigma_se: Optional[float] = None
+    loglik: Optional[float] = None
+    loglik_se: Optional[float] = None
+    loglik_method: Optional[str] = None
+    groups: Any = None
+    n_points: int = 0
+
+    def __repr__(self) -> str:
+        p = len(self.fixed)
+        n_groups = (len(self.groups) if not isinstance(self.groups, dict) else
+                    " x ".join(str(len(v)) for v in self.groups.values()))
+        fixed = _table(self._rows()[:p], f"GLMM ({self.family}), {n_groups} groups: "
+                       f"{self.status}, {self.msteps} M-steps")
+        sds = [(f"sd {n}", float(t), float(s), math.nan)
+               for n, t, s in zip(self.random_names, self.random_sd, self.random_sd_se)]
+        if self.sigma is not None:
+            sds.append(("sigma", self.sigma, float(self.sigma_se), math.nan))
+        out = fixed + "\n" + _table(sds, "random effects and residual (sd scale)")
+        for name, cor in zip(self._factor_names(), self.random_cor):
+            if cor.shape[0] > 1 and np.any(cor != np.eye(cor.shape[0])):
+                rows = "\n".join("  " + " ".join(f"{v:7.3f}" for v in r) for r in cor)
+                out += f"\ncorrelations of {name}'s effects:\n{rows}"
+        if self.loglik is not None:
+            out += f"\nlog-likelihood {self.loglik:.4f}"
+            if self.loglik_se:
+                out += f" ± {self.loglik_se:.4f} ({self.loglik_method})"
+        if self.status != "polished":
+            out += f"\nNOT polished: {self.polish_error}"
+        if self.warning:
+            out += f"\nwarning: {self.warning}"
+        return out
+
+    def _factor_names(self) -> List[str]:
+        return list(self.groups) if isinstance(self.groups, dict) else ["groups"]
+
+
+def _factors(groups: Any, n: int) -> Tuple[List[str], List[np.ndarray]]:
+    """The grouping factors as (names, label arrays): one array, a list of them, or a dict."""
+    if isinstance(groups, dict):
+        names, values = [str(k) for k in groups], list(groups.values())
+    elif isinstance(groups, (list, tuple)) and len(groups) > 0 and np.ndim(groups[0]) == 1:
+        names, values = [f"g{k}" for k in range(len(groups))], list(groups)
+    else:
+        names, values = ["groups"], [groups]
+    arrays = []
+    for name, v in zip(names, values):
+        a = np.asarray(v)
+        if a.ndim != 1 or a.shape[0] != n:
+            raise ValueError(f"groups: expected {n} labels (one per observation) for "
+                             f"{name}, got shape {a.shape}")
+        arrays.append(a)
+    if not arrays:
+        raise ValueError("groups: give at least one grouping factor")
+    return names, arrays
+
+
+def _per_factor(name: str, value: Any, k: int) -> List[Any]:
+    """A per-factor argument: one value for all factors, or a list with one per factor."""
+    if isinstance(value, (list, tuple)) and not (k == 1 and np.ndim(value) == 2):
+        if len(value) != k:
+            raise ValueError(f"{name}: give one per grouping factor ({k}), got {len(value)}")
+        return list(value)
+    return [value] * k
+
+
+def _term_params(q: int, correlated: bool) -> int:
+    return q + (q * (q - 1) // 2 if correlated else 0)
+
+
+def _cholesky(par: np.ndarray, q: int, correlated: bool) -> np.ndarray:
+    """L from a term's parameters: exp of the diagonal, then the lower off-diagonal row by row."""
+    L = np.diag(np.exp(par[:q]))
+    if correlated:
+        L[np.tril_indices(q, -1)] = par[q:]
+    return L
+
+
+def glmm(
+    y: Any,
+    X: Any = None,
+    groups: Any = None,
+    family: str = "gaussian",
+    Z: Any = None,
+    trials: Any = None,
+    *,
+    correlated: Any = False,
+    seed: int = 0,
+    threads: Optional[int] = None,
+    max_msteps: Optional[int] = None,
+    x_names: Optional[Sequence[str]] = None,
+    z_names: Any = None,
+    progress: bool = False,
+) -> GlmmResult:
+    """Fits a generalised linear mixed model by automated Monte Carlo EM.
+
+    y_i | b ~ family(eta_i), eta_i = X_i beta + sum over grouping factors t of Z_t,i b_t,g_t(i),
+    b_t,l ~ N(0, Sigma_t) for each level l of factor t: lme4's ``glmer(y ~ X + (Z_1 || g_1) +
+    (Z_2 || g_2) ...)``, with ``(Z | g)`` (a full Sigma_t) where ``correlated``. Factors may be
+    nested or crossed.
+
+    Args:
+        y: the responses (n values): real for ``"gaussian"``, counts for ``"poisson"``,
+            successes for ``"binomial"`` (0/1 for Bernoulli).
+        X: the fixed-effects design (n x p), including the intercept column if you want one;
+            None: an intercept alone.
+        groups: the group of each observation (n labels of any kind); for several grouping
+            factors, a list of such arrays or a dict name -> labels.
+        family: ``"gaussian"``, ``"poisson"`` or ``"binomial"``.
+        Z: the random-effects design (n x q); None: a random intercept. With several factors,
+            one design for all or a list with one per factor (None entries: an intercept).
+        trials: binomial only, the trials behind each y (default 1).
+        correlated: whether a factor's effects are correlated (a full covariance) or
+            independent; one flag for all factors or a list with one per factor.
+        seed: the random seed; the same seed gives the same result on any number of threads.
+        threads: worker threads (default: all cores).
+        max_msteps: the most M-steps of EM before the polish (default 20).
+        x_names: names of X's columns; z_names: of Z's columns (a list per factor with several).
+        progress: show a progress bar (tqdm's, when installed) of EM's updates.
+
+    Returns:
+        A :class:`GlmmResult`.
+
+    Raises:
+        ValueError: shapes that disagree, values that are not finite, counts that are not whole.
+        KeyboardInterrupt: Ctrl-C during the fit.
+    """
+    yv = _vector("y", y)
+    n = yv.shape[0]
+    if n == 0:
+        raise ValueError("y: empty; give at least one observation")
+    if groups is None:
+        raise ValueError("groups: give the group of each observation")
+    factor_names, factors = _factors(groups, n)
+    k = len(factors)
+    labels, index = zip(*(np.unique(g, return_inverse=True) for g in factors))
+    Xm = np.ones((n, 1)) if X is None else _matrix("X", X, n)
+    Zs = [np.ones((n, 1)) if z is None else _matrix("Z", z, n) for z in _per_factor("Z", Z, k)]
+    cor = [bool(c) and Zt.shape[1] > 1 for c, Zt in zip(_per_factor("correlated", correlated, k),
+                                                       Zs)]
+    tv = None if trials is None else _vector("trials", trials, n)
+    if tv is not None and family.lower() not in ("binomial", "bernoulli"):
+        raise ValueError("trials: only the binomial family has trials")
+    p = Xm.shape[1]
+    xn = list(x_names) if x_names is not None else (
+        ["(Intercept)"] if X is None else [f"x{j}" for j in range(p)])
+    if len(xn) != p:
+        raise ValueError("x_names: give one name per column of X")
+    if k == 1:
+        zn_all = [z_names]
+    else:
+        zn_all = [None] * k if z_names is None else _per_factor("z_names", list(z_names), k)
+    zn = []
+    for t, (Zt, names_t) in enumerate(zip(Zs, zn_all)):
+        q = Zt.shape[1]
+        names_t = list(names_t) if names_t is not None else (
+            ["(Intercept)"] if q == 1 and np.all(Zt == 1) else [f"z{j}" for j in range(q)])
+        if len(names_t) != q:
+            raise ValueError("z_names: give one name per column of Z")
+        zn.append(names_t)
+    show, close = _progress(progress, 50 * (max_msteps or 20), "sagd.glmm")
+    try:
+        d = _core.fit_glmm(family, yv, Xm, [i.astype(np.int64) for i in index], Zs, cor, tv,
+                           int(seed), threads, max_msteps, show)
+    finally:
+        close()
+    one = k == 1
+    label = (lambda t, c: c) if one else (lambda t, c: f"{factor_names[t]}: {c}")
+    names = list(xn)
+    for t, (names_t, c) in enumerate(zip(zn, cor)):
+        q = len(names_t)
+        names += [f"log sd {label(t, v)}" for v in names_t]
+        if c:
+            names += [f"L[{a},{b}] {factor_names[t]}" for a in range(1, q) for b in range(a)]
+    gaussian = family.lower() in ("gaussian", "normal")
+    if gaussian:
+        names.append("log(sigma)")
+    base = FitResult._of(d, names)
+    est = base.estimate
+    cov = _inverse(d.get("information"), len(est))
+
+    def delta(fun: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        # Standard errors of fun(theta) from theta's covariance, by central differences.
+        f0 = np.atleast_1d(fun(est))
+        if cov is None:
+            return np.full(f0.shape, np.nan)
+        J = np.zeros((f0.size, est.size))
+        for j in range(est.size):
+            h = 1e-6 * max(1.0, abs(est[j]))
+            e = np.zeros(est.size)
+            e[j] = h
+            J[:, j] = (np.atleast_1d(fun(est + e)) - np.atleast_1d(fun(est - e))) / (2 * h)
+        return np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", J, cov, J), 0.0))
+
+    sds, sd_ses, cors, rnames = [], [], [], []
+    at = p
+    for t, (names_t, c) in enumerate(zip(zn, cor)):
+        q = len(names_t)
+        m = _term_params(q, c)
+
+        def sd_of(th: np.ndarray, at: int = at, q: int = q, c: bool = c, m: int = m) -> np.ndarray:
+            L = _cholesky(th[at:at + m], q, c)
+            return np.sqrt(np.sum(L * L, axis=1))
+
+        L = _cholesky(est[at:at + m], q, c)
+        S = L @ L.T
+        s = np.sqrt(np.diag(S))
+        sds.append(s)
+        sd_ses.append(delta(sd_of))
+        cors.append(S / np.outer(s, s))
+        rnames += [label(t, v) for v in names_t]
+        at += m
+    tau = np.concatenate(sds)
+    if d.get("singular") or np.any(tau < 1e-4):
+        # A variance at the boundary: its log has no finite maximum, and no standard error.
+        note = ("singular fit: the likelihood is highest with a random effect's sd at 0 (the "
+                "data show no variation between groups beyond the fixed effects), so the sd's "
+                "estimate is only near 0 and its standard error is meaningless; drop the random "
+                "effect, or report the sd as 0")
+        base.warning = note if base.warning is None else f"{note}; {base.warning}"
+    return GlmmResult(
+        **{f: getattr(base, f) for f in FitResult.__dataclass_fields__},
+        family=family.lower(),
+        fixed=est[:p].copy(),
+        fixed_se=base.se[:p].copy(),
+        random_sd=tau,
+        random_sd_se=np.concatenate(sd_ses),
+        random_names=rnames,
+        random_cor=cors,
+        sigma=float(np.exp(est[-1])) if gaussian else None,
+        sigma_se=float(np.exp(est[-1]) * base.se[-1]) if gaussian else None,
+        loglik=d.get("loglik"),
+        loglik_se=d.get("loglik_se"),
+        loglik_method=d.get("loglik_method"),
+        groups=labels[0] if one else dict(zip(factor_names, labels)),
+        n_points=int(d.get("n_points", 0)),
+    )
+
+
+def _inverse(information: Any, p: int) -> Optional[np.ndarray]:
+    """theta's covariance: the inverse of the observed information (None without a polish)."""
+    if information is None:
+        return None
+    try:
+        return np.linalg.inv(np.asarray(information).reshape(p, p))
+    except np.linalg.LinAlgError:
+        return None
