@@ -379,7 +379,18 @@ fn debias_deconvolves_a_users_data() {
         "{}",
         &samples[..40]
     );
-    assert!(String::from_utf8_lossy(&o.stdout).contains("D and W are not defined"));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("D and W are not defined"));
+    // A fifth held out (24 of 120), every fitted model scored on them, and a recommendation.
+    assert_eq!(
+        (v["data"]["fitted"].as_u64(), v["data"]["held_out"].as_u64()),
+        (Some(96), Some(24))
+    );
+    let held = &v["held_out"];
+    assert_eq!(held["n"], 24);
+    assert_eq!(held["scores"].as_array().unwrap().len(), 3);
+    assert_eq!(held["scores"][0]["model"], held["best"]);
+    assert!(stdout.contains("recommendation ("), "{stdout}");
     // Flags that only a simulation uses are refused beside --data, not silently recorded.
     for flag in [["--reps", "3"], ["--n", "50"], ["--dist", "mixture"]] {
         let o = sagd()

@@ -12,7 +12,7 @@ use std::time::Duration;
 use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 use sagd::em::{AutomatedEm, EmEvent, EmSettings, EmTrace, EstimateStatus};
 use sagd::error::SagdError;
 use sagd::glmm::{Family, Glmm, LikelihoodMethod, RandomTerm};
@@ -384,12 +384,13 @@ fn minimize<'py>(
 /// model (`pretrained` and each method) the draws of Z (sorted), in the data's units, and the mean
 /// log-likelihood per observation on the unit-noise scale.
 #[pyfunction]
-#[pyo3(signature = (x, noise_sd, methods, seed, threads, pretrain_epochs, finetune_epochs, progress))]
+#[pyo3(signature = (x, noise_sd, holdout, methods, seed, threads, pretrain_epochs, finetune_epochs, progress))]
 #[allow(clippy::too_many_arguments)]
 fn deconvolve<'py>(
     py: Python<'py>,
     x: PyReadonlyArray1<'py, f64>,
     noise_sd: f64,
+    holdout: f64,
     methods: Vec<String>,
     seed: u64,
     threads: Option<usize>,
@@ -424,7 +425,7 @@ fn deconvolve<'py>(
         ..RunOptions::default()
     };
     let result = detached(py, threads, progress, |watch| {
-        fit(&s, &x, noise_sd, seed, &opts, &|phase, _, _| {
+        fit(&s, &x, noise_sd, holdout, seed, &opts, &|phase, _, _| {
             if watch.tick(s.update_cost(phase) as usize) == Control::Stop {
                 stop.store(true, Ordering::Relaxed);
             }
@@ -442,6 +443,25 @@ fn deconvolve<'py>(
         loglik.set_item(name, *v)?;
     }
     d.set_item("loglik_per_point", loglik)?;
+    if let Some(h) = &result.held_out {
+        let scores = PyList::empty(py);
+        for m in &h.scores {
+            let row = PyDict::new(py);
+            row.set_item("model", &m.model)?;
+            row.set_item("mean", m.mean)?;
+            row.set_item("se", m.se)?;
+            row.set_item("below_best", m.below_best)?;
+            row.set_item("below_best_se", m.below_best_se)?;
+            scores.append(row)?;
+        }
+        let held = PyDict::new(py);
+        held.set_item("n", h.n)?;
+        held.set_item("scores", scores)?;
+        held.set_item("best", &h.best)?;
+        held.set_item("confidence", format!("{:?}", h.confidence).to_lowercase())?;
+        held.set_item("advice", &h.advice)?;
+        d.set_item("held_out", held)?;
+    }
     d.set_item("n", result.n)?;
     d.set_item("total_work", s.replication_work(x.len()))?;
     d.set_item("noise_sd", result.noise_sd)?;

@@ -25,6 +25,12 @@ def test_a_normal_latent_law_is_recovered():
         assert abs(z.std() - sd) < 0.1, (name, z.std(), sd)
         assert r.loglik_per_point[name] is not None
     assert "sagd" in repr(r)
+    # A fifth of the observations held out: every model scored on them, best first.
+    h = r.held_out
+    assert h["n"] == 200 and [m["model"] for m in h["scores"]][0] == h["best"]
+    assert {m["model"] for m in h["scores"]} == set(r.draws)
+    assert h["confidence"] in ("clear", "likely", "undecided")
+    assert r.recommendation == h["advice"] and "recommendation" in repr(r)
 
 
 def test_bad_inputs_are_named():
@@ -36,6 +42,8 @@ def test_bad_inputs_are_named():
         sagd.deconvolve([1.0, 2.0, 3.0], 0.5, methods=["em"])
     with pytest.raises(ValueError, match="at least 2 observations"):
         sagd.deconvolve([1.0], 0.5)
+    with pytest.raises(ValueError, match="holdout"):
+        sagd.deconvolve([1.0, 2.0, 3.0], 0.5, holdout=0.7)
 
 
 def test_ctrl_c_ends_a_deconvolution_promptly():

@@ -1,13 +1,18 @@
 //! Deconvolution of a user's data: X = Z + N(0, σ²) observed, the law of Z estimated by each
-//! method's decoder. There is no true π, so the methods are compared by their log-likelihood.
+//! method's decoder. There is no true π, so the methods are compared by their log-likelihood on
+//! observations held out of the fit ([`super::choose`]).
 
 use std::collections::BTreeMap;
 
 use sagd::error::{Result, SagdError};
 use serde::{Deserialize, Serialize};
 
+use super::choose::{compare, HeldOut};
+use super::eval::{log_likelihood_points_1d, part_seed};
 use super::replicate::{fit, Replication, RunOptions};
 use super::E2Settings;
+use sagd::rng::ChainRng;
+use sagd_nn::vae::Vae;
 
 /// How far from the median, in noise standard deviations, an observation may lie (the networks
 /// overflow in f32 between 300 and 600 on the spec's shapes).
@@ -36,9 +41,11 @@ pub struct Deconvolution {
     pub noise_sd: f64,
     /// Per fitted model (`pretrained` and each method): quantiles of Z.
     pub quantiles: BTreeMap<String, Quantiles>,
-    /// Per fitted model: mean log-likelihood per observation of (X − median)/σ (unit-noise scale;
-    /// compare models by it, higher is better).
+    /// Per fitted model: mean log-likelihood per observation of the training part of
+    /// (X − median)/σ (unit-noise scale; in-sample, so it favours the models that fit noise).
     pub loglik_per_point_scaled_data: BTreeMap<String, Option<f64>>,
+    /// The fitted models compared on the held-out observations (none when nothing was held out).
+    pub held_out: Option<HeldOut>,
     /// Per fitted model: draws of Z in the data's units, sorted.
     #[serde(skip)]
     pub samples: BTreeMap<String, Vec<f64>>,
@@ -49,11 +56,17 @@ pub struct Deconvolution {
     pub fit: Replication,
 }
 
-/// Fits the unit-noise model to (X − median)/σ from `seed` and maps the latent draws back.
+/// The seed part that shuffles the observations into training and held-out ones.
+const SPLIT_PART: u64 = 9;
+
+/// Fits the unit-noise model to (X − median)/σ from `seed` and maps the latent draws back. A
+/// fraction `holdout` of the observations (chosen at random from `seed`; 0: none) is left out of
+/// the fit and scores the fitted models.
 pub fn deconvolve(
     s: &E2Settings,
     x: &[f64],
     noise_sd: f64,
+    holdout: f64,
     seed: u64,
     opts: &RunOptions,
     progress: &(dyn Fn(&str, usize, usize) + Sync),
@@ -79,6 +92,23 @@ pub fn deconvolve(
             fix: "deconvolution reads one column: use p = 1".into(),
         });
     }
+    if !(0.0..=0.5).contains(&holdout) {
+        return Err(SagdError::InvalidSetting {
+            name: "holdout",
+            value: holdout.to_string(),
+            fix: "hold out a fraction between 0 (none) and 0.5 of the observations".into(),
+        });
+    }
+    let n_test = (holdout * x.len() as f64).round() as usize;
+    if holdout > 0.0 && (n_test < 2 || x.len() - n_test < 2) {
+        return Err(SagdError::InvalidSetting {
+            name: "holdout",
+            value: format!("{holdout} of {} observations", x.len()),
+            fix: "hold out at least 2 observations and keep 2 to fit, or use 0".into(),
+        });
+    }
+    let (train, test) = split(x, n_test, part_seed(seed, SPLIT_PART));
+    let x = &train[..];
     let s = E2Settings {
         n: x.len(),
         batch_size: s.batch_size.min(x.len()),
@@ -111,6 +141,16 @@ pub fn deconvolve(
         ..opts.clone()
     };
     let rep = fit(&s, None, scaled, seed, &opts, progress)?;
+    let held_out = (!test.is_empty()).then(|| {
+        let vae = Vae::new(1, s.hidden);
+        let scaled_test: Vec<f64> = test.iter().map(|v| (v - center) / noise_sd).collect();
+        let per_point = rep
+            .decoders
+            .iter()
+            .map(|(k, dec)| (k.clone(), log_likelihood_points_1d(&vae, dec, &scaled_test)))
+            .collect();
+        compare(&per_point)
+    });
     let mut quantiles = BTreeMap::new();
     let mut samples = BTreeMap::new();
     let mut draws = BTreeMap::new();
@@ -147,8 +187,31 @@ pub fn deconvolve(
         noise_sd,
         quantiles,
         loglik_per_point_scaled_data,
+        held_out,
         samples,
         draws,
         fit: rep,
     })
+}
+
+/// The observations in two parts, `n_test` held out, drawn without replacement from `seed`; each
+/// part keeps the data's order.
+fn split(x: &[f64], n_test: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
+    let mut order: Vec<usize> = (0..x.len()).collect();
+    let mut rng = ChainRng::new(seed, 0);
+    for i in 0..n_test {
+        let j = i + ((rng.uniform() * (x.len() - i) as f64) as usize).min(x.len() - i - 1);
+        order.swap(i, j);
+    }
+    let mut held = vec![false; x.len()];
+    order[..n_test].iter().for_each(|&i| held[i] = true);
+    let (mut train, mut test) = (Vec::new(), Vec::new());
+    for (v, h) in x.iter().zip(held) {
+        if h {
+            test.push(*v);
+        } else {
+            train.push(*v);
+        }
+    }
+    (train, test)
 }

@@ -67,6 +67,13 @@ pub fn simulate(law: &Law, n: usize, p: usize, seed: u64) -> (Vec<f64>, Vec<f64>
 
 /// Mean log p(x_i; θ) = log ∫ N(x_i; h(u), 1) φ(u) du, trapezoid rule on [−9, 9] (1-D).
 pub fn log_likelihood_1d(vae: &Vae, dec: &[f32], x: &[f64]) -> f64 {
+    let per_point = log_likelihood_points_1d(vae, dec, x);
+    let total: f64 = per_point.iter().sum();
+    total / x.len() as f64
+}
+
+/// log p(x_i; θ) of every observation (1-D), as [`log_likelihood_1d`] computes it.
+pub fn log_likelihood_points_1d(vae: &Vae, dec: &[f32], x: &[f64]) -> Vec<f64> {
     let g = 8001;
     let step = 18.0 / (g - 1) as f64;
     let u: Vec<f32> = (0..g).map(|k| (-9.0 + step * k as f64) as f32).collect();
@@ -85,9 +92,8 @@ pub fn log_likelihood_1d(vae: &Vae, dec: &[f32], x: &[f64]) -> f64 {
             step.ln() - end - 0.5 * uk * uk - half_ln_2pi
         })
         .collect();
-    // One log-sum-exp per data point, in parallel; summed in order.
-    let per_point: Vec<f64> = x
-        .par_iter()
+    // One log-sum-exp per data point, in parallel.
+    x.par_iter()
         .map_init(
             || vec![0.0f64; g],
             |terms, xi| {
@@ -99,9 +105,7 @@ pub fn log_likelihood_1d(vae: &Vae, dec: &[f32], x: &[f64]) -> f64 {
                 m + terms.iter().map(|t| (t - m).exp()).sum::<f64>().ln()
             },
         )
-        .collect();
-    let total: f64 = per_point.iter().sum();
-    total / x.len() as f64
+        .collect()
 }
 
 /// Z = h(U) for m draws U ~ N(0, I) from `seed` (row-major m × p).

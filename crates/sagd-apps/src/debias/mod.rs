@@ -5,6 +5,7 @@
 //! with their summaries (Table 1 statistics beside the paper's numbers, the figure's series).
 
 pub(crate) mod cache;
+pub mod choose;
 mod deconvolve;
 mod eval;
 pub mod figure;
@@ -12,7 +13,10 @@ mod replicate;
 mod table;
 
 pub use deconvolve::{deconvolve, Deconvolution};
-pub use eval::{evaluate, generate, log_likelihood_1d, part_seed, simulate, Evaluation};
+pub use eval::{
+    evaluate, generate, log_likelihood_1d, log_likelihood_points_1d, part_seed, simulate,
+    Evaluation,
+};
 pub use replicate::{fit, replicate, MethodResult, Replication, RunOptions, TracePoint};
 pub use table::{paper, run_table, Summary, Table1, PAPER_METHODS};
 

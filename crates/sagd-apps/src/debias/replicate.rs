@@ -229,6 +229,9 @@ fn run_phase(
     })
 }
 
+/// A fine-tuned method: its result, its draws of Z and its decoder's weights.
+type Tuned = (Method, MethodResult, Vec<f64>, Vec<f32>);
+
 /// One replication.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Replication {
@@ -249,6 +252,10 @@ pub struct Replication {
     /// The observations.
     #[serde(skip)]
     pub x: Vec<f64>,
+    /// Per fitted model (pretrained and each method): the decoder's weights, kept with the draws
+    /// (to score held-out data).
+    #[serde(skip)]
+    pub decoders: BTreeMap<String, Vec<f32>>,
 }
 
 /// One replication: data from `seed`, VAE pre-training, then each method from the same pre-trained
@@ -363,9 +370,10 @@ pub fn fit(
         }
     };
     let (pretrained, z0) = assess(&params);
-    let mut samples = BTreeMap::new();
+    let (mut samples, mut decoders) = (BTreeMap::new(), BTreeMap::new());
     if opts.keep_samples {
         samples.insert("pretrained".to_string(), z0);
+        decoders.insert("pretrained".to_string(), params.dec.clone());
     }
     // The methods start from the same pre-trained weights and have their own streams: they run in
     // parallel, with the same results as one after another.
@@ -375,7 +383,7 @@ pub fn fit(
         .enumerate()
         .filter(|(_, m)| s.methods.contains(m))
         .collect();
-    let outcomes: Vec<Result<(Method, MethodResult, Vec<f64>)>> = chosen
+    let outcomes: Vec<Result<Tuned>> = chosen
         .par_iter()
         .map(|&(i, m)| {
             let mseed = part_seed(1000 * seed + 1 + i as u64, 3);
@@ -458,14 +466,15 @@ pub fn fit(
                 diagnostics: done.diagnostics,
                 trace: done.trace,
             };
-            Ok((m, r, z))
+            Ok((m, r, z, p.dec))
         })
         .collect();
     let mut methods = BTreeMap::new();
     for o in outcomes {
-        let (m, r, z) = o?;
+        let (m, r, z, dec) = o?;
         if opts.keep_samples {
             samples.insert(m.name().to_string(), z);
+            decoders.insert(m.name().to_string(), dec);
         }
         methods.insert(m.name().to_string(), r);
     }
@@ -477,5 +486,6 @@ pub fn fit(
         methods,
         samples,
         x: x64,
+        decoders,
     })
 }

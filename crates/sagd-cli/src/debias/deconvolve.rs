@@ -50,6 +50,7 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         &s,
         &x,
         a.noise_sd,
+        a.holdout,
         a.seed,
         &run_options(a, &out)?,
         &|phase, _, _| bar.inc(s.update_cost(phase)),
@@ -94,16 +95,21 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         m.remove("dist");
         m.remove("paper_settings");
     }
-    let note = "no true latent distribution: D and W are not defined; compare the fitted models by their log-likelihood";
+    let note = if d.held_out.is_some() {
+        "no true latent distribution: D and W are not defined; the fitted models are compared by their log-likelihood of held-out observations"
+    } else {
+        "no true latent distribution: D and W are not defined, and nothing was held out (--holdout 0) to compare the fitted models on"
+    };
     let result = json!({
         "experiment": "deconvolution with the debiased VAE",
         "sagd_version": env!("CARGO_PKG_VERSION"),
         "flags": flags,
         "settings": d.settings,
-        "data": {"file": path.display().to_string(), "column": a.column, "n": d.n, "noise_sd": d.noise_sd},
+        "data": {"file": path.display().to_string(), "column": a.column, "n": n, "fitted": d.n, "held_out": n - d.n, "noise_sd": d.noise_sd},
         "note": note,
         "quantiles": d.quantiles,
         "loglik_per_point_scaled_data": d.loglik_per_point_scaled_data,
+        "held_out": d.held_out,
         "time_s": {"pretrain": d.fit.pretrain_time_s, "methods": d.fit.methods.iter().map(|(k, v)| (k.clone(), v.time_s)).collect::<BTreeMap<_, _>>(), "total": t_all.elapsed().as_secs_f64()},
     });
     write_trace(&mut staging, std::slice::from_ref(&d.fit))?;
@@ -114,9 +120,11 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
     .context("writing result.json")?;
     let files = staging.commit("result.json")?;
     println!(
-        "deconvolution of {} ({} observations, noise sd {}): {note}",
+        "deconvolution of {} ({} observations: {} fitted, {} held out; noise sd {}): {note}",
         path.display(),
+        n,
         d.n,
+        n - d.n,
         d.noise_sd
     );
     for (k, q) in &d.quantiles {
@@ -125,12 +133,24 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
             q.q[1], q.q[4], q.q[7]
         );
     }
-    println!("mean log-likelihood per observation (of X/σ; higher fits the data better):");
-    for (k, v) in &d.loglik_per_point_scaled_data {
-        match v {
-            Some(v) => println!("{k:14} {v:.4}"),
-            None => println!("{k:14} —"),
+    if let Some(h) = &d.held_out {
+        println!(
+            "held-out log-likelihood per observation (of X/σ, {} observations left out of the fit; higher predicts better):",
+            h.n
+        );
+        println!(
+            "{:14} {:>9} {:>8}   {:>20}",
+            "", "mean", "se", "below the best (paired se)"
+        );
+        for m in &h.scores {
+            let below = if m.model == h.best {
+                "—".to_string()
+            } else {
+                format!("{:.4} ({:.4})", m.below_best, m.below_best_se)
+            };
+            println!("{:14} {:9.4} {:8.4}   {below:>20}", m.model, m.mean, m.se);
         }
+        println!("recommendation ({:?}): {}", h.confidence, h.advice);
     }
     println!("wrote {}: {}", out.display(), files.join(", "));
     Ok(())

@@ -121,6 +121,9 @@ pub struct DebiasArgs {
     /// Standard deviation of the noise in --data.
     #[arg(long, default_value_t = 1.0)]
     noise_sd: f64,
+    /// The fraction of --data held out of the fit to compare the fitted models on (0: none).
+    #[arg(long, default_value_t = 0.2)]
+    holdout: f64,
     /// Keep pre-trained networks in this folder and reuse them: a run with the same data, seed and
     /// pre-training settings reads them instead of pre-training again (same results).
     #[arg(long)]

@@ -47,6 +47,7 @@ def minimize(
 def deconvolve(
     x: npt.NDArray[np.float64],
     noise_sd: float,
+    holdout: float,
     methods: List[str],
     seed: int,
     threads: Optional[int],
