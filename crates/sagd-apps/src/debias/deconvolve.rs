@@ -35,7 +35,7 @@ pub struct Quantiles {
 pub struct Deconvolution {
     /// The settings run (n and the batch size from the data).
     pub settings: E2Settings,
-    /// Observations.
+    /// Observations fitted (the held-out ones excluded).
     pub n: usize,
     /// The noise standard deviation σ.
     pub noise_sd: f64,
@@ -107,17 +107,10 @@ pub fn deconvolve(
             fix: "hold out at least 2 observations and keep 2 to fit, or use 0".into(),
         });
     }
-    let (train, test) = split(x, n_test, part_seed(seed, SPLIT_PART));
-    let x = &train[..];
-    let s = E2Settings {
-        n: x.len(),
-        batch_size: s.batch_size.min(x.len()),
-        ..s.clone()
-    };
-    s.validate()?;
     // X − c = (Z − c) + noise for any c: fit the data centred at their median (the networks are
     // happiest near 0) and shift the latent draws back. An observation that stays hundreds of noise
-    // standard deviations away is one the f32 networks cannot take.
+    // standard deviations away is one the f32 networks cannot take (named by its place in the
+    // data, before any is held out).
     let mut sorted = x.to_vec();
     sorted.sort_by(f64::total_cmp);
     let center = sorted[sorted.len() / 2];
@@ -136,14 +129,20 @@ pub fn deconvolve(
             ),
         });
     }
+    let (scaled, scaled_test) = split(&scaled, n_test, part_seed(seed, SPLIT_PART));
+    let s = E2Settings {
+        n: scaled.len(),
+        batch_size: s.batch_size.min(scaled.len()),
+        ..s.clone()
+    };
+    s.validate()?;
     let opts = RunOptions {
         keep_samples: true,
         ..opts.clone()
     };
     let rep = fit(&s, None, scaled, seed, &opts, progress)?;
-    let held_out = (!test.is_empty()).then(|| {
+    let held_out = (!scaled_test.is_empty()).then(|| {
         let vae = Vae::new(1, s.hidden);
-        let scaled_test: Vec<f64> = test.iter().map(|v| (v - center) / noise_sd).collect();
         let per_point = rep
             .decoders
             .iter()
@@ -182,8 +181,8 @@ pub fn deconvolve(
         )))
         .collect();
     Ok(Deconvolution {
+        n: s.n,
         settings: s,
-        n: x.len(),
         noise_sd,
         quantiles,
         loglik_per_point_scaled_data,
