@@ -29,7 +29,7 @@ enum Command {
     /// report.md and results.json.
     Reproduce(reproduce::ReproduceArgs),
     /// The debiased VAE (the paper's E2, Table 1 and Figure 2), or deconvolution of your own data.
-    Debias(debias::DebiasArgs),
+    Debias(Box<debias::DebiasArgs>),
     /// Automated EM on the Gamma-sigmoid model (the paper's E1, Figure 1), or on your own data.
     Em(em::EmArgs),
     /// MNIST (the paper's E3, Figure 3): a convolutional VAE, its generator refined by SAGD, a
@@ -67,7 +67,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(b) => bench::run(b),
         Command::Em(a) => em::run(a),
         Command::Mnist(a) => mnist::run(a),
-        Command::Debias(a) => debias::run(a),
+        Command::Debias(a) => debias::run(*a),
         Command::Reproduce(a) => reproduce::run(a),
     }
 }

@@ -1291,3 +1291,75 @@ fn a_resumed_reproduce_writes_the_curves_of_an_uninterrupted_one() {
         json(&whole.join("e3/result.json"))["evaluations"]
     );
 }
+
+#[test]
+fn sagd_presets_set_their_schedules_and_flags_override_them() {
+    let settings = |extra: &[&str]| -> serde_json::Value {
+        let o = sagd()
+            .args(["debias", "--dist", "normal", "--print-settings"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let default = settings(&[]);
+    assert_eq!(
+        default["method"]["sagd"]["schedule"],
+        serde_json::Value::Null
+    );
+    let t3 = settings(&["--sagd-preset", "theorem3"]);
+    let chains = &t3["method"]["sagd"];
+    assert_eq!(chains["step_size"], 0.1);
+    assert_eq!(chains["schedule"]["decay"], 0.5);
+    assert_eq!(chains["schedule"]["growth"], 1.0);
+    // HMC keeps the spec's step, not the preset's starting δ.
+    assert_eq!(t3["method"]["hmc_step_size"], 0.02);
+    let decay = settings(&["--sagd-preset", "decay"]);
+    assert_eq!(
+        (
+            decay["sagd_lr"].as_f64(),
+            decay["method"]["sagd_lr_decay"].as_f64()
+        ),
+        (Some(5e-3), Some(0.5))
+    );
+    assert_eq!(decay["method"]["sagd"], default["method"]["sagd"]);
+    // An explicit flag beats the preset.
+    let mine = settings(&[
+        "--sagd-preset",
+        "theorem3",
+        "--sagd-delta",
+        "0.05",
+        "--sagd-k-growth",
+        "0",
+    ]);
+    assert_eq!(mine["method"]["sagd"]["step_size"], 0.05);
+    assert_eq!(mine["method"]["sagd"]["schedule"]["growth"], 0.0);
+    // Exponents that would grow δ or shrink K are refused by name.
+    let o = sagd()
+        .args([
+            "debias",
+            "--dist",
+            "normal",
+            "--methods",
+            "sagd",
+            "--reps",
+            "1",
+            "--n",
+            "50",
+        ])
+        .args([
+            "--pretrain-epochs",
+            "1",
+            "--finetune-epochs",
+            "1",
+            "--sagd-delta-decay",
+            "-1",
+        ])
+        .arg("--out")
+        .arg(tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("sagd schedule"));
+}

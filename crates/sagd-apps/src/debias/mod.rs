@@ -260,6 +260,9 @@ pub struct MethodSettings {
     /// SAGD returns the average of its iterates over this final fraction of the updates (0: the
     /// last iterate; Algorithm 1 averages all of them).
     pub sagd_average: f64,
+    /// SAGD's learning rate decays as (1 + t)^−this along its updates (0: constant).
+    #[serde(default)]
+    pub sagd_lr_decay: f64,
     /// HMC's leapfrog steps per proposal L.
     pub hmc_leapfrog: usize,
     /// HMC's leapfrog step; `None`: SAGD's δ (the paper: the same step size).
@@ -274,6 +277,7 @@ impl Default for MethodSettings {
             iwae_k: 50,
             sagd: LangevinChains::default(),
             sagd_average: 0.5,
+            sagd_lr_decay: 0.0,
             hmc_leapfrog: 5,
             hmc_step_size: None,
             hmc_transitions: None,
@@ -383,6 +387,13 @@ impl E2Settings {
             ("hmc transitions", m.hmc().transitions),
         ] {
             at_least_one(name, v)?;
+        }
+        if !(m.sagd_lr_decay.is_finite() && m.sagd_lr_decay >= 0.0) {
+            return Err(SagdError::InvalidSetting {
+                name: "sagd_lr_decay",
+                value: m.sagd_lr_decay.to_string(),
+                fix: "use an exponent ≥ 0 (0: a constant learning rate)".into(),
+            });
         }
         if self.methods.is_empty() {
             return Err(SagdError::InvalidSetting {

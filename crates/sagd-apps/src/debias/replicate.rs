@@ -341,6 +341,7 @@ pub fn fit(
                     epochs: s.pretrain_epochs,
                     batch_size: s.batch_size,
                     lr: s.lr,
+                    lr_decay: 0.0,
                     averaging: Averaging::None,
                 },
                 key: &key,
@@ -402,10 +403,13 @@ pub fn fit(
                     )?),
                 },
                 Method::Sagd | Method::SagdPaper => {
-                    let chains = match m {
+                    let mut chains = match m {
                         Method::SagdPaper => s.method.sagd_paper(),
                         _ => s.method.sagd,
                     };
+                    if let Some(plan) = chains.schedule.as_mut() {
+                        plan.updates = s.finetune_epochs * per_epoch;
+                    }
                     match opts.device {
                         Device::Cpu => Box::new(ChainEstimator::sagd(&vae, &x, &chains, mseed)?),
                         Device::Cuda(i) => Box::new(GpuChainEstimator::sagd(
@@ -436,6 +440,11 @@ pub fn fit(
                     epochs: s.finetune_epochs,
                     batch_size: s.batch_size,
                     lr,
+                    lr_decay: if m == Method::Sagd {
+                        s.method.sagd_lr_decay
+                    } else {
+                        0.0
+                    },
                     averaging,
                 },
                 key: &key,

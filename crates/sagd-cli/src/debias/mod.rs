@@ -72,7 +72,7 @@ pub struct DebiasArgs {
     #[arg(long, default_value_t = spec().finetune_lr)]
     finetune_lr: f64,
     /// Adam learning rate of SAGD's fine-tuning (preset: --finetune-lr; 1e-4 for highdim with
-    /// --paper-settings, see docs/guide.md).
+    /// --paper-settings, see docs/guide.md; 5e-3 with --sagd-preset decay).
     #[arg(long)]
     sagd_lr: Option<f64>,
     /// Draws of U for the evaluation.
@@ -84,15 +84,34 @@ pub struct DebiasArgs {
     /// SAGD friction γ.
     #[arg(long, default_value_t = chains().langevin.gamma)]
     sagd_gamma: f64,
-    /// SAGD Langevin step δ.
-    #[arg(long, default_value_t = chains().step_size)]
-    sagd_delta: f64,
+    /// SAGD's named settings: default (δ = 0.02 and K = 10 fixed, a constant learning rate),
+    /// theorem3 (Theorem 3's chains, cost-matched: δ_t = 0.1/√(1 + t), K_t ∝ 1 + t; best on the
+    /// mixture) or decay (learning rate 5e-3/√(1 + t); best on the normal case); the flags below
+    /// override it. See docs/results/table1.md.
+    #[arg(long, value_enum, default_value_t = SagdPreset::Default)]
+    sagd_preset: SagdPreset,
+    /// SAGD Langevin step δ (at the start of the run, with a schedule) [preset: 0.02; theorem3
+    /// 0.1].
+    #[arg(long)]
+    sagd_delta: Option<f64>,
     /// SAGD Langevin steps per update K.
     #[arg(long, default_value_t = chains().steps)]
     sagd_k: usize,
     /// SAGD burn-in steps.
     #[arg(long, default_value_t = chains().burn_in)]
     sagd_burn_in: usize,
+    /// SAGD's Langevin step along the run, δ_t = δ (1 + t)^−a (Theorems 3-4; 0: δ fixed)
+    /// [preset: 0; theorem3 ½].
+    #[arg(long)]
+    sagd_delta_decay: Option<f64>,
+    /// SAGD's chain length along the run, K_t ∝ (1 + t)^b with as many steps in all as K fixed
+    /// (Theorems 3-4, cost-matched; 0: K fixed) [preset: 0; theorem3 1].
+    #[arg(long)]
+    sagd_k_growth: Option<f64>,
+    /// SAGD's learning rate along the run, lr_t = lr (1 + t)^−c (0: constant; ½: Theorem 3)
+    /// [preset: 0; decay ½ with lr 5e-3].
+    #[arg(long)]
+    sagd_lr_decay: Option<f64>,
     /// SAGD integrator: euler (the paper's), obabo, baoab (less bias at the same cost), ubu.
     #[arg(long, default_value_t = chains().langevin.scheme)]
     sagd_scheme: Scheme,
@@ -157,6 +176,53 @@ pub struct DebiasArgs {
     device: sagd_nn::Device,
 }
 
+/// SAGD's named settings (`--sagd-preset`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SagdPreset {
+    /// δ = 0.02 and K = 10 fixed, a constant learning rate.
+    Default,
+    /// Theorem 3's chains, cost-matched: δ_t = 0.1/√(1 + t), K_t ∝ 1 + t.
+    Theorem3,
+    /// A decaying learning rate, 5e-3/√(1 + t) (Theorem 3's α_t).
+    Decay,
+}
+
+/// What a [`SagdPreset`] sets.
+struct SagdValues {
+    delta: f64,
+    delta_decay: f64,
+    k_growth: f64,
+    lr: Option<f64>,
+    lr_decay: f64,
+}
+
+impl SagdPreset {
+    fn values(self) -> SagdValues {
+        match self {
+            SagdPreset::Default => SagdValues {
+                delta: chains().step_size,
+                delta_decay: 0.0,
+                k_growth: 0.0,
+                lr: None,
+                lr_decay: 0.0,
+            },
+            SagdPreset::Theorem3 => SagdValues {
+                delta: 0.1,
+                delta_decay: 0.5,
+                k_growth: 1.0,
+                lr: None,
+                lr_decay: 0.0,
+            },
+            SagdPreset::Decay => SagdValues {
+                lr: Some(5e-3),
+                lr_decay: 0.5,
+                ..SagdPreset::Default.values()
+            },
+        }
+    }
+}
+
 /// The library's settings for these flags: the case's preset, then every flag given.
 fn settings(a: &DebiasArgs) -> E2Settings {
     let preset = a.dist.settings(a.paper_settings);
@@ -164,6 +230,9 @@ fn settings(a: &DebiasArgs) -> E2Settings {
     let n = or(a.n, preset.n);
     // A full-batch preset stays full batch at another n.
     let full = preset.batch_size >= preset.n;
+    let sagd = a.sagd_preset.values();
+    let delta_decay = a.sagd_delta_decay.unwrap_or(sagd.delta_decay);
+    let k_growth = a.sagd_k_growth.unwrap_or(sagd.k_growth);
     E2Settings {
         n,
         p: or(a.p, preset.p),
@@ -173,7 +242,9 @@ fn settings(a: &DebiasArgs) -> E2Settings {
         finetune_epochs: or(a.finetune_epochs, preset.finetune_epochs),
         lr: a.lr,
         finetune_lr: a.finetune_lr,
-        sagd_lr: a.sagd_lr.or(preset.sagd_lr),
+        // An explicit flag, then the case's preset (the high-dimensional paper settings' rate),
+        // then SAGD's named settings.
+        sagd_lr: a.sagd_lr.or(preset.sagd_lr).or(sagd.lr),
         m: a.m,
         methods: a.methods.clone(),
         method: MethodSettings {
@@ -183,14 +254,27 @@ fn settings(a: &DebiasArgs) -> E2Settings {
                     scheme: a.sagd_scheme,
                     gamma: a.sagd_gamma,
                 },
-                step_size: a.sagd_delta,
+                step_size: a.sagd_delta.unwrap_or(sagd.delta),
                 steps: a.sagd_k,
                 burn_in: a.sagd_burn_in,
                 initial_momentum: a.sagd_rho0,
+                // The run's updates are filled in when the phase is set up.
+                schedule: (delta_decay != 0.0 || k_growth != 0.0).then_some(
+                    sagd_nn::train::ChainSchedule {
+                        decay: delta_decay,
+                        growth: k_growth,
+                        updates: 0,
+                    },
+                ),
             },
             sagd_average: a.sagd_average,
+            sagd_lr_decay: a.sagd_lr_decay.unwrap_or(sagd.lr_decay),
             hmc_leapfrog: a.hmc_l,
-            hmc_step_size: a.hmc_eps,
+            // HMC shares SAGD's δ as in the paper, but not a named preset's starting δ.
+            hmc_step_size: a
+                .hmc_eps
+                .or((a.sagd_delta.is_none() && sagd.delta != chains().step_size)
+                    .then_some(chains().step_size)),
             hmc_transitions: a.hmc_k,
         },
     }

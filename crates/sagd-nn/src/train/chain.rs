@@ -28,6 +28,33 @@ pub struct LangevinChains {
     pub burn_in: usize,
     /// How momenta start.
     pub initial_momentum: Momentum,
+    /// δ_t and K_t along the run (the paper's Theorems 3-4); `None`: δ and K fixed.
+    #[serde(default)]
+    pub schedule: Option<ChainSchedule>,
+}
+
+/// δ_t = δ (1 + t)^−`decay` and K_t ∝ (1 + t)^`growth` over the `updates` of a run, K_t scaled so
+/// that the run takes as many Langevin steps in all as K fixed would (cost-matched): the shrinking
+/// step and lengthening chains that Theorems 3-4 prescribe, at today's price.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChainSchedule {
+    /// The exponent of δ_t's decay (0: δ fixed).
+    pub decay: f64,
+    /// The exponent of K_t's growth (0: K fixed).
+    pub growth: f64,
+    /// The run's updates (K_t's scale depends on them).
+    pub updates: usize,
+}
+
+impl ChainSchedule {
+    /// (δ_t, K_t) at update `t` (from 0) for the base δ and K.
+    pub fn at(&self, t: usize, delta: f64, k: usize) -> (f64, usize) {
+        let w = |t: usize| ((1 + t) as f64).powf(self.growth);
+        let total: f64 = (0..self.updates.max(1)).map(w).sum();
+        let scale = (k * self.updates.max(1)) as f64 / total;
+        let k_t = (scale * w(t)).round().max(1.0) as usize;
+        (delta * ((1 + t) as f64).powf(-self.decay), k_t)
+    }
 }
 
 impl Default for LangevinChains {
@@ -41,6 +68,7 @@ impl Default for LangevinChains {
             steps: 10,
             burn_in: 50,
             initial_momentum: Momentum::Normal,
+            schedule: None,
         }
     }
 }
@@ -77,6 +105,9 @@ pub struct ChainEstimator<'a> {
     reused: usize,
     /// The blocks' gradient sums of the last update, reused as the next one's buffers.
     spare: Vec<Vec<f32>>,
+    /// SAGD with δ_t and K_t along the run: the base chains, and the updates done.
+    scheduled: Option<LangevinChains>,
+    update: usize,
 }
 
 impl<'a> ChainEstimator<'a> {
@@ -89,12 +120,22 @@ impl<'a> ChainEstimator<'a> {
     /// SAGD: persistent underdamped Langevin chains started from an encoder draw, burn-in once.
     pub fn sagd(vae: &'a Vae, x: &'a [f32], s: &LangevinChains, seed: u64) -> Result<Self> {
         s.langevin.validate(s.step_size)?;
+        if let Some(p) = s.schedule {
+            if !(p.decay.is_finite() && p.decay >= 0.0 && p.growth.is_finite() && p.growth >= 0.0) {
+                return Err(SagdError::InvalidSetting {
+                    name: "sagd schedule",
+                    value: format!("decay {}, growth {}", p.decay, p.growth),
+                    fix: "use exponents ≥ 0 (δ_t may only shrink, K_t only grow)".into(),
+                });
+            }
+        }
         let kernel = s.langevin.kernel::<f32>(s.step_size)?;
         // Schemes that end a step at their last evaluation return the θ-gradient with it.
         let fused = kernel.ends_at_gradient();
         let mut e = Self::with(vae, x, kernel, s.steps, false, s.burn_in, seed);
         e.momentum = s.initial_momentum;
         e.fused = fused;
+        e.scheduled = s.schedule.is_some().then_some(*s);
         Ok(e)
     }
 
@@ -130,6 +171,8 @@ impl<'a> ChainEstimator<'a> {
             fused: false,
             reused: 0,
             spare: Vec::new(),
+            scheduled: None,
+            update: 0,
         }
     }
 }
@@ -143,6 +186,8 @@ struct ChainRecord {
     divergences: usize,
     started: bool,
     reused: usize,
+    #[serde(default)]
+    update: usize,
 }
 
 impl GradientEstimator for ChainEstimator<'_> {
@@ -158,6 +203,7 @@ impl GradientEstimator for ChainEstimator<'_> {
             divergences: self.divergences,
             started: self.started,
             reused: self.reused,
+            update: self.update,
         })
     }
 
@@ -171,6 +217,7 @@ impl GradientEstimator for ChainEstimator<'_> {
         self.divergences = r.divergences;
         self.started = r.started;
         self.reused = r.reused;
+        self.update = r.update;
         Ok(())
     }
 
@@ -207,6 +254,14 @@ impl GradientEstimator for ChainEstimator<'_> {
                 .chains
                 .burn_in(&all_target, &self.kernel, self.burn_in)?;
             self.started = true;
+        }
+        if let Some(plan) = self.scheduled.and_then(|c| c.schedule.map(|p| (c, p))) {
+            // Burn-in ran at the base δ; each update takes its own δ_t and K_t.
+            let (c, plan) = plan;
+            let (delta, k) = plan.at(self.update, c.step_size, c.steps);
+            self.kernel = c.langevin.kernel::<f32>(delta)?;
+            self.steps = k;
+            self.update += 1;
         }
         let mut sub = if full {
             std::mem::replace(&mut self.chains, ChainSet::new(0, d, 0))
@@ -341,5 +396,31 @@ mod tests {
         for (a, b) in g1.iter().zip(&g2) {
             assert!((a - b).abs() <= 1e-4 * scale, "{a} vs {b}");
         }
+    }
+
+    #[test]
+    fn a_schedule_shrinks_delta_and_lengthens_chains_at_the_same_cost() {
+        let plan = ChainSchedule {
+            decay: 0.5,
+            growth: 1.0,
+            updates: 1000,
+        };
+        let steps: Vec<(f64, usize)> = (0..1000).map(|t| plan.at(t, 0.1, 10)).collect();
+        let total: usize = steps.iter().map(|s| s.1).sum();
+        // Cost-matched to rounding (each K_t rounds by at most a half-step, and is at least 1).
+        assert!((total as f64 - 10_000.0).abs() < 500.0, "{total}");
+        assert_eq!(steps[0], (0.1, 1));
+        assert_eq!(steps[999].1, 20);
+        assert!((steps[99].0 - 0.01).abs() < 1e-12);
+        assert!(steps
+            .windows(2)
+            .all(|w| w[1].0 < w[0].0 && w[1].1 >= w[0].1));
+        // No schedule exponents: the fixed δ and K.
+        let fixed = ChainSchedule {
+            decay: 0.0,
+            growth: 0.0,
+            updates: 1000,
+        };
+        assert!((0..1000).all(|t| fixed.at(t, 0.02, 10) == (0.02, 10)));
     }
 }

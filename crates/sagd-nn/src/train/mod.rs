@@ -7,7 +7,7 @@ mod bound;
 mod chain;
 
 pub use bound::BoundEstimator;
-pub use chain::{ChainEstimator, HmcChains, LangevinChains};
+pub use chain::{ChainEstimator, ChainSchedule, HmcChains, LangevinChains};
 
 use std::path::PathBuf;
 
@@ -131,6 +131,10 @@ pub struct TrainSettings {
     pub batch_size: usize,
     /// Adam's learning rate.
     pub lr: f64,
+    /// The learning rate's decay along the run: lr_t = lr (1 + t)^−`lr_decay` at the t-th update
+    /// (0: constant; ½: the α_t ∝ 1/√t of the paper's Theorem 3).
+    #[serde(default)]
+    pub lr_decay: f64,
     /// The parameters returned: the last iterate, or an average of the final iterates.
     pub averaging: Averaging,
 }
@@ -170,6 +174,7 @@ pub struct Training<'a> {
     est: &'a mut dyn GradientEstimator,
     rule: UpdateRule,
     lr: f64,
+    lr_decay: f64,
     n: usize,
     batch: usize,
     total: usize,
@@ -220,6 +225,7 @@ impl<'a> Training<'a> {
             est,
             rule,
             lr: s.lr,
+            lr_decay: s.lr_decay,
             n,
             batch,
             total: updates.unwrap_or(s.epochs * n.div_ceil(batch)),
@@ -277,7 +283,7 @@ impl<'a> Training<'a> {
     ) -> Option<Result<f64>> {
         let (beta1, beta2, eps) = self.device_adam?;
         let step = AdamStep {
-            lr: self.lr,
+            lr: self.lr_at(st.dec.opt.count),
             beta1,
             beta2,
             eps,
@@ -316,13 +322,23 @@ impl<'a> Training<'a> {
         if !all_finite(&self.g_enc) {
             return Err(SagdError::NonFiniteUpdate { iteration: update });
         }
+        let lr = self.lr_at(st.dec.opt.count);
         self.rule
-            .apply(&mut st.dec, &mut st.params.dec, &mut self.g_dec, self.lr)?;
+            .apply(&mut st.dec, &mut st.params.dec, &mut self.g_dec, lr)?;
         if self.est.trains_encoder() {
             self.rule
-                .apply(&mut st.enc, &mut st.params.enc, &mut self.g_enc, self.lr)?;
+                .apply(&mut st.enc, &mut st.params.enc, &mut self.g_enc, lr)?;
         }
         Ok(loss)
+    }
+
+    /// The learning rate after `done` decoder updates.
+    fn lr_at(&self, done: u64) -> f64 {
+        if self.lr_decay == 0.0 {
+            self.lr
+        } else {
+            self.lr * (1.0 + done as f64).powf(-self.lr_decay)
+        }
     }
 }
 
@@ -489,6 +505,7 @@ mod tests {
                 epochs: updates,
                 batch_size: 4,
                 lr,
+                lr_decay: 0.0,
                 averaging,
             };
             let mut est = Constant;
@@ -508,6 +525,32 @@ mod tests {
             assert!((a - (z - 8.0 * lr as f32)).abs() < 1e-5, "{a} vs {z}");
         }
         assert_eq!(avg.enc, p0.enc);
+    }
+
+    #[test]
+    fn a_decaying_learning_rate_takes_steps_of_lr_over_a_power_of_the_update() {
+        // On a constant gradient Adam's steps are the learning rate itself: after 10 updates at
+        // lr (1 + t)^−½ the iterate has moved by Σ_t lr/√(1 + t).
+        let vae = Vae::new(1, 2);
+        let p0 = vae.init(1);
+        let s = TrainSettings {
+            epochs: 10,
+            batch_size: 4,
+            lr: 0.01,
+            lr_decay: 0.5,
+            averaging: Averaging::None,
+        };
+        let mut est = Constant;
+        let mut job = Training::new(&vae, &mut est, &s, 4, Identity::new()).unwrap();
+        let mut st = job.init(p0.clone(), 0);
+        while !job.terminate(&st) {
+            job.next_iter(&mut st).unwrap();
+        }
+        let last = job.finish(&st);
+        let moved: f64 = (0..10).map(|t| 0.01 / (1.0 + t as f64).sqrt()).sum();
+        for (l, z) in last.dec.iter().zip(&p0.dec) {
+            assert!((l - (z - moved as f32)).abs() < 1e-5, "{l} vs {z}");
+        }
     }
 
     /// The quadratic loss ½‖θ − ½‖² on the decoder: gradient θ − ½. With `device`, the
@@ -592,6 +635,7 @@ mod tests {
             epochs: 9,
             batch_size: 4,
             lr: 0.05,
+            lr_decay: 0.0,
             averaging: Averaging::None,
         };
         let dir = tempfile::tempdir().unwrap();

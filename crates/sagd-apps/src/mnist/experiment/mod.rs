@@ -227,6 +227,7 @@ pub fn train_phase_from(
         epochs: 1,
         batch_size: s.batch_size,
         lr,
+        lr_decay: 0.0,
         averaging: Averaging::None,
     };
     let opts = E3Options {
@@ -312,6 +313,7 @@ pub fn run(
         epochs: s.vae_epochs,
         batch_size: s.batch_size,
         lr: s.vae_lr,
+        lr_decay: 0.0,
         averaging: Averaging::None,
     };
     let mut pre_json = serde_json::json!({
@@ -374,6 +376,7 @@ pub fn run(
     // SAGD and the control, from the same start, as many generator updates.
     let refine = TrainSettings {
         lr: s.sagd_lr,
+        lr_decay: 0.0,
         ..vae.clone()
     };
     let mut refined = Vec::new();

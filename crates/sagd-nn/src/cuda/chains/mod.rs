@@ -195,6 +195,13 @@ impl<'a> GpuChainEstimator<'a> {
         seed: u64,
     ) -> Result<Self> {
         s.langevin.validate(s.step_size)?;
+        if s.schedule.is_some() {
+            return Err(SagdError::InvalidSetting {
+                name: "sagd schedule",
+                value: "δ_t and K_t along the run".into(),
+                fix: "run scheduled chains on the CPU (--device cpu), or drop the schedule".into(),
+            });
+        }
         let kernel = s.langevin.kernel::<f32>(s.step_size)?;
         let mut e = Self::with(gpu, vae, x, &kernel, (s.steps, false, s.burn_in), seed)?;
         e.momentum = s.initial_momentum;
