@@ -495,29 +495,38 @@ mod tests {
         }
     }
 
+    /// The parameters returned after `updates` full-batch updates on the [`Constant`] gradient
+    /// from the initial `p0` of a small VAE.
+    fn on_constant(
+        p0: &VaeParams,
+        updates: usize,
+        lr: f64,
+        lr_decay: f64,
+        averaging: Averaging,
+    ) -> VaeParams {
+        let vae = Vae::new(1, 2);
+        let s = TrainSettings {
+            epochs: updates,
+            batch_size: 4,
+            lr,
+            lr_decay,
+            averaging,
+        };
+        let mut est = Constant;
+        let mut job = Training::new(&vae, &mut est, &s, 4, Identity::new()).unwrap();
+        let mut st = job.init(p0.clone(), 0);
+        while !job.terminate(&st) {
+            job.next_iter(&mut st).unwrap();
+        }
+        job.finish(&st)
+    }
+
     #[test]
     fn tail_averaging_returns_the_mean_of_the_last_iterates() {
-        let vae = Vae::new(1, 2);
-        let p0 = vae.init(1);
+        let p0 = Vae::new(1, 2).init(1);
         let (lr, updates) = (0.01, 10);
-        let run = |averaging| {
-            let s = TrainSettings {
-                epochs: updates,
-                batch_size: 4,
-                lr,
-                lr_decay: 0.0,
-                averaging,
-            };
-            let mut est = Constant;
-            let mut job = Training::new(&vae, &mut est, &s, 4, Identity::new()).unwrap();
-            let mut st = job.init(p0.clone(), 0);
-            while !job.terminate(&st) {
-                job.next_iter(&mut st).unwrap();
-            }
-            job.finish(&st)
-        };
-        let last = run(Averaging::None);
-        let avg = run(Averaging::Tail { fraction: 0.5 });
+        let last = on_constant(&p0, updates, lr, 0.0, Averaging::None);
+        let avg = on_constant(&p0, updates, lr, 0.0, Averaging::Tail { fraction: 0.5 });
         for ((a, l), z) in avg.dec.iter().zip(&last.dec).zip(&p0.dec) {
             // Iterates z − lr·t (Adam's first steps on a constant gradient are lr each); the last
             // five, t = 6..10, average to z − 8·lr.
@@ -531,22 +540,8 @@ mod tests {
     fn a_decaying_learning_rate_takes_steps_of_lr_over_a_power_of_the_update() {
         // On a constant gradient Adam's steps are the learning rate itself: after 10 updates at
         // lr (1 + t)^−½ the iterate has moved by Σ_t lr/√(1 + t).
-        let vae = Vae::new(1, 2);
-        let p0 = vae.init(1);
-        let s = TrainSettings {
-            epochs: 10,
-            batch_size: 4,
-            lr: 0.01,
-            lr_decay: 0.5,
-            averaging: Averaging::None,
-        };
-        let mut est = Constant;
-        let mut job = Training::new(&vae, &mut est, &s, 4, Identity::new()).unwrap();
-        let mut st = job.init(p0.clone(), 0);
-        while !job.terminate(&st) {
-            job.next_iter(&mut st).unwrap();
-        }
-        let last = job.finish(&st);
+        let p0 = Vae::new(1, 2).init(1);
+        let last = on_constant(&p0, 10, 0.01, 0.5, Averaging::None);
         let moved: f64 = (0..10).map(|t| 0.01 / (1.0 + t as f64).sqrt()).sum();
         for (l, z) in last.dec.iter().zip(&p0.dec) {
             assert!((l - (z - moved as f32)).abs() < 1e-5, "{l} vs {z}");
