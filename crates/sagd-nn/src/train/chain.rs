@@ -47,12 +47,20 @@ pub struct ChainSchedule {
 }
 
 impl ChainSchedule {
-    /// (δ_t, K_t) at update `t` (from 0) for the base δ and K.
-    pub fn at(&self, t: usize, delta: f64, k: usize) -> (f64, usize) {
-        let w = |t: usize| ((1 + t) as f64).powf(self.growth);
-        let total: f64 = (0..self.updates.max(1)).map(w).sum();
-        let scale = (k * self.updates.max(1)) as f64 / total;
-        let k_t = (scale * w(t)).round().max(1.0) as usize;
+    /// The factor of K_t = round(scale (1 + t)^growth) that makes the run's steps those of K
+    /// fixed (computed once per run: it sums over every update).
+    pub fn k_scale(&self, k: usize) -> f64 {
+        let total: f64 = (0..self.updates.max(1))
+            .map(|t| ((1 + t) as f64).powf(self.growth))
+            .sum();
+        (k * self.updates.max(1)) as f64 / total
+    }
+
+    /// (δ_t, K_t) at update `t` (from 0) for the base δ and the run's [`ChainSchedule::k_scale`].
+    pub fn at(&self, t: usize, delta: f64, k_scale: f64) -> (f64, usize) {
+        let k_t = (k_scale * ((1 + t) as f64).powf(self.growth))
+            .round()
+            .max(1.0) as usize;
         (delta * ((1 + t) as f64).powf(-self.decay), k_t)
     }
 }
@@ -105,8 +113,9 @@ pub struct ChainEstimator<'a> {
     reused: usize,
     /// The blocks' gradient sums of the last update, reused as the next one's buffers.
     spare: Vec<Vec<f32>>,
-    /// SAGD with δ_t and K_t along the run: the base chains, and the updates done.
-    scheduled: Option<LangevinChains>,
+    /// SAGD with δ_t and K_t along the run: the base chains, the schedule, K_t's scale; and the
+    /// updates done.
+    scheduled: Option<(LangevinChains, ChainSchedule, f64)>,
     update: usize,
 }
 
@@ -135,7 +144,7 @@ impl<'a> ChainEstimator<'a> {
         let mut e = Self::with(vae, x, kernel, s.steps, false, s.burn_in, seed);
         e.momentum = s.initial_momentum;
         e.fused = fused;
-        e.scheduled = s.schedule.is_some().then_some(*s);
+        e.scheduled = s.schedule.map(|p| (*s, p, p.k_scale(s.steps)));
         Ok(e)
     }
 
@@ -255,10 +264,9 @@ impl GradientEstimator for ChainEstimator<'_> {
                 .burn_in(&all_target, &self.kernel, self.burn_in)?;
             self.started = true;
         }
-        if let Some(plan) = self.scheduled.and_then(|c| c.schedule.map(|p| (c, p))) {
+        if let Some((c, plan, k_scale)) = self.scheduled {
             // Burn-in ran at the base δ; each update takes its own δ_t and K_t.
-            let (c, plan) = plan;
-            let (delta, k) = plan.at(self.update, c.step_size, c.steps);
+            let (delta, k) = plan.at(self.update, c.step_size, k_scale);
             self.kernel = c.langevin.kernel::<f32>(delta)?;
             self.steps = k;
             self.update += 1;
@@ -405,7 +413,8 @@ mod tests {
             growth: 1.0,
             updates: 1000,
         };
-        let steps: Vec<(f64, usize)> = (0..1000).map(|t| plan.at(t, 0.1, 10)).collect();
+        let scale = plan.k_scale(10);
+        let steps: Vec<(f64, usize)> = (0..1000).map(|t| plan.at(t, 0.1, scale)).collect();
         let total: usize = steps.iter().map(|s| s.1).sum();
         // Cost-matched to rounding (each K_t rounds by at most a half-step, and is at least 1).
         assert!((total as f64 - 10_000.0).abs() < 500.0, "{total}");
@@ -421,6 +430,7 @@ mod tests {
             growth: 0.0,
             updates: 1000,
         };
-        assert!((0..1000).all(|t| fixed.at(t, 0.02, 10) == (0.02, 10)));
+        let scale = fixed.k_scale(10);
+        assert!((0..1000).all(|t| fixed.at(t, 0.02, scale) == (0.02, 10)));
     }
 }
