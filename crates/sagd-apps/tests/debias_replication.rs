@@ -206,3 +206,58 @@ fn minibatches_and_several_dimensions_run_and_are_deterministic() {
         assert!(v.eval.w1.is_finite(), "{k}");
     }
 }
+
+/// Table 1's replications split over 2 and 3 processes (threads of this one standing in for
+/// them, `sagd::share`): on 2, a replication each; on 3, more processes than replications, so
+/// each replication's methods are split. Every process ends with the whole table, the same bits
+/// as one process, with the draws and decoders that the result file leaves out.
+#[test]
+fn replications_split_over_processes_are_those_of_one_process() {
+    use sagd::share::{within, ThreadGroup};
+    use sagd_apps::debias::{run_table, Case, E2Settings};
+    let s = E2Settings {
+        n: 200,
+        hidden: 8,
+        batch_size: 200,
+        pretrain_epochs: 20,
+        finetune_epochs: 4,
+        m: 2000,
+        ..Default::default()
+    };
+    let case: Case = "exp".parse().unwrap();
+    let go = || {
+        run_table(
+            &s,
+            case,
+            false,
+            &[0, 1],
+            &RunOptions::default(),
+            &|_, _, _| {},
+        )
+        .unwrap()
+    };
+    let whole = go();
+    assert!(!whole.replications[0].samples.is_empty());
+    for processes in [2, 3] {
+        let group = ThreadGroup::new(processes);
+        let tables: Vec<_> = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..processes)
+                .map(|r| {
+                    let member = group.member(r);
+                    sc.spawn(move || within(member, go))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (rank, t) in tables.iter().enumerate() {
+            assert_eq!(t.replications.len(), 2);
+            for (a, b) in t.replications.iter().zip(&whole.replications) {
+                let at = format!("{processes} processes, rank {rank}, seed {}", b.seed);
+                assert_eq!(strip(a), strip(b), "{at}");
+                assert_eq!(a.samples, b.samples, "{at}");
+                assert_eq!(a.decoders, b.decoders, "{at}");
+                assert_eq!(a.x, b.x, "{at}");
+            }
+        }
+    }
+}

@@ -42,13 +42,44 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    if let Err(e) = run(cli) {
-        eprintln!("error: {e:#}");
-        std::process::exit(1);
+    let processes = match sagd_mpi::start() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    };
+    let result = run(cli, &processes);
+    if processes.size() > 1 && result.is_ok() {
+        let x = sagd::share::exchanged();
+        eprintln!(
+            "process {} of {}: {} exchanges, {:.1} MB sent, {:.1} MB received, {:.2} s in them",
+            processes.rank(),
+            processes.size(),
+            x.calls,
+            x.sent as f64 / 1e6,
+            x.received as f64 / 1e6,
+            x.seconds
+        );
+    }
+    if let Err(e) = result {
+        // An error that only relays another process's is that process's to print.
+        let relayed = e.chain().any(|c| {
+            matches!(
+                c.downcast_ref::<sagd::error::SagdError>(),
+                Some(sagd::error::SagdError::Process { .. })
+            )
+        });
+        processes.fail(&format!("{e:#}"), relayed);
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
+fn run(cli: Cli, processes: &sagd_mpi::Processes) -> Result<()> {
+    if processes.size() > 1 && !matches!(cli.command, Command::Em(_) | Command::Debias(_)) {
+        anyhow::bail!(
+            "this command runs as one process; of the commands, `sagd em` and `sagd debias` split over processes (mpirun -np N)"
+        );
+    }
     if let Some(t) = cli.threads {
         if t == 0 {
             anyhow::bail!("--threads must be at least 1");

@@ -20,6 +20,7 @@ pub struct Staging {
     owned: Vec<String>,
     lock: PathBuf,
     done: bool,
+    _scratch: Option<tempfile::TempDir>,
 }
 
 /// Writes `bytes` to `path` whole or not at all: a temporary file named for this process, then a
@@ -157,6 +158,14 @@ impl Staging {
     /// Creates `out` (if needed), takes its lock (refused while another live run holds it),
     /// removes staging folders that dead runs left, and makes a fresh staging folder in it.
     pub fn new(out: &Path) -> Result<Self> {
+        // In a run split over processes the first writes the result; the others, which hold
+        // the same, stage theirs in a folder of their own that goes when they end.
+        let scratch = if sagd::share::is_root() {
+            None
+        } else {
+            Some(tempfile::tempdir().context("cannot make a temporary folder")?)
+        };
+        let out = scratch.as_ref().map_or(out, |t| t.path());
         fs::create_dir_all(out)
             .with_context(|| format!("cannot create the output folder {}", out.display()))?;
         let me = std::process::id();
@@ -203,6 +212,7 @@ impl Staging {
             owned: Vec::new(),
             lock,
             done: false,
+            _scratch: scratch,
         })
     }
 
@@ -264,7 +274,7 @@ impl Drop for Staging {
 /// A progress bar over `total` units of work on stderr: drawn on a terminal; without one (a pipe,
 /// CI, a log file), a plain line every few seconds instead; nothing with `quiet`.
 pub fn progress_bar(quiet: bool, total: u64) -> ProgressBar {
-    if quiet {
+    if quiet || !sagd::share::is_root() {
         return ProgressBar::hidden();
     }
     if std::io::stderr().is_terminal() {

@@ -1363,3 +1363,24 @@ fn sagd_presets_set_their_schedules_and_flags_override_them() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("sagd schedule"));
 }
+
+/// Launched as one of several processes (as mpirun would), a binary built without MPI refuses
+/// rather than run the whole job once per process.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn a_binary_without_mpi_refuses_a_launch_on_several_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = sagd()
+        .env("OMPI_COMM_WORLD_SIZE", "4")
+        .args(["em", "--quiet", "--out"])
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("one of 4 processes") && err.contains("--features mpi"),
+        "{err}"
+    );
+    assert!(!dir.path().join("out").exists());
+}

@@ -3,7 +3,7 @@
 use thiserror::Error;
 
 /// An error from a model's log density or gradient.
-#[derive(Debug, Clone, Error, PartialEq)]
+#[derive(Debug, Clone, Error, PartialEq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum LogpError {
     /// The value or gradient is not finite at this point. The sampler treats it as a divergence of
@@ -111,6 +111,14 @@ pub enum SagdError {
     /// A compute device (a GPU) that cannot be used or failed.
     #[error("device: {0}")]
     Device(String),
+    /// An error in another process of a run split over processes (`crate::share`).
+    #[error("process {rank}: {message}")]
+    Process {
+        /// The process where it happened.
+        rank: usize,
+        /// What happened there.
+        message: String,
+    },
 }
 
 impl std::fmt::Debug for SagdError {

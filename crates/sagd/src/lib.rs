@@ -74,6 +74,7 @@ pub mod real;
 pub mod rng;
 pub mod run;
 pub mod schedule;
+pub mod share;
 pub mod solver;
 
 /// The names most programs need.

@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{check_len, Result, SagdError};
+use crate::error::{check_len, LogpError, Result, SagdError};
 use crate::langevin::{ChainSet, LangevinSettings, Momentum};
 use crate::model::{AnchoredTarget, Problem};
 use crate::optim::{UpdateRule, UpdateState};
@@ -274,7 +274,7 @@ impl Sagd {
         // A model whose calls are costly (Python) gets each block's K_t states in one call at
         // the end, instead of one call per step.
         let stack = !fuse && problem.calls_are_costly();
-        type Acc<T> = Result<(Vec<f64>, Vec<T>, usize)>;
+        type Acc<T> = std::result::Result<(Vec<f64>, Vec<T>, usize), LogpError>;
         let (infos, parts) = state.chains.run_steps_fold(
             &target,
             &kernel,
@@ -297,14 +297,14 @@ impl Sagd {
                 let mut g = vec![T::zero(); p];
                 match problem.add_grad_f(theta, b.first_row, b.positions, &mut g) {
                     Ok(()) => sum.iter_mut().zip(g).for_each(|(s, v)| *s += v.f64()),
-                    Err(e) => *acc = Err(SagdError::Model(e)),
+                    Err(e) => *acc = Err(e),
                 }
             },
         )?;
         let parts = parts
             .into_iter()
             .map(|acc| {
-                let (mut sum, stacked, first) = acc?;
+                let (mut sum, stacked, first) = acc.map_err(SagdError::Model)?;
                 if !stacked.is_empty() {
                     let mut g = vec![T::zero(); p];
                     problem

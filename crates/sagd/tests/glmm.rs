@@ -1,48 +1,10 @@
 //! The built-in GLMMs (`sagd::glmm`) fitted from the defaults against their maximum-likelihood
 //! estimates by quadrature, one random intercept per group, in each family.
 
-use rand::SeedableRng;
-use rand_distr::{Distribution, Normal, Poisson, StandardNormal};
-use rand_xoshiro::Xoshiro256PlusPlus;
-
 mod common;
 use common::em::fits_with_the_defaults;
-use sagd::glmm::{Family, Glmm};
-
-/// 50 groups of 8 rows: η = 0.5 + 0.3 x + b_g, b_g ~ N(0, τ²), τ = 0.5 (1 for Bernoulli rows,
-/// which say less about τ: at 0.5 some seeds put the maximum at τ = 0).
-fn simulate(family: Family, seed: u64) -> Glmm {
-    let tau = if family == Family::Binomial { 1.0 } else { 0.5 };
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
-    let (groups, per) = (50, 8);
-    let b: Vec<f64> = (0..groups)
-        .map(|_| {
-            let z: f64 = StandardNormal.sample(&mut rng);
-            tau * z
-        })
-        .collect();
-    let mut x = Vec::new();
-    let mut y = Vec::new();
-    let mut g = Vec::new();
-    for (j, bj) in b.iter().enumerate() {
-        for _ in 0..per {
-            let xi: f64 = StandardNormal.sample(&mut rng);
-            let eta = 0.5 + 0.3 * xi + bj;
-            y.push(match family {
-                Family::Gaussian => eta + Normal::new(0.0, 0.8).unwrap().sample(&mut rng),
-                Family::Poisson => Poisson::new(eta.exp()).unwrap().sample(&mut rng),
-                Family::Binomial => {
-                    let u: f64 = rand_distr::StandardUniform.sample(&mut rng);
-                    f64::from(u8::from(u < 1.0 / (1.0 + (-eta).exp())))
-                }
-            });
-            x.extend([1.0, xi]);
-            g.push(j);
-        }
-    }
-    let n = y.len();
-    Glmm::new(family, y, x, &g, vec![1.0; n], None).unwrap()
-}
+use common::glmm::simulate;
+use sagd::glmm::Family;
 
 #[test]
 fn each_family_fits_its_quadrature_maximum() {

@@ -346,7 +346,7 @@ fn gathered_chains_advance_as_they_would_in_place() {
     let rows = [7usize, 2, 9, 0, 4, 1, 3, 8, 6, 5];
     let (a, b) = rows.split_at(4);
     for batch in [a, b] {
-        let mut sub = parts.gather(batch);
+        let mut sub = parts.gather(batch).unwrap();
         for _ in 0..5 {
             sub.step(&target, &k).unwrap();
         }

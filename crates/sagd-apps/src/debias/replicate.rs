@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rayon::prelude::*;
 use sagd::error::Result;
 use sagd::metrics::Law;
 use sagd::optim::Averaging;
@@ -384,103 +383,101 @@ pub fn fit(
         .enumerate()
         .filter(|(_, m)| s.methods.contains(m))
         .collect();
-    let outcomes: Vec<Result<Tuned>> = chosen
-        .par_iter()
-        .map(|&(i, m)| {
-            let mseed = part_seed(1000 * seed + 1 + i as u64, 3);
-            let t0 = Instant::now();
-            let mut est: Box<dyn GradientEstimator> = match m {
-                Method::Vae => bound_estimator(opts.device, &vae, &x, 1, mseed)?,
-                Method::Iwae => bound_estimator(opts.device, &vae, &x, s.method.iwae_k, mseed)?,
-                Method::Hmc => match opts.device {
-                    Device::Cpu => Box::new(ChainEstimator::hmc(&vae, &x, &s.method.hmc(), mseed)?),
-                    Device::Cuda(i) => Box::new(GpuChainEstimator::hmc(
+    // Split over the processes of a split run (each method runs whole on one).
+    let outcomes: Vec<Tuned> = sagd::share::map(chosen.len(), |k| {
+        let (i, m) = chosen[k];
+        let mseed = part_seed(1000 * seed + 1 + i as u64, 3);
+        let t0 = Instant::now();
+        let mut est: Box<dyn GradientEstimator> = match m {
+            Method::Vae => bound_estimator(opts.device, &vae, &x, 1, mseed)?,
+            Method::Iwae => bound_estimator(opts.device, &vae, &x, s.method.iwae_k, mseed)?,
+            Method::Hmc => match opts.device {
+                Device::Cpu => Box::new(ChainEstimator::hmc(&vae, &x, &s.method.hmc(), mseed)?),
+                Device::Cuda(i) => Box::new(GpuChainEstimator::hmc(
+                    Gpu::open(i)?,
+                    &vae,
+                    &x,
+                    &s.method.hmc(),
+                    mseed,
+                )?),
+            },
+            Method::Sagd | Method::SagdPaper => {
+                let mut chains = match m {
+                    Method::SagdPaper => s.method.sagd_paper(),
+                    _ => s.method.sagd,
+                };
+                if let Some(plan) = chains.schedule.as_mut() {
+                    plan.updates = s.finetune_epochs * per_epoch;
+                }
+                match opts.device {
+                    Device::Cpu => Box::new(ChainEstimator::sagd(&vae, &x, &chains, mseed)?),
+                    Device::Cuda(i) => Box::new(GpuChainEstimator::sagd(
                         Gpu::open(i)?,
                         &vae,
                         &x,
-                        &s.method.hmc(),
+                        &chains,
                         mseed,
                     )?),
-                },
-                Method::Sagd | Method::SagdPaper => {
-                    let mut chains = match m {
-                        Method::SagdPaper => s.method.sagd_paper(),
-                        _ => s.method.sagd,
-                    };
-                    if let Some(plan) = chains.schedule.as_mut() {
-                        plan.updates = s.finetune_epochs * per_epoch;
-                    }
-                    match opts.device {
-                        Device::Cpu => Box::new(ChainEstimator::sagd(&vae, &x, &chains, mseed)?),
-                        Device::Cuda(i) => Box::new(GpuChainEstimator::sagd(
-                            Gpu::open(i)?,
-                            &vae,
-                            &x,
-                            &chains,
-                            mseed,
-                        )?),
-                    }
                 }
-            };
-            // SAGD has its own learning rate and returns an average of its iterates.
-            let (lr, averaging) = match m {
-                Method::Sagd if s.method.sagd_average > 0.0 => (
-                    s.sagd_lr(),
-                    Averaging::Tail {
-                        fraction: s.method.sagd_average,
-                    },
-                ),
-                Method::Sagd => (s.sagd_lr(), Averaging::None),
-                // The paper's SAGD: its Euler chains, the last iterate, the fine-tuning rate.
-                _ => (s.finetune_lr, Averaging::None),
-            };
-            let phase = Phase {
-                name: m.name(),
-                settings: TrainSettings {
-                    epochs: s.finetune_epochs,
-                    batch_size: s.batch_size,
-                    lr,
-                    lr_decay: if m == Method::Sagd {
-                        s.method.sagd_lr_decay
-                    } else {
-                        0.0
-                    },
-                    averaging,
+            }
+        };
+        // SAGD has its own learning rate and returns an average of its iterates.
+        let (lr, averaging) = match m {
+            Method::Sagd if s.method.sagd_average > 0.0 => (
+                s.sagd_lr(),
+                Averaging::Tail {
+                    fraction: s.method.sagd_average,
                 },
-                key: &key,
-                seed: part_seed(mseed, 6),
-            };
-            let mut tracer = Tracer {
-                every: opts.trace_every,
-                assess: &assess_eval,
-                points: Vec::new(),
-            };
-            let done = run_phase(
-                &vae,
-                est.as_mut(),
-                &phase,
-                n,
-                params.clone(),
-                opts,
-                &mut tracer,
-                progress,
-            )?;
-            let p = done.params;
-            let time_s = t0.elapsed().as_secs_f64();
-            let (eval, z) = assess(&p);
-            let r = MethodResult {
-                eval,
-                time_s,
-                final_loss: done.final_loss,
-                diagnostics: done.diagnostics,
-                trace: done.trace,
-            };
-            Ok((m, r, z, p.dec))
-        })
-        .collect();
+            ),
+            Method::Sagd => (s.sagd_lr(), Averaging::None),
+            // The paper's SAGD: its Euler chains, the last iterate, the fine-tuning rate.
+            _ => (s.finetune_lr, Averaging::None),
+        };
+        let phase = Phase {
+            name: m.name(),
+            settings: TrainSettings {
+                epochs: s.finetune_epochs,
+                batch_size: s.batch_size,
+                lr,
+                lr_decay: if m == Method::Sagd {
+                    s.method.sagd_lr_decay
+                } else {
+                    0.0
+                },
+                averaging,
+            },
+            key: &key,
+            seed: part_seed(mseed, 6),
+        };
+        let mut tracer = Tracer {
+            every: opts.trace_every,
+            assess: &assess_eval,
+            points: Vec::new(),
+        };
+        let done = run_phase(
+            &vae,
+            est.as_mut(),
+            &phase,
+            n,
+            params.clone(),
+            opts,
+            &mut tracer,
+            progress,
+        )?;
+        let p = done.params;
+        let time_s = t0.elapsed().as_secs_f64();
+        let (eval, z) = assess(&p);
+        let r = MethodResult {
+            eval,
+            time_s,
+            final_loss: done.final_loss,
+            diagnostics: done.diagnostics,
+            trace: done.trace,
+        };
+        Ok((m, r, z, p.dec))
+    })?;
     let mut methods = BTreeMap::new();
-    for o in outcomes {
-        let (m, r, z, dec) = o?;
+    for (m, r, z, dec) in outcomes {
         if opts.keep_samples {
             samples.insert(m.name().to_string(), z);
             decoders.insert(m.name().to_string(), dec);

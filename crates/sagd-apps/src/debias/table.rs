@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use rayon::prelude::*;
 use sagd::diagnostics::mean_sd;
 use sagd::error::{Result, SagdError};
 use sagd::metrics::Law;
@@ -178,19 +177,39 @@ pub fn run_table(
     }
     let law = case.law();
     let first = seeds.first().copied();
-    let replications: Vec<Replication> = seeds
-        .par_iter()
-        .map(|&seed| {
-            let o = RunOptions {
-                keep_samples: opts.keep_samples || Some(seed) == first,
-                ..opts.clone()
-            };
-            replicate(s, &law, seed, &o, progress).map_err(|e| SagdError::Context {
-                what: format!("replication {seed}"),
-                cause: Box::new(e),
-            })
+    let one = |seed: u64| {
+        let o = RunOptions {
+            keep_samples: opts.keep_samples || Some(seed) == first,
+            ..opts.clone()
+        };
+        replicate(s, &law, seed, &o, progress).map_err(|e| SagdError::Context {
+            what: format!("replication {seed}"),
+            cause: Box::new(e),
         })
-        .collect::<Result<_>>()?;
+    };
+    // Replications side by side, split over the processes of a split run; with fewer
+    // replications than processes, one at a time with their methods split instead.
+    let replications: Vec<Replication> = if seeds.len() >= sagd::share::size() {
+        // What the result file leaves out (the draws, data and decoders of the figures) travels
+        // beside it.
+        sagd::share::map(seeds.len(), |k| {
+            let mut r = one(seeds[k])?;
+            let kept = (
+                std::mem::take(&mut r.samples),
+                std::mem::take(&mut r.x),
+                std::mem::take(&mut r.decoders),
+            );
+            Ok((r, kept))
+        })?
+        .into_iter()
+        .map(|(mut r, (samples, x, decoders))| {
+            (r.samples, r.x, r.decoders) = (samples, x, decoders);
+            r
+        })
+        .collect()
+    } else {
+        seeds.iter().map(|&seed| one(seed)).collect::<Result<_>>()?
+    };
     let mut summary = BTreeMap::new();
     for metric in ["D", "W"] {
         let pick = |e: &Evaluation| if metric == "D" { e.ks } else { e.w1 };

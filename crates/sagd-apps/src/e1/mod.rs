@@ -9,7 +9,6 @@ pub use gamma_sigmoid::GammaSigmoid;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use rayon::prelude::*;
 use sagd::em::information::{
     louis_information, polish_retrying, Information, LouisSettings, PolishSettings, Polished,
 };
@@ -252,6 +251,9 @@ pub struct E1Result {
     pub surface: Surface,
     /// Wall seconds of `sagd`, `exact_gd`, `loglik_paths`, `mle`, `surface`.
     pub timing_s: std::collections::BTreeMap<String, f64>,
+    /// In a run split over processes: what this process exchanged in each of those phases.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty", default)]
+    pub exchanged: std::collections::BTreeMap<String, sagd::share::Exchanged>,
     /// What the run found wrong with itself: a maximisation that did not converge, an EM that
     /// ended far from the maximum, paths beyond any sensible range.
     pub warnings: Vec<String>,
@@ -306,10 +308,17 @@ pub fn run(
     let model = s.model()?;
     let settings = s.em();
     let mut timing = std::collections::BTreeMap::new();
+    let mut exchanged = std::collections::BTreeMap::new();
     let mut clock = Instant::now();
+    let mut before = sagd::share::exchanged();
     let mut lap = |name: &str, timing: &mut std::collections::BTreeMap<String, f64>| {
         timing.insert(name.to_string(), clock.elapsed().as_secs_f64());
         clock = Instant::now();
+        if sagd::share::size() > 1 {
+            let now = sagd::share::exchanged();
+            exchanged.insert(name.to_string(), now.since(&before));
+            before = now;
+        }
     };
     let mut em = AutomatedEm::new(&model, settings.clone());
     em.checkpoint = opts.checkpoint.clone();
@@ -339,9 +348,7 @@ pub fn run(
     )?;
     lap("exact_gd", &mut timing);
     let ll = |path: &[Vec<f64>]| -> Result<Vec<f64>> {
-        path.par_iter()
-            .map(|t| log_likelihood(&model, t, &gh))
-            .collect()
+        sagd::share::map(path.len(), |i| log_likelihood(&model, &path[i], &gh))
     };
     let loglik_sagd = ll(&trace.path)?;
     let loglik_exact = ll(&exact)?;
@@ -370,16 +377,14 @@ pub fn run(
         trace.estimate.clone(),
         mle.theta.clone(),
     ];
-    let quadrature_error = check
-        .par_iter()
-        .map(|t| -> Result<f64> {
-            let q = log_likelihood(&model, t, &gh)?;
-            let r = log_likelihood_trapezoid(&model, t, -14.0, 14.0, 28_001)?;
-            Ok((q - r).abs())
-        })
-        .collect::<Result<Vec<f64>>>()?
-        .into_iter()
-        .fold(0.0, f64::max);
+    let quadrature_error = sagd::share::map(check.len(), |i| -> Result<f64> {
+        let t = &check[i];
+        let q = log_likelihood(&model, t, &gh)?;
+        let r = log_likelihood_trapezoid(&model, t, -14.0, 14.0, 28_001)?;
+        Ok((q - r).abs())
+    })?
+    .into_iter()
+    .fold(0.0, f64::max);
 
     // The surface under Figure 1a (48-node rule: plenty for a picture).
     let mut pts: Vec<&[f64]> = trace
@@ -406,14 +411,13 @@ pub fn run(
     let bg = grid(bmin - pb, bmax + pb, s.surface);
     let nodes = 48;
     let gh_s = GaussHermite::new(nodes);
-    let values: Vec<Vec<f64>> = ag
-        .par_iter()
-        .map(|av| {
-            bg.iter()
-                .map(|bv| log_likelihood(&model, &[*av, *bv], &gh_s).unwrap_or(f64::NEG_INFINITY))
-                .collect()
-        })
-        .collect();
+    // Rows of the grid split over the processes of a split run.
+    let values: Vec<Vec<f64>> = sagd::share::map(ag.len(), |i| {
+        Ok(bg
+            .iter()
+            .map(|bv| log_likelihood(&model, &[ag[i], *bv], &gh_s).unwrap_or(f64::NEG_INFINITY))
+            .collect())
+    })?;
     let surface = Surface {
         a: ag,
         b: bg,
@@ -503,6 +507,7 @@ pub fn run(
         quadrature_error,
         surface,
         timing_s: timing,
+        exchanged,
         warnings,
         information,
         polished,

@@ -31,7 +31,7 @@ pub(super) fn result_json(
     let mut timing = r.timing_s.clone();
     timing.insert("plots".into(), t_plots);
     timing.insert("total".into(), total);
-    json!({
+    let mut v = json!({
         "experiment": "E1 automated EM, Gamma-sigmoid model",
         "sagd_version": env!("CARGO_PKG_VERSION"),
         "seed": s.seed,
@@ -74,7 +74,12 @@ pub(super) fn result_json(
             "converged": p.converged,
             "se_warning": p.se_warning,
         })),
-    })
+    });
+    if !r.exchanged.is_empty() {
+        // A run split over processes: what the first process exchanged in each phase.
+        v["exchanged"] = json!(r.exchanged);
+    }
+    v
 }
 
 /// The printed summary.

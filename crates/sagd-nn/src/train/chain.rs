@@ -274,7 +274,7 @@ impl GradientEstimator for ChainEstimator<'_> {
         let mut sub = if full {
             std::mem::replace(&mut self.chains, ChainSet::new(0, d, 0))
         } else {
-            self.chains.gather(batch)
+            self.chains.gather(batch)?
         };
         if self.fresh_from_encoder {
             let u0 = encoder_draw(self.vae, p, &self.xb, &mut self.stream, &mut self.pool);

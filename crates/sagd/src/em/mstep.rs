@@ -21,7 +21,6 @@
 //! posteriors decide stability), the chains run with δ = scale·σ̂ and γ = friction/σ̂: in units of
 //! σ̂ every model's narrowest posteriors then see the same dynamics.
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LogpError, Result, SagdError};
@@ -176,11 +175,7 @@ where
 {
     let rows = positions.len() / dim.max(1);
     let per = rows_per_piece(rows, dim, costly);
-    let parts = positions
-        .par_chunks(per * dim.max(1))
-        .enumerate()
-        .map(|(b, xi)| f(b * per, xi))
-        .collect::<Result<Vec<_>>>()?;
+    let parts = crate::share::map_chunks(positions, per * dim.max(1), |b, xi| f(b * per, xi))?;
     let mut out = vec![0.0; len];
     add_parts(&parts, &mut out);
     Ok(out)
@@ -334,17 +329,13 @@ pub fn posterior_modes<P: Problem<f64> + ?Sized>(
     let d = problem.chain_dim().max(1);
     let rows = xi.len() / d;
     let per = rows_per_piece(rows, d, problem.calls_are_costly());
-    let pieces = xi
-        .par_chunks(per * d)
-        .enumerate()
-        .map(|(b, x)| {
-            let mut out = x.to_vec();
-            for (k, z) in out.chunks_exact_mut(d).enumerate() {
-                ascend(problem, anchor, b * per + k, z)?;
-            }
-            Ok(out)
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let pieces = crate::share::map_chunks(xi, per * d, |b, x| {
+        let mut out = x.to_vec();
+        for (k, z) in out.chunks_exact_mut(d).enumerate() {
+            ascend(problem, anchor, b * per + k, z)?;
+        }
+        Ok(out)
+    })?;
     Ok(pieces.concat())
 }
 
@@ -417,47 +408,43 @@ pub fn posterior_scale<P: Problem<f64> + ?Sized>(
     let d = problem.chain_dim().max(1);
     let rows = xi.len() / d;
     let per = rows_per_piece(rows, d, problem.calls_are_costly());
-    let scales: Vec<Vec<f64>> = xi
-        .par_chunks(per * d)
-        .enumerate()
-        .map(|(b, x)| {
-            let n = x.len() / d;
-            let mut out = Vec::with_capacity(x.len());
-            let (mut logp, mut gp, mut gm) = (vec![0.0; n], vec![0.0; x.len()], vec![0.0; x.len()]);
-            let steps: Vec<f64> = x.iter().map(|v| 1e-4 * (1.0 + v.abs())).collect();
-            let mut curv = vec![0.0; x.len()];
-            let coords: Vec<usize> = if d <= SCALE_COORDS {
-                (0..d).collect()
-            } else {
-                (0..SCALE_COORDS).map(|k| k * d / SCALE_COORDS).collect()
-            };
-            for j in coords {
-                let shifted = |sign: f64| -> Vec<f64> {
-                    let mut y = x.to_vec();
-                    for r in 0..n {
-                        y[r * d + j] += sign * steps[r * d + j];
-                    }
-                    y
-                };
-                problem
-                    .log_target(anchor, b * per, &shifted(1.0), &mut logp, &mut gp)
-                    .map_err(SagdError::Model)?;
-                problem
-                    .log_target(anchor, b * per, &shifted(-1.0), &mut logp, &mut gm)
-                    .map_err(SagdError::Model)?;
+    let scales: Vec<Vec<f64>> = crate::share::map_chunks(xi, per * d, |b, x| {
+        let n = x.len() / d;
+        let mut out = Vec::with_capacity(x.len());
+        let (mut logp, mut gp, mut gm) = (vec![0.0; n], vec![0.0; x.len()], vec![0.0; x.len()]);
+        let steps: Vec<f64> = x.iter().map(|v| 1e-4 * (1.0 + v.abs())).collect();
+        let mut curv = vec![0.0; x.len()];
+        let coords: Vec<usize> = if d <= SCALE_COORDS {
+            (0..d).collect()
+        } else {
+            (0..SCALE_COORDS).map(|k| k * d / SCALE_COORDS).collect()
+        };
+        for j in coords {
+            let shifted = |sign: f64| -> Vec<f64> {
+                let mut y = x.to_vec();
                 for r in 0..n {
-                    let i = r * d + j;
-                    curv[i] = -(gp[i] - gm[i]) / (2.0 * steps[i]);
+                    y[r * d + j] += sign * steps[r * d + j];
                 }
+                y
+            };
+            problem
+                .log_target(anchor, b * per, &shifted(1.0), &mut logp, &mut gp)
+                .map_err(SagdError::Model)?;
+            problem
+                .log_target(anchor, b * per, &shifted(-1.0), &mut logp, &mut gm)
+                .map_err(SagdError::Model)?;
+            for r in 0..n {
+                let i = r * d + j;
+                curv[i] = -(gp[i] - gm[i]) / (2.0 * steps[i]);
             }
-            out.extend(
-                curv.iter()
-                    .filter(|c| c.is_finite() && **c > 0.0)
-                    .map(|c| 1.0 / c.sqrt()),
-            );
-            Ok(out)
-        })
-        .collect::<Result<Vec<_>>>()?;
+        }
+        out.extend(
+            curv.iter()
+                .filter(|c| c.is_finite() && **c > 0.0)
+                .map(|c| 1.0 / c.sqrt()),
+        );
+        Ok(out)
+    })?;
     let mut all: Vec<f64> = scales.into_iter().flatten().collect();
     if all.is_empty() {
         return Ok(None);

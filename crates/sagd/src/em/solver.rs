@@ -4,7 +4,6 @@
 
 use super::*;
 use crate::metric::Preconditioned;
-use crate::parallel::rows_for_dim;
 
 /// Whether an update failed for non-finite numbers (a step too large for Q's curvature), which a
 /// smaller step avoids.
@@ -92,9 +91,12 @@ impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
         let d = self.problem.inner.model().latent_dim();
         let z0 = vec![0.0; d];
         let mut sagd = self.solver.init(&self.problem, theta0, &z0, seed)?;
-        let rows = sagd.chains.rows_per_block();
+        // Blocks of chains as the M-step's passes cut their pieces: work for every thread and
+        // every process of a split run.
+        let costly = crate::model::Problem::<f64>::calls_are_costly(&self.problem);
+        let n = sagd.chains.n_chains();
         sagd.chains
-            .set_rows_per_block(rows_for_dim(sagd.chains.n_chains(), d, rows));
+            .set_rows_per_block(mstep::rows_per_piece(n, d, costly));
         Ok(EmState {
             sagd,
             trace: EmTrace {
@@ -303,6 +305,10 @@ impl<M: LatentModel<f64>> Solver for EmSolver<'_, M> {
             finished,
             backoffs,
         })
+    }
+
+    fn sync(&mut self, state: &mut EmState) -> Result<()> {
+        state.sagd.chains.sync_streams()
     }
 
     fn terminate(&self, state: &EmState) -> bool {

@@ -9,7 +9,7 @@ use crate::real::{sum_sq, Real};
 use crate::rng::ChainRng;
 
 /// Sums over a block, combined in block order so that results do not depend on threads.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 pub(super) struct BlockStats {
     pub(super) divergences: usize,
     pub(super) logp: f64,

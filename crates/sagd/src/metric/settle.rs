@@ -64,37 +64,32 @@ fn evaluate_points<P: Problem<f64> + ?Sized>(
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     let points = z.len() / d;
     let per = crate::em::mstep::rows_per_piece(points, d, problem.calls_are_costly());
-    let pieces = z
-        .par_chunks(per * d)
-        .enumerate()
-        .map(|(b, zb)| {
-            let rows = zb.len() / d;
-            let (mut lp, mut g) = (vec![0.0; rows], vec![0.0; zb.len()]);
-            match problem.log_target(anchor, b * per, zb, &mut lp, &mut g) {
-                Ok(()) => {}
-                Err(LogpError::NonFinite) => {
-                    for r in 0..rows {
-                        let row =
-                            row_target(problem, anchor, b * per + r, &zb[r * d..(r + 1) * d])?;
-                        match row {
-                            Some((l, gr)) => {
-                                lp[r] = l;
-                                g[r * d..(r + 1) * d].copy_from_slice(&gr);
-                            }
-                            None => lp[r] = f64::NAN,
+    let pieces = crate::share::map_chunks(z, per * d, |b, zb| {
+        let rows = zb.len() / d;
+        let (mut lp, mut g) = (vec![0.0; rows], vec![0.0; zb.len()]);
+        match problem.log_target(anchor, b * per, zb, &mut lp, &mut g) {
+            Ok(()) => {}
+            Err(LogpError::NonFinite) => {
+                for r in 0..rows {
+                    let row = row_target(problem, anchor, b * per + r, &zb[r * d..(r + 1) * d])?;
+                    match row {
+                        Some((l, gr)) => {
+                            lp[r] = l;
+                            g[r * d..(r + 1) * d].copy_from_slice(&gr);
                         }
+                        None => lp[r] = f64::NAN,
                     }
                 }
-                Err(e) => return Err(SagdError::Model(e)),
             }
-            for r in 0..rows {
-                if !g[r * d..(r + 1) * d].iter().all(|v| v.is_finite()) {
-                    lp[r] = f64::NAN;
-                }
+            Err(e) => return Err(SagdError::Model(e)),
+        }
+        for r in 0..rows {
+            if !g[r * d..(r + 1) * d].iter().all(|v| v.is_finite()) {
+                lp[r] = f64::NAN;
             }
-            Ok((lp, g))
-        })
-        .collect::<Result<Vec<_>>>()?;
+        }
+        Ok((lp, g))
+    })?;
     let (lp, g): (Vec<Vec<f64>>, Vec<Vec<f64>>) = pieces.into_iter().unzip();
     Ok((lp.concat(), g.concat()))
 }

@@ -288,7 +288,11 @@ pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// Writes magic, format, `body` and its checksum to a per-process temporary file, then renames it
 /// onto `path`: the one checksummed format of every file sagd reads back (checkpoints, caches).
+/// In a run split over processes one process writes each file ([`crate::share::writes_here`]).
 pub fn write_framed(path: &Path, body: &[u8]) -> Result<()> {
+    if !crate::share::writes_here() {
+        return Ok(());
+    }
     let io = |source| SagdError::Io {
         action: "writing checkpoint",
         path: path.display().to_string(),
@@ -413,6 +417,10 @@ impl<T: Real, P: Problem<T> + ?Sized> Solver for Algorithm1<'_, T, P> {
     fn next_iter(&mut self, state: &mut SagdState<T>) -> Result<IterInfo> {
         self.sagd.next_iter(self.problem, state)
     }
+    fn sync(&mut self, state: &mut SagdState<T>) -> Result<()> {
+        state.chains.sync_streams()
+    }
+
     fn terminate(&self, state: &SagdState<T>) -> bool {
         state.t >= self.until
     }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod em;
+pub mod glmm;
 pub mod state_space;
 
 use sagd::langevin::Kernel;

@@ -3,12 +3,12 @@
 //! jackknife's errors and the chains' R̂.
 
 use super::{Information, InformationMethod, LouisSettings};
+use crate::em::mstep::rows_per_piece;
 use crate::em::mstep::{settle_chains, ChainStep};
 use crate::error::{Result, SagdError};
 use crate::langevin::{ChainSet, LangevinSettings, Momentum};
 use crate::metric::Preconditioned;
 use crate::model::{AnchoredTarget, LatentModel, MaximumLikelihood};
-use crate::parallel::rows_for_dim;
 
 /// Louis' identity's parts before the information is known to be positive definite.
 pub(super) struct LouisParts {
@@ -289,8 +289,7 @@ pub(super) fn louis_parts<M: LatentModel<f64>>(
     let rows = n * per_point;
     let mut problem = Preconditioned::new(MaximumLikelihood::new(model, per_point), n);
     let mut chains = ChainSet::new(rows, d, seed);
-    let cheap = chains.rows_per_block();
-    chains.set_rows_per_block(rows_for_dim(rows, d, cheap));
+    chains.set_rows_per_block(rows_per_piece(rows, d, model.calls_are_costly()));
     chains.init(
         &AnchoredTarget {
             problem: &problem,

@@ -105,6 +105,27 @@ pub struct ChainSet<T> {
     pub divergences: u64,
     #[serde(skip)]
     scratch: Scratch<T>,
+    #[serde(skip)]
+    stale: Stale,
+}
+
+/// After blocks were stepped by several processes: `Some(rows per block)` when this process
+/// holds only its own blocks' random streams current. States travel at every exchange; streams,
+/// which are most of a chain's bytes, only when another process needs them
+/// ([`ChainSet::sync_streams`]).
+#[derive(Clone, Copy, Default)]
+struct Stale(Option<usize>);
+
+impl PartialEq for Stale {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Stale {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Stale({:?})", self.0)
+    }
 }
 
 /// Noise buffers: working memory, not state. Equal to any other, empty when cloned or loaded.
@@ -148,6 +169,7 @@ impl<T: Real> ChainSet<T> {
             steps: 0,
             divergences: 0,
             scratch: Scratch::default(),
+            stale: Stale::default(),
         }
     }
 
@@ -184,7 +206,7 @@ impl<T: Real> ChainSet<T> {
         self.set_positions(target, x0)?;
         match momentum {
             Momentum::Zero => self.rho.iter_mut().for_each(|r| *r = T::zero()),
-            Momentum::Normal => self.refresh_momenta(),
+            Momentum::Normal => self.refresh_momenta()?,
         }
         Ok(())
     }
@@ -217,7 +239,14 @@ impl<T: Real> ChainSet<T> {
     /// The chains `rows` (in that order) as a chain set of their own: states, momenta, cached
     /// gradients and random streams. Step it, then put it back with [`ChainSet::scatter`]: a
     /// minibatch's chains advance exactly as they would in place.
-    pub fn gather(&self, rows: &[usize]) -> ChainSet<T> {
+    pub fn gather(&self, rows: &[usize]) -> Result<ChainSet<T>> {
+        if self.stale.0.is_some() {
+            return Err(SagdError::InvalidSetting {
+                name: "chains",
+                value: "stepped by several processes".into(),
+                fix: "call ChainSet::sync_streams first, where every process is".into(),
+            });
+        }
         let d = self.d;
         let cur = self.cur;
         let take = |v: &[T]| -> Vec<T> {
@@ -227,7 +256,7 @@ impl<T: Real> ChainSet<T> {
         };
         let x = take(&self.x[cur]);
         let g = take(&self.g[cur]);
-        ChainSet {
+        Ok(ChainSet {
             n: rows.len(),
             d,
             x: [x.clone(), x],
@@ -244,12 +273,14 @@ impl<T: Real> ChainSet<T> {
             steps: self.steps,
             divergences: 0,
             scratch: Scratch::default(),
-        }
+            stale: Stale::default(),
+        })
     }
 
     /// Writes back chains taken by [`ChainSet::gather`] with the same `rows`.
     pub fn scatter(&mut self, sub: &ChainSet<T>, rows: &[usize]) -> Result<()> {
         check_len("gathered chains", rows.len(), sub.n)?;
+        self.sync_streams()?;
         let d = self.d;
         let cur = self.cur;
         for (k, &r) in rows.iter().enumerate() {
@@ -271,11 +302,13 @@ impl<T: Real> ChainSet<T> {
     }
 
     /// Draws fresh momenta ρ ~ N(0, I) from each chain's stream.
-    pub fn refresh_momenta(&mut self) {
+    pub fn refresh_momenta(&mut self) -> Result<()> {
+        self.sync_streams()?;
         let d = self.d.max(1);
         for (row, rng) in self.rho.chunks_exact_mut(d).zip(self.rngs.iter_mut()) {
             rng.normal.fill(row);
         }
+        Ok(())
     }
 
     /// Re-evaluates the target at the current positions (after θ changed, say), block by block in

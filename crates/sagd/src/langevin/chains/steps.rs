@@ -1,7 +1,25 @@
 //! Running the chains: single steps, burn-in, and K steps of every block of rows in parallel,
 //! with each block's hook or accumulator seeing its states (and the fused θ-gradient) as it goes.
 
+use serde::de::DeserializeOwned;
+
 use super::*;
+use crate::share::{self, Collective, WireError};
+
+/// One block's transitions as the processes of a split run exchange them: what the block's task
+/// returned and the block's rows of state after its last step (the random streams stay with the
+/// process that steps the block).
+#[derive(Serialize, Deserialize)]
+#[serde(bound = "T: Real, A: Serialize + DeserializeOwned")]
+struct BlockWire<T, A> {
+    result: std::result::Result<(Vec<BlockStats>, A), WireError>,
+    x: Vec<T>,
+    g: Vec<T>,
+    lp: Vec<T>,
+    rho: Vec<T>,
+}
+
+type BlockResult<A> = Result<(Vec<BlockStats>, A)>;
 
 impl<T: Real> ChainSet<T> {
     /// One transition of every chain under `kernel`, with the target evaluated at the chains'
@@ -37,7 +55,7 @@ impl<T: Real> ChainSet<T> {
         after: F,
     ) -> Result<(Vec<StepInfo>, Vec<Vec<R>>)>
     where
-        R: Send,
+        R: Send + Serialize + DeserializeOwned,
         F: Fn(BlockStep<'_, T>) -> R + Sync,
     {
         let (infos, per_block) = self.run_steps_fold(
@@ -63,6 +81,10 @@ impl<T: Real> ChainSet<T> {
     /// step: `init(block)` makes it, `fold` takes each of the block's steps into it in the block's
     /// task. The accumulators come back in block order, so a sum over them in that order is the
     /// same for any number of threads, and no step's value outlives its step.
+    ///
+    /// In a run split over processes ([`crate::share`]) each process steps its share of the
+    /// blocks and the processes exchange the blocks' states and accumulators, so every process
+    /// ends with all of them, the same bits as one process.
     pub fn run_steps_fold<A, I, F>(
         &mut self,
         target: &impl LogDensity<T>,
@@ -73,7 +95,7 @@ impl<T: Real> ChainSet<T> {
         fold: F,
     ) -> Result<(Vec<StepInfo>, Vec<A>)>
     where
-        A: Send,
+        A: Send + Serialize + DeserializeOwned,
         I: Fn(usize) -> A + Sync,
         F: Fn(&mut A, BlockStep<'_, T>) + Sync,
     {
@@ -95,6 +117,11 @@ impl<T: Real> ChainSet<T> {
         }
         let with_aux = aux && target.aux_len() > 0 && kernel.ends_at_gradient();
         let rows = self.rows_per_block.min(n.max(1));
+        let group = share::current();
+        if self.stale.0.is_some() && (group.is_none() || self.stale.0 != Some(rows)) {
+            // Stepped before by other processes' blocks, or now whole: streams first.
+            self.sync_streams()?;
+        }
         let bd = (rows * d).max(1);
         let nb = (kernel.noise_per_coord().max(1) * rows * d).max(1);
         let n_blocks = n.div_ceil(rows).max(1);
@@ -149,40 +176,51 @@ impl<T: Real> ChainSet<T> {
         // One noise buffer per block (empty for kernels that draw none).
         let mut noise_chunks: Vec<&mut [T]> = self.scratch.0.chunks_mut(nb).collect();
         noise_chunks.resize_with(n_blocks, Default::default);
-        let per_block: Vec<Result<(Vec<BlockStats>, A)>> =
-            if n_blocks == 1 || rayon::current_num_threads() == 1 {
-                // No task overhead.
-                x0.chunks_mut(bd)
-                    .zip(x1.chunks_mut(bd))
-                    .zip(g0.chunks_mut(bd).zip(g1.chunks_mut(bd)))
-                    .zip(l0.chunks_mut(rows).zip(l1.chunks_mut(rows)))
-                    .zip(self.rho.chunks_mut(bd))
-                    .zip(noise_chunks)
-                    .zip(self.rngs.chunks_mut(rows))
-                    .enumerate()
-                    .map(|(i, ((((((xa, xb), gs), ls), rho), noise), rngs))| {
-                        block(i, ((xa, xb), gs, ls, rho, noise, rngs))
-                    })
-                    .collect()
-            } else {
-                (
-                    x0.par_chunks_mut(bd),
-                    x1.par_chunks_mut(bd),
-                    g0.par_chunks_mut(bd),
-                    g1.par_chunks_mut(bd),
-                    l0.par_chunks_mut(rows),
-                    l1.par_chunks_mut(rows),
-                    self.rho.par_chunks_mut(bd),
-                    noise_chunks.into_par_iter(),
-                    self.rngs.par_chunks_mut(rows),
-                )
-                    .into_par_iter()
-                    .enumerate()
-                    .map(|(i, (xa, xb, ga, gb, la, lb, rho, noise, rngs))| {
-                        block(i, ((xa, xb), (ga, gb), (la, lb), rho, noise, rngs))
-                    })
-                    .collect()
-            };
+        let mine = group
+            .as_ref()
+            .map_or(0..n_blocks, |c| share::owned(n_blocks, c.rank(), c.size()));
+        let per_block: Vec<BlockResult<A>> = if n_blocks == 1 || rayon::current_num_threads() == 1 {
+            // No task overhead.
+            x0.chunks_mut(bd)
+                .zip(x1.chunks_mut(bd))
+                .zip(g0.chunks_mut(bd).zip(g1.chunks_mut(bd)))
+                .zip(l0.chunks_mut(rows).zip(l1.chunks_mut(rows)))
+                .zip(self.rho.chunks_mut(bd))
+                .zip(noise_chunks)
+                .zip(self.rngs.chunks_mut(rows))
+                .enumerate()
+                .filter(|(i, _)| mine.contains(i))
+                .map(|(i, ((((((xa, xb), gs), ls), rho), noise), rngs))| {
+                    block(i, ((xa, xb), gs, ls, rho, noise, rngs))
+                })
+                .collect()
+        } else {
+            (
+                x0.par_chunks_mut(bd),
+                x1.par_chunks_mut(bd),
+                g0.par_chunks_mut(bd),
+                g1.par_chunks_mut(bd),
+                l0.par_chunks_mut(rows),
+                l1.par_chunks_mut(rows),
+                self.rho.par_chunks_mut(bd),
+                noise_chunks.into_par_iter(),
+                self.rngs.par_chunks_mut(rows),
+            )
+                .into_par_iter()
+                .enumerate()
+                .filter(|(i, _)| mine.contains(i))
+                .map(|(i, (xa, xb, ga, gb, la, lb, rho, noise, rngs))| {
+                    block(i, ((xa, xb), (ga, gb), (la, lb), rho, noise, rngs))
+                })
+                .collect()
+        };
+        let per_block = match group {
+            None => per_block,
+            Some(group) => {
+                let last = if steps % 2 == 1 { 1 - cur } else { cur };
+                self.share_blocks(&*group, per_block, n_blocks, rows, last)?
+            }
+        };
         let mut blocks = Vec::with_capacity(per_block.len());
         for b in per_block {
             blocks.push(b?);
@@ -210,5 +248,108 @@ impl<T: Real> ChainSet<T> {
         }
         self.steps += steps as u64;
         Ok((infos, blocks.into_iter().map(|(_, acc)| acc).collect()))
+    }
+
+    /// Sends this process's blocks (results and rows of state in buffer `last`) to the others and
+    /// takes theirs: every block's result in block order, every row's state in place.
+    fn share_blocks<A: Serialize + DeserializeOwned>(
+        &mut self,
+        group: &dyn Collective,
+        results: Vec<BlockResult<A>>,
+        n_blocks: usize,
+        rows: usize,
+        last: usize,
+    ) -> Result<Vec<BlockResult<A>>> {
+        let (n, d, size) = (self.n, self.d, group.size());
+        let span = |b: usize| (b * rows).min(n)..((b + 1) * rows).min(n);
+        let mine = share::owned(n_blocks, group.rank(), size);
+        let part: Vec<BlockWire<T, A>> = mine
+            .zip(results)
+            .map(|(b, result)| {
+                let r = span(b);
+                let e = r.start * d..r.end * d;
+                BlockWire {
+                    result: result.map_err(|e| WireError::of(&e)),
+                    x: self.x[last][e.clone()].to_vec(),
+                    g: self.g[last][e.clone()].to_vec(),
+                    lp: self.lp[last][r.clone()].to_vec(),
+                    rho: self.rho[e].to_vec(),
+                }
+            })
+            .collect();
+        let parts = share::all_gather(group, &share::encode_plain(&part)?)?;
+        let mut out = Vec::with_capacity(n_blocks);
+        for (rank, bytes) in parts.iter().enumerate() {
+            let theirs = share::owned(n_blocks, rank, size);
+            let wires: Vec<BlockWire<T, A>> = share::decode_plain(bytes, rank)?;
+            if wires.len() != theirs.len() {
+                return Err(SagdError::Process {
+                    rank,
+                    message: format!(
+                        "sent {} blocks of chains where {} were due: the processes must run the same program on the same data",
+                        wires.len(),
+                        theirs.len()
+                    ),
+                });
+            }
+            for (b, w) in theirs.zip(wires) {
+                if rank != group.rank() {
+                    let r = span(b);
+                    let e = r.start * d..r.end * d;
+                    let fits = w.x.len() == e.len() && w.lp.len() == r.len();
+                    if !fits || w.g.len() != e.len() || w.rho.len() != e.len() {
+                        return Err(SagdError::Process {
+                            rank,
+                            message: format!("sent block {b} of chains with the wrong shape: the processes must run the same program on the same data"),
+                        });
+                    }
+                    self.x[last][e.clone()].copy_from_slice(&w.x);
+                    self.g[last][e.clone()].copy_from_slice(&w.g);
+                    self.lp[last][r.clone()].copy_from_slice(&w.lp);
+                    self.rho[e].copy_from_slice(&w.rho);
+                }
+                out.push(w.result.map_err(|e| e.into_error(rank)));
+            }
+        }
+        self.stale = Stale(Some(rows));
+        Ok(out)
+    }
+
+    /// Brings every chain's random stream up to date in every process after blocks were stepped
+    /// by several: each sends its own blocks' streams. Collective: every process calls it at the
+    /// same point (the runner does, through the solvers' `sync`, before each checkpoint). A no-op
+    /// unless stepped so.
+    pub fn sync_streams(&mut self) -> Result<()> {
+        let Some(rows) = self.stale.0 else {
+            return Ok(());
+        };
+        let group = share::current().ok_or_else(|| SagdError::Process {
+            rank: share::rank(),
+            message: "chains stepped by several processes were used where one process works alone: call ChainSet::sync_streams where every process is".into(),
+        })?;
+        let (n, size) = (self.n, group.size());
+        let n_blocks = n.div_ceil(rows).max(1);
+        let span = |rank: usize| {
+            let b = share::owned(n_blocks, rank, size);
+            (b.start * rows).min(n)..(b.end * rows).min(n)
+        };
+        let mine = &self.rngs[span(group.rank())];
+        let parts = share::all_gather(&*group, &share::encode_plain(mine)?)?;
+        for (rank, bytes) in parts.iter().enumerate() {
+            if rank == group.rank() {
+                continue;
+            }
+            let theirs: Vec<ChainRng> = share::decode_plain(bytes, rank)?;
+            let r = span(rank);
+            if theirs.len() != r.len() {
+                return Err(SagdError::Process {
+                    rank,
+                    message: format!("sent {} random streams where {} were due: the processes must run the same program on the same data", theirs.len(), r.len()),
+                });
+            }
+            self.rngs[r].clone_from_slice(&theirs);
+        }
+        self.stale = Stale(None);
+        Ok(())
     }
 }

@@ -1,0 +1,96 @@
+//! The exchange over MPI: one `MPI_Allgatherv` of bytes, from the main thread only (rayon's
+//! threads never call MPI, so MPI is initialised for funnelled threads).
+
+use std::sync::Arc;
+
+use mpi::datatype::PartitionMut;
+use mpi::environment::Threading;
+use mpi::topology::{Communicator, SimpleCommunicator};
+use mpi::traits::CommunicatorCollectives;
+use mpi::Count;
+use sagd::error::{Result, SagdError};
+use sagd::share::{self, Collective};
+
+use crate::Processes;
+
+/// MPI_COMM_WORLD as a [`Collective`]. Holds no MPI object (they are not `Sync`): the world's
+/// handle is taken at each call.
+struct World {
+    rank: usize,
+    size: usize,
+}
+
+fn count(n: usize, what: &str) -> Result<Count> {
+    Count::try_from(n).map_err(|_| SagdError::Process {
+        rank: share::rank(),
+        message: format!("{what} of {n} bytes is over MPI's 2 GiB limit per message: use more processes or fewer chains per process"),
+    })
+}
+
+impl Collective for World {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let world = SimpleCommunicator::world();
+        let len = count(mine.len(), "this process's part")?;
+        let mut counts = vec![0 as Count; self.size];
+        world.all_gather_into(&len, &mut counts[..]);
+        let mut displs = Vec::with_capacity(self.size);
+        let mut total = 0usize;
+        for &c in &counts {
+            displs.push(count(total, "the exchange")?);
+            total += c as usize;
+        }
+        count(total, "the exchange")?;
+        let mut all = vec![0u8; total];
+        {
+            let mut parts = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+            world.all_gather_varcount_into(mine, &mut parts);
+        }
+        Ok(counts
+            .iter()
+            .zip(&displs)
+            .map(|(&c, &d)| all[d as usize..d as usize + c as usize].to_vec())
+            .collect())
+    }
+}
+
+pub(crate) fn start() -> std::result::Result<Processes, String> {
+    let (universe, _) = mpi::initialize_with_threading(Threading::Funneled)
+        .ok_or("MPI was already initialised in this process")?;
+    let world = universe.world();
+    let (rank, size) = (world.rank() as usize, world.size() as usize);
+    if size > 1 {
+        share::install(Arc::new(World { rank, size })).map_err(|e| e.to_string())?;
+    }
+    if rank > 0 {
+        silence_stdout();
+    }
+    Ok(Processes {
+        rank,
+        size,
+        _universe: Some(universe),
+    })
+}
+
+pub(crate) fn abort(code: i32) -> ! {
+    SimpleCommunicator::world().abort(code)
+}
+
+/// The other processes print what the first prints: their standard output goes to /dev/null
+/// (their errors still reach standard error).
+fn silence_stdout() {
+    use std::os::fd::AsRawFd;
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        // SAFETY: dup2 on two open descriptors; stdout is replaced atomically.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), libc::STDOUT_FILENO);
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! Runs split over processes (data parallelism, e.g. over MPI): every process runs the same
+//! program on the same data, and each pass that is cut into pieces by the data's shape (blocks
+//! of chains, points of a grid) runs only this process's share of the pieces and exchanges the
+//! results, so that every process ends the pass with all of them. Because the pieces and the
+//! order in which their results are combined are fixed by the shapes, never by the number of
+//! processes, a run split over any number of processes gives the same bits as one process.
+//!
+//! The crate has no MPI of its own: an engine implements [`Collective`] (the `sagd-mpi` crate
+//! over MPI, [`ThreadGroup`] over threads for tests) and [`install`]s it once per process.
+//! Without one, every pass runs whole and nothing is exchanged.
+
+use std::cell::RefCell;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::time::Instant;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{LogpError, Result, SagdError};
+
+/// The processes a run is split over, and the one exchange it needs.
+pub trait Collective: Send + Sync {
+    /// This process's place, `0..size()`.
+    fn rank(&self) -> usize;
+    /// The number of processes.
+    fn size(&self) -> usize;
+    /// Every process's `mine`, in rank order. Every process must call it at the same point of
+    /// the program (it is collective); an engine that loses a process ends the job rather than
+    /// wait for it.
+    fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+}
+
+static PROCESS: OnceLock<Arc<dyn Collective>> = OnceLock::new();
+
+thread_local! {
+    static THREAD: RefCell<Option<Arc<dyn Collective>>> = const { RefCell::new(None) };
+    /// Whether this thread is inside an item of [`map`], whose passes run whole.
+    static IN_ITEM: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `f()` as an item of [`map`]: passes inside it run whole (one process computes the item).
+fn as_item<R>(f: impl FnOnce() -> R) -> R {
+    let outer = IN_ITEM.with(|c| c.replace(true));
+    let r = f();
+    IN_ITEM.with(|c| c.set(outer));
+    r
+}
+
+/// Splits every later pass of this process over `group`'s processes. Once per process.
+pub fn install(group: Arc<dyn Collective>) -> Result<()> {
+    PROCESS.set(group).map_err(|_| SagdError::InvalidSetting {
+        name: "processes",
+        value: "installed twice".into(),
+        fix: "install the collective once, at the start of the process".into(),
+    })
+}
+
+/// Runs `f` on this thread as one process of `group` (overriding any installed collective): how
+/// tests run several "processes" as threads of one.
+pub fn within<R>(group: Arc<dyn Collective>, f: impl FnOnce() -> R) -> R {
+    let old = THREAD.with(|t| t.replace(Some(group)));
+    let r = f();
+    THREAD.with(|t| *t.borrow_mut() = old);
+    r
+}
+
+/// The collective of this thread's run, if it is split over two processes or more. None inside
+/// an item of [`map`] (one process computes it whole) and inside a parallel task (a rayon
+/// worker): tasks would meet the exchange in no fixed order.
+pub fn current() -> Option<Arc<dyn Collective>> {
+    if IN_ITEM.with(|c| c.get()) || rayon::current_thread_index().is_some() {
+        return None;
+    }
+    group()
+}
+
+/// The processes this one belongs to, if two or more, wherever it is asked.
+fn group() -> Option<Arc<dyn Collective>> {
+    THREAD
+        .with(|t| t.borrow().clone())
+        .or_else(|| PROCESS.get().cloned())
+        .filter(|c| c.size() > 1)
+}
+
+/// This process's rank (0 without a collective).
+pub fn rank() -> usize {
+    group().map_or(0, |c| c.rank())
+}
+
+/// The number of processes (1 without a collective).
+pub fn size() -> usize {
+    group().map_or(1, |c| c.size())
+}
+
+/// Whether this process writes the run's files: the first, or the only one.
+pub fn is_root() -> bool {
+    rank() == 0
+}
+
+/// Whether this process writes the files of what it is computing now (checkpoints, caches):
+/// outside a split run, always; in one, the first process writes what every process computes,
+/// and the process that computes an item of [`map`] alone writes that item's.
+pub fn writes_here() -> bool {
+    is_root() || IN_ITEM.with(|c| c.get())
+}
+
+/// The pieces of `0..n` that process `rank` of `size` runs: a contiguous run, the first
+/// `n mod size` processes taking one more.
+pub fn owned(n: usize, rank: usize, size: usize) -> Range<usize> {
+    let size = size.max(1);
+    let (q, r) = (n / size, n % size);
+    let start = rank * q + rank.min(r);
+    start..start + q + usize::from(rank < r)
+}
+
+/// An error carried from the process where it happened to the others: model errors keep their
+/// kind (automated EM backs off from a non-finite one on every process alike); any other
+/// arrives as [`SagdError::Process`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum WireError {
+    /// A model's error.
+    Model(LogpError),
+    /// A chain started where the target is not finite.
+    NonFiniteStart(usize),
+    /// An error that already came from another process.
+    Process(usize, String),
+    /// Anything else, by its message.
+    Other(String),
+}
+
+impl WireError {
+    /// The wire form of `e`.
+    pub fn of(e: &SagdError) -> Self {
+        match e {
+            SagdError::Model(m) => WireError::Model(m.clone()),
+            SagdError::NonFiniteStart { chain } => WireError::NonFiniteStart(*chain),
+            SagdError::Process { rank, message } => WireError::Process(*rank, message.clone()),
+            e => WireError::Other(e.to_string()),
+        }
+    }
+
+    /// The error as every process sees it; `rank` is where it happened.
+    pub fn into_error(self, rank: usize) -> SagdError {
+        match self {
+            WireError::Model(m) => SagdError::Model(m),
+            WireError::NonFiniteStart(chain) => SagdError::NonFiniteStart { chain },
+            WireError::Process(rank, message) => SagdError::Process { rank, message },
+            WireError::Other(message) => SagdError::Process { rank, message },
+        }
+    }
+}
+
+/// What this process has exchanged so far: calls, bytes sent, bytes received, seconds spent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Exchanged {
+    /// Exchanges ([`Collective::all_gather`] calls).
+    pub calls: u64,
+    /// Bytes this process sent (its parts).
+    pub sent: u64,
+    /// Bytes it received (every process's parts, its own included).
+    pub received: u64,
+    /// Seconds inside the exchanges: the transfer and the wait for the slowest process.
+    pub seconds: f64,
+}
+
+impl Exchanged {
+    /// What was exchanged after `earlier` was read.
+    pub fn since(&self, earlier: &Exchanged) -> Exchanged {
+        Exchanged {
+            calls: self.calls - earlier.calls,
+            sent: self.sent - earlier.sent,
+            received: self.received - earlier.received,
+            seconds: self.seconds - earlier.seconds,
+        }
+    }
+}
+
+static CALLS: AtomicU64 = AtomicU64::new(0);
+static SENT: AtomicU64 = AtomicU64::new(0);
+static RECEIVED: AtomicU64 = AtomicU64::new(0);
+static NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// What this process has exchanged since it started.
+pub fn exchanged() -> Exchanged {
+    Exchanged {
+        calls: CALLS.load(Ordering::Relaxed),
+        sent: SENT.load(Ordering::Relaxed),
+        received: RECEIVED.load(Ordering::Relaxed),
+        seconds: NANOS.load(Ordering::Relaxed) as f64 * 1e-9,
+    }
+}
+
+/// `group.all_gather(mine)`, counted in [`exchanged`].
+pub fn all_gather(group: &dyn Collective, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let t0 = Instant::now();
+    let all = group.all_gather(mine)?;
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    SENT.fetch_add(mine.len() as u64, Ordering::Relaxed);
+    RECEIVED.fetch_add(all.iter().map(|p| p.len() as u64).sum(), Ordering::Relaxed);
+    NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    Ok(all)
+}
+
+/// Encodes this process's part for [`Collective::all_gather`], in CBOR: self-describing, so any
+/// serde type travels (results written for JSON too), floats bit for bit, NaN included.
+pub fn encode<W: Serialize + ?Sized>(part: &W) -> Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    ciborium::into_writer(part, &mut bytes).map_err(|e| SagdError::InvalidSetting {
+        name: "results of a split run",
+        value: e.to_string(),
+        fix: "they cannot be encoded for the other processes: run as one process".into(),
+    })?;
+    Ok(bytes)
+}
+
+/// Encodes plain data (no skipped or flattened fields) compactly: postcard, floats as their 8
+/// bytes. For the chains' blocks, exchanged at every update.
+pub fn encode_plain<W: Serialize + ?Sized>(part: &W) -> Result<Vec<u8>> {
+    postcard::to_allocvec(part).map_err(|e| SagdError::InvalidSetting {
+        name: "results of a split run",
+        value: e.to_string(),
+        fix: "they cannot be encoded for the other processes: run as one process".into(),
+    })
+}
+
+/// Decodes what [`encode_plain`] encoded in process `rank`.
+pub fn decode_plain<R: DeserializeOwned>(bytes: &[u8], rank: usize) -> Result<R> {
+    postcard::from_bytes(bytes).map_err(|e| SagdError::Process {
+        rank,
+        message: format!("its results arrived damaged ({e}): the processes must run the same program on the same data"),
+    })
+}
+
+/// Decodes the part that process `rank` sent.
+pub fn decode<R: DeserializeOwned>(bytes: &[u8], rank: usize) -> Result<R> {
+    ciborium::from_reader(bytes).map_err(|e| SagdError::Process {
+        rank,
+        message: format!("its results arrived damaged ({e}): the processes must run the same program on the same data"),
+    })
+}
+
+/// `f(i)` for every `i` in `0..n`, in order, each computed by one process (in parallel threads
+/// there) and sent to all: the same values as computing them all here, split over processes.
+/// Every item runs to its end; errors travel as [`WireError`]s, and the first in order is
+/// returned.
+pub fn map<R, F>(n: usize, f: F) -> Result<Vec<R>>
+where
+    R: Serialize + DeserializeOwned + Send,
+    F: Fn(usize) -> Result<R> + Sync,
+{
+    use rayon::prelude::*;
+    let Some(group) = current() else {
+        // Every item runs to its end (its checkpoint written) before the first error returns.
+        let all: Vec<Result<R>> = (0..n).into_par_iter().map(|i| as_item(|| f(i))).collect();
+        return all.into_iter().collect();
+    };
+    let mine = owned(n, group.rank(), group.size());
+    let part: Vec<std::result::Result<R, WireError>> = mine
+        .into_par_iter()
+        .map(|i| as_item(|| f(i)).map_err(|e| WireError::of(&e)))
+        .collect();
+    let parts = all_gather(&*group, &encode(&part)?)?;
+    let mut out = Vec::with_capacity(n);
+    for (r, bytes) in parts.iter().enumerate() {
+        let values: Vec<std::result::Result<R, WireError>> = decode(bytes, r)?;
+        for v in values {
+            out.push(v.map_err(|e| e.into_error(r))?);
+        }
+    }
+    Ok(out)
+}
+
+/// [`map`] over the chunks of `chunk` elements of `xs` (the last may be shorter): `f(b, chunk_b)`
+/// for every chunk, in order, split over processes as [`map`] is.
+pub fn map_chunks<T, R, F>(xs: &[T], chunk: usize, f: F) -> Result<Vec<R>>
+where
+    T: Sync,
+    R: Serialize + DeserializeOwned + Send,
+    F: Fn(usize, &[T]) -> Result<R> + Sync,
+{
+    let chunk = chunk.max(1);
+    map(xs.len().div_ceil(chunk), |b| {
+        f(b, &xs[b * chunk..((b + 1) * chunk).min(xs.len())])
+    })
+}
+
+/// `size` processes as threads of this one, for tests: run each thread's work inside
+/// [`within`] with its own [`ThreadGroup::member`].
+pub struct ThreadGroup {
+    size: usize,
+    slots: Mutex<Vec<Vec<u8>>>,
+    barrier: Barrier,
+}
+
+/// One thread's place in a [`ThreadGroup`].
+pub struct Member {
+    group: Arc<ThreadGroup>,
+    rank: usize,
+}
+
+impl ThreadGroup {
+    /// A group of `size` threads.
+    pub fn new(size: usize) -> Arc<Self> {
+        Arc::new(ThreadGroup {
+            size,
+            slots: Mutex::new(vec![Vec::new(); size]),
+            barrier: Barrier::new(size),
+        })
+    }
+
+    /// The collective of the thread of rank `rank`.
+    pub fn member(self: &Arc<Self>, rank: usize) -> Arc<dyn Collective> {
+        Arc::new(Member {
+            group: self.clone(),
+            rank,
+        })
+    }
+}
+
+impl Collective for Member {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.group.size
+    }
+
+    fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let g = &self.group;
+        let poisoned = |_| SagdError::Process {
+            rank: self.rank,
+            message: "another thread of the group panicked".into(),
+        };
+        g.slots.lock().map_err(poisoned)?[self.rank] = mine.to_vec();
+        g.barrier.wait();
+        let all = g.slots.lock().map_err(poisoned)?.clone();
+        // Nobody writes the next round's part before everyone has read this one.
+        g.barrier.wait();
+        Ok(all)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_cover_the_pieces_once_in_order() {
+        for n in [0, 1, 5, 64, 65] {
+            for size in 1..6 {
+                let all: Vec<usize> = (0..size).flat_map(|r| owned(n, r, size)).collect();
+                assert_eq!(all, (0..n).collect::<Vec<_>>(), "n {n}, size {size}");
+            }
+        }
+        assert_eq!(owned(10, 0, 3), 0..4);
+        assert_eq!(owned(10, 2, 3), 7..10);
+    }
+
+    #[test]
+    fn map_over_threads_as_processes_gives_every_value_to_every_process() {
+        let f = |i: usize| -> Result<f64> {
+            if i == 7 {
+                Err(SagdError::Model(LogpError::NonFinite))
+            } else {
+                Ok((i as f64).sqrt())
+            }
+        };
+        let whole: Vec<f64> = (0..7).map(|i| f(i).unwrap()).collect();
+        let group = ThreadGroup::new(3);
+        let results: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..3)
+                .map(|r| {
+                    let member = group.member(r);
+                    s.spawn(move || {
+                        within(member, || {
+                            assert_eq!(size(), 3);
+                            assert_eq!(is_root(), r == 0);
+                            (map(7, f).unwrap(), map(9, f).err().map(|e| e.to_string()))
+                        })
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (values, err) in results {
+            assert_eq!(values, whole);
+            // The model error arrives with its kind, whichever process computed it.
+            assert_eq!(
+                err.as_deref(),
+                Some("model error: the log density or its gradient is not finite")
+            );
+        }
+        assert_eq!(size(), 1, "the group ends with its threads");
+    }
+}
