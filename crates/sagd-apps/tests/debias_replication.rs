@@ -213,7 +213,7 @@ fn minibatches_and_several_dimensions_run_and_are_deterministic() {
 /// as one process, with the draws and decoders that the result file leaves out.
 #[test]
 fn replications_split_over_processes_are_those_of_one_process() {
-    use sagd::share::{within, ThreadGroup};
+    use sagd::share::threads_as_processes;
     use sagd_apps::debias::{run_table, Case, E2Settings};
     let s = E2Settings {
         n: 200,
@@ -239,16 +239,7 @@ fn replications_split_over_processes_are_those_of_one_process() {
     let whole = go();
     assert!(!whole.replications[0].samples.is_empty());
     for processes in [2, 3] {
-        let group = ThreadGroup::new(processes);
-        let tables: Vec<_> = std::thread::scope(|sc| {
-            let handles: Vec<_> = (0..processes)
-                .map(|r| {
-                    let member = group.member(r);
-                    sc.spawn(move || within(member, go))
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
+        let tables = threads_as_processes(processes, go);
         for (rank, t) in tables.iter().enumerate() {
             assert_eq!(t.replications.len(), 2);
             for (a, b) in t.replications.iter().zip(&whole.replications) {

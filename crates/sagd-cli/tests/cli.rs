@@ -1,10 +1,7 @@
 //! The binary as a user runs it.
 
-use std::process::Command;
-
-fn sagd() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sagd"))
-}
+mod common;
+use common::{sagd, E2_SHORT};
 
 #[test]
 fn bench_kernel_prints_a_json_table() {
@@ -589,30 +586,15 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
     let dir = tempfile::tempdir().unwrap();
     // SAGD's tail average, HMC's acceptance record, IWAE's stream and a trace all cross the
     // interruption.
-    let args = [
-        "debias",
-        "--dist",
-        "exp",
-        "--quiet",
-        "--n",
-        "200",
-        "--pretrain-epochs",
-        "40",
-        "--finetune-epochs",
-        "30",
-        "--m",
-        "2000",
-        "--trace-every",
-        "10",
-        "--out",
-    ];
+    let mut args = E2_SHORT.to_vec();
+    args.splice(12..12, ["--trace-every", "10"]);
     let whole = dir.path().join("whole");
-    let o = sagd().args(args).arg(&whole).output().unwrap();
+    let o = sagd().args(&args).arg(&whole).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     let part = dir.path().join("part");
     let o = sagd()
-        .args(args)
+        .args(&args)
         .arg(&part)
         .args(["--checkpoint-every", "4", "--interrupt-after", "13"])
         .output()
@@ -640,7 +622,7 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
     std::fs::write(&sagd_ck, &bytes).unwrap();
     let vae_before = std::fs::read(damaged.join("checkpoints/rep0-vae.ckpt")).unwrap();
     let o = sagd()
-        .args(args)
+        .args(&args)
         .arg(&damaged)
         .args(["--checkpoint-every", "4", "--resume"])
         .output()
@@ -659,7 +641,7 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
     // Checkpoints of other settings are refused; another seed does not take these (on a copy:
     // a run that finishes removes its checkpoints).
     let o = sagd()
-        .args(args)
+        .args(&args)
         .arg(&part)
         .args(["--resume", "--lr", "0.002"])
         .output()
@@ -672,14 +654,14 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
     let other = dir.path().join("other");
     copy_dir(&part, &other);
     let o = sagd()
-        .args(args)
+        .args(&args)
         .arg(&other)
         .args(["--resume", "--seed", "3"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = sagd()
-        .args(args)
+        .args(&args)
         .arg(&part)
         .args(["--checkpoint-every", "4", "--resume"])
         .output()

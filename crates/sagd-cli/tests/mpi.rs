@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn sagd() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sagd"))
-}
+mod common;
+use common::{sagd, E2_SHORT as E2};
 
 /// `sagd` on `np` processes, one thread each (2-core CI machines run 3 of them).
 fn mpirun(np: usize) -> Command {
@@ -109,22 +108,6 @@ fn em_on_1_2_and_3_processes_gives_the_plain_binarys_result() {
         }
     }
 }
-
-const E2: [&str; 13] = [
-    "debias",
-    "--dist",
-    "exp",
-    "--quiet",
-    "--n",
-    "200",
-    "--pretrain-epochs",
-    "40",
-    "--finetune-epochs",
-    "30",
-    "--m",
-    "2000",
-    "--out",
-];
 
 #[test]
 fn e2_on_1_2_and_3_processes_gives_the_plain_binarys_result() {

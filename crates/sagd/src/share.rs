@@ -294,6 +294,24 @@ pub struct ThreadGroup {
     barrier: Barrier,
 }
 
+/// `f()` on `processes` threads, each one process of a [`ThreadGroup`] (inside [`within`]):
+/// every thread's result, in rank order. How tests split a run without MPI.
+pub fn threads_as_processes<R: Send>(processes: usize, f: impl Fn() -> R + Sync) -> Vec<R> {
+    let group = ThreadGroup::new(processes);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..processes)
+            .map(|r| {
+                let (member, f) = (group.member(r), &f);
+                s.spawn(move || within(member, f))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
 /// One thread's place in a [`ThreadGroup`].
 pub struct Member {
     group: Arc<ThreadGroup>,
@@ -369,21 +387,9 @@ mod tests {
             }
         };
         let whole: Vec<f64> = (0..7).map(|i| f(i).unwrap()).collect();
-        let group = ThreadGroup::new(3);
-        let results: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..3)
-                .map(|r| {
-                    let member = group.member(r);
-                    s.spawn(move || {
-                        within(member, || {
-                            assert_eq!(size(), 3);
-                            assert_eq!(is_root(), r == 0);
-                            (map(7, f).unwrap(), map(9, f).err().map(|e| e.to_string()))
-                        })
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        let results = threads_as_processes(3, || {
+            assert_eq!(size(), 3);
+            (map(7, f).unwrap(), map(9, f).err().map(|e| e.to_string()))
         });
         for (values, err) in results {
             assert_eq!(values, whole);

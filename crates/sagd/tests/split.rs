@@ -10,7 +10,7 @@ use common::glmm::simulate;
 use sagd::em::{AutomatedEm, EmEvent, EmSettings, EmTrace};
 use sagd::glmm::{Family, Glmm};
 use sagd::run::Control;
-use sagd::share::{within, ThreadGroup};
+use sagd::share::threads_as_processes;
 
 fn settings() -> EmSettings {
     EmSettings {
@@ -49,16 +49,7 @@ fn fit(
     if processes == 1 {
         return vec![run()];
     }
-    let group = ThreadGroup::new(processes);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..processes)
-            .map(|r| {
-                let member = group.member(r);
-                s.spawn(move || within(member, run))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
+    threads_as_processes(processes, run)
 }
 
 #[test]
