@@ -1,7 +1,7 @@
 //! The binary split over MPI processes (`cargo test --release -p sagd-cli --features mpi --test
-//! mpi`; needs `mpirun`): the same result as the plain binary on 1, 2 and 3 processes, one
-//! clear error when the input is bad, the whole job ended within seconds when a process is
-//! killed, and a checkpoint written by 2 processes resumed on 3.
+//! mpi`; needs `mpirun`): the same result as the plain binary on 1, 2 and 3 processes (E1, E2,
+//! deconvolution), one clear error when the input is bad, the whole job ended within seconds
+//! when a process is killed, and a checkpoint written by 2 processes resumed on 3.
 #![cfg(feature = "mpi")]
 
 use std::path::Path;
@@ -276,4 +276,62 @@ fn a_killed_process_ends_the_job_within_seconds_naming_its_rank() {
     assert!(err.contains("rank 1") && err.contains("signal 9"), "{err}");
     eprintln!("the job ended {:?} after the kill", killed.elapsed());
     assert!(!out.join("result.json").exists());
+}
+
+#[test]
+fn deconvolution_on_3_processes_gives_the_plain_binarys_result() {
+    let dir = tempfile::tempdir().unwrap();
+    // X = Z + N(0, 1) with Z exponential, 300 points, written with a simple generator.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut uniform = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut csv = String::from("x\n");
+    for _ in 0..300 {
+        let z = -(1.0 - uniform()).ln();
+        let noise =
+            (-2.0 * (1.0 - uniform()).ln()).sqrt() * (std::f64::consts::TAU * uniform()).cos();
+        csv.push_str(&format!("{:.17e}\n", z + noise));
+    }
+    let data = dir.path().join("x.csv");
+    std::fs::write(&data, csv).unwrap();
+    let args = [
+        "debias",
+        "--quiet",
+        "--pretrain-iters",
+        "40",
+        "--finetune-iters",
+        "4",
+    ];
+    let plain = dir.path().join("plain");
+    ok(sagd()
+        .args(args)
+        .arg("--data")
+        .arg(&data)
+        .arg("--out")
+        .arg(&plain)
+        .output()
+        .unwrap());
+    let split = dir.path().join("split");
+    ok(mpirun(3)
+        .args(args)
+        .arg("--data")
+        .arg(&data)
+        .arg("--out")
+        .arg(&split)
+        .output()
+        .unwrap());
+    let want = result(&plain);
+    assert!(want["held_out"].is_object(), "{want}");
+    assert_eq!(result(&split), want);
+    for f in ["latent_samples.csv", "density.svg"] {
+        assert_eq!(
+            std::fs::read(split.join(f)).unwrap(),
+            std::fs::read(plain.join(f)).unwrap(),
+            "{f}"
+        );
+    }
 }
