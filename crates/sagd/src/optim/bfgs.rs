@@ -14,11 +14,16 @@ pub struct BfgsResult {
     pub grad_max: f64,
     /// Iterations taken.
     pub iterations: usize,
-    /// Whether the gradient fell below the tolerance.
+    /// Whether the gradient fell below the tolerance, or f cannot resolve a better point.
     pub converged: bool,
 }
 
-/// Minimises f from `x0` until max |∇f| ≤ `gtol` or `max_iter` iterations. `f` returns the value
+/// Relative change of f below which a full quasi-Newton step is lost in f's rounding.
+const FLAT: f64 = 1e-14;
+
+/// Minimises f from `x0` until max |∇f| ≤ `gtol` or `max_iter` iterations, or until no
+/// representable step lowers f and a full step would gain less than f's rounding (also
+/// `converged`: the minimum as closely as f resolves it). `f` returns the value
 /// and the gradient.
 pub fn minimize(
     mut f: impl FnMut(&[f64]) -> Result<(f64, Vec<f64>)>,
@@ -52,20 +57,26 @@ pub fn minimize(
         let mut step = 1.0;
         let (x_new, f_new, g_new) = loop {
             let xt: Vec<f64> = x.iter().zip(&p).map(|(a, b)| a + step * b).collect();
-            let (ft, gt) = f(&xt)?;
-            if ft.is_finite() && ft <= fx + 1e-4 * step * slope {
-                break (xt, ft, gt);
-            }
-            step *= 0.5;
-            if step < 1e-20 {
+            let rounding = FLAT * fx.abs().max(1.0);
+            if xt == x || step < 1e-20 || -step * slope <= rounding {
+                // No step lowers f by more than its rounding. Where even a full step would not
+                // (what it would gain is within f's rounding) that is the minimum as closely
+                // as f can tell it; otherwise the search failed. (Accepting a step that leaves
+                // x where it is would spin to `max_iter`.)
+                let resolved = -slope <= rounding;
                 return Ok(BfgsResult {
                     grad_max: gmax(&g),
                     x,
                     f: fx,
                     iterations: it,
-                    converged: false,
+                    converged: gmax(&g) <= gtol || resolved,
                 });
             }
+            let (ft, gt) = f(&xt)?;
+            if ft.is_finite() && ft <= fx + 1e-4 * step * slope {
+                break (xt, ft, gt);
+            }
+            step *= 0.5;
         };
         let s: Vec<f64> = x_new.iter().zip(&x).map(|(a, b)| a - b).collect();
         let y: Vec<f64> = g_new.iter().zip(&g).map(|(a, b)| a - b).collect();
