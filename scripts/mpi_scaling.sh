@@ -4,7 +4,7 @@
 # and E2's replications.
 #
 #   cargo build --release -p sagd-cli --features mpi
-#   [N=points] scripts/mpi_scaling.sh [PROCESS COUNTS, default "1 2"] > table.md
+#   [N=points] [ROUNDS=3] [E2=1] scripts/mpi_scaling.sh [PROCESS COUNTS, default "1 2"] > table.md
 #
 # Each row is one run; "threads" is per process. Needs mpirun and python3 (standard library only).
 set -euo pipefail
@@ -68,15 +68,16 @@ echo "Machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $cores cores; 
 echo
 echo "| run | processes | threads each | updates | time per update | bytes exchanged per update (process 0, sent + received) | exchanges per update | time in exchanges per update |"
 echo "|---|---|---|---|---|---|---|---|"
-# Three rounds, alternating the configurations (the table keeps every run).
+# Rounds alternating the configurations (the table keeps every run).
 n="${N:-1000}"
-for round in 1 2 3; do
+for round in $(seq "${ROUNDS:-3}"); do
   em_row "$n" 1 1
   em_row "$n" 1 "$cores"
   for np in $counts; do
     if [ "$np" -gt 1 ]; then em_row "$n" "$np" $(( cores / np > 0 ? cores / np : 1 )); fi
   done
 done
+[ "${E2:-1}" = 1 ] || exit 0
 reps=2
 for np in $counts; do if [ "$np" -gt "$reps" ]; then reps=$np; fi; done
 e2_row "$reps" 1 "$cores"

@@ -18,8 +18,8 @@ pub struct BfgsResult {
     pub converged: bool,
 }
 
-/// Relative change of f below which a full quasi-Newton step is lost in f's rounding.
-const FLAT: f64 = 1e-14;
+/// Roundings of f within which a full quasi-Newton step's gain is lost.
+const FLAT: f64 = 4.0;
 
 /// Minimises f from `x0` until max |∇f| ≤ `gtol` or `max_iter` iterations, or until no
 /// representable step lowers f and a full step would gain less than f's rounding (also
@@ -57,13 +57,13 @@ pub fn minimize(
         let mut step = 1.0;
         let (x_new, f_new, g_new) = loop {
             let xt: Vec<f64> = x.iter().zip(&p).map(|(a, b)| a + step * b).collect();
-            let rounding = FLAT * fx.abs().max(1.0);
-            if xt == x || step < 1e-20 || -step * slope <= rounding {
-                // No step lowers f by more than its rounding. Where even a full step would not
-                // (what it would gain is within f's rounding) that is the minimum as closely
-                // as f can tell it; otherwise the search failed. (Accepting a step that leaves
-                // x where it is would spin to `max_iter`.)
-                let resolved = -slope <= rounding;
+            let ulp = f64::EPSILON * fx.abs().max(1.0);
+            if xt == x || step < 1e-20 || -step * slope <= ulp {
+                // No shorter step can lower f by a detectable amount. Where even a full step
+                // would gain within a few roundings of f, that is the minimum as closely as f
+                // can tell it; otherwise the search failed. (Accepting a step that leaves x
+                // where it is would spin to `max_iter`.)
+                let resolved = -slope <= FLAT * ulp;
                 return Ok(BfgsResult {
                     grad_max: gmax(&g),
                     x,
