@@ -138,4 +138,27 @@ mod tests {
             "{r:?}"
         );
     }
+
+    #[test]
+    fn stops_where_f_cannot_resolve_a_better_point() {
+        // f = 1000 + ‖x − 1‖², its gradient off by 1e-9 (as a quadrature's is, at its
+        // resolution): near x = 1 no move changes f (its rounding is 1e-13) and the gradient
+        // never reaches a tolerance of 0. The search must end there, converged, instead of
+        // spinning to max_iter on steps that leave f (and soon x) where they are.
+        let mut calls = 0;
+        let r = minimize(
+            |x| {
+                calls += 1;
+                let f = 1000.0 + x.iter().map(|v| (v - 1.0).powi(2)).sum::<f64>();
+                Ok((f, x.iter().map(|v| 2.0 * (v - 1.0) + 1e-9).collect()))
+            },
+            &[3.0, -2.0],
+            0.0,
+            500,
+        )
+        .unwrap();
+        assert!(r.converged, "{r:?}");
+        assert!(r.iterations < 50 && calls < 200, "{r:?}, {calls} calls");
+        assert!(r.x.iter().all(|v| (v - 1.0).abs() < 1e-6), "{r:?}");
+    }
 }
