@@ -203,6 +203,15 @@ pub fn all_gather(group: &dyn Collective, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
     Ok(all)
 }
 
+/// The error for what process `rank` sent when it does not fit what this process expects: the
+/// processes are out of step.
+pub fn out_of_step(rank: usize, what: impl std::fmt::Display) -> SagdError {
+    SagdError::Process {
+        rank,
+        message: format!("{what}: the processes must run the same program on the same data"),
+    }
+}
+
 /// Encodes this process's part for [`Collective::all_gather`], in CBOR: self-describing, so any
 /// serde type travels (results written for JSON too), floats bit for bit, NaN included.
 pub fn encode<W: Serialize + ?Sized>(part: &W) -> Result<Vec<u8>> {
@@ -227,18 +236,14 @@ pub fn encode_plain<W: Serialize + ?Sized>(part: &W) -> Result<Vec<u8>> {
 
 /// Decodes what [`encode_plain`] encoded in process `rank`.
 pub fn decode_plain<R: DeserializeOwned>(bytes: &[u8], rank: usize) -> Result<R> {
-    postcard::from_bytes(bytes).map_err(|e| SagdError::Process {
-        rank,
-        message: format!("its results arrived damaged ({e}): the processes must run the same program on the same data"),
-    })
+    postcard::from_bytes(bytes)
+        .map_err(|e| out_of_step(rank, format_args!("its results arrived damaged ({e})")))
 }
 
 /// Decodes the part that process `rank` sent.
 pub fn decode<R: DeserializeOwned>(bytes: &[u8], rank: usize) -> Result<R> {
-    ciborium::from_reader(bytes).map_err(|e| SagdError::Process {
-        rank,
-        message: format!("its results arrived damaged ({e}): the processes must run the same program on the same data"),
-    })
+    ciborium::from_reader(bytes)
+        .map_err(|e| out_of_step(rank, format_args!("its results arrived damaged ({e})")))
 }
 
 /// `f(i)` for every `i` in `0..n`, in order, each computed by one process (in parallel threads

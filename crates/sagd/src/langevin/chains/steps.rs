@@ -283,14 +283,14 @@ impl<T: Real> ChainSet<T> {
             let theirs = share::owned(n_blocks, rank, size);
             let wires: Vec<BlockWire<T, A>> = share::decode_plain(bytes, rank)?;
             if wires.len() != theirs.len() {
-                return Err(SagdError::Process {
+                return Err(share::out_of_step(
                     rank,
-                    message: format!(
-                        "sent {} blocks of chains where {} were due: the processes must run the same program on the same data",
+                    format_args!(
+                        "sent {} blocks of chains where {} were due",
                         wires.len(),
                         theirs.len()
                     ),
-                });
+                ));
             }
             for (b, w) in theirs.zip(wires) {
                 if rank != group.rank() {
@@ -298,10 +298,10 @@ impl<T: Real> ChainSet<T> {
                     let e = r.start * d..r.end * d;
                     let fits = w.x.len() == e.len() && w.lp.len() == r.len();
                     if !fits || w.g.len() != e.len() || w.rho.len() != e.len() {
-                        return Err(SagdError::Process {
+                        return Err(share::out_of_step(
                             rank,
-                            message: format!("sent block {b} of chains with the wrong shape: the processes must run the same program on the same data"),
-                        });
+                            format_args!("sent block {b} of chains with the wrong shape"),
+                        ));
                     }
                     self.x[last][e.clone()].copy_from_slice(&w.x);
                     self.g[last][e.clone()].copy_from_slice(&w.g);
@@ -342,10 +342,14 @@ impl<T: Real> ChainSet<T> {
             let theirs: Vec<ChainRng> = share::decode_plain(bytes, rank)?;
             let r = span(rank);
             if theirs.len() != r.len() {
-                return Err(SagdError::Process {
+                return Err(share::out_of_step(
                     rank,
-                    message: format!("sent {} random streams where {} were due: the processes must run the same program on the same data", theirs.len(), r.len()),
-                });
+                    format_args!(
+                        "sent {} random streams where {} were due",
+                        theirs.len(),
+                        r.len()
+                    ),
+                ));
             }
             self.rngs[r].clone_from_slice(&theirs);
         }
