@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Time per update and bytes exchanged per update of runs split over MPI processes, against one
-# process on the same cores: automated EM (`sagd em --data`: n points of E1's model, 3 M-steps)
-# and E2's replications.
+# process on the same cores: automated EM (`sagd em --data`: n points of E1's model, 3 M-steps),
+# E2's replications, and E3's minibatches (`sagd mnist` at the paper's minibatch, chains and
+# networks on the first 2000 training images: 8 SAGD updates and the control's 8 VAE updates).
 #
 #   cargo build --release -p sagd-cli --features mpi
-#   [N=points] [ROUNDS=3] [E2=1] scripts/mpi_scaling.sh [PROCESS COUNTS, default "1 2"] > table.md
+#   [N=points] [ROUNDS=3] [EM=1] [E2=1] [E3=1] scripts/mpi_scaling.sh [PROCESS COUNTS, default "1 2"] > table.md
 #
 # Each row is one run; "threads" is per process. Needs mpirun and python3 (standard library only).
 set -euo pipefail
@@ -64,6 +65,25 @@ print(f"| E2 exp, {reps} replications (whole run) | {np} | {th} | — | {r['tota
 EOF
 }
 
+e3_row() { # processes threads
+  local np=$1 th=$2 out="$work/e3-$1-$2"
+  # Pre-training once, cached, outside the timings (its first update allocates).
+  "${mpi[@]}" -np "$np" "$sagd" --threads "$th" mnist --train-n 2000 --vae-epochs 1 \
+    --sagd-updates 8 --eval-n 100 --pretrained-cache "$work/e3.cache" --quiet --out "$out" \
+    >/dev/null 2>"$out.err"
+  python3 - "$out/result.json" "$np" "$th" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1])); np, th = sys.argv[2:4]
+s = r["settings"]
+for phase, what in [("control", "VAE update (the control)"), ("sagd", "SAGD update")]:
+    n, t = s["sagd_updates"], r["timing_s"][phase]
+    x = r.get("exchanged", {}).get(phase, {})
+    b = (x.get("sent", 0) + x.get("received", 0)) / n
+    print(f"| E3 MNIST, {what} | {np} | {th} | {n} | {1e3 * t / n:.0f} ms | "
+          f"{b / 1e3:.1f} kB | {x.get('calls', 0) / n:.2f} | {1e3 * x.get('seconds', 0) / n:.2f} ms |")
+EOF
+}
+
 echo "Machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $cores cores; $(mpirun --version | head -1)"
 echo
 echo "| run | processes | threads each | updates | time per update | bytes exchanged per update (process 0, sent + received) | exchanges per update | time in exchanges per update |"
@@ -71,12 +91,22 @@ echo "|---|---|---|---|---|---|---|---|"
 # Rounds alternating the configurations (the table keeps every run).
 n="${N:-1000}"
 for round in $(seq "${ROUNDS:-3}"); do
+  [ "${EM:-1}" = 1 ] || break
   em_row "$n" 1 1
   em_row "$n" 1 "$cores"
   for np in $counts; do
     if [ "$np" -gt 1 ]; then em_row "$n" "$np" $(( cores / np > 0 ? cores / np : 1 )); fi
   done
 done
+if [ "${E3:-1}" = 1 ]; then
+  for round in $(seq "${ROUNDS:-3}"); do
+    e3_row 1 1
+    e3_row 1 "$cores"
+    for np in $counts; do
+      if [ "$np" -gt 1 ]; then e3_row "$np" $(( cores / np > 0 ? cores / np : 1 )); fi
+    done
+  done
+fi
 [ "${E2:-1}" = 1 ] || exit 0
 reps=2
 for np in $counts; do if [ "$np" -gt "$reps" ]; then reps=$np; fi; done

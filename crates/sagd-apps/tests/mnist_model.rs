@@ -60,7 +60,7 @@ fn the_vae_gradient_is_that_of_its_loss() {
         dec: vec![0.0; p.dec.len()],
         enc: vec![0.0; p.enc.len()],
     };
-    let info = vae_batch(&m, &p, &x, &eps, &mut g.dec, &mut g.enc, &mut pool);
+    let info = vae_batch(&m, &p, &x, &eps, &mut g.dec, &mut g.enc, &mut pool).unwrap();
     assert!(info.loss > 0.0 && info.loss.is_finite());
     let loss = |q: &VaeParams| {
         let mut scratch = VaeParams {
@@ -76,6 +76,7 @@ fn the_vae_gradient_is_that_of_its_loss() {
             &mut scratch.enc,
             &mut Scratch::default(),
         )
+        .unwrap()
         .loss
     };
     let (analytic, fd) = directional(&loss, &p, &g, 1e-3);
@@ -98,7 +99,7 @@ fn sagd_without_steps_is_the_gradient_at_the_encoders_draws() {
     let noise = normals(sagd_noise_len(&m, &chains, 3), 11);
     let mut pool = Scratch::default();
     let mut gg = vec![0.0f32; p.dec.len()];
-    let info = sagd_batch(&m, &p, &x, &chains, &noise, &mut gg, &mut pool);
+    let info = sagd_batch(&m, &p, &x, &chains, &noise, &mut gg, &mut pool).unwrap();
     assert_eq!(info.displacement, 0.0);
     let g = VaeParams {
         dec: gg,
@@ -121,6 +122,7 @@ fn sagd_without_steps_is_the_gradient_at_the_encoders_draws() {
             &mut scratch,
             &mut Scratch::default(),
         )
+        .unwrap()
         .loss
     };
     let (analytic, fd) = directional(&loss, &p, &g, 1e-3);
@@ -151,7 +153,8 @@ fn the_first_euler_step_moves_by_delta_rho() {
         &noise,
         &mut gg,
         &mut Scratch::default(),
-    );
+    )
+    .unwrap();
     let rows = 6;
     let rho0 = &noise[rows * 4..2 * rows * 4];
     let want = rho0
@@ -173,8 +176,8 @@ fn held_out_estimates_bound_the_elbo_and_repeat_with_their_seed() {
     let p = m.init(6);
     let x = images(3);
     let mut pool = Scratch::default();
-    let a = held_out(&m, &p.dec, &p.enc, &x, 50, 7, &mut pool);
-    let b = held_out(&m, &p.dec, &p.enc, &x, 50, 7, &mut pool);
+    let a = held_out(&m, &p.dec, &p.enc, &x, 50, 7, &mut pool).unwrap();
+    let b = held_out(&m, &p.dec, &p.enc, &x, 50, 7, &mut pool).unwrap();
     assert_eq!(a, b);
     for h in &a {
         // log of the mean weight ≥ the mean log weight (Jensen, on the same draws), and a
@@ -213,7 +216,8 @@ fn baoab_takes_its_first_step_on_a_flat_likelihood() {
         &noise,
         &mut gg,
         &mut Scratch::default(),
-    );
+    )
+    .unwrap();
     let (rows, d) = (6, 4);
     let (eps, rest) = noise.split_at(rows * d);
     let (rho0, eta) = rest.split_at(rows * d);
@@ -241,16 +245,42 @@ fn baoab_takes_its_first_step_on_a_flat_likelihood() {
     );
 }
 
-#[test]
-fn the_passes_give_the_same_bits_on_any_number_of_threads() {
-    // 12 images × 20 chains: 240 chain states in blocks of 100, 100 and 40; 16 final pieces of
-    // 15; the VAE's 2 pieces of 6 images.
+/// The inputs of the tests of the passes' bits: 12 images × 20 chains: 240 chain states in
+/// blocks of 100, 100 and 40; 16 final pieces of 15; the VAE's 2 pieces of 6 images.
+struct Passes {
+    m: E3,
+    p: VaeParams,
+    x: Vec<f32>,
+    chains: Chains,
+    noise: Vec<f32>,
+    eps: Vec<f32>,
+}
+
+fn passes() -> Passes {
     let m = E3::new(20);
     let p = m.init(4);
-    let x = images(12);
     let chains = Chains::default();
     let noise = normals(sagd_noise_len(&m, &chains, 12), 8);
-    let eps = normals(12 * 20, 9);
+    Passes {
+        m,
+        p,
+        x: images(12),
+        chains,
+        noise,
+        eps: normals(12 * 20, 9),
+    }
+}
+
+#[test]
+fn the_passes_give_the_same_bits_on_any_number_of_threads() {
+    let Passes {
+        m,
+        p,
+        x,
+        chains,
+        noise,
+        eps,
+    } = passes();
     let run = |threads: usize| {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -262,9 +292,9 @@ fn the_passes_give_the_same_bits_on_any_number_of_threads() {
                 dec: vec![0.0; p.dec.len()],
                 enc: vec![0.0; p.enc.len()],
             };
-            let vae = vae_batch(&m, &p, &x, &eps, &mut g.dec, &mut g.enc, &mut scratch);
+            let vae = vae_batch(&m, &p, &x, &eps, &mut g.dec, &mut g.enc, &mut scratch).unwrap();
             let mut gs = vec![0.0; p.dec.len()];
-            let sagd = sagd_batch(&m, &p, &x, &chains, &noise, &mut gs, &mut scratch);
+            let sagd = sagd_batch(&m, &p, &x, &chains, &noise, &mut gs, &mut scratch).unwrap();
             (vae, g, sagd, gs)
         })
     };
@@ -280,4 +310,48 @@ fn the_passes_give_the_same_bits_on_any_number_of_threads() {
         assert_eq!(other.3, one.3, "SAGD gradient, {threads} threads");
     }
     assert!(one.3.iter().any(|v| *v != 0.0));
+}
+
+#[test]
+fn the_passes_split_over_processes_give_one_processs_bits() {
+    // The VAE's 2 pieces (a third process has none), 3 blocks of chains, 16 final pieces; 12
+    // held-out images.
+    let Passes {
+        m,
+        p,
+        x,
+        chains,
+        noise,
+        eps,
+    } = passes();
+    let run = || {
+        let mut scratch = Scratch::default();
+        let mut g = VaeParams {
+            dec: vec![f32::NAN; p.dec.len()],
+            enc: vec![f32::NAN; p.enc.len()],
+        };
+        let vae = vae_batch(&m, &p, &x, &eps, &mut g.dec, &mut g.enc, &mut scratch).unwrap();
+        let mut gs = vec![f32::NAN; p.dec.len()];
+        let sagd = sagd_batch(&m, &p, &x, &chains, &noise, &mut gs, &mut scratch).unwrap();
+        let held = held_out(&m, &p.dec, &p.enc, &x, 30, 7, &mut scratch).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        (vae, bits(&g.dec), bits(&g.enc), sagd, bits(&gs), held)
+    };
+    let one = run();
+    assert!(one.4.iter().any(|b| f32::from_bits(*b) != 0.0));
+    let before = sagd::share::exchanged();
+    for processes in [2, 3, 5] {
+        for (rank, got) in sagd::share::threads_as_processes(processes, run)
+            .into_iter()
+            .enumerate()
+        {
+            let at = format!("process {rank} of {processes}");
+            assert_eq!(got.0, one.0, "VAE loss, {at}");
+            assert!(got.1 == one.1 && got.2 == one.2, "VAE gradients, {at}");
+            assert_eq!(got.3, one.3, "SAGD loss and displacement, {at}");
+            assert!(got.4 == one.4, "SAGD gradient, {at}");
+            assert_eq!(got.5, one.5, "held-out estimates, {at}");
+        }
+    }
+    assert!(sagd::share::exchanged().since(&before).sent > 0, "split");
 }

@@ -75,9 +75,14 @@ fn main() {
 }
 
 fn run(cli: Cli, processes: &sagd_mpi::Processes) -> Result<()> {
-    if processes.size() > 1 && !matches!(cli.command, Command::Em(_) | Command::Debias(_)) {
+    if processes.size() > 1
+        && !matches!(
+            cli.command,
+            Command::Em(_) | Command::Debias(_) | Command::Mnist(_)
+        )
+    {
         anyhow::bail!(
-            "this command runs as one process; of the commands, `sagd em` and `sagd debias` split over processes (mpirun -np N)"
+            "this command runs as one process; of the commands, `sagd em`, `sagd debias` and `sagd mnist` split over processes (mpirun -np N)"
         );
     }
     if let Some(t) = cli.threads {

@@ -341,7 +341,7 @@ fn result_json(
             })
         })
         .collect();
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "experiment": "E3 MNIST: VAE, SAGD refinement of the generator, control",
         "sagd_version": env!("CARGO_PKG_VERSION"),
         "flags": flags,
@@ -361,7 +361,13 @@ fn result_json(
         "pretrained_cached": r.pretrained_cached,
         "timing_s": r.timing_s,
         "total_s": total_s,
-    })
+    });
+    if !r.exchanged.is_empty() {
+        // A run split over processes: what the first process exchanged in each phase.
+        v["processes"] = sagd::share::size().into();
+        v["exchanged"] = serde_json::json!(r.exchanged);
+    }
+    v
 }
 
 /// The held-out table and the paired differences, on stdout.

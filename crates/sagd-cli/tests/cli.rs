@@ -1,7 +1,7 @@
 //! The binary as a user runs it.
 
 mod common;
-use common::{sagd, E2_SHORT};
+use common::{sagd, E2_SHORT, MNIST_SMALL};
 
 #[test]
 fn bench_kernel_prints_a_json_table() {
@@ -388,6 +388,11 @@ fn debias_deconvolves_a_users_data() {
     assert_eq!(held["scores"].as_array().unwrap().len(), 3);
     assert_eq!(held["scores"][0]["model"], held["best"]);
     assert!(stdout.contains("recommendation ("), "{stdout}");
+    // The predictive check: a panel per fitted model, each with its held-out score.
+    let svg = std::fs::read_to_string(out.join("predictive.svg")).unwrap();
+    assert!(svg.contains("the density of x each fitted model implies"));
+    assert_eq!(svg.matches("held out: ").count(), 3);
+    assert!(out.join("predictive.png").metadata().unwrap().len() > 1000);
     // Flags that only a simulation uses are refused beside --data, not silently recorded.
     for flag in [["--reps", "3"], ["--n", "50"], ["--dist", "mixture"]] {
         let o = sagd()
@@ -1085,29 +1090,8 @@ fn far_from_the_mle_and_extreme_data_are_named() {
 /// `sagd mnist` on a few hundred images, into `out`.
 fn mnist_small(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
     sagd()
-        .args([
-            "mnist",
-            "--train-n",
-            "300",
-            "--batch-size",
-            "100",
-            "--latent",
-            "4",
-            "--vae-epochs",
-            "1",
-            "--sagd-updates",
-            "2",
-            "--chains",
-            "2",
-            "--steps",
-            "2",
-            "--eval-n",
-            "10",
-            "--eval-k",
-            "20",
-            "--quiet",
-            "--out",
-        ])
+        .args(MNIST_SMALL)
+        .arg("--out")
         .arg(out)
         .args(extra)
         .output()

@@ -1,10 +1,12 @@
-//! The exchange over MPI: one `MPI_Allgatherv` of bytes, from the main thread only (rayon's
-//! threads never call MPI, so MPI is initialised for funnelled threads).
+//! The exchange over MPI: `MPI_Allgatherv` of bytes, and `MPI_Send`/`MPI_Recv` for sums passed
+//! from process to process, from the main thread only (rayon's threads never call MPI, so MPI
+//! is initialised for funnelled threads).
 
 use std::sync::Arc;
 
 use mpi::datatype::PartitionMut;
 use mpi::environment::Threading;
+use mpi::point_to_point::{Destination, Source};
 use mpi::topology::{Communicator, SimpleCommunicator};
 use mpi::traits::CommunicatorCollectives;
 use mpi::Count;
@@ -48,6 +50,11 @@ impl Collective for World {
             total += c as usize;
         }
         count(total, "the exchange")?;
+        if total == 0 {
+            // Every process sees the same counts: all skip (Open MPI refuses an empty Allgatherv's
+            // buffers, MPI_ERR_ARG). The counts' exchange was the synchronisation.
+            return Ok(vec![Vec::new(); self.size]);
+        }
         let mut all = vec![0u8; total];
         {
             let mut parts = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
@@ -58,6 +65,19 @@ impl Collective for World {
             .zip(&displs)
             .map(|(&c, &d)| all[d as usize..d as usize + c as usize].to_vec())
             .collect())
+    }
+
+    fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
+        count(bytes.len(), "a sum sent on")?;
+        let world = SimpleCommunicator::world();
+        world.process_at_rank(to as i32).send(bytes);
+        Ok(())
+    }
+
+    fn receive(&self, from: usize) -> Result<Vec<u8>> {
+        let world = SimpleCommunicator::world();
+        let (bytes, _) = world.process_at_rank(from as i32).receive_vec::<u8>();
+        Ok(bytes)
     }
 }
 

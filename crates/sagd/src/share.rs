@@ -10,9 +10,10 @@
 //! Without one, every pass runs whole and nothing is exchanged.
 
 use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::sync::{Arc, Barrier, Condvar, Mutex, OnceLock};
 use std::time::Instant;
 
 use serde::de::DeserializeOwned;
@@ -30,6 +31,11 @@ pub trait Collective: Send + Sync {
     /// the program (it is collective); an engine that loses a process ends the job rather than
     /// wait for it.
     fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// Sends `bytes` to process `to`, which takes them with [`Collective::receive`]: for sums
+    /// that must pass from process to process in order ([`relay_sum`]).
+    fn send(&self, to: usize, bytes: &[u8]) -> Result<()>;
+    /// What process `from` sends to this one next (waiting for it).
+    fn receive(&self, from: usize) -> Result<Vec<u8>>;
 }
 
 static PROCESS: OnceLock<Arc<dyn Collective>> = OnceLock::new();
@@ -192,15 +198,119 @@ pub fn exchanged() -> Exchanged {
     }
 }
 
+/// `exchange()`, counted in [`exchanged`] with the bytes it sent and received.
+fn counted<R>(
+    sent: usize,
+    exchange: impl FnOnce() -> Result<R>,
+    received: impl Fn(&R) -> usize,
+) -> Result<R> {
+    let t0 = Instant::now();
+    let r = exchange()?;
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    SENT.fetch_add(sent as u64, Ordering::Relaxed);
+    RECEIVED.fetch_add(received(&r) as u64, Ordering::Relaxed);
+    NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    Ok(r)
+}
+
 /// `group.all_gather(mine)`, counted in [`exchanged`].
 pub fn all_gather(group: &dyn Collective, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-    let t0 = Instant::now();
-    let all = group.all_gather(mine)?;
-    CALLS.fetch_add(1, Ordering::Relaxed);
-    SENT.fetch_add(mine.len() as u64, Ordering::Relaxed);
-    RECEIVED.fetch_add(all.iter().map(|p| p.len() as u64).sum(), Ordering::Relaxed);
-    NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    counted(
+        mine.len(),
+        || group.all_gather(mine),
+        |all| all.iter().map(Vec::len).sum(),
+    )
+}
+
+/// Waits until every process of a split run is here (nothing outside one).
+pub fn barrier() -> Result<()> {
+    match current() {
+        Some(group) => all_gather(&*group, &[]).map(|_| ()),
+        None => Ok(()),
+    }
+}
+
+/// The share of `n` pieces that this process runs: all of them outside a split run, and inside
+/// an item of [`map`] or a parallel task.
+pub fn mine(n: usize) -> Range<usize> {
+    current().map_or(0..n, |g| owned(n, g.rank(), g.size()))
+}
+
+/// Every process's `part` (its items of a pass cut by [`mine`], in order) joined in rank order:
+/// every item of the pass, in piece order. Outside a split run, `part` itself. Plain data only
+/// ([`encode_plain`]).
+pub fn gather<T: Serialize + DeserializeOwned>(part: Vec<T>) -> Result<Vec<T>> {
+    let Some(group) = current() else {
+        return Ok(part);
+    };
+    let parts = all_gather(&*group, &encode_plain(&part)?)?;
+    let mut all = Vec::new();
+    for (r, bytes) in parts.iter().enumerate() {
+        all.extend(decode_plain::<Vec<T>>(bytes, r)?);
+    }
     Ok(all)
+}
+
+/// The sum of `n` pieces' arrays, cut over processes by [`mine`], added in piece order exactly
+/// as one process adds them: floating-point addition is not associative, so the running sum
+/// passes from process to process (rank order is piece order) and no process adds partial sums
+/// of its own. `add(out)` adds this process's pieces into `out` in order; `out` holds, on the
+/// process of the first piece, what that piece wrote, and on the others the running sum of the
+/// pieces before theirs, received from the previous process. The last process's sum then goes
+/// to every process. Outside a split run, `add(out)`.
+pub fn relay_sum(n: usize, out: &mut [f32], add: impl FnOnce(&mut [f32])) -> Result<()> {
+    let Some(group) = current() else {
+        add(out);
+        return Ok(());
+    };
+    let (rank, owners) = (group.rank(), n.min(group.size()));
+    if owners == 0 {
+        return Ok(());
+    }
+    if rank < owners {
+        if rank > 0 {
+            let bytes = counted(0, || group.receive(rank - 1), Vec::len)?;
+            read_f32s(&bytes, out, rank - 1)?;
+        }
+        add(out);
+        if rank + 1 < owners {
+            let bytes = f32_bytes(out);
+            counted(bytes.len(), || group.send(rank + 1, &bytes), |_| 0)?;
+        }
+    }
+    let last = owners - 1;
+    let sum = if rank == last {
+        f32_bytes(out)
+    } else {
+        Vec::new()
+    };
+    let all = all_gather(&*group, &sum)?;
+    if rank != last {
+        read_f32s(&all[last], out, last)?;
+    }
+    Ok(())
+}
+
+fn f32_bytes(xs: &[f32]) -> Vec<u8> {
+    xs.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// `out` from what process `rank` sent as [`f32_bytes`].
+fn read_f32s(bytes: &[u8], out: &mut [f32], rank: usize) -> Result<()> {
+    if bytes.len() != 4 * out.len() {
+        return Err(out_of_step(
+            rank,
+            format_args!(
+                "it sent a sum of {} bytes where {} were due",
+                bytes.len(),
+                4 * out.len()
+            ),
+        ));
+    }
+    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+        *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    }
+    Ok(())
 }
 
 /// The error for what process `rank` sent when it does not fit what this process expects: the
@@ -291,12 +401,17 @@ where
     })
 }
 
+/// Messages sent and not yet received, by (from, to).
+type Mailboxes = HashMap<(usize, usize), VecDeque<Vec<u8>>>;
+
 /// `size` processes as threads of this one, for tests: run each thread's work inside
 /// [`within`] with its own [`ThreadGroup::member`].
 pub struct ThreadGroup {
     size: usize,
     slots: Mutex<Vec<Vec<u8>>>,
     barrier: Barrier,
+    mail: Mutex<Mailboxes>,
+    posted: Condvar,
 }
 
 /// `f()` on `processes` threads, each one process of a [`ThreadGroup`] (inside [`within`]):
@@ -330,6 +445,8 @@ impl ThreadGroup {
             size,
             slots: Mutex::new(vec![Vec::new(); size]),
             barrier: Barrier::new(size),
+            mail: Mutex::new(HashMap::new()),
+            posted: Condvar::new(),
         })
     }
 
@@ -339,6 +456,15 @@ impl ThreadGroup {
             group: self.clone(),
             rank,
         })
+    }
+}
+
+impl Member {
+    fn poisoned<T>(&self, _: T) -> SagdError {
+        SagdError::Process {
+            rank: self.rank,
+            message: "another thread of the group panicked".into(),
+        }
     }
 }
 
@@ -353,16 +479,36 @@ impl Collective for Member {
 
     fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let g = &self.group;
-        let poisoned = |_| SagdError::Process {
-            rank: self.rank,
-            message: "another thread of the group panicked".into(),
-        };
-        g.slots.lock().map_err(poisoned)?[self.rank] = mine.to_vec();
+        g.slots.lock().map_err(|e| self.poisoned(e))?[self.rank] = mine.to_vec();
         g.barrier.wait();
-        let all = g.slots.lock().map_err(poisoned)?.clone();
+        let all = g.slots.lock().map_err(|e| self.poisoned(e))?.clone();
         // Nobody writes the next round's part before everyone has read this one.
         g.barrier.wait();
         Ok(all)
+    }
+
+    fn send(&self, to: usize, bytes: &[u8]) -> Result<()> {
+        let g = &self.group;
+        let mut mail = g.mail.lock().map_err(|e| self.poisoned(e))?;
+        mail.entry((self.rank, to))
+            .or_default()
+            .push_back(bytes.to_vec());
+        g.posted.notify_all();
+        Ok(())
+    }
+
+    fn receive(&self, from: usize) -> Result<Vec<u8>> {
+        let g = &self.group;
+        let mut mail = g.mail.lock().map_err(|e| self.poisoned(e))?;
+        loop {
+            if let Some(bytes) = mail
+                .get_mut(&(from, self.rank))
+                .and_then(VecDeque::pop_front)
+            {
+                return Ok(bytes);
+            }
+            mail = g.posted.wait(mail).map_err(|e| self.poisoned(e))?;
+        }
     }
 }
 
@@ -405,5 +551,60 @@ mod tests {
             );
         }
         assert_eq!(size(), 1, "the group ends with its threads");
+    }
+
+    #[test]
+    fn a_relayed_sum_has_one_processs_bits_on_any_number_of_processes() {
+        // Pieces whose sum rounds differently in any other order.
+        let piece = |b: usize| -> Vec<f32> {
+            (0..300)
+                .map(|j| ((b * 7919 + j * 104_729) % 1000) as f32 * 10f32.powi((b % 5) as i32 - 2))
+                .collect()
+        };
+        let sum = |n: usize| -> Vec<f32> {
+            let mine = mine(n);
+            let mut out = vec![f32::NAN; 300];
+            let own: Vec<Vec<f32>> = mine.clone().map(piece).collect();
+            let first = mine.start == 0 && !mine.is_empty();
+            if first {
+                out.copy_from_slice(&own[0]);
+            }
+            let rest = &own[usize::from(first)..];
+            relay_sum(n, &mut out, |o| crate::parallel::add_parts(rest, o)).unwrap();
+            out
+        };
+        for n in [1, 2, 5, 7] {
+            let whole = sum(n);
+            let reassociated: Vec<f32> = (0..300)
+                .map(|j| piece(0)[j] + (1..n).map(|b| piece(b)[j]).sum::<f32>())
+                .collect();
+            if n > 2 {
+                assert_ne!(
+                    whole, reassociated,
+                    "the test's pieces must tell orders apart"
+                );
+            }
+            for processes in 1..6 {
+                for got in threads_as_processes(processes, || sum(n)) {
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&got),
+                        bits(&whole),
+                        "{n} pieces, {processes} processes"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gathered_shares_are_every_item_in_order() {
+        for processes in 1..5 {
+            for all in threads_as_processes(processes, || {
+                gather(mine(10).map(|i| i as f64 * 0.5).collect()).unwrap()
+            }) {
+                assert_eq!(all, (0..10).map(|i| i as f64 * 0.5).collect::<Vec<_>>());
+            }
+        }
     }
 }

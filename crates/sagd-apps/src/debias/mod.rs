@@ -9,6 +9,7 @@ pub mod choose;
 mod deconvolve;
 mod eval;
 pub mod figure;
+pub mod npmle;
 mod replicate;
 mod table;
 

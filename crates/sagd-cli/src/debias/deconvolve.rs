@@ -1,11 +1,13 @@
 //! What `sagd debias --data` writes: the fitted latent distributions' samples and quantiles, the
-//! density figure, the trace and `result.json`.
+//! density figure, the predictive check, the trace and `result.json`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use sagd_apps::debias::figure::PredictiveSeries;
+use sagd_apps::debias::Deconvolution;
 use sagd_apps::debias::{deconvolve as fit_data, E2Settings};
 use serde_json::json;
 
@@ -33,6 +35,8 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         "latent_samples.csv",
         "density.png",
         "density.svg",
+        "predictive.png",
+        "predictive.svg",
         "trace.csv",
         "trace.png",
         "trace.svg",
@@ -89,6 +93,10 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         path.display()
     );
     density_figure(&mut staging, "density", None, &x, panels, caption)?;
+    let models: Vec<(&str, &str)> = std::iter::once(("pretrained", "pretrained VAE"))
+        .chain(s.methods.iter().map(|m| (m.name(), m.label())))
+        .collect();
+    predictive_figure(&mut staging, &x, &d, &models, path)?;
     // The flags without the simulated case, which a fit of data does not use.
     let mut flags = serde_json::to_value(a)?;
     if let Some(m) = flags.as_object_mut() {
@@ -154,4 +162,52 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
     }
     println!("wrote {}: {}", out.display(), files.join(", "));
     Ok(())
+}
+
+/// `predictive.png`/`.svg`: per fitted model, the observations' histogram under the density of X
+/// that the model implies, with its held-out score; `models` are (name, label) pairs.
+fn predictive_figure(
+    staging: &mut Staging,
+    x: &[f64],
+    d: &Deconvolution,
+    models: &[(&str, &str)],
+    path: &Path,
+) -> Result<()> {
+    let samples: Vec<&[f64]> = models
+        .iter()
+        .filter_map(|(m, _)| d.samples.get(*m).map(|v| &v[..]))
+        .collect();
+    let series = PredictiveSeries::new(x, d.noise_sd, &samples);
+    let note = |model: &str| -> String {
+        let Some(h) = &d.held_out else {
+            return String::new();
+        };
+        match h.scores.iter().find(|m| m.model == model) {
+            Some(m) if m.model == h.best => "held out: the best".into(),
+            Some(m) => format!(
+                "held out: {:.4} (se {:.4}) below",
+                m.below_best, m.below_best_se
+            ),
+            None => String::new(),
+        }
+    };
+    let panels = models
+        .iter()
+        .filter(|(m, _)| d.samples.contains_key(*m))
+        .map(|(m, label)| (label.to_string(), note(m)))
+        .collect();
+    let grid = crate::plot::PredictiveGrid {
+        series: &series,
+        panels,
+        caption: format!(
+            "{}: data (grey histogram) and the density of x each fitted model implies (blue)",
+            path.display()
+        ),
+    };
+    crate::plot::save(
+        &grid,
+        &staging.path("predictive.png"),
+        &staging.path("predictive.svg"),
+        grid.size(),
+    )
 }

@@ -5,7 +5,7 @@ mod debias;
 mod em;
 mod mnist;
 
-pub use debias::{DensityGrid, DensityPanel, TraceFigure};
+pub use debias::{DensityGrid, DensityPanel, PredictiveGrid, TraceFigure};
 pub use em::{LoglikFigure, PathsFigure};
 pub use mnist::{CurvesFigure, DigitsFigure};
 
@@ -57,11 +57,20 @@ pub(crate) fn draw_legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::Coor
     chart: &mut ChartContext<'a, DB, CT>,
     at: SeriesLabelPosition,
 ) -> Result<()> {
+    legend_sized(chart, at, 15)
+}
+
+/// [`draw_legend`] with labels of `size` points (small panels).
+pub(crate) fn legend_sized<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
+    size: u32,
+) -> Result<()> {
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .label_font(("sans-serif", 15))
+        .label_font(("sans-serif", size))
         .position(at)
         .draw()
         .map_err(err)

@@ -25,3 +25,28 @@ pub const E2_SHORT: [&str; 13] = [
     "2000",
     "--out",
 ];
+
+/// `sagd mnist` on 300 images, 4 latent dimensions, two chains of two steps, 10 test images:
+/// every phase and file of E3 in seconds (the output folder follows `--out`).
+pub const MNIST_SMALL: [&str; 20] = [
+    "mnist",
+    "--train-n",
+    "300",
+    "--batch-size",
+    "100",
+    "--latent",
+    "4",
+    "--vae-epochs",
+    "1",
+    "--sagd-updates",
+    "2",
+    "--chains",
+    "2",
+    "--steps",
+    "2",
+    "--eval-n",
+    "10",
+    "--eval-k",
+    "20",
+    "--quiet",
+];

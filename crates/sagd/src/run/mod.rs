@@ -290,9 +290,15 @@ pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 /// onto `path`: the one checksummed format of every file sagd reads back (checkpoints, caches).
 /// In a run split over processes one process writes each file ([`crate::share::writes_here`]).
 pub fn write_framed(path: &Path, body: &[u8]) -> Result<()> {
-    if !crate::share::writes_here() {
-        return Ok(());
+    if crate::share::writes_here() {
+        write_file(path, body)?;
     }
+    // In a split run no process goes on before the file is whole: one that then stops (an
+    // interruption every process meets) would otherwise end the job while it is written.
+    crate::share::barrier()
+}
+
+fn write_file(path: &Path, body: &[u8]) -> Result<()> {
     let io = |source| SagdError::Io {
         action: "writing checkpoint",
         path: path.display().to_string(),

@@ -81,6 +81,13 @@ impl<'a> E3Estimator<'a> {
         seed: u64,
     ) -> Result<Self> {
         let mut est = Self::new(model, images, objective, seed);
+        if let (Device::Cuda(_), Some(_)) = (device, sagd::share::current()) {
+            return Err(SagdError::InvalidSetting {
+                name: "device",
+                value: format!("{device} on {} processes", sagd::share::size()),
+                fix: "E3's passes split over processes on the CPU engine only: run on a GPU as one process, or on several processes with --device cpu".into(),
+            });
+        }
         if let Device::Cuda(i) = device {
             est.engine = Engine::Gpu(Box::new(GpuE3::new(Gpu::open(i)?)));
         }
@@ -156,11 +163,11 @@ impl GradientEstimator for E3Estimator<'_> {
         let (m, x, noise) = (self.model, &self.x, &self.noise);
         let info = match (self.objective, &mut self.engine) {
             (Objective::Vae, Engine::Cpu(scratch)) => {
-                vae_batch(m, p, x, noise, g_dec, g_enc, scratch)
+                vae_batch(m, p, x, noise, g_dec, g_enc, scratch)?
             }
             (Objective::Vae, Engine::Gpu(gpu)) => gpu.vae_batch(m, p, x, noise, g_dec, g_enc)?,
             (Objective::Sagd(chains), Engine::Cpu(scratch)) => {
-                sagd_batch(m, p, x, &chains, noise, g_dec, scratch)
+                sagd_batch(m, p, x, &chains, noise, g_dec, scratch)?
             }
             (Objective::Sagd(chains), Engine::Gpu(gpu)) => {
                 gpu.sagd_batch(m, p, x, &chains, noise, g_dec)?

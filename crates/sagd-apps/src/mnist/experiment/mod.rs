@@ -251,7 +251,13 @@ pub fn train_phase_from(
 }
 
 /// Held-out evaluation of `p` on the binarised test images `x`.
-fn evaluate(model: &E3, name: &str, p: &VaeParams, x: &[f32], s: &E3Settings) -> Evaluation {
+fn evaluate(
+    model: &E3,
+    name: &str,
+    p: &VaeParams,
+    x: &[f32],
+    s: &E3Settings,
+) -> Result<Evaluation> {
     let per_image = held_out(
         model,
         &p.dec,
@@ -260,18 +266,18 @@ fn evaluate(model: &E3, name: &str, p: &VaeParams, x: &[f32], s: &E3Settings) ->
         s.eval_k,
         stream_seed(s.seed, 77),
         &mut Scratch::default(),
-    );
+    )?;
     let lp: Vec<f64> = per_image.iter().map(|h| h.log_px).collect();
     let (log_px, sd) = sagd::diagnostics::mean_sd(&lp);
     let n = per_image.len().max(1) as f64;
-    Evaluation {
+    Ok(Evaluation {
         model: name.into(),
         log_px,
         log_px_se: sd / n.sqrt(),
         elbo: per_image.iter().map(|h| h.elbo).sum::<f64>() / n,
         ess: per_image.iter().map(|h| h.ess).sum::<f64>() / n,
         per_image,
-    }
+    })
 }
 
 /// Figure 3's digits: the pixel probabilities of `gen` at 100 latents U ~ N(0, I) drawn from
@@ -303,9 +309,16 @@ pub fn run(
         key = key.with("device", d)?;
     }
     let mut timing = std::collections::BTreeMap::new();
+    let mut exchanged = std::collections::BTreeMap::new();
+    let mut before = sagd::share::exchanged();
     let mut curves = Vec::new();
     let mut lap = |name: &str, t: std::time::Instant| {
         timing.insert(name.to_string(), t.elapsed().as_secs_f64());
+        if sagd::share::size() > 1 {
+            let now = sagd::share::exchanged();
+            exchanged.insert(name.to_string(), now.since(&before));
+            before = now;
+        }
     };
 
     // Pre-training, keyed by what decides it.
@@ -415,7 +428,7 @@ pub fn run(
     ]
     .iter()
     .map(|(n, p)| evaluate(&model, n, p, &x, s))
-    .collect();
+    .collect::<Result<_>>()?;
     let differences = vec![
         Paired::of(&evaluations[1], &evaluations[0]),
         Paired::of(&evaluations[2], &evaluations[0]),
@@ -432,5 +445,6 @@ pub fn run(
         differences,
         pretrained_cached,
         timing_s: timing,
+        exchanged,
     })
 }

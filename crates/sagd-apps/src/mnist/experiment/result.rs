@@ -77,4 +77,7 @@ pub struct E3Result {
     pub pretrained_cached: bool,
     /// Wall seconds per phase.
     pub timing_s: std::collections::BTreeMap<String, f64>,
+    /// In a run split over processes: what this process exchanged in each phase.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub exchanged: std::collections::BTreeMap<String, sagd::share::Exchanged>,
 }

@@ -36,7 +36,8 @@ fn chain_starts(
 /// Two passes, each cut by the shapes alone: the chains in blocks of [`SUB_ROWS`] (they need no
 /// parameter gradient, so any number of blocks can run side by side: 40 for 200 images), then the
 /// gradient at their last states in [`FINAL_PIECES`] pieces with their own gradients, added in
-/// order.
+/// order. Both split over processes (same bits): each runs its share of the blocks and of the
+/// pieces; the chains' last states are gathered, the gradients relayed in piece order.
 pub fn sagd_batch(
     m: &E3,
     p: &VaeParams,
@@ -45,7 +46,7 @@ pub fn sagd_batch(
     noise: &[f32],
     grad_gen: &mut [f32],
     scratch: &mut Scratch,
-) -> BatchInfo {
+) -> Result<BatchInfo> {
     let d = m.d;
     let b = x.len() / PIXELS;
     let rows = chains.per_image * b;
@@ -61,11 +62,14 @@ pub fn sagd_batch(
     let mut pk_gen = std::mem::take(&mut scratch.packed.0);
     m.gen.pack(&p.dec, true, &mut pk_gen);
     let packed = &pk_gen;
-    let mut u = vec![0.0f32; rows * d];
+    let blocks = sagd::share::mine(rows.div_ceil(SUB_ROWS));
+    let my_rows = (blocks.end * SUB_ROWS).min(rows) - (blocks.start * SUB_ROWS).min(rows);
+    let mut u = vec![0.0f32; my_rows * d];
     let pool = &scratch.pool;
     u.par_chunks_mut(SUB_ROWS * d)
         .enumerate()
         .for_each(|(blk, u)| {
+            let blk = blocks.start + blk;
             let (s, e) = (blk * SUB_ROWS, (blk * SUB_ROWS + SUB_ROWS).min(rows));
             let n = e - s;
             pool.with(|bufs| {
@@ -115,6 +119,8 @@ pub fn sagd_batch(
                 }
             });
         });
+    // Every process's chains' last states.
+    let u = sagd::share::gather(u)?;
     // The generator's gradient at the last states.
     let scale = 1.0 / rows as f32;
     let (pool, work) = scratch.pieces_into(grad_gen, &mut [], rows, FINAL_PIECES);
@@ -155,11 +161,12 @@ pub fn sagd_batch(
         })
         .collect();
     scratch.packed.0 = pk_gen;
-    scratch.add_pieces(grad_gen, &mut []);
-    BatchInfo {
+    scratch.add_pieces(grad_gen, &mut [], rows, FINAL_PIECES)?;
+    let sums = sagd::share::gather(sums)?;
+    Ok(BatchInfo {
         loss: sums.iter().map(|s| s.0).sum::<f64>() / rows as f64,
         displacement: sums.iter().map(|s| s.1).sum::<f64>() / rows as f64,
-    }
+    })
 }
 
 /// Draws per image of [`sagd_batch`]'s `noise`: ε, ρ₀ and the steps' η.

@@ -18,7 +18,8 @@ pub struct HeldOut {
 
 /// [`HeldOut`] for every image of `x` (binarised) with `k` draws each; image i's draws come from
 /// its own stream (`seed`, i), so that two generators evaluated with the same encoder and seed
-/// see the same draws (common random numbers: their difference is paired).
+/// see the same draws (common random numbers: their difference is paired). The images are split
+/// over processes ([`sagd::share::map`]).
 pub fn held_out(
     m: &E3,
     gen: &[f32],
@@ -27,7 +28,7 @@ pub fn held_out(
     k: usize,
     seed: u64,
     scratch: &mut Scratch,
-) -> Vec<HeldOut> {
+) -> Result<Vec<HeldOut>> {
     let d = m.d;
     let n = x.len() / PIXELS;
     let q = encode(m, enc, x, scratch);
@@ -35,61 +36,58 @@ pub fn held_out(
     let packed = &mut scratch.packed.0;
     m.gen.pack(gen, false, packed);
     let packed = &*packed;
-    (0..n)
-        .into_par_iter()
-        .map(|i| {
-            let mut stream = NormalStream::new(sagd::rng::stream_seed(seed, i as u64));
-            let mut eps = vec![0.0f32; k * d];
-            stream.fill(&mut eps);
-            let (mu, lv) = (
-                &q[i * 2 * d..i * 2 * d + d],
-                &q[i * 2 * d + d..(i + 1) * 2 * d],
-            );
-            let xi = &x[i * PIXELS..(i + 1) * PIXELS];
-            let mut lw = Vec::with_capacity(k);
-            let mut ll_sum = 0.0f64;
-            pool.with(|bufs| {
-                let ws = &mut bufs.gen;
-                let mut dl = vec![0.0f32; PIXELS];
-                for s in (0..k).step_by(SUB_ROWS) {
-                    let e = (s + SUB_ROWS).min(k);
-                    let mut u = vec![0.0f32; (e - s) * d];
-                    let mut lpq = Vec::with_capacity(e - s);
-                    for (r, row) in u.chunks_exact_mut(d).enumerate() {
-                        let mut v = 0.0f64;
-                        for j in 0..d {
-                            let z = eps[(s + r) * d + j];
-                            row[j] = mu[j] + (0.5 * lv[j]).exp() * z;
-                            // log N(u; 0, I) − log q(u | x).
-                            v += -0.5 * (row[j] as f64).powi(2)
-                                + 0.5 * (z as f64).powi(2)
-                                + 0.5 * lv[j] as f64;
-                        }
-                        lpq.push(v);
+    sagd::share::map(n, |i| {
+        let mut stream = NormalStream::new(sagd::rng::stream_seed(seed, i as u64));
+        let mut eps = vec![0.0f32; k * d];
+        stream.fill(&mut eps);
+        let (mu, lv) = (
+            &q[i * 2 * d..i * 2 * d + d],
+            &q[i * 2 * d + d..(i + 1) * 2 * d],
+        );
+        let xi = &x[i * PIXELS..(i + 1) * PIXELS];
+        let mut lw = Vec::with_capacity(k);
+        let mut ll_sum = 0.0f64;
+        pool.with(|bufs| {
+            let ws = &mut bufs.gen;
+            let mut dl = vec![0.0f32; PIXELS];
+            for s in (0..k).step_by(SUB_ROWS) {
+                let e = (s + SUB_ROWS).min(k);
+                let mut u = vec![0.0f32; (e - s) * d];
+                let mut lpq = Vec::with_capacity(e - s);
+                for (r, row) in u.chunks_exact_mut(d).enumerate() {
+                    let mut v = 0.0f64;
+                    for j in 0..d {
+                        let z = eps[(s + r) * d + j];
+                        row[j] = mu[j] + (0.5 * lv[j]).exp() * z;
+                        // log N(u; 0, I) − log q(u | x).
+                        v += -0.5 * (row[j] as f64).powi(2)
+                            + 0.5 * (z as f64).powi(2)
+                            + 0.5 * lv[j] as f64;
                     }
-                    m.gen.forward_packed(gen, packed, &u, e - s, ws);
-                    for (r, logits) in ws.output().chunks_exact(PIXELS).enumerate() {
-                        let ll = bernoulli_logits(logits, xi, &mut dl);
-                        ll_sum += ll;
-                        lw.push(ll + lpq[r]);
-                    }
+                    lpq.push(v);
                 }
-            });
-            let top = lw.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let (s1, s2) = lw.iter().fold((0.0, 0.0), |(a, b), v| {
-                let w = (v - top).exp();
-                (a + w, b + w * w)
-            });
-            let kl: f64 = (0..d)
-                .map(|j| 0.5 * ((mu[j] * mu[j]) as f64 + (lv[j] as f64).exp() - lv[j] as f64 - 1.0))
-                .sum();
-            HeldOut {
-                log_px: top + (s1 / k as f64).ln(),
-                elbo: ll_sum / k as f64 - kl,
-                ess: s1 * s1 / s2,
+                m.gen.forward_packed(gen, packed, &u, e - s, ws);
+                for (r, logits) in ws.output().chunks_exact(PIXELS).enumerate() {
+                    let ll = bernoulli_logits(logits, xi, &mut dl);
+                    ll_sum += ll;
+                    lw.push(ll + lpq[r]);
+                }
             }
+        });
+        let top = lw.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let (s1, s2) = lw.iter().fold((0.0, 0.0), |(a, b), v| {
+            let w = (v - top).exp();
+            (a + w, b + w * w)
+        });
+        let kl: f64 = (0..d)
+            .map(|j| 0.5 * ((mu[j] * mu[j]) as f64 + (lv[j] as f64).exp() - lv[j] as f64 - 1.0))
+            .sum();
+        Ok(HeldOut {
+            log_px: top + (s1 / k as f64).ln(),
+            elbo: ll_sum / k as f64 - kl,
+            ess: s1 * s1 / s2,
         })
-        .collect()
+    })
 }
 
 /// The generator's pixel probabilities σ(h_θ(u)) for the latents `u` (n × d), n × 784.

@@ -12,6 +12,7 @@
 use rand::RngExt;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
+use sagd::error::Result;
 use sagd::langevin::Scheme;
 use sagd::rng::NormalStream;
 
@@ -70,10 +71,11 @@ impl Piece<'_> {
 }
 
 impl Scratch {
-    /// The pieces of a pass over `rows` rows: the first writes its gradients into `gen` and
-    /// `enc` themselves, each other one into buffers of its own, which [`Scratch::add_pieces`]
-    /// then adds in order (none is zeroed: every piece writes all its gradients). And the
-    /// threads' buffers.
+    /// This process's pieces of a pass over `rows` rows cut into `count` ([`sagd::share::mine`]:
+    /// all of them in one process). The first piece of the pass writes its gradients into `gen`
+    /// and `enc` themselves, every other one into buffers of its own, which
+    /// [`Scratch::add_pieces`] then adds in order (none is zeroed: every piece writes all its
+    /// gradients). And the threads' buffers.
     fn pieces_into<'a>(
         &'a mut self,
         gen: &'a mut [f32],
@@ -81,32 +83,50 @@ impl Scratch {
         rows: usize,
         count: usize,
     ) -> (&'a WorkspacePool<Buffers>, Vec<Piece<'a>>) {
-        let ranges = pieces(rows, count);
+        let all = pieces(rows, count);
+        let mine = sagd::share::mine(all.len());
+        let first = mine.start == 0 && !mine.is_empty();
         self.pool.ensure(rayon::current_num_threads());
         self.pieces
-            .resize_with(ranges.len().saturating_sub(1), Default::default);
+            .resize_with(mine.len() - usize::from(first), Default::default);
         let (n_gen, n_enc) = (gen.len(), enc.len());
         let others = self.pieces.iter_mut().map(|g| {
             g.gen.resize(n_gen, 0.0);
             g.enc.resize(n_enc, 0.0);
             (&mut g.gen[..], &mut g.enc[..])
         });
-        let work = ranges
-            .into_iter()
-            .zip(std::iter::once((gen, enc)).chain(others))
+        let sinks: Box<dyn Iterator<Item = _>> = if first {
+            Box::new(std::iter::once((gen, enc)).chain(others))
+        } else {
+            Box::new(others)
+        };
+        let work = all[mine]
+            .iter()
+            .cloned()
+            .zip(sinks)
             .map(|(rows, (gen, enc))| Piece { rows, gen, enc })
             .collect();
         (&self.pool, work)
     }
 
-    /// Adds the gradients of the pieces after the first into the first's, in order.
-    fn add_pieces(&self, gen: &mut [f32], enc: &mut [f32]) {
+    /// Adds this process's pieces after the pass's first into `gen` and `enc`, in order, and,
+    /// in a split run, passes the sums on from process to process in piece order
+    /// ([`sagd::share::relay_sum`]): every process ends with one process's bits.
+    fn add_pieces(
+        &self,
+        gen: &mut [f32],
+        enc: &mut [f32],
+        rows: usize,
+        count: usize,
+    ) -> Result<()> {
+        let count = pieces(rows, count).len();
         let gens: Vec<&[f32]> = self.pieces.iter().map(|g| &g.gen[..]).collect();
-        sagd::parallel::add_parts(&gens, gen);
+        sagd::share::relay_sum(count, gen, |g| sagd::parallel::add_parts(&gens, g))?;
         if !enc.is_empty() {
             let encs: Vec<&[f32]> = self.pieces.iter().map(|g| &g.enc[..]).collect();
-            sagd::parallel::add_parts(&encs, enc);
+            sagd::share::relay_sum(count, enc, |e| sagd::parallel::add_parts(&encs, e))?;
         }
+        Ok(())
     }
 }
 
@@ -228,7 +248,7 @@ fn pieces(n: usize, count: usize) -> Vec<std::ops::Range<usize>> {
 
 /// The VAE's mean negative ELBO over the binarised images `x` (b × 784) with one reparameterised
 /// draw per image from the noise `eps` (b × d), and its gradients into `g_dec` (the generator's)
-/// and `g_enc` (overwritten).
+/// and `g_enc` (overwritten). Split over processes by its pieces (same bits).
 pub fn vae_batch(
     m: &E3,
     p: &VaeParams,
@@ -237,7 +257,7 @@ pub fn vae_batch(
     g_dec: &mut [f32],
     g_enc: &mut [f32],
     scratch: &mut Scratch,
-) -> BatchInfo {
+) -> Result<BatchInfo> {
     let d = m.d;
     let b = x.len() / PIXELS;
     let scale = 1.0 / b as f32;
@@ -293,11 +313,12 @@ pub fn vae_batch(
         })
         .collect();
     scratch.packed = (pk_gen, pk_enc);
-    scratch.add_pieces(g_dec, g_enc);
-    BatchInfo {
+    scratch.add_pieces(g_dec, g_enc, b, PIECES)?;
+    let losses = sagd::share::gather(losses)?;
+    Ok(BatchInfo {
         loss: losses.iter().sum::<f64>() / b as f64,
         displacement: 0.0,
-    }
+    })
 }
 
 /// The encoder's (μ, log σ²) for the images `x`, n × 2d, at its parameters `enc`.
