@@ -1290,6 +1290,13 @@ fn sagd_presets_set_their_schedules_and_flags_override_them() {
         (Some(5e-3), Some(0.5))
     );
     assert_eq!(decay["method"]["sagd"], default["method"]["sagd"]);
+    // The default's chains persist (no field: old settings' keys unchanged); refresh's restart
+    // every 20 updates, unless a flag says otherwise.
+    assert!(default["method"]["sagd"].get("refresh_every").is_none());
+    let refresh = settings(&["--sagd-preset", "refresh"]);
+    assert_eq!(refresh["method"]["sagd"]["refresh_every"], 20);
+    let every5 = settings(&["--sagd-preset", "refresh", "--sagd-refresh-every", "5"]);
+    assert_eq!(every5["method"]["sagd"]["refresh_every"], 5);
     // An explicit flag beats the preset.
     let mine = settings(&[
         "--sagd-preset",

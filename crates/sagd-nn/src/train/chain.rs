@@ -31,6 +31,10 @@ pub struct LangevinChains {
     /// δ_t and K_t along the run (the paper's Theorems 3-4); `None`: δ and K fixed.
     #[serde(default)]
     pub schedule: Option<ChainSchedule>,
+    /// Every so many updates, every chain starts again from an encoder draw and burns in (at the
+    /// current decoder); `None`: the chains persist for the whole run, as the paper's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_every: Option<usize>,
 }
 
 /// δ_t = δ (1 + t)^−`decay` and K_t ∝ (1 + t)^`growth` over the `updates` of a run, K_t scaled so
@@ -77,6 +81,7 @@ impl Default for LangevinChains {
             burn_in: 50,
             initial_momentum: Momentum::Normal,
             schedule: None,
+            refresh_every: None,
         }
     }
 }
@@ -117,6 +122,8 @@ pub struct ChainEstimator<'a> {
     /// updates done.
     scheduled: Option<(LangevinChains, ChainSchedule, f64)>,
     update: usize,
+    /// SAGD's chains started again from the encoder every so many updates.
+    refresh_every: Option<usize>,
 }
 
 impl<'a> ChainEstimator<'a> {
@@ -138,6 +145,13 @@ impl<'a> ChainEstimator<'a> {
                 });
             }
         }
+        if s.refresh_every == Some(0) {
+            return Err(SagdError::InvalidSetting {
+                name: "sagd refresh_every",
+                value: "0".into(),
+                fix: "refresh the chains every 1 update or more, or never (leave it out)".into(),
+            });
+        }
         let kernel = s.langevin.kernel::<f32>(s.step_size)?;
         // Schemes that end a step at their last evaluation return the θ-gradient with it.
         let fused = kernel.ends_at_gradient();
@@ -145,6 +159,7 @@ impl<'a> ChainEstimator<'a> {
         e.momentum = s.initial_momentum;
         e.fused = fused;
         e.scheduled = s.schedule.map(|p| (*s, p, p.k_scale(s.steps)));
+        e.refresh_every = s.refresh_every;
         Ok(e)
     }
 
@@ -182,6 +197,7 @@ impl<'a> ChainEstimator<'a> {
             spare: Vec::new(),
             scheduled: None,
             update: 0,
+            refresh_every: None,
         }
     }
 }
@@ -249,8 +265,15 @@ impl GradientEstimator for ChainEstimator<'_> {
             problem: &problem,
             anchor: &p.dec[..],
         };
+        if self
+            .refresh_every
+            .is_some_and(|r| self.update > 0 && self.update.is_multiple_of(r))
+        {
+            self.started = false;
+        }
         if !self.started {
-            // Every chain starts from an encoder draw and burns in under the pre-trained decoder.
+            // Every chain starts from an encoder draw and burns in under the pre-trained decoder
+            // (under the current one when refreshed).
             let all = DecoderPosterior::new(&self.vae.dec, self.x);
             let all_problem = MaximumLikelihood::new(&all, 1);
             let all_target = AnchoredTarget {
@@ -269,8 +292,8 @@ impl GradientEstimator for ChainEstimator<'_> {
             let (delta, k) = plan.at(self.update, c.step_size, k_scale);
             self.kernel = c.langevin.kernel::<f32>(delta)?;
             self.steps = k;
-            self.update += 1;
         }
+        self.update += 1;
         let mut sub = if full {
             std::mem::replace(&mut self.chains, ChainSet::new(0, d, 0))
         } else {
@@ -404,6 +427,50 @@ mod tests {
         for (a, b) in g1.iter().zip(&g2) {
             assert!((a - b).abs() <= 1e-4 * scale, "{a} vs {b}");
         }
+    }
+
+    #[test]
+    fn refreshed_chains_start_again_from_the_encoder_and_resume_across_a_refresh() {
+        let vae = Vae::new(1, 16);
+        let p = vae.init(2);
+        let x: Vec<f32> = (0..200).map(|i| ((i as f32) * 0.37).sin() * 2.0).collect();
+        let batch: Vec<usize> = (0..200).collect();
+        let kept = LangevinChains::default();
+        let refreshed = LangevinChains {
+            refresh_every: Some(2),
+            ..kept
+        };
+        let step = |e: &mut ChainEstimator| {
+            let mut g = vec![0.0f32; p.dec.len()];
+            let mut ge = vec![0.0f32; p.enc.len()];
+            e.estimate(&p, &batch, &mut g, &mut ge).unwrap();
+            (g, e.chains.positions().to_vec())
+        };
+        let mut a = ChainEstimator::sagd(&vae, &x, &kept, 5).unwrap();
+        let mut b = ChainEstimator::sagd(&vae, &x, &refreshed, 5).unwrap();
+        // The first two updates are the persistent chains'; the third starts from new draws.
+        for k in 0..2 {
+            assert_eq!(step(&mut a), step(&mut b), "update {k}");
+        }
+        let saved = b.save_state().unwrap();
+        let (ga, ca) = step(&mut a);
+        let (gb, cb) = step(&mut b);
+        assert_ne!(ca, cb, "refreshed");
+        assert_ne!(ga, gb);
+        // Resumed from before the refresh: the same update as the uninterrupted estimator.
+        let mut c = ChainEstimator::sagd(&vae, &x, &refreshed, 5).unwrap();
+        c.load_state(&saved).unwrap();
+        assert_eq!(step(&mut c), (gb, cb));
+        assert!(ChainEstimator::sagd(
+            &vae,
+            &x,
+            &LangevinChains {
+                refresh_every: Some(0),
+                ..kept
+            },
+            5
+        )
+        .is_err());
     }
 
     #[test]

@@ -202,6 +202,13 @@ impl<'a> GpuChainEstimator<'a> {
                 fix: "run scheduled chains on the CPU (--device cpu), or drop the schedule".into(),
             });
         }
+        if s.refresh_every.is_some() {
+            return Err(SagdError::InvalidSetting {
+                name: "sagd refresh_every",
+                value: "chains started again from the encoder".into(),
+                fix: "run refreshed chains on the CPU (--device cpu), or keep them".into(),
+            });
+        }
         let kernel = s.langevin.kernel::<f32>(s.step_size)?;
         let mut e = Self::with(gpu, vae, x, &kernel, (s.steps, false, s.burn_in), seed)?;
         e.momentum = s.initial_momentum;
