@@ -161,7 +161,7 @@ pub fn sagd_batch(
         })
         .collect();
     scratch.packed.0 = pk_gen;
-    scratch.add_pieces(grad_gen, &mut [], rows, FINAL_PIECES)?;
+    scratch.add_pieces(grad_gen, &mut [])?;
     let sums = sagd::share::gather(sums)?;
     Ok(BatchInfo {
         loss: sums.iter().map(|s| s.0).sum::<f64>() / rows as f64,

@@ -40,6 +40,8 @@ pub struct Buffers {
 pub struct Scratch {
     pool: WorkspacePool<Buffers>,
     pieces: Vec<PieceGrads>,
+    /// The number of pieces of the last pass cut by [`Scratch::pieces_into`], all processes'.
+    pass_pieces: usize,
     /// The generator's and the encoder's wide weights, packed for a pass's products.
     packed: (PackedWeights, PackedWeights),
 }
@@ -84,6 +86,7 @@ impl Scratch {
         count: usize,
     ) -> (&'a WorkspacePool<Buffers>, Vec<Piece<'a>>) {
         let all = pieces(rows, count);
+        self.pass_pieces = all.len();
         let mine = sagd::share::mine(all.len());
         let first = mine.start == 0 && !mine.is_empty();
         self.pool.ensure(rayon::current_num_threads());
@@ -95,11 +98,7 @@ impl Scratch {
             g.enc.resize(n_enc, 0.0);
             (&mut g.gen[..], &mut g.enc[..])
         });
-        let sinks: Box<dyn Iterator<Item = _>> = if first {
-            Box::new(std::iter::once((gen, enc)).chain(others))
-        } else {
-            Box::new(others)
-        };
+        let sinks = first.then_some((gen, enc)).into_iter().chain(others);
         let work = all[mine]
             .iter()
             .cloned()
@@ -112,14 +111,8 @@ impl Scratch {
     /// Adds this process's pieces after the pass's first into `gen` and `enc`, in order, and,
     /// in a split run, passes the sums on from process to process in piece order
     /// ([`sagd::share::relay_sum`]): every process ends with one process's bits.
-    fn add_pieces(
-        &self,
-        gen: &mut [f32],
-        enc: &mut [f32],
-        rows: usize,
-        count: usize,
-    ) -> Result<()> {
-        let count = pieces(rows, count).len();
+    fn add_pieces(&self, gen: &mut [f32], enc: &mut [f32]) -> Result<()> {
+        let count = self.pass_pieces;
         let gens: Vec<&[f32]> = self.pieces.iter().map(|g| &g.gen[..]).collect();
         sagd::share::relay_sum(count, gen, |g| sagd::parallel::add_parts(&gens, g))?;
         if !enc.is_empty() {
@@ -313,7 +306,7 @@ pub fn vae_batch(
         })
         .collect();
     scratch.packed = (pk_gen, pk_enc);
-    scratch.add_pieces(g_dec, g_enc, b, PIECES)?;
+    scratch.add_pieces(g_dec, g_enc)?;
     let losses = sagd::share::gather(losses)?;
     Ok(BatchInfo {
         loss: losses.iter().sum::<f64>() / b as f64,
