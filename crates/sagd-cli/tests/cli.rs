@@ -1297,6 +1297,18 @@ fn sagd_presets_set_their_schedules_and_flags_override_them() {
     assert_eq!(refresh["method"]["sagd"]["refresh_every"], 20);
     let every5 = settings(&["--sagd-preset", "refresh", "--sagd-refresh-every", "5"]);
     assert_eq!(every5["method"]["sagd"]["refresh_every"], 5);
+    // One chain per point unless asked (no field: old settings' keys unchanged).
+    assert!(default["method"]["sagd"].get("chains_per_point").is_none());
+    let two = settings(&["--sagd-chains-per-point", "2"]);
+    assert_eq!(two["method"]["sagd"]["chains_per_point"], 2);
+    let refresh2 = settings(&["--sagd-preset", "refresh2"]);
+    assert_eq!(
+        (
+            &refresh2["method"]["sagd"]["chains_per_point"],
+            &refresh2["method"]["sagd"]["refresh_every"]
+        ),
+        (&serde_json::json!(2), &serde_json::json!(20))
+    );
     // An explicit flag beats the preset.
     let mine = settings(&[
         "--sagd-preset",

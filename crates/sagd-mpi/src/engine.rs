@@ -20,6 +20,8 @@ use crate::Processes;
 struct World {
     rank: usize,
     size: usize,
+    /// The rank among the processes that share this one's memory (MPI_Comm_split_type).
+    local: usize,
 }
 
 fn count(n: usize, what: &str) -> Result<Count> {
@@ -36,6 +38,10 @@ impl Collective for World {
 
     fn size(&self) -> usize {
         self.size
+    }
+
+    fn local_rank(&self) -> usize {
+        self.local
     }
 
     fn all_gather(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
@@ -87,7 +93,8 @@ pub(crate) fn start() -> std::result::Result<Processes, String> {
     let world = universe.world();
     let (rank, size) = (world.rank() as usize, world.size() as usize);
     if size > 1 {
-        share::install(Arc::new(World { rank, size })).map_err(|e| e.to_string())?;
+        let local = world.split_shared(world.rank()).rank() as usize;
+        share::install(Arc::new(World { rank, size, local })).map_err(|e| e.to_string())?;
     }
     if rank > 0 {
         silence_stdout();

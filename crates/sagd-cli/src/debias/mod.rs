@@ -111,9 +111,13 @@ pub struct DebiasArgs {
     #[arg(long)]
     sagd_k_growth: Option<f64>,
     /// SAGD: start every chain again from an encoder draw (and burn in) every R updates [preset:
-    /// never, as the paper; refresh 20].
+    /// never, as the paper; refresh and refresh2 20].
     #[arg(long, value_name = "R")]
     sagd_refresh_every: Option<usize>,
+    /// SAGD: chains per data point M, averaged in the gradient (M times the Langevin steps)
+    /// [preset: 1, as the paper; refresh2 2].
+    #[arg(long, value_name = "M")]
+    sagd_chains_per_point: Option<usize>,
     /// SAGD's learning rate along the run, lr_t = lr (1 + t)^−c (0: constant; ½: Theorem 3)
     /// [preset: 0; decay ½ with lr 5e-3].
     #[arg(long)]
@@ -177,7 +181,8 @@ pub struct DebiasArgs {
     #[arg(long)]
     quiet: bool,
     /// Where the networks train: cpu, or cuda (cuda:N for GPU N) for an NVIDIA GPU with CUDA 13's
-    /// driver, NVRTC and cuBLAS on the loader's path. Evaluation stays on the CPU.
+    /// driver, NVRTC and cuBLAS on the loader's path. Evaluation stays on the CPU. Under mpirun,
+    /// the processes on a machine take GPU N, N + 1, … in turn.
     #[arg(long, default_value_t = sagd_nn::Device::Cpu)]
     device: sagd_nn::Device,
 }
@@ -194,6 +199,8 @@ pub enum SagdPreset {
     Decay,
     /// The chains started again from the encoder every 20 updates (24% more Langevin steps).
     Refresh,
+    /// Refresh's chains, two per data point (2.5 times the default's Langevin steps).
+    Refresh2,
 }
 
 /// What a [`SagdPreset`] sets.
@@ -204,6 +211,7 @@ struct SagdValues {
     lr: Option<f64>,
     lr_decay: f64,
     refresh_every: Option<usize>,
+    chains_per_point: Option<usize>,
 }
 
 impl SagdPreset {
@@ -216,6 +224,7 @@ impl SagdPreset {
                 lr: None,
                 lr_decay: 0.0,
                 refresh_every: None,
+                chains_per_point: None,
             },
             SagdPreset::Theorem3 => SagdValues {
                 delta: 0.1,
@@ -231,6 +240,10 @@ impl SagdPreset {
             SagdPreset::Refresh => SagdValues {
                 refresh_every: Some(20),
                 ..SagdPreset::Default.values()
+            },
+            SagdPreset::Refresh2 => SagdValues {
+                chains_per_point: Some(2),
+                ..SagdPreset::Refresh.values()
             },
         }
     }
@@ -280,6 +293,7 @@ fn settings(a: &DebiasArgs) -> E2Settings {
                     },
                 ),
                 refresh_every: a.sagd_refresh_every.or(sagd.refresh_every),
+                chains_per_point: a.sagd_chains_per_point.or(sagd.chains_per_point),
             },
             sagd_average: a.sagd_average,
             sagd_lr_decay: a.sagd_lr_decay.unwrap_or(sagd.lr_decay),
@@ -321,7 +335,7 @@ fn run_options(a: &DebiasArgs, out: &Path) -> Result<RunOptions> {
 }
 
 /// Runs `sagd debias`.
-pub fn run(a: DebiasArgs) -> Result<()> {
+pub fn run(mut a: DebiasArgs) -> Result<()> {
     let s = settings(&a);
     if a.print_settings {
         println!("{}", serde_json::to_string_pretty(&s)?);
@@ -331,6 +345,11 @@ pub fn run(a: DebiasArgs) -> Result<()> {
         bail!("--reps must be at least 1");
     }
     s.validate()?;
+    // Split over processes, each takes its own GPU where the machine has several.
+    a.device = a
+        .device
+        .for_process(sagd::share::local_rank())
+        .with_context(|| format!("--device {}", a.device))?;
     // Before any work: a missing GPU or library is a flag's error, not a replication's.
     a.device
         .ready()

@@ -187,13 +187,19 @@ pub fn libraries_present() -> GpuResult<()> {
 static PTX: OnceLock<Result<String, String>> = OnceLock::new();
 
 impl Gpu {
+    /// The number of GPUs this process sees (after checking the libraries).
+    pub fn count() -> GpuResult<usize> {
+        libraries_present()?;
+        let count = CudaContext::device_count().map_err(|e| GpuError::NoDevice(e.to_string()))?;
+        Ok(count.max(0) as usize)
+    }
+
     /// Opens device `ordinal`: checks the libraries first (cudarc would panic on a missing one),
     /// then makes a stream and a cuBLAS handle on the device's primary context, and loads the
     /// kernels (compiled by NVRTC on the first call of the process).
     pub fn open(ordinal: usize) -> GpuResult<Gpu> {
-        libraries_present()?;
-        let count = CudaContext::device_count().map_err(|e| GpuError::NoDevice(e.to_string()))?;
-        if ordinal as i32 >= count {
+        let count = Self::count()?;
+        if ordinal >= count {
             return Err(GpuError::NoDevice(format!(
                 "device {ordinal} asked for, {count} found"
             )));

@@ -29,6 +29,11 @@ pub trait Collective: Send + Sync {
     fn rank(&self) -> usize;
     /// The number of processes.
     fn size(&self) -> usize;
+    /// This process's place among the processes on its own machine (how it picks its GPU); by
+    /// default all run on one machine.
+    fn local_rank(&self) -> usize {
+        self.rank()
+    }
     /// Every process's `mine`, in rank order. Every process must call it at the same point of
     /// the program (it is collective); an engine that loses a process ends the job rather than
     /// wait for it.
@@ -95,6 +100,11 @@ fn group() -> Option<Arc<dyn Collective>> {
 /// This process's rank (0 without a collective).
 pub fn rank() -> usize {
     group().map_or(0, |c| c.rank())
+}
+
+/// This process's rank among those on its machine (0 without a collective).
+pub fn local_rank() -> usize {
+    group().map_or(0, |c| c.local_rank())
 }
 
 /// The number of processes (1 without a collective).

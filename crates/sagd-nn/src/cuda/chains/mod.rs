@@ -209,6 +209,13 @@ impl<'a> GpuChainEstimator<'a> {
                 fix: "run refreshed chains on the CPU (--device cpu), or keep them".into(),
             });
         }
+        if s.chains_per_point.is_some_and(|m| m != 1) {
+            return Err(SagdError::InvalidSetting {
+                name: "sagd chains_per_point",
+                value: "several chains per data point".into(),
+                fix: "run several chains per point on the CPU (--device cpu), or one".into(),
+            });
+        }
         let kernel = s.langevin.kernel::<f32>(s.step_size)?;
         let mut e = Self::with(gpu, vae, x, &kernel, (s.steps, false, s.burn_in), seed)?;
         e.momentum = s.initial_momentum;
