@@ -87,8 +87,11 @@ def interrupt_after_start(script):
     ended by KeyboardInterrupt."""
     import signal
 
+    # A shell that starts its jobs in the background leaves SIGINT ignored, and a Python started
+    # so never raises KeyboardInterrupt: give the child Ctrl-C's usual disposition.
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "started"
     time.sleep(1.0)
     sent = time.monotonic()
