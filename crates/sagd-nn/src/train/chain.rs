@@ -447,6 +447,23 @@ impl GradientEstimator for ChainEstimator<'_> {
 mod tests {
     use super::*;
 
+    /// A VAE with `hidden` units initialised from `seed`, `n` points of smooth 1-D data, and the
+    /// batch of all of them.
+    fn problem(n: usize, hidden: usize, seed: u64) -> (Vae, VaeParams, Vec<f32>, Vec<usize>) {
+        let vae = Vae::new(1, hidden);
+        let p = vae.init(seed);
+        let x = (0..n).map(|i| ((i as f32) * 0.37).sin() * 2.0).collect();
+        (vae, p, x, (0..n).collect())
+    }
+
+    /// One update's decoder gradient on `batch`, from zero.
+    fn update(e: &mut ChainEstimator, p: &VaeParams, batch: &[usize]) -> Vec<f32> {
+        let mut g = vec![0.0f32; p.dec.len()];
+        let mut ge = vec![0.0f32; p.enc.len()];
+        e.estimate(p, batch, &mut g, &mut ge).unwrap();
+        g
+    }
+
     #[test]
     fn the_fused_sagd_gradient_equals_the_separate_pass() {
         let vae = Vae::new(1, 16);
@@ -485,21 +502,13 @@ mod tests {
 
     #[test]
     fn refreshed_chains_start_again_from_the_encoder_and_resume_across_a_refresh() {
-        let vae = Vae::new(1, 16);
-        let p = vae.init(2);
-        let x: Vec<f32> = (0..200).map(|i| ((i as f32) * 0.37).sin() * 2.0).collect();
-        let batch: Vec<usize> = (0..200).collect();
+        let (vae, p, x, batch) = problem(200, 16, 2);
         let kept = LangevinChains::default();
         let refreshed = LangevinChains {
             refresh_every: Some(2),
             ..kept
         };
-        let step = |e: &mut ChainEstimator| {
-            let mut g = vec![0.0f32; p.dec.len()];
-            let mut ge = vec![0.0f32; p.enc.len()];
-            e.estimate(&p, &batch, &mut g, &mut ge).unwrap();
-            (g, e.chains.positions().to_vec())
-        };
+        let step = |e: &mut ChainEstimator| (update(e, &p, &batch), e.chains.positions().to_vec());
         let mut a = ChainEstimator::sagd(&vae, &x, &kept, 5).unwrap();
         let mut b = ChainEstimator::sagd(&vae, &x, &refreshed, 5).unwrap();
         // The first two updates are the persistent chains'; the third starts from new draws.
@@ -529,40 +538,32 @@ mod tests {
 
     #[test]
     fn chains_per_point_average_independent_chains_and_keep_minibatches_apart() {
-        let vae = Vae::new(1, 8);
-        let p = vae.init(3);
-        let x: Vec<f32> = (0..64).map(|i| ((i as f32) * 0.37).sin() * 2.0).collect();
-        let all: Vec<usize> = (0..64).collect();
+        let (vae, p, x, all) = problem(64, 8, 3);
         let with = |m: usize| LangevinChains {
             chains_per_point: Some(m),
             burn_in: 20,
             ..LangevinChains::default()
         };
-        let first_gradient = |m: usize, seed: u64| {
-            let mut e = ChainEstimator::sagd(&vae, &x, &with(m), seed).unwrap();
-            let mut g = vec![0.0f32; p.dec.len()];
-            let mut ge = vec![0.0f32; p.enc.len()];
-            e.estimate(&p, &all, &mut g, &mut ge).unwrap();
-            g
+        let first_gradient = |s: &LangevinChains, seed: u64| {
+            update(
+                &mut ChainEstimator::sagd(&vae, &x, s, seed).unwrap(),
+                &p,
+                &all,
+            )
         };
         // M = 1 is the paper's estimator, bit for bit.
         let paper = LangevinChains {
             burn_in: 20,
             ..LangevinChains::default()
         };
-        let mut one = ChainEstimator::sagd(&vae, &x, &paper, 9).unwrap();
-        let mut g1 = vec![0.0f32; p.dec.len()];
-        let mut ge = vec![0.0f32; p.enc.len()];
-        one.estimate(&p, &all, &mut g1, &mut ge).unwrap();
-        let mut e = ChainEstimator::sagd(&vae, &x, &with(1), 9).unwrap();
-        let mut g = vec![0.0f32; p.dec.len()];
-        e.estimate(&p, &all, &mut g, &mut ge).unwrap();
-        assert_eq!(g, g1);
+        assert_eq!(first_gradient(&with(1), 9), first_gradient(&paper, 9));
         // M independent chains per point: the gradient's spread over seeds (its trace) falls
         // to 1/M. Over S = 200 seeds, each coordinate's variance ratio has a log-standard error
         // of at most √(2/(S − 1) · 2) ≈ 0.14 (the trace's is smaller): 3 of them either side of ½.
         let spread = |m: usize| {
-            let gs: Vec<Vec<f32>> = (0..200).map(|s| first_gradient(m, 100 + s)).collect();
+            let gs: Vec<Vec<f32>> = (0..200)
+                .map(|s| first_gradient(&with(m), 100 + s))
+                .collect();
             (0..p.dec.len())
                 .map(|j| {
                     let mean = gs.iter().map(|g| g[j] as f64).sum::<f64>() / gs.len() as f64;
@@ -577,9 +578,9 @@ mod tests {
         );
         // A minibatch moves every copy of its points' chains and no other chain.
         let mut e = ChainEstimator::sagd(&vae, &x, &with(3), 4).unwrap();
-        e.estimate(&p, &all, &mut g, &mut ge).unwrap();
+        update(&mut e, &p, &all);
         let before = e.chains.positions().to_vec();
-        e.estimate(&p, &[5, 40], &mut g, &mut ge).unwrap();
+        update(&mut e, &p, &[5, 40]);
         let after = e.chains.positions();
         assert_eq!(after.len(), 3 * 64);
         for (row, (a, b)) in after.iter().zip(&before).enumerate() {
@@ -590,10 +591,7 @@ mod tests {
 
     #[test]
     fn a_refresh_burns_in_at_the_base_step_whatever_the_schedule() {
-        let vae = Vae::new(1, 8);
-        let p = vae.init(3);
-        let x: Vec<f32> = (0..64).map(|i| ((i as f32) * 0.37).sin() * 2.0).collect();
-        let all: Vec<usize> = (0..64).collect();
+        let (vae, p, x, all) = problem(64, 8, 3);
         let plain = LangevinChains {
             refresh_every: Some(1),
             ..LangevinChains::default()
@@ -609,10 +607,8 @@ mod tests {
         };
         let restarted = |s: &LangevinChains| {
             let mut e = ChainEstimator::sagd(&vae, &x, s, 7).unwrap();
-            let mut g = vec![0.0f32; p.dec.len()];
-            let mut ge = vec![0.0f32; p.enc.len()];
-            e.estimate(&p, &all, &mut g, &mut ge).unwrap();
-            e.estimate(&p, &all, &mut g, &mut ge).unwrap();
+            update(&mut e, &p, &all);
+            update(&mut e, &p, &all);
             e.start_chains(&p).unwrap();
             e.chains.positions().to_vec()
         };
