@@ -13,6 +13,16 @@ use serde::{Deserialize, Serialize};
 use sagd_nn::vae::Vae;
 use sagd_nn::Workspace;
 
+/// The density at `x` of X = Z + N(0, sd²) when Z is the discrete law `atoms` ((value, mass)
+/// pairs): Σ m φ((x − z)/sd)/sd. A law with a density enters as the cells of a quadrature.
+pub(crate) fn noisy_density(x: f64, atoms: &[(f64, f64)], sd: f64) -> f64 {
+    let sum: f64 = atoms
+        .iter()
+        .map(|(z, m)| m * (-0.5 * ((x - z) / sd).powi(2)).exp())
+        .sum();
+    sum / (sd * (2.0 * std::f64::consts::PI).sqrt())
+}
+
 /// How well Z = h(U) matches π.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Evaluation {

@@ -4,6 +4,8 @@
 //! implies. Drawing them is the caller's job.
 
 use sagd::metrics::Law;
+
+use super::eval::noisy_density;
 use serde::{Deserialize, Serialize};
 
 /// Grid points of the density curves.
@@ -143,21 +145,16 @@ impl PredictiveSeries {
                 data_histogram[b as usize] += 1.0 / (xs.len() as f64 * bin_width);
             }
         }
-        let norm = 1.0 / (noise_sd * (2.0 * std::f64::consts::PI).sqrt());
         let predictive = samples
             .iter()
             .map(|s| {
                 let z: Vec<f64> = s.iter().cloned().filter(|v| v.is_finite()).collect();
                 let step = z.len().div_ceil(PREDICTIVE_DRAWS).max(1);
                 let z: Vec<f64> = z.iter().skip(step / 2).step_by(step).cloned().collect();
+                let mass = 1.0 / z.len().max(1) as f64;
+                let atoms: Vec<(f64, f64)> = z.iter().map(|zj| (*zj, mass)).collect();
                 grid.iter()
-                    .map(|g| {
-                        let sum: f64 = z
-                            .iter()
-                            .map(|zj| (-0.5 * ((g - zj) / noise_sd).powi(2)).exp())
-                            .sum();
-                        norm * sum / z.len().max(1) as f64
-                    })
+                    .map(|g| noisy_density(*g, &atoms, noise_sd))
                     .collect()
             })
             .collect();
@@ -189,16 +186,9 @@ fn convolved_density(law: &Law, grid: &[f64], lo: f64, hi: f64) -> Vec<f64> {
         .map(|k| lo - 8.0 + (hi - lo + 16.0) * k as f64 / 4000.0)
         .collect();
     let dz = zs[1] - zs[0];
-    let pz: Vec<f64> = zs.iter().map(|z| law.pdf(*z)).collect();
+    let cells: Vec<(f64, f64)> = zs.iter().map(|z| (*z, law.pdf(*z) * dz)).collect();
     grid.iter()
-        .map(|x| {
-            zs.iter()
-                .zip(&pz)
-                .map(|(z, p)| p * (-0.5 * (x - z).powi(2)).exp())
-                .sum::<f64>()
-                * dz
-                / (2.0 * std::f64::consts::PI).sqrt()
-        })
+        .map(|x| noisy_density(*x, &cells, 1.0))
         .collect()
 }
 

@@ -13,6 +13,7 @@ use rayon::prelude::*;
 use sagd::metrics::{ks_w1, Law};
 use serde::{Deserialize, Serialize};
 
+use super::eval::noisy_density;
 use super::{simulate, Case};
 
 /// A law of Z on a grid of atoms, fitted by maximum likelihood to observations X = Z + N(0, 1).
@@ -44,22 +45,17 @@ pub fn npmle(x: &[f64], atoms: usize, max_iter: usize, tol: f64) -> Npmle {
 /// Roland 2008, the SqS3 step), kept only where it does not lower the likelihood: plain EM
 /// needs tens of thousands of steps to close the gap to 1e-5 on Table 1's data.
 pub fn npmle_path(x: &[f64], atoms: usize, max_iter: usize, tols: &[f64]) -> Vec<Npmle> {
-    let (lo, hi) = x
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
-            (a.min(*v), b.max(*v))
-        });
+    let (lo, hi) = range(x);
     let k = atoms.max(2);
     let a: Vec<f64> = (0..k)
         .map(|j| lo + (hi - lo) * j as f64 / (k - 1) as f64)
         .collect();
-    let norm = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
     // φ(x_i − a_j), row by row.
     let like: Vec<f64> = x
         .iter()
         .flat_map(|xi| {
             a.iter()
-                .map(move |aj| norm * (-0.5 * (xi - aj).powi(2)).exp())
+                .map(move |aj| noisy_density(*xi, &[(*aj, 1.0)], 1.0))
         })
         .collect();
     let n = x.len() as f64;
@@ -163,14 +159,18 @@ impl Npmle {
     }
 }
 
+/// The smallest and the largest observation.
+fn range(x: &[f64]) -> (f64, f64) {
+    x.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(*v), b.max(*v))
+        })
+}
+
 /// Mean log-likelihood per observation of X = Z + N(0, 1) with Z ~ `law`: ∫ φ(x − z) dF(z) over
 /// cells of z 0.002 wide, each cell's exact mass (from `law.cdf`) at its midpoint.
 pub fn loglik_of_law(law: &Law, x: &[f64]) -> f64 {
-    let (lo, hi) = x
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
-            (a.min(*v), b.max(*v))
-        });
+    let (lo, hi) = range(x);
     let (lo, hi) = (lo - 10.0, hi + 10.0);
     let cells = ((hi - lo) / 0.002).ceil() as usize;
     let edges: Vec<f64> = (0..=cells)
@@ -183,16 +183,9 @@ pub fn loglik_of_law(law: &Law, x: &[f64]) -> f64 {
         .map(|(e, f)| (0.5 * (e[0] + e[1]), f[1] - f[0]))
         .filter(|(_, m)| *m > 0.0)
         .collect();
-    let norm = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
     let total: f64 = x
         .par_iter()
-        .map(|xi| {
-            cells
-                .iter()
-                .map(|(z, m)| m * norm * (-0.5 * (xi - z).powi(2)).exp())
-                .sum::<f64>()
-                .ln()
-        })
+        .map(|xi| noisy_density(*xi, &cells, 1.0).ln())
         .collect::<Vec<f64>>()
         .iter()
         .sum();

@@ -195,25 +195,29 @@ impl<'a> GpuChainEstimator<'a> {
         seed: u64,
     ) -> Result<Self> {
         s.langevin.validate(s.step_size)?;
-        if s.schedule.is_some() {
+        // What the CPU's chains offer beyond the paper's and these do not.
+        let cpu_only = [
+            (
+                s.schedule.is_some(),
+                "sagd schedule",
+                "δ_t and K_t along the run",
+            ),
+            (
+                s.refresh_every.is_some(),
+                "sagd refresh_every",
+                "chains started again from the encoder",
+            ),
+            (
+                s.chains_per_point.is_some_and(|m| m != 1),
+                "sagd chains_per_point",
+                "several chains per data point",
+            ),
+        ];
+        if let Some(&(_, name, what)) = cpu_only.iter().find(|c| c.0) {
             return Err(SagdError::InvalidSetting {
-                name: "sagd schedule",
-                value: "δ_t and K_t along the run".into(),
-                fix: "run scheduled chains on the CPU (--device cpu), or drop the schedule".into(),
-            });
-        }
-        if s.refresh_every.is_some() {
-            return Err(SagdError::InvalidSetting {
-                name: "sagd refresh_every",
-                value: "chains started again from the encoder".into(),
-                fix: "run refreshed chains on the CPU (--device cpu), or keep them".into(),
-            });
-        }
-        if s.chains_per_point.is_some_and(|m| m != 1) {
-            return Err(SagdError::InvalidSetting {
-                name: "sagd chains_per_point",
-                value: "several chains per data point".into(),
-                fix: "run several chains per point on the CPU (--device cpu), or one".into(),
+                name,
+                value: what.into(),
+                fix: format!("run {what} on the CPU (--device cpu), or the paper's chains here"),
             });
         }
         let kernel = s.langevin.kernel::<f32>(s.step_size)?;
