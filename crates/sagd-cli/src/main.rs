@@ -52,7 +52,7 @@ fn main() {
     let result = run(cli, &processes);
     if processes.size() > 1 && result.is_ok() {
         let x = sagd::share::exchanged();
-        eprintln!(
+        sagd_mpi::say(&format!(
             "process {} of {}: {} exchanges, {:.1} MB sent, {:.1} MB received, {:.2} s in them",
             processes.rank(),
             processes.size(),
@@ -60,7 +60,7 @@ fn main() {
             x.sent as f64 / 1e6,
             x.received as f64 / 1e6,
             x.seconds
-        );
+        ));
     }
     if let Err(e) = result {
         // An error that only relays another process's is that process's to print.

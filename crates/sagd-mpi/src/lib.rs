@@ -42,7 +42,7 @@ impl Processes {
     /// processes that print, aborting itself only if none has within ten seconds.
     pub fn fail(&self, message: &str, relayed: bool) -> ! {
         if self.size <= 1 {
-            eprintln!("error: {message}");
+            say(&format!("error: {message}"));
             std::process::exit(1);
         }
         if !self.is_root() {
@@ -50,13 +50,26 @@ impl Processes {
             std::thread::sleep(std::time::Duration::from_secs(wait));
         }
         if self.is_root() || !relayed {
-            eprintln!("error (process {} of {}): {message}", self.rank, self.size);
+            say(&format!(
+                "error (process {} of {}): {message}",
+                self.rank, self.size
+            ));
         }
         #[cfg(feature = "mpi")]
         engine::abort(1);
         #[cfg(not(feature = "mpi"))]
         std::process::exit(1);
     }
+}
+
+/// `line` on standard error in one write: the processes of a job share it, and a line written
+/// piece by piece (as `eprintln!` writes its arguments, standard error being unbuffered) would
+/// interleave with another process's.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr()
+        .lock()
+        .write_all(format!("{line}\n").as_bytes());
 }
 
 /// The number of processes a launcher (Open MPI's mpirun, MPICH's or Slurm's) started this one
