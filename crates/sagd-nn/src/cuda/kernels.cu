@@ -447,7 +447,7 @@ extern "C" __global__ void col2im(const float* cols, float* img, int images, int
     img[e] = acc;
 }
 
-// ---- E3 (MNIST): Bernoulli pixels with logits, the VAE's encoder gradient, SAGD's chains ----
+// ---- Bernoulli outputs with logits, a Gaussian encoder's gradient, chains started from it ----
 
 // Per row r of logits (rows × pixels), its image x[r mod b]: ll[r] = Σ_j x l − softplus(l) (summed in
 // double), dl = gscale (x − σ(l)). One block of 256 threads per row.
@@ -476,9 +476,9 @@ extern "C" __global__ void bernoulli_rows(const float* logits, const float* x, i
     if (threadIdx.x == 0) ll[r] = (float)part[0];
 }
 
-// The VAE's ∂loss/∂(μ, log σ²) from ∂loss/∂u = du (u = μ + σ ε) and the KL term's, scaled by
-// 1/b; kl[i] = KL(q(u | x_i) ‖ N(0, I)). One thread per image.
-extern "C" __global__ void e3_vae_grad(const float* enc, const float* eps, const float* du,
+// A Gaussian encoder's ∂loss/∂(μ, log σ²) from ∂loss/∂u = du (u = μ + σ ε) and the KL term's,
+// scaled by 1/b; kl[i] = KL(q(u | x_i) ‖ N(0, I)). One thread per data point.
+extern "C" __global__ void gaussian_encoder_grad(const float* enc, const float* eps, const float* du,
                                        float* dout, float* kl, int n, int d, float scale) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -493,8 +493,8 @@ extern "C" __global__ void e3_vae_grad(const float* enc, const float* eps, const
     kl[i] = (float)k;
 }
 
-// SAGD's chain starts: u = u0 = μ + σ ε for chain r of image r mod b.
-extern "C" __global__ void e3_chain_init(const float* enc, const float* eps, float* u, float* u0,
+// Chains started from a Gaussian encoder: u = u0 = μ + σ ε for chain r of data point r mod b.
+extern "C" __global__ void encoder_chain_starts(const float* enc, const float* eps, float* u, float* u0,
                                          int rows, int b, int d) {
     int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= rows * d) return;

@@ -96,8 +96,8 @@ const KERNELS: [&str; 27] = [
     "im2col",
     "col2im",
     "bernoulli_rows",
-    "e3_vae_grad",
-    "e3_chain_init",
+    "gaussian_encoder_grad",
+    "encoder_chain_starts",
     "row_distance",
     "adam_step",
     "flag_nonfinite",
@@ -389,5 +389,63 @@ impl GpuWorkspace {
     /// The output of the last forward pass (at least rows × out elements; the first are valid).
     pub fn output(&self) -> Option<&CudaSlice<f32>> {
         self.acts.last().and_then(|a| a.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KERNELS;
+    use std::path::Path;
+
+    /// The names after each `marker` in `text`, up to the first character that cannot be in one.
+    fn names_after<'a>(text: &'a str, marker: &str) -> Vec<&'a str> {
+        text.match_indices(marker)
+            .map(|(i, _)| {
+                let rest = &text[i + marker.len()..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                &rest[..end]
+            })
+            .collect()
+    }
+
+    /// The `.rs` files under `dir`, recursively.
+    fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("the workspace's sources are readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// Kernels are looked up by name when a GPU opens and when they launch, so a name that
+    /// `kernels.cu`, the list and a launch spell differently would fail only on a GPU: checked
+    /// here from the sources.
+    #[test]
+    fn every_launched_kernel_is_compiled() {
+        let mut defined = names_after(include_str!("kernels.cu"), "__global__ void ");
+        defined.sort_unstable();
+        let mut listed = KERNELS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(
+            listed, defined,
+            "KERNELS against kernels.cu's __global__ functions"
+        );
+        let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = Vec::new();
+        sources(&crates, &mut files);
+        let mut launched = 0;
+        for f in files {
+            let text = std::fs::read_to_string(&f).expect("a source file is readable");
+            for name in names_after(&text, ".k(\"") {
+                assert!(KERNELS.contains(&name), "{}: kernel {name:?}", f.display());
+                launched += 1;
+            }
+        }
+        assert!(launched >= KERNELS.len(), "only {launched} launches found");
     }
 }

@@ -61,6 +61,13 @@ fn as_item<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// `f()` with every pass inside it run whole by this process, as an item of [`map`] is: for a
+/// pass that a caller has already cut into each process's share (a device that runs its share
+/// as one piece).
+pub fn whole<R>(f: impl FnOnce() -> R) -> R {
+    as_item(f)
+}
+
 /// Splits every later pass of this process over `group`'s processes. Once per process.
 pub fn install(group: Arc<dyn Collective>) -> Result<()> {
     PROCESS.set(group).map_err(|_| SagdError::InvalidSetting {

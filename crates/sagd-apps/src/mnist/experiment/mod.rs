@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use super::gpu::{E3Pass, GpuE3};
 use super::model::{
-    binarise, binarise_with, held_out, sagd_batch, sagd_noise_len, uniforms, vae_batch, Chains,
-    HeldOut, Scratch, E3,
+    binarise, binarise_with, held_out, sagd_batch, sagd_noise_blocks, sagd_noise_len, uniforms,
+    vae_batch, BatchInfo, Chains, HeldOut, Scratch, E3,
 };
 use super::{Mnist, PIXELS};
 use crate::debias::cache::PretrainedCache;

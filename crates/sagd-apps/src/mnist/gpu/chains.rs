@@ -45,7 +45,7 @@ impl GpuE3 {
             let enc_out = ws_enc.output().expect("forward ran");
             let (ri, bi, di) = (rows as i32, n as i32, d as i32);
             let eps = nz.slice(..len);
-            let mut l = gpu.stream.launch_builder(gpu.k("e3_chain_init"));
+            let mut l = gpu.stream.launch_builder(gpu.k("encoder_chain_starts"));
             l.arg(enc_out)
                 .arg(&eps)
                 .arg(&mut *u)

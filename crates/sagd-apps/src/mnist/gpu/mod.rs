@@ -270,7 +270,7 @@ impl GpuE3 {
             .backward_gpu(gpu, gen, ws_gen, dl, Some(&mut *gg), Some(&mut *du))?;
         let enc_out = ws_enc.output().expect("forward ran");
         let (ni, di) = (n as i32, d as i32);
-        let mut l = gpu.stream.launch_builder(gpu.k("e3_vae_grad"));
+        let mut l = gpu.stream.launch_builder(gpu.k("gaussian_encoder_grad"));
         l.arg(enc_out)
             .arg(&*noise)
             .arg(&*du)

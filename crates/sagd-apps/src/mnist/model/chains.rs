@@ -171,5 +171,11 @@ pub fn sagd_batch(
 
 /// Draws per image of [`sagd_batch`]'s `noise`: ε, ρ₀ and the steps' η.
 pub fn sagd_noise_len(m: &E3, chains: &Chains, images: usize) -> usize {
-    (2 + chains.steps) * chains.per_image * images * m.d
+    sagd_noise_blocks(chains) * images * m.d
+}
+
+/// The blocks of b rows (one per image, chain c·b + i of image i) in [`sagd_batch`]'s `noise`:
+/// `per_image` each for ε, ρ₀ and every step's η.
+pub fn sagd_noise_blocks(chains: &Chains) -> usize {
+    (2 + chains.steps) * chains.per_image
 }

@@ -24,7 +24,7 @@ use sagd_nn::{PackedWeights, ParamGrads, Sequential, Workspace, WorkspacePool};
 mod chains;
 mod held_out;
 
-pub use chains::{sagd_batch, sagd_noise_len};
+pub use chains::{sagd_batch, sagd_noise_blocks, sagd_noise_len};
 pub use held_out::{generate, held_out, HeldOut};
 
 /// One thread's buffers for E3's passes: the encoder's and the generator's.
