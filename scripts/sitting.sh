@@ -28,6 +28,11 @@
 #   bits                       the same replication on 1, 2 and 16 threads, compared bit for bit
 #   amx                        E3 with f32 against bf16x3 products on AMX tiles, 16 and 2 threads
 #                              (BIN built from the branch experiment/amx-bf16x3)
+#   mpi-scaling[:COUNTS]       scripts/mpi_scaling.sh on COUNTS processes (default 1 2 4 8 16,
+#                              MPI_BIN: a build with --features mpi; needs mpirun on the machine)
+#   mpi-gpu                    E3 and E2 on the GPU split over 2 processes (both on the one GPU)
+#                              against one process: E2's results the same bits, E3's held-out
+#                              numbers to rounding (MPI_BIN, mpirun)
 #
 # Examples: the GPU sitting of a change to the engine,
 #   scripts/sitting.sh k gpu-check:10 e3-gpu e3-cpu:2,20,2 e3-cpu:16,40,4
@@ -149,6 +154,40 @@ check_amx() {
   for t in 16 2; do for r in $(seq "$ROUNDS"); do for p in f32 bf16x3; do
     ours "$S --products $p" "amx-$p-r$r" "$t" 20 2
   done; done; done
+}
+
+# MPI's launcher for the mpi checks, or a line saying why they are skipped.
+mpi_ready() {
+  command -v mpirun > /dev/null || { echo "no mpirun on this machine: skipped"; return 1; }
+  [ -x "${MPI_BIN:-}" ] || { echo "MPI_BIN (a build with --features mpi) not set: skipped"; return 1; }
+  MPI=(mpirun --oversubscribe --bind-to none); [ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
+}
+
+check_mpi_scaling() {
+  mpi_ready || return 0
+  SAGD="$MPI_BIN" scripts/mpi_scaling.sh "${*:-1 2 4 8 16}" | tee "$R/mpi-scaling.md"
+}
+
+check_mpi_gpu() {
+  mpi_ready || return 0
+  small() { "${MPI[@]}" -np "$1" "$MPI_BIN" mnist --device cuda --data data/mnist --train-n 2000 \
+    --vae-epochs 2 --sagd-updates 10 --eval-n 50 --eval-k 100 --quiet --out "$R/mnist-np$1" \
+    --pretrained-cache "$R/cache-np$1" > /dev/null; }
+  time small 1 && time small 2
+  python3 - "$R" <<'PY'
+import json, sys
+a, b = (json.load(open(f"{sys.argv[1]}/mnist-np{n}/result.json")) for n in (1, 2))
+for x, y in zip(a["evaluations"], b["evaluations"]):
+    gap = abs(x["log_px"] - y["log_px"]) / y["log_px_se"]
+    print(f"E3 {x['model']}: log p(x) {x['log_px']:.4f} on 1 process, {y['log_px']:.4f} on 2 ({gap:.3f} se apart)")
+PY
+  local np
+  for np in 1 2; do
+    "${MPI[@]}" -np $np "$MPI_BIN" debias --dist exp --reps 2 --device cuda --pretrain-epochs 300 \
+      --finetune-epochs 30 --m 20000 --quiet --out "$R/e2-np$np" > /dev/null
+  done
+  python3 scripts/same_bits.py "$R/e2-np1" "$R/e2-np2"
+  rm -rf "$R"/cache-np*
 }
 
 for c in "$@"; do
