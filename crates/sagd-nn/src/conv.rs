@@ -7,8 +7,12 @@
 //! (c_out × k·k·c_in); a transposed convolution multiplies each input pixel by W (k·k·c_out × c_in)
 //! and scatters the windows into its output. Their backward passes swap gather and scatter.
 
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+
 use crate::gemm::Epilogue;
-use crate::net::{linear_forward, linear_input_grad, linear_param_grad, Transposed};
+use crate::net::{linear_forward_with, linear_input_grad, linear_param_grad, Transposed};
 
 /// The windows of a convolution: a kernel of side `k` slides with `stride` over a `big` × `big`
 /// image of `channels` channels padded by `pad`, visiting `small` × `small` positions.
@@ -117,7 +121,9 @@ pub fn conv_t_out_side(side: usize, k: usize, stride: usize, pad: usize) -> usiz
 /// Floats of windows per chunk of images (512 KB): a layer gathers, multiplies and scatters a
 /// chunk at a time, so its windows stay in the core's cache between the product and the
 /// gather or scatter beside it, instead of a whole batch's (10 MB for 100 images in E3's first
-/// transposed convolution) going out to memory and back.
+/// transposed convolution) going out to memory and back. The chunks run side by side on rayon's
+/// threads: a chunk's product is too small to split, and a pass of one piece of images (E3's
+/// VAE runs two) would otherwise keep its convolutions on one core.
 const CHUNK_FLOATS: usize = 1 << 17;
 
 /// Images per chunk for these windows (fixed by the shapes, so the bits do not depend on the
@@ -126,18 +132,96 @@ fn chunk_images(win: &Windows) -> usize {
     (CHUNK_FLOATS / (win.count() * win.width()).max(1)).max(1)
 }
 
-/// Working buffers of a convolution's passes, reused between calls.
+/// Working buffers of a convolution layer's passes, reused between calls.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ConvBuffers {
-    /// A chunk's windows: a convolution's input windows, or a transposed convolution's product
-    /// before the scatter.
-    pub cols: Vec<f32>,
-    /// ∂L/∂(a chunk's windows) in the backward pass.
-    pub dcols: Vec<f32>,
-    /// A transposed convolution's ∂ of its bias-free product's bias, which is not used.
-    pub scratch: Vec<f32>,
+    /// Per chunk of the last backward pass: its ∂W then ∂b, added in chunk order once every chunk
+    /// has run ([`add_chunks`]).
+    pub partials: Vec<Vec<f32>>,
     /// W's transpose for the forward product.
     pub wt: Transposed,
+}
+
+/// One chunk's windows and their gradients: a thread's, reused by every convolution it runs.
+#[derive(Default)]
+struct ChunkBuffers {
+    /// A convolution's input windows, or a transposed convolution's product before the scatter.
+    cols: Vec<f32>,
+    /// ∂L/∂(the windows).
+    dcols: Vec<f32>,
+    /// A transposed convolution's ∂ of its bias-free product's bias, which is not used.
+    scratch: Vec<f32>,
+}
+
+thread_local! {
+    static CHUNK: RefCell<ChunkBuffers> = RefCell::new(ChunkBuffers::default());
+}
+
+/// `f` on this thread's chunk buffers, or on fresh ones while a chunk on this thread holds them
+/// (a large product inside a chunk may run another chunk on its thread while it waits).
+fn with_chunk<R>(f: impl FnOnce(&mut ChunkBuffers) -> R) -> R {
+    CHUNK.with(|c| match c.try_borrow_mut() {
+        Ok(mut bufs) => f(&mut bufs),
+        Err(_) => f(&mut ChunkBuffers::default()),
+    })
+}
+
+/// A backward pass's work per chunk: its index, its share of ∂L/∂x (if wanted) and its buffer
+/// for ∂W, ∂b (if wanted).
+type ChunkTask<'a> = (usize, Option<&'a mut [f32]>, Option<&'a mut Vec<f32>>);
+
+/// The tasks of a backward pass over `chunks` chunks whose ∂L/∂x share `dx_per` values each:
+/// `partials` sized to `params` floats per chunk when parameter gradients are wanted.
+fn chunk_tasks<'a>(
+    chunks: usize,
+    dx: Option<&'a mut [f32]>,
+    dx_per: usize,
+    partials: &'a mut Vec<Vec<f32>>,
+    params: Option<usize>,
+) -> Vec<ChunkTask<'a>> {
+    let mut dxs: Vec<Option<&mut [f32]>> = match dx {
+        Some(dx) => dx.chunks_mut(dx_per.max(1)).map(Some).collect(),
+        None => Vec::new(),
+    };
+    dxs.resize_with(chunks, || None);
+    let mut parts: Vec<Option<&mut Vec<f32>>> = match params {
+        Some(n) => {
+            partials.resize_with(chunks, Vec::new);
+            partials[..chunks]
+                .iter_mut()
+                .map(|p| {
+                    p.resize(n, 0.0);
+                    Some(p)
+                })
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    parts.resize_with(chunks, || None);
+    dxs.into_iter()
+        .zip(parts)
+        .enumerate()
+        .map(|(c, (dx, part))| (c, dx, part))
+        .collect()
+}
+
+/// `out` ← the chunks' parameter gradients `parts` added in chunk order, over `out` (`ep` =
+/// Store) or onto it: the same bits as each chunk's product landing in `out` in turn, since each
+/// product is summed from zero and added to what is there in one rounding.
+fn add_chunks(parts: &[Vec<f32>], out: &mut [f32], ep: Epilogue<'_>) {
+    let parts: Vec<&[f32]> = parts.iter().map(|p| &p[..out.len()]).collect();
+    let rest = match (ep, parts.split_first()) {
+        (Epilogue::Store, Some((first, rest))) => {
+            out.copy_from_slice(first);
+            rest
+        }
+        (Epilogue::Store, None) => {
+            out.fill(0.0);
+            &[]
+        }
+        _ => &parts[..],
+    };
+    sagd::parallel::add_parts(rest, out);
 }
 
 /// Convolution forward: y (images × small²·c_out) = windows(x) · Wᵀ + b, chunk by chunk.
@@ -150,13 +234,17 @@ pub(crate) fn conv_forward(
     c_out: usize,
     buf: &mut ConvBuffers,
 ) {
-    let (per, out) = (chunk_images(win), win.count() * c_out);
+    let (inp, per, out) = (win.width(), chunk_images(win), win.count() * c_out);
     y.resize(x.len() / win.image() * out, 0.0);
-    for (xc, yc) in x.chunks(per * win.image()).zip(y.chunks_mut(per * out)) {
-        win.gather(xc, &mut buf.cols);
-        let ep = Epilogue::Bias(b);
-        linear_forward(&buf.cols, w, ep, yc, (win.width(), c_out), &mut buf.wt);
-    }
+    let wt = buf.wt.of(w, (inp, c_out));
+    x.par_chunks(per * win.image())
+        .zip(y.par_chunks_mut(per * out))
+        .for_each(|(xc, yc)| {
+            with_chunk(|cb| {
+                win.gather(xc, &mut cb.cols);
+                linear_forward_with(&cb.cols, w, wt, Epilogue::Bias(b), yc, (inp, c_out));
+            })
+        });
 }
 
 /// Convolution backward from ∂L/∂y `g` at the input `x`: ∂W, ∂b into `dwb` if given (W then b;
@@ -171,28 +259,32 @@ pub(crate) fn conv_backward(
     w: &[f32],
     c_out: usize,
     buf: &mut ConvBuffers,
-    mut dwb: Option<(&mut [f32], Epilogue<'_>)>,
-    mut dx: Option<&mut [f32]>,
+    dwb: Option<(&mut [f32], Epilogue<'_>)>,
+    dx: Option<&mut [f32]>,
 ) {
     let (inp, per, out) = (win.width(), chunk_images(win), win.count() * c_out);
-    for (c, (xc, gc)) in x
-        .chunks(per * win.image())
-        .zip(g.chunks(per * out))
-        .enumerate()
-    {
-        if let Some((dwb, ep)) = dwb.as_mut() {
-            win.gather(xc, &mut buf.cols);
-            let (dw, db) = dwb.split_at_mut(inp * c_out);
-            // Later chunks add to the first's.
-            let ep = if c == 0 { *ep } else { Epilogue::Add };
-            linear_param_grad(gc, &buf.cols, dw, db, (inp, c_out), 0, ep);
-        }
-        if let Some(dx) = dx.as_deref_mut() {
-            buf.dcols.resize(gc.len() / c_out * inp, 0.0);
-            linear_input_grad(gc, w, &mut buf.dcols, (inp, c_out), Epilogue::Store);
-            let at = c * per * win.image();
-            win.scatter(&buf.dcols, &mut dx[at..at + xc.len()]);
-        }
+    let (xs, gs) = (per * win.image(), per * out);
+    let chunks = x.len().div_ceil(xs.max(1));
+    let params = dwb.as_ref().map(|_| inp * c_out + c_out);
+    let tasks = chunk_tasks(chunks, dx, xs, &mut buf.partials, params);
+    tasks.into_par_iter().for_each(|(c, dx, part)| {
+        let xc = &x[c * xs..((c + 1) * xs).min(x.len())];
+        let gc = &g[c * gs..((c + 1) * gs).min(g.len())];
+        with_chunk(|cb| {
+            if let Some(part) = part {
+                win.gather(xc, &mut cb.cols);
+                let (dw, db) = part.split_at_mut(inp * c_out);
+                linear_param_grad(gc, &cb.cols, dw, db, (inp, c_out), 0, Epilogue::Store);
+            }
+            if let Some(dx) = dx {
+                cb.dcols.resize(gc.len() / c_out * inp, 0.0);
+                linear_input_grad(gc, w, &mut cb.dcols, (inp, c_out), Epilogue::Store);
+                win.scatter(&cb.dcols, dx);
+            }
+        })
+    });
+    if let Some((dwb, ep)) = dwb {
+        add_chunks(&buf.partials[..chunks], dwb, ep);
     }
 }
 
@@ -209,23 +301,21 @@ pub(crate) fn conv_t_forward(
 ) {
     let (out, per, small) = (win.width(), chunk_images(win), win.count() * c_in);
     y.resize(x.len() / small * win.image(), 0.0);
-    for (xc, yc) in x.chunks(per * small).zip(y.chunks_mut(per * win.image())) {
-        buf.cols.resize(xc.len() / c_in * out, 0.0);
-        linear_forward(
-            xc,
-            w,
-            Epilogue::Store,
-            &mut buf.cols,
-            (c_in, out),
-            &mut buf.wt,
-        );
-        win.scatter(&buf.cols, yc);
-    }
-    for px in y.chunks_exact_mut(win.channels) {
-        for (v, bias) in px.iter_mut().zip(b) {
-            *v += bias;
-        }
-    }
+    let wt = buf.wt.of(w, (c_in, out));
+    x.par_chunks(per * small)
+        .zip(y.par_chunks_mut(per * win.image()))
+        .for_each(|(xc, yc)| {
+            with_chunk(|cb| {
+                cb.cols.resize(xc.len() / c_in * out, 0.0);
+                linear_forward_with(xc, w, wt, Epilogue::Store, &mut cb.cols, (c_in, out));
+                win.scatter(&cb.cols, yc);
+            });
+            for px in yc.chunks_exact_mut(win.channels) {
+                for (v, bias) in px.iter_mut().zip(b) {
+                    *v += bias;
+                }
+            }
+        });
 }
 
 /// Transposed convolution backward from ∂L/∂y `g`: ∂W, ∂b into `dwb` if given (added, or written
@@ -238,42 +328,32 @@ pub(crate) fn conv_t_backward(
     w: &[f32],
     c_in: usize,
     buf: &mut ConvBuffers,
-    mut dwb: Option<(&mut [f32], Epilogue<'_>)>,
-    mut dx: Option<&mut [f32]>,
+    dwb: Option<(&mut [f32], Epilogue<'_>)>,
+    dx: Option<&mut [f32]>,
 ) {
     let (out, per, small) = (win.width(), chunk_images(win), win.count() * c_in);
-    for (c, (xc, gc)) in x
-        .chunks(per * small)
-        .zip(g.chunks(per * win.image()))
-        .enumerate()
-    {
-        win.gather(gc, &mut buf.dcols);
-        if let Some((dwb, ep)) = dwb.as_mut() {
-            buf.scratch.resize(out, 0.0);
-            let ep = if c == 0 { *ep } else { Epilogue::Add };
-            linear_param_grad(
-                &buf.dcols,
-                xc,
-                &mut dwb[..out * c_in],
-                &mut buf.scratch,
-                (c_in, out),
-                0,
-                ep,
-            );
-        }
-        if let Some(dx) = dx.as_deref_mut() {
-            let at = c * per * small;
-            linear_input_grad(
-                &buf.dcols,
-                w,
-                &mut dx[at..at + xc.len()],
-                (c_in, out),
-                Epilogue::Store,
-            );
-        }
-    }
+    let (xs, gs) = (per * small, per * win.image());
+    let chunks = x.len().div_ceil(xs.max(1));
+    let params = dwb.as_ref().map(|_| out * c_in);
+    let tasks = chunk_tasks(chunks, dx, xs, &mut buf.partials, params);
+    tasks.into_par_iter().for_each(|(c, dx, part)| {
+        let xc = &x[c * xs..((c + 1) * xs).min(x.len())];
+        let gc = &g[c * gs..((c + 1) * gs).min(g.len())];
+        with_chunk(|cb| {
+            win.gather(gc, &mut cb.dcols);
+            if let Some(part) = part {
+                cb.scratch.resize(out, 0.0);
+                let (dw, db) = (&mut part[..], &mut cb.scratch);
+                linear_param_grad(&cb.dcols, xc, dw, db, (c_in, out), 0, Epilogue::Store);
+            }
+            if let Some(dx) = dx {
+                linear_input_grad(&cb.dcols, w, dx, (c_in, out), Epilogue::Store);
+            }
+        })
+    });
     if let Some((dwb, ep)) = dwb {
-        let db = &mut dwb[out * c_in..];
+        let (dw, db) = dwb.split_at_mut(out * c_in);
+        add_chunks(&buf.partials[..chunks], dw, ep);
         if matches!(ep, Epilogue::Store) {
             db.fill(0.0);
         }

@@ -268,3 +268,58 @@ fn deferred_parameter_gradients_are_the_same_bits_as_summed_passes() {
         }
     }
 }
+
+#[test]
+fn convolutions_over_many_chunks_are_the_same_bits_on_any_number_of_threads() {
+    // 3000 images of the small convolutional net: its convolutions run seven chunks of 455
+    // images side by side, and its ReLUs (81 000 values) in pieces.
+    let net = conv_net(Activation::Relu);
+    let params = net.init(4);
+    let rows = 3000;
+    let x = normals(rows * net.input_dim(), 31);
+    let dout = normals(rows * net.output_dim(), 32);
+    let run = |threads: usize, set: bool| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let (mut dp, mut dx) = (vec![0.0f32; net.n_params()], vec![0.0f32; x.len()]);
+        let mut ws = Workspace::default();
+        pool.install(|| {
+            net.forward(&params, &x, rows, &mut ws);
+            let sink = if set {
+                ParamGrads::Set(&mut dp)
+            } else {
+                ParamGrads::Add(&mut dp)
+            };
+            net.backward_with(&params, &mut ws, &dout, sink, Some(&mut dx));
+        });
+        let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+        (bits(ws.output()), bits(&dp), bits(&dx))
+    };
+    let one = run(1, true);
+    for threads in [2, 5] {
+        assert!(run(threads, true) == one, "{threads} threads");
+    }
+    // Written over, the same bits as added into zeros.
+    assert!(run(3, false) == one, "added into zeros");
+    // Every chunk counted once: the parameter gradient of the whole batch is the sum of its
+    // three thirds' (each a pass of its own, with its own chunks), to float rounding.
+    let mut thirds = vec![0.0f32; net.n_params()];
+    let mut ws = Workspace::default();
+    for t in 0..3 {
+        let r = rows / 3;
+        let xt = &x[t * r * net.input_dim()..(t + 1) * r * net.input_dim()];
+        let dt = &dout[t * r * net.output_dim()..(t + 1) * r * net.output_dim()];
+        net.forward(&params, xt, r, &mut ws);
+        net.backward(&params, &mut ws, dt, Some(&mut thirds), None);
+    }
+    let whole: Vec<f32> = one.1.iter().map(|b| f32::from_bits(*b)).collect();
+    let size = whole.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    for (k, (a, b)) in whole.iter().zip(&thirds).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-4 * size,
+            "parameter {k}: {a} against {b}"
+        );
+    }
+}

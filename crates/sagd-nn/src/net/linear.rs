@@ -53,7 +53,6 @@ impl PackedWeights {
 
 /// y = x Wᵀ, finished by `ep` (Store, Bias or BiasRelu). A width-1 output is a row of dot
 /// products, cheaper by hand than as a product with one column. `wt` keeps Wᵀ between calls.
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
 pub(crate) fn linear_forward(
     x: &[f32],
     w: &[f32],
@@ -61,6 +60,63 @@ pub(crate) fn linear_forward(
     y: &mut [f32],
     (inp, out): (usize, usize),
     wt: &mut Transposed,
+) {
+    let rows = y.len() / out;
+    let tile = out != 1 && rows * inp * out < crate::gemm::PACKED_MIN;
+    let wt = if tile { wt.of(w, (inp, out)) } else { &[] };
+    linear_forward_with(x, w, wt, ep, y, (inp, out));
+}
+
+impl Transposed {
+    /// Wᵀ by rows (inp × out) of W (out × inp), made again only when W changed (for inp = 1, W
+    /// is its own transpose): what the tile kernel reads, B by contiguous rows.
+    pub(crate) fn of<'a>(&'a mut self, w: &'a [f32], (inp, out): (usize, usize)) -> &'a [f32] {
+        if inp == 1 {
+            return w;
+        }
+        // Bitwise, without an early exit, so that the comparison runs in vector registers.
+        let same = self.w.len() == w.len()
+            && self
+                .w
+                .iter()
+                .zip(w)
+                .fold(0u32, |acc, (a, b)| acc | (a.to_bits() ^ b.to_bits()))
+                == 0;
+        if !same {
+            self.w.clear();
+            self.w.extend_from_slice(w);
+            self.transposed.resize(inp * out, 0.0);
+            // In 16 × 16 tiles: a wide W transposed element by element misses the cache on
+            // every write.
+            const T: usize = 16;
+            for j0 in (0..out).step_by(T) {
+                for r0 in (0..inp).step_by(T) {
+                    let r1 = (r0 + T).min(inp);
+                    for j in j0..(j0 + T).min(out) {
+                        let column = self.transposed[r0 * out + j..].iter_mut().step_by(out);
+                        for (t, v) in column.zip(&w[j * inp + r0..j * inp + r1]) {
+                            *t = *v;
+                        }
+                    }
+                }
+            }
+        }
+        &self.transposed[..]
+    }
+}
+
+/// [`linear_forward`] with Wᵀ made beforehand ([`Transposed::of`]; read only by the tile
+/// kernel's products, so any slice for a width-1 output or a product of at least
+/// [`PACKED_MIN`](crate::gemm::PACKED_MIN) multiply-adds): how a convolution's chunks, side by
+/// side, share one transpose.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
+pub(crate) fn linear_forward_with(
+    x: &[f32],
+    w: &[f32],
+    wt: &[f32],
+    ep: Epilogue<'_>,
+    y: &mut [f32],
+    (inp, out): (usize, usize),
 ) {
     let rows = y.len() / out;
     if out == 1 {
@@ -79,40 +135,6 @@ pub(crate) fn linear_forward(
         crate::gemm::gemm_wt(rows, out, inp, by_rows(x, inp), w, y, out, ep);
         return;
     }
-    // Wᵀ by rows (inp × out), so that the kernel reads B by contiguous rows (for inp = 1, W is
-    // already its own transpose).
-    let wt = if inp == 1 {
-        w
-    } else {
-        // Bitwise, without an early exit, so that the comparison runs in vector registers.
-        let same = wt.w.len() == w.len()
-            && wt
-                .w
-                .iter()
-                .zip(w)
-                .fold(0u32, |acc, (a, b)| acc | (a.to_bits() ^ b.to_bits()))
-                == 0;
-        if !same {
-            wt.w.clear();
-            wt.w.extend_from_slice(w);
-            wt.transposed.resize(inp * out, 0.0);
-            // In 16 × 16 tiles: a wide W transposed element by element misses the cache on
-            // every write.
-            const T: usize = 16;
-            for j0 in (0..out).step_by(T) {
-                for r0 in (0..inp).step_by(T) {
-                    let r1 = (r0 + T).min(inp);
-                    for j in j0..(j0 + T).min(out) {
-                        let column = wt.transposed[r0 * out + j..].iter_mut().step_by(out);
-                        for (t, v) in column.zip(&w[j * inp + r0..j * inp + r1]) {
-                            *t = *v;
-                        }
-                    }
-                }
-            }
-        }
-        &wt.transposed[..]
-    };
     gemm(rows, out, inp, by_rows(x, inp), wt, out, y, out, ep);
 }
 

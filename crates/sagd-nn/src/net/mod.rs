@@ -17,7 +17,7 @@ mod linear;
 mod pass;
 mod saved;
 
-pub(crate) use linear::{linear_forward, linear_input_grad, linear_param_grad};
+pub(crate) use linear::{linear_forward_with, linear_input_grad, linear_param_grad};
 pub use linear::{PackedWeights, ParamGrads, ParamTerms};
 pub use saved::SavedError;
 
