@@ -150,7 +150,8 @@ pub struct MnistArgs {
     /// driver, NVRTC and cuBLAS on the loader's path. The held-out evaluation stays on the CPU.
     /// Under mpirun, the processes on a machine take GPU N, N + 1, … in turn, each running its
     /// share of every minibatch's images (results then agree across numbers of processes to
-    /// rounding, not to the bit as on the CPU). SAGD_GPU_TF32=1 in the environment lets the GPU's products use TF32 tensor cores.
+    /// rounding, not to the bit as on the CPU). SAGD_GPU_TF32=1 in the environment lets the
+    /// GPU's products use TF32 tensor cores.
     #[arg(long, default_value_t = sagd_nn::Device::Cpu)]
     device: sagd_nn::Device,
 }
@@ -215,11 +216,9 @@ pub fn run(a: MnistArgs) -> Result<()> {
         )
     })?;
     s.validate(data.train.len(), data.test.len())?;
-    // Before any work: a missing GPU or library is a flag's error (split over processes, each
-    // process's own GPU).
+    // Before any work: a missing GPU or library is a flag's error.
     a.device
-        .for_process(sagd::share::local_rank())
-        .and_then(|d| d.ready())
+        .ready()
         .with_context(|| format!("--device {}", a.device))?;
     let checkpoints = a.out.join(crate::output::CHECKPOINTS);
     if a.resume && !checkpoints.is_dir() {

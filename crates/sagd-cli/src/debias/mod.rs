@@ -337,7 +337,7 @@ fn run_options(a: &DebiasArgs, out: &Path) -> Result<RunOptions> {
 }
 
 /// Runs `sagd debias`.
-pub fn run(mut a: DebiasArgs) -> Result<()> {
+pub fn run(a: DebiasArgs) -> Result<()> {
     let s = settings(&a);
     if a.print_settings {
         println!("{}", serde_json::to_string_pretty(&s)?);
@@ -347,11 +347,6 @@ pub fn run(mut a: DebiasArgs) -> Result<()> {
         bail!("--reps must be at least 1");
     }
     s.validate()?;
-    // Split over processes, each takes its own GPU where the machine has several.
-    a.device = a
-        .device
-        .for_process(sagd::share::local_rank())
-        .with_context(|| format!("--device {}", a.device))?;
     // Before any work: a missing GPU or library is a flag's error, not a replication's.
     a.device
         .ready()

@@ -113,6 +113,14 @@ pub struct Gpu {
     kernels: HashMap<&'static str, CudaFunction>,
 }
 
+/// The GPU that the process `local_rank` places from the first on its machine opens when GPU
+/// `first` is asked for, of the `count` it sees: the first process's is `first`, the others take
+/// the GPUs after it in turn (one GPU per process while there are enough; a machine that shows
+/// each process only its own GPU gives every process its GPU 0).
+fn process_ordinal(first: usize, local_rank: usize, count: usize) -> usize {
+    (first + local_rank) % count.max(1)
+}
+
 /// Threads per block of the elementwise kernels.
 const THREADS: u32 = 256;
 
@@ -196,7 +204,10 @@ impl Gpu {
 
     /// Opens device `ordinal`: checks the libraries first (cudarc would panic on a missing one),
     /// then makes a stream and a cuBLAS handle on the device's primary context, and loads the
-    /// kernels (compiled by NVRTC on the first call of the process).
+    /// kernels (compiled by NVRTC on the first call of the process). In a run split over
+    /// processes, the processes on a machine take GPU `ordinal` and the ones after it in turn,
+    /// modulo the GPUs each sees, by their rank among the machine's
+    /// ([`sagd::share::local_rank`]).
     pub fn open(ordinal: usize) -> GpuResult<Gpu> {
         let count = Self::count()?;
         if ordinal >= count {
@@ -204,6 +215,7 @@ impl Gpu {
                 "device {ordinal} asked for, {count} found"
             )));
         }
+        let ordinal = process_ordinal(ordinal, sagd::share::local_rank(), count);
         let ctx = CudaContext::new(ordinal).map_err(|e| GpuError::NoDevice(e.to_string()))?;
         // Each job's buffers live on its own stream: cudarc's cross-stream event bookkeeping
         // would only add work to each launch.
@@ -394,8 +406,26 @@ impl GpuWorkspace {
 
 #[cfg(test)]
 mod tests {
-    use super::KERNELS;
+    use super::{process_ordinal, KERNELS};
     use std::path::Path;
+
+    #[test]
+    fn processes_on_a_machine_take_its_gpus_in_turn() {
+        // Four processes, four GPUs, from GPU 0: one each.
+        assert_eq!(
+            (0..4).map(|r| process_ordinal(0, r, 4)).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        // More processes than GPUs share them in turn; starting at GPU 1 shifts the turn.
+        assert_eq!(
+            (0..5).map(|r| process_ordinal(1, r, 2)).collect::<Vec<_>>(),
+            [1, 0, 1, 0, 1]
+        );
+        // Each process shown only its own GPU (e.g. by Slurm): GPU 0 for all.
+        assert!((0..8).all(|r| process_ordinal(0, r, 1) == 0));
+        // The first process (and one run alone) opens the GPU asked for.
+        assert_eq!(process_ordinal(3, 0, 8), 3);
+    }
 
     /// The names after each `marker` in `text`, up to the first character that cannot be in one.
     fn names_after<'a>(text: &'a str, marker: &str) -> Vec<&'a str> {

@@ -53,19 +53,14 @@ thread_local! {
     static IN_ITEM: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// `f()` as an item of [`map`]: passes inside it run whole (one process computes the item).
-fn as_item<R>(f: impl FnOnce() -> R) -> R {
+/// `f()` with every pass inside it run whole by this process: how an item of [`map`] runs (one
+/// process computes the item), and how a pass that a caller has already cut into each process's
+/// share runs its share (a device that runs its share as one piece).
+pub fn whole<R>(f: impl FnOnce() -> R) -> R {
     let outer = IN_ITEM.with(|c| c.replace(true));
     let r = f();
     IN_ITEM.with(|c| c.set(outer));
     r
-}
-
-/// `f()` with every pass inside it run whole by this process, as an item of [`map`] is: for a
-/// pass that a caller has already cut into each process's share (a device that runs its share
-/// as one piece).
-pub fn whole<R>(f: impl FnOnce() -> R) -> R {
-    as_item(f)
 }
 
 /// Splits every later pass of this process over `group`'s processes. Once per process.
@@ -387,13 +382,13 @@ where
     use rayon::prelude::*;
     let Some(group) = current() else {
         // Every item runs to its end (its checkpoint written) before the first error returns.
-        let all: Vec<Result<R>> = (0..n).into_par_iter().map(|i| as_item(|| f(i))).collect();
+        let all: Vec<Result<R>> = (0..n).into_par_iter().map(|i| whole(|| f(i))).collect();
         return all.into_iter().collect();
     };
     let mine = owned(n, group.rank(), group.size());
     let part: Vec<std::result::Result<R, WireError>> = mine
         .into_par_iter()
-        .map(|i| as_item(|| f(i)).map_err(|e| WireError::of(&e)))
+        .map(|i| whole(|| f(i)).map_err(|e| WireError::of(&e)))
         .collect();
     let parts = all_gather(&*group, &encode(&part)?)?;
     let mut out = Vec::with_capacity(n);

@@ -84,8 +84,7 @@ impl<'a> E3Estimator<'a> {
         seed: u64,
     ) -> Result<Self> {
         let mut est = Self::new(model, images, objective, seed);
-        // Split over processes, each takes its own GPU where the machine has several.
-        if let Device::Cuda(i) = device.for_process(sagd::share::local_rank())? {
+        if let Device::Cuda(i) = device {
             est.engine = Engine::Gpu(Box::new(GpuE3::new(Gpu::open(i)?)));
         }
         Ok(est)
