@@ -15,7 +15,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use sagd::em::{AutomatedEm, EmEvent, EmSettings, EmTrace, EstimateStatus};
 use sagd::error::SagdError;
-use sagd::glmm::{Family, Glmm, LikelihoodMethod, RandomTerm};
+use sagd::glmm::{
+    Criterion, ExactFit, ExactSettings, Family, Glmm, LikelihoodMethod, MarginalLikelihood,
+    RandomTerm,
+};
 use sagd::model::LatentModel;
 use sagd::run::Control;
 
@@ -183,10 +186,50 @@ fn trace_dict<'py>(py: Python<'py>, trace: &EmTrace) -> PyResult<Bound<'py, PyDi
     Ok(d)
 }
 
+/// The fields of an exact fit, under the names of [`trace_dict`]'s (no Monte Carlo error).
+fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let k = fit.theta.len();
+    d.set_item("estimate", PyArray1::from_slice(py, &fit.theta))?;
+    d.set_item("mc_se", PyArray1::from_vec(py, vec![0.0; k]))?;
+    d.set_item("status", "exact")?;
+    d.set_item("polish_error", None::<String>)?;
+    d.set_item("converged", fit.converged)?;
+    d.set_item("msteps", 0)?;
+    d.set_item("iterations", fit.iterations)?;
+    d.set_item("langevin_steps", 0)?;
+    d.set_item("interrupted", false)?;
+    d.set_item(
+        "path",
+        PyArray2::from_vec2(py, std::slice::from_ref(&fit.theta))
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
+    )?;
+    d.set_item("se", PyArray1::from_slice(py, &fit.se))?;
+    d.set_item("se_error", PyArray1::from_vec(py, vec![0.0; k]))?;
+    d.set_item(
+        "information",
+        PyArray2::from_vec2(py, &fit.information)
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
+    )?;
+    d.set_item("information_theta", PyArray1::from_slice(py, &fit.theta))?;
+    d.set_item("reml_loglik", fit.reml)?;
+    d.set_item("quadrature_nodes", fit.nodes)?;
+    if !fit.converged {
+        d.set_item(
+            "se_warning",
+            format!(
+                "the maximiser stopped after {} iterations short of its tolerance (gradient {:.2e}); treat the estimate as approximate",
+                fit.iterations, fit.grad_max
+            ),
+        )?;
+    }
+    Ok(d)
+}
+
 /// Fits a GLMM by automated EM (see `sagd.glmm` for the arguments): one random-effect term per
 /// entry of `groups`, with its design in `zs` and its `correlated` flag; returns a dict of arrays.
 #[pyfunction]
-#[pyo3(signature = (family, y, x, groups, zs, correlated, trials, seed, threads, max_msteps, progress))]
+#[pyo3(signature = (family, y, x, groups, zs, correlated, trials, seed, threads, max_msteps, progress, method="auto", reml=false, nodes=None))]
 #[allow(clippy::too_many_arguments)]
 fn fit_glmm<'py>(
     py: Python<'py>,
@@ -201,8 +244,16 @@ fn fit_glmm<'py>(
     threads: Option<usize>,
     max_msteps: Option<usize>,
     progress: Option<Py<PyAny>>,
+    method: &str,
+    reml: bool,
+    nodes: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let family: Family = family.parse().map_err(PyValueError::new_err)?;
+    if !matches!(method, "auto" | "exact" | "em") {
+        return Err(PyValueError::new_err(format!(
+            "method: {method:?}; use \"auto\" (the exact likelihood where it can be computed, else EM), \"exact\" or \"em\""
+        )));
+    }
     if zs.len() != groups.len() || correlated.len() != groups.len() {
         return Err(PyValueError::new_err(
             "Z, correlated: give one per grouping factor",
@@ -234,16 +285,42 @@ fn fit_glmm<'py>(
         trials.map(|t| t.as_array().to_vec()),
     )
     .map_err(py_error)?;
-    let theta0 = model.start();
-    let trace = run_em(py, &model, &theta0, seed, threads, max_msteps, progress)?;
-    let d = trace_dict(py, &trace)?;
+    let exact = method == "exact" || (method == "auto" && model.exact_method().is_some());
+    if reml && !exact {
+        return Err(PyValueError::new_err(
+            "reml: REML is fitted by the closed form only; use family=\"gaussian\" with method \"auto\" or \"exact\"",
+        ));
+    }
+    let (d, est, exact_loglik) = if exact {
+        let settings = ExactSettings {
+            criterion: if reml { Criterion::Reml } else { Criterion::Ml },
+            nodes,
+            ..ExactSettings::default()
+        };
+        let fit =
+            detached(py, threads, progress, |_| model.fit_exact(&settings))?.map_err(py_error)?;
+        let loglik = MarginalLikelihood {
+            value: fit.log_likelihood,
+            se: fit.quadrature_error,
+            method: fit.method,
+            min_ess: None,
+        };
+        (exact_dict(py, &fit)?, fit.theta, Some((loglik, fit.nodes)))
+    } else {
+        let theta0 = model.start();
+        let trace = run_em(py, &model, &theta0, seed, threads, max_msteps, progress)?;
+        let est = trace.final_estimate().estimate.to_vec();
+        (trace_dict(py, &trace)?, est, None)
+    };
     // The log-likelihood at the estimate (exact, or sampled with its error); with a single random
     // intercept, also whether it is no higher than with its sd at 0 (a singular fit: the maximum
     // is on the boundary, where log sd has no estimate).
-    let est = trace.final_estimate().estimate.to_vec();
     let (loglik, singular) = py
         .detach(|| -> sagd::error::Result<_> {
-            let l = model.log_likelihood(&est, seed)?;
+            let l = match exact_loglik {
+                Some((l, _)) => l,
+                None => model.log_likelihood(&est, seed)?,
+            };
             let singular = if model.terms() == [(1, false)] {
                 let mut at_zero = est.clone();
                 at_zero[model.n_fixed()] = -30.0;
@@ -257,6 +334,10 @@ fn fit_glmm<'py>(
     d.set_item("loglik", loglik.value)?;
     d.set_item("loglik_se", loglik.se)?;
     let method = match loglik.method {
+        LikelihoodMethod::Quadrature if exact => format!(
+            "adaptive quadrature ({} nodes per effect)",
+            exact_loglik.map_or(0, |(_, m)| m)
+        ),
         LikelihoodMethod::Quadrature => "quadrature".to_string(),
         LikelihoodMethod::Exact => "exact".to_string(),
         LikelihoodMethod::ImportanceSampling { draws } => {

@@ -1,4 +1,6 @@
-"""The built-in GLMMs against the exact maximum of the likelihood (quadrature + BFGS)."""
+"""The built-in GLMMs fitted by automated EM (method="em") against the exact maximum of the
+likelihood (quadrature + BFGS); the exact fits (the default where they apply) are in
+test_glmm_exact.py."""
 
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ from conftest import loglik, mle, reference_se, simulate
 @pytest.mark.parametrize("family", ["poisson", "binomial", "gaussian"])
 def test_random_intercept_fits_the_quadrature_maximum(family):
     y, X, g = simulate(family, groups=60 if family == "binomial" else 50)
-    r = sagd.glmm(y, X, g, family=family, seed=1)
+    r = sagd.glmm(y, X, g, family=family, seed=1, method="em")
     assert r.status == "polished", r
     gaussian = family == "gaussian"
     start = np.r_[r.estimate] + 0.05
@@ -34,11 +36,11 @@ def test_random_intercept_fits_the_quadrature_maximum(family):
 
 def test_the_same_seed_gives_the_same_fit_on_any_number_of_threads(poisson_data):
     y, X, g = poisson_data
-    one = sagd.glmm(y, X, g, family="poisson", seed=7, threads=1)
-    two = sagd.glmm(y, X, g, family="poisson", seed=7, threads=2)
+    one = sagd.glmm(y, X, g, family="poisson", seed=7, threads=1, method="em")
+    two = sagd.glmm(y, X, g, family="poisson", seed=7, threads=2, method="em")
     assert np.array_equal(one.estimate, two.estimate)
     assert np.array_equal(one.se, two.se)
-    other = sagd.glmm(y, X, g, family="poisson", seed=8, threads=2)
+    other = sagd.glmm(y, X, g, family="poisson", seed=8, threads=2, method="em")
     assert not np.array_equal(one.estimate, other.estimate)
 
 

@@ -93,7 +93,7 @@ class FitResult:
         se_error: each standard error's own Monte Carlo error.
         mc_se: the Monte Carlo error of ``estimate`` itself (from the chains).
         status: ``"polished"``, or ``"polish failed"`` (then ``estimate`` is EM's, and
-            ``polish_error`` says why).
+            ``polish_error`` says why); ``"exact"`` for a GLMM fitted by its exact likelihood.
         converged: whether EM's own stopping rule was met before the polish.
         msteps: M-steps run.
         path: theta after every update (rows).

@@ -20,6 +20,9 @@ def fit_glmm(
     threads: Optional[int],
     max_msteps: Optional[int],
     progress: Optional[Callable[[int], Any]],
+    method: str = ...,
+    reml: bool = ...,
+    nodes: Optional[int] = ...,
 ) -> Dict[str, Any]: ...
 def fit_function(
     f: Callable[[np.ndarray, np.ndarray, np.ndarray], Tuple[Any, Any, Any]],

@@ -29,8 +29,16 @@ class GlmmResult(FitResult):
         sigma: the residual sd (Gaussian family), ``sigma_se`` its standard error.
         loglik: the log-likelihood at the estimate, every constant included as lme4's: exact
             (quadrature with one random effect per point; closed form for the Gaussian family)
-            or by importance sampling, with ``loglik_se`` its Monte Carlo error (0 when exact) and
+            or by importance sampling, with ``loglik_se`` its Monte Carlo error (for an exact
+            fit by quadrature, the quadrature's error; 0 for the closed form) and
             ``loglik_method`` saying which.
+        method: ``"exact"`` (the likelihood maximised directly, as lme4) or ``"em"`` (automated
+            Monte Carlo EM with Langevin chains).
+        reml: whether the Gaussian fit maximised the REML criterion; ``reml_loglik`` its value
+            (lme4's ``logLik`` of a REML fit).
+        aic, bic: -2 x the maximised criterion + 2k (AIC) or k log n (BIC), k the parameters in
+            theta: lme4's ``AIC`` and ``BIC`` (of the REML criterion after a REML fit).
+        iterations: the maximiser's iterations (exact fits).
         groups: the group labels (one grouping factor), or a dict factor -> labels.
         n_points: the independent blocks of the data EM works on: the groups of one factor, the
             top-level groups of nested ones, often the whole data set for crossed ones.
@@ -50,13 +58,27 @@ class GlmmResult(FitResult):
     loglik_method: Optional[str] = None
     groups: Any = None
     n_points: int = 0
+    method: str = "em"
+    reml: bool = False
+    reml_loglik: Optional[float] = None
+    aic: Optional[float] = None
+    bic: Optional[float] = None
+    iterations: int = 0
 
     def __repr__(self) -> str:
         p = len(self.fixed)
         n_groups = (len(self.groups) if not isinstance(self.groups, dict) else
                     " x ".join(str(len(v)) for v in self.groups.values()))
-        fixed = _table(self._rows()[:p], f"GLMM ({self.family}), {n_groups} groups: "
-                       f"{self.status}, {self.msteps} M-steps")
+        rows = self._rows()
+        if self.method == "exact":
+            how = (f"{'REML' if self.reml else 'maximum likelihood'}, exact "
+                   f"({'closed form' if self.loglik_method == 'exact' else self.loglik_method}), "
+                   f"{self.iterations} iterations")
+            # No Monte Carlo error to show.
+            rows = [(n, e, s, math.nan) for n, e, s, _ in rows]
+        else:
+            how = f"{self.status}, {self.msteps} M-steps"
+        fixed = _table(rows[:p], f"GLMM ({self.family}), {n_groups} groups: {how}")
         sds = [(f"sd {n}", float(t), float(s), math.nan)
                for n, t, s in zip(self.random_names, self.random_sd, self.random_sd_se)]
         if self.sigma is not None:
@@ -68,9 +90,15 @@ class GlmmResult(FitResult):
                 out += f"\ncorrelations of {name}'s effects:\n{rows}"
         if self.loglik is not None:
             out += f"\nlog-likelihood {self.loglik:.4f}"
-            if self.loglik_se:
+            if self.loglik_se and self.method == "exact":
+                out += f" (quadrature error {self.loglik_se:.1g})"
+            elif self.loglik_se:
                 out += f" ± {self.loglik_se:.4f} ({self.loglik_method})"
-        if self.status != "polished":
+        if self.reml_loglik is not None:
+            out += f"\nREML criterion {self.reml_loglik:.4f}"
+        if self.aic is not None:
+            out += f"\nAIC {self.aic:.2f}  BIC {self.bic:.2f}"
+        if self.status not in ("polished", "exact"):
             out += f"\nNOT polished: {self.polish_error}"
         if self.warning:
             out += f"\nwarning: {self.warning}"
@@ -136,8 +164,12 @@ def glmm(
     x_names: Optional[Sequence[str]] = None,
     z_names: Any = None,
     progress: bool = False,
+    method: str = "auto",
+    reml: bool = False,
+    nodes: Optional[int] = None,
 ) -> GlmmResult:
-    """Fits a generalised linear mixed model by automated Monte Carlo EM.
+    """Fits a generalised linear mixed model by maximum likelihood: directly where the likelihood
+    can be computed exactly, else by automated Monte Carlo EM.
 
     y_i | b ~ family(eta_i), eta_i = X_i beta + sum over grouping factors t of Z_t,i b_t,g_t(i),
     b_t,l ~ N(0, Sigma_t) for each level l of factor t: lme4's ``glmer(y ~ X + (Z_1 || g_1) +
@@ -162,6 +194,16 @@ def glmm(
         max_msteps: the most M-steps of EM before the polish (default 20).
         x_names: names of X's columns; z_names: of Z's columns (a list per factor with several).
         progress: show a progress bar (tqdm's, when installed) of EM's updates.
+        method: ``"auto"`` (default): the exact likelihood maximised directly where it can be
+            computed to rounding, as lme4 does (the Gaussian family by its closed form; other
+            families with at most 3 random effects per independent block, by adaptive
+            Gauss-Hermite quadrature at each block's mode, as glmer's nAGQ), otherwise automated
+            Monte Carlo EM with Langevin chains (crossed non-Gaussian factors, larger blocks);
+            ``"exact"``: the direct fit or an error saying why not; ``"em"``: always EM.
+        reml: Gaussian family only: maximise the REML criterion (lmer's default) instead of the
+            likelihood. Default False (maximum likelihood, comparable across models by AIC).
+        nodes: quadrature nodes per random effect for an exact non-Gaussian fit (default 25,
+            15, 9 with 1, 2, 3 effects per block).
 
     Returns:
         A :class:`GlmmResult`.
@@ -206,7 +248,8 @@ def glmm(
     show, close = _progress(progress, 50 * (max_msteps or 20), "sagd.glmm")
     try:
         d = _core.fit_glmm(family, yv, Xm, [i.astype(np.int64) for i in index], Zs, cor, tv,
-                           int(seed), threads, max_msteps, show)
+                           int(seed), threads, max_msteps, show, method=str(method),
+                           reml=bool(reml), nodes=nodes)
     finally:
         close()
     one = k == 1
@@ -263,8 +306,18 @@ def glmm(
                 "estimate is only near 0 and its standard error is meaningless; drop the random "
                 "effect, or report the sd as 0")
         base.warning = note if base.warning is None else f"{note}; {base.warning}"
+    exact = d["status"] == "exact"
+    reml_ll = d.get("reml_loglik")
+    criterion = reml_ll if reml_ll is not None else d.get("loglik")
+    k = len(est)
     return GlmmResult(
         **{f: getattr(base, f) for f in FitResult.__dataclass_fields__},
+        method="exact" if exact else "em",
+        reml=reml_ll is not None,
+        reml_loglik=reml_ll,
+        aic=None if criterion is None else -2 * criterion + 2 * k,
+        bic=None if criterion is None else -2 * criterion + k * math.log(n),
+        iterations=int(d.get("iterations", 0)),
         family=family.lower(),
         fixed=est[:p].copy(),
         fixed_se=base.se[:p].copy(),

@@ -50,9 +50,9 @@ pub struct MarginalLikelihood {
 }
 
 /// A point's posterior mode and the Cholesky factor of −∇²log p there.
-struct Laplace {
-    mode: Vec<f64>,
-    curvature: Factor,
+pub(super) struct Laplace {
+    pub(super) mode: Vec<f64>,
+    pub(super) curvature: Factor,
 }
 
 impl Glmm {
@@ -113,7 +113,7 @@ impl Glmm {
         })
     }
 
-    fn check_theta(&self, theta: &[f64]) -> Result<()> {
+    pub(super) fn check_theta(&self, theta: &[f64]) -> Result<()> {
         if theta.len() != self.theta_len() || theta.iter().any(|v| !v.is_finite()) {
             return Err(SagdError::InvalidSetting {
                 name: "theta",
@@ -125,7 +125,7 @@ impl Glmm {
     }
 
     /// The sparse rows of dη/du for point `c`'s rows, as (column, value) lists.
-    fn point_design(&self, factors: &[Vec<f64>], c: usize) -> Vec<Vec<(usize, f64)>> {
+    pub(super) fn point_design(&self, factors: &[Vec<f64>], c: usize) -> Vec<Vec<(usize, f64)>> {
         self.points[c]
             .rows
             .iter()
@@ -168,8 +168,15 @@ impl Glmm {
         Ok(-0.5 * rows.len() as f64 * LN_2PI - 0.5 * log_det - 0.5 * quad)
     }
 
-    /// The posterior mode of point `c` by damped Newton ascent from 0, and the curvature there.
-    fn laplace(&self, theta: &[f64], factors: &[Vec<f64>], c: usize) -> Result<Laplace> {
+    /// The posterior mode of point `c` by damped Newton ascent from `start` (0 if none), and the
+    /// curvature there.
+    pub(super) fn laplace(
+        &self,
+        theta: &[f64],
+        factors: &[Vec<f64>],
+        c: usize,
+        start: Option<&[f64]>,
+    ) -> Result<Laplace> {
         let dim = self.points[c].dim;
         let a = self.point_design(factors, c);
         let at = |u: &[f64], grad: &mut Vec<f64>, hess: &mut Vec<f64>| {
@@ -188,7 +195,7 @@ impl Glmm {
             })
         };
         let (mut grad, mut hess) = (vec![0.0; dim], vec![0.0; dim * dim]);
-        let mut u = vec![0.0; dim];
+        let mut u = start.map_or_else(|| vec![0.0; dim], <[f64]>::to_vec);
         let mut lp = at(&u, &mut grad, &mut hess);
         for _ in 0..200 {
             let f = Factor::cholesky(&hess, dim).ok_or_else(|| not_finite(c))?;
@@ -229,7 +236,7 @@ impl Glmm {
     ) -> Result<(f64, f64, f64)> {
         let factors = self.factors(theta);
         let dim = self.points[c].dim;
-        let lap = self.laplace(theta, &factors, c)?;
+        let lap = self.laplace(theta, &factors, c, None)?;
         let nu = T_DOF as f64;
         let d = dim as f64;
         let log_norm = ln_gamma(0.5 * (nu + d))
@@ -266,7 +273,7 @@ impl Glmm {
     }
 }
 
-fn not_finite(c: usize) -> SagdError {
+pub(super) fn not_finite(c: usize) -> SagdError {
     SagdError::InvalidSetting {
         name: "theta",
         value: format!("a log density that is not finite at point {c}"),

@@ -16,10 +16,12 @@
 //! every constant (log y!, the binomial coefficients, 2π), so that log-likelihoods compare with
 //! lme4's; [`Glmm::log_likelihood`] computes it.
 
+mod exact;
 mod family;
 mod likelihood;
 mod terms;
 
+pub use exact::{Criterion, ExactFit, ExactSettings};
 pub use family::Family;
 pub use likelihood::{LikelihoodMethod, MarginalLikelihood};
 
@@ -413,47 +415,64 @@ impl LatentModel<f64> for Glmm {
         z: &[f64],
         grad: &mut [f64],
     ) -> std::result::Result<(), LogpError> {
-        let (d, p, n_terms) = (self.latent_dim, self.p, self.terms.len());
+        let d = self.latent_dim;
         let factors = self.factors(theta);
-        let (inv_var, _) = self.scale(theta);
-        let last = grad.len() - 1;
+        let mut g = vec![0.0; grad.len()];
         for (r, &c) in data.iter().enumerate() {
-            let u = &z[r * d..(r + 1) * d];
-            let mut g = vec![0.0; grad.len()];
-            self.point_terms(theta, &factors, c, u, d, |i, dl, _| {
-                let xi = &self.x[i * p..(i + 1) * p];
-                g[..p].iter_mut().zip(xi).for_each(|(o, v)| *o += dl * v);
-                for (t, term) in self.terms.iter().enumerate() {
-                    let (q, l) = (term.q, &factors[t]);
-                    let zi = &term.z[i * q..(i + 1) * q];
-                    let ut = &u[self.slot[i * n_terms + t]..][..q];
-                    let at = term.theta_at;
-                    for a in 0..q {
-                        // d/d log L_aa of z_a L_aa u_a.
-                        g[at + a] += dl * zi[a] * l[a * q + a] * ut[a];
-                    }
-                    if term.correlated {
-                        let mut k = at + q;
-                        for (a, za) in zi.iter().enumerate().skip(1) {
-                            for ub in &ut[..a] {
-                                g[k] += dl * za * ub;
-                                k += 1;
-                            }
-                        }
-                    }
-                }
-                if self.family == Family::Gaussian {
-                    // d/d log σ of −log σ − e²/(2σ²): −1 + e²/σ², with e = dl·σ².
-                    let e = dl / inv_var;
-                    g[last] += -1.0 + e * e * inv_var;
-                }
-            });
+            g.iter_mut().for_each(|v| *v = 0.0);
+            self.point_grad_theta(theta, &factors, c, &z[r * d..(r + 1) * d], d, &mut g);
             if g.iter().any(|v| !v.is_finite()) {
                 return Err(LogpError::NonFinite);
             }
             grad.iter_mut().zip(&g).for_each(|(o, v)| *o += v);
         }
         Ok(())
+    }
+}
+
+impl Glmm {
+    /// For point `c` at latent `u` (its first `prior_dim` coordinates in the prior): adds
+    /// ∇θ log p(y_c, u; θ) to `g` and returns log p(y_c, u; θ).
+    fn point_grad_theta(
+        &self,
+        theta: &[f64],
+        factors: &[Vec<f64>],
+        c: usize,
+        u: &[f64],
+        prior_dim: usize,
+        g: &mut [f64],
+    ) -> f64 {
+        let (p, n_terms) = (self.p, self.terms.len());
+        let (inv_var, _) = self.scale(theta);
+        let last = g.len() - 1;
+        self.point_terms(theta, factors, c, u, prior_dim, |i, dl, _| {
+            let xi = &self.x[i * p..(i + 1) * p];
+            g[..p].iter_mut().zip(xi).for_each(|(o, v)| *o += dl * v);
+            for (t, term) in self.terms.iter().enumerate() {
+                let (q, l) = (term.q, &factors[t]);
+                let zi = &term.z[i * q..(i + 1) * q];
+                let ut = &u[self.slot[i * n_terms + t]..][..q];
+                let at = term.theta_at;
+                for a in 0..q {
+                    // d/d log L_aa of z_a L_aa u_a.
+                    g[at + a] += dl * zi[a] * l[a * q + a] * ut[a];
+                }
+                if term.correlated {
+                    let mut k = at + q;
+                    for (a, za) in zi.iter().enumerate().skip(1) {
+                        for ub in &ut[..a] {
+                            g[k] += dl * za * ub;
+                            k += 1;
+                        }
+                    }
+                }
+            }
+            if self.family == Family::Gaussian {
+                // d/d log σ of −log σ − e²/(2σ²): −1 + e²/σ², with e = dl·σ².
+                let e = dl / inv_var;
+                g[last] += -1.0 + e * e * inv_var;
+            }
+        })
     }
 }
 
