@@ -1,14 +1,22 @@
-"""sagd.glmm against R's lme4 on the same data: random-intercept models of the three families
-(lme4: glmer with 25-point adaptive quadrature, lmer by maximum likelihood for the Gaussian),
-correlated random intercepts and slopes (Poisson; glmer's Laplace approximation) and crossed
-random intercepts (Gaussian; lmer).
-Prints a Markdown table of the estimates, standard errors, log-likelihoods and times.
+"""sagd.glmm against R's lme4 and glmmTMB on the same data, in one run: the suite of models lme4
+fits (random intercepts of the three families, correlated random slopes, crossed Gaussian
+factors, 10^5 groups) and a crossed binary design where the Laplace approximation is not exact.
 
-Run: python crates/sagd-py/bench/lme4.py   (needs Rscript with lme4: Debian's r-cran-lme4)
+For every tool it prints the estimates, their standard errors, the exact log-likelihood at the
+tool's own estimate (sagd.glmm_loglik: quadrature or the closed form; importance sampling, with
+its error, where neither applies), that estimate's gap below the best of them, and the median
+seconds of REPS fits (sagd with all cores and with one thread; lme4 and glmmTMB use one).
+
+Run: python crates/sagd-py/bench/lme4.py [--reps 3] [--out table.md] [--quick]
+R is optional: without Rscript, or without lme4 or glmmTMB (Debian: r-cran-lme4,
+r-cran-glmmtmb), the table has sagd's rows and says what was missing.
 """
 
+import argparse
 import json
 import os
+import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,78 +31,207 @@ from conftest import simulate  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def slopes_data(seed=11, groups=60, per=8):
-    """Poisson counts with correlated random intercepts and slopes (sds 0.5, 0.3; cor 0.6)."""
+def slopes(family, groups, per, seed, trials=5):
+    """Correlated random intercepts and slopes (sds 0.5, 0.3; cor 0.6); Poisson, binomial with
+    `trials` trials, or Gaussian (sigma 0.8)."""
     rng = np.random.default_rng(seed)
     g = np.repeat(np.arange(groups), per)
     x = rng.normal(size=groups * per)
     S = np.array([[0.25, 0.09], [0.09, 0.09]])
     b = rng.multivariate_normal([0, 0], S, size=groups)
-    y = rng.poisson(np.exp(0.5 + 0.3 * x + b[g, 0] + b[g, 1] * x)).astype(float)
+    eta = 0.5 + 0.3 * x + b[g, 0] + b[g, 1] * x
+    if family == "poisson":
+        y = rng.poisson(np.exp(eta)).astype(float)
+    elif family == "binomial":
+        y = rng.binomial(trials, 1 / (1 + np.exp(-eta))).astype(float)
+    else:
+        y = eta + rng.normal(scale=0.8, size=eta.shape)
     return y, x, g
 
 
-def crossed_data(seed=12, a=20, b=15):
-    """Gaussian responses with crossed random intercepts (20 subjects x 15 items, one each)."""
+def crossed(family, a, b, seed, sd_a=0.7, sd_b=0.4):
+    """Crossed intercepts, every level of g meeting every level of h once."""
     rng = np.random.default_rng(seed)
     g, h = np.repeat(np.arange(a), b), np.tile(np.arange(b), a)
     x = rng.normal(size=a * b)
-    y = (1.0 + 0.5 * x + rng.normal(scale=0.7, size=a)[g] + rng.normal(scale=0.4, size=b)[h]
-         + rng.normal(scale=0.5, size=a * b))
+    eta = (0.5 + 0.5 * x + rng.normal(scale=sd_a, size=a)[g]
+           + rng.normal(scale=sd_b, size=b)[h])
+    if family == "gaussian":
+        y = eta + rng.normal(scale=0.5, size=a * b)
+    else:
+        y = (rng.random(a * b) < 1 / (1 + np.exp(-eta))).astype(float)
     return y, x, g, h
 
 
-def main():
-    tmp = tempfile.mkdtemp()
-    fits, files = {}, []
+def suite(quick):
+    """(model, data columns, sagd.glmm's arguments)."""
+    out = []
+    for name, family, groups, per in [("poisson-50x8", "poisson", 50, 8),
+                                      ("poisson-1000x8", "poisson", 1000, 8),
+                                      ("bernoulli-60x8", "binomial", 60, 8),
+                                      ("gaussian-100000x10", "gaussian", 100000, 10)]:
+        if quick and groups > 1000:
+            continue
+        y, X, g = simulate(family, groups=groups, per=per)
+        out.append((name, {"y": y, "x": X[:, 1], "g": g}, dict(family=family, groups=g)))
+    for name, family, groups, per, seed in [("pslopes-60x8", "poisson", 60, 8, 11),
+                                            ("bslopes-80x6", "binomial", 80, 6, 13),
+                                            ("gslopes-40x10", "gaussian", 40, 10, 14),
+                                            ("gslopes-40x10-reml", "gaussian", 40, 10, 14)]:
+        y, x, g = slopes(family, groups, per, seed)
+        cols = {"y": y, "x": x, "g": g}
+        kw = dict(family=family, groups=g, Z=np.column_stack([np.ones_like(x), x]),
+                  correlated=True, reml=name.endswith("reml"))
+        if family == "binomial":
+            cols["trials"] = np.full_like(y, 5.0)
+            kw["trials"] = cols["trials"]
+        out.append((name, cols, kw))
+    y, x, g, h = crossed("gaussian", 20, 15, 12)
+    out.append(("crossed-20x15", {"y": y, "x": x, "g": g, "h": h},
+                dict(family="gaussian", groups={"g": g, "h": h})))
+    # Binary outcomes, large variances, crossed: where Laplace is biased and sagd runs EM.
+    y, x, g, h = crossed("binomial", 30, 20, 21, sd_a=1.5, sd_b=1.0)
+    out.append(("bcrossed-30x20", {"y": y, "x": x, "g": g, "h": h},
+                dict(family="binomial", groups={"g": g, "h": h})))
+    return out
 
-    def save(model, columns, names):
-        path = os.path.join(tmp, f"data-{model}.csv")
-        np.savetxt(path, np.column_stack(columns), delimiter=",", header=",".join(names),
-                   comments="", fmt="%.17g")
-        files.append(path)
 
-    def timed(model, sat, *args, **kw):
+def theta_of(fit, kw):
+    """A tool's estimate on sagd's scale: beta; per factor log diag L and L's off-diagonal
+    (L = chol of its covariance); log sigma."""
+    theta = list(fit["beta"])
+    correlated = kw.get("correlated", False)
+    for term in fit["terms"]:
+        sd = np.array(term["sd"])
+        if len(sd) > 1 and correlated:
+            # L of [[s0², c s0 s1], [c s0 s1, s1²]], also at |c| = 1 (a singular fit).
+            c = term["cor"] if term["cor"] is not None else 0.0
+            l11 = sd[1] * np.sqrt(max(1.0 - c * c, 0.0))
+            theta += [np.log(max(sd[0], 1e-300)), np.log(max(l11, 1e-300)), c * sd[1]]
+        else:
+            theta += list(np.log(np.maximum(sd, 1e-300)))
+    if fit["sigma"] is not None:
+        theta.append(np.log(fit["sigma"]))
+    return np.array(theta)
+
+
+def sagd_row(r, secs, secs1):
+    terms, at = [], 0
+    sds = list(r.random_sd)
+    for cor in r.random_cor:
+        q = cor.shape[0]
+        terms.append({"sd": sds[at:at + q], "cor": cor[1, 0] if q > 1 else None})
+        at += q
+    return {"tool": "sagd", "beta": list(r.fixed), "se": list(r.fixed_se), "terms": terms,
+            "sigma": r.sigma, "seconds": secs, "seconds_1": secs1, "method": r.method,
+            "loglik": r.reml_loglik if r.reml else r.loglik,
+            "estimate": r.estimate}
+
+
+def median_time(f, reps):
+    times, out = [], None
+    for _ in range(reps):
         t = time.perf_counter()
-        r = sagd.glmm(*args, seed=1, **kw)
-        fits[model] = (r, time.perf_counter() - t, sat)
+        out = f()
+        times.append(time.perf_counter() - t)
+    return out, float(np.median(times))
 
-    for family, groups in [("gaussian", 50), ("poisson", 50), ("binomial", 60)]:
-        y, X, g = simulate(family, groups=groups)
-        save(family, [y, X[:, 1], g], ["y", "x", "g"])
-        # lme4's log-likelihood with nAGQ > 1 leaves out the saturated model's (Poisson: Σ y log y
-        # − y − log y!; 0 for Bernoulli), a constant in θ: added back to compare.
-        sat = 0.0
-        if family == "poisson":
-            from scipy.special import gammaln, xlogy
-            sat = float(np.sum(xlogy(y, y) - y - gammaln(y + 1)))
-        timed(family, sat, y, X, g, family=family)
-    y, x, g = slopes_data()
-    save("slopes", [y, x, g], ["y", "x", "g"])
-    X = np.column_stack([np.ones_like(x), x])
-    timed("slopes", 0.0, y, X, g, family="poisson", Z=X, correlated=True)
-    y, x, g, h = crossed_data()
-    save("crossed", [y, x, g, h], ["y", "x", "g", "h"])
-    timed("crossed", 0.0, y, np.column_stack([np.ones_like(x), x]), [g, h], family="gaussian")
-    out = subprocess.run(["Rscript", os.path.join(HERE, "lme4.R"), *files], check=True,
-                         capture_output=True, text=True).stdout
-    print("| model | | (Intercept) | x | random-effect sds (, cor) | log-likelihood | seconds |")
-    print("|---|---|---|---|---|---|---|")
-    print("| | | estimate (se) [Monte Carlo error] | | | | |")
-    for line in out.strip().splitlines():
-        l = json.loads(line)
-        model = l["file"].rsplit("-", 1)[1][:-4]
-        r, secs, sat = fits[model]
-        sds = ", ".join(f"{s:.4f} ({e:.4f})" for s, e in zip(r.random_sd, r.random_sd_se))
-        if model == "slopes":
-            sds += f", {r.random_cor[0][0, 1]:.3f}"
-        ll = f"{r.loglik:.3f}" + (f" ± {r.loglik_se:.3f}" if r.loglik_se else "")
-        print(f"| {model} | sagd | {r.fixed[0]:.4f} ({r.fixed_se[0]:.4f}) [{r.mc_se[0]:.4f}] | "
-              f"{r.fixed[1]:.4f} ({r.fixed_se[1]:.4f}) [{r.mc_se[1]:.4f}] | {sds} | {ll} | "
-              f"{secs:.2f} |")
-        lsd = ", ".join(f"{s:.4f}" for s in l["sd"] + l["cor"])
-        print(f"| | lme4 | {l['beta'][0]:.4f} ({l['se'][0]:.4f}) | {l['beta'][1]:.4f} "
-              f"({l['se'][1]:.4f}) | {lsd} | {l['loglik'] + sat:.3f} | {l['seconds']:.2f} |")
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=3, help="fits per tool and model (median)")
+    ap.add_argument("--out", help="also write the table to this Markdown file")
+    ap.add_argument("--quick", action="store_true", help="leave out the 10^5-group model")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    models = suite(args.quick)
+    rows = {}
+    r_out = []
+    rscript = shutil.which("Rscript")
+    notes = []
+    if rscript is None:
+        notes.append("Rscript not found: lme4 and glmmTMB were not run (Debian: r-base-core, "
+                     "r-cran-lme4, r-cran-glmmtmb)")
+    for name, cols, kw in models:
+        # sagd, then R on the same file, model by model: one sitting, alternating.
+        y = cols["y"]
+        X = np.column_stack([np.ones_like(cols["x"]), cols["x"]])
+        call = dict(kw)
+        groups = call.pop("groups")
+        fit = lambda threads: sagd.glmm(y, X, groups, seed=1, threads=threads,
+                                        x_names=["(Intercept)", "x"], **call)
+        r, secs = median_time(lambda: fit(None), args.reps)
+        _, secs1 = median_time(lambda: fit(1), args.reps)
+        rows[name] = [sagd_row(r, secs, secs1)]
+        if rscript:
+            path = os.path.join(tmp, f"data-{name}.csv")
+            np.savetxt(path, np.column_stack(list(cols.values())), delimiter=",",
+                       header=",".join(cols), comments="", fmt="%.17g")
+            out = subprocess.run([rscript, os.path.join(HERE, "lme4.R"), str(args.reps), path],
+                                 capture_output=True, text=True)
+            if out.returncode != 0:
+                notes.append(f"{name}: R failed: {out.stderr.strip().splitlines()[-1:]}")
+            r_out += out.stdout.strip().splitlines()
+    for line in r_out:
+        rec = json.loads(line)
+        if "tools" in rec:
+            missing = [t for t, ok in rec["tools"].items() if not ok]
+            if missing:
+                notes.append(f"R has no {', '.join(missing)}: not run")
+            continue
+        name = rec["file"].rsplit("data-", 1)[1][:-4]
+        rows[name].append(rec)
+    lines = table(models, rows)
+    head = (f"sagd {sagd.__version__}; {platform.processor() or platform.machine()}, "
+            f"{os.cpu_count()} cores; median of {args.reps} fits")
+    text = "\n".join([head, ""] + [f"- {n}" for n in notes] + [""] + lines)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+def table(models, rows):
+    lines = ["| model | tool | (Intercept) (se) | x (se) | random-effect sds (cor) | sigma | "
+             "exact ℓ at the estimate | below the best | seconds | sagd's time / tool's |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, cols, kw in models:
+        y = cols["y"]
+        X = np.column_stack([np.ones_like(cols["x"]), cols["x"]])
+        call = {k: v for k, v in kw.items() if k in ("family", "Z", "trials", "correlated")}
+        reml = kw.get("reml", False)
+        evaluated = []
+        for rec in rows[name]:
+            th = rec["estimate"] if rec["tool"] == "sagd" else theta_of(rec, kw)
+            if reml:
+                evaluated.append((None, 0.0, ""))  # REML criteria compare by their own values
+                continue
+            evaluated.append(sagd.glmm_loglik(th, y, X, kw["groups"], seed=1, **call))
+        best = max((v for v, _, _ in evaluated if v is not None), default=None)
+        sagd_secs = rows[name][0]["seconds"]
+        for rec, (ll, err, how) in zip(rows[name], evaluated):
+            sds = "; ".join(", ".join(f"{s:.4f}" for s in t["sd"])
+                            + (f" ({t['cor']:.3f})" if t["cor"] is not None else "")
+                            for t in rec["terms"])
+            sigma = "" if rec["sigma"] is None else f"{rec['sigma']:.4f}"
+            if ll is None:
+                lcell = (f"REML {rec['loglik']:.4f}" if "loglik" in rec
+                         else "REML (see sagd.glmm)")
+                gap = ""
+            else:
+                lcell = f"{ll:.4f}" + (f" ± {err:.4f}" if err else "")
+                gap = f"{best - ll:.4f}"
+            if rec["tool"] == "sagd":
+                secs = f"{rec['seconds']:.3f} ({rec['seconds_1']:.3f} on 1 thread)"
+                ratio = f"sagd ran {rec['method']}"
+            else:
+                secs = f"{rec['seconds']:.3f}"
+                ratio = f"{sagd_secs / rec['seconds']:.2f} ({rows[name][0]['seconds_1'] / rec['seconds']:.2f} on 1 thread)"
+            b, s = rec["beta"], rec["se"]
+            lines.append(f"| {name} | {rec['tool']} | {b[0]:.4f} ({s[0]:.4f}) | "
+                         f"{b[1]:.4f} ({s[1]:.4f}) | {sds} | {sigma} | {lcell} | {gap} | "
+                         f"{secs} | {ratio} |")
+    return lines
 
 
 if __name__ == "__main__":

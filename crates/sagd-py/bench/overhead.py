@@ -40,7 +40,7 @@ def main():
     for groups, per in [(50, 8), (200, 8), (1000, 8)]:
         y, X, g = simulate("poisson", groups=groups, per=per)
         rust_t, rust = best(lambda: sagd.glmm(y, X, g, family="poisson", seed=1,
-                                              threads=a.threads), a.rounds)
+                                              threads=a.threads, method="em"), a.rounds)
         f = poisson_intercept(y, X, g)
         calls = [0]
         sizes = collections.Counter()

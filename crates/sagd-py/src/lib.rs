@@ -186,6 +186,84 @@ fn trace_dict<'py>(py: Python<'py>, trace: &EmTrace) -> PyResult<Bound<'py, PyDi
     Ok(d)
 }
 
+/// A `Glmm` from `sagd.glmm`'s checked arrays (one random-effect term per entry of `groups`).
+#[allow(clippy::too_many_arguments)]
+fn glmm_model(
+    family: &str,
+    y: PyReadonlyArray1<'_, f64>,
+    x: PyReadonlyArray2<'_, f64>,
+    groups: Vec<PyReadonlyArray1<'_, i64>>,
+    zs: Vec<PyReadonlyArray2<'_, f64>>,
+    correlated: Vec<bool>,
+    trials: Option<PyReadonlyArray1<'_, f64>>,
+) -> PyResult<Glmm> {
+    let family: Family = family.parse().map_err(PyValueError::new_err)?;
+    if zs.len() != groups.len() || correlated.len() != groups.len() {
+        return Err(PyValueError::new_err(
+            "Z, correlated: give one per grouping factor",
+        ));
+    }
+    let mut terms = Vec::with_capacity(groups.len());
+    for ((g, z), correlated) in groups.iter().zip(&zs).zip(correlated) {
+        let group = g
+            .as_array()
+            .iter()
+            .map(|&g| usize::try_from(g))
+            .collect::<Result<_, _>>()
+            .map_err(|_| {
+                PyValueError::new_err(
+                    "groups: negative group index; number the groups 0, 1, …, G − 1",
+                )
+            })?;
+        terms.push(RandomTerm {
+            group,
+            z: z.as_array().iter().copied().collect(),
+            correlated,
+        });
+    }
+    Glmm::with_terms(
+        family,
+        y.as_array().to_vec(),
+        x.as_array().iter().copied().collect(),
+        terms,
+        trials.map(|t| t.as_array().to_vec()),
+    )
+    .map_err(py_error)
+}
+
+/// ℓ(θ) of a GLMM (see `sagd.glmm_loglik`): (value, its error, how it was computed).
+#[pyfunction]
+#[pyo3(signature = (family, y, x, groups, zs, correlated, trials, theta, seed=0))]
+#[allow(clippy::too_many_arguments)]
+fn glmm_loglik(
+    py: Python<'_>,
+    family: &str,
+    y: PyReadonlyArray1<'_, f64>,
+    x: PyReadonlyArray2<'_, f64>,
+    groups: Vec<PyReadonlyArray1<'_, i64>>,
+    zs: Vec<PyReadonlyArray2<'_, f64>>,
+    correlated: Vec<bool>,
+    trials: Option<PyReadonlyArray1<'_, f64>>,
+    theta: Vec<f64>,
+    seed: u64,
+) -> PyResult<(f64, f64, String)> {
+    let model = glmm_model(family, y, x, groups, zs, correlated, trials)?;
+    let l = py
+        .detach(|| model.log_likelihood(&theta, seed))
+        .map_err(py_error)?;
+    Ok((l.value, l.se, likelihood_method_name(l.method)))
+}
+
+fn likelihood_method_name(method: LikelihoodMethod) -> String {
+    match method {
+        LikelihoodMethod::Quadrature => "quadrature".to_string(),
+        LikelihoodMethod::Exact => "exact".to_string(),
+        LikelihoodMethod::ImportanceSampling { draws } => {
+            format!("importance sampling ({draws} draws per point)")
+        }
+    }
+}
+
 /// The fields of an exact fit, under the names of [`trace_dict`]'s (no Monte Carlo error).
 fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -212,6 +290,11 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
     )?;
     d.set_item("information_theta", PyArray1::from_slice(py, &fit.theta))?;
+    d.set_item(
+        "covariance",
+        PyArray2::from_vec2(py, &fit.covariance)
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
+    )?;
     d.set_item("reml_loglik", fit.reml)?;
     d.set_item("quadrature_nodes", fit.nodes)?;
     if !fit.converged {
@@ -248,43 +331,12 @@ fn fit_glmm<'py>(
     reml: bool,
     nodes: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let family: Family = family.parse().map_err(PyValueError::new_err)?;
     if !matches!(method, "auto" | "exact" | "em") {
         return Err(PyValueError::new_err(format!(
             "method: {method:?}; use \"auto\" (the exact likelihood where it can be computed, else EM), \"exact\" or \"em\""
         )));
     }
-    if zs.len() != groups.len() || correlated.len() != groups.len() {
-        return Err(PyValueError::new_err(
-            "Z, correlated: give one per grouping factor",
-        ));
-    }
-    let mut terms = Vec::with_capacity(groups.len());
-    for ((g, z), correlated) in groups.iter().zip(&zs).zip(correlated) {
-        let group = g
-            .as_array()
-            .iter()
-            .map(|&g| usize::try_from(g))
-            .collect::<Result<_, _>>()
-            .map_err(|_| {
-                PyValueError::new_err(
-                    "groups: negative group index; number the groups 0, 1, …, G − 1",
-                )
-            })?;
-        terms.push(RandomTerm {
-            group,
-            z: z.as_array().iter().copied().collect(),
-            correlated,
-        });
-    }
-    let model = Glmm::with_terms(
-        family,
-        y.as_array().to_vec(),
-        x.as_array().iter().copied().collect(),
-        terms,
-        trials.map(|t| t.as_array().to_vec()),
-    )
-    .map_err(py_error)?;
+    let model = glmm_model(family, y, x, groups, zs, correlated, trials)?;
     let exact = method == "exact" || (method == "auto" && model.exact_method().is_some());
     if reml && !exact {
         return Err(PyValueError::new_err(
@@ -305,7 +357,11 @@ fn fit_glmm<'py>(
             method: fit.method,
             min_ess: None,
         };
-        (exact_dict(py, &fit)?, fit.theta, Some((loglik, fit.nodes)))
+        (
+            exact_dict(py, &fit)?,
+            fit.theta,
+            Some((loglik, fit.nodes, fit.singular)),
+        )
     } else {
         let theta0 = model.start();
         let trace = run_em(py, &model, &theta0, seed, threads, max_msteps, progress)?;
@@ -318,10 +374,12 @@ fn fit_glmm<'py>(
     let (loglik, singular) = py
         .detach(|| -> sagd::error::Result<_> {
             let l = match exact_loglik {
-                Some((l, _)) => l,
+                Some((l, _, _)) => l,
                 None => model.log_likelihood(&est, seed)?,
             };
-            let singular = if model.terms() == [(1, false)] {
+            let singular = if let Some((_, _, singular)) = exact_loglik {
+                Some(singular)
+            } else if model.terms() == [(1, false)] {
                 let mut at_zero = est.clone();
                 at_zero[model.n_fixed()] = -30.0;
                 Some(model.log_likelihood(&at_zero, seed)?.value >= l.value - 1e-3)
@@ -336,13 +394,9 @@ fn fit_glmm<'py>(
     let method = match loglik.method {
         LikelihoodMethod::Quadrature if exact => format!(
             "adaptive quadrature ({} nodes per effect)",
-            exact_loglik.map_or(0, |(_, m)| m)
+            exact_loglik.map_or(0, |(_, m, _)| m)
         ),
-        LikelihoodMethod::Quadrature => "quadrature".to_string(),
-        LikelihoodMethod::Exact => "exact".to_string(),
-        LikelihoodMethod::ImportanceSampling { draws } => {
-            format!("importance sampling ({draws} draws per point)")
-        }
+        other => likelihood_method_name(other),
     };
     d.set_item("loglik_method", method)?;
     d.set_item("loglik_ess", loglik.min_ess)?;
@@ -553,6 +607,7 @@ fn deconvolve<'py>(
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fit_glmm, m)?)?;
+    m.add_function(wrap_pyfunction!(glmm_loglik, m)?)?;
     m.add_function(wrap_pyfunction!(fit_function, m)?)?;
     m.add_function(wrap_pyfunction!(minimize, m)?)?;
     m.add_function(wrap_pyfunction!(deconvolve, m)?)?;

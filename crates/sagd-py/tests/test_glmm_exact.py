@@ -96,3 +96,15 @@ def test_what_has_no_exact_fit_says_so():
         sagd.glmm(y, X, g, family="poisson", reml=True)
     with pytest.raises(ValueError, match="method"):
         sagd.glmm(y, X, g, family="poisson", method="fast")
+
+
+def test_the_log_likelihood_at_any_estimate():
+    y, X, g = simulate("poisson")
+    r = sagd.glmm(y, X, g, family="poisson")
+    value, err, how = sagd.glmm_loglik(r.estimate, y, X, g, family="poisson")
+    assert (value, err, how) == (pytest.approx(r.loglik, abs=1e-8), 0.0, "quadrature")
+    other = r.estimate + [0.0, 0.1, 0.0]
+    assert sagd.glmm_loglik(other, y, X, g, family="poisson")[0] == pytest.approx(
+        loglik("poisson", other, y, X, g), abs=1e-6)
+    with pytest.raises(ValueError, match="theta"):
+        sagd.glmm_loglik([0.0, 0.0], y, X, g, family="poisson")

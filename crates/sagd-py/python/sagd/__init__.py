@@ -8,7 +8,9 @@ errors (each with its own Monte Carlo error).
 Two entry points:
 
 * :func:`glmm` fits a generalised linear mixed model (Gaussian, Poisson, binomial) from numpy
-  arrays, with every gradient computed in Rust.
+  arrays, with every gradient computed in Rust: by its exact likelihood where that can be
+  computed to rounding (as lme4), by automated EM otherwise; :func:`glmm_loglik` evaluates
+  that likelihood at any estimate.
 * :func:`fit` fits your own model, given as a Python function that returns log p(x_i, z; theta)
   and its gradients for a whole block of chains at once.
 
@@ -30,11 +32,11 @@ import numpy as np
 
 from . import _core
 from ._common import FitResult, _progress, _vector
-from ._glmm import GlmmResult, glmm
+from ._glmm import GlmmResult, glmm, glmm_loglik
 
 __version__ = _core.__version__
 
-__all__ = ["glmm", "fit", "minimize", "deconvolve", "GlmmResult", "FitResult", "MinimizeResult",
+__all__ = ["glmm", "glmm_loglik", "fit", "minimize", "deconvolve", "GlmmResult", "FitResult", "MinimizeResult",
            "Deconvolution", "__version__"]
 
 

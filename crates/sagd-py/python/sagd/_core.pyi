@@ -24,6 +24,17 @@ def fit_glmm(
     reml: bool = ...,
     nodes: Optional[int] = ...,
 ) -> Dict[str, Any]: ...
+def glmm_loglik(
+    family: str,
+    y: npt.NDArray[np.float64],
+    x: npt.NDArray[np.float64],
+    groups: List[npt.NDArray[np.int64]],
+    zs: List[npt.NDArray[np.float64]],
+    correlated: List[bool],
+    trials: Optional[npt.NDArray[np.float64]],
+    theta: List[float],
+    seed: int = ...,
+) -> Tuple[float, float, str]: ...
 def fit_function(
     f: Callable[[np.ndarray, np.ndarray, np.ndarray], Tuple[Any, Any, Any]],
     theta0: npt.NDArray[np.float64],

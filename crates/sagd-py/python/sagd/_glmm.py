@@ -149,6 +149,82 @@ def _cholesky(par: np.ndarray, q: int, correlated: bool) -> np.ndarray:
     return L
 
 
+@dataclass
+class _Arrays:
+    """`sagd.glmm`'s data, checked and in the core's form."""
+
+    family: str
+    y: np.ndarray
+    n: int
+    factor_names: List[str]
+    k: int
+    labels: Tuple[np.ndarray, ...]
+    index: Tuple[np.ndarray, ...]
+    X: np.ndarray
+    Zs: List[np.ndarray]
+    cor: List[bool]
+    trials: Optional[np.ndarray]
+
+    @classmethod
+    def of(cls, y: Any, X: Any, groups: Any, family: str, Z: Any, trials: Any,
+           correlated: Any) -> "_Arrays":
+        yv = _vector("y", y)
+        n = yv.shape[0]
+        if n == 0:
+            raise ValueError("y: empty; give at least one observation")
+        if groups is None:
+            raise ValueError("groups: give the group of each observation")
+        factor_names, factors = _factors(groups, n)
+        k = len(factors)
+        labels, index = zip(*(np.unique(g, return_inverse=True) for g in factors))
+        Xm = np.ones((n, 1)) if X is None else _matrix("X", X, n)
+        Zs = [np.ones((n, 1)) if z is None else _matrix("Z", z, n)
+              for z in _per_factor("Z", Z, k)]
+        cor = [bool(c) and Zt.shape[1] > 1
+               for c, Zt in zip(_per_factor("correlated", correlated, k), Zs)]
+        tv = None if trials is None else _vector("trials", trials, n)
+        if tv is not None and family.lower() not in ("binomial", "bernoulli"):
+            raise ValueError("trials: only the binomial family has trials")
+        return cls(family, yv, n, factor_names, k, labels, index, Xm, Zs, cor, tv)
+
+    def core(self) -> tuple:
+        """The leading arguments of ``_core.fit_glmm`` and ``_core.glmm_loglik``."""
+        return (self.family, self.y, self.X, [i.astype(np.int64) for i in self.index], self.Zs,
+                self.cor, self.trials)
+
+
+def glmm_loglik(
+    theta: Any,
+    y: Any,
+    X: Any = None,
+    groups: Any = None,
+    family: str = "gaussian",
+    Z: Any = None,
+    trials: Any = None,
+    *,
+    correlated: Any = False,
+    seed: int = 0,
+) -> Tuple[float, float, str]:
+    """The log-likelihood of a GLMM at ``theta``, every constant included as lme4's: exact
+    where it can be (quadrature with up to 3 random effects per independent block, the closed
+    form for the Gaussian family), else by importance sampling. Use it to compare any
+    estimate, another tool's included, on the exact likelihood.
+
+    Args:
+        theta: on :class:`GlmmResult`'s internal scale (beta; per grouping factor, log of the
+            diagonal of the Cholesky factor L of its effects' covariance, then, when
+            correlated, L's lower off-diagonal row by row; log sigma).
+        y, X, groups, family, Z, trials, correlated: as :func:`glmm`.
+        seed: fixes the importance sampler's draws (unused when exact).
+
+    Returns:
+        (log-likelihood, its Monte Carlo error (0 when exact), how it was computed).
+    """
+    a = _Arrays.of(y, X, groups, family, Z, trials, correlated)
+    return _core.glmm_loglik(*a.core(), [float(v) for v in np.asarray(theta, dtype=float)],
+                             seed=int(seed))
+
+
 def glmm(
     y: Any,
     X: Any = None,
@@ -212,22 +288,9 @@ def glmm(
         ValueError: shapes that disagree, values that are not finite, counts that are not whole.
         KeyboardInterrupt: Ctrl-C during the fit.
     """
-    yv = _vector("y", y)
-    n = yv.shape[0]
-    if n == 0:
-        raise ValueError("y: empty; give at least one observation")
-    if groups is None:
-        raise ValueError("groups: give the group of each observation")
-    factor_names, factors = _factors(groups, n)
-    k = len(factors)
-    labels, index = zip(*(np.unique(g, return_inverse=True) for g in factors))
-    Xm = np.ones((n, 1)) if X is None else _matrix("X", X, n)
-    Zs = [np.ones((n, 1)) if z is None else _matrix("Z", z, n) for z in _per_factor("Z", Z, k)]
-    cor = [bool(c) and Zt.shape[1] > 1 for c, Zt in zip(_per_factor("correlated", correlated, k),
-                                                       Zs)]
-    tv = None if trials is None else _vector("trials", trials, n)
-    if tv is not None and family.lower() not in ("binomial", "bernoulli"):
-        raise ValueError("trials: only the binomial family has trials")
+    a = _Arrays.of(y, X, groups, family, Z, trials, correlated)
+    yv, n, factor_names, k, labels, Xm, Zs, cor = (a.y, a.n, a.factor_names, a.k, a.labels, a.X,
+                                                   a.Zs, a.cor)
     p = Xm.shape[1]
     xn = list(x_names) if x_names is not None else (
         ["(Intercept)"] if X is None else [f"x{j}" for j in range(p)])
@@ -247,9 +310,8 @@ def glmm(
         zn.append(names_t)
     show, close = _progress(progress, 50 * (max_msteps or 20), "sagd.glmm")
     try:
-        d = _core.fit_glmm(family, yv, Xm, [i.astype(np.int64) for i in index], Zs, cor, tv,
-                           int(seed), threads, max_msteps, show, method=str(method),
-                           reml=bool(reml), nodes=nodes)
+        d = _core.fit_glmm(*a.core(), int(seed), threads, max_msteps, show,
+                           method=str(method), reml=bool(reml), nodes=nodes)
     finally:
         close()
     one = k == 1
@@ -265,7 +327,9 @@ def glmm(
         names.append("log(sigma)")
     base = FitResult._of(d, names)
     est = base.estimate
-    cov = _inverse(d.get("information"), len(est))
+    # An exact fit brings its covariance (NaN for parameters at a boundary); EM's is inverted here.
+    cov = (np.asarray(d["covariance"]) if d.get("covariance") is not None
+           else _inverse(d.get("information"), len(est)))
 
     def delta(fun: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         # Standard errors of fun(theta) from theta's covariance, by central differences.
@@ -300,11 +364,13 @@ def glmm(
         at += m
     tau = np.concatenate(sds)
     if d.get("singular") or np.any(tau < 1e-4):
-        # A variance at the boundary: its log has no finite maximum, and no standard error.
-        note = ("singular fit: the likelihood is highest with a random effect's sd at 0 (the "
-                "data show no variation between groups beyond the fixed effects), so the sd's "
-                "estimate is only near 0 and its standard error is meaningless; drop the random "
-                "effect, or report the sd as 0")
+        # A covariance at its boundary: the parameter there has no finite maximum, and no
+        # standard error.
+        note = ("singular fit: the likelihood is highest with a random effect's sd at 0 or a "
+                "correlation at +-1 (the data show no more variation between groups than a "
+                "simpler model allows), so that estimate is only near its boundary and has no "
+                "standard error; drop the random effect or the correlation, or report it at "
+                "its boundary")
         base.warning = note if base.warning is None else f"{note}; {base.warning}"
     exact = d["status"] == "exact"
     reml_ll = d.get("reml_loglik")

@@ -56,8 +56,9 @@ pub(super) struct Laplace {
 }
 
 impl Glmm {
-    /// ℓ(θ) by the best method available: quadrature (one effect per point), the closed form
-    /// (Gaussian family) or importance sampling (`seed` fixes its draws).
+    /// ℓ(θ) by the best method available: quadrature (one effect per point: Gauss-Hermite with
+    /// 40 nodes; two or three: the adaptive product rule of [`Glmm::fit_exact`]), the closed
+    /// form (Gaussian family) or importance sampling (`seed` fixes its draws).
     pub fn log_likelihood(&self, theta: &[f64], seed: u64) -> Result<MarginalLikelihood> {
         self.check_theta(theta)?;
         if self.latent_dim == 1 {
@@ -79,6 +80,13 @@ impl Glmm {
                 value,
                 se: 0.0,
                 method: LikelihoodMethod::Exact,
+                min_ess: None,
+            })
+        } else if self.exact_method() == Some(LikelihoodMethod::Quadrature) {
+            Ok(MarginalLikelihood {
+                value: self.quadrature_log_likelihood(theta, None)?,
+                se: 0.0,
+                method: LikelihoodMethod::Quadrature,
                 min_ess: None,
             })
         } else {

@@ -477,7 +477,7 @@ impl Glmm {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::glmm) mod tests {
     use super::*;
     use crate::metric::Factor;
     use crate::model::check_gradients;
@@ -506,7 +506,7 @@ mod tests {
 
     /// Two terms: correlated slopes by `a` (4 levels) crossed with intercepts by `b` (3 levels)
     /// over 24 rows (one point), or nested (b's levels within a's: 4 points).
-    fn two_terms(family: Family, nested: bool) -> Glmm {
+    pub(in crate::glmm) fn two_terms(family: Family, nested: bool) -> Glmm {
         let n = 24;
         let (y, x) = responses(family, n);
         let a = RandomTerm {

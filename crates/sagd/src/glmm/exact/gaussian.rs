@@ -1,0 +1,286 @@
+//! The Gaussian family's exact fit: the closed form with β and σ profiled out (lmer's way), the
+//! variance parameters ψ = the factors relative to σ found by BFGS, ML or REML.
+
+use rayon::prelude::*;
+
+use super::{
+    central_gradient, central_hessian, negated, Criterion, ExactFit, ExactSettings,
+    POINTS_PER_PIECE,
+};
+use crate::error::{Result, SagdError};
+use crate::glmm::likelihood::not_finite;
+use crate::glmm::{Glmm, LikelihoodMethod, LN_2PI};
+use crate::metric::Factor;
+use crate::optim::bfgs;
+
+/// Per-point sums of the Gaussian closed form at relative factors Λ (V₀ = I + Z Λ Λᵀ Zᵀ).
+struct Pieces {
+    n: f64,
+    p: usize,
+    /// Xᵀ V₀⁻¹ X (p × p), Xᵀ V₀⁻¹ y, yᵀ V₀⁻¹ y, log det V₀.
+    xvx: Vec<f64>,
+    xvy: Vec<f64>,
+    yvy: f64,
+    log_det: f64,
+}
+
+impl Pieces {
+    fn zero(p: usize) -> Self {
+        Pieces {
+            n: 0.0,
+            p,
+            xvx: vec![0.0; p * p],
+            xvy: vec![0.0; p],
+            yvy: 0.0,
+            log_det: 0.0,
+        }
+    }
+
+    fn add(&mut self, o: &Pieces) {
+        self.n += o.n;
+        self.xvx.iter_mut().zip(&o.xvx).for_each(|(a, b)| *a += b);
+        self.xvy.iter_mut().zip(&o.xvy).for_each(|(a, b)| *a += b);
+        self.yvy += o.yvy;
+        self.log_det += o.log_det;
+    }
+
+    /// The generalised least-squares β̂, the residual sum of squares r̂ᵀV₀⁻¹r̂ and log det XᵀV₀⁻¹X.
+    fn gls(&self) -> Result<(Vec<f64>, f64, f64)> {
+        let f = Factor::cholesky(&self.xvx, self.p).ok_or_else(|| SagdError::InvalidSetting {
+            name: "X",
+            value: "columns that are linearly dependent".into(),
+            fix: "drop the columns of the fixed-effects design that others determine".into(),
+        })?;
+        let mut beta = self.xvy.clone();
+        f.solve_lower(&mut beta);
+        let rss = self.yvy - beta.iter().map(|v| v * v).sum::<f64>();
+        f.solve_upper(&mut beta);
+        Ok((beta, rss.max(0.0), f.log_det()))
+    }
+
+    /// rᵀ V₀⁻¹ r at β.
+    fn rvr(&self, beta: &[f64]) -> f64 {
+        let p = self.p;
+        let quad: f64 = (0..p)
+            .map(|j| beta[j] * (0..p).map(|k| self.xvx[j * p + k] * beta[k]).sum::<f64>())
+            .sum();
+        self.yvy - 2.0 * beta.iter().zip(&self.xvy).map(|(b, v)| b * v).sum::<f64>() + quad
+    }
+
+    /// The criterion with β and σ at their maximising values: (value, β̂, σ̂²).
+    fn profiled(&self, criterion: Criterion) -> Result<(f64, Vec<f64>, f64)> {
+        let (beta, rss, log_det_x) = self.gls()?;
+        let df = match criterion {
+            Criterion::Ml => self.n,
+            Criterion::Reml => self.n - self.p as f64,
+        };
+        let s2 = rss / df;
+        if s2 <= 0.0 || !s2.is_finite() {
+            return Err(SagdError::InvalidSetting {
+                name: "y",
+                value: "fitted exactly by the fixed effects".into(),
+                fix: "a Gaussian model needs residual variation: check y and X".into(),
+            });
+        }
+        let mut v = -0.5 * df * ((std::f64::consts::TAU * s2).ln() + 1.0) - 0.5 * self.log_det;
+        if criterion == Criterion::Reml {
+            v -= 0.5 * log_det_x;
+        }
+        Ok((v, beta, s2))
+    }
+
+    /// ℓ(β, σ) (maximum likelihood), every constant included.
+    fn ml(&self, beta: &[f64], log_sigma: f64) -> f64 {
+        -0.5 * self.n * LN_2PI
+            - self.n * log_sigma
+            - 0.5 * self.log_det
+            - 0.5 * self.rvr(beta) * (-2.0 * log_sigma).exp()
+    }
+
+    /// The REML criterion at σ, β integrated out.
+    fn reml(&self, log_sigma: f64) -> Result<f64> {
+        let (_, rss, log_det_x) = self.gls()?;
+        let df = self.n - self.p as f64;
+        Ok(-0.5 * df * LN_2PI
+            - df * log_sigma
+            - 0.5 * self.log_det
+            - 0.5 * log_det_x
+            - 0.5 * rss * (-2.0 * log_sigma).exp())
+    }
+}
+
+impl Glmm {
+    /// Where the variance parameters ψ sit in θ: after β, before log σ.
+    fn psi_range(&self) -> std::ops::Range<usize> {
+        self.p..self.theta_len() - 1
+    }
+
+    /// θ with the terms' factors made relative to σ: Λ = L/σ.
+    fn relative(&self, theta: &[f64]) -> Vec<f64> {
+        let log_sigma = theta[self.theta_len() - 1];
+        let mut rel = theta.to_vec();
+        for t in &self.terms {
+            let at = t.theta_at;
+            rel[at..at + t.q].iter_mut().for_each(|v| *v -= log_sigma);
+            let off = &mut rel[at + t.q..at + t.n_params()];
+            off.iter_mut().for_each(|v| *v *= (-log_sigma).exp());
+        }
+        rel
+    }
+
+    /// θ from ψ (relative factors), β and log σ: L = σΛ.
+    fn absolute(&self, psi: &[f64], beta: &[f64], log_sigma: f64) -> Vec<f64> {
+        let mut theta = Vec::with_capacity(self.theta_len());
+        theta.extend_from_slice(beta);
+        theta.extend_from_slice(psi);
+        theta.push(log_sigma);
+        for t in &self.terms {
+            let at = t.theta_at;
+            theta[at..at + t.q].iter_mut().for_each(|v| *v += log_sigma);
+            let off = &mut theta[at + t.q..at + t.n_params()];
+            off.iter_mut().for_each(|v| *v *= log_sigma.exp());
+        }
+        theta
+    }
+
+    /// The sums of the closed form at `rel` (θ whose factors are relative), over the points in
+    /// fixed pieces taken in order.
+    fn gaussian_pieces(&self, rel: &[f64]) -> Result<Pieces> {
+        let factors = self.factors(rel);
+        let points: Vec<usize> = (0..self.points.len()).collect();
+        let parts = points
+            .par_chunks(POINTS_PER_PIECE)
+            .map(|chunk| {
+                let mut sum = Pieces::zero(self.p);
+                for &c in chunk {
+                    sum.add(&self.gaussian_point_pieces(&factors, c)?);
+                }
+                Ok(sum)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut total = Pieces::zero(self.p);
+        parts.iter().for_each(|s| total.add(s));
+        Ok(total)
+    }
+
+    /// One point's sums, by Woodbury's identity in its latent dimension: with A = Z_c Λ and
+    /// M = I + AᵀA = L Lᵀ, V₀⁻¹ = I − A M⁻¹ Aᵀ and det V₀ = det M.
+    fn gaussian_point_pieces(&self, factors: &[Vec<f64>], c: usize) -> Result<Pieces> {
+        let (p, rows, dim) = (self.p, &self.points[c].rows, self.points[c].dim);
+        let a = self.point_design(factors, c);
+        let mut m = vec![0.0; dim * dim];
+        (0..dim).for_each(|k| m[k * dim + k] = 1.0);
+        let mut atx = vec![0.0; p * dim]; // column j of AᵀX at [j*dim..]
+        let mut aty = vec![0.0; dim];
+        let mut out = Pieces::zero(p);
+        out.n = rows.len() as f64;
+        for (ai, &i) in a.iter().zip(rows) {
+            let (xi, yi) = (&self.x[i * p..(i + 1) * p], self.y[i]);
+            for j in 0..p {
+                out.xvy[j] += xi[j] * yi;
+                for k in 0..p {
+                    out.xvx[j * p + k] += xi[j] * xi[k];
+                }
+            }
+            out.yvy += yi * yi;
+            for &(k, ak) in ai {
+                aty[k] += ak * yi;
+                for j in 0..p {
+                    atx[j * dim + k] += ak * xi[j];
+                }
+                for &(l, al) in ai {
+                    m[k * dim + l] += ak * al;
+                }
+            }
+        }
+        let f = Factor::cholesky(&m, dim).ok_or_else(|| not_finite(c))?;
+        out.log_det = f.log_det();
+        f.solve_lower(&mut aty);
+        atx.chunks_mut(dim.max(1))
+            .for_each(|col| f.solve_lower(col));
+        let dot = |u: &[f64], v: &[f64]| u.iter().zip(v).map(|(a, b)| a * b).sum::<f64>();
+        out.yvy -= dot(&aty, &aty);
+        for j in 0..p {
+            let wj = &atx[j * dim..(j + 1) * dim];
+            out.xvy[j] -= dot(wj, &aty);
+            for k in 0..p {
+                out.xvx[j * p + k] -= dot(wj, &atx[k * dim..(k + 1) * dim]);
+            }
+        }
+        Ok(out)
+    }
+
+    /// ψ ↦ −(profiled criterion)/n, for BFGS by central differences.
+    fn profiled_objective(&self, psi: &[f64], criterion: Criterion) -> Result<f64> {
+        let mut rel = vec![0.0; self.theta_len()];
+        rel[self.psi_range()].copy_from_slice(psi);
+        let (v, _, _) = self.gaussian_pieces(&rel)?.profiled(criterion)?;
+        Ok(-v / self.y.len() as f64)
+    }
+
+    pub(super) fn fit_gaussian(&self, settings: &ExactSettings, start: &[f64]) -> Result<ExactFit> {
+        let criterion = settings.criterion;
+        let psi0 = self.relative(start)[self.psi_range()].to_vec();
+        let r = bfgs::minimize(
+            |psi| {
+                let f = self.profiled_objective(psi, criterion)?;
+                let g = central_gradient(|x| self.profiled_objective(x, criterion), psi)?;
+                Ok((f, g))
+            },
+            &psi0,
+            1e-9,
+            settings.max_iter,
+        )?;
+        let mut rel = vec![0.0; self.theta_len()];
+        rel[self.psi_range()].copy_from_slice(&r.x);
+        let pieces = self.gaussian_pieces(&rel)?;
+        let (_, beta, s2) = pieces.profiled(criterion)?;
+        let log_sigma = 0.5 * s2.ln();
+        let theta = self.absolute(&r.x, &beta, log_sigma);
+        let ml = |th: &[f64]| -> Result<f64> {
+            let pieces = self.gaussian_pieces(&self.relative(th))?;
+            Ok(pieces.ml(&th[..self.p], th[self.theta_len() - 1]))
+        };
+        let log_likelihood = ml(&theta)?;
+        let (information, reml) = match criterion {
+            Criterion::Ml => (negated(central_hessian(ml, &theta)?), None),
+            Criterion::Reml => {
+                // The variance parameters' block from the REML criterion; β's from GLS, as lmer.
+                let p = self.p;
+                let reml_at = |var: &[f64]| -> Result<f64> {
+                    let mut th = theta.clone();
+                    th[p..].copy_from_slice(var);
+                    let pieces = self.gaussian_pieces(&self.relative(&th))?;
+                    pieces.reml(th[self.theta_len() - 1])
+                };
+                let var_block = negated(central_hessian(reml_at, &theta[p..])?);
+                let k = theta.len();
+                let mut info = vec![vec![0.0; k]; k];
+                for (row, xvx) in info.iter_mut().zip(pieces.xvx.chunks(p.max(1))) {
+                    row[..p].iter_mut().zip(xvx).for_each(|(o, v)| *o = v / s2);
+                }
+                for (j, row) in var_block.iter().enumerate() {
+                    info[p + j][p..].copy_from_slice(row);
+                }
+                (info, Some(reml_at(&theta[p..])?))
+            }
+        };
+        Ok(ExactFit {
+            covariance: Vec::new(),
+            se: Vec::new(),
+            singular: false,
+            theta,
+            log_likelihood,
+            reml,
+            criterion,
+            method: LikelihoodMethod::Exact,
+            nodes: 0,
+            quadrature_error: 0.0,
+            information,
+            iterations: r.iterations,
+            converged: r.converged,
+            grad_max: r.grad_max,
+        }
+        .with_errors(self))
+    }
+}

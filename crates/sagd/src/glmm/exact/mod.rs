@@ -1,0 +1,317 @@
+//! Fits by the exact marginal likelihood, where it can be computed to rounding, as lme4 does:
+//! the Gaussian family by its closed form with β and σ profiled out (maximum likelihood or REML,
+//! lmer's criteria), and the other families with at most [`MAX_QUADRATURE_DIM`] effects per point
+//! by adaptive Gauss-Hermite quadrature at each point's posterior mode (glmer's nAGQ, extended to
+//! correlated effects by a product rule), maximised by BFGS with the gradient from Fisher's
+//! identity at the same nodes. Standard errors come from the observed information, by central
+//! differences of the exact log-likelihood (or of its exact gradient). Models with larger points
+//! (crossed non-Gaussian designs, long latents) are fitted by automated EM.
+
+mod gaussian;
+mod quadrature;
+#[cfg(test)]
+mod tests;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Family, Glmm, LikelihoodMethod};
+use crate::error::{Result, SagdError};
+use crate::metric::Factor;
+
+/// The most effects per point that [`Glmm::fit_exact`] integrates by quadrature.
+pub const MAX_QUADRATURE_DIM: usize = 3;
+
+/// Nodes per dimension by the points' dimension (1, 2, 3): 25 as glmer's largest nAGQ.
+pub(super) const DEFAULT_NODES: [usize; MAX_QUADRATURE_DIM] = [25, 15, 9];
+
+/// Points per piece of a parallel pass: sums are taken piece by piece in order, so the result is
+/// the same bits on any number of threads.
+pub(super) const POINTS_PER_PIECE: usize = 256;
+
+/// Relative step of the central differences (θ is on log and correlation-like scales).
+const DIFF_STEP: f64 = 1e-5;
+
+/// Which likelihood a Gaussian model maximises.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Criterion {
+    /// Maximum likelihood: ℓ(β, Σ, σ).
+    #[default]
+    Ml,
+    /// Restricted maximum likelihood (Gaussian family only): the likelihood of the variance
+    /// parameters with β integrated out under a flat prior, lmer's default.
+    Reml,
+}
+
+/// Settings of [`Glmm::fit_exact`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExactSettings {
+    /// ML or REML (REML for the Gaussian family only).
+    pub criterion: Criterion,
+    /// Quadrature nodes per dimension (None: 25, 15, 9 for 1, 2, 3 effects per point).
+    pub nodes: Option<usize>,
+    /// The most BFGS iterations.
+    pub max_iter: usize,
+    /// θ to start from (None: [`Glmm::start`]).
+    pub start: Option<Vec<f64>>,
+}
+
+impl Default for ExactSettings {
+    fn default() -> Self {
+        ExactSettings {
+            criterion: Criterion::Ml,
+            nodes: None,
+            max_iter: 500,
+            start: None,
+        }
+    }
+}
+
+/// The exact maximum of a GLMM's likelihood (or REML criterion) with its observed information.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExactFit {
+    /// θ̂ on the model's scale (β; per term log diag L and L's off-diagonal; log σ).
+    pub theta: Vec<f64>,
+    /// ℓ(θ̂), every constant included (the ML log-likelihood also after a REML fit).
+    pub log_likelihood: f64,
+    /// The REML criterion at θ̂ (lme4's REML `logLik`), after a REML fit.
+    pub reml: Option<f64>,
+    /// The criterion maximised.
+    pub criterion: Criterion,
+    /// How ℓ was computed: `Exact` (closed form) or `Quadrature`.
+    pub method: LikelihoodMethod,
+    /// Quadrature nodes per dimension (0 for the closed form).
+    pub nodes: usize,
+    /// |ℓ(θ̂) by `nodes` − ℓ(θ̂) by half as many more|: the quadrature's error, bounded from
+    /// above (0 for the closed form).
+    pub quadrature_error: f64,
+    /// The observed information −∇²ℓ(θ̂) (REML: of the criterion for the variance parameters,
+    /// and Xᵀ V⁻¹ X for β, as lmer's standard errors).
+    pub information: Vec<Vec<f64>>,
+    /// The covariance of θ̂: the information's inverse without the parameters at a boundary
+    /// (an sd at 0, a correlation at ±1), whose rows and columns are NaN.
+    pub covariance: Vec<Vec<f64>>,
+    /// √diag of `covariance` (NaN at a boundary, or throughout if the information of the other
+    /// parameters is not positive definite).
+    pub se: Vec<f64>,
+    /// Whether a random-effect covariance is singular at θ̂ (lme4's "boundary (singular) fit"):
+    /// an sd at 0 or a correlation at ±1, where a simpler model fits as well.
+    pub singular: bool,
+    /// BFGS iterations.
+    pub iterations: usize,
+    /// Whether BFGS met its tolerance or no representable step could improve ℓ.
+    pub converged: bool,
+    /// max |∂ℓ/∂ψ| at the end, on BFGS's scale (ℓ divided by the observations).
+    pub grad_max: f64,
+}
+
+impl ExactFit {
+    /// The covariance, standard errors and singularity at θ̂, from the information and the
+    /// parameters at a boundary.
+    fn with_errors(mut self, model: &Glmm) -> Self {
+        let boundary = model.boundary(&self.theta);
+        self.covariance = covariance(&self.information, &boundary);
+        self.se = (0..self.theta.len())
+            .map(|j| self.covariance[j][j].sqrt())
+            .collect();
+        self.singular = boundary.iter().any(|b| *b);
+        self
+    }
+}
+
+impl Glmm {
+    /// How [`Glmm::fit_exact`] would compute this model's likelihood: `Exact` (the Gaussian
+    /// closed form), `Quadrature` (at most [`MAX_QUADRATURE_DIM`] effects per point), or None
+    /// (fit by automated EM).
+    pub fn exact_method(&self) -> Option<LikelihoodMethod> {
+        if self.family == Family::Gaussian {
+            Some(LikelihoodMethod::Exact)
+        } else if self.latent_dim <= MAX_QUADRATURE_DIM {
+            Some(LikelihoodMethod::Quadrature)
+        } else {
+            None
+        }
+    }
+
+    /// The maximum of the exact likelihood (or REML criterion), with its observed information:
+    /// lmer's and glmer's (nAGQ) estimates where they are exact, for the models
+    /// [`Glmm::exact_method`] accepts. Errors name what the model or settings lack.
+    pub fn fit_exact(&self, settings: &ExactSettings) -> Result<ExactFit> {
+        let bad = |name: &'static str, value: String, fix: &str| {
+            Err(SagdError::InvalidSetting {
+                name,
+                value,
+                fix: fix.into(),
+            })
+        };
+        let Some(method) = self.exact_method() else {
+            return bad(
+                "method",
+                format!(
+                    "exact, with {} random effects in a point (over {MAX_QUADRATURE_DIM})",
+                    self.latent_dim
+                ),
+                "fit this model by automated EM (method \"em\"); quadrature integrates at most 3 effects per point",
+            );
+        };
+        if settings.criterion == Criterion::Reml && self.family != Family::Gaussian {
+            return bad(
+                "criterion",
+                "reml".into(),
+                "REML is defined for the Gaussian family only; use maximum likelihood",
+            );
+        }
+        if let Some(m) = settings.nodes {
+            if !(1..=50).contains(&m) {
+                return bad("nodes", m.to_string(), "use 1 to 50 nodes per dimension");
+            }
+        }
+        if settings.max_iter == 0 {
+            return bad("max_iter", "0".into(), "allow at least one iteration");
+        }
+        let start = match &settings.start {
+            Some(s) => {
+                self.check_theta(s)?;
+                s.clone()
+            }
+            None => self.start(),
+        };
+        if method == LikelihoodMethod::Exact {
+            self.fit_gaussian(settings, &start)
+        } else {
+            let m = settings
+                .nodes
+                .unwrap_or(DEFAULT_NODES[self.latent_dim.max(1) - 1]);
+            self.fit_quadrature(settings, &start, m)
+        }
+    }
+
+    /// Which parameters of θ sit at a boundary of the covariances: log L_aa where L_aa is below
+    /// 1e-4 of the term's largest sd (or, with one effect, of σ for the Gaussian family and of 1
+    /// otherwise): an sd at 0, or, with L_ab beside it, a correlation at ±1.
+    fn boundary(&self, theta: &[f64]) -> Vec<bool> {
+        let mut at = vec![false; theta.len()];
+        let factors = self.factors(theta);
+        let unit = if self.family == Family::Gaussian {
+            theta[self.theta_len() - 1].exp()
+        } else {
+            1.0
+        };
+        for (t, l) in self.terms.iter().zip(&factors) {
+            let q = t.q;
+            let sd = |a: usize| (0..=a).map(|b| l[a * q + b].powi(2)).sum::<f64>().sqrt();
+            let scale = if q == 1 {
+                unit
+            } else {
+                (0..q).map(sd).fold(0.0, f64::max)
+            };
+            for a in 0..q {
+                at[t.theta_at + a] = l[a * q + a] < 1e-4 * scale;
+            }
+        }
+        at
+    }
+}
+
+/// The step of a central difference at x.
+fn step_at(x: f64) -> f64 {
+    DIFF_STEP * x.abs().max(1.0)
+}
+
+/// ∇f by central differences.
+pub(super) fn central_gradient(f: impl Fn(&[f64]) -> Result<f64>, x: &[f64]) -> Result<Vec<f64>> {
+    let rows = central_jacobian(|xs| Ok(vec![f(xs)?]), x)?;
+    Ok(rows.into_iter().map(|r| r[0]).collect())
+}
+
+/// The Jacobian of a gradient g by central differences: row j is ∂g/∂x_j.
+pub(super) fn central_jacobian(
+    g: impl Fn(&[f64]) -> Result<Vec<f64>>,
+    x: &[f64],
+) -> Result<Vec<Vec<f64>>> {
+    let mut xs = x.to_vec();
+    (0..x.len())
+        .map(|j| {
+            let h = step_at(x[j]);
+            xs[j] = x[j] + h;
+            let up = g(&xs)?;
+            xs[j] = x[j] - h;
+            let down = g(&xs)?;
+            xs[j] = x[j];
+            Ok(up
+                .iter()
+                .zip(&down)
+                .map(|(a, b)| (a - b) / (2.0 * h))
+                .collect())
+        })
+        .collect()
+}
+
+/// ∇²f by central second differences of f's values (f exact to rounding).
+pub(super) fn central_hessian(
+    f: impl Fn(&[f64]) -> Result<f64>,
+    x: &[f64],
+) -> Result<Vec<Vec<f64>>> {
+    let k = x.len();
+    let hs: Vec<f64> = x.iter().map(|&v| 100.0 * step_at(v)).collect();
+    let at = |moves: &[(usize, f64)]| {
+        let mut xs = x.to_vec();
+        moves.iter().for_each(|&(j, s)| xs[j] += s * hs[j]);
+        f(&xs)
+    };
+    let f0 = f(x)?;
+    let mut h = vec![vec![0.0; k]; k];
+    for j in 0..k {
+        h[j][j] = (at(&[(j, 1.0)])? - 2.0 * f0 + at(&[(j, -1.0)])?) / (hs[j] * hs[j]);
+        for l in 0..j {
+            let v = (at(&[(j, 1.0), (l, 1.0)])?
+                - at(&[(j, 1.0), (l, -1.0)])?
+                - at(&[(j, -1.0), (l, 1.0)])?
+                + at(&[(j, -1.0), (l, -1.0)])?)
+                / (4.0 * hs[j] * hs[l]);
+            h[j][l] = v;
+            h[l][j] = v;
+        }
+    }
+    Ok(h)
+}
+
+pub(super) fn symmetrised(m: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
+    (0..m.len())
+        .map(|j| (0..m.len()).map(|l| 0.5 * (m[j][l] + m[l][j])).collect())
+        .collect()
+}
+
+pub(super) fn negated(m: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
+    m.into_iter()
+        .map(|r| r.into_iter().map(|v| -v).collect())
+        .collect()
+}
+
+/// The covariance I⁻¹ of the parameters not at a boundary (NaN in the rows and columns of those
+/// that are, whose likelihood is flat: an sd at 0 or a correlation at ±1), as lme4's standard
+/// errors are conditional on such variance parameters; NaN throughout when even that is not
+/// positive definite.
+pub(super) fn covariance(info: &[Vec<f64>], boundary: &[bool]) -> Vec<Vec<f64>> {
+    let k = info.len();
+    let kept: Vec<usize> = (0..k).filter(|&j| !boundary[j]).collect();
+    let r = kept.len();
+    let flat: Vec<f64> = kept
+        .iter()
+        .flat_map(|&j| kept.iter().map(move |&l| info[j][l]))
+        .collect();
+    let mut cov = vec![vec![f64::NAN; k]; k];
+    let Some(f) = Factor::cholesky(&flat, r) else {
+        return cov;
+    };
+    for (a, &j) in kept.iter().enumerate() {
+        let mut col = vec![0.0; r];
+        col[a] = 1.0;
+        f.solve_lower(&mut col);
+        f.solve_upper(&mut col);
+        for (b, &l) in kept.iter().enumerate() {
+            cov[l][j] = col[b];
+        }
+    }
+    cov
+}

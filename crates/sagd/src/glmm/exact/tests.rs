@@ -1,0 +1,300 @@
+//! The exact fits against closed forms and the other exact references.
+
+use super::quadrature::ProductRule;
+use super::*;
+use crate::glmm::RandomTerm;
+use crate::quadrature::GaussHermite;
+use crate::rng::NormalStream;
+
+/// y_ij = 1 + b_i + e_ij, b ~ N(0, 0.8²), e ~ N(0, 0.5²): `groups` balanced groups of `per`.
+fn one_way(groups: usize, per: usize, seed: u64) -> Glmm {
+    let mut s = NormalStream::new(seed);
+    let b: Vec<f64> = (0..groups).map(|_| 0.8 * s.draw()).collect();
+    let n = groups * per;
+    let y = (0..n).map(|i| 1.0 + b[i / per] + 0.5 * s.draw()).collect();
+    let g: Vec<usize> = (0..n).map(|i| i / per).collect();
+    Glmm::new(Family::Gaussian, y, vec![1.0; n], &g, vec![1.0; n], None).unwrap()
+}
+
+/// Counts or successes with a random intercept (sd 0.6) and a covariate.
+fn intercepts(family: Family, groups: usize, per: usize, seed: u64) -> Glmm {
+    let mut s = NormalStream::new(seed);
+    let b: Vec<f64> = (0..groups).map(|_| 0.6 * s.draw()).collect();
+    let n = groups * per;
+    let x: Vec<f64> = (0..n)
+        .flat_map(|i| [1.0, ((i * 7) % 11) as f64 / 5.0 - 1.0])
+        .collect();
+    let trials = 5.0;
+    let y = (0..n)
+        .map(|i| {
+            let eta = 0.3 + 0.4 * x[2 * i + 1] + b[i / per];
+            // A deterministic draw near the mean keeps the data fixed without a Poisson sampler.
+            let u = (s.draw() * 0.5).tanh() * 0.5 + 0.5;
+            match family {
+                Family::Poisson => (eta.exp() * (0.5 + u)).round(),
+                _ => (trials / (1.0 + (-eta).exp()) * (0.5 + u))
+                    .round()
+                    .min(trials),
+            }
+        })
+        .collect();
+    let g: Vec<usize> = (0..n).map(|i| i / per).collect();
+    let t = (family == Family::Binomial).then(|| vec![trials; n]);
+    Glmm::new(family, y, x, &g, vec![1.0; n], t).unwrap()
+}
+
+/// Poisson counts with correlated random intercepts and slopes.
+fn slopes(groups: usize, per: usize) -> Glmm {
+    let mut s = NormalStream::new(5);
+    let n = groups * per;
+    let x: Vec<f64> = (0..n).map(|_| s.draw()).collect();
+    let b: Vec<(f64, f64)> = (0..groups)
+        .map(|_| {
+            let (e1, e2) = (s.draw(), s.draw());
+            (0.5 * e1, 0.3 * (0.6 * e1 + 0.8 * e2))
+        })
+        .collect();
+    let y = (0..n)
+        .map(|i| {
+            let (b0, b1) = b[i / per];
+            let mean = (0.5 + b0 + (0.3 + b1) * x[i]).exp();
+            (mean + mean.sqrt() * s.draw()).round().max(0.0)
+        })
+        .collect();
+    let term = RandomTerm {
+        group: (0..n).map(|i| i / per).collect(),
+        z: x.iter().flat_map(|&v| [1.0, v]).collect(),
+        correlated: true,
+    };
+    let xs = x.iter().flat_map(|&v| [1.0, v]).collect();
+    Glmm::with_terms(Family::Poisson, y, xs, vec![term], None).unwrap()
+}
+
+#[test]
+fn balanced_one_way_fits_are_the_anova_estimates() {
+    // ML and REML of the balanced one-way model in closed form (Searle, Casella and
+    // McCulloch 1992, ch. 3): σ̂² = MSW; σ̂_b² = (MSB − MSW)/n (REML) or
+    // ((1 − 1/G)·MSB − MSW)/n (ML); μ̂ = ȳ, its se √(MSB/(nG)) under REML.
+    let (g, n) = (30, 6);
+    let m = one_way(g, n, 3);
+    let y = &m.y;
+    let mean = y.iter().sum::<f64>() / (g * n) as f64;
+    let means: Vec<f64> = (0..g)
+        .map(|i| y[i * n..(i + 1) * n].iter().sum::<f64>() / n as f64)
+        .collect();
+    let ssw: f64 = (0..g * n).map(|i| (y[i] - means[i / n]).powi(2)).sum();
+    let ssb: f64 = means.iter().map(|v| n as f64 * (v - mean).powi(2)).sum();
+    let (msw, msb) = (ssw / (g * (n - 1)) as f64, ssb / (g - 1) as f64);
+    for (criterion, sb2) in [
+        (Criterion::Reml, (msb - msw) / n as f64),
+        (
+            Criterion::Ml,
+            ((1.0 - 1.0 / g as f64) * msb - msw) / n as f64,
+        ),
+    ] {
+        let fit = m
+            .fit_exact(&ExactSettings {
+                criterion,
+                ..Default::default()
+            })
+            .unwrap();
+        assert!(fit.converged, "{fit:?}");
+        let th = &fit.theta;
+        assert!(
+            (th[0] - mean).abs() < 1e-8,
+            "{criterion:?}: {th:?} vs {mean}"
+        );
+        assert!(
+            (th[1].exp().powi(2) / sb2 - 1.0).abs() < 1e-6,
+            "{criterion:?}: {th:?}"
+        );
+        assert!(
+            (th[2].exp().powi(2) / msw - 1.0).abs() < 1e-6,
+            "{criterion:?}: {th:?}"
+        );
+        // μ̂'s standard error: Var = (σ_b² + σ²/n)/G at the estimates (under REML,
+        // MSB/(nG)); the same form under ML, where the information's cross terms vanish.
+        let want = ((sb2 + msw / n as f64) / g as f64).sqrt();
+        assert!(
+            (fit.se[0] / want - 1.0).abs() < 1e-5,
+            "{criterion:?}: {:?}",
+            fit.se
+        );
+        assert_eq!(fit.reml.is_some(), criterion == Criterion::Reml);
+    }
+}
+
+#[test]
+fn the_gaussian_fit_is_the_maximum_of_the_closed_form() {
+    // Crossed correlated slopes × intercepts (one point of 11 effects) and nested terms (the
+    // model tests' data): the fit's ℓ is the closed form's (tested against the dense normal
+    // density there) and no step of 1e-3 along any coordinate raises it.
+    for nested in [false, true] {
+        let m = crate::glmm::tests::two_terms(Family::Gaussian, nested);
+        let fit = m.fit_exact(&ExactSettings::default()).unwrap();
+        assert!(fit.converged, "{fit:?}");
+        let at = |th: &[f64]| m.log_likelihood(th, 0).unwrap().value;
+        assert!((at(&fit.theta) - fit.log_likelihood).abs() < 1e-9);
+        for j in 0..fit.theta.len() {
+            for s in [-1e-3, 1e-3] {
+                let mut th = fit.theta.clone();
+                th[j] += s;
+                assert!(
+                    at(&th) <= fit.log_likelihood + 1e-9,
+                    "nested {nested}, θ[{j}]"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn quadrature_fits_are_the_one_dimensional_maximum() {
+    // Against the generic 1-D maximum of `em::maximum_likelihood` (40 Gauss-Hermite nodes,
+    // finite-difference centring): the same maximum, the same log-likelihood.
+    for family in [Family::Poisson, Family::Binomial] {
+        let m = intercepts(family, 40, 8, 2);
+        let fit = m.fit_exact(&ExactSettings::default()).unwrap();
+        assert!(fit.converged && fit.quadrature_error < 1e-8, "{fit:?}");
+        let reference =
+            crate::em::maximum_likelihood(&m, &m.start(), &GaussHermite::new(40)).unwrap();
+        assert!(
+            (-reference.f - fit.log_likelihood).abs() < 1e-8,
+            "{family:?}: {fit:?}"
+        );
+        for (a, b) in fit.theta.iter().zip(&reference.x) {
+            assert!(
+                (a - b).abs() < 1e-5,
+                "{family:?}: {:?} vs {:?}",
+                fit.theta,
+                reference.x
+            );
+        }
+        let quad = m.log_likelihood(&fit.theta, 0).unwrap();
+        assert_eq!(quad.method, LikelihoodMethod::Quadrature);
+        assert!((quad.value - fit.log_likelihood).abs() < 1e-8);
+        assert!(fit.se.iter().all(|s| s.is_finite() && *s > 0.0), "{fit:?}");
+    }
+}
+
+#[test]
+fn correlated_slopes_by_product_quadrature() {
+    // Two effects per point: ℓ by the 15² rule agrees with importance sampling within 4 of
+    // its errors; the Fisher-identity gradient is ℓ's own (central differences of ℓ).
+    let m = slopes(30, 8);
+    let theta = vec![0.4, 0.25, -0.6, -1.1, 0.1];
+    let rule = ProductRule::new(2, 15);
+    let mut modes: Vec<Vec<f64>> = m.points.iter().map(|c| vec![0.0; c.dim]).collect();
+    let (value, grad) = m.quadrature_value_grad(&theta, &rule, &mut modes).unwrap();
+    let sampled = m.log_likelihood_sampled(&theta, 20_000, 4).unwrap();
+    assert!(
+        (sampled.value - value).abs() < 4.0 * sampled.se,
+        "{sampled:?} vs {value}"
+    );
+    assert!(sampled.se < 0.02, "{sampled:?}");
+    let fd = central_gradient(
+        |th| {
+            let mut modes = modes.clone();
+            Ok(m.quadrature_value_grad(th, &rule, &mut modes)?.0)
+        },
+        &theta,
+    )
+    .unwrap();
+    for (a, b) in grad.iter().zip(&fd) {
+        assert!(
+            (a - b).abs() < 1e-5 * a.abs().max(1.0),
+            "{grad:?} vs {fd:?}"
+        );
+    }
+    let fit = m.fit_exact(&ExactSettings::default()).unwrap();
+    assert!(fit.converged && fit.quadrature_error < 1e-6, "{fit:?}");
+    assert!(fit.se.iter().all(|s| s.is_finite() && *s > 0.0), "{fit:?}");
+}
+
+#[test]
+fn a_variance_at_its_boundary_is_a_singular_fit_with_the_other_errors_kept() {
+    // Counts with no group effect: ℓ is highest at sd 0. The fit says so, leaves log sd
+    // without an error and keeps β's, which then are the errors of the model without the
+    // random effect (a Poisson GLM: (Xᵀ W X)⁻¹ with W = diag(μ̂)).
+    let (groups, per) = (40, 6);
+    let n = groups * per;
+    let x: Vec<f64> = (0..n)
+        .flat_map(|i| [1.0, (i % 5) as f64 / 2.0 - 1.0])
+        .collect();
+    let y: Vec<f64> = (0..n).map(|i| ((i * 7 + i / 3) % 5) as f64).collect();
+    let g: Vec<usize> = (0..n).map(|i| i % groups).collect();
+    let m = Glmm::new(Family::Poisson, y, x.clone(), &g, vec![1.0; n], None).unwrap();
+    let fit = m.fit_exact(&ExactSettings::default()).unwrap();
+    assert!(fit.singular && fit.converged, "{fit:?}");
+    assert!(fit.theta[2] < -5.0 && fit.se[2].is_nan(), "{fit:?}");
+    let mut xwx = [0.0; 4];
+    for i in 0..n {
+        let (a, b) = (x[2 * i], x[2 * i + 1]);
+        let mu = (fit.theta[0] * a + fit.theta[1] * b).exp();
+        xwx[0] += mu * a * a;
+        xwx[1] += mu * a * b;
+        xwx[3] += mu * b * b;
+    }
+    let det = xwx[0] * xwx[3] - xwx[1] * xwx[1];
+    let want = [(xwx[3] / det).sqrt(), (xwx[0] / det).sqrt()];
+    for (se, w) in fit.se.iter().zip(want) {
+        assert!((se / w - 1.0).abs() < 1e-3, "{:?} vs {want:?}", fit.se);
+    }
+    assert!(
+        !intercepts(Family::Poisson, 40, 6, 2)
+            .fit_exact(&ExactSettings::default())
+            .unwrap()
+            .singular
+    );
+}
+
+#[test]
+fn same_bits_on_any_number_of_threads() {
+    let m = intercepts(Family::Poisson, 600, 4, 8);
+    let fits: Vec<ExactFit> = [1, 3]
+        .iter()
+        .map(|&t| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .unwrap();
+            pool.install(|| m.fit_exact(&ExactSettings::default()).unwrap())
+        })
+        .collect();
+    assert_eq!(fits[0], fits[1]);
+}
+
+#[test]
+fn what_cannot_be_fitted_exactly_is_named() {
+    let err = |m: &Glmm, s: ExactSettings| format!("{}", m.fit_exact(&s).unwrap_err());
+    let poisson = intercepts(Family::Poisson, 5, 4, 1);
+    let reml = ExactSettings {
+        criterion: Criterion::Reml,
+        ..Default::default()
+    };
+    assert!(err(&poisson, reml).contains("Gaussian family only"));
+    let nodes = ExactSettings {
+        nodes: Some(0),
+        ..Default::default()
+    };
+    assert!(err(&poisson, nodes).contains("1 to 50"));
+    // Crossed Poisson intercepts: one point of 9 effects.
+    let n = 20;
+    let crossed = Glmm::with_terms(
+        Family::Poisson,
+        (0..n).map(|i| (i % 3) as f64).collect(),
+        vec![1.0; n],
+        [4, 5]
+            .iter()
+            .map(|&l| RandomTerm {
+                group: (0..n).map(|i| i % l).collect(),
+                z: vec![1.0; n],
+                correlated: false,
+            })
+            .collect(),
+        None,
+    )
+    .unwrap();
+    assert_eq!(crossed.exact_method(), None);
+    assert!(err(&crossed, ExactSettings::default()).contains("automated EM"));
+}
