@@ -39,6 +39,7 @@ class GlmmResult(FitResult):
         aic, bic: -2 x the maximised criterion + 2k (AIC) or k log n (BIC), k the parameters in
             theta: lme4's ``AIC`` and ``BIC`` (of the REML criterion after a REML fit).
         iterations: the maximiser's iterations (exact fits).
+        formula: the formula fitted, if one was given; ``n_obs`` the observations used.
         groups: the group labels (one grouping factor), or a dict factor -> labels.
         n_points: the independent blocks of the data EM works on: the groups of one factor, the
             top-level groups of nested ones, often the whole data set for crossed ones.
@@ -59,6 +60,8 @@ class GlmmResult(FitResult):
     groups: Any = None
     n_points: int = 0
     method: str = "em"
+    formula: Optional[str] = None
+    n_obs: int = 0
     reml: bool = False
     reml_loglik: Optional[float] = None
     aic: Optional[float] = None
@@ -78,7 +81,10 @@ class GlmmResult(FitResult):
             rows = [(n, e, s, math.nan) for n, e, s, _ in rows]
         else:
             how = f"{self.status}, {self.msteps} M-steps"
-        fixed = _table(rows[:p], f"GLMM ({self.family}), {n_groups} groups: {how}")
+        head = f"GLMM ({self.family}), {n_groups} groups: {how}"
+        if self.formula:
+            head = f"{self.formula}  [{self.family}, {self.n_obs} observations]\n{head}"
+        fixed = _table(rows[:p], head)
         sds = [(f"sd {n}", float(t), float(s), math.nan)
                for n, t, s in zip(self.random_names, self.random_sd, self.random_sd_se)]
         if self.sigma is not None:
@@ -243,6 +249,7 @@ def glmm(
     method: str = "auto",
     reml: bool = False,
     nodes: Optional[int] = None,
+    data: Any = None,
 ) -> GlmmResult:
     """Fits a generalised linear mixed model by maximum likelihood: directly where the likelihood
     can be computed exactly, else by automated Monte Carlo EM.
@@ -252,9 +259,18 @@ def glmm(
     (Z_2 || g_2) ...)``, with ``(Z | g)`` (a full Sigma_t) where ``correlated``. Factors may be
     nested or crossed.
 
+    With a formula, lme4's way: ``sagd.glmm("y ~ x + (1 + x | g)", data=df, family="poisson")``
+    (pandas and formulaic needed): the fixed effects and each term's effects by formulaic's
+    model matrices (categorical columns, interactions, ``I(...)``, ``0 +`` for no intercept),
+    ``(Z | g)`` correlated and ``(Z || g)`` independent effects, ``a:b`` and ``a/b`` (nested)
+    grouping factors, ``cbind(successes, failures)`` as a binomial response; rows with a missing
+    value in the formula's variables are dropped (lme4's ``na.omit``) and the result says how
+    many.
+
     Args:
         y: the responses (n values): real for ``"gaussian"``, counts for ``"poisson"``,
-            successes for ``"binomial"`` (0/1 for Bernoulli).
+            successes for ``"binomial"`` (0/1 for Bernoulli); or a formula (then ``data``, and
+            no ``X``, ``groups``, ``Z``, ``trials`` or ``correlated``).
         X: the fixed-effects design (n x p), including the intercept column if you want one;
             None: an intercept alone.
         groups: the group of each observation (n labels of any kind); for several grouping
@@ -280,6 +296,7 @@ def glmm(
             likelihood. Default False (maximum likelihood, comparable across models by AIC).
         nodes: quadrature nodes per random effect for an exact non-Gaussian fit (default 25,
             15, 9 with 1, 2, 3 effects per block).
+        data: with a formula, the data frame (or anything ``pandas.DataFrame`` takes).
 
     Returns:
         A :class:`GlmmResult`.
@@ -288,6 +305,19 @@ def glmm(
         ValueError: shapes that disagree, values that are not finite, counts that are not whole.
         KeyboardInterrupt: Ctrl-C during the fit.
     """
+    formula, dropped = None, 0
+    if isinstance(y, str):
+        if any(v is not None for v in (X, groups, Z, trials)) or correlated is not False:
+            raise ValueError("with a formula, give the model in it alone: no X, groups, Z, "
+                             "trials or correlated")
+        from ._formula import parse
+
+        formula, d = y, parse(y, data)
+        y, X, groups, Z, trials, correlated = d.y, d.X, d.groups, d.Z, d.trials, d.correlated
+        x_names, dropped = d.x_names, d.dropped
+        z_names = d.z_names[0] if len(d.z_names) == 1 else d.z_names
+    elif data is not None:
+        raise ValueError("data: only with a formula, e.g. sagd.glmm('y ~ x + (1 | g)', data=df)")
     a = _Arrays.of(y, X, groups, family, Z, trials, correlated)
     yv, n, factor_names, k, labels, Xm, Zs, cor = (a.y, a.n, a.factor_names, a.k, a.labels, a.X,
                                                    a.Zs, a.cor)
@@ -376,8 +406,13 @@ def glmm(
     reml_ll = d.get("reml_loglik")
     criterion = reml_ll if reml_ll is not None else d.get("loglik")
     k = len(est)
+    if dropped:
+        note = f"{dropped} rows with a missing value dropped (lme4's na.omit)"
+        base.warning = note if base.warning is None else f"{note}; {base.warning}"
     return GlmmResult(
         **{f: getattr(base, f) for f in FitResult.__dataclass_fields__},
+        formula=formula,
+        n_obs=n,
         method="exact" if exact else "em",
         reml=reml_ll is not None,
         reml_loglik=reml_ll,

@@ -21,7 +21,7 @@ mod family;
 mod likelihood;
 mod terms;
 
-pub use exact::{Criterion, ExactFit, ExactSettings};
+pub use exact::{Criterion, ExactFit, ExactSettings, MAX_QUADRATURE_DIM};
 pub use family::Family;
 pub use likelihood::{LikelihoodMethod, MarginalLikelihood};
 

@@ -223,9 +223,14 @@ impl Glmm {
         let psi0 = self.relative(start)[self.psi_range()].to_vec();
         let r = bfgs::minimize(
             |psi| {
-                let f = self.profiled_objective(psi, criterion)?;
-                let g = central_gradient(|x| self.profiled_objective(x, criterion), psi)?;
-                Ok((f, g))
+                // A trial ψ where the closed form cannot be computed (variances so far apart
+                // that XᵀV₀⁻¹X loses its rank in rounding) is rejected by the line search as
+                // +∞; a fault of the data itself is raised again at the end, where ψ is kept.
+                let value = self.profiled_objective(psi, criterion).and_then(|f| {
+                    let g = central_gradient(|x| self.profiled_objective(x, criterion), psi)?;
+                    Ok((f, g))
+                });
+                Ok(value.unwrap_or_else(|_| (f64::INFINITY, vec![0.0; psi.len()])))
             },
             &psi0,
             1e-9,

@@ -296,5 +296,19 @@ fn what_cannot_be_fitted_exactly_is_named() {
     )
     .unwrap();
     assert_eq!(crossed.exact_method(), None);
+    // A column that another determines: no trial point can be computed, and the fault is named.
+    let n = 24;
+    let collinear = Glmm::new(
+        Family::Gaussian,
+        (0..n).map(|i| (i as f64 * 0.7).sin()).collect(),
+        (0..n)
+            .flat_map(|i| [1.0, i as f64, 2.0 * i as f64])
+            .collect(),
+        &(0..n).map(|i| i % 4).collect::<Vec<_>>(),
+        vec![1.0; n],
+        None,
+    )
+    .unwrap();
+    assert!(err(&collinear, ExactSettings::default()).contains("linearly dependent"));
     assert!(err(&crossed, ExactSettings::default()).contains("automated EM"));
 }

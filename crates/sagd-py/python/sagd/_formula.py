@@ -1,0 +1,137 @@
+"""lme4's formulas for `sagd.glmm`: ``y ~ x + (1 + x | g)`` on a pandas DataFrame.
+
+formulaic builds every design matrix (the fixed effects, and each random-effect term's
+left-hand side); this module only separates lme4's bar terms from the rest: ``(Z | g)`` with
+correlated effects, ``(Z || g)`` with independent ones, a grouping factor ``g``, an interaction
+``a:b`` or a nesting ``a/b`` (the terms ``a`` and ``a:b``), and ``cbind(successes, failures)`` as
+the binomial response.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+_BAR = re.compile(r"\(([^()|]*)(\|\|?)([^()|]+)\)")
+_CBIND = re.compile(r"^\s*cbind\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*$")
+_NAME = re.compile(r"[A-Za-z_.][A-Za-z0-9_.]*")
+
+
+@dataclass
+class Design:
+    """What a formula asks of ``sagd.glmm``'s array arguments."""
+
+    y: np.ndarray
+    X: np.ndarray
+    x_names: List[str]
+    groups: Dict[str, np.ndarray]
+    Z: List[np.ndarray]
+    z_names: List[List[str]]
+    correlated: List[bool]
+    trials: Optional[np.ndarray]
+    dropped: int
+
+
+def _bad(formula: str, why: str, fix: str) -> ValueError:
+    return ValueError(f"formula {formula!r}: {why}; {fix}")
+
+
+def _terms(expr: str) -> List[str]:
+    """The non-empty terms of a sum, split at its top-level '+'."""
+    terms, depth, start = [], 0, 0
+    for i, c in enumerate(expr + "+"):
+        depth += (c == "(") - (c == ")")
+        if c == "+" and depth == 0:
+            terms.append(expr[start:i].strip())
+            start = i + 1
+    return [t for t in terms if t]
+
+
+def _lme4_names(columns: Any) -> List[str]:
+    return ["(Intercept)" if c == "Intercept" else str(c) for c in columns]
+
+
+def parse(formula: str, data: Any) -> Design:
+    """The design matrices of ``formula`` on ``data`` (a pandas DataFrame, or anything
+    ``pandas.DataFrame`` accepts), rows with a missing value in any variable it uses dropped
+    (lme4's ``na.omit``)."""
+    try:
+        import pandas as pd
+        from formulaic import model_matrix
+    except ImportError:
+        raise ImportError("formulas need pandas and formulaic: pip install pandas formulaic "
+                          "(or pip install 'sagd[formula]')") from None
+    if data is None:
+        raise ValueError("data: a formula needs the data frame its names refer to "
+                         "(data=df)")
+    df = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
+    if formula.count("~") != 1:
+        raise _bad(formula, "no single '~'", "write it as response ~ terms, e.g. "
+                   "'y ~ x + (1 | g)'")
+    lhs, rhs = (s.strip() for s in formula.split("~"))
+    bars = _BAR.findall(rhs)
+    if not bars:
+        raise _bad(formula, "no random-effect term", "add one such as (1 | g), or fit a "
+                   "model without random effects with another tool")
+    fixed = _BAR.sub(" ", rhs)
+    if "|" in fixed:
+        raise _bad(formula, "a '|' outside parentheses", "write random effects as (terms | g)")
+    fixed = " + ".join(_terms(fixed)) or "1"
+    used = set(_NAME.findall(lhs + " " + rhs)) & set(map(str, df.columns))
+    missing = [n for n in set(_NAME.findall(lhs)) if n not in df.columns and n != "cbind"]
+    if missing:
+        raise _bad(formula, f"no column {missing[0]!r} in data",
+                   f"use one of {list(map(str, df.columns))[:12]}")
+    before = len(df)
+    df = df.dropna(subset=sorted(used)).reset_index(drop=True)
+    if len(df) == 0:
+        raise ValueError(f"data: no row without a missing value in {sorted(used)}")
+
+    def design(expr: str, what: str) -> Any:
+        try:
+            return model_matrix(expr, df, na_action="raise")
+        except Exception as e:  # formulaic's errors name the term; add where it was
+            raise _bad(formula, f"{what} {expr!r}: {e}", "check the names and the syntax") \
+                from None
+
+    pair = _CBIND.match(lhs)
+    if pair:
+        # I(...): the arguments are arithmetic (n - s), not formulas.
+        succ, fail = (design(f"0 + I({c})", "the response").to_numpy()[:, 0]
+                      for c in pair.groups())
+        y, trials = succ.astype(float), (succ + fail).astype(float)
+    else:
+        y, trials = design(f"0 + {lhs}", "the response").to_numpy(dtype=float), None
+        if y.shape[1] != 1:
+            raise _bad(formula, f"the response {lhs!r} is not one numeric column",
+                       "give a numeric column (0/1 or counts), or cbind(successes, failures)")
+        y = y[:, 0]
+    X = design(fixed, "the fixed effects")
+    groups: Dict[str, np.ndarray] = {}
+    Z, z_names, correlated = [], [], []
+    for effects, bar, grouping in bars:
+        z = design(effects.strip() or "1", "the random effects")
+        factors = [g.strip() for g in grouping.split("/")]
+        nested = [":".join(factors[:k + 1]) for k in range(len(factors))]
+        for name in nested:
+            parts = [p.strip() for p in name.split(":")]
+            absent = [p for p in parts if p not in df.columns]
+            if absent:
+                raise _bad(formula, f"no grouping column {absent[0]!r} in data",
+                           f"use one of {list(map(str, df.columns))[:12]}")
+            label = name if len(parts) > 1 else parts[0]
+            if label in groups:
+                raise _bad(formula, f"the grouping factor {label!r} twice",
+                           "combine its terms in one (a + b | g), or use (a || g)")
+            cols = df[parts].astype(str)
+            groups[label] = cols.agg(":".join, axis=1).to_numpy() if len(parts) > 1 \
+                else df[parts[0]].to_numpy()
+            Z.append(z.to_numpy(dtype=float))
+            z_names.append(_lme4_names(z.columns))
+            correlated.append(bar == "|")
+    return Design(y=np.asarray(y, dtype=float), X=X.to_numpy(dtype=float),
+                  x_names=_lme4_names(X.columns), groups=groups, Z=Z, z_names=z_names,
+                  correlated=correlated, trials=trials, dropped=before - len(df))
