@@ -8,7 +8,8 @@ import pytest
 
 import sagd
 from conftest import loglik, mle, reference_se, simulate
-from test_glmm_terms import crossed_loglik, hessian, hessian_se, maximum, slopes_loglik
+from test_glmm_terms import (crossed_loglik, hessian, hessian_se, maximum, slopes_data,
+                             slopes_loglik)
 
 
 @pytest.mark.parametrize("family", ["poisson", "binomial", "gaussian"])
@@ -28,13 +29,7 @@ def test_random_intercepts_are_the_exact_maximum(family):
 
 
 def test_correlated_slopes_are_the_exact_maximum():
-    rng = np.random.default_rng(11)
-    G, per = 60, 8
-    g = np.repeat(np.arange(G), per)
-    x = rng.normal(size=G * per)
-    Sigma = np.array([[0.5 ** 2, 0.6 * 0.5 * 0.3], [0.6 * 0.5 * 0.3, 0.3 ** 2]])
-    b = rng.multivariate_normal([0, 0], Sigma, size=G)
-    y = rng.poisson(np.exp(0.5 + 0.3 * x + b[g, 0] + b[g, 1] * x)).astype(float)
+    y, x, g = slopes_data()
     X = np.column_stack([np.ones_like(x), x])
     r = sagd.glmm(y, X, g, family="poisson", Z=X, correlated=True)
     assert r.method == "exact" and r.converged, r

@@ -65,7 +65,9 @@ def hessian(f, t, h=1e-4):
     return H
 
 
-def test_correlated_random_slopes_fit_the_quadrature_maximum():
+def slopes_data():
+    """Poisson counts, 60 groups of 8, with correlated random intercepts and slopes (sds 0.5 and
+    0.3, correlation 0.6): (y, x, g)."""
     rng = np.random.default_rng(11)
     G, per = 60, 8
     g = np.repeat(np.arange(G), per)
@@ -73,6 +75,11 @@ def test_correlated_random_slopes_fit_the_quadrature_maximum():
     Sigma = np.array([[0.5 ** 2, 0.6 * 0.5 * 0.3], [0.6 * 0.5 * 0.3, 0.3 ** 2]])
     b = rng.multivariate_normal([0, 0], Sigma, size=G)
     y = rng.poisson(np.exp(0.5 + 0.3 * x + b[g, 0] + b[g, 1] * x)).astype(float)
+    return y, x, g
+
+
+def test_correlated_random_slopes_fit_the_quadrature_maximum():
+    y, x, g = slopes_data()
     X = np.column_stack([np.ones_like(x), x])
     r = sagd.glmm(y, X, g, family="poisson", Z=X, correlated=True, seed=2,
                   z_names=["(Intercept)", "x"], method="em")
