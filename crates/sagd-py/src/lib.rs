@@ -1,6 +1,7 @@
-//! `sagd._core`: the Rust side of the Python package. Automated EM on a generalised linear mixed
-//! model given as numpy arrays (gradients in Rust, the GIL released while it runs), and on a
-//! model given as a Python function (called once per block of chains with all their latents).
+//! `sagd._core`: the Rust side of the Python package. A generalised linear mixed model given as
+//! numpy arrays, fitted by its exact likelihood or automated EM (`glmm.rs`; gradients in Rust,
+//! the GIL released while it runs), and automated EM on a model given as a Python function
+//! (called once per block of chains with all their latents).
 //! The Python layer (`python/sagd/__init__.py`) checks the arguments' shapes and wraps the
 //! results; errors come back as `ValueError` (bad input, bad settings) or `RuntimeError`, an
 //! exception raised by the user's function as itself, and Ctrl-C as `KeyboardInterrupt`.
@@ -9,26 +10,24 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
+use numpy::{PyArray1, PyArray2, PyReadonlyArray1};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use sagd::em::{AutomatedEm, EmEvent, EmSettings, EmTrace, EstimateStatus};
 use sagd::error::SagdError;
-use sagd::glmm::{
-    Criterion, ExactFit, ExactSettings, Family, Glmm, LikelihoodMethod, MarginalLikelihood,
-    RandomTerm,
-};
 use sagd::model::LatentModel;
 use sagd::run::Control;
 
 mod callbacks;
+mod glmm;
 
 use callbacks::{Callback, PyModel, PyProblem};
+use glmm::{fit_glmm, glmm_loglik};
 
 /// A library error as the Python exception a user expects: bad input or settings are a
 /// `ValueError`, anything else a `RuntimeError`; the message names the input and the fix.
-fn py_error(e: SagdError) -> PyErr {
+pub(crate) fn py_error(e: SagdError) -> PyErr {
     match e {
         SagdError::InvalidSetting { .. } | SagdError::Dimension { .. } => {
             PyValueError::new_err(e.to_string())
@@ -39,7 +38,7 @@ fn py_error(e: SagdError) -> PyErr {
 
 /// Runs automated EM with the defaults on `model` from `theta0` ([`detached`]: the GIL released,
 /// Ctrl-C watched). Results do not depend on the threads.
-fn run_em<M: LatentModel<f64>>(
+pub(crate) fn run_em<M: LatentModel<f64>>(
     py: Python<'_>,
     model: &M,
     theta0: &[f64],
@@ -85,7 +84,7 @@ impl Watch {
 /// handlers on its main thread only — and raises the job's stop flag, so that it ends after its
 /// current update; the interrupt then comes back as `KeyboardInterrupt`. With `progress`, the
 /// work done is handed to it (from this thread, a few times a second).
-fn detached<R, F>(
+pub(crate) fn detached<R, F>(
     py: Python<'_>,
     threads: Option<usize>,
     progress: Option<Py<PyAny>>,
@@ -148,7 +147,7 @@ where
 }
 
 /// The fields of a finished run, for the Python result object.
-fn trace_dict<'py>(py: Python<'py>, trace: &EmTrace) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn trace_dict<'py>(py: Python<'py>, trace: &EmTrace) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     let answer = trace.final_estimate();
     d.set_item("estimate", PyArray1::from_slice(py, answer.estimate))?;
@@ -183,225 +182,6 @@ fn trace_dict<'py>(py: Python<'py>, trace: &EmTrace) -> PyResult<Bound<'py, PyDi
         d.set_item("se_warning", p.se_warning.clone())?;
         d.set_item("gaps", PyArray1::from_slice(py, &p.gaps))?;
     }
-    Ok(d)
-}
-
-/// A `Glmm` from `sagd.glmm`'s checked arrays (one random-effect term per entry of `groups`).
-#[allow(clippy::too_many_arguments)]
-fn glmm_model(
-    family: &str,
-    y: PyReadonlyArray1<'_, f64>,
-    x: PyReadonlyArray2<'_, f64>,
-    groups: Vec<PyReadonlyArray1<'_, i64>>,
-    zs: Vec<PyReadonlyArray2<'_, f64>>,
-    correlated: Vec<bool>,
-    trials: Option<PyReadonlyArray1<'_, f64>>,
-) -> PyResult<Glmm> {
-    let family: Family = family.parse().map_err(PyValueError::new_err)?;
-    if zs.len() != groups.len() || correlated.len() != groups.len() {
-        return Err(PyValueError::new_err(
-            "Z, correlated: give one per grouping factor",
-        ));
-    }
-    let mut terms = Vec::with_capacity(groups.len());
-    for ((g, z), correlated) in groups.iter().zip(&zs).zip(correlated) {
-        let group = g
-            .as_array()
-            .iter()
-            .map(|&g| usize::try_from(g))
-            .collect::<Result<_, _>>()
-            .map_err(|_| {
-                PyValueError::new_err(
-                    "groups: negative group index; number the groups 0, 1, …, G − 1",
-                )
-            })?;
-        terms.push(RandomTerm {
-            group,
-            z: z.as_array().iter().copied().collect(),
-            correlated,
-        });
-    }
-    Glmm::with_terms(
-        family,
-        y.as_array().to_vec(),
-        x.as_array().iter().copied().collect(),
-        terms,
-        trials.map(|t| t.as_array().to_vec()),
-    )
-    .map_err(py_error)
-}
-
-/// ℓ(θ) of a GLMM (see `sagd.glmm_loglik`): (value, its error, how it was computed).
-#[pyfunction]
-#[pyo3(signature = (family, y, x, groups, zs, correlated, trials, theta, seed=0))]
-#[allow(clippy::too_many_arguments)]
-fn glmm_loglik(
-    py: Python<'_>,
-    family: &str,
-    y: PyReadonlyArray1<'_, f64>,
-    x: PyReadonlyArray2<'_, f64>,
-    groups: Vec<PyReadonlyArray1<'_, i64>>,
-    zs: Vec<PyReadonlyArray2<'_, f64>>,
-    correlated: Vec<bool>,
-    trials: Option<PyReadonlyArray1<'_, f64>>,
-    theta: Vec<f64>,
-    seed: u64,
-) -> PyResult<(f64, f64, String)> {
-    let model = glmm_model(family, y, x, groups, zs, correlated, trials)?;
-    let l = py
-        .detach(|| model.log_likelihood(&theta, seed))
-        .map_err(py_error)?;
-    Ok((l.value, l.se, likelihood_method_name(l.method)))
-}
-
-fn likelihood_method_name(method: LikelihoodMethod) -> String {
-    match method {
-        LikelihoodMethod::Quadrature => "quadrature".to_string(),
-        LikelihoodMethod::Exact => "exact".to_string(),
-        LikelihoodMethod::ImportanceSampling { draws } => {
-            format!("importance sampling ({draws} draws per point)")
-        }
-    }
-}
-
-/// The fields of an exact fit, under the names of [`trace_dict`]'s (no Monte Carlo error).
-fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    let k = fit.theta.len();
-    d.set_item("estimate", PyArray1::from_slice(py, &fit.theta))?;
-    d.set_item("mc_se", PyArray1::from_vec(py, vec![0.0; k]))?;
-    d.set_item("status", "exact")?;
-    d.set_item("polish_error", None::<String>)?;
-    d.set_item("converged", fit.converged)?;
-    d.set_item("msteps", 0)?;
-    d.set_item("iterations", fit.iterations)?;
-    d.set_item("langevin_steps", 0)?;
-    d.set_item("interrupted", false)?;
-    d.set_item(
-        "path",
-        PyArray2::from_vec2(py, std::slice::from_ref(&fit.theta))
-            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
-    )?;
-    d.set_item("se", PyArray1::from_slice(py, &fit.se))?;
-    d.set_item("se_error", PyArray1::from_vec(py, vec![0.0; k]))?;
-    d.set_item(
-        "information",
-        PyArray2::from_vec2(py, &fit.information)
-            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
-    )?;
-    d.set_item("information_theta", PyArray1::from_slice(py, &fit.theta))?;
-    d.set_item(
-        "covariance",
-        PyArray2::from_vec2(py, &fit.covariance)
-            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
-    )?;
-    d.set_item("reml_loglik", fit.reml)?;
-    d.set_item("quadrature_nodes", fit.nodes)?;
-    if !fit.converged {
-        d.set_item(
-            "se_warning",
-            format!(
-                "the maximiser stopped after {} iterations short of its tolerance (gradient {:.2e}); treat the estimate as approximate",
-                fit.iterations, fit.grad_max
-            ),
-        )?;
-    }
-    Ok(d)
-}
-
-/// Fits a GLMM by automated EM (see `sagd.glmm` for the arguments): one random-effect term per
-/// entry of `groups`, with its design in `zs` and its `correlated` flag; returns a dict of arrays.
-#[pyfunction]
-#[pyo3(signature = (family, y, x, groups, zs, correlated, trials, seed, threads, max_msteps, progress, method="auto", reml=false, nodes=None))]
-#[allow(clippy::too_many_arguments)]
-fn fit_glmm<'py>(
-    py: Python<'py>,
-    family: &str,
-    y: PyReadonlyArray1<'py, f64>,
-    x: PyReadonlyArray2<'py, f64>,
-    groups: Vec<PyReadonlyArray1<'py, i64>>,
-    zs: Vec<PyReadonlyArray2<'py, f64>>,
-    correlated: Vec<bool>,
-    trials: Option<PyReadonlyArray1<'py, f64>>,
-    seed: u64,
-    threads: Option<usize>,
-    max_msteps: Option<usize>,
-    progress: Option<Py<PyAny>>,
-    method: &str,
-    reml: bool,
-    nodes: Option<usize>,
-) -> PyResult<Bound<'py, PyDict>> {
-    if !matches!(method, "auto" | "exact" | "em") {
-        return Err(PyValueError::new_err(format!(
-            "method: {method:?}; use \"auto\" (the exact likelihood where it can be computed, else EM), \"exact\" or \"em\""
-        )));
-    }
-    let model = glmm_model(family, y, x, groups, zs, correlated, trials)?;
-    let exact = method == "exact" || (method == "auto" && model.exact_method().is_some());
-    if reml && !exact {
-        return Err(PyValueError::new_err(
-            "reml: REML is fitted by the closed form only; use family=\"gaussian\" with method \"auto\" or \"exact\"",
-        ));
-    }
-    let (d, est, exact_loglik) = if exact {
-        let settings = ExactSettings {
-            criterion: if reml { Criterion::Reml } else { Criterion::Ml },
-            nodes,
-            ..ExactSettings::default()
-        };
-        let fit =
-            detached(py, threads, progress, |_| model.fit_exact(&settings))?.map_err(py_error)?;
-        let loglik = MarginalLikelihood {
-            value: fit.log_likelihood,
-            se: fit.quadrature_error,
-            method: fit.method,
-            min_ess: None,
-        };
-        (
-            exact_dict(py, &fit)?,
-            fit.theta,
-            Some((loglik, fit.nodes, fit.singular)),
-        )
-    } else {
-        let theta0 = model.start();
-        let trace = run_em(py, &model, &theta0, seed, threads, max_msteps, progress)?;
-        let est = trace.final_estimate().estimate.to_vec();
-        (trace_dict(py, &trace)?, est, None)
-    };
-    // The log-likelihood at the estimate (exact, or sampled with its error); with a single random
-    // intercept, also whether it is no higher than with its sd at 0 (a singular fit: the maximum
-    // is on the boundary, where log sd has no estimate).
-    let (loglik, singular) = py
-        .detach(|| -> sagd::error::Result<_> {
-            let l = match exact_loglik {
-                Some((l, _, _)) => l,
-                None => model.log_likelihood(&est, seed)?,
-            };
-            let singular = if let Some((_, _, singular)) = exact_loglik {
-                Some(singular)
-            } else if model.terms() == [(1, false)] {
-                let mut at_zero = est.clone();
-                at_zero[model.n_fixed()] = -30.0;
-                Some(model.log_likelihood(&at_zero, seed)?.value >= l.value - 1e-3)
-            } else {
-                None
-            };
-            Ok((l, singular))
-        })
-        .map_err(py_error)?;
-    d.set_item("loglik", loglik.value)?;
-    d.set_item("loglik_se", loglik.se)?;
-    let method = match loglik.method {
-        LikelihoodMethod::Quadrature if exact => format!(
-            "adaptive quadrature ({} nodes per effect)",
-            exact_loglik.map_or(0, |(_, m, _)| m)
-        ),
-        other => likelihood_method_name(other),
-    };
-    d.set_item("loglik_method", method)?;
-    d.set_item("loglik_ess", loglik.min_ess)?;
-    d.set_item("singular", singular)?;
-    d.set_item("n_points", model.n_data())?;
     Ok(d)
 }
 

@@ -15,8 +15,8 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, Glmm, LikelihoodMethod};
+use crate::em::information::spd_inverse;
 use crate::error::{Result, SagdError};
-use crate::metric::Factor;
 
 /// The most effects per point that [`Glmm::fit_exact`] integrates by quadrature.
 pub const MAX_QUADRATURE_DIM: usize = 3;
@@ -293,24 +293,17 @@ pub(super) fn negated(m: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
 /// errors are conditional on such variance parameters; NaN throughout when even that is not
 /// positive definite.
 pub(super) fn covariance(info: &[Vec<f64>], boundary: &[bool]) -> Vec<Vec<f64>> {
-    let k = info.len();
-    let kept: Vec<usize> = (0..k).filter(|&j| !boundary[j]).collect();
-    let r = kept.len();
-    let flat: Vec<f64> = kept
+    let kept: Vec<usize> = (0..info.len()).filter(|&j| !boundary[j]).collect();
+    let reduced: Vec<Vec<f64>> = kept
         .iter()
-        .flat_map(|&j| kept.iter().map(move |&l| info[j][l]))
+        .map(|&j| kept.iter().map(|&l| info[j][l]).collect())
         .collect();
-    let mut cov = vec![vec![f64::NAN; k]; k];
-    let Some(f) = Factor::cholesky(&flat, r) else {
-        return cov;
-    };
-    for (a, &j) in kept.iter().enumerate() {
-        let mut col = vec![0.0; r];
-        col[a] = 1.0;
-        f.solve_lower(&mut col);
-        f.solve_upper(&mut col);
-        for (b, &l) in kept.iter().enumerate() {
-            cov[l][j] = col[b];
+    let mut cov = vec![vec![f64::NAN; info.len()]; info.len()];
+    if let Some(inv) = spd_inverse(&reduced) {
+        for (a, &j) in kept.iter().enumerate() {
+            for (b, &l) in kept.iter().enumerate() {
+                cov[j][l] = inv[a][b];
+            }
         }
     }
     cov
