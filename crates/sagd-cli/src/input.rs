@@ -1,5 +1,5 @@
-//! Reading a user's data: one column of numbers from a CSV file, with errors that name the file, the
-//! line and the problem.
+//! Reading a user's data from a CSV file: one column of numbers, or a table with a header for a
+//! model formula, with errors that name the file, the line and the problem.
 
 use std::path::Path;
 
@@ -127,6 +127,63 @@ pub fn parse_column(
         bail!("the data file {shown} has no data rows (only a header?): it needs one column of numbers");
     }
     Ok(values)
+}
+
+/// Reads a CSV table whose first row names its columns: each column numbers where every value
+/// that is not missing (empty, `NA`, `NaN`) reads as one, else labels.
+pub fn read_table(path: &Path) -> Result<sagd::glmm::Frame> {
+    let bytes = std::fs::read(path).with_context(|| {
+        format!(
+            "cannot read the data file {}: check the path",
+            path.display()
+        )
+    })?;
+    parse_table(&bytes, &path.display().to_string())
+}
+
+/// [`read_table`] on the bytes of a file shown as `shown` in messages.
+pub fn parse_table(bytes: &[u8], shown: &str) -> Result<sagd::glmm::Frame> {
+    use sagd::glmm::formula::Column as Values;
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(bytes);
+    let mut names: Vec<String> = Vec::new();
+    let mut fields: Vec<Vec<String>> = Vec::new();
+    for (k, rec) in rdr.records().enumerate() {
+        let rec = rec.with_context(|| format!("{shown}: cannot parse line {} as CSV", k + 1))?;
+        let line = rec.position().map(|p| p.line()).unwrap_or(k as u64 + 1);
+        if rec.iter().all(|f| f.is_empty()) {
+            continue;
+        }
+        if names.is_empty() {
+            names = rec.iter().map(str::to_string).collect();
+            if let Some(j) = names.iter().position(String::is_empty) {
+                bail!("{shown}, line {line}: column {} has no name: the first row must name every column", j + 1);
+            }
+            fields = vec![Vec::new(); names.len()];
+            continue;
+        }
+        if rec.len() != names.len() {
+            bail!(
+                "{shown}, line {line}: {} field(s) where the header names {}: a decimal comma (`6,172`)? write numbers with a decimal point, or quote a field that contains a comma",
+                rec.len(),
+                names.len()
+            );
+        }
+        for (col, f) in fields.iter_mut().zip(rec.iter()) {
+            col.push(f.to_string());
+        }
+    }
+    if names.is_empty() {
+        bail!("the data file {shown} is empty: it needs a header row naming the columns, then one row per observation");
+    }
+    if fields[0].is_empty() {
+        bail!("the data file {shown} has no data rows (only a header?)");
+    }
+    let columns = fields.into_iter().map(Values::infer).collect();
+    sagd::glmm::Frame::new(names, columns).with_context(|| format!("the data file {shown}"))
 }
 
 #[cfg(test)]

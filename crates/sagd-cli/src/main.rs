@@ -3,6 +3,7 @@
 mod bench;
 mod debias;
 mod em;
+mod glmm;
 mod input;
 mod mnist;
 mod output;
@@ -32,6 +33,9 @@ enum Command {
     Debias(Box<debias::DebiasArgs>),
     /// Automated EM on the Gamma-sigmoid model (the paper's E1, Figure 1), or on your own data.
     Em(em::EmArgs),
+    /// A generalised linear mixed model from a CSV file and an lme4 formula: the exact
+    /// likelihood where it can be computed, else automated EM; lme4's summary, OUT/result.json.
+    Glmm(glmm::GlmmArgs),
     /// MNIST (the paper's E3, Figure 3): a convolutional VAE, its generator refined by SAGD, a
     /// control, and the held-out log-likelihood of each.
     Mnist(mnist::MnistArgs),
@@ -102,6 +106,7 @@ fn run(cli: Cli, processes: &sagd_mpi::Processes) -> Result<()> {
     match cli.command {
         Command::Bench(b) => bench::run(b),
         Command::Em(a) => em::run(a),
+        Command::Glmm(a) => glmm::run(a),
         Command::Mnist(a) => mnist::run(a),
         Command::Debias(a) => debias::run(*a),
         Command::Reproduce(a) => reproduce::run(a),

@@ -94,7 +94,7 @@ fn the_readme_is_written_for_users() {
 #[test]
 fn help_texts_are_this_builds() {
     let top = help(&["--help"]);
-    for c in ["reproduce", "em", "debias", "mnist", "bench"] {
+    for c in ["reproduce", "em", "glmm", "debias", "mnist", "bench"] {
         assert!(top.contains(&format!("  {c} ")), "sagd --help lacks {c}");
     }
     for stale in ["once it exists", "still to be built", "ten minutes"] {

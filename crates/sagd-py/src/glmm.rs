@@ -6,10 +6,14 @@ use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use sagd::glmm::{Criterion, ExactFit, ExactSettings, Family, Glmm, LikelihoodMethod, RandomTerm};
+use sagd::em::EmEvent;
+use sagd::glmm::{
+    Criterion, ExactFit, ExactSettings, Family, FitSettings, Fitted, Glmm, LikelihoodMethod,
+    Method, RandomTerm,
+};
 use sagd::model::LatentModel;
 
-use crate::{detached, py_error, run_em, trace_dict};
+use crate::{detached, em_settings, py_error, trace_dict};
 
 /// A `Glmm` from `sagd.glmm`'s checked arrays (one random-effect term per entry of `groups`).
 #[allow(clippy::too_many_arguments)]
@@ -145,7 +149,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
     Ok(d)
 }
 
-/// Fits a GLMM by automated EM (see `sagd.glmm` for the arguments): one random-effect term per
+/// Fits a GLMM by its exact likelihood or automated EM (see `sagd.glmm` for the arguments): one random-effect term per
 /// entry of `groups`, with its design in `zs` and its `correlated` flag; returns a dict of arrays.
 #[pyfunction]
 #[pyo3(signature = (family, y, x, groups, zs, correlated, trials, seed, threads, max_msteps, progress, method="auto", reml=false, nodes=None))]
@@ -167,54 +171,37 @@ pub(crate) fn fit_glmm<'py>(
     reml: bool,
     nodes: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    if !matches!(method, "auto" | "exact" | "em") {
-        return Err(PyValueError::new_err(format!(
-            "method: {method:?}; use \"auto\" (the exact likelihood where it can be computed, else EM), \"exact\" or \"em\""
-        )));
-    }
+    let method: Method = method.parse().map_err(PyValueError::new_err)?;
     let model = glmm_model(family, y, x, groups, zs, correlated, trials)?;
-    let exact = method == "exact" || (method == "auto" && model.exact_method().is_some());
-    if reml && !exact {
-        return Err(PyValueError::new_err(
-            "reml: REML is fitted by the closed form only; use family=\"gaussian\" with method \"auto\" or \"exact\"",
-        ));
-    }
-    let d = if exact {
-        let settings = ExactSettings {
+    let settings = FitSettings {
+        method,
+        exact: ExactSettings {
             criterion: if reml { Criterion::Reml } else { Criterion::Ml },
             nodes,
             ..ExactSettings::default()
-        };
-        let fit =
-            detached(py, threads, progress, |_| model.fit_exact(&settings))?.map_err(py_error)?;
-        exact_dict(py, &fit)?
-    } else {
-        let theta0 = model.start();
-        let trace = run_em(py, &model, &theta0, seed, threads, max_msteps, progress)?;
-        let est = trace.final_estimate().estimate.to_vec();
-        let d = trace_dict(py, &trace)?;
-        // The log-likelihood at the estimate (exact, or sampled with its error); with a single
-        // random intercept, also whether it is no higher than with its sd at 0 (a singular fit:
-        // the maximum is on the boundary, where log sd has no estimate).
-        let (loglik, singular) = py
-            .detach(|| -> sagd::error::Result<_> {
-                let l = model.log_likelihood(&est, seed)?;
-                let singular = if model.terms() == [(1, false)] {
-                    let mut at_zero = est.clone();
-                    at_zero[model.n_fixed()] = -30.0;
-                    Some(model.log_likelihood(&at_zero, seed)?.value >= l.value - 1e-3)
-                } else {
-                    None
-                };
-                Ok((l, singular))
-            })
-            .map_err(py_error)?;
-        d.set_item("loglik", loglik.value)?;
-        d.set_item("loglik_se", loglik.se)?;
-        d.set_item("loglik_method", likelihood_method_name(loglik.method))?;
-        d.set_item("loglik_ess", loglik.min_ess)?;
-        d.set_item("singular", singular)?;
-        d
+        },
+        em: em_settings(max_msteps),
+        seed,
+    };
+    let fit = detached(py, threads, progress, |watch| {
+        model.fit(&settings, &mut |e| match e {
+            EmEvent::Update { .. } => watch.tick(1),
+            _ => watch.tick(0),
+        })
+    })?
+    .map_err(py_error)?;
+    let d = match &fit.fitted {
+        Fitted::Exact(exact) => exact_dict(py, exact)?,
+        Fitted::Em(trace) => {
+            let d = trace_dict(py, trace)?;
+            let l = fit.log_likelihood;
+            d.set_item("loglik", l.value)?;
+            d.set_item("loglik_se", l.se)?;
+            d.set_item("loglik_method", likelihood_method_name(l.method))?;
+            d.set_item("loglik_ess", l.min_ess)?;
+            d.set_item("singular", fit.singular)?;
+            d
+        }
     };
     d.set_item("n_points", model.n_data())?;
     Ok(d)

@@ -36,8 +36,18 @@ pub(crate) fn py_error(e: SagdError) -> PyErr {
     }
 }
 
+/// EM's defaults with at most `max_msteps` M-steps, if given.
+pub(crate) fn em_settings(max_msteps: Option<usize>) -> EmSettings {
+    let mut settings = EmSettings::default();
+    if let Some(m) = max_msteps {
+        settings.max_msteps = m;
+    }
+    settings
+}
+
 /// Runs automated EM with the defaults on `model` from `theta0` ([`detached`]: the GIL released,
 /// Ctrl-C watched). Results do not depend on the threads.
+
 pub(crate) fn run_em<M: LatentModel<f64>>(
     py: Python<'_>,
     model: &M,
@@ -47,10 +57,7 @@ pub(crate) fn run_em<M: LatentModel<f64>>(
     max_msteps: Option<usize>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<EmTrace> {
-    let mut settings = EmSettings::default();
-    if let Some(m) = max_msteps {
-        settings.max_msteps = m;
-    }
+    let settings = em_settings(max_msteps);
     let trace = detached(py, threads, progress, |watch| {
         AutomatedEm::new(model, settings).run(theta0, seed, None, &mut |e| match e {
             EmEvent::Update { .. } => watch.tick(1),

@@ -2,14 +2,17 @@
 //! intercepts and slopes, lme4's `glmer(y ~ x + (1 + x | g), family = poisson)`, which glmer fits
 //! only by Laplace's approximation. `Glmm::fit_exact` integrates each group's two effects by
 //! adaptive Gauss-Hermite quadrature at its mode and maximises the result by BFGS; the same data
-//! by REML in the Gaussian family follow.
+//! by REML in the Gaussian family follow, then the same model from a table and lme4's formula,
+//! with [`Glmm::fit`] and the summary on lme4's scales.
 //!
 //! Run: `cargo run --release -p sagd --example glmm_exact`
 
 use rand::SeedableRng;
 use rand_distr::{Distribution, Poisson, StandardNormal};
 use rand_xoshiro::Xoshiro256PlusPlus;
-use sagd::glmm::{Criterion, ExactSettings, Family, Glmm, RandomTerm};
+use sagd::glmm::formula::Column;
+use sagd::glmm::{Criterion, ExactSettings, Family, FitSettings, Formula, Frame, Glmm, RandomTerm};
+use sagd::run::Control;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 60 groups of 8: log E[y] = 0.5 + 0.3 x + b0 + b1 x, sd(b0) = 0.5, sd(b1) = 0.3, cor 0.6.
@@ -81,6 +84,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         reml.theta[5].exp(),
         reml.reml.unwrap_or(f64::NAN),
         reml.log_likelihood
+    );
+
+    // From a table and a formula, as lme4: the columns' names come with the estimates.
+    let frame = Frame::new(
+        vec!["y".into(), "x".into(), "g".into()],
+        vec![
+            Column::Number(y),
+            Column::Number(x),
+            Column::Text(
+                (0..groups * per)
+                    .map(|i| Some(format!("g{}", i / per)))
+                    .collect(),
+            ),
+        ],
+    )?;
+    let design = Formula::parse("y ~ x + (1 + x | g)")?.design(&frame)?;
+    let model = design.glmm(Family::Poisson)?;
+    let fit = model.fit(&FitSettings::default(), &mut |_| Control::Continue)?;
+    let summary = model.summary(&fit.theta, fit.covariance.as_deref());
+    for (name, b) in design.x_names.iter().zip(&summary.fixed) {
+        println!("  {name:12} {:8.4} ± {:.4}", b.value, b.se);
+    }
+    let sd = &summary.random[0].sd;
+    println!(
+        "  sd {} {:.4} ± {:.4}, sd x {:.4} ± {:.4}; AIC {:.2}",
+        design.term_names[0].effects[0],
+        sd[0].value,
+        sd[0].se,
+        sd[1].value,
+        sd[1].se,
+        summary.aic(fit.log_likelihood.value)
     );
     Ok(())
 }

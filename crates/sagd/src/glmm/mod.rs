@@ -18,12 +18,18 @@
 
 mod exact;
 mod family;
+mod fit;
+pub mod formula;
 mod likelihood;
+mod summary;
 mod terms;
 
 pub use exact::{Criterion, ExactFit, ExactSettings, MAX_QUADRATURE_DIM};
 pub use family::Family;
+pub use fit::{FitSettings, Fitted, GlmmFit, Method};
+pub use formula::{Design, Formula, Frame};
 pub use likelihood::{LikelihoodMethod, MarginalLikelihood};
+pub use summary::{Estimate, Summary, TermSummary};
 
 use family::{ln_factorial, row};
 pub use terms::RandomTerm;

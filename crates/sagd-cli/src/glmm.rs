@@ -1,0 +1,450 @@
+//! `sagd glmm`: a generalised linear mixed model from a CSV file and an lme4 formula, fitted by
+//! the library's [`Glmm::fit`] (the exact likelihood where it can be computed, else automated
+//! EM), printed as lme4's `summary` prints it and written to OUT/result.json, estimates.csv and
+//! summary.txt.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use sagd::em::{EmEvent, EmSettings, EstimateStatus};
+use sagd::glmm::{
+    Criterion, Design, ExactSettings, Family, FitSettings, Fitted, Formula, GlmmFit,
+    LikelihoodMethod, Method, Summary,
+};
+use sagd::run::Control;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::input::read_table;
+use crate::output::{progress_bar, write_atomic, Staging};
+
+/// Flags of `sagd glmm`.
+#[derive(Args, Debug, Clone, Serialize)]
+pub struct GlmmArgs {
+    /// The model in lme4's notation, e.g. 'y ~ x + (1 + x | g)': terms joined by +, a:b and
+    /// a*b, factor(x), 0 or - 1 for no intercept, (effects | g) correlated and (effects || g)
+    /// independent random effects, g:h and g/h grouping, cbind(successes, failures) for the
+    /// binomial family. Quote it for the shell.
+    formula: String,
+    /// The data: a CSV file whose first row names the columns. Text columns are categorical;
+    /// rows with a missing value (empty, NA) in the formula's columns are dropped.
+    #[arg(long)]
+    data: PathBuf,
+    /// gaussian, poisson or binomial (0/1, two levels, or cbind(successes, failures)).
+    #[arg(long, default_value = "gaussian")]
+    family: String,
+    /// auto: the exact likelihood where it can be computed (Gaussian; up to 3 random effects per
+    /// independent block by adaptive quadrature), else automated Monte Carlo EM; exact; em.
+    #[arg(long, default_value = "auto")]
+    method: String,
+    /// Gaussian family: maximise the REML criterion (lmer's default) instead of the likelihood.
+    #[arg(long)]
+    reml: bool,
+    /// Quadrature nodes per random effect (default 25, 15, 9 with 1, 2, 3 effects per block).
+    #[arg(long)]
+    nodes: Option<usize>,
+    /// EM: the most M-steps before the polish.
+    #[arg(long, default_value_t = EmSettings::default().max_msteps)]
+    max_msteps: usize,
+    /// EM's chains and the sampled log-likelihood's draws.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output folder.
+    #[arg(long, default_value = "out/glmm")]
+    out: PathBuf,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Runs `sagd glmm`.
+pub fn run(a: GlmmArgs) -> Result<()> {
+    let t0 = Instant::now();
+    let family: Family = a
+        .family
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--family: {e}"))?;
+    let method: Method = a
+        .method
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--method: {e}"))?;
+    let formula = Formula::parse(&a.formula)?;
+    let frame = read_table(&a.data)?;
+    let design = formula
+        .design(&frame)
+        .with_context(|| format!("the formula on {}", a.data.display()))?;
+    let model = design.glmm(family)?;
+    if a.reml && family != Family::Gaussian {
+        anyhow::bail!("--reml: REML is for the Gaussian family only; leave it out for {family:?}");
+    }
+    let settings = FitSettings {
+        method,
+        exact: ExactSettings {
+            criterion: if a.reml {
+                Criterion::Reml
+            } else {
+                Criterion::Ml
+            },
+            nodes: a.nodes,
+            ..ExactSettings::default()
+        },
+        em: EmSettings {
+            max_msteps: a.max_msteps,
+            ..EmSettings::default()
+        },
+        seed: a.seed,
+    };
+    // Nothing is written before the data and the formula are known to be good.
+    let mut staging = Staging::new(&a.out)?;
+    staging.owns(&["result.json", "estimates.csv", "summary.txt"]);
+    let bar = progress_bar(
+        a.quiet,
+        (settings.em.max_msteps * settings.em.updates_per_mstep) as u64,
+    );
+    let fit = model.fit(&settings, &mut |e| {
+        if let EmEvent::Update { mstep, .. } = e {
+            bar.inc(1);
+            bar.set_message(format!("EM, M-step {}", mstep + 1));
+        }
+        Control::Continue
+    })?;
+    bar.finish_and_clear();
+    let summary = model.summary(&fit.theta, fit.covariance.as_deref());
+    let seconds = t0.elapsed().as_secs_f64();
+    let text = render(&a, family, &design, &fit, &summary, seconds);
+    print!("{text}");
+    write_atomic(&staging.path("summary.txt"), &text)?;
+    write_atomic(
+        &staging.path("estimates.csv"),
+        estimates_csv(&design, &fit, &summary),
+    )?;
+    let result = result_json(&a, family, &design, &fit, &summary, seconds);
+    write_atomic(
+        &staging.path("result.json"),
+        serde_json::to_string_pretty(&result)?,
+    )?;
+    let files = staging.commit("result.json")?;
+    println!("wrote {}: {}", a.out.display(), files.join(", "));
+    Ok(())
+}
+
+/// The criterion maximised (ℓ, or REML's) and its name.
+fn criterion(fit: &GlmmFit) -> (f64, &'static str) {
+    match &fit.fitted {
+        Fitted::Exact(e) if e.criterion == Criterion::Reml => {
+            (e.reml.unwrap_or(f64::NAN), "REML criterion")
+        }
+        _ => (fit.log_likelihood.value, "log-likelihood"),
+    }
+}
+
+/// How the fit was made, in words.
+fn how(fit: &GlmmFit) -> String {
+    match &fit.fitted {
+        Fitted::Exact(e) => {
+            let by = match e.method {
+                LikelihoodMethod::Quadrature => {
+                    format!("exact likelihood by adaptive Gauss-Hermite quadrature, {} nodes per effect", e.nodes)
+                }
+                _ => "exact likelihood in closed form".to_string(),
+            };
+            let fit_by = if e.criterion == Criterion::Reml {
+                "REML"
+            } else {
+                "maximum likelihood"
+            };
+            let conv = if e.converged {
+                String::new()
+            } else {
+                format!(
+                    "; NOT converged: the maximiser stopped after {} iterations (gradient {:.1e})",
+                    e.iterations, e.grad_max
+                )
+            };
+            format!("{fit_by} ({by}; {} iterations{conv})", e.iterations)
+        }
+        Fitted::Em(t) => {
+            let status = match t.final_estimate().status {
+                EstimateStatus::Polished => "polished".to_string(),
+                EstimateStatus::Em => "EM's estimate, not polished".to_string(),
+                EstimateStatus::PolishFailed(w) => format!("NOT polished: {w}"),
+            };
+            format!(
+                "maximum likelihood (automated Monte Carlo EM with Langevin chains; {} M-steps, {status})",
+                t.msteps.len()
+            )
+        }
+    }
+}
+
+/// lme4's `summary` of the fit, with the standard errors of the sds that lme4 does not give.
+fn render(
+    a: &GlmmArgs,
+    family: Family,
+    d: &Design,
+    fit: &GlmmFit,
+    s: &Summary,
+    seconds: f64,
+) -> String {
+    let mut o = String::new();
+    let link = match family {
+        Family::Gaussian => "identity",
+        Family::Poisson => "log",
+        Family::Binomial => "logit",
+    };
+    let _ = writeln!(o, "Mixed model fit by {}", how(fit));
+    let _ = writeln!(
+        o,
+        " Family: {}  ( {link} )",
+        format!("{family:?}").to_lowercase()
+    );
+    let _ = writeln!(o, "Formula: {}", a.formula);
+    let dropped = if d.dropped > 0 {
+        format!("; {} row(s) with a missing value dropped", d.dropped)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        o,
+        "   Data: {} ({} observations{dropped})\n",
+        a.data.display(),
+        d.n_obs
+    );
+    let (value, name) = criterion(fit);
+    let l = fit.log_likelihood;
+    let err = match l.method {
+        LikelihoodMethod::ImportanceSampling { draws } => {
+            format!(
+                " ± {:.4} (importance sampling, {draws} draws per block)",
+                l.se
+            )
+        }
+        LikelihoodMethod::Quadrature if l.se > 0.0 => format!(" (quadrature error {:.0e})", l.se),
+        _ => String::new(),
+    };
+    let _ = writeln!(
+        o,
+        "{:>12} {:>12} {:>12} {:>12} {:>9}",
+        "AIC",
+        "BIC",
+        if name == "REML criterion" {
+            "REML"
+        } else {
+            "logLik"
+        },
+        "deviance",
+        "df.resid"
+    );
+    let _ = writeln!(
+        o,
+        "{:>12.2} {:>12.2} {:>12.4} {:>12.4} {:>9}",
+        s.aic(value),
+        s.bic(value, d.n_obs),
+        value,
+        -2.0 * value,
+        d.n_obs.saturating_sub(s.n_params)
+    );
+    let at = if name == "REML criterion" {
+        " (maximum likelihood's, at this estimate)"
+    } else {
+        ""
+    };
+    let _ = writeln!(o, "log-likelihood{at}: {:.4}{err}", l.value);
+    let _ = writeln!(o, "\nRandom effects:");
+    let _ = writeln!(
+        o,
+        " {:<12} {:<16} {:>10} {:>10}  Corr",
+        "Groups", "Name", "Std.Dev.", "(s.e.)"
+    );
+    for (names, term) in d.term_names.iter().zip(&s.random) {
+        for (k, (effect, sd)) in names.effects.iter().zip(&term.sd).enumerate() {
+            let group = if k == 0 { names.group.as_str() } else { "" };
+            let cor: Vec<String> = (0..k).map(|b| format!("{:6.3}", term.cor[k][b])).collect();
+            let _ = writeln!(
+                o,
+                " {group:<12} {effect:<16} {:>10.4} {:>10}  {}",
+                sd.value,
+                se_text(sd.se),
+                cor.join(" ")
+            );
+        }
+    }
+    if let Some(sigma) = s.sigma {
+        let _ = writeln!(
+            o,
+            " {:<12} {:<16} {:>10.4} {:>10}",
+            "Residual",
+            "",
+            sigma.value,
+            se_text(sigma.se)
+        );
+    }
+    let groups: Vec<String> = d
+        .term_names
+        .iter()
+        .map(|t| format!("{}, {}", t.group, t.levels.len()))
+        .collect();
+    let _ = writeln!(
+        o,
+        "Number of obs: {}, groups:  {}",
+        d.n_obs,
+        groups.join("; ")
+    );
+    if fit.singular == Some(true) {
+        let _ = writeln!(
+            o,
+            "boundary (singular) fit: a random effect's sd is 0 or a correlation ±1; a simpler model fits as well"
+        );
+    }
+    let stat = if family == Family::Gaussian { "t" } else { "z" };
+    let mc = match &fit.fitted {
+        Fitted::Em(t) => Some(t.final_estimate().se.to_vec()),
+        Fitted::Exact(_) => None,
+    };
+    let _ = write!(
+        o,
+        "\nFixed effects:\n {:<20} {:>10} {:>11} {:>8}",
+        "",
+        "Estimate",
+        "Std. Error",
+        format!("{stat} value")
+    );
+    if family != Family::Gaussian {
+        let _ = write!(o, " {:>10}", "Pr(>|z|)");
+    }
+    if mc.is_some() {
+        let _ = write!(o, " {:>10}", "MC error");
+    }
+    let _ = writeln!(o);
+    for (j, (name, e)) in d.x_names.iter().zip(&s.fixed).enumerate() {
+        let _ = write!(
+            o,
+            " {name:<20} {:>10.5} {:>11} {:>8.3}",
+            e.value,
+            se_text(e.se),
+            e.z()
+        );
+        if family != Family::Gaussian {
+            let _ = write!(o, " {:>10.3e}", e.p_value());
+        }
+        if let Some(m) = mc.as_ref().and_then(|m| m.get(j)) {
+            let _ = write!(o, " {m:>10.2e}");
+        }
+        let _ = writeln!(o);
+    }
+    if let Fitted::Em(t) = &fit.fitted {
+        if let Some(w) = t.polished.as_ref().and_then(|p| p.se_warning.as_ref()) {
+            let _ = writeln!(o, "warning: {w}");
+        }
+    }
+    let _ = writeln!(o, "({seconds:.2} s)");
+    o
+}
+
+fn se_text(se: f64) -> String {
+    if se.is_finite() {
+        format!("{se:.4}")
+    } else {
+        "-".to_string()
+    }
+}
+
+/// One row per parameter on lme4's scales: kind, group, name, estimate, standard error.
+fn estimates_csv(d: &Design, fit: &GlmmFit, s: &Summary) -> String {
+    let mut o = String::from("kind,group,name,estimate,se\n");
+    let quote = |v: &str| format!("\"{}\"", v.replace('"', "\"\""));
+    for (name, e) in d.x_names.iter().zip(&s.fixed) {
+        let _ = writeln!(o, "fixed,,{},{},{}", quote(name), e.value, e.se);
+    }
+    for (names, term) in d.term_names.iter().zip(&s.random) {
+        for (k, (effect, sd)) in names.effects.iter().zip(&term.sd).enumerate() {
+            let _ = writeln!(
+                o,
+                "sd,{},{},{},{}",
+                quote(&names.group),
+                quote(effect),
+                sd.value,
+                sd.se
+            );
+            for (b, other) in names.effects.iter().enumerate().take(k) {
+                let _ = writeln!(
+                    o,
+                    "cor,{},{},{},",
+                    quote(&names.group),
+                    quote(&format!("{other}:{effect}")),
+                    term.cor[k][b]
+                );
+            }
+        }
+    }
+    if let Some(sigma) = s.sigma {
+        let _ = writeln!(o, "sigma,,Residual,{},{}", sigma.value, sigma.se);
+    }
+    let _ = writeln!(
+        o,
+        "loglik,,{},{},{}",
+        quote(criterion(fit).1),
+        criterion(fit).0,
+        fit.log_likelihood.se
+    );
+    o
+}
+
+/// `result.json`: the command, the data's shape, the estimate on both scales and how it was made.
+fn result_json(
+    a: &GlmmArgs,
+    family: Family,
+    d: &Design,
+    fit: &GlmmFit,
+    s: &Summary,
+    seconds: f64,
+) -> serde_json::Value {
+    let (value, name) = criterion(fit);
+    let method = match &fit.fitted {
+        Fitted::Exact(e) => json!({"kind": "exact", "fit": e}),
+        Fitted::Em(t) => json!({
+            "kind": "em",
+            "status": match t.final_estimate().status {
+                EstimateStatus::Polished => "polished".to_string(),
+                EstimateStatus::Em => "em".to_string(),
+                EstimateStatus::PolishFailed(w) => format!("polish failed: {w}"),
+            },
+            "estimate_mc_se": t.final_estimate().se,
+            "msteps": t.msteps.len(),
+            "converged": t.converged,
+            "langevin_steps": t.langevin_steps,
+            "polished": t.polished,
+        }),
+    };
+    json!({
+        "command": "glmm",
+        "sagd_version": env!("CARGO_PKG_VERSION"),
+        "flags": a,
+        "formula": a.formula,
+        "family": family,
+        "data": {
+            "file": a.data,
+            "n_obs": d.n_obs,
+            "dropped": d.dropped,
+            "response": d.response,
+        },
+        "fixed": d.x_names.iter().zip(&s.fixed).map(|(n, e)| json!({"name": n, "estimate": e.value, "se": e.se})).collect::<Vec<_>>(),
+        "random": d.term_names.iter().zip(&s.random).map(|(t, r)| json!({
+            "group": t.group, "levels": t.levels.len(), "effects": t.effects, "sd": r.sd, "cor": r.cor,
+        })).collect::<Vec<_>>(),
+        "sigma": s.sigma,
+        "log_likelihood": fit.log_likelihood,
+        "criterion": {"name": name, "value": value},
+        "aic": s.aic(value),
+        "bic": s.bic(value, d.n_obs),
+        "n_params": s.n_params,
+        "singular": fit.singular,
+        "theta": fit.theta,
+        "covariance": fit.covariance,
+        "method": method,
+        "seconds": seconds,
+    })
+}

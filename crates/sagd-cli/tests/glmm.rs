@@ -1,0 +1,159 @@
+//! `sagd glmm` on a CSV file against lme4's fits of the same file and formula.
+//!
+//! The references were computed with R 4.2.2 and lme4 1.1-31 on `tests/data/glmm_counts.csv`
+//! (180 rows, one with a missing count, 30 sites, a three-level text factor):
+//! `glmer(count ~ x + dose + (1 | site), family = poisson, nAGQ = 25)`, exact for a random
+//! intercept, and `lmer(count ~ x * dose + (1 | site), REML = TRUE)`, exact.
+
+mod common;
+use common::sagd;
+
+use std::path::{Path, PathBuf};
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_counts.csv")
+}
+
+/// Runs `sagd glmm` into a fresh folder; returns its result.json.
+fn fit(args: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let o = sagd()
+        .arg("glmm")
+        .args(args)
+        .arg("--data")
+        .arg(data())
+        .arg("--out")
+        .arg(dir.path())
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("Fixed effects:") && out.contains("(Intercept)"),
+        "{out}"
+    );
+    for f in ["summary.txt", "estimates.csv"] {
+        assert!(dir.path().join(f).exists(), "{f}");
+    }
+    serde_json::from_str(&std::fs::read_to_string(dir.path().join("result.json")).unwrap()).unwrap()
+}
+
+fn fixed(r: &serde_json::Value) -> Vec<(String, f64)> {
+    r["fixed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["estimate"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn close(got: &[(String, f64)], want: &[(&str, f64)], tol: f64) {
+    assert_eq!(got.len(), want.len());
+    for ((n, v), (m, w)) in got.iter().zip(want) {
+        assert_eq!(n, m);
+        assert!((v - w).abs() < tol, "{n}: {v} against lme4's {w}");
+    }
+}
+
+#[test]
+fn poisson_random_intercept_matches_glmer_with_adaptive_quadrature() {
+    let r = fit(&["count ~ x + dose + (1 | site)", "--family", "poisson"]);
+    // lme4 sorts the text levels: ctl is the reference.
+    close(
+        &fixed(&r),
+        &[
+            ("(Intercept)", 0.54561308424),
+            ("x", 0.31731383568),
+            ("dosehigh", -0.64969965037),
+            ("doselow", -0.04773030192),
+        ],
+        2e-4,
+    );
+    let sd = r["random"][0]["sd"][0]["value"].as_f64().unwrap();
+    assert!((sd - 0.6099468703).abs() < 2e-4, "{sd}");
+    assert_eq!(r["data"]["n_obs"], 179);
+    assert_eq!(r["data"]["dropped"], 1);
+    assert_eq!(r["random"][0]["levels"], 30);
+    // glmer's nAGQ > 1 log-likelihood leaves out the constants; its Laplace one (-293.2002)
+    // is an approximation, which the exact maximum can only exceed.
+    let l = r["log_likelihood"]["value"].as_f64().unwrap();
+    assert!(l > -293.2002 && l < -293.1, "{l}");
+    assert_eq!(r["method"]["kind"], "exact");
+}
+
+#[test]
+fn gaussian_reml_with_an_interaction_matches_lmer() {
+    let r = fit(&["count ~ x * dose + (1 | site)", "--reml"]);
+    close(
+        &fixed(&r),
+        &[
+            ("(Intercept)", 2.19901483457),
+            ("x", 0.75858439887),
+            ("dosehigh", -1.00009082565),
+            ("doselow", -0.05789583049),
+            ("x:dosehigh", -0.39892591972),
+            ("x:doselow", -0.09775652644),
+        ],
+        1e-4,
+    );
+    assert_eq!(r["criterion"]["name"], "REML criterion");
+    let reml = r["criterion"]["value"].as_f64().unwrap();
+    assert!((reml - -346.1353251).abs() < 1e-5, "{reml}");
+    let site = r["random"][0]["sd"][0]["value"].as_f64().unwrap();
+    let sigma = r["sigma"]["value"].as_f64().unwrap();
+    assert!((site - 1.419656201).abs() < 1e-4 && (sigma - 1.419632862).abs() < 1e-4);
+}
+
+#[test]
+fn em_on_the_same_model_reaches_the_exact_maximum() {
+    let exact = fit(&["count ~ x + dose + (1 | site)", "--family", "poisson"]);
+    let em = fit(&[
+        "count ~ x + dose + (1 | site)",
+        "--family",
+        "poisson",
+        "--method",
+        "em",
+    ]);
+    assert_eq!(em["method"]["kind"], "em");
+    assert_eq!(em["method"]["status"], "polished");
+    // The polish's tolerance: within 0.01 of the maximum; ℓ here is exact (quadrature).
+    let gap = exact["log_likelihood"]["value"].as_f64().unwrap()
+        - em["log_likelihood"]["value"].as_f64().unwrap();
+    assert!((-1e-6..0.01).contains(&gap), "{gap}");
+}
+
+#[test]
+fn bad_input_is_refused_by_name_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    for (formula, family, says) in [
+        (
+            "count ~ x + log(x) + (1 | site)",
+            "poisson",
+            "add the transformed variable",
+        ),
+        ("count ~ x + (1 | plot)", "poisson", "no column `plot`"),
+        ("count ~ x + (1 | site)", "binomial", "at data row"),
+        ("count ~ x", "poisson", "no random-effect term"),
+        ("count ~ x + (1 | site)", "gamma", "unknown family"),
+        ("count ~ (x + (1 | site)", "poisson", "brackets"),
+    ] {
+        let o = sagd()
+            .args(["glmm", formula, "--family", family, "--data"])
+            .arg(data())
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{formula}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{formula}: {err}");
+        assert!(!out.join("result.json").exists());
+    }
+}

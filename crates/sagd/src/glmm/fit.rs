@@ -1,0 +1,145 @@
+//! One way into a GLMM fit for every interface: the exact likelihood maximised directly where
+//! it can be computed ([`Glmm::fit_exact`]), automated EM with Langevin chains elsewhere, and
+//! what both report — the estimate, its covariance, the log-likelihood at it and whether the
+//! fit is singular.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Criterion, ExactFit, ExactSettings, Glmm, MarginalLikelihood};
+use crate::em::information::spd_inverse;
+use crate::em::{AutomatedEm, EmEvent, EmSettings, EmTrace};
+use crate::error::{Result, SagdError};
+use crate::run::Control;
+
+/// How [`Glmm::fit`] maximises the likelihood.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// The exact likelihood where [`Glmm::exact_method`] can compute it, else EM.
+    #[default]
+    Auto,
+    /// The exact likelihood, or an error saying why it cannot be computed.
+    Exact,
+    /// Automated Monte Carlo EM with Langevin chains, on any model.
+    Em,
+}
+
+impl std::str::FromStr for Method {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(Method::Auto),
+            "exact" => Ok(Method::Exact),
+            "em" => Ok(Method::Em),
+            _ => Err(format!(
+                "unknown method `{s}`: use auto (the exact likelihood where it can be computed, else EM), exact or em"
+            )),
+        }
+    }
+}
+
+/// Settings of [`Glmm::fit`].
+#[derive(Clone, Debug, Default)]
+pub struct FitSettings {
+    /// Exact, EM or whichever applies.
+    pub method: Method,
+    /// The exact fit's (REML only with the exact method, Gaussian family).
+    pub exact: ExactSettings,
+    /// EM's.
+    pub em: EmSettings,
+    /// EM's chains and the sampled log-likelihood's draws.
+    pub seed: u64,
+}
+
+/// How a [`GlmmFit`] was made.
+#[derive(Clone, Debug)]
+pub enum Fitted {
+    /// By the exact likelihood.
+    Exact(ExactFit),
+    /// By automated EM (its trace holds the polish, its Monte Carlo errors and warnings).
+    Em(Box<EmTrace>),
+}
+
+/// A GLMM fitted by [`Glmm::fit`].
+#[derive(Clone, Debug)]
+pub struct GlmmFit {
+    /// θ̂.
+    pub theta: Vec<f64>,
+    /// θ̂'s covariance (the observed information's inverse), if it could be taken; NaN rows for
+    /// parameters at a boundary.
+    pub covariance: Option<Vec<Vec<f64>>>,
+    /// ℓ(θ̂): exact, or sampled with its Monte Carlo error.
+    pub log_likelihood: MarginalLikelihood,
+    /// Whether a random-effect covariance is at its boundary (None where EM's fit has no test
+    /// for it: more than one random-effect term or effect).
+    pub singular: Option<bool>,
+    /// The method's own result.
+    pub fitted: Fitted,
+}
+
+impl Glmm {
+    /// Fits the model by `settings.method`. `on_event` sees EM's progress (and may stop it);
+    /// an exact fit does not call it. Errors name a method or setting that does not apply.
+    pub fn fit(
+        &self,
+        settings: &FitSettings,
+        on_event: &mut dyn FnMut(EmEvent) -> Control,
+    ) -> Result<GlmmFit> {
+        let exact = match settings.method {
+            Method::Exact => true,
+            Method::Auto => self.exact_method().is_some(),
+            Method::Em => false,
+        };
+        if !exact && settings.exact.criterion == Criterion::Reml {
+            return Err(SagdError::InvalidSetting {
+                name: "reml",
+                value: "with EM".into(),
+                fix: "REML is fitted by the closed form only: the Gaussian family with the method auto or exact".into(),
+            });
+        }
+        if exact {
+            let fit = self.fit_exact(&settings.exact)?;
+            return Ok(GlmmFit {
+                theta: fit.theta.clone(),
+                covariance: Some(fit.covariance.clone()),
+                log_likelihood: MarginalLikelihood {
+                    value: fit.log_likelihood,
+                    se: fit.quadrature_error,
+                    method: fit.method,
+                    min_ess: None,
+                },
+                singular: Some(fit.singular),
+                fitted: Fitted::Exact(fit),
+            });
+        }
+        let theta0 = self.start();
+        let trace = AutomatedEm::new(self, settings.em.clone()).run(
+            &theta0,
+            settings.seed,
+            None,
+            on_event,
+        )?;
+        let theta = trace.final_estimate().estimate.to_vec();
+        let covariance = trace
+            .polished
+            .as_ref()
+            .and_then(|p| spd_inverse(&p.information.matrix));
+        let log_likelihood = self.log_likelihood(&theta, settings.seed)?;
+        // With a single random intercept: whether ℓ is no higher than with its sd at 0 (the
+        // maximum on the boundary, where log sd has no estimate).
+        let singular = if self.terms() == [(1, false)] {
+            let mut at_zero = theta.clone();
+            at_zero[self.n_fixed()] = -30.0;
+            Some(self.log_likelihood(&at_zero, settings.seed)?.value >= log_likelihood.value - 1e-3)
+        } else {
+            None
+        };
+        Ok(GlmmFit {
+            theta,
+            covariance,
+            log_likelihood,
+            singular,
+            fitted: Fitted::Em(Box::new(trace)),
+        })
+    }
+}

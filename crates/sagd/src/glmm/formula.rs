@@ -1,0 +1,1001 @@
+//! lme4's model formulas on a table of columns: `y ~ x + f + (1 + x | g)` read into a
+//! [`Design`] (the response, the fixed-effects design, the random-effect terms and every
+//! column's name), with R's conventions, so that a formula means here what it means to `glmer`.
+//!
+//! What is read: a response (a column, or `cbind(successes, failures)` for the binomial family);
+//! terms joined by `+`; interactions `a:b` and crossings `a*b` (every sub-interaction); `1`,
+//! `0` and `- 1` for the intercept; `factor(x)` to treat a numeric column as categorical; and
+//! random-effect terms `(effects | g)` (correlated effects) or `(effects || g)` (independent),
+//! whose effects are read as a formula's right-hand side of their own (an intercept unless `0`),
+//! grouped by a column, an interaction of columns `g:h`, or a nesting `g/h` (the terms of `g`
+//! and of `g:h`). Names with other characters are quoted in backticks. Functions other than
+//! `factor` (`log(x)`, `I(x^2)`) are refused with the advice to add the column to the data.
+//!
+//! R's coding: a categorical column's levels are sorted (numbers by value, text in byte order);
+//! within a term, a categorical variable is coded by treatment contrasts (its first level the
+//! reference) when the term without it is in the model (the intercept being the empty term),
+//! else by one indicator per level. Columns are named as R names them: `(Intercept)`, `x`,
+//! `gB`, `x:gB`. Rows with a missing value (an empty field, `NA` or `NaN`) in any variable the
+//! formula uses are dropped and counted, as lme4's `na.omit`.
+
+use std::collections::BTreeMap;
+
+use super::{Family, Glmm, RandomTerm};
+use crate::error::{Result, SagdError};
+
+/// One column of a [`Frame`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Column {
+    /// Numbers; NaN marks a missing value.
+    Number(Vec<f64>),
+    /// Labels; None marks a missing value.
+    Text(Vec<Option<String>>),
+}
+
+impl Column {
+    fn len(&self) -> usize {
+        match self {
+            Column::Number(v) => v.len(),
+            Column::Text(v) => v.len(),
+        }
+    }
+
+    fn missing(&self, i: usize) -> bool {
+        match self {
+            Column::Number(v) => v[i].is_nan(),
+            Column::Text(v) => v[i].is_none(),
+        }
+    }
+
+    /// A column from text fields: numbers if every field that is not missing reads as one,
+    /// else labels. Missing: an empty field, `NA` or `NaN`.
+    pub fn infer(fields: Vec<String>) -> Column {
+        let missing = |s: &str| matches!(s.trim(), "" | "NA" | "NaN");
+        let numbers: Option<Vec<f64>> = fields
+            .iter()
+            .map(|s| {
+                if missing(s) {
+                    Some(f64::NAN)
+                } else {
+                    s.trim().parse::<f64>().ok()
+                }
+            })
+            .collect();
+        match numbers {
+            Some(v) => Column::Number(v),
+            None => Column::Text(
+                fields
+                    .into_iter()
+                    .map(|s| (!missing(&s)).then(|| s.trim().to_string()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// A table of named columns of equal length: the data a formula refers to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Frame {
+    names: Vec<String>,
+    columns: Vec<Column>,
+}
+
+impl Frame {
+    /// A table from its columns. Errors name a column whose length differs from the first's, or
+    /// a name given twice.
+    pub fn new(names: Vec<String>, columns: Vec<Column>) -> Result<Frame> {
+        if names.len() != columns.len() {
+            return Err(bad(
+                "data",
+                format!("{} names for {} columns", names.len(), columns.len()),
+                "give one name per column",
+            ));
+        }
+        for (k, (name, col)) in names.iter().zip(&columns).enumerate() {
+            if col.len() != columns[0].len() {
+                return Err(bad(
+                    "data",
+                    format!(
+                        "column `{name}` has {} values, column `{}` {}",
+                        col.len(),
+                        names[0],
+                        columns[0].len()
+                    ),
+                    "give every column one value per row",
+                ));
+            }
+            if names[..k].contains(name) {
+                return Err(bad(
+                    "data",
+                    format!("two columns named `{name}`"),
+                    "give every column its own name",
+                ));
+            }
+        }
+        Ok(Frame { names, columns })
+    }
+
+    /// The rows.
+    pub fn n_rows(&self) -> usize {
+        self.columns.first().map_or(0, Column::len)
+    }
+
+    fn column(&self, name: &str) -> Result<&Column> {
+        match self.names.iter().position(|n| n == name) {
+            Some(k) => Ok(&self.columns[k]),
+            None => Err(bad(
+                "formula",
+                format!("no column `{name}` in the data"),
+                &format!("use one of the columns: {}", self.names.join(", ")),
+            )),
+        }
+    }
+}
+
+/// A variable of a term: a column, categorical when `factor(…)` says so or its values are text.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Var {
+    name: String,
+    factor: bool,
+}
+
+/// A right-hand side: whether it has an intercept, and its terms (each an interaction of
+/// variables) in the order R gives them (by degree, then first appearance).
+#[derive(Clone, Debug, PartialEq)]
+struct Effects {
+    intercept: bool,
+    terms: Vec<Vec<Var>>,
+}
+
+/// `(effects | g)` or `(effects || g)`, one per grouping factor after a nesting `g/h` is expanded.
+#[derive(Clone, Debug, PartialEq)]
+struct Bar {
+    effects: Effects,
+    /// The columns whose interaction groups the rows.
+    group: Vec<String>,
+    correlated: bool,
+}
+
+/// The response.
+#[derive(Clone, Debug, PartialEq)]
+enum Response {
+    Column(String),
+    /// `cbind(successes, failures)`.
+    Cbind(String, String),
+}
+
+/// A parsed model formula in lme4's notation (see the module's documentation).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Formula {
+    text: String,
+    response: Response,
+    fixed: Effects,
+    random: Vec<Bar>,
+}
+
+/// The names of one random-effect term's effects, its grouping factor and the factor's levels.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TermNames {
+    /// The grouping factor, as written (`g`, `g:h`).
+    pub group: String,
+    /// The effects' names (`(Intercept)`, `x`).
+    pub effects: Vec<String>,
+    /// The factor's levels, in the order of the term's group indices.
+    pub levels: Vec<String>,
+}
+
+/// A formula applied to a [`Frame`]: the arrays a [`Glmm`] is built from, and their names.
+#[derive(Clone, Debug)]
+pub struct Design {
+    /// The response (successes, for `cbind`).
+    pub y: Vec<f64>,
+    /// Trials per row (`cbind(s, f)`: s + f), if the formula gives them.
+    pub trials: Option<Vec<f64>>,
+    /// The fixed-effects design, row-major n × p.
+    pub x: Vec<f64>,
+    /// Its columns' names.
+    pub x_names: Vec<String>,
+    /// The random-effect terms.
+    pub terms: Vec<RandomTerm>,
+    /// Their names.
+    pub term_names: Vec<TermNames>,
+    /// The rows used.
+    pub n_obs: usize,
+    /// The rows dropped for a missing value.
+    pub dropped: usize,
+    /// The response's name as written.
+    pub response: String,
+    /// Each used row's index in the frame (0-based).
+    pub rows: Vec<usize>,
+}
+
+impl Design {
+    /// The GLMM of this design in `family`.
+    pub fn glmm(&self, family: Family) -> Result<Glmm> {
+        if self.trials.is_some() && family != Family::Binomial {
+            return Err(bad(
+                "formula",
+                format!("cbind(…) response with family {family:?}"),
+                "cbind(successes, failures) is the binomial family's response: use --family binomial",
+            ));
+        }
+        // The family's response, checked here to name the data row.
+        for (k, &yi) in self.y.iter().enumerate() {
+            let m = self.trials.as_ref().map_or(1.0, |t| t[k]);
+            let whole = yi >= 0.0 && yi.fract() == 0.0;
+            let (ok, needs) = match family {
+                Family::Gaussian => (true, ""),
+                Family::Poisson => (whole, "counts 0, 1, 2, …"),
+                Family::Binomial if self.trials.is_some() => (
+                    whole && m.fract() == 0.0 && m >= 1.0,
+                    "whole numbers of successes and failures, at least one trial a row",
+                ),
+                Family::Binomial => (
+                    whole && yi <= 1.0,
+                    "0 or 1 (or two levels, or cbind(successes, failures))",
+                ),
+            };
+            if !ok {
+                return Err(bad(
+                    "data",
+                    format!(
+                        "the response `{}` is {yi} at data row {}",
+                        self.response,
+                        self.rows[k] + 1
+                    ),
+                    &format!("the {family:?} family needs {needs}: fix the value, or choose the family that fits the data"),
+                ));
+            }
+        }
+        Glmm::with_terms(
+            family,
+            self.y.clone(),
+            self.x.clone(),
+            self.terms.clone(),
+            self.trials.clone(),
+        )
+    }
+}
+
+fn bad(name: &'static str, value: String, fix: &str) -> SagdError {
+    SagdError::InvalidSetting {
+        name,
+        value,
+        fix: fix.into(),
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Token {
+    Name(String),
+    Number(String),
+    Sym(&'static str),
+}
+
+fn tokens(text: &str) -> Result<Vec<(Token, usize)>> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let at = i + 1;
+        if c.is_whitespace() {
+            i += 1;
+        } else if c.is_alphabetic() || c == '.' || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || matches!(chars[i], '.' | '_')) {
+                i += 1;
+            }
+            out.push((Token::Name(chars[start..i].iter().collect()), at));
+        } else if c.is_ascii_digit() {
+            let start = i;
+            while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '.') {
+                i += 1;
+            }
+            out.push((Token::Number(chars[start..i].iter().collect()), at));
+        } else if c == '`' {
+            let end = chars[i + 1..]
+                .iter()
+                .position(|&c| c == '`')
+                .ok_or_else(|| {
+                    bad(
+                        "formula",
+                        format!("`{text}`: the backtick at character {at} is not closed"),
+                        "close the quoted name with a second backtick",
+                    )
+                })?;
+            out.push((Token::Name(chars[i + 1..i + 1 + end].iter().collect()), at));
+            i += end + 2;
+        } else {
+            let two: String = chars[i..(i + 2).min(chars.len())].iter().collect();
+            let sym = if two == "||" {
+                "||"
+            } else {
+                match c {
+                    '~' => "~",
+                    '+' => "+",
+                    '-' => "-",
+                    '*' => "*",
+                    ':' => ":",
+                    '/' => "/",
+                    '(' => "(",
+                    ')' => ")",
+                    '|' => "|",
+                    ',' => ",",
+                    _ => {
+                        return Err(bad(
+                            "formula",
+                            format!("`{text}`: `{c}` at character {at}"),
+                            "write terms joined by +, interactions with : or *, random effects as (x | g); for a transformed variable (log, ^, I(…)) add a column to the data",
+                        ))
+                    }
+                }
+            };
+            i += sym.len();
+            out.push((Token::Sym(sym), at));
+        }
+    }
+    Ok(out)
+}
+
+/// A recursive-descent reader over the tokens.
+struct Reader<'a> {
+    text: &'a str,
+    tokens: Vec<(Token, usize)>,
+    at: usize,
+}
+
+/// A term of a sum as read: its variables, or an intercept marker.
+enum Item {
+    Terms(Vec<Vec<Var>>),
+    One,
+    Zero,
+    Bar(Vec<Bar>),
+}
+
+impl Reader<'_> {
+    fn peek(&self) -> Option<&Token> {
+        self.tokens.get(self.at).map(|(t, _)| t)
+    }
+
+    fn error(&self, what: &str, fix: &str) -> SagdError {
+        let place = match self.tokens.get(self.at) {
+            Some((_, c)) => format!("at character {c}"),
+            None => "at the end".to_string(),
+        };
+        bad("formula", format!("`{}`: {what} {place}", self.text), fix)
+    }
+
+    fn eat(&mut self, sym: &'static str) -> bool {
+        if self.peek() == Some(&Token::Sym(sym)) {
+            self.at += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect(&mut self, sym: &'static str) -> Result<()> {
+        if self.eat(sym) {
+            Ok(())
+        } else {
+            Err(self.error(&format!("expected `{sym}`"), "check the formula's brackets"))
+        }
+    }
+
+    fn name(&mut self) -> Result<String> {
+        match self.peek().cloned() {
+            Some(Token::Name(n)) => {
+                self.at += 1;
+                Ok(n)
+            }
+            _ => Err(self.error("expected a column name", "name a column of the data")),
+        }
+    }
+
+    /// A variable: a name, or `factor(name)`.
+    fn var(&mut self) -> Result<Var> {
+        let name = self.name()?;
+        if !self.eat("(") {
+            return Ok(Var {
+                name,
+                factor: false,
+            });
+        }
+        if name != "factor" {
+            self.at -= 2;
+            return Err(self.error(
+                &format!("the function `{name}(…)`"),
+                "only factor(…) is read in a formula: add the transformed variable to the data as a column",
+            ));
+        }
+        let inner = self.name()?;
+        self.expect(")")?;
+        Ok(Var {
+            name: inner,
+            factor: true,
+        })
+    }
+
+    /// An interaction `a:b:c`.
+    fn interaction(&mut self) -> Result<Vec<Var>> {
+        let mut vars = vec![self.var()?];
+        while self.eat(":") {
+            vars.push(self.var()?);
+        }
+        Ok(vars)
+    }
+
+    /// A crossing `a*b` of interactions: every union of a non-empty subset of them.
+    fn crossing(&mut self) -> Result<Vec<Vec<Var>>> {
+        let mut terms: Vec<Vec<Var>> = vec![self.interaction()?];
+        while self.eat("*") {
+            let next = self.interaction()?;
+            let mut more = terms.clone();
+            more.push(next.clone());
+            for t in &terms {
+                let mut joined = t.clone();
+                joined.extend(next.iter().cloned());
+                more.push(joined);
+            }
+            terms = more;
+        }
+        Ok(terms)
+    }
+
+    fn item(&mut self, bars: bool) -> Result<Item> {
+        match self.peek().cloned() {
+            Some(Token::Number(n)) if n == "1" || n == "0" => {
+                self.at += 1;
+                Ok(if n == "1" { Item::One } else { Item::Zero })
+            }
+            Some(Token::Number(_)) => Err(self.error(
+                "a number",
+                "only 1 (an intercept) and 0 (none) are numbers in a formula",
+            )),
+            Some(Token::Sym("(")) if bars => {
+                self.at += 1;
+                let effects = self.sum(false)?;
+                let correlated = if self.eat("||") {
+                    false
+                } else if self.eat("|") {
+                    true
+                } else {
+                    return Err(self.error(
+                        "a bracket without `|`",
+                        "brackets in a formula hold random effects, (x | g); expand products of sums by hand",
+                    ));
+                };
+                let mut groups = vec![self.interaction()?];
+                while self.eat("/") {
+                    let mut inner = groups.last().cloned().unwrap_or_default();
+                    inner.extend(self.interaction()?);
+                    groups.push(inner);
+                }
+                self.expect(")")?;
+                Ok(Item::Bar(
+                    groups
+                        .into_iter()
+                        .map(|g| Bar {
+                            effects: effects.clone(),
+                            group: g.into_iter().map(|v| v.name).collect(),
+                            correlated,
+                        })
+                        .collect(),
+                ))
+            }
+            Some(Token::Sym("(")) => Err(self.error(
+                "brackets inside a random-effect term",
+                "write the effects as a sum of columns, (1 + x | g)",
+            )),
+            _ => Ok(Item::Terms(self.crossing()?)),
+        }
+    }
+
+    /// A sum of items; with `bars`, random-effect terms go to `self`'s caller through the
+    /// returned list.
+    fn sum_with(&mut self, bars: bool) -> Result<(Effects, Vec<Bar>)> {
+        let mut intercept = true;
+        let mut terms: Vec<Vec<Var>> = Vec::new();
+        let mut random = Vec::new();
+        let mut minus = self.eat("-");
+        loop {
+            match self.item(bars)? {
+                Item::One => intercept = !minus,
+                Item::Zero if !minus => intercept = false,
+                Item::Zero => {}
+                Item::Terms(_) if minus => {
+                    self.at -= 1;
+                    return Err(self.error(
+                        "a term removed with `-`",
+                        "leave the term out instead; `- 1` (no intercept) is the only removal read",
+                    ));
+                }
+                Item::Terms(ts) => {
+                    for t in ts {
+                        let mut once: Vec<Var> = Vec::with_capacity(t.len());
+                        for v in t {
+                            if !once.contains(&v) {
+                                once.push(v);
+                            }
+                        }
+                        if !terms.iter().any(|u| same_term(u, &once)) {
+                            terms.push(once);
+                        }
+                    }
+                }
+                Item::Bar(b) => random.extend(b),
+            }
+            if self.eat("+") {
+                minus = false;
+            } else if self.eat("-") {
+                minus = true;
+            } else {
+                break;
+            }
+        }
+        // R orders a term's variables by their first appearance in the formula, and the terms by
+        // degree, keeping their order within a degree.
+        let mut seen: Vec<Var> = Vec::new();
+        for v in terms.iter().flatten() {
+            if !seen.contains(v) {
+                seen.push(v.clone());
+            }
+        }
+        for t in &mut terms {
+            t.sort_by_key(|v| seen.iter().position(|s| s == v));
+        }
+        terms.sort_by_key(Vec::len);
+        Ok((Effects { intercept, terms }, random))
+    }
+
+    fn sum(&mut self, bars: bool) -> Result<Effects> {
+        Ok(self.sum_with(bars)?.0)
+    }
+}
+
+impl Formula {
+    /// Reads a formula. Errors quote it and say where it went wrong.
+    pub fn parse(text: &str) -> Result<Formula> {
+        let mut r = Reader {
+            text,
+            tokens: tokens(text)?,
+            at: 0,
+        };
+        let response = match r.peek().cloned() {
+            Some(Token::Name(n)) if n == "cbind" => {
+                r.at += 1;
+                r.expect("(")?;
+                let s = r.name()?;
+                r.expect(",")?;
+                let f = r.name()?;
+                r.expect(")")?;
+                Response::Cbind(s, f)
+            }
+            Some(Token::Name(_)) => Response::Column(r.name()?),
+            _ => {
+                return Err(r.error(
+                    "expected the response's column",
+                    "write the formula as `y ~ x + (1 | g)`",
+                ))
+            }
+        };
+        r.expect("~")?;
+        let (fixed, random) = r.sum_with(true)?;
+        if r.at < r.tokens.len() {
+            return Err(r.error("unexpected text", "join terms with +"));
+        }
+        if random.is_empty() {
+            return Err(bad(
+                "formula",
+                format!("`{text}` has no random-effect term"),
+                "add one such as (1 | g); without random effects the model is a GLM",
+            ));
+        }
+        for b in &random {
+            if !b.effects.intercept && b.effects.terms.is_empty() {
+                return Err(bad(
+                    "formula",
+                    format!("`{text}`: a random-effect term with no effects"),
+                    "give it an intercept or a column, (1 | g) or (0 + x | g)",
+                ));
+            }
+        }
+        Ok(Formula {
+            text: text.to_string(),
+            response,
+            fixed,
+            random,
+        })
+    }
+
+    /// The formula as given.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Every column the formula uses.
+    fn columns(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = match &self.response {
+            Response::Column(y) => vec![y],
+            Response::Cbind(s, f) => vec![s, f],
+        };
+        let effects = std::iter::once(&self.fixed).chain(self.random.iter().map(|b| &b.effects));
+        for e in effects {
+            out.extend(e.terms.iter().flatten().map(|v| v.name.as_str()));
+        }
+        out.extend(
+            self.random
+                .iter()
+                .flat_map(|b| b.group.iter().map(String::as_str)),
+        );
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The formula's arrays on `frame`'s rows without a missing value.
+    pub fn design(&self, frame: &Frame) -> Result<Design> {
+        let used = self.columns();
+        let mut cols = BTreeMap::new();
+        for name in &used {
+            cols.insert(*name, frame.column(name)?);
+        }
+        let rows: Vec<usize> = (0..frame.n_rows())
+            .filter(|&i| cols.values().all(|c| !c.missing(i)))
+            .collect();
+        if rows.is_empty() {
+            return Err(bad(
+                "data",
+                format!(
+                    "no row without a missing value in the formula's columns ({} rows read)",
+                    frame.n_rows()
+                ),
+                "fill in or remove the missing values",
+            ));
+        }
+        let n = rows.len();
+        let numbers = |name: &str, role: &str| -> Result<Vec<f64>> {
+            match cols[name] {
+                Column::Number(v) => Ok(rows.iter().map(|&i| v[i]).collect()),
+                Column::Text(v) => {
+                    let i = rows.iter().copied().find(|&i| v[i].is_some()).unwrap_or(0);
+                    Err(bad(
+                        "data",
+                        format!(
+                            "the {role} `{name}` has text (`{}`)",
+                            v[i].as_deref().unwrap_or("")
+                        ),
+                        "give it numbers, or fix the value",
+                    ))
+                }
+            }
+        };
+        let (response, y, trials) = match &self.response {
+            Response::Column(name) => {
+                let y = match cols[name.as_str()] {
+                    // A two-level categorical response: the first level is the failure (R's).
+                    Column::Text(_) => {
+                        let (index, levels) = Self::levels(&cols, name, &rows);
+                        if levels.len() != 2 {
+                            return Err(bad(
+                                "data",
+                                format!(
+                                    "the response `{name}` has text with {} levels",
+                                    levels.len()
+                                ),
+                                "give numbers, or two levels for a binary response",
+                            ));
+                        }
+                        index.iter().map(|&k| k as f64).collect()
+                    }
+                    Column::Number(_) => numbers(name, "response")?,
+                };
+                (name.clone(), y, None)
+            }
+            Response::Cbind(s, f) => {
+                let succ = numbers(s, "response")?;
+                let fail = numbers(f, "response")?;
+                let trials = succ.iter().zip(&fail).map(|(a, b)| a + b).collect();
+                (format!("cbind({s}, {f})"), succ, Some(trials))
+            }
+        };
+        let (x, x_names) = self.matrix(&self.fixed, &cols, &rows)?;
+        let mut terms = Vec::new();
+        let mut term_names = Vec::new();
+        for b in &self.random {
+            let (z, effects) = self.matrix(&b.effects, &cols, &rows)?;
+            let labels: Vec<String> = rows
+                .iter()
+                .map(|&i| {
+                    b.group
+                        .iter()
+                        .map(|g| label(cols[g.as_str()], i))
+                        .collect::<Vec<_>>()
+                        .join(":")
+                })
+                .collect();
+            // Numbers by value where the factor is one numeric column.
+            let numeric =
+                b.group.len() == 1 && matches!(cols[b.group[0].as_str()], Column::Number(_));
+            let (group, levels) = index_labels(&labels, numeric);
+            terms.push(RandomTerm {
+                group,
+                z,
+                correlated: b.correlated,
+            });
+            term_names.push(TermNames {
+                group: b.group.join(":"),
+                effects,
+                levels,
+            });
+        }
+        Ok(Design {
+            y,
+            trials,
+            x,
+            x_names,
+            terms,
+            term_names,
+            n_obs: n,
+            dropped: frame.n_rows() - n,
+            response,
+            rows,
+        })
+    }
+
+    /// A categorical variable's level index at each used row and its levels, sorted.
+    fn levels(
+        cols: &BTreeMap<&str, &Column>,
+        name: &str,
+        rows: &[usize],
+    ) -> (Vec<usize>, Vec<String>) {
+        let col = cols[name];
+        let labels: Vec<String> = rows.iter().map(|&i| label(col, i)).collect();
+        index_labels(&labels, matches!(col, Column::Number(_)))
+    }
+
+    /// The model matrix of `effects` on `rows` (row-major) and its columns' names.
+    fn matrix(
+        &self,
+        effects: &Effects,
+        cols: &BTreeMap<&str, &Column>,
+        rows: &[usize],
+    ) -> Result<(Vec<f64>, Vec<String>)> {
+        let n = rows.len();
+        // Column-major while built.
+        let mut columns: Vec<Vec<f64>> = Vec::new();
+        let mut names = Vec::new();
+        if effects.intercept {
+            columns.push(vec![1.0; n]);
+            names.push("(Intercept)".to_string());
+        }
+        let present = |t: &[Var]| {
+            if t.is_empty() {
+                effects.intercept
+            } else {
+                effects.terms.iter().any(|u| same_term(u, t))
+            }
+        };
+        for term in &effects.terms {
+            // Each variable's columns, then their products (the first varying fastest).
+            let mut parts: Vec<Vec<(String, Vec<f64>)>> = Vec::new();
+            for (k, v) in term.iter().enumerate() {
+                if let (Column::Number(values), false) = (cols[v.name.as_str()], v.factor) {
+                    parts.push(vec![(
+                        v.name.clone(),
+                        rows.iter().map(|&i| values[i]).collect(),
+                    )]);
+                    continue;
+                }
+                let (index, levels) = Self::levels(cols, &v.name, rows);
+                let mut rest = term.clone();
+                rest.remove(k);
+                let contrasts = present(&rest);
+                let shown = if v.factor {
+                    format!("factor({})", v.name)
+                } else {
+                    v.name.clone()
+                };
+                let skip = usize::from(contrasts);
+                parts.push(
+                    levels
+                        .iter()
+                        .enumerate()
+                        .skip(skip)
+                        .map(|(l, level)| {
+                            (
+                                format!("{shown}{level}"),
+                                index.iter().map(|&j| f64::from(u8::from(j == l))).collect(),
+                            )
+                        })
+                        .collect(),
+                );
+            }
+            let mut product: Vec<(String, Vec<f64>)> = vec![(String::new(), vec![1.0; n])];
+            for part in parts {
+                let mut next = Vec::with_capacity(product.len() * part.len());
+                for (pname, pv) in &part {
+                    for (name, v) in &product {
+                        let joined = if name.is_empty() {
+                            pname.clone()
+                        } else {
+                            format!("{name}:{pname}")
+                        };
+                        next.push((joined, v.iter().zip(pv).map(|(a, b)| a * b).collect()));
+                    }
+                }
+                product = next;
+            }
+            for (name, v) in product {
+                names.push(name);
+                columns.push(v);
+            }
+        }
+        let p = columns.len();
+        let mut x = vec![0.0; n * p];
+        for (j, c) in columns.iter().enumerate() {
+            for (i, v) in c.iter().enumerate() {
+                x[i * p + j] = *v;
+            }
+        }
+        Ok((x, names))
+    }
+}
+
+/// Whether two interactions have the same variables (in any order).
+fn same_term(a: &[Var], b: &[Var]) -> bool {
+    a.len() == b.len() && a.iter().all(|v| b.contains(v))
+}
+
+/// A value as a level's label: numbers as R prints them (`3`, `2.5`).
+fn label(col: &Column, i: usize) -> String {
+    match col {
+        Column::Number(v) => format!("{}", v[i]),
+        Column::Text(v) => v[i].clone().unwrap_or_default(),
+    }
+}
+
+/// Each label's index among the distinct labels, sorted (by value when `numeric`, else in byte
+/// order), and those labels.
+fn index_labels(labels: &[String], numeric: bool) -> (Vec<usize>, Vec<String>) {
+    let mut levels: Vec<String> = labels.to_vec();
+    levels.sort_by(|a, b| match (a.parse::<f64>(), b.parse::<f64>()) {
+        (Ok(x), Ok(y)) if numeric => x.total_cmp(&y),
+        _ => a.cmp(b),
+    });
+    levels.dedup();
+    let at: BTreeMap<&str, usize> = levels
+        .iter()
+        .enumerate()
+        .map(|(k, l)| (l.as_str(), k))
+        .collect();
+    let index = labels.iter().map(|l| at[l.as_str()]).collect();
+    (index, levels)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame() -> Frame {
+        let text = |v: &[&str]| Column::Text(v.iter().map(|s| Some(s.to_string())).collect());
+        Frame::new(
+            vec!["y".into(), "x".into(), "f".into(), "g".into(), "h".into()],
+            vec![
+                Column::Number(vec![1.0, 0.0, 3.0, 2.0, 5.0, f64::NAN]),
+                Column::Number(vec![0.5, 1.0, 1.5, 2.0, 2.5, 3.0]),
+                text(&["b", "a", "c", "a", "b", "c"]),
+                Column::Number(vec![10.0, 2.0, 10.0, 2.0, 10.0, 2.0]),
+                text(&["u", "u", "v", "v", "w", "w"]),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn column(d: &Design, j: usize) -> Vec<f64> {
+        let p = d.x_names.len();
+        (0..d.n_obs).map(|i| d.x[i * p + j]).collect()
+    }
+
+    #[test]
+    fn r_names_and_codes_the_columns() {
+        let d = Formula::parse("y ~ x * f + (1 + x | g)")
+            .unwrap()
+            .design(&frame())
+            .unwrap();
+        assert_eq!(d.x_names, ["(Intercept)", "x", "fb", "fc", "x:fb", "x:fc"]);
+        assert_eq!(d.dropped, 1);
+        assert_eq!(d.n_obs, 5);
+        assert_eq!(column(&d, 2), [1.0, 0.0, 0.0, 0.0, 1.0]);
+        assert_eq!(column(&d, 4), [0.5, 0.0, 0.0, 0.0, 2.5]);
+        let t = &d.term_names[0];
+        assert_eq!(t.effects, ["(Intercept)", "x"]);
+        // Numeric groups sort by value: 2 before 10.
+        assert_eq!(t.levels, ["2", "10"]);
+        assert_eq!(d.terms[0].group, [1, 0, 1, 0, 1]);
+        assert!(d.terms[0].correlated);
+    }
+
+    #[test]
+    fn indicators_where_the_margin_is_absent() {
+        // Without an intercept, f's margin (the empty term) is absent: one indicator per level;
+        // so is x:g's margin x.
+        let d = Formula::parse("y ~ 0 + f + x:factor(g) + (0 + x || h)")
+            .unwrap()
+            .design(&frame())
+            .unwrap();
+        assert_eq!(
+            d.x_names,
+            ["fa", "fb", "fc", "x:factor(g)2", "x:factor(g)10"]
+        );
+        assert!(!d.terms[0].correlated);
+        assert_eq!(d.term_names[0].effects, ["x"]);
+    }
+
+    #[test]
+    fn nesting_crossing_and_cbind() {
+        let f = Formula::parse("cbind(y, x) ~ 1 + (1 | g/h) + (1 | f)").unwrap();
+        let d = f.design(&frame()).unwrap();
+        let groups: Vec<&str> = d.term_names.iter().map(|t| t.group.as_str()).collect();
+        assert_eq!(groups, ["g", "g:h", "f"]);
+        assert_eq!(d.trials.as_deref(), Some(&[1.5, 1.0, 4.5, 4.0, 7.5][..]));
+        assert_eq!(d.term_names[1].levels.len(), 5);
+        assert!(d.glmm(Family::Poisson).is_err());
+    }
+
+    #[test]
+    fn errors_name_the_place_and_the_fix() {
+        let msg = |s: &str| Formula::parse(s).unwrap_err().to_string();
+        assert!(msg("y ~ log(x) + (1 | g)").contains("factor(…)"));
+        assert!(msg("y ~ x + (1 | g").contains("at the end"));
+        assert!(msg("y ~ x").contains("no random-effect term"));
+        assert!(msg("y ~ x - f + (1|g)").contains("leave the term out"));
+        assert!(msg("y ~ x ^ 2 + (1|g)").contains("character 7"));
+        let e = Formula::parse("y ~ z + (1 | g)")
+            .unwrap()
+            .design(&frame())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no column `z`") && e.contains("y, x, f, g, h"),
+            "{e}"
+        );
+        let e = Formula::parse("y ~ x + (1 | g)")
+            .unwrap()
+            .design(
+                &Frame::new(
+                    vec!["y".into(), "x".into(), "g".into()],
+                    vec![
+                        Column::Number(vec![f64::NAN]),
+                        Column::Number(vec![1.0]),
+                        Column::Number(vec![1.0]),
+                    ],
+                )
+                .unwrap(),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn text_is_inferred_and_a_two_level_response_is_binary() {
+        let c = Column::infer(vec!["1".into(), "NA".into(), " 2.5 ".into()]);
+        assert!(matches!(&c, Column::Number(v) if v[0] == 1.0 && v[1].is_nan() && v[2] == 2.5));
+        let c = Column::infer(vec!["yes".into(), "".into(), "no".into()]);
+        assert_eq!(
+            c,
+            Column::Text(vec![Some("yes".into()), None, Some("no".into())])
+        );
+        let f = Frame::new(
+            vec!["ok".into(), "g".into()],
+            vec![c, Column::Number(vec![1.0, 1.0, 2.0])],
+        )
+        .unwrap();
+        let d = Formula::parse("ok ~ (1 | g)").unwrap().design(&f).unwrap();
+        // "no" < "yes": no is the failure.
+        assert_eq!(d.y, [1.0, 0.0]);
+        assert_eq!(d.dropped, 1);
+    }
+}
