@@ -25,7 +25,8 @@ spec <- function(model) {
     gslopes = list(slopes, "gaussian", 0, grepl("reml", model)),
     gaussian = list(y ~ x + (1 | g), "gaussian", 0, FALSE),
     crossed = list(y ~ x + (1 | g) + (1 | h), "gaussian", 0, FALSE),
-    bcrossed = list(y ~ x + (1 | g) + (1 | h), "binomial", 1, FALSE)
+    bcrossed = list(y ~ x + (1 | g) + (1 | h), "binomial", 1, FALSE),
+    bsparse = list(y ~ x + (1 | g) + (1 | h), "binomial", 1, FALSE)
   )
 }
 

@@ -1,13 +1,14 @@
 """sagd.glmm against R's lme4 and glmmTMB on the same data, in one run: the suite of models lme4
 fits (random intercepts of the three families, correlated random slopes, crossed Gaussian
-factors, 10^5 groups) and a crossed binary design where the Laplace approximation is not exact.
+factors, 10^5 groups) and two crossed binary designs where the Laplace approximation is not
+exact (a dense one, and the salamander mating design, with 6 outcomes per level).
 
 For every tool it prints the estimates, their standard errors, the exact log-likelihood at the
 tool's own estimate (sagd.glmm_loglik: quadrature or the closed form; importance sampling, with
 its error, where neither applies), that estimate's gap below the best of them, and the median
 seconds of REPS fits (sagd with all cores and with one thread; lme4 and glmmTMB use one).
 
-Run: python crates/sagd-py/bench/lme4.py [--reps 3] [--out table.md] [--quick]
+Run: python crates/sagd-py/bench/lme4.py [--reps 3] [--out table.md] [--quick] [--only NAMES]
 R is optional: without Rscript, or without lme4 or glmmTMB (Debian: r-cran-lme4,
 r-cran-glmmtmb), the table has sagd's rows and says what was missing.
 """
@@ -63,6 +64,27 @@ def crossed(family, a, b, seed, sd_a=0.7, sd_b=0.4):
     return y, x, g, h
 
 
+def sparse_crossed(experiments, per_side, mates, seed, sd_f=1.5, sd_m=1.3):
+    """The salamander mating design (McCullagh and Nelder): in each experiment `per_side`
+    females and as many males, each female paired with `mates` males and each male with as many
+    females; one binary outcome per pair, x a 0/1 covariate of the pair; crossed female and male
+    intercepts with large variances. Every level has only `mates` observations."""
+    rng = np.random.default_rng(seed)
+    f, m = [], []
+    for e in range(experiments):
+        for i in range(per_side):
+            for k in range(mates):
+                f.append(e * per_side + i)
+                m.append(e * per_side + (i + k) % per_side)
+    g, h = np.array(f), np.array(m)
+    x = (rng.random(len(g)) < 0.5).astype(float)
+    n_levels = experiments * per_side
+    eta = (0.5 - 1.0 * x + rng.normal(scale=sd_f, size=n_levels)[g]
+           + rng.normal(scale=sd_m, size=n_levels)[h])
+    y = (rng.random(len(g)) < 1 / (1 + np.exp(-eta))).astype(float)
+    return y, x, g, h
+
+
 def suite(quick):
     """(model, data columns, sagd.glmm's arguments)."""
     out = []
@@ -92,6 +114,10 @@ def suite(quick):
     # Binary outcomes, large variances, crossed: where Laplace is biased and sagd runs EM.
     y, x, g, h = crossed("binomial", 30, 20, 21, sd_a=1.5, sd_b=1.0)
     out.append(("bcrossed-30x20", {"y": y, "x": x, "g": g, "h": h},
+                dict(family="binomial", groups={"g": g, "h": h})))
+    # The salamander design: 6 binary outcomes per level, large variances.
+    y, x, g, h = sparse_crossed(3, 20, 6, 31)
+    out.append(("bsparse-3x20x6", {"y": y, "x": x, "g": g, "h": h},
                 dict(family="binomial", groups={"g": g, "h": h})))
     return out
 
@@ -142,9 +168,13 @@ def main():
     ap.add_argument("--reps", type=int, default=3, help="fits per tool and model (median)")
     ap.add_argument("--out", help="also write the table to this Markdown file")
     ap.add_argument("--quick", action="store_true", help="leave out the 10^5-group model")
+    ap.add_argument("--only", help="fit only the models whose names start with one of these "
+                    "(comma-separated), e.g. bcrossed,bsparse")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
     models = suite(args.quick)
+    if args.only:
+        models = [m for m in models if m[0].startswith(tuple(args.only.split(",")))]
     rows = {}
     r_out = []
     rscript = shutil.which("Rscript")

@@ -203,6 +203,28 @@ pub(crate) fn fit_glmm<'py>(
             d
         }
     };
+    // θ̂ on lme4's scales: the sds with their delta-method errors, the correlations, σ.
+    let summary = model.summary(&fit.theta, fit.covariance.as_deref());
+    let sds: Vec<_> = summary.random.iter().flat_map(|t| t.sd.iter()).collect();
+    d.set_item("random_sd", sds.iter().map(|e| e.value).collect::<Vec<_>>())?;
+    d.set_item("random_sd_se", sds.iter().map(|e| e.se).collect::<Vec<_>>())?;
+    d.set_item(
+        "random_cor",
+        summary
+            .random
+            .iter()
+            .map(|t| t.cor.clone())
+            .collect::<Vec<_>>(),
+    )?;
+    d.set_item("sigma", summary.sigma.map(|e| e.value))?;
+    d.set_item("sigma_se", summary.sigma.map(|e| e.se))?;
+    // lme4's AIC and BIC, of the REML criterion after a REML fit.
+    let criterion = match &fit.fitted {
+        Fitted::Exact(e) => e.reml.unwrap_or(e.log_likelihood),
+        Fitted::Em(_) => fit.log_likelihood.value,
+    };
+    d.set_item("aic", summary.aic(criterion))?;
+    d.set_item("bic", summary.bic(criterion, model.n_obs()))?;
     d.set_item("n_points", model.n_data())?;
     Ok(d)
 }

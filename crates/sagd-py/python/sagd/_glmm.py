@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -141,18 +141,6 @@ def _per_factor(name: str, value: Any, k: int) -> List[Any]:
             raise ValueError(f"{name}: give one per grouping factor ({k}), got {len(value)}")
         return list(value)
     return [value] * k
-
-
-def _term_params(q: int, correlated: bool) -> int:
-    return q + (q * (q - 1) // 2 if correlated else 0)
-
-
-def _cholesky(par: np.ndarray, q: int, correlated: bool) -> np.ndarray:
-    """L from a term's parameters: exp of the diagonal, then the lower off-diagonal row by row."""
-    L = np.diag(np.exp(par[:q]))
-    if correlated:
-        L[np.tril_indices(q, -1)] = par[q:]
-    return L
 
 
 @dataclass
@@ -322,8 +310,10 @@ def glmm(
     yv, n, factor_names, k, labels, Xm, Zs, cor = (a.y, a.n, a.factor_names, a.k, a.labels, a.X,
                                                    a.Zs, a.cor)
     p = Xm.shape[1]
-    xn = list(x_names) if x_names is not None else (
-        ["(Intercept)"] if X is None else [f"x{j}" for j in range(p)])
+    # Unnamed columns: a column of ones is R's (Intercept); a column of Z that is one of X's
+    # takes its name.
+    xn = list(x_names) if x_names is not None else [
+        "(Intercept)" if np.all(Xm[:, j] == 1) else f"x{j}" for j in range(p)]
     if len(xn) != p:
         raise ValueError("x_names: give one name per column of X")
     if k == 1:
@@ -333,8 +323,11 @@ def glmm(
     zn = []
     for t, (Zt, names_t) in enumerate(zip(Zs, zn_all)):
         q = Zt.shape[1]
-        names_t = list(names_t) if names_t is not None else (
-            ["(Intercept)"] if q == 1 and np.all(Zt == 1) else [f"z{j}" for j in range(q)])
+        if names_t is None:
+            names_t = [next((xn[i] for i in range(p) if np.array_equal(Zt[:, j], Xm[:, i])),
+                            "(Intercept)" if np.all(Zt[:, j] == 1) else f"z{j}")
+                       for j in range(q)]
+        names_t = list(names_t)
         if len(names_t) != q:
             raise ValueError("z_names: give one name per column of Z")
         zn.append(names_t)
@@ -357,42 +350,10 @@ def glmm(
         names.append("log(sigma)")
     base = FitResult._of(d, names)
     est = base.estimate
-    # An exact fit brings its covariance (NaN for parameters at a boundary); EM's is inverted here.
-    cov = (np.asarray(d["covariance"]) if d.get("covariance") is not None
-           else _inverse(d.get("information"), len(est)))
-
-    def delta(fun: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-        # Standard errors of fun(theta) from theta's covariance, by central differences.
-        f0 = np.atleast_1d(fun(est))
-        if cov is None:
-            return np.full(f0.shape, np.nan)
-        J = np.zeros((f0.size, est.size))
-        for j in range(est.size):
-            h = 1e-6 * max(1.0, abs(est[j]))
-            e = np.zeros(est.size)
-            e[j] = h
-            J[:, j] = (np.atleast_1d(fun(est + e)) - np.atleast_1d(fun(est - e))) / (2 * h)
-        return np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", J, cov, J), 0.0))
-
-    sds, sd_ses, cors, rnames = [], [], [], []
-    at = p
-    for t, (names_t, c) in enumerate(zip(zn, cor)):
-        q = len(names_t)
-        m = _term_params(q, c)
-
-        def sd_of(th: np.ndarray, at: int = at, q: int = q, c: bool = c, m: int = m) -> np.ndarray:
-            L = _cholesky(th[at:at + m], q, c)
-            return np.sqrt(np.sum(L * L, axis=1))
-
-        L = _cholesky(est[at:at + m], q, c)
-        S = L @ L.T
-        s = np.sqrt(np.diag(S))
-        sds.append(s)
-        sd_ses.append(delta(sd_of))
-        cors.append(S / np.outer(s, s))
-        rnames += [label(t, v) for v in names_t]
-        at += m
-    tau = np.concatenate(sds)
+    # The sds' standard errors (delta method) and the correlations come from the core.
+    tau = np.asarray(d["random_sd"], dtype=float)
+    cors = [np.asarray(c, dtype=float) for c in d["random_cor"]]
+    rnames = [label(t, v) for t, names_t in enumerate(zn) for v in names_t]
     if d.get("singular") or np.any(tau < 1e-4):
         # A covariance at its boundary: the parameter there has no finite maximum, and no
         # standard error.
@@ -404,8 +365,6 @@ def glmm(
         base.warning = note if base.warning is None else f"{note}; {base.warning}"
     exact = d["status"] == "exact"
     reml_ll = d.get("reml_loglik")
-    criterion = reml_ll if reml_ll is not None else d.get("loglik")
-    k = len(est)
     if dropped:
         note = f"{dropped} rows with a missing value dropped (lme4's na.omit)"
         base.warning = note if base.warning is None else f"{note}; {base.warning}"
@@ -416,31 +375,21 @@ def glmm(
         method="exact" if exact else "em",
         reml=reml_ll is not None,
         reml_loglik=reml_ll,
-        aic=None if criterion is None else -2 * criterion + 2 * k,
-        bic=None if criterion is None else -2 * criterion + k * math.log(n),
+        aic=d.get("aic"),
+        bic=d.get("bic"),
         iterations=int(d.get("iterations", 0)),
         family=family.lower(),
         fixed=est[:p].copy(),
         fixed_se=base.se[:p].copy(),
         random_sd=tau,
-        random_sd_se=np.concatenate(sd_ses),
+        random_sd_se=np.asarray(d["random_sd_se"], dtype=float),
         random_names=rnames,
         random_cor=cors,
-        sigma=float(np.exp(est[-1])) if gaussian else None,
-        sigma_se=float(np.exp(est[-1]) * base.se[-1]) if gaussian else None,
+        sigma=d.get("sigma"),
+        sigma_se=d.get("sigma_se"),
         loglik=d.get("loglik"),
         loglik_se=d.get("loglik_se"),
         loglik_method=d.get("loglik_method"),
         groups=labels[0] if one else dict(zip(factor_names, labels)),
         n_points=int(d.get("n_points", 0)),
     )
-
-
-def _inverse(information: Any, p: int) -> Optional[np.ndarray]:
-    """theta's covariance: the inverse of the observed information (None without a polish)."""
-    if information is None:
-        return None
-    try:
-        return np.linalg.inv(np.asarray(information).reshape(p, p))
-    except np.linalg.LinAlgError:
-        return None

@@ -265,6 +265,11 @@ impl Glmm {
         })
     }
 
+    /// The observations n.
+    pub fn n_obs(&self) -> usize {
+        self.y.len()
+    }
+
     /// The fixed effects' count p.
     pub fn n_fixed(&self) -> usize {
         self.p
