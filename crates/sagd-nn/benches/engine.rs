@@ -1,9 +1,11 @@
 //! Criterion benchmarks of the engine's pieces on the E2 decoder's shapes (1 → 64 → 64 → 1,
-//! softplus): one activation pass, and a forward and backward pass over one chunk of rows.
+//! softplus): one activation pass, and a forward and backward pass over one chunk of rows; and
+//! the products alone on E2's and E3's widest shapes, in FLOP/s (`SAGD_CPU_CAPABILITY=avx2`
+//! times the AVX2 path on an AVX-512 machine).
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sagd_nn::math::{self, Activation};
-use sagd_nn::{Sequential, Workspace, CHUNK_ROWS};
+use sagd_nn::{Layer, Sequential, Workspace, CHUNK_ROWS};
 
 fn activation(c: &mut Criterion) {
     let mut group = c.benchmark_group("activation");
@@ -43,5 +45,27 @@ fn passes(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, activation, passes);
+/// A linear layer's forward pass (the product and its bias) on one thread: E2's 64 → 64 layer
+/// over a chunk of rows and E3's 3136 → 1024 layer over a minibatch of 200; throughput in
+/// floating-point operations (2 per multiply-add).
+fn products(c: &mut Criterion) {
+    let mut group = c.benchmark_group(format!("linear_{}", sagd::cpu::capability().name()));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a thread pool");
+    for (m, k, n) in [(CHUNK_ROWS, 64, 64), (200, 3136, 1024)] {
+        group.throughput(Throughput::Elements((2 * m * k * n) as u64));
+        let net = Sequential::new(vec![Layer::Linear { inp: k, out: n }]);
+        let params = net.init(1);
+        let x: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut ws = Workspace::default();
+        group.bench_function(format!("{m}x{k}x{n}"), |b| {
+            b.iter(|| pool.install(|| net.forward(&params, &x, m, &mut ws)))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, activation, passes, products);
 criterion_main!(benches);

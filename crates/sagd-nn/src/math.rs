@@ -107,53 +107,57 @@ pub enum Activation {
     Sigmoid,
 }
 
-/// y = f(x) and dy = f'(x) elementwise (the derivative is kept for the backward pass).
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-pub fn forward(act: Activation, x: &[f32], y: &mut [f32], dy: &mut [f32]) {
-    let it = y.iter_mut().zip(dy.iter_mut()).zip(x);
-    match act {
-        Activation::Softplus => it.for_each(|((y, dy), a)| (*y, *dy) = softplus_sigmoid(*a)),
-        Activation::Relu => it.for_each(|((y, dy), a)| {
-            *y = relu(*a);
-            *dy = relu_slope(*a);
-        }),
-        Activation::Sigmoid => it.for_each(|((y, dy), a)| {
-            let s = softplus_sigmoid(*a).1;
-            *y = s;
-            *dy = s * (1.0 - s);
-        }),
-        Activation::Tanh => it.for_each(|((y, dy), a)| {
-            let t = tanh(*a);
-            *y = t;
-            *dy = 1.0 - t * t;
-        }),
+sagd::vectorized! {
+    /// y = f(x) and dy = f'(x) elementwise (the derivative is kept for the backward pass).
+    pub fn forward(act: Activation, x: &[f32], y: &mut [f32], dy: &mut [f32]) {
+        let it = y.iter_mut().zip(dy.iter_mut()).zip(x);
+        match act {
+            Activation::Softplus => it.for_each(|((y, dy), a)| (*y, *dy) = softplus_sigmoid(*a)),
+            Activation::Relu => it.for_each(|((y, dy), a)| {
+                *y = relu(*a);
+                *dy = relu_slope(*a);
+            }),
+            Activation::Sigmoid => it.for_each(|((y, dy), a)| {
+                let s = softplus_sigmoid(*a).1;
+                *y = s;
+                *dy = s * (1.0 - s);
+            }),
+            Activation::Tanh => it.for_each(|((y, dy), a)| {
+                let t = tanh(*a);
+                *y = t;
+                *dy = 1.0 - t * t;
+            }),
+        }
     }
 }
 
-/// v ← e^(v − m) elementwise, for m ≥ every v (the shifted weights of a log-sum-exp).
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-pub fn exp_shifted(v: &mut [f32], m: f32) {
-    v.iter_mut().for_each(|x| *x = exp_neg(*x - m));
-}
-
-/// The Bernoulli log-likelihood of binary pixels `x` under logits `l`, one row of `l.len()`
-/// pixels: returns Σ_j x_j l_j − softplus(l_j) (stable for any logit) and writes its gradient
-/// x_j − σ(l_j) into `grad`. Summed in f64.
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-pub fn bernoulli_logits(l: &[f32], x: &[f32], grad: &mut [f32]) -> f64 {
-    let mut total = 0.0f64;
-    for ((g, a), b) in grad.iter_mut().zip(l).zip(x) {
-        let (sp, sg) = softplus_sigmoid(*a);
-        total += (b * a - sp) as f64;
-        *g = b - sg;
+sagd::vectorized! {
+    /// v ← e^(v − m) elementwise, for m ≥ every v (the shifted weights of a log-sum-exp).
+    pub fn exp_shifted(v: &mut [f32], m: f32) {
+        v.iter_mut().for_each(|x| *x = exp_neg(*x - m));
     }
-    total
 }
 
-/// g *= dy elementwise.
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-pub fn scale(g: &mut [f32], dy: &[f32]) {
-    g.iter_mut().zip(dy).for_each(|(g, d)| *g *= d);
+sagd::vectorized! {
+    /// The Bernoulli log-likelihood of binary pixels `x` under logits `l`, one row of `l.len()`
+    /// pixels: returns Σ_j x_j l_j − softplus(l_j) (stable for any logit) and writes its gradient
+    /// x_j − σ(l_j) into `grad`. Summed in f64.
+    pub fn bernoulli_logits(l: &[f32], x: &[f32], grad: &mut [f32]) -> f64 {
+        let mut total = 0.0f64;
+        for ((g, a), b) in grad.iter_mut().zip(l).zip(x) {
+            let (sp, sg) = softplus_sigmoid(*a);
+            total += (b * a - sp) as f64;
+            *g = b - sg;
+        }
+        total
+    }
+}
+
+sagd::vectorized! {
+    /// g *= dy elementwise.
+    pub fn scale(g: &mut [f32], dy: &[f32]) {
+        g.iter_mut().zip(dy).for_each(|(g, d)| *g *= d);
+    }
 }
 
 /// max(a, 0), +0 for −0 and NaN: the engine's ReLU, fused into a product's store or not.
@@ -176,18 +180,20 @@ pub fn relu_slope(a: f32) -> f32 {
     }
 }
 
-/// y = max(x, 0) elementwise, without the derivative: the backward pass takes it from y
-/// ([`relu_backward`]).
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-pub fn relu_forward(x: &[f32], y: &mut [f32]) {
-    y.iter_mut().zip(x).for_each(|(y, a)| *y = relu(*a));
+sagd::vectorized! {
+    /// y = max(x, 0) elementwise, without the derivative: the backward pass takes it from y
+    /// ([`relu_backward`]).
+    pub fn relu_forward(x: &[f32], y: &mut [f32]) {
+        y.iter_mut().zip(x).for_each(|(y, a)| *y = relu(*a));
+    }
 }
 
-/// g ← g · 1(y > 0) for a ReLU's output y: its derivative, multiplied in as 1 or 0 (the bits of
-/// [`scale`] by the derivative).
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-pub fn relu_backward(g: &mut [f32], y: &[f32]) {
-    g.iter_mut().zip(y).for_each(|(g, y)| *g *= relu_slope(*y));
+sagd::vectorized! {
+    /// g ← g · 1(y > 0) for a ReLU's output y: its derivative, multiplied in as 1 or 0 (the bits of
+    /// [`scale`] by the derivative).
+    pub fn relu_backward(g: &mut [f32], y: &[f32]) {
+        g.iter_mut().zip(y).for_each(|(g, y)| *g *= relu_slope(*y));
+    }
 }
 
 #[cfg(test)]

@@ -47,7 +47,6 @@ pub(crate) fn em_settings(max_msteps: Option<usize>) -> EmSettings {
 
 /// Runs automated EM with the defaults on `model` from `theta0` ([`detached`]: the GIL released,
 /// Ctrl-C watched). Results do not depend on the threads.
-
 pub(crate) fn run_em<M: LatentModel<f64>>(
     py: Python<'_>,
     model: &M,

@@ -58,6 +58,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod cpu;
 pub mod diagnostics;
 pub mod em;
 pub mod error;

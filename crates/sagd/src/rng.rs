@@ -114,19 +114,20 @@ impl ChainRng {
     }
 }
 
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-fn fill_blocks<T: Real>(s: &mut [[u64; LANES]; 4], out: &mut [T]) {
-    let mut st = *s;
-    let mut z = [0.0f64; BLOCK];
-    for chunk in out.chunks_exact_mut(BLOCK) {
-        let r1 = xoshiro_lanes(&mut st);
-        let r2 = xoshiro_lanes(&mut st);
-        box_muller(&r1, &r2, &mut z);
-        for (o, v) in chunk.iter_mut().zip(z.iter()) {
-            *o = T::of(*v);
+crate::vectorized! {
+    fn fill_blocks<T: Real>(s: &mut [[u64; LANES]; 4], out: &mut [T]) {
+        let mut st = *s;
+        let mut z = [0.0f64; BLOCK];
+        for chunk in out.chunks_exact_mut(BLOCK) {
+            let r1 = xoshiro_lanes(&mut st);
+            let r2 = xoshiro_lanes(&mut st);
+            box_muller(&r1, &r2, &mut z);
+            for (o, v) in chunk.iter_mut().zip(z.iter()) {
+                *o = T::of(*v);
+            }
         }
+        *s = st;
     }
-    *s = st;
 }
 
 /// One xoshiro256+ step in each lane.

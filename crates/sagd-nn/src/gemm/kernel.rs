@@ -1,38 +1,39 @@
-//! The register-tiled kernels under the products: a portable tile row and the AVX-512 tiles
-//! (6 × 64, and 24 × 16 or 12 × 32 for narrow products), chosen at run time. Both run every
-//! element of C as one fused multiply-add chain in the same order, so they give the same bits.
+//! The register-tiled kernels under the products: a portable tile row, the AVX2 tiles (6 × 16,
+//! and 12 × 8 for narrow products) and the AVX-512 tiles (6 × 64, and 24 × 16 or 12 × 32 for
+//! narrow products), chosen by [`sagd::cpu::capability`]. All run every element of C as one
+//! fused multiply-add chain in the same order, so they give the same bits.
 
 use super::*;
+use sagd::cpu::Capability;
 
 #[cfg(test)]
 thread_local! {
-    /// Tests set this to run the portable kernel on a machine with AVX-512.
-    pub(super) static PORTABLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Tests set this to run a narrower kernel than the CPU's.
+    pub(super) static FORCED: std::cell::Cell<Option<Capability>> = const { std::cell::Cell::new(None) };
 }
 
-/// Whether the AVX-512 kernel runs.
-pub(crate) fn wide_kernel() -> bool {
+/// The kernels' instruction set: the process's ([`sagd::cpu::capability`], which
+/// `SAGD_CPU_CAPABILITY` narrows), or in tests the one a test forces.
+pub(crate) fn kernel_capability() -> Capability {
     #[cfg(test)]
-    if PORTABLE.with(|p| p.get()) {
-        return false;
+    if let Some(c) = FORCED.with(|p| p.get()) {
+        return c.min(Capability::detected());
     }
-    #[cfg(target_arch = "x86_64")]
-    return std::arch::is_x86_feature_detected!("avx512f");
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    sagd::cpu::capability()
 }
 
-/// One row of a tile (its first `acc.len()` columns), portably: the same chains as the AVX-512
-/// kernel, so the same bits (with hardware FMA where there is one: `mul_add` is a library call
-/// without it).
-#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
-pub(crate) fn tile_row(k: usize, a: &[f32], cs: usize, b: &[f32], ldb: usize, acc: &mut [f32]) {
-    acc.fill(0.0);
-    let w = acc.len();
-    for r in 0..k {
-        let av = a[r * cs];
-        for (c, bv) in acc.iter_mut().zip(&b[r * ldb..r * ldb + w]) {
-            *c = av.mul_add(*bv, *c);
+sagd::vectorized! {
+    /// One row of a tile (its first `acc.len()` columns), portably: the same chains as the AVX-512
+    /// kernel, so the same bits (with hardware FMA where there is one: `mul_add` is a library call
+    /// without it).
+    pub(crate) fn tile_row(k: usize, a: &[f32], cs: usize, b: &[f32], ldb: usize, acc: &mut [f32]) {
+        acc.fill(0.0);
+        let w = acc.len();
+        for r in 0..k {
+            let av = a[r * cs];
+            for (c, bv) in acc.iter_mut().zip(&b[r * ldb..r * ldb + w]) {
+                *c = av.mul_add(*bv, *c);
+            }
         }
     }
 }
@@ -77,6 +78,157 @@ pub(crate) unsafe fn finish(
                 .zip(acc_i)
                 .zip(&s[at..at + w])
                 .for_each(|((c, v), s)| *c = v * s),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod avx2 {
+    use super::{Epilogue, Strided};
+    use std::arch::x86_64::*;
+
+    /// Columns j0..j0 + w (at most [`NR`]) of C ← A·B: 16 columns at a time (8 for the last
+    /// 8 or fewer), in tiles of 6 rows (12 for 8 columns), the last rows in smaller tiles.
+    ///
+    /// # Safety
+    /// As [`super::columns`], on a CPU with AVX2 and FMA.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn columns(
+        m: usize,
+        k: usize,
+        a: Strided<'_>,
+        b: &[f32],
+        ldb: usize,
+        (j0, w): (usize, usize),
+        c: *mut f32,
+        ldc: usize,
+        ep: Epilogue<'_>,
+    ) {
+        let mut col = 0;
+        while col < w {
+            let width = (w - col).min(16);
+            let bs = b.get(col..).unwrap_or(&[]);
+            let at = (j0 + col, width);
+            if width > 8 {
+                rows_of::<6, 2>(m, k, a, bs, ldb, at, c, ldc, ep);
+            } else {
+                rows_of::<12, 1>(m, k, a, bs, ldb, at, c, ldc, ep);
+            }
+            col += width;
+        }
+    }
+
+    /// Columns j0..j0 + w (at most 8·V) in tiles of R rows, the last rows in tiles of at most 6.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn rows_of<const R: usize, const V: usize>(
+        m: usize,
+        k: usize,
+        a: Strided<'_>,
+        b: &[f32],
+        ldb: usize,
+        (j0, w): (usize, usize),
+        c: *mut f32,
+        ldc: usize,
+        ep: Epilogue<'_>,
+    ) {
+        let mut i0 = 0;
+        while i0 < m {
+            let a0 = a.data.get(i0 * a.rows..).unwrap_or(&[]);
+            let rows = if m - i0 >= R { R } else { (m - i0).min(6) };
+            let at = (i0, j0, w);
+            // SAFETY: as `rows_of`'s callers: A, B and C hold the tile's elements.
+            match rows {
+                r if r == R => tile::<R, V>(k, a0, a, b, ldb, at, c, ldc, ep),
+                6 => tile::<6, V>(k, a0, a, b, ldb, at, c, ldc, ep),
+                5 => tile::<5, V>(k, a0, a, b, ldb, at, c, ldc, ep),
+                4 => tile::<4, V>(k, a0, a, b, ldb, at, c, ldc, ep),
+                3 => tile::<3, V>(k, a0, a, b, ldb, at, c, ldc, ep),
+                2 => tile::<2, V>(k, a0, a, b, ldb, at, c, ldc, ep),
+                _ => tile::<1, V>(k, a0, a, b, ldb, at, c, ldc, ep),
+            }
+            i0 += rows;
+        }
+    }
+
+    /// R rows × 8·V columns of A·B in V·R ymm registers (lanes past the width read as zeros,
+    /// never written), finished into C by `ep`.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile<const R: usize, const V: usize>(
+        k: usize,
+        a0: &[f32],
+        a: Strided<'_>,
+        b: &[f32],
+        ldb: usize,
+        (i0, j0, w): (usize, usize, usize),
+        c: *mut f32,
+        ldc: usize,
+        ep: Epilogue<'_>,
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); V]; R];
+        let (ap, bp) = (a0.as_ptr(), b.as_ptr());
+        let masks: [__m256i; V] = std::array::from_fn(|v| {
+            let d = w.saturating_sub(8 * v).min(8) as i32;
+            _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(d),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            )
+        });
+        let whole = w == 8 * V;
+        for r in 0..k {
+            let row = bp.add(r * ldb);
+            let bv: [__m256; V] = std::array::from_fn(|v| {
+                if whole {
+                    _mm256_loadu_ps(row.add(8 * v))
+                } else {
+                    _mm256_maskload_ps(row.add(8 * v), masks[v])
+                }
+            });
+            for (i, acc_i) in acc.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*ap.add(i * a.rows + r * a.cols));
+                for (c, b) in acc_i.iter_mut().zip(bv) {
+                    *c = _mm256_fmadd_ps(av, b, *c);
+                }
+            }
+        }
+        // The AVX-512 kernel's epilogue, lane for lane: the same operations, so the same bits.
+        let zero = _mm256_setzero_ps();
+        for (i, acc_i) in acc.into_iter().enumerate() {
+            let at = (i0 + i) * ldc + j0;
+            for (v, ab) in acc_i.into_iter().enumerate() {
+                let (col, mask) = (8 * v, masks[v]);
+                if 8 * v >= w {
+                    break;
+                }
+                let load = |p: *const f32| {
+                    if whole {
+                        _mm256_loadu_ps(p)
+                    } else {
+                        _mm256_maskload_ps(p, mask)
+                    }
+                };
+                let dst = c.add(at + col);
+                let out = match ep {
+                    Epilogue::Store => ab,
+                    Epilogue::Add => _mm256_add_ps(load(dst), ab),
+                    Epilogue::Bias(bias) => _mm256_add_ps(ab, load(bias.as_ptr().add(j0 + col))),
+                    Epilogue::BiasRelu(bias) => {
+                        _mm256_max_ps(_mm256_add_ps(ab, load(bias.as_ptr().add(j0 + col))), zero)
+                    }
+                    Epilogue::Positive(p) => {
+                        let on = _mm256_cmp_ps::<_CMP_GT_OQ>(load(p.as_ptr().add(at + col)), zero);
+                        _mm256_mul_ps(ab, _mm256_and_ps(on, _mm256_set1_ps(1.0)))
+                    }
+                    Epilogue::Scale(s) => _mm256_mul_ps(ab, load(s.as_ptr().add(at + col))),
+                };
+                if whole {
+                    _mm256_storeu_ps(dst, out);
+                } else {
+                    _mm256_maskstore_ps(dst, mask, out);
+                }
+            }
         }
     }
 }

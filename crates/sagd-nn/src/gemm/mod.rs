@@ -10,8 +10,11 @@
 mod kernel;
 
 #[cfg(test)]
-use kernel::PORTABLE;
-use kernel::{avx512, finish, tile_row, wide_kernel};
+use kernel::FORCED;
+#[cfg(target_arch = "x86_64")]
+use kernel::{avx2, avx512};
+use kernel::{finish, kernel_capability, tile_row};
+use sagd::cpu::Capability;
 
 /// Columns of C per tile: four 16-lane vectors.
 const NR: usize = 64;
@@ -116,7 +119,7 @@ pub fn gemm(
         packed(m, n, k, a, b, c, ldc, ep);
         return;
     }
-    let wide = wide_kernel();
+    let wide = kernel_capability();
     for j0 in (0..n).step_by(NR) {
         let w = NR.min(n - j0);
         // SAFETY: C holds (m−1)·ldc + n elements (asserted), and nothing else touches it.
@@ -154,18 +157,25 @@ unsafe fn columns(
     c: *mut f32,
     ldc: usize,
     ep: Epilogue<'_>,
-    wide: bool,
+    wide: Capability,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if wide {
+    match wide {
         // Narrow columns (a convolution's 16 or 32 channels) in one or two vectors with more
         // rows per tile, so that the 24 accumulators stay in use.
-        match w {
-            0..=16 => avx512::rows_of::<24, 1>(m, k, a, b, ldb, (j0, w), c, ldc, ep),
-            17..=32 => avx512::rows_of::<12, 2>(m, k, a, b, ldb, (j0, w), c, ldc, ep),
-            _ => avx512::rows_of::<MR, 4>(m, k, a, b, ldb, (j0, w), c, ldc, ep),
+        Capability::Avx512 => {
+            match w {
+                0..=16 => avx512::rows_of::<24, 1>(m, k, a, b, ldb, (j0, w), c, ldc, ep),
+                17..=32 => avx512::rows_of::<12, 2>(m, k, a, b, ldb, (j0, w), c, ldc, ep),
+                _ => avx512::rows_of::<MR, 4>(m, k, a, b, ldb, (j0, w), c, ldc, ep),
+            }
+            return;
         }
-        return;
+        Capability::Avx2 => {
+            avx2::columns(m, k, a, b, ldb, (j0, w), c, ldc, ep);
+            return;
+        }
+        Capability::Portable => {}
     }
     let _ = wide;
     let mut acc = [[0.0f32; NR]; MR];
@@ -206,7 +216,7 @@ impl Panels {
         }
         (self.k, self.n) = (k, n);
         self.data.resize(n.div_ceil(NR) * k * NR, 0.0);
-        let wide = wide_kernel();
+        let wide = kernel_capability();
         self.data
             .par_chunks_mut((k * NR).max(1))
             .enumerate()
@@ -228,7 +238,7 @@ impl Panels {
                     let mut j = 0;
                     // Whole 16 × 16 blocks of B with unit row stride, transposed in registers.
                     #[cfg(target_arch = "x86_64")]
-                    if wide && b.rows == 1 && r1 - r0 == T {
+                    if wide == Capability::Avx512 && b.rows == 1 && r1 - r0 == T {
                         while j + T <= w {
                             let at = (j0 + j) * b.cols + r0;
                             assert!(b.data.len() >= at + (T - 1) * b.cols + T);
@@ -276,7 +286,7 @@ pub fn gemm_panels(
         return;
     }
     check(m, n, k, a, c, ldc, ep, "gemm_panels");
-    let wide = wide_kernel();
+    let wide = kernel_capability();
     let panels = n.div_ceil(NR);
     let blocks = (m * n * k / BLOCK_MACS).clamp(1, MAX_BLOCKS.min(panels));
     let per = panels.div_ceil(blocks);
@@ -560,12 +570,17 @@ mod tests {
                 for ep in every_epilogue(&bias, &s) {
                     let mut c = c0.clone();
                     gemm(m, n, k, sa, &b, ldb, &mut c, ldc, ep);
-                    // The portable kernel gives the same bits.
-                    let mut c2 = c0.clone();
-                    PORTABLE.with(|p| p.set(true));
-                    gemm(m, n, k, sa, &b, ldb, &mut c2, ldc, ep);
-                    PORTABLE.with(|p| p.set(false));
-                    assert!(c.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits()));
+                    // The narrower kernels give the same bits (on a CPU that has them).
+                    for path in [Capability::Avx2, Capability::Portable] {
+                        let mut c2 = c0.clone();
+                        FORCED.with(|p| p.set(Some(path)));
+                        gemm(m, n, k, sa, &b, ldb, &mut c2, ldc, ep);
+                        FORCED.with(|p| p.set(None));
+                        assert!(
+                            c.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits()),
+                            "{m}×{n}×{k} {ep:?}: {path:?}"
+                        );
+                    }
                     for i in 0..m {
                         for j in 0..n {
                             let ab = want[i * n + j];
@@ -659,7 +674,7 @@ mod tests {
                 for ep in every_epilogue(&bias, &s) {
                     let (mut want, mut got) = (c0.clone(), c0.clone());
                     // The tile kernel itself, whatever the size.
-                    let wide = wide_kernel();
+                    let wide = kernel_capability();
                     for j0 in (0..n).step_by(NR) {
                         let w = NR.min(n - j0);
                         // SAFETY: `want` is m × n, B k × n.

@@ -105,37 +105,39 @@ impl Transposed {
     }
 }
 
-/// [`linear_forward`] with Wᵀ made beforehand ([`Transposed::of`]; read only by the tile
-/// kernel's products, so any slice for a width-1 output or a product of at least
-/// [`PACKED_MIN`](crate::gemm::PACKED_MIN) multiply-adds): how a convolution's chunks, side by
-/// side, share one transpose.
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-pub(crate) fn linear_forward_with(
-    x: &[f32],
-    w: &[f32],
-    wt: &[f32],
-    ep: Epilogue<'_>,
-    y: &mut [f32],
-    (inp, out): (usize, usize),
-) {
-    let rows = y.len() / out;
-    if out == 1 {
-        let (b0, relu) = match ep {
-            Epilogue::Bias(b) => (b[0], false),
-            Epilogue::BiasRelu(b) => (b[0], true),
-            _ => (0.0, false),
-        };
-        for (yr, xr) in y.iter_mut().zip(x.chunks_exact(inp)) {
-            let v = b0 + dot(xr, w);
-            *yr = if relu { math::relu(v) } else { v };
+sagd::vectorized! {
+    /// [`linear_forward`] with Wᵀ made beforehand ([`Transposed::of`]; read only by the tile
+    /// kernel's products, so any slice for a width-1 output or a product of at least
+    /// [`PACKED_MIN`](crate::gemm::PACKED_MIN) multiply-adds): how a convolution's chunks, side by
+    /// side, share one transpose.
+    pub(crate) fn linear_forward_with(
+        x: &[f32],
+        w: &[f32],
+        wt: &[f32],
+        ep: Epilogue<'_>,
+        y: &mut [f32],
+        dims: (usize, usize),
+    ) {
+        let (inp, out) = dims;
+        let rows = y.len() / out;
+        if out == 1 {
+            let (b0, relu) = match ep {
+                Epilogue::Bias(b) => (b[0], false),
+                Epilogue::BiasRelu(b) => (b[0], true),
+                _ => (0.0, false),
+            };
+            for (yr, xr) in y.iter_mut().zip(x.chunks_exact(inp)) {
+                let v = b0 + dot(xr, w);
+                *yr = if relu { math::relu(v) } else { v };
+            }
+            return;
         }
-        return;
+        if rows * inp * out >= crate::gemm::PACKED_MIN {
+            crate::gemm::gemm_wt(rows, out, inp, by_rows(x, inp), w, y, out, ep);
+            return;
+        }
+        gemm(rows, out, inp, by_rows(x, inp), wt, out, y, out, ep);
     }
-    if rows * inp * out >= crate::gemm::PACKED_MIN {
-        crate::gemm::gemm_wt(rows, out, inp, by_rows(x, inp), w, y, out, ep);
-        return;
-    }
-    gemm(rows, out, inp, by_rows(x, inp), wt, out, y, out, ep);
 }
 
 /// dW += gᵀ x and db += Σ_rows g for the output units j0..j0 + db.len() (those rows of W, in
@@ -203,30 +205,32 @@ pub enum ParamGrads<'a> {
     Keep(&'a mut ParamTerms),
 }
 
-/// dx = g W, finished by `below`: Store, or the derivative of the activation below the layer
-/// (Scale by it, or Positive for a ReLU's output). A width-1 input is a column of dot products,
-/// by hand.
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-pub(crate) fn linear_input_grad(
-    g: &[f32],
-    w: &[f32],
-    dx: &mut [f32],
-    (inp, out): (usize, usize),
-    below: Epilogue<'_>,
-) {
-    let rows = g.len() / out;
-    if inp == 1 {
-        for (dr, gr) in dx.iter_mut().zip(g.chunks_exact(out)) {
-            *dr = dot(gr, w);
+sagd::vectorized! {
+    /// dx = g W, finished by `below`: Store, or the derivative of the activation below the layer
+    /// (Scale by it, or Positive for a ReLU's output). A width-1 input is a column of dot products,
+    /// by hand.
+    pub(crate) fn linear_input_grad(
+        g: &[f32],
+        w: &[f32],
+        dx: &mut [f32],
+        dims: (usize, usize),
+        below: Epilogue<'_>,
+    ) {
+        let (inp, out) = dims;
+        let rows = g.len() / out;
+        if inp == 1 {
+            for (dr, gr) in dx.iter_mut().zip(g.chunks_exact(out)) {
+                *dr = dot(gr, w);
+            }
+            match below {
+                Epilogue::Scale(s) => math::scale(dx, s),
+                Epilogue::Positive(y) => math::relu_backward(dx, y),
+                _ => {}
+            }
+            return;
         }
-        match below {
-            Epilogue::Scale(s) => math::scale(dx, s),
-            Epilogue::Positive(y) => math::relu_backward(dx, y),
-            _ => {}
-        }
-        return;
+        gemm(rows, inp, out, by_rows(g, out), w, inp, dx, inp, below);
     }
-    gemm(rows, inp, out, by_rows(g, out), w, inp, dx, inp, below);
 }
 
 /// Σ a_i b_i with eight partial sums (vectorises; fixed order).

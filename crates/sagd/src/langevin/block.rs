@@ -96,175 +96,177 @@ fn half_sq<T: Real>(v: &[T]) -> f64 {
     0.5 * sum_sq(v)
 }
 
-/// Runs the kernel's program on one block, then accepts, rejects or recovers each row. Compiled for
-/// AVX-512 and AVX2 with run-time dispatch; no fused multiply-adds, so every path gives the same bits.
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-pub(super) fn run_block<T: Real, D: LogDensity<T>>(
-    target: &D,
-    kernel: &Kernel<T>,
-    b: Block<'_, T>,
-    mut aux: Option<&mut [T]>,
-) -> Result<BlockStats> {
-    let Block {
-        first_row,
-        x_old,
-        x_new,
-        g_old,
-        g_new,
-        lp_old,
-        lp_new,
-        rho,
-        noise,
-        rngs,
-    } = b;
-    let rows = lp_old.len();
-    let d = x_old.len() / rows.max(1);
-    let len = rows * d;
-    let mut moved = false;
-    let mut fresh = false;
-    // HMC: the energy at the start, once momenta are drawn.
-    let mut h0: Vec<f64> = Vec::new();
-    for op in &kernel.ops {
-        match *op {
-            Op::Drift(h) => {
-                if moved {
-                    x_new
-                        .iter_mut()
-                        .zip(rho.iter())
-                        .for_each(|(x, r)| *x += h * *r);
+crate::vectorized! {
+    /// Runs the kernel's program on one block, then accepts, rejects or recovers each row. Compiled for
+    /// AVX-512 and AVX2 with run-time dispatch; no fused multiply-adds, so every path gives the same bits.
+    pub(super) fn run_block<T: Real, D: LogDensity<T>>(
+        target: &D,
+        kernel: &Kernel<T>,
+        b: Block<'_, T>,
+        aux: Option<&mut [T]>,
+    ) -> Result<BlockStats> {
+        let mut aux = aux;
+        let Block {
+            first_row,
+            x_old,
+            x_new,
+            g_old,
+            g_new,
+            lp_old,
+            lp_new,
+            rho,
+            noise,
+            rngs,
+        } = b;
+        let rows = lp_old.len();
+        let d = x_old.len() / rows.max(1);
+        let len = rows * d;
+        let mut moved = false;
+        let mut fresh = false;
+        // HMC: the energy at the start, once momenta are drawn.
+        let mut h0: Vec<f64> = Vec::new();
+        for op in &kernel.ops {
+            match *op {
+                Op::Drift(h) => {
+                    if moved {
+                        x_new
+                            .iter_mut()
+                            .zip(rho.iter())
+                            .for_each(|(x, r)| *x += h * *r);
+                    } else {
+                        x_new
+                            .iter_mut()
+                            .zip(x_old.iter().zip(rho.iter()))
+                            .for_each(|(x, (xo, r))| *x = *xo + h * *r);
+                        moved = true;
+                    }
+                }
+                Op::Kick {
+                    decay,
+                    grad,
+                    noise: s,
+                } => {
+                    let g = if fresh { &g_new[..] } else { g_old };
+                    if s != T::zero() {
+                        let eta = &mut noise[..len];
+                        fill_noise(eta, rngs, d);
+                        for ((r, gi), e) in rho.iter_mut().zip(g.iter()).zip(eta.iter()) {
+                            *r = decay * *r + grad * *gi + s * *e;
+                        }
+                    } else if decay == T::one() {
+                        rho.iter_mut()
+                            .zip(g.iter())
+                            .for_each(|(r, gi)| *r += grad * *gi);
+                    } else {
+                        rho.iter_mut()
+                            .zip(g.iter())
+                            .for_each(|(r, gi)| *r = decay * *r + grad * *gi);
+                    }
+                }
+                Op::Ou {
+                    decay,
+                    drift,
+                    v1,
+                    x1,
+                    x2,
+                } => {
+                    let eta = &mut noise[..2 * len];
+                    for ((row, rng), _) in eta
+                        .chunks_exact_mut(2 * d)
+                        .zip(rngs.iter_mut())
+                        .zip(0..rows)
+                    {
+                        rng.normal.fill(row);
+                    }
+                    if !moved {
+                        x_new.copy_from_slice(x_old);
+                        moved = true;
+                    }
+                    for r in 0..rows {
+                        let z = &eta[2 * r * d..2 * (r + 1) * d];
+                        let (z1, z2) = z.split_at(d);
+                        let xs = &mut x_new[r * d..(r + 1) * d];
+                        let ps = &mut rho[r * d..(r + 1) * d];
+                        for j in 0..d {
+                            xs[j] += drift * ps[j] + x1 * z1[j] + x2 * z2[j];
+                            ps[j] = decay * ps[j] + v1 * z1[j];
+                        }
+                    }
+                }
+                Op::Gradient => {
+                    if !moved {
+                        x_new.copy_from_slice(x_old);
+                        moved = true;
+                    }
+                    let res = match aux.as_deref_mut() {
+                        Some(a) => {
+                            a.iter_mut().for_each(|v| *v = T::zero());
+                            target.logp_grad_aux(first_row, x_new, lp_new, g_new, a)
+                        }
+                        None => target.logp_grad(first_row, x_new, lp_new, g_new),
+                    };
+                    match res {
+                        Ok(()) => {}
+                        Err(e) if e.is_recoverable() => lp_new.iter_mut().for_each(|v| *v = T::nan()),
+                        Err(e) => return Err(SagdError::Model(e)),
+                    }
+                    fresh = true;
+                }
+                Op::Refresh => {
+                    fill_noise(rho, rngs, d);
+                    h0 = (0..rows)
+                        .map(|r| -lp_old[r].f64() + half_sq(&rho[r * d..(r + 1) * d]))
+                        .collect();
+                }
+            }
+        }
+        if !moved {
+            x_new.copy_from_slice(x_old);
+        }
+        if !fresh {
+            g_new.copy_from_slice(g_old);
+            lp_new.copy_from_slice(lp_old);
+        }
+        let mut st = BlockStats::default();
+        for r in 0..rows {
+            let span = r * d..(r + 1) * d;
+            // Squares overflow only for states that have left any sensible range: a divergence too.
+            let rho2 = sum_sq(&rho[span.clone()]);
+            let ok = lp_new[r].is_finite()
+                && (sum_sq(&x_new[span.clone()]) + sum_sq(&g_new[span.clone()]) + rho2).is_finite();
+            let mut keep = ok;
+            let mut diverged = !ok;
+            if kernel.metropolis {
+                let h1 = -lp_new[r].f64() + 0.5 * rho2;
+                let dh = h1 - h0[r];
+                let accept = if ok && dh.is_finite() {
+                    (-dh).exp().min(1.0)
                 } else {
-                    x_new
-                        .iter_mut()
-                        .zip(x_old.iter().zip(rho.iter()))
-                        .for_each(|(x, (xo, r))| *x = *xo + h * *r);
-                    moved = true;
-                }
-            }
-            Op::Kick {
-                decay,
-                grad,
-                noise: s,
-            } => {
-                let g = if fresh { &g_new[..] } else { g_old };
-                if s != T::zero() {
-                    let eta = &mut noise[..len];
-                    fill_noise(eta, rngs, d);
-                    for ((r, gi), e) in rho.iter_mut().zip(g.iter()).zip(eta.iter()) {
-                        *r = decay * *r + grad * *gi + s * *e;
-                    }
-                } else if decay == T::one() {
-                    rho.iter_mut()
-                        .zip(g.iter())
-                        .for_each(|(r, gi)| *r += grad * *gi);
-                } else {
-                    rho.iter_mut()
-                        .zip(g.iter())
-                        .for_each(|(r, gi)| *r = decay * *r + grad * *gi);
-                }
-            }
-            Op::Ou {
-                decay,
-                drift,
-                v1,
-                x1,
-                x2,
-            } => {
-                let eta = &mut noise[..2 * len];
-                for ((row, rng), _) in eta
-                    .chunks_exact_mut(2 * d)
-                    .zip(rngs.iter_mut())
-                    .zip(0..rows)
-                {
-                    rng.normal.fill(row);
-                }
-                if !moved {
-                    x_new.copy_from_slice(x_old);
-                    moved = true;
-                }
-                for r in 0..rows {
-                    let z = &eta[2 * r * d..2 * (r + 1) * d];
-                    let (z1, z2) = z.split_at(d);
-                    let xs = &mut x_new[r * d..(r + 1) * d];
-                    let ps = &mut rho[r * d..(r + 1) * d];
-                    for j in 0..d {
-                        xs[j] += drift * ps[j] + x1 * z1[j] + x2 * z2[j];
-                        ps[j] = decay * ps[j] + v1 * z1[j];
-                    }
-                }
-            }
-            Op::Gradient => {
-                if !moved {
-                    x_new.copy_from_slice(x_old);
-                    moved = true;
-                }
-                let res = match aux.as_deref_mut() {
-                    Some(a) => {
-                        a.iter_mut().for_each(|v| *v = T::zero());
-                        target.logp_grad_aux(first_row, x_new, lp_new, g_new, a)
-                    }
-                    None => target.logp_grad(first_row, x_new, lp_new, g_new),
+                    0.0
                 };
-                match res {
-                    Ok(()) => {}
-                    Err(e) if e.is_recoverable() => lp_new.iter_mut().for_each(|v| *v = T::nan()),
-                    Err(e) => return Err(SagdError::Model(e)),
+                if ok && dh.is_finite() {
+                    st.dh += dh;
+                    st.dh_count += 1;
                 }
-                fresh = true;
+                if dh.is_nan() || dh > 1000.0 {
+                    diverged = true;
+                }
+                st.accept += accept;
+                let u = rngs[r].uniform();
+                keep = ok && u < accept;
             }
-            Op::Refresh => {
-                fill_noise(rho, rngs, d);
-                h0 = (0..rows)
-                    .map(|r| -lp_old[r].f64() + half_sq(&rho[r * d..(r + 1) * d]))
-                    .collect();
+            if !keep {
+                x_new[span.clone()].copy_from_slice(&x_old[span.clone()]);
+                g_new[span.clone()].copy_from_slice(&g_old[span.clone()]);
+                lp_new[r] = lp_old[r];
             }
-        }
-    }
-    if !moved {
-        x_new.copy_from_slice(x_old);
-    }
-    if !fresh {
-        g_new.copy_from_slice(g_old);
-        lp_new.copy_from_slice(lp_old);
-    }
-    let mut st = BlockStats::default();
-    for r in 0..rows {
-        let span = r * d..(r + 1) * d;
-        // Squares overflow only for states that have left any sensible range: a divergence too.
-        let rho2 = sum_sq(&rho[span.clone()]);
-        let ok = lp_new[r].is_finite()
-            && (sum_sq(&x_new[span.clone()]) + sum_sq(&g_new[span.clone()]) + rho2).is_finite();
-        let mut keep = ok;
-        let mut diverged = !ok;
-        if kernel.metropolis {
-            let h1 = -lp_new[r].f64() + 0.5 * rho2;
-            let dh = h1 - h0[r];
-            let accept = if ok && dh.is_finite() {
-                (-dh).exp().min(1.0)
-            } else {
-                0.0
-            };
-            if ok && dh.is_finite() {
-                st.dh += dh;
-                st.dh_count += 1;
+            if diverged {
+                st.divergences += 1;
+                rngs[r].normal.fill(&mut rho[span.clone()]);
             }
-            if dh.is_nan() || dh > 1000.0 {
-                diverged = true;
-            }
-            st.accept += accept;
-            let u = rngs[r].uniform();
-            keep = ok && u < accept;
+            st.logp += lp_new[r].f64();
+            st.rho2 += if diverged { sum_sq(&rho[span]) } else { rho2 };
         }
-        if !keep {
-            x_new[span.clone()].copy_from_slice(&x_old[span.clone()]);
-            g_new[span.clone()].copy_from_slice(&g_old[span.clone()]);
-            lp_new[r] = lp_old[r];
-        }
-        if diverged {
-            st.divergences += 1;
-            rngs[r].normal.fill(&mut rho[span.clone()]);
-        }
-        st.logp += lp_new[r].f64();
-        st.rho2 += if diverged { sum_sq(&rho[span]) } else { rho2 };
+        Ok(st)
     }
-    Ok(st)
 }

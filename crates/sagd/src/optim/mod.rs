@@ -181,38 +181,40 @@ impl AdamStep {
     }
 }
 
-/// Adam's moments and direction for one slice. Compiled for wide vector units too (division and
-/// square root dominate); the same bits on every path.
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-fn adam_update<T: Real>(g: &mut [T], m: &mut [f64], v: &mut [f64], k: AdamStep) {
-    for ((g, m), v) in g.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()) {
-        *g = k.direction(*g, m, v);
+crate::vectorized! {
+    /// Adam's moments and direction for one slice. Compiled for wide vector units too (division and
+    /// square root dominate); the same bits on every path.
+    fn adam_update<T: Real>(g: &mut [T], m: &mut [f64], v: &mut [f64], k: AdamStep) {
+        for ((g, m), v) in g.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()) {
+            *g = k.direction(*g, m, v);
+        }
     }
 }
 
-/// [`adam_update`] and the step θ ← θ − α·direction in one pass over a slice (the same bits as
-/// the two passes); whether every moved θ is finite.
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl+fma", "x86_64+avx2+fma"))]
-fn adam_step<T: Real>(
-    g: &mut [T],
-    m: &mut [f64],
-    v: &mut [f64],
-    theta: &mut [T],
-    k: AdamStep,
-    lr: f64,
-) -> bool {
-    let mut finite = true;
-    for (((g, m), v), th) in g
-        .iter_mut()
-        .zip(m.iter_mut())
-        .zip(v.iter_mut())
-        .zip(theta.iter_mut())
-    {
-        *g = k.direction(*g, m, v);
-        *th = descend(*th, *g, lr);
-        finite &= th.is_finite();
+crate::vectorized! {
+    /// [`adam_update`] and the step θ ← θ − α·direction in one pass over a slice (the same bits as
+    /// the two passes); whether every moved θ is finite.
+    fn adam_step<T: Real>(
+        g: &mut [T],
+        m: &mut [f64],
+        v: &mut [f64],
+        theta: &mut [T],
+        k: AdamStep,
+        lr: f64,
+    ) -> bool {
+        let mut finite = true;
+        for (((g, m), v), th) in g
+            .iter_mut()
+            .zip(m.iter_mut())
+            .zip(v.iter_mut())
+            .zip(theta.iter_mut())
+        {
+            *g = k.direction(*g, m, v);
+            *th = descend(*th, *g, lr);
+            finite &= th.is_finite();
+        }
+        finite
     }
-    finite
 }
 
 /// θ − α·d, the step rounded to T before it is taken: one rounding in f64, the same as f32's
