@@ -94,8 +94,48 @@ pub fn capability() -> Capability {
     })
 }
 
-/// Defines a function whose body is compiled three times — for AVX-512 (with DQ, VL and FMA),
-/// for AVX2 with FMA, and portably — and runs the copy for [`capability`], so that
+/// The instruction set [`vectorized!`] loops run: [`capability`], where AVX-512 also needs the
+/// extensions its copy is compiled with (those of Ice Lake and later: LLVM vectorizes the
+/// normals' generator only with them); on an AVX-512 CPU without them (Skylake-X), the AVX2
+/// copy. The products' kernels need AVX-512F alone.
+#[doc(hidden)]
+pub fn loops_capability() -> Capability {
+    static CHOSEN: OnceLock<Capability> = OnceLock::new();
+    *CHOSEN.get_or_init(|| match capability() {
+        Capability::Avx512 if wide_loops() => Capability::Avx512,
+        Capability::Portable => Capability::Portable,
+        _ => Capability::Avx2,
+    })
+}
+
+/// Whether the CPU has every extension of the AVX-512 copy of a [`vectorized!`] loop.
+fn wide_loops() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        has!("avx512f")
+            && has!("avx512bw")
+            && has!("avx512cd")
+            && has!("avx512dq")
+            && has!("avx512vl")
+            && has!("avx512ifma")
+            && has!("avx512vbmi")
+            && has!("avx512vbmi2")
+            && has!("avx512vnni")
+            && has!("avx512bitalg")
+            && has!("avx512vpopcntdq")
+            && has!("gfni")
+            && has!("vaes")
+            && has!("vpclmulqdq")
+            && has!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Defines a function whose body is compiled three times — for AVX-512 (with Ice Lake's
+/// extensions), for AVX2 with FMA, and portably — and runs the copy for [`capability`]
+/// ([`loops_capability`]), so that
 /// `SAGD_CPU_CAPABILITY` reaches the element-wise loops as it does the products. The body is
 /// the same source, so the copies give the same bits wherever it asks for no fused
 /// multiply-add (Rust never fuses on its own). Arguments are plain names (rebind inside the
@@ -112,20 +152,17 @@ macro_rules! vectorized {
     ) => {
         $(#[$meta])*
         $vis fn $name $(< $($lt,)* $($g: $bound),* >)? ( $($arg: $ty),* ) $(-> $ret)? {
-            #[inline(always)]
+            // The body itself in each copy: called through an inlined function, LLVM left the
+            // normals' loop half as fast.
             fn body $(< $($lt,)* $($g: $bound),* >)? ( $($arg: $ty),* ) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
-                #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
-                unsafe fn wide $(< $($lt,)* $($g: $bound),* >)? ( $($arg: $ty),* ) $(-> $ret)? {
-                    body($($arg),*)
-                }
+                #[target_feature(enable = "avx512bitalg,avx512bw,avx512cd,avx512dq,avx512f,avx512ifma,avx512vbmi,avx512vbmi2,avx512vl,avx512vnni,avx512vpopcntdq,fma,gfni,vaes,vpclmulqdq,avx2")]
+                unsafe fn wide $(< $($lt,)* $($g: $bound),* >)? ( $($arg: $ty),* ) $(-> $ret)? $body
                 #[target_feature(enable = "avx2,fma")]
-                unsafe fn narrow $(< $($lt,)* $($g: $bound),* >)? ( $($arg: $ty),* ) $(-> $ret)? {
-                    body($($arg),*)
-                }
-                match $crate::cpu::capability() {
-                    // SAFETY: `capability` is never wider than the CPU.
+                unsafe fn narrow $(< $($lt,)* $($g: $bound),* >)? ( $($arg: $ty),* ) $(-> $ret)? $body
+                match $crate::cpu::loops_capability() {
+                    // SAFETY: `loops_capability` is never wider than the CPU.
                     $crate::cpu::Capability::Avx512 => return unsafe { wide($($arg),*) },
                     // SAFETY: as above.
                     $crate::cpu::Capability::Avx2 => return unsafe { narrow($($arg),*) },

@@ -20,8 +20,9 @@ use plan::{Experiment, Kind, Mode};
 /// `--quick`'s help, with the plan's own estimate for 2 cores.
 fn quick_help() -> String {
     format!(
-        "The default: the paper's E1, 5 of the 30 replications per 1-D case of Table 1, the small high-dimensional default and a short E3 demonstration, each table saying so (estimated {:.0} min on 2 cores; the estimate for this machine is printed before it starts)",
-        plan::quick_minutes(2)
+        "The default: the paper's E1, 5 of the 30 replications per 1-D case of Table 1, the small high-dimensional default and a short E3 demonstration, each table saying so (estimated {:.0} min on 2 cores with AVX-512, {:.0} min with AVX2 only; the estimate for this machine is printed before it starts)",
+        plan::quick_minutes(2, sagd::cpu::Capability::Avx512),
+        plan::quick_minutes(2, sagd::cpu::Capability::Avx2)
     )
 }
 
@@ -153,11 +154,16 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
             k => format!(" ({k} finished earlier, reused)"),
         };
         eprintln!(
-            "sagd reproduce ({}): {} experiment(s){reuse} into {}; estimated {} on {threads} threads (from timings on a 2-core machine)",
+            "sagd reproduce ({}): {} experiment(s){reuse} into {}; estimated {} on {threads} threads (from timings on a 2-core machine, {})",
             mode.name(),
             plan.len(),
             a.out.display(),
-            progress::duration(estimate)
+            progress::duration(estimate),
+            match sagd::cpu::capability() {
+                sagd::cpu::Capability::Avx512 => "AVX-512, as this CPU".to_string(),
+                sagd::cpu::Capability::Avx2 => "scaled to this CPU's AVX2 kernels".to_string(),
+                sagd::cpu::Capability::Portable => "with AVX-512; this CPU runs the portable kernels, several times slower, not timed".to_string(),
+            }
         );
     }
     let cache = a

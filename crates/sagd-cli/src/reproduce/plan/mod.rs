@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use indicatif::ProgressBar;
+use sagd::cpu::Capability;
 use sagd::run::{fnv1a, FNV_OFFSET};
 use sagd_apps::debias::{Case, E2Settings, Method, RunOptions};
 use sagd_apps::e1::{E1Data, E1Options, E1Settings};
@@ -202,15 +203,22 @@ pub fn plan(mode: Mode, parts: &[Part]) -> Vec<Experiment> {
     out
 }
 
-/// The estimated minutes of the whole quick plan on `threads` threads: what `--quick`'s help
-/// quotes and what the run prints before it starts, from one formula.
-pub fn quick_minutes(threads: usize) -> f64 {
+/// The estimated minutes of the whole quick plan on `threads` threads on the kernels' `path`:
+/// what `--quick`'s help quotes (for AVX-512) and what the run prints before it starts, from one
+/// formula.
+pub fn quick_minutes(threads: usize, path: Capability) -> f64 {
     plan(Mode::Quick, &Part::ALL)
         .iter()
-        .map(|e| e.estimate_s(threads))
+        .map(|e| e.estimate_on(threads, path))
         .sum::<f64>()
         / 60.0
 }
+
+/// How much longer E2's work takes on the AVX2 path than on the AVX-512 one: one replication on
+/// one thread, both paths in one sitting on one machine (docs/results/speed.md).
+const AVX2_E2: f64 = 1.95;
+/// The same for E3's minibatches on 2 threads (the VAE's and SAGD's, averaged).
+const AVX2_E3: f64 = 1.4;
 
 /// E3's settings at `mode`, and what they are against the paper's.
 fn e3_settings(mode: Mode) -> (E3Settings, String) {
@@ -261,6 +269,20 @@ impl Experiment {
     /// E1 1.6 s, E2's 1-D cases 107-117 s, high-dimensional 349 s, E3 179 s); E3's come from the
     /// minibatches `sagd bench mnist` timed ([`crate::mnist::phase_costs`]).
     pub fn estimate_s(&self, threads: usize) -> f64 {
+        self.estimate_on(threads, sagd::cpu::capability())
+    }
+
+    /// [`Experiment::estimate_s`] for the kernels' instruction set `path`: the unit costs were
+    /// timed on the AVX-512 path, and the AVX2 path's are that times the ratio measured between
+    /// the two paths on one machine (docs/results/speed.md). The portable path (a CPU without
+    /// AVX2) was not timed: its estimate is the AVX-512 one, and the run says so.
+    pub fn estimate_on(&self, threads: usize, path: Capability) -> f64 {
+        let slower = |e2: f64, e3: f64| match (path, &self.kind) {
+            (Capability::Avx2, Kind::E2 { .. }) => e2,
+            (Capability::Avx2, Kind::E3 { .. }) => e3,
+            _ => 1.0,
+        };
+        let path_factor = slower(AVX2_E2, AVX2_E3);
         let core_s = match &self.kind {
             Kind::E1(_) => 3.2,
             Kind::E2 {
@@ -284,7 +306,7 @@ impl Experiment {
             Kind::Unavailable => 0.0,
         };
         let scale = if self.mode == Mode::Tiny { 0.02 } else { 1.0 };
-        scale * core_s / threads.clamp(1, 64) as f64
+        scale * path_factor * core_s / threads.clamp(1, 64) as f64
     }
 
     /// The settings as JSON, for the report.
