@@ -173,7 +173,10 @@ fn box_muller(r1: &[u64; LANES], r2: &[u64; LANES], out: &mut [f64]) {
 pub(crate) fn ln_unit(x: f64) -> f64 {
     const SQRT2: f64 = std::f64::consts::SQRT_2;
     let bits = x.to_bits();
-    let mut e = ((bits >> 52) & 0x7FF) as i64 as f64 - 1023.0;
+    // The exponent field as a float by the 2^52 trick (exact, and vectorizable without AVX-512's
+    // integer-to-float conversion): the same value as `as f64`.
+    let field = f64::from_bits(0x4330_0000_0000_0000 | ((bits >> 52) & 0x7FF));
+    let mut e = (field - 4_503_599_627_370_496.0) - 1023.0;
     let mut m = f64::from_bits((bits & 0x000F_FFFF_FFFF_FFFF) | 0x3FF0_0000_0000_0000);
     if m > SQRT2 {
         m *= 0.5;
