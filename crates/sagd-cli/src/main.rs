@@ -93,12 +93,7 @@ fn run(cli: Cli, processes: &sagd_mpi::Processes) -> Result<()> {
         if t == 0 {
             anyhow::bail!("--threads must be at least 1");
         }
-        // More threads than this only wait on each other, and spawning 100000 of them hangs.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let most = (4 * cores).max(64);
-        if t > most {
-            anyhow::bail!("--threads {t}: use at most {most} (this machine has {cores} cores; results do not depend on the thread count)");
-        }
+        sagd::parallel::check_threads(t).map_err(|e| anyhow::anyhow!("--threads: {e}"))?;
         rayon::ThreadPoolBuilder::new()
             .num_threads(t)
             .build_global()?;

@@ -987,7 +987,7 @@ fn a_diverging_em_ends_quickly_and_says_so() {
     let o = em_small(&dir.path().join("c"), &["--data", comma.to_str().unwrap()]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("decimal comma"));
     let o = sagd().args(["--threads", "100000", "em"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&o.stderr).contains("use at most"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("and at most"));
     let o = sagd()
         .args(["debias", "--quiet", "--hmc-k", "0"])
         .output()

@@ -100,6 +100,9 @@ where
     R: Send,
     F: FnOnce(&Watch) -> R + Send,
 {
+    if let Some(t) = threads {
+        sagd::parallel::check_threads(t).map_err(py_error)?;
+    }
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
         .build()

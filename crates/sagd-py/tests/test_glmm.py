@@ -86,3 +86,21 @@ def test_no_variation_between_groups_is_reported_as_a_singular_fit():
     # and a model with group variation is not.
     y2, X2, g2 = simulate("poisson")
     assert sagd.glmm(y2, X2, g2, family="poisson", seed=1).warning is None
+
+
+def test_absurd_or_silently_coerced_arguments_are_refused_by_name():
+    rng = np.random.default_rng(0)
+    g = np.repeat(np.arange(10), 4)
+    y = rng.poisson(2.0, size=40).astype(float)
+    for kwargs, says in [({"seed": 1.9}, "seed: 1.9 is not a whole number"),
+                         ({"threads": 100000}, "threads"),
+                         ({"threads": 0}, "threads: 0; give at least 1"),
+                         ({"max_msteps": 2.5}, "max_msteps: 2.5 is not a whole number")]:
+        with pytest.raises(ValueError, match=says):
+            sagd.glmm(y, None, g, family="poisson", **kwargs)
+    with pytest.raises(ValueError, match="missing label"):
+        sagd.glmm(y, None, np.where(g == 3, np.nan, g.astype(float)), family="poisson")
+    with pytest.raises(ValueError, match="mixed types"):
+        sagd.glmm(y, None, np.array([1, "a"] * 20, dtype=object), family="poisson")
+    with pytest.raises(ValueError, match="n_points: 30.9 is not a whole number"):
+        sagd.fit(lambda th, p, z: (None, None, None), [0.0], n_points=30.9, latent_dim=1)

@@ -9,6 +9,23 @@ use crate::real::Real;
 /// of 16 threads, so that uneven pieces still keep a big machine busy.
 pub const PIECES: usize = 64;
 
+/// Checks a requested thread count: at least 1, and at most 4 per core (64 on small machines):
+/// more only wait on each other, and spawning 100 000 of them hangs. Results never depend on it.
+pub fn check_threads(threads: usize) -> crate::error::Result<usize> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let most = (4 * cores).max(64);
+    if threads == 0 || threads > most {
+        return Err(crate::error::SagdError::InvalidSetting {
+            name: "threads",
+            value: threads.to_string(),
+            fix: format!(
+                "use at least 1 and at most {most} (this machine has {cores} cores; results do not depend on the thread count)"
+            ),
+        });
+    }
+    Ok(threads)
+}
+
 /// Rows per piece when `n` rows are cut into about [`PIECES`] pieces or more: ⌊n / PIECES⌋, but
 /// at least `min_rows` (below which a piece's products run inefficiently: wide layers) and at
 /// most `max_rows` (what keeps one piece's buffers in a core's cache), and at least 1.
@@ -52,6 +69,17 @@ pub fn add_parts<T: Real, O: Real, P: AsRef<[T]> + Sync>(parts: &[P], out: &mut 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_counts_are_bounded() {
+        assert_eq!(check_threads(3).unwrap(), 3);
+        assert!(check_threads(0).is_err());
+        let e = check_threads(100_000).unwrap_err().to_string();
+        assert!(
+            e.contains("`threads` = 100000") && e.contains("cores"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn pieces_are_fixed_by_the_rows() {

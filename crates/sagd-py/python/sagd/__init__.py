@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _core
-from ._common import FitResult, _progress, _vector
+from ._common import FitResult, _progress, _threads, _vector, _whole
 from ._glmm import GlmmResult, glmm, glmm_loglik
 
 __version__ = _core.__version__
@@ -78,14 +78,14 @@ def fit(
     if not callable(f):
         raise ValueError("f: give a function f(theta, points, z) -> (logp, grad_z, grad_theta)")
     t0 = _vector("theta0", theta0)
-    if int(n_points) < 1 or int(latent_dim) < 1:
-        raise ValueError("n_points, latent_dim: both must be at least 1")
+    n_points, latent_dim = _whole("n_points", n_points, 1), _whole("latent_dim", latent_dim, 1)
     if names is not None and len(names) != t0.shape[0]:
         raise ValueError("names: give one name per parameter")
     show, close = _progress(progress, 50 * (max_msteps or 20), "sagd.fit")
     try:
-        d = _core.fit_function(f, t0, int(n_points), int(latent_dim), int(seed), threads,
-                               max_msteps, show)
+        d = _core.fit_function(f, t0, n_points, latent_dim, _whole("seed", seed), _threads(threads),
+                               None if max_msteps is None else _whole("max_msteps", max_msteps, 1),
+                               show)
     finally:
         close()
     return FitResult._of(d, names)
@@ -159,8 +159,7 @@ def minimize(
         raise ValueError(f"xi0: expected (n_chains, d), got shape {x.shape}")
     if not np.all(np.isfinite(x)):
         raise ValueError("xi0: contains values that are not finite")
-    if int(iterations) < 1:
-        raise ValueError("iterations: at least 1")
+    iterations = _whole("iterations", iterations, 1)
     if schedule == "constant":
         if step_size is None or chain_length is None or learning_rate is None:
             raise ValueError("schedule='constant' needs step_size, chain_length and learning_rate")
@@ -170,7 +169,8 @@ def minimize(
     show, close = _progress(progress, int(iterations), "sagd.minimize")
     try:
         d = _core.minimize(f, t0, np.ascontiguousarray(x).ravel(), x.shape[0], sched,
-                           int(iterations), scheme, float(gamma), int(seed), threads, show)
+                           iterations, scheme, float(gamma), _whole("seed", seed), _threads(threads),
+                           show)
     finally:
         close()
     return MinimizeResult(theta=np.asarray(d["theta"]), theta_avg=np.asarray(d["theta_avg"]),
@@ -263,8 +263,9 @@ def deconvolve(
         raise ValueError(f"noise_sd: {noise_sd!r}; give the noise's standard deviation, > 0")
     show, close = _progress(progress, None, "sagd.deconvolve")
     try:
-        d = _core.deconvolve(xv, float(noise_sd), float(holdout), list(methods), int(seed),
-                             threads, pretrain_epochs, finetune_epochs, show)
+        d = _core.deconvolve(xv, float(noise_sd), float(holdout), list(methods),
+                             _whole("seed", seed), _threads(threads), pretrain_epochs,
+                             finetune_epochs, show)
     finally:
         close()
     return Deconvolution(draws={k: np.asarray(v) for k, v in d["draws"].items()},

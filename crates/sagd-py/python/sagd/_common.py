@@ -26,6 +26,25 @@ def _vector(name: str, value: Any, n: Optional[int] = None) -> np.ndarray:
     return a
 
 
+def _whole(name: str, value: Any, least: int = 0) -> int:
+    """``value`` as an int, refusing fractions (30.9), non-numbers and values below ``least``
+    with a ValueError naming ``name`` (``int()`` would truncate silently)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name}: {value!r} is not a whole number")
+    if isinstance(value, (float, np.floating)) and not (math.isfinite(value)
+                                                        and float(value).is_integer()):
+        raise ValueError(f"{name}: {value!r} is not a whole number")
+    v = int(value)
+    if v < least:
+        raise ValueError(f"{name}: {v}; give at least {least}")
+    return v
+
+
+def _threads(value: Any) -> Optional[int]:
+    """The worker threads: None (all cores) or a whole number (bounded by the core)."""
+    return None if value is None else _whole("threads", value, 1)
+
+
 def _matrix(name: str, value: Any, n: int) -> np.ndarray:
     """``value`` as a contiguous float64 n x k matrix (a vector is one column)."""
     try:

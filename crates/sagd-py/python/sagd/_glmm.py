@@ -9,7 +9,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _core
-from ._common import FitResult, _matrix, _progress, _table, _vector
+from ._common import FitResult, _matrix, _progress, _table, _threads, _vector, _whole
 
 
 @dataclass
@@ -170,7 +170,23 @@ class _Arrays:
             raise ValueError("groups: give the group of each observation")
         factor_names, factors = _factors(groups, n)
         k = len(factors)
-        labels, index = zip(*(np.unique(g, return_inverse=True) for g in factors))
+        for name, g in zip(factor_names, factors):
+            if g.dtype.kind == "f":
+                missing = np.flatnonzero(np.isnan(g))
+            elif g.dtype.kind == "O":
+                missing = np.flatnonzero([v is None or (isinstance(v, (float, np.floating))
+                                                        and math.isnan(v)) for v in g])
+            else:
+                missing = np.zeros(0, dtype=int)
+            if missing.size:
+                raise ValueError(f"groups: a missing label (NaN or None) at observation "
+                                 f"{int(missing[0])} of {name}; drop those observations or give "
+                                 f"them a group")
+        try:
+            labels, index = zip(*(np.unique(g, return_inverse=True) for g in factors))
+        except TypeError:
+            raise ValueError("groups: labels of mixed types (numbers and text) in one grouping "
+                             "factor; give each factor labels of one type, e.g. all text") from None
         Xm = np.ones((n, 1)) if X is None else _matrix("X", X, n)
         Zs = [np.ones((n, 1)) if z is None else _matrix("Z", z, n)
               for z in _per_factor("Z", Z, k)]
@@ -216,7 +232,7 @@ def glmm_loglik(
     """
     a = _Arrays.of(y, X, groups, family, Z, trials, correlated)
     return _core.glmm_loglik(*a.core(), [float(v) for v in np.asarray(theta, dtype=float)],
-                             seed=int(seed))
+                             seed=_whole("seed", seed))
 
 
 def glmm(
@@ -333,7 +349,9 @@ def glmm(
         zn.append(names_t)
     show, close = _progress(progress, 50 * (max_msteps or 20), "sagd.glmm")
     try:
-        d = _core.fit_glmm(*a.core(), int(seed), threads, max_msteps, show,
+        d = _core.fit_glmm(*a.core(), _whole("seed", seed), _threads(threads),
+                           None if max_msteps is None else _whole("max_msteps", max_msteps, 1),
+                           show,
                            method=str(method), reml=bool(reml), nodes=nodes)
     finally:
         close()
