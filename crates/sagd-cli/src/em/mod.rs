@@ -35,7 +35,9 @@ fn simulated() -> (usize, [f64; 2]) {
 #[derive(Args, Debug, Clone, Serialize)]
 #[command(allow_negative_numbers = true)]
 pub struct EmArgs {
-    /// Fit the model to this CSV file's column of positive numbers instead of simulated data.
+    /// Fit E1's Gamma-sigmoid model (the only model `sagd em` fits) to this CSV file's column of
+    /// positive numbers instead of simulated data. Mixed models: `sagd glmm`; your own model: the
+    /// library (docs/your-own-model.md) or Python's `sagd.fit`.
     #[arg(long)]
     data: Option<PathBuf>,
     /// The column to read: a header name or a 1-based number (default: the first).

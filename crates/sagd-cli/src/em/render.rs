@@ -85,8 +85,13 @@ pub(super) fn result_json(
 /// The printed summary.
 pub(super) fn summary(s: &E1Settings, r: &E1Result, total: f64) {
     let em = s.em();
+    // With a user's file, say which model was fitted to it: E1's, the only one `sagd em` fits.
+    let model = match s.data {
+        E1Data::Observed { .. } => "Gamma-sigmoid model (the paper's E1: X | Z ~ Gamma(10 σ(a + bZ), 1), Z ~ N(0, 1)) fitted to your data by automated EM",
+        E1Data::Simulated { .. } => "E1 automated EM",
+    };
     println!(
-        "E1 automated EM: n = {}, seed = {}, {} M-steps of T = {}{}",
+        "{model}: n = {}, seed = {}, {} M-steps of T = {}{}",
         r.x.len(),
         s.seed,
         r.em.msteps.len(),
