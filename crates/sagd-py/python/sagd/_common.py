@@ -87,12 +87,23 @@ def _progress(enabled: bool, total: Optional[int], desc: str):
     return (lambda done: bar.update(done - bar.n)), bar.close
 
 
-def _table(rows: List[Tuple[str, float, float, float]], title: str) -> str:
+def _table(rows: List[Tuple[str, float, float, float, float]], title: str) -> str:
+    """Rows of (name, estimate, its Monte Carlo error, standard error, the standard error's own
+    Monte Carlo error). The Monte Carlo columns, and the line saying what they are, only where
+    some row has one (an exact fit has none)."""
     width = max([len(r[0]) for r in rows] + [9])
-    lines = [title, f"{'':{width}}  {'estimate':>10}  {'std.err':>9}  {'(MC err)':>9}"]
-    for name, est, se, err in rows:
-        e = "" if math.isnan(err) else f"{err:9.4f}"
-        lines.append(f"{name:{width}}  {est:10.4f}  {se:9.4f}  {e:>9}")
+    mc = any(not (math.isnan(r[2]) and math.isnan(r[4])) for r in rows)
+    shown = lambda v, w: "" if math.isnan(v) else f"{v:{w}.4f}"  # noqa: E731
+    head = f"{'':{width}}  {'estimate':>10}  {'std.err':>9}"
+    lines = [title, head + (f"  {'MC error':>9}  {'its MC err':>10}" if mc else "")]
+    for name, est, m, se, err in rows:
+        line = f"{name:{width}}  {est:10.4f}  {se:9.4f}"
+        if mc:
+            line += f"  {shown(m, 9):>9}  {shown(err, 10):>10}"
+        lines.append(line)
+    if mc:
+        lines.append("MC error: the estimate's own Monte Carlo error; its MC err: the standard "
+                     "error's")
     return "\n".join(lines)
 
 
@@ -155,10 +166,11 @@ class FitResult:
             names=list(names) if names is not None else [f"theta[{j}]" for j in range(p)],
         )
 
-    def _rows(self) -> List[Tuple[str, float, float, float]]:
+    def _rows(self) -> List[Tuple[str, float, float, float, float]]:
         return [
-            (n, float(e), float(s), float(r))
-            for n, e, s, r in zip(self.names, self.estimate, self.se, self.se_error)
+            (n, float(e), float(m), float(s), float(r))
+            for n, e, m, s, r in zip(self.names, self.estimate, self.mc_se, self.se,
+                                     self.se_error)
         ]
 
     def __repr__(self) -> str:

@@ -78,28 +78,29 @@ class GlmmResult(FitResult):
                    f"({'closed form' if self.loglik_method == 'exact' else self.loglik_method}), "
                    f"{self.iterations} iterations")
             # No Monte Carlo error to show.
-            rows = [(n, e, s, math.nan) for n, e, s, _ in rows]
+            rows = [(n, e, math.nan, s, math.nan) for n, e, _, s, _ in rows]
         else:
             how = f"{self.status}, {self.msteps} M-steps"
         head = f"GLMM ({self.family}), {n_groups} groups: {how}"
         if self.formula:
             head = f"{self.formula}  [{self.family}, {self.n_obs} observations]\n{head}"
         fixed = _table(rows[:p], head)
-        sds = [(f"sd {n}", float(t), float(s), math.nan)
+        sds = [(f"sd {n}", float(t), math.nan, float(s), math.nan)
                for n, t, s in zip(self.random_names, self.random_sd, self.random_sd_se)]
         if self.sigma is not None:
-            sds.append(("sigma", self.sigma, float(self.sigma_se), math.nan))
+            sds.append(("sigma", self.sigma, math.nan, float(self.sigma_se), math.nan))
         out = fixed + "\n" + _table(sds, "random effects and residual (sd scale)")
         for name, cor in zip(self._factor_names(), self.random_cor):
             if cor.shape[0] > 1 and np.any(cor != np.eye(cor.shape[0])):
                 rows = "\n".join("  " + " ".join(f"{v:7.3f}" for v in r) for r in cor)
                 out += f"\ncorrelations of {name}'s effects:\n{rows}"
         if self.loglik is not None:
-            out += f"\nlog-likelihood {self.loglik:.4f}"
-            if self.loglik_se and self.method == "exact":
-                out += f" (quadrature error {self.loglik_se:.1g})"
-            elif self.loglik_se:
+            sampled = bool(self.loglik_se) and self.method != "exact"
+            out += f"\n{'' if sampled else 'exact '}log-likelihood {self.loglik:.4f}"
+            if sampled:
                 out += f" ± {self.loglik_se:.4f} ({self.loglik_method})"
+            elif self.loglik_se:
+                out += f" (quadrature error {self.loglik_se:.1g})"
         if self.reml_loglik is not None:
             out += f"\nREML criterion {self.reml_loglik:.4f}"
         if self.aic is not None:
