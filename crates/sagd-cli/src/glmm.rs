@@ -383,11 +383,11 @@ fn estimates_csv(d: &Design, fit: &GlmmFit, s: &Summary) -> String {
     if let Some(sigma) = s.sigma {
         let _ = writeln!(o, "sigma,,Residual,{},{}", sigma.value, sigma.se);
     }
+    let (value, name) = criterion(fit);
     let _ = writeln!(
         o,
-        "loglik,,{},{},{}",
-        quote(criterion(fit).1),
-        criterion(fit).0,
+        "loglik,,{},{value},{}",
+        quote(name),
         fit.log_likelihood.se
     );
     o
@@ -407,11 +407,8 @@ fn result_json(
         Fitted::Exact(e) => json!({"kind": "exact", "fit": e}),
         Fitted::Em(t) => json!({
             "kind": "em",
-            "status": match t.final_estimate().status {
-                EstimateStatus::Polished => "polished".to_string(),
-                EstimateStatus::Em => "em".to_string(),
-                EstimateStatus::PolishFailed(w) => format!("polish failed: {w}"),
-            },
+            "status": t.final_estimate().status.name(),
+            "polish_error": t.polish_error,
             "estimate_mc_se": t.final_estimate().se,
             "msteps": t.msteps.len(),
             "converged": t.converged,

@@ -10,12 +10,7 @@ use sagd_nn::{Layer, Sequential, Workspace};
 
 /// FNV-1a over the bits.
 fn fold(h: &mut u64, v: &[f32]) {
-    for x in v {
-        for b in x.to_bits().to_le_bytes() {
-            *h ^= u64::from(b);
-            *h = h.wrapping_mul(0x100_0000_01b3);
-        }
-    }
+    *h = sagd::run::fnv1a(*h, v.iter().flat_map(|x| x.to_bits().to_le_bytes()));
 }
 
 fn normals(n: usize, seed: u64) -> Vec<f32> {
@@ -41,7 +36,7 @@ fn pass(h: &mut u64, net: &Sequential, rows: usize, seed: u64) {
 
 #[test]
 fn every_instruction_set_gives_the_same_bits() {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut h = sagd::run::FNV_OFFSET;
     fold(&mut h, &normals(1001, 5));
     // E2's shapes (widths 1 and 64) and wide layers on the packed panels; widths that do not
     // divide by any tile.

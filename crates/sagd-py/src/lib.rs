@@ -161,10 +161,10 @@ pub(crate) fn trace_dict<'py>(py: Python<'py>, trace: &EmTrace) -> PyResult<Boun
     let answer = trace.final_estimate();
     d.set_item("estimate", PyArray1::from_slice(py, answer.estimate))?;
     d.set_item("mc_se", PyArray1::from_slice(py, answer.se))?;
-    let (status, why) = match answer.status {
-        EstimateStatus::Polished => ("polished", None),
-        EstimateStatus::Em => ("em", None),
-        EstimateStatus::PolishFailed(w) => ("polish failed", Some(w.to_string())),
+    let status = answer.status.name();
+    let why = match answer.status {
+        EstimateStatus::PolishFailed(w) => Some(w.to_string()),
+        _ => None,
     };
     d.set_item("status", status)?;
     d.set_item("polish_error", why)?;

@@ -152,15 +152,18 @@ macro_rules! vectorized {
     ) => {
         $(#[$meta])*
         $vis fn $name $(< $($lt,)* $($g: $bound),* >)? ( $($arg: $ty),* ) $(-> $ret)? {
-            // The body itself in each copy: called through an inlined function, LLVM left the
-            // normals' loop half as fast.
+            #[inline(always)]
             fn body $(< $($lt,)* $($g: $bound),* >)? ( $($arg: $ty),* ) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512bitalg,avx512bw,avx512cd,avx512dq,avx512f,avx512ifma,avx512vbmi,avx512vbmi2,avx512vl,avx512vnni,avx512vpopcntdq,fma,gfni,vaes,vpclmulqdq,avx2")]
-                unsafe fn wide $(< $($lt,)* $($g: $bound),* >)? ( $($arg: $ty),* ) $(-> $ret)? $body
+                unsafe fn wide $(< $($lt,)* $($g: $bound),* >)? ( $($arg: $ty),* ) $(-> $ret)? {
+                    body($($arg),*)
+                }
                 #[target_feature(enable = "avx2,fma")]
-                unsafe fn narrow $(< $($lt,)* $($g: $bound),* >)? ( $($arg: $ty),* ) $(-> $ret)? $body
+                unsafe fn narrow $(< $($lt,)* $($g: $bound),* >)? ( $($arg: $ty),* ) $(-> $ret)? {
+                    body($($arg),*)
+                }
                 match $crate::cpu::loops_capability() {
                     // SAFETY: `loops_capability` is never wider than the CPU.
                     $crate::cpu::Capability::Avx512 => return unsafe { wide($($arg),*) },

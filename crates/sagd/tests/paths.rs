@@ -28,15 +28,14 @@ fn every_instruction_set_gives_the_same_bits() {
     let trace = AutomatedEm::new(&model, settings)
         .run(&model.start(), 3, None, &mut |_| Control::Continue)
         .unwrap();
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for theta in &trace.path {
-        for v in theta {
-            for b in v.to_bits().to_le_bytes() {
-                h ^= u64::from(b);
-                h = h.wrapping_mul(0x100_0000_01b3);
-            }
-        }
-    }
+    let h = sagd::run::fnv1a(
+        sagd::run::FNV_OFFSET,
+        trace
+            .path
+            .iter()
+            .flatten()
+            .flat_map(|v| v.to_bits().to_le_bytes()),
+    );
     let path = sagd::cpu::capability();
     println!("{}: {h:#018x}", path.name());
     assert_eq!(

@@ -82,12 +82,70 @@ pub(crate) unsafe fn finish(
     }
 }
 
+/// Where a tile lands in C: its first row and column, its width, C's row stride.
+#[derive(Clone, Copy)]
+pub(super) struct Tile {
+    pub(super) i0: usize,
+    pub(super) j0: usize,
+    pub(super) w: usize,
+    pub(super) ldc: usize,
+}
+
+/// A vector kernel's `rows_of::<R, V>`, compiled for `$features` with `$lanes` lanes per
+/// register: columns j0..j0 + w (at most `$lanes`·V) of C ← A·B down the rows, in the module's
+/// `tile`s of R rows, the last rows in tiles of at most 6.
+#[cfg(target_arch = "x86_64")]
+macro_rules! rows_of {
+    ($features:literal, $lanes:literal) => {
+        /// Columns j0..j0 + w of C ← A·B in tiles of R rows, the last rows in tiles of at most 6.
+        ///
+        /// # Safety
+        /// As `gemm::columns`, on a CPU with these instructions.
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        pub unsafe fn rows_of<const R: usize, const V: usize>(
+            m: usize,
+            k: usize,
+            a: Strided<'_>,
+            b: &[f32],
+            ldb: usize,
+            (j0, w): (usize, usize),
+            c: *mut f32,
+            ldc: usize,
+            ep: Epilogue<'_>,
+        ) {
+            debug_assert!(w <= $lanes * V);
+            let mut i0 = 0;
+            while i0 < m {
+                let a0 = a.data.get(i0 * a.rows..).unwrap_or(&[]);
+                let t = Tile { i0, j0, w, ldc };
+                // SAFETY: the callers' asserts bound every index the kernel reads: rows·rs +
+                // k·cs within A, k rows of w columns within B (the kernel masks the rest); the
+                // tile's elements of C are the caller's.
+                let rows = if m - i0 >= R { R } else { (m - i0).min(6) };
+                match rows {
+                    r if r == R => tile::<R, V>(k, a0, a, b, ldb, c, t, ep),
+                    6 => tile::<6, V>(k, a0, a, b, ldb, c, t, ep),
+                    5 => tile::<5, V>(k, a0, a, b, ldb, c, t, ep),
+                    4 => tile::<4, V>(k, a0, a, b, ldb, c, t, ep),
+                    3 => tile::<3, V>(k, a0, a, b, ldb, c, t, ep),
+                    2 => tile::<2, V>(k, a0, a, b, ldb, c, t, ep),
+                    _ => tile::<1, V>(k, a0, a, b, ldb, c, t, ep),
+                }
+                i0 += rows;
+            }
+        }
+    };
+}
+#[cfg(target_arch = "x86_64")]
+use rows_of;
+
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
-    use super::{Epilogue, Strided};
+    use super::{Epilogue, Strided, Tile};
     use std::arch::x86_64::*;
 
-    /// Columns j0..j0 + w (at most [`NR`]) of C ← A·B: 16 columns at a time (8 for the last
+    /// Columns j0..j0 + w (at most [`super::NR`]) of C ← A·B: 16 columns at a time (8 for the last
     /// 8 or fewer), in tiles of 6 rows (12 for 8 columns), the last rows in smaller tiles.
     ///
     /// # Safety
@@ -119,38 +177,7 @@ pub(super) mod avx2 {
         }
     }
 
-    /// Columns j0..j0 + w (at most 8·V) in tiles of R rows, the last rows in tiles of at most 6.
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn rows_of<const R: usize, const V: usize>(
-        m: usize,
-        k: usize,
-        a: Strided<'_>,
-        b: &[f32],
-        ldb: usize,
-        (j0, w): (usize, usize),
-        c: *mut f32,
-        ldc: usize,
-        ep: Epilogue<'_>,
-    ) {
-        let mut i0 = 0;
-        while i0 < m {
-            let a0 = a.data.get(i0 * a.rows..).unwrap_or(&[]);
-            let rows = if m - i0 >= R { R } else { (m - i0).min(6) };
-            let at = (i0, j0, w);
-            // SAFETY: as `rows_of`'s callers: A, B and C hold the tile's elements.
-            match rows {
-                r if r == R => tile::<R, V>(k, a0, a, b, ldb, at, c, ldc, ep),
-                6 => tile::<6, V>(k, a0, a, b, ldb, at, c, ldc, ep),
-                5 => tile::<5, V>(k, a0, a, b, ldb, at, c, ldc, ep),
-                4 => tile::<4, V>(k, a0, a, b, ldb, at, c, ldc, ep),
-                3 => tile::<3, V>(k, a0, a, b, ldb, at, c, ldc, ep),
-                2 => tile::<2, V>(k, a0, a, b, ldb, at, c, ldc, ep),
-                _ => tile::<1, V>(k, a0, a, b, ldb, at, c, ldc, ep),
-            }
-            i0 += rows;
-        }
-    }
+    super::rows_of!("avx2,fma", 8);
 
     /// R rows × 8·V columns of A·B in V·R ymm registers (lanes past the width read as zeros,
     /// never written), finished into C by `ep`.
@@ -162,9 +189,8 @@ pub(super) mod avx2 {
         a: Strided<'_>,
         b: &[f32],
         ldb: usize,
-        (i0, j0, w): (usize, usize, usize),
         c: *mut f32,
-        ldc: usize,
+        Tile { i0, j0, w, ldc }: Tile,
         ep: Epilogue<'_>,
     ) {
         let mut acc = [[_mm256_setzero_ps(); V]; R];
@@ -235,17 +261,8 @@ pub(super) mod avx2 {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512 {
-    use super::{Epilogue, Strided};
+    use super::{Epilogue, Strided, Tile};
     use std::arch::x86_64::*;
-
-    /// Where a tile lands in C: its first row and column, its width, C's row stride.
-    #[derive(Clone, Copy)]
-    pub struct Tile {
-        pub i0: usize,
-        pub j0: usize,
-        pub w: usize,
-        pub ldc: usize,
-    }
 
     /// The 16 × 16 block of 16 rows `src` (rows `lds` apart) written transposed into 16 rows
     /// at `dst` (`ldd` apart): three rounds of in-lane unpacks, then two of 128-bit lane shuffles.
@@ -294,44 +311,7 @@ pub(super) mod avx512 {
         }
     }
 
-    /// Columns j0..j0 + w (at most 16·V) of C ← A·B in tiles of R rows, the last rows in tiles
-    /// of at most 6.
-    ///
-    /// # Safety
-    /// As [`super::columns`], on a CPU with AVX-512F.
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn rows_of<const R: usize, const V: usize>(
-        m: usize,
-        k: usize,
-        a: Strided<'_>,
-        b: &[f32],
-        ldb: usize,
-        (j0, w): (usize, usize),
-        c: *mut f32,
-        ldc: usize,
-        ep: Epilogue<'_>,
-    ) {
-        let mut i0 = 0;
-        while i0 < m {
-            let a0 = a.data.get(i0 * a.rows..).unwrap_or(&[]);
-            let t = Tile { i0, j0, w, ldc };
-            // SAFETY: the callers' asserts bound every index the kernel reads: rows·rs + k·cs
-            // within A, k rows of w columns within B (the kernel masks the rest); the tile's
-            // elements of C are the caller's.
-            let rows = if m - i0 >= R { R } else { (m - i0).min(6) };
-            match rows {
-                r if r == R => tile::<R, V>(k, a0, a, b, ldb, c, t, ep),
-                6 => tile::<6, V>(k, a0, a, b, ldb, c, t, ep),
-                5 => tile::<5, V>(k, a0, a, b, ldb, c, t, ep),
-                4 => tile::<4, V>(k, a0, a, b, ldb, c, t, ep),
-                3 => tile::<3, V>(k, a0, a, b, ldb, c, t, ep),
-                2 => tile::<2, V>(k, a0, a, b, ldb, c, t, ep),
-                _ => tile::<1, V>(k, a0, a, b, ldb, c, t, ep),
-            }
-            i0 += rows;
-        }
-    }
+    super::rows_of!("avx512f", 16);
 
     /// R rows × 16·V columns of A·B in V·R zmm registers, finished into C by `ep` (masked to
     /// the tile's width, at most 16·V); `a0` starts at the tile's first row, `b` at its first

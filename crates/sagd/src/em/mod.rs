@@ -359,6 +359,17 @@ pub enum EstimateStatus<'a> {
     PolishFailed(&'a str),
 }
 
+impl EstimateStatus<'_> {
+    /// Its name in results: `"polished"`, `"em"` or `"polish failed"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EstimateStatus::Polished => "polished",
+            EstimateStatus::Em => "em",
+            EstimateStatus::PolishFailed(_) => "polish failed",
+        }
+    }
+}
+
 /// Something that happened during a run, for progress displays.
 #[derive(Debug)]
 pub enum EmEvent<'a> {

@@ -29,6 +29,20 @@ impl std::str::FromStr for Family {
     }
 }
 
+impl Family {
+    /// Whether `y` (with `trials` behind it, binomial) is in the family's support: any real for
+    /// the Gaussian, a count for the Poisson, a whole number of successes in 0..=trials (whole,
+    /// at least 1) for the binomial.
+    pub(super) fn admits(self, y: f64, trials: f64) -> bool {
+        let count = y >= 0.0 && y.fract() == 0.0;
+        match self {
+            Family::Gaussian => true,
+            Family::Poisson => count,
+            Family::Binomial => count && trials >= 1.0 && trials.fract() == 0.0 && y <= trials,
+        }
+    }
+}
+
 /// ln Γ(x + 1) for the counts' constants.
 pub(super) fn ln_factorial(k: f64) -> f64 {
     statrs::function::gamma::ln_gamma(k + 1.0)

@@ -175,15 +175,8 @@ impl Glmm {
             );
         }
         for i in 0..n {
-            let (yi, m) = (y[i], trials[i]);
-            let ok = match family {
-                Family::Gaussian => true,
-                Family::Poisson => yi >= 0.0 && yi.fract() == 0.0,
-                Family::Binomial => {
-                    m >= 1.0 && m.fract() == 0.0 && yi >= 0.0 && yi <= m && yi.fract() == 0.0
-                }
-            };
-            if !ok {
+            let yi = y[i];
+            if !family.admits(yi, trials[i]) {
                 return bad(
                     "y",
                     format!("{yi} at row {i}"),

@@ -1,0 +1,124 @@
+//! The formula reader and R's coding against hand-worked designs.
+
+use super::*;
+
+fn frame() -> Frame {
+    let text = |v: &[&str]| Column::Text(v.iter().map(|s| Some(s.to_string())).collect());
+    Frame::new(
+        vec!["y".into(), "x".into(), "f".into(), "g".into(), "h".into()],
+        vec![
+            Column::Number(vec![1.0, 0.0, 3.0, 2.0, 5.0, f64::NAN]),
+            Column::Number(vec![0.5, 1.0, 1.5, 2.0, 2.5, 3.0]),
+            text(&["b", "a", "c", "a", "b", "c"]),
+            Column::Number(vec![10.0, 2.0, 10.0, 2.0, 10.0, 2.0]),
+            text(&["u", "u", "v", "v", "w", "w"]),
+        ],
+    )
+    .unwrap()
+}
+
+fn column(d: &Design, j: usize) -> Vec<f64> {
+    let p = d.x_names.len();
+    (0..d.n_obs).map(|i| d.x[i * p + j]).collect()
+}
+
+#[test]
+fn r_names_and_codes_the_columns() {
+    let d = Formula::parse("y ~ x * f + (1 + x | g)")
+        .unwrap()
+        .design(&frame())
+        .unwrap();
+    assert_eq!(d.x_names, ["(Intercept)", "x", "fb", "fc", "x:fb", "x:fc"]);
+    assert_eq!(d.dropped, 1);
+    assert_eq!(d.n_obs, 5);
+    assert_eq!(column(&d, 2), [1.0, 0.0, 0.0, 0.0, 1.0]);
+    assert_eq!(column(&d, 4), [0.5, 0.0, 0.0, 0.0, 2.5]);
+    let t = &d.term_names[0];
+    assert_eq!(t.effects, ["(Intercept)", "x"]);
+    // Numeric groups sort by value: 2 before 10.
+    assert_eq!(t.levels, ["2", "10"]);
+    assert_eq!(d.terms[0].group, [1, 0, 1, 0, 1]);
+    assert!(d.terms[0].correlated);
+}
+
+#[test]
+fn indicators_where_the_margin_is_absent() {
+    // Without an intercept, f's margin (the empty term) is absent: one indicator per level;
+    // so is x:g's margin x.
+    let d = Formula::parse("y ~ 0 + f + x:factor(g) + (0 + x || h)")
+        .unwrap()
+        .design(&frame())
+        .unwrap();
+    assert_eq!(
+        d.x_names,
+        ["fa", "fb", "fc", "x:factor(g)2", "x:factor(g)10"]
+    );
+    assert!(!d.terms[0].correlated);
+    assert_eq!(d.term_names[0].effects, ["x"]);
+}
+
+#[test]
+fn nesting_crossing_and_cbind() {
+    let f = Formula::parse("cbind(y, x) ~ 1 + (1 | g/h) + (1 | f)").unwrap();
+    let d = f.design(&frame()).unwrap();
+    let groups: Vec<&str> = d.term_names.iter().map(|t| t.group.as_str()).collect();
+    assert_eq!(groups, ["g", "g:h", "f"]);
+    assert_eq!(d.trials.as_deref(), Some(&[1.5, 1.0, 4.5, 4.0, 7.5][..]));
+    assert_eq!(d.term_names[1].levels.len(), 5);
+    assert!(d.glmm(Family::Poisson).is_err());
+}
+
+#[test]
+fn errors_name_the_place_and_the_fix() {
+    let msg = |s: &str| Formula::parse(s).unwrap_err().to_string();
+    assert!(msg("y ~ log(x) + (1 | g)").contains("factor(…)"));
+    assert!(msg("y ~ x + (1 | g").contains("at the end"));
+    assert!(msg("y ~ x").contains("no random-effect term"));
+    assert!(msg("y ~ x - f + (1|g)").contains("leave the term out"));
+    assert!(msg("y ~ x ^ 2 + (1|g)").contains("character 7"));
+    let e = Formula::parse("y ~ z + (1 | g)")
+        .unwrap()
+        .design(&frame())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no column `z`") && e.contains("y, x, f, g, h"),
+        "{e}"
+    );
+    let e = Formula::parse("y ~ x + (1 | g)")
+        .unwrap()
+        .design(
+            &Frame::new(
+                vec!["y".into(), "x".into(), "g".into()],
+                vec![
+                    Column::Number(vec![f64::NAN]),
+                    Column::Number(vec![1.0]),
+                    Column::Number(vec![1.0]),
+                ],
+            )
+            .unwrap(),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("missing"), "{e}");
+}
+
+#[test]
+fn text_is_inferred_and_a_two_level_response_is_binary() {
+    let c = Column::infer(vec!["1".into(), "NA".into(), " 2.5 ".into()]);
+    assert!(matches!(&c, Column::Number(v) if v[0] == 1.0 && v[1].is_nan() && v[2] == 2.5));
+    let c = Column::infer(vec!["yes".into(), "".into(), "no".into()]);
+    assert_eq!(
+        c,
+        Column::Text(vec![Some("yes".into()), None, Some("no".into())])
+    );
+    let f = Frame::new(
+        vec!["ok".into(), "g".into()],
+        vec![c, Column::Number(vec![1.0, 1.0, 2.0])],
+    )
+    .unwrap();
+    let d = Formula::parse("ok ~ (1 | g)").unwrap().design(&f).unwrap();
+    // "no" < "yes": no is the failure.
+    assert_eq!(d.y, [1.0, 0.0]);
+    assert_eq!(d.dropped, 1);
+}
