@@ -26,6 +26,9 @@
 #   e2-table-gpu               Table 1's statistics (exp, 8 replications) on the GPU against the CPU
 #   e2-cpu                     one 1-D replication on 16 and 2 threads, whole and phase by phase
 #   bits                       the same replication on 1, 2 and 16 threads, compared bit for bit
+#   paths                      E2 (2 threads, with the peer) and E3 (e3-cpu:2,20,2) with both sides
+#                              forced onto AVX2 (SAGD_CPU_CAPABILITY, and PyTorch's ATEN/MKL/oneDNN
+#                              switches), then on the native path
 #   amx                        E3 with f32 against bf16x3 products on AMX tiles, 16 and 2 threads
 #                              (BIN built from the branch experiment/amx-bf16x3)
 #   mpi-scaling[:COUNTS]       scripts/mpi_scaling.sh on COUNTS processes (default 1 2 4 8 16,
@@ -40,7 +43,7 @@
 #   BIN=target/release/sagd PEER_PY=.venv-peer/bin/python OUT=docs/results/archive \
 #     scripts/sitting.sh local-e3 e3-cpu:2,40,2
 set -u
-[ $# -ge 2 ] || { sed -n '2,38p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,41p' "$0"; exit 2; }
 NAME=$1; shift
 OUT=${OUT:-/tmp/sagd-sitting}
 R=$OUT/$NAME
@@ -139,6 +142,19 @@ PY
 
 check_e2_cpu() {
   for t in 16 2; do time $S --threads $t bench debias --dist exp --out "$R/bench-cpu-$t.json" > /dev/null; done
+}
+
+AVX2_BOTH="SAGD_CPU_CAPABILITY=avx2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 DNNL_MAX_CPU_ISA=AVX2"
+check_paths() {
+  local p
+  for p in avx2 native; do
+    echo "-- $p"
+    if [ $p = avx2 ]; then export $AVX2_BOTH; fi
+    $S --threads 2 bench debias --dist exp --peer peers/torch_peer.py --python "${PEER_PY:-python3}" \
+      --out "$R/e2-$p.json" 2>&1 | grep -E '^\|'
+    check_e3_cpu 2 20 2
+    unset SAGD_CPU_CAPABILITY ATEN_CPU_CAPABILITY MKL_ENABLE_INSTRUCTIONS DNNL_MAX_CPU_ISA
+  done
 }
 
 check_bits() {
