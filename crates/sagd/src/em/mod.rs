@@ -37,9 +37,9 @@ use crate::schedule::{Schedule, Schedules};
 use crate::solver::{Anchor, IterInfo, Sagd, SagdSettings, SagdState};
 pub use exact::{exact_gd, maximum_likelihood};
 pub use information::{
-    attempt_seed, louis_information, polish, polish_retrying, Information, InformationMethod,
-    LouisSettings, PolishSettings, Polished, CHAIN_RHAT_LIMIT, SE_DOUBLINGS, SE_PRECISION,
-    STEP_NOISE,
+    attempt_seed, louis_information, polish, polish_retrying, step_fraction, Information,
+    InformationMethod, LouisSettings, PolishSettings, Polished, CHAIN_RHAT_LIMIT, SE_DOUBLINGS,
+    SE_PRECISION, STEP_NOISE,
 };
 pub use mstep::{ChainStep, MStepUpdate};
 pub use solver::{EmInfo, EmSolver, EmState};

@@ -67,6 +67,15 @@ impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
         let mut sagd_settings = settings.sagd.clone();
         sagd_settings.anchor = Anchor::Fixed;
         settings.validate(model.theta_dim())?;
+        let n_chains = model
+            .n_data()
+            .saturating_mul(settings.chains_for(model.n_data()));
+        crate::langevin::check_chains_fit(
+            n_chains,
+            model.latent_dim(),
+            8,
+            "chains (data points × chains_per_point)",
+        )?;
         let dims = [model.n_data(), model.latent_dim(), model.theta_dim()];
         let identity = Identity::new()
             .with("EM settings", settings)?

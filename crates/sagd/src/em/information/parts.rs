@@ -93,9 +93,7 @@ impl LouisParts {
                 leave_one_out.iter().map(|i| standard_errors(i)).collect();
             replicates.map_or_else(|| vec![f64::INFINITY; p], |r| jackknife_se(&r))
         };
-        let wald95 = (0..p)
-            .map(|j| [theta[j] - 1.96 * se[j], theta[j] + 1.96 * se[j]])
-            .collect();
+        let wald95 = wald95(theta, &se);
         let newton_step: Vec<f64> = (0..p)
             .map(|j| (0..p).map(|k| inv[j][k] * score[k]).sum())
             .collect();
@@ -519,4 +517,13 @@ pub(super) fn louis_parts<M: LatentModel<f64>>(
         leave_one_out,
         chain_rhat: chain_rhat(&series, n),
     })
+}
+
+/// 95% Wald intervals θ ± 1.96 se.
+pub(super) fn wald95(theta: &[f64], se: &[f64]) -> Vec<[f64; 2]> {
+    theta
+        .iter()
+        .zip(se)
+        .map(|(t, s)| [t - 1.96 * s, t + 1.96 * s])
+        .collect()
 }
