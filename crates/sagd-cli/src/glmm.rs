@@ -98,7 +98,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         seed: a.seed,
     };
     // Nothing is written before the data and the formula are known to be good.
-    let mut staging = Staging::new(&a.out)?;
+    let mut staging = Staging::new(&a.out, "glmm")?;
     staging.owns(&["result.json", "estimates.csv", "summary.txt"]);
     let bar = progress_bar(
         a.quiet,

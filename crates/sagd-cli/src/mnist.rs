@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use sagd_apps::mnist::experiment::{figure_digits, run as run_e3, E3Options, E3Result, E3Settings};
 use sagd_apps::mnist::model::E3;
@@ -220,23 +220,14 @@ pub fn run(a: MnistArgs) -> Result<()> {
     a.device
         .ready()
         .with_context(|| format!("--device {}", a.device))?;
-    let checkpoints = a.out.join(crate::output::CHECKPOINTS);
-    if a.resume && !checkpoints.is_dir() {
-        bail!(
-            "--resume: no checkpoints at {}: run with --checkpoint-every first",
-            checkpoints.display()
-        );
-    }
-    if a.resume {
-        crate::output::check_checkpoints(&checkpoints)?;
-    }
     let on = a.checkpoint_every > 0 || a.resume || a.interrupt_after.is_some();
+    let checkpoints = crate::output::checkpoints(&a.out, "mnist", a.resume, on)?;
     let cache = a
         .pretrained_cache
         .clone()
         .unwrap_or_else(|| a.out.parent().unwrap_or(Path::new(".")).join("cache"));
     let opts = E3Options {
-        checkpoint_dir: on.then(|| checkpoints.clone()),
+        checkpoint_dir: checkpoints,
         checkpoint_every: a.checkpoint_every.max(1),
         resume: a.resume,
         pretrained_cache: Some(cache),
@@ -249,6 +240,7 @@ pub fn run(a: MnistArgs) -> Result<()> {
         out: &a.out,
         bar: &bar,
         flags: serde_json::to_value(&a)?,
+        command: "mnist",
     };
     let (r, files) = write(&s, &data, &opts, out)?;
     print_summary(&r);
@@ -264,6 +256,8 @@ pub struct MnistOutput<'a> {
     pub bar: &'a ProgressBar,
     /// The command line, recorded in `result.json`.
     pub flags: serde_json::Value,
+    /// The command whose result the folder holds (`mnist`, `reproduce`).
+    pub command: &'static str,
 }
 
 /// Runs E3 on `data` and writes Figure 3, the learning curves and `result.json` into `o.out`
@@ -275,7 +269,7 @@ pub fn write(
     opts: &E3Options,
     o: MnistOutput<'_>,
 ) -> Result<(E3Result, Vec<String>)> {
-    let mut staging = Staging::new(o.out)?;
+    let mut staging = Staging::new(o.out, o.command)?;
     let names = [
         "result.json",
         "figure3.png",

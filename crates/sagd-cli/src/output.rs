@@ -19,6 +19,7 @@ pub struct Staging {
     files: Vec<String>,
     owned: Vec<String>,
     lock: PathBuf,
+    command: String,
     done: bool,
     _scratch: Option<tempfile::TempDir>,
 }
@@ -107,28 +108,80 @@ impl Owner {
     }
 }
 
-/// Removes what dead runs left in `out`: their staging folders and a lock no live run holds.
+/// Removes what dead runs left in `out`: their staging folders, their lock's temporaries and a
+/// lock no live run holds.
 /// Called by every run that uses the folder, also one that reuses a finished result.
 pub fn clean_dead(out: &Path) {
     let me = std::process::id();
     if let Ok(entries) = fs::read_dir(out) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
-            if let Some(pid) = name
-                .strip_prefix(".staging-")
-                .and_then(|p| p.parse::<u32>().ok())
-            {
-                if pid != me && !alive(pid) {
-                    fs::remove_dir_all(e.path()).ok();
-                }
+            // `.staging-PID` folders, and the lock's `.new-PID` and `.dead-PID` files.
+            let temporary = name.starts_with(".staging-") || name.starts_with(&format!("{LOCK}."));
+            let pid = name.rsplit('-').next().and_then(|p| p.parse::<u32>().ok());
+            if pid.is_some_and(|p| temporary && p != me && !alive(p)) {
+                fs::remove_dir_all(e.path())
+                    .or_else(|_| fs::remove_file(e.path()))
+                    .ok();
             }
         }
     }
     let lock = out.join(LOCK);
-    if let Ok(text) = fs::read_to_string(&lock) {
-        if !Owner::parse(&text).is_some_and(|o| o.alive()) {
-            fs::remove_file(&lock).ok();
+    if fs::read_to_string(&lock).is_ok_and(|t| !Owner::parse(&t).is_some_and(|o| o.alive())) {
+        set_aside_dead(&lock, me);
+    }
+}
+
+/// Takes the lock file `lock` for `mine`. The file appears with its owner line already in it (a
+/// hard link to a file written first), so that no other run can read it empty and take it too;
+/// a lock whose owner is dead is set aside and the link tried again.
+fn take_lock(lock: &Path, mine: &Owner) -> Result<()> {
+    let name = |what: &str| lock.with_file_name(format!("{LOCK}.{what}-{}", mine.pid));
+    let line = name("new");
+    fs::write(&line, mine.to_line()).with_context(|| format!("writing {}", line.display()))?;
+    let taken = (|| {
+        for _ in 0..16 {
+            match fs::hard_link(&line, lock) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    match fs::read_to_string(lock).ok().as_deref().and_then(Owner::parse) {
+                        Some(o) if o == *mine => return Ok(()),
+                        Some(o) if o.alive() => anyhow::bail!(
+                            "another sagd run (process {}) is writing into {}: wait for it to finish, or give another --out. If no such run is alive (it was killed, or the machine restarted), remove {} and run again",
+                            o.pid,
+                            lock.parent().unwrap_or(lock).display(),
+                            lock.display()
+                        ),
+                        _ => set_aside_dead(lock, mine.pid),
+                    }
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot take the lock {}", lock.display()))
+                }
+            }
         }
+        anyhow::bail!(
+            "cannot take the lock {}: other runs keep replacing it; give another --out",
+            lock.display()
+        )
+    })();
+    fs::remove_file(&line).ok();
+    taken
+}
+
+/// Removes a lock whose owner is dead. It is first renamed aside (one run's rename wins), so that
+/// a live run's lock that replaced it in the meantime is put back, not deleted.
+fn set_aside_dead(lock: &Path, me: u32) {
+    let aside = lock.with_file_name(format!("{LOCK}.dead-{me}"));
+    if fs::rename(lock, &aside).is_ok() {
+        let live = fs::read_to_string(&aside)
+            .ok()
+            .and_then(|t| Owner::parse(&t))
+            .is_some_and(|o| o.alive());
+        if live {
+            fs::hard_link(&aside, lock).ok();
+        }
+        fs::remove_file(&aside).ok();
     }
 }
 
@@ -138,9 +191,61 @@ const LOCK: &str = ".sagd.lock";
 /// The folder of a run's training checkpoints inside its output folder.
 pub const CHECKPOINTS: &str = "checkpoints";
 
+/// The file naming the command whose result an output folder (or whose interrupted run a
+/// checkpoints folder) holds.
+const COMMAND: &str = ".sagd-command";
+
+/// Refuses to let `command` write into `out` when the folder holds another command's result or
+/// checkpoints: one command's files would be mixed with the other's, or its checkpoints removed.
+/// Folders from before the mark (none) are not refused.
+pub fn claim(out: &Path, command: &str) -> Result<()> {
+    for (place, what) in [
+        (out.to_path_buf(), "the result"),
+        (
+            out.join(CHECKPOINTS),
+            "the checkpoints of an interrupted run",
+        ),
+    ] {
+        let Ok(other) = fs::read_to_string(place.join(COMMAND)) else {
+            continue;
+        };
+        let other = other.trim();
+        if other != command {
+            anyhow::bail!(
+                "{} holds {what} of `sagd {other}`: `sagd {command}` would mix its files with them or remove them. Give another --out, or remove that folder first",
+                out.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The checkpoints folder of a run of `command` into `out`, when checkpointing is `on`: `--resume`
+/// is refused without one and with a damaged one, and the folder is refused when it holds another
+/// command's result or checkpoints ([`claim`]). A new checkpoints folder is marked as `command`'s.
+pub fn checkpoints(out: &Path, command: &str, resume: bool, on: bool) -> Result<Option<PathBuf>> {
+    let dir = out.join(CHECKPOINTS);
+    if resume && !dir.is_dir() {
+        anyhow::bail!(
+            "--resume: no checkpoints at {}: run with --checkpoint-every first",
+            dir.display()
+        );
+    }
+    claim(out, command)?;
+    if resume {
+        check_checkpoints(&dir)?;
+    }
+    if !on {
+        return Ok(None);
+    }
+    fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    write_atomic(&dir.join(COMMAND), command)?;
+    Ok(Some(dir))
+}
+
 /// Checks every checkpoint in `dir` before a resume uses any: a damaged one is named at once,
 /// not after the phases before it have been recomputed.
-pub fn check_checkpoints(dir: &Path) -> Result<()> {
+fn check_checkpoints(dir: &Path) -> Result<()> {
     let mut files: Vec<PathBuf> = fs::read_dir(dir)
         .with_context(|| format!("--resume: reading {}", dir.display()))?
         .flatten()
@@ -156,8 +261,9 @@ pub fn check_checkpoints(dir: &Path) -> Result<()> {
 
 impl Staging {
     /// Creates `out` (if needed), takes its lock (refused while another live run holds it),
-    /// removes staging folders that dead runs left, and makes a fresh staging folder in it.
-    pub fn new(out: &Path) -> Result<Self> {
+    /// refuses it when it holds another command's result ([`claim`]), removes staging folders
+    /// that dead runs left, and makes a fresh staging folder in it. `command` names the result.
+    pub fn new(out: &Path, command: &str) -> Result<Self> {
         // In a run split over processes the first writes the result; the others, which hold
         // the same, stage theirs in a folder of their own that goes when they end.
         let scratch = if sagd::share::is_root() {
@@ -171,33 +277,10 @@ impl Staging {
         let me = std::process::id();
         let lock = out.join(LOCK);
         clean_dead(out);
-        let mine = Owner::me();
-        match fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&lock)
-        {
-            Ok(mut f) => {
-                use std::io::Write;
-                write!(f, "{}", mine.to_line())
-                    .with_context(|| format!("writing {}", lock.display()))?;
-            }
-            Err(_) => {
-                let holder = fs::read_to_string(&lock).ok();
-                if let Some(o) = holder.as_deref().and_then(Owner::parse) {
-                    if o.alive() && o != mine {
-                        anyhow::bail!(
-                            "another sagd run (process {}) is writing into {}: wait for it to finish, or give another --out. If no such run is alive (it was killed, or the machine restarted), remove {} and run again",
-                            o.pid,
-                            out.display(),
-                            lock.display()
-                        );
-                    }
-                }
-                // A lock that its run left when it died, taken between clean_dead and here.
-                fs::write(&lock, mine.to_line())
-                    .with_context(|| format!("writing {}", lock.display()))?;
-            }
+        take_lock(&lock, &Owner::me())?;
+        if let Err(e) = claim(out, command) {
+            fs::remove_file(&lock).ok();
+            return Err(e);
         }
         let dir = out.join(format!(".staging-{me}"));
         if dir.exists() {
@@ -211,6 +294,7 @@ impl Staging {
             files: Vec::new(),
             owned: Vec::new(),
             lock,
+            command: command.to_string(),
             done: false,
             _scratch: scratch,
         })
@@ -251,6 +335,7 @@ impl Staging {
         // A finished result needs no checkpoints: the training phases' (hundreds of MB for E3)
         // go with the success that makes them useless.
         fs::remove_dir_all(self.out.join(CHECKPOINTS)).ok();
+        write_atomic(&self.out.join(COMMAND), &self.command)?;
         self.done = true;
         Ok(order)
     }
@@ -353,7 +438,7 @@ impl TermLike for PlainLines {
 
 #[cfg(test)]
 mod tests {
-    use super::Owner;
+    use super::{take_lock, Owner, LOCK};
     use proptest::prelude::*;
 
     #[test]
@@ -368,6 +453,62 @@ mod tests {
             ..Owner::parse(&me.to_line()).unwrap()
         };
         assert!(!other.alive());
+    }
+
+    /// Another live process (this one's parent) as an owner.
+    fn parent() -> Owner {
+        let pid = std::os::unix::process::parent_id();
+        Owner {
+            pid,
+            start: Owner::start_of(pid).unwrap_or(0),
+            boot: Owner::boot(),
+        }
+    }
+
+    #[test]
+    fn of_two_runs_taking_one_lock_at_once_exactly_one_gets_it() {
+        // The race: the lock was created empty and given its owner line afterwards, so
+        // a second run could read it empty, take it for a dead run's and proceed too.
+        for _ in 0..300 {
+            let dir = tempfile::tempdir().unwrap();
+            let lock = dir.path().join(LOCK);
+            let gate = std::sync::Barrier::new(2);
+            let owners = [Owner::me(), parent()];
+            let taken: Vec<bool> = std::thread::scope(|sc| {
+                let hs: Vec<_> = owners
+                    .iter()
+                    .map(|o| {
+                        sc.spawn(|| {
+                            gate.wait();
+                            take_lock(&lock, o).is_ok()
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(taken.iter().filter(|t| **t).count(), 1, "{taken:?}");
+            let holder = Owner::parse(&std::fs::read_to_string(&lock).unwrap()).unwrap();
+            assert_eq!(holder == owners[0], taken[0]);
+            // Nothing but the lock is left behind.
+            assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        }
+    }
+
+    #[test]
+    fn a_dead_run_s_lock_is_taken_over_and_a_live_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = dir.path().join(LOCK);
+        let me = Owner::me();
+        let dead = Owner {
+            start: parent().start + 1,
+            ..parent()
+        };
+        std::fs::write(&lock, dead.to_line()).unwrap();
+        take_lock(&lock, &me).unwrap();
+        assert_eq!(std::fs::read_to_string(&lock).unwrap(), me.to_line());
+        let err = take_lock(&lock, &parent()).unwrap_err().to_string();
+        assert!(err.contains("another sagd run"), "{err}");
+        assert_eq!(std::fs::read_to_string(&lock).unwrap(), me.to_line());
     }
 
     proptest! {

@@ -70,6 +70,23 @@ fn bad_flags_fail_with_a_message() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(says), "{err}");
     }
+    // Chains that cannot fit in memory: before, the allocation aborted the process (rc 134).
+    let dir = tempfile::tempdir().unwrap();
+    for flag in [
+        &["em", "--chains-per-point"][..],
+        &["debias", "--sagd-chains-per-point"][..],
+    ] {
+        let o = sagd()
+            .args(flag)
+            .args(["100000000", "--quiet", "--out"])
+            .arg(dir.path().join("x"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("more than this machine's"), "{err}");
+        assert!(!dir.path().join("x/result.json").exists());
+    }
 }
 
 fn json(path: &std::path::Path) -> serde_json::Value {
@@ -616,6 +633,19 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
             "{m}"
         );
     }
+    // Another command into the interrupted run's folder is refused: before, `sagd em --out`
+    // there exited 0 and removed the checkpoints, so that the resume failed.
+    let o = sagd()
+        .args(["em", "--quiet", "--out"])
+        .arg(&part)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("checkpoints of an interrupted run of `sagd debias`"),
+        "{err}"
+    );
+    assert!(part.join("checkpoints/rep0-sagd.ckpt").exists());
     // A damaged checkpoint of a later phase is named before any phase is recomputed (on a copy;
     // the earlier phases' checkpoints are left as they were).
     let damaged = dir.path().join("damaged");
@@ -894,13 +924,15 @@ fn a_failed_run_keeps_the_complete_earlier_result() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("checksum"));
     assert_eq!(std::fs::read(out.join("result.json")).unwrap(), before);
     assert!(out.join("figure1a.png").exists());
-    // Staging folders of dead runs are removed by the next run, and nothing else is left.
+    // Staging folders and lock temporaries of dead runs are removed by the next run, and
+    // nothing else is left but the folder's mark of the command whose result it holds.
     std::fs::create_dir(out.join(".staging-4194000")).unwrap();
+    std::fs::write(out.join(".sagd.lock.new-4194000"), "pid 4194000").unwrap();
     assert!(em_small(&out, &[]).status.success());
     let left: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
-        .filter(|n| n.starts_with('.'))
+        .filter(|n| n.starts_with('.') && n != ".sagd-command")
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }

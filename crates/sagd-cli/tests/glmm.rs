@@ -157,3 +157,46 @@ fn bad_input_is_refused_by_name_and_writes_nothing() {
         assert!(!out.join("result.json").exists());
     }
 }
+
+#[test]
+fn a_folder_holding_another_command_s_result_is_refused_and_kept() {
+    // The mixed folders: `em --out` into another command's result folder exited 0 and
+    // left one command's result.json beside the other's files.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let glmm = |out: &std::path::Path| {
+        sagd()
+            .args([
+                "glmm",
+                "count ~ x + (1 | site)",
+                "--family",
+                "poisson",
+                "--quiet",
+            ])
+            .arg("--data")
+            .arg(data())
+            .arg("--out")
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let o = glmm(&out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let before = std::fs::read(out.join("result.json")).unwrap();
+    let o = sagd()
+        .args(["em", "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("`sagd glmm`") && err.contains("another --out"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(out.join("result.json")).unwrap(), before);
+    assert!(!out.join("figure1a.png").exists());
+    // The same command may replace its own result, and the lock is not left behind.
+    let o = glmm(&out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!out.join(".sagd.lock").exists());
+}

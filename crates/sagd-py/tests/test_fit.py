@@ -56,6 +56,16 @@ def test_a_wrong_shape_from_the_function_is_named(poisson_data):
         sagd.fit("not a function", [0.0], n_points=50, latent_dim=1)
 
 
+def test_chains_too_large_for_memory_are_refused_not_a_crash(poisson_data):
+    # The issue: n_points=10**15 (or latent_dim=10**12) aborted the interpreter with "memory
+    # allocation failed".
+    y, X, g = poisson_data
+    f = poisson_intercept(y, X, g)
+    for n, d in [(10**15, 1), (50, 10**12)]:
+        with pytest.raises(ValueError, match="more than this machine's"):
+            sagd.fit(f, [0.0, 0.0, 0.0], n_points=n, latent_dim=d)
+
+
 def test_ctrl_c_ends_a_fit_promptly():
     # A slow model (1 ms a call) that would run for minutes; SIGINT after a second.
     script = textwrap.dedent(

@@ -153,7 +153,9 @@ impl Sagd {
         let p = problem.theta_dim();
         check_len("theta0", p, theta0.len())?;
         self.settings.validate(p)?;
-        let mut chains = ChainSet::new(problem.n_chains(), problem.chain_dim(), seed);
+        let (n, d) = (problem.n_chains(), problem.chain_dim());
+        crate::langevin::check_chains_fit(n, d, std::mem::size_of::<T>(), "the chains")?;
+        let mut chains = ChainSet::new(n, d, seed);
         let target = AnchoredTarget {
             problem,
             anchor: theta0,

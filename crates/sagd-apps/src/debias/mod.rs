@@ -424,6 +424,10 @@ impl E2Settings {
             });
         }
         m.sagd.langevin.validate(m.sagd.step_size)?;
+        // SAGD's chains run on every data point at once: too many are refused before the
+        // pre-training, not after it.
+        let chains = self.n.saturating_mul(m.sagd.chains_per_point.unwrap_or(1));
+        sagd::langevin::check_chains_fit(chains, self.p, 4, "sagd chains_per_point")?;
         m.hmc().hmc.kernel::<f32>().map(|_| ())
     }
 

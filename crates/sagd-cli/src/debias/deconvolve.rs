@@ -12,6 +12,9 @@ use sagd_apps::debias::{deconvolve as fit_data, E2Settings};
 use serde_json::json;
 
 use super::render::{density_figure, write_trace};
+
+/// The command whose result a deconvolution's folder holds.
+const DECONVOLVE: &str = "debias --data";
 use super::{run_options, DebiasArgs};
 use crate::input::{read_column, Column, Domain};
 use crate::output::{progress_bar, Staging};
@@ -29,7 +32,7 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| PathBuf::from("out/deconvolution"));
-    let mut staging = Staging::new(&out)?;
+    let mut staging = Staging::new(&out, DECONVOLVE)?;
     staging.owns(&[
         "result.json",
         "latent_samples.csv",
@@ -56,7 +59,7 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         a.noise_sd,
         a.holdout,
         a.seed,
-        &run_options(a, &out)?,
+        &run_options(a, &out, DECONVOLVE)?,
         &|phase, _, _| bar.inc(s.update_cost(phase)),
     )?;
     bar.finish_and_clear();

@@ -310,24 +310,16 @@ fn settings(a: &DebiasArgs) -> E2Settings {
     }
 }
 
-/// How the run is carried out (checkpoints, cache, trace), beside what it computes.
-fn run_options(a: &DebiasArgs, out: &Path) -> Result<RunOptions> {
-    let checkpoints = out.join(crate::output::CHECKPOINTS);
-    if a.resume && !checkpoints.is_dir() {
-        bail!(
-            "--resume: no checkpoints at {}: run with --checkpoint-every first",
-            checkpoints.display()
-        );
-    }
-    if a.resume {
-        crate::output::check_checkpoints(&checkpoints)?;
-    }
+/// How the run is carried out (checkpoints, cache, trace), beside what it computes; `command`
+/// names the result the folder will hold.
+fn run_options(a: &DebiasArgs, out: &Path, command: &str) -> Result<RunOptions> {
     let on = a.checkpoint_every > 0 || a.resume || a.interrupt_after.is_some();
+    let checkpoints = crate::output::checkpoints(out, command, a.resume, on)?;
     Ok(RunOptions {
         keep_samples: false,
         pretrained_cache: a.pretrained_cache.clone(),
         trace_every: a.trace_every,
-        checkpoint_dir: on.then_some(checkpoints),
+        checkpoint_dir: checkpoints,
         checkpoint_every: a.checkpoint_every,
         resume: a.resume,
         interrupt_after: a.interrupt_after,

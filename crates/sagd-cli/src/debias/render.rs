@@ -184,13 +184,15 @@ pub struct TableJob<'a> {
     pub bar: &'a ProgressBar,
     /// The command line, recorded in `result.json`.
     pub flags: serde_json::Value,
+    /// The command whose result the folder holds (`debias`, `reproduce`).
+    pub command: &'static str,
 }
 
 /// Table 1, Figure 2, the trace and `result.json` of one case, written into `j.out` (whole or not
 /// at all); returns the table, its Markdown and the files written.
 pub fn write_table(s: &E2Settings, j: TableJob) -> Result<(Table1, String, Vec<String>)> {
     let t_all = Instant::now();
-    let mut staging = Staging::new(j.out)?;
+    let mut staging = Staging::new(j.out, j.command)?;
     staging.owns(&[
         "result.json",
         "table1.md",
@@ -290,10 +292,11 @@ pub fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
             case: a.dist,
             paper_settings: a.paper_settings,
             seeds: (a.seed..a.seed + a.reps as u64).collect(),
-            opts: run_options(a, &out)?,
+            opts: run_options(a, &out, "debias")?,
             out: &out,
             bar: &bar,
             flags: serde_json::to_value(a)?,
+            command: "debias",
         },
     )?;
     println!("settings: {}", t.settings_profile);

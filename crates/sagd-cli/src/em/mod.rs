@@ -185,6 +185,8 @@ pub struct E1Output<'a> {
     pub bar: &'a ProgressBar,
     /// The command line, recorded in `result.json`.
     pub flags: serde_json::Value,
+    /// The command whose result the folder holds (`em`, `reproduce`).
+    pub command: &'static str,
     /// The data file and column, for user data.
     pub file: Option<(&'a Path, Option<&'a str>)>,
     /// Checkpoints.
@@ -196,7 +198,7 @@ pub struct E1Output<'a> {
 pub fn write(s: &E1Settings, o: E1Output) -> Result<(E1Result, Vec<String>)> {
     let t_all = Instant::now();
     s.validate()?;
-    let mut staging = Staging::new(o.out)?;
+    let mut staging = Staging::new(o.out, o.command)?;
     staging.owns(&[
         "result.json",
         "figure1a.png",
@@ -296,6 +298,7 @@ pub fn run(a: EmArgs) -> Result<()> {
             out: &a.out,
             bar: &bar,
             flags: serde_json::to_value(&a)?,
+            command: "em",
             file: a.data.as_deref().map(|f| (f, a.column.as_deref())),
             opts: E1Options {
                 checkpoint: (a.checkpoint_every > 0 || a.resume)

@@ -178,6 +178,9 @@ impl<'a> ChainEstimator<'a> {
                 fix: "run 1 chain per data point or more".into(),
             });
         }
+        // Each copy of the data is a chain of the data's (and the latent's) dimension d.
+        let rows = (x.len() / vae.d.max(1)).saturating_mul(copies);
+        sagd::langevin::check_chains_fit(rows, vae.d, 4, "sagd chains_per_point")?;
         let kernel = s.langevin.kernel::<f32>(s.step_size)?;
         // Schemes that end a step at their last evaluation return the θ-gradient with it.
         let fused = kernel.ends_at_gradient();

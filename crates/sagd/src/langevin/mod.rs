@@ -31,7 +31,7 @@
 mod block;
 mod chains;
 
-pub use chains::{BlockStep, ChainSet, Momentum, StepInfo};
+pub use chains::{check_chains_fit, BlockStep, ChainSet, Momentum, StepInfo};
 
 use serde::{Deserialize, Serialize};
 

@@ -341,13 +341,15 @@ pub fn execute(
     bar: &ProgressBar,
     rec: &mut Record,
 ) -> Result<()> {
+    // A folder that another command's result or interrupted run took over is not reproduce's.
+    crate::output::claim(dir, "reproduce")?;
     // Checkpoints left by an interrupted run of other settings cannot be resumed: start afresh.
     let key_file = dir.join("reproduce.key");
-    let checkpoints = dir.join(crate::output::CHECKPOINTS);
     if std::fs::read_to_string(&key_file).ok().as_deref() != Some(rec.key.as_str()) {
-        std::fs::remove_dir_all(&checkpoints).ok();
+        std::fs::remove_dir_all(dir.join(crate::output::CHECKPOINTS)).ok();
     }
     std::fs::create_dir_all(dir)?;
+    let checkpoints = crate::output::checkpoints(dir, "reproduce", false, true)?;
     std::fs::write(&key_file, &rec.key)?;
     let flags = json!({"command": "sagd reproduce", "experiment": e.name, "mode": e.mode.name()});
     match &e.kind {
@@ -356,6 +358,7 @@ pub fn execute(
                 out: dir,
                 bar,
                 flags,
+                command: "reproduce",
                 file: None,
                 opts: E1Options::default(),
             };
@@ -370,7 +373,7 @@ pub fn execute(
         } => {
             let opts = RunOptions {
                 pretrained_cache: Some(cache.to_path_buf()),
-                checkpoint_dir: Some(checkpoints),
+                checkpoint_dir: checkpoints.clone(),
                 checkpoint_every: 100,
                 resume: true,
                 interrupt_after,
@@ -385,6 +388,7 @@ pub fn execute(
                 out: dir,
                 bar,
                 flags,
+                command: "reproduce",
             };
             let (t, _, _) = write_table(settings, job)?;
             e2_record(&t, rec);
@@ -398,7 +402,7 @@ pub fn execute(
                 )
             })?;
             let opts = E3Options {
-                checkpoint_dir: Some(checkpoints),
+                checkpoint_dir: checkpoints,
                 checkpoint_every: 100,
                 resume: true,
                 pretrained_cache: Some(cache.to_path_buf()),
@@ -409,6 +413,7 @@ pub fn execute(
                 out: dir,
                 bar,
                 flags,
+                command: "reproduce",
             };
             let (r, _) = crate::mnist::write(settings, &data, &opts, out)?;
             e3_record(&r, rec);

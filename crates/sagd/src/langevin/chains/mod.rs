@@ -150,9 +150,50 @@ impl<T> std::fmt::Debug for Scratch<T> {
     }
 }
 
+/// The machine's memory in bytes (Linux: `MemTotal`), if known.
+fn memory_total() -> Option<u128> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u128 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// Refuses `n` chains of dimension `d` whose state would not fit in this machine's memory, before
+/// anything is allocated: a typed error naming `setting` (what made `n` or `d` so large), where
+/// the allocation would otherwise abort the process.
+pub fn check_chains_fit(
+    n: usize,
+    d: usize,
+    bytes_per_value: usize,
+    setting: &'static str,
+) -> Result<()> {
+    // Two positions, two gradients and the momenta of every coordinate, a log density pair and
+    // a random stream per chain.
+    let bytes = (n as u128) * (d as u128) * 5 * bytes_per_value as u128
+        + (n as u128) * (2 * bytes_per_value as u128 + 64);
+    let limit = memory_total().unwrap_or(u128::from(u64::MAX));
+    if bytes > limit {
+        return Err(SagdError::InvalidSetting {
+            name: setting,
+            value: format!("{n} chains of dimension {d}"),
+            fix: format!(
+                "their state would take {:.3e} bytes, more than this machine's {:.3e}: use fewer chains per point, fewer data points or a smaller latent dimension",
+                bytes as f64, limit as f64
+            ),
+        });
+    }
+    Ok(())
+}
+
 impl<T: Real> ChainSet<T> {
     /// `n` chains of dimension `d`, with per-chain random streams from `seed`. Call [`Self::init`]
-    /// before stepping.
+    /// before stepping (see [`check_chains_fit`] for sizes that come from users).
     pub fn new(n: usize, d: usize, seed: u64) -> Self {
         let len = n * d;
         ChainSet {
@@ -380,5 +421,22 @@ impl<T: Real> ChainSet<T> {
             && self.g[buf][r * d..(r + 1) * d]
                 .iter()
                 .all(|v| v.is_finite())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_chains_fit;
+
+    #[test]
+    fn chains_beyond_the_machine_s_memory_are_refused_by_name() {
+        assert!(check_chains_fit(1000, 10, 8, "chains_per_point").is_ok());
+        let err = check_chains_fit(usize::MAX, usize::MAX, 8, "chains_per_point")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`chains_per_point`") && err.contains("fewer chains"),
+            "{err}"
+        );
     }
 }
