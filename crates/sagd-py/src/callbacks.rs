@@ -1,7 +1,8 @@
 //! Models and problems given as Python functions: each call hands the function a whole block of
 //! chains and reads back its arrays; what it raises is kept and given back to the caller as itself.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn};
 use pyo3::exceptions::PyValueError;
@@ -13,26 +14,45 @@ use sagd::model::LatentModel;
 pub(crate) type BlockOutput = (Vec<f64>, Vec<f64>, Vec<f64>);
 
 /// A Python function's `(logp, grad_z, grad_theta)` for `rows` rows of dimension `d` and `p`
-/// parameters, flattened, with a `ValueError` that names a wrong output.
+/// parameters, flattened, with a `ValueError` that names a wrong output by `names` (the two
+/// gradients' names in the function's documentation).
 fn block_output(
     py: Python<'_>,
     out: &Bound<'_, PyAny>,
-    rows: usize,
-    d: usize,
-    p: usize,
+    (rows, d, p): (usize, usize, usize),
+    names: [&str; 2],
 ) -> PyResult<BlockOutput> {
     let (lp, gz, gt): (Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
         out.extract().map_err(|_| {
-            PyValueError::new_err("the function must return a tuple (logp, grad_z, grad_theta)")
+            PyValueError::new_err(format!(
+                "the function must return a tuple (logp, {}, {})",
+                names[0], names[1]
+            ))
         })?;
     let np = py.import("numpy")?;
-    let flat = |a: Bound<'_, PyAny>, name: &str, len: usize| -> PyResult<Vec<f64>> {
+    // `rows` × `cols` values, as one row of `cols` per chain when the array has two axes: a
+    // transposed (cols, rows) array has the right length but the wrong values in each place.
+    let flat = |a: Bound<'_, PyAny>, name: &str, rows: usize, cols: usize| -> PyResult<Vec<f64>> {
+        let len = rows * cols;
         let arr = np.call_method1("ascontiguousarray", (a, "float64"))?;
         let arr: PyReadonlyArrayDyn<'_, f64> = arr.extract().map_err(|_| {
             PyValueError::new_err(format!(
                 "the function returned {name} that is not an array of numbers"
             ))
         })?;
+        let shape = arr.as_array().shape().to_vec();
+        if shape.len() == 2 && rows > 1 && shape != [rows, cols] {
+            return Err(PyValueError::new_err(format!(
+                "the function returned {name} of shape ({}, {}); expected ({rows}, {cols}): one row per chain (is it transposed?)",
+                shape[0], shape[1]
+            )));
+        }
+        if shape.len() > 2 {
+            return Err(PyValueError::new_err(format!(
+                "the function returned {name} with {} axes; expected an array of shape ({rows}, {cols})",
+                shape.len()
+            )));
+        }
         let v = arr.as_slice()?;
         if v.len() != len {
             return Err(PyValueError::new_err(format!(
@@ -43,9 +63,9 @@ fn block_output(
         Ok(v.to_vec())
     };
     Ok((
-        flat(lp, "logp", rows)?,
-        flat(gz, "grad_z", rows * d)?,
-        flat(gt, "grad_theta", p)?,
+        flat(lp, "logp", rows, 1)?,
+        flat(gz, names[0], rows, d)?,
+        flat(gt, names[1], 1, p)?,
     ))
 }
 
@@ -57,6 +77,7 @@ pub(crate) struct Callback {
     d: usize,
     p: usize,
     error: Mutex<Option<PyErr>>,
+    stop: Arc<AtomicBool>,
 }
 
 impl Callback {
@@ -67,7 +88,15 @@ impl Callback {
             d,
             p,
             error: Mutex::new(None),
+            stop: Arc::default(),
         }
+    }
+
+    /// The flag that, once raised (by Ctrl-C), makes every later call fail at once instead of
+    /// calling the function: a run whose function takes seconds a call then ends after the calls
+    /// in flight, not after its current update (minutes).
+    pub(crate) fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
     }
 
     /// What the function raised, if it did.
@@ -83,10 +112,17 @@ impl Callback {
         points: Option<&[usize]>,
         x: &[f64],
     ) -> Result<BlockOutput, LogpError> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(LogpError::Fatal("interrupted (Ctrl-C)".into()));
+        }
         let rows = x.len() / self.d.max(1);
         Python::attach(|py| -> PyResult<BlockOutput> {
             let th = PyArray1::from_slice(py, theta);
             let xx = PyArray1::from_slice(py, x).reshape([rows, self.d])?;
+            let names = match points {
+                Some(_) => ["grad_z", "grad_theta"],
+                None => ["grad_xi", "grad_f"],
+            };
             let out = match points {
                 Some(data) => {
                     let idx: Vec<i64> = data.iter().map(|&i| i as i64).collect();
@@ -96,7 +132,7 @@ impl Callback {
                 }
                 None => self.f.bind(py).call1((th, xx))?,
             };
-            block_output(py, &out, rows, self.d, self.p)
+            block_output(py, &out, (rows, self.d, self.p), names)
         })
         .map_err(|e| {
             let message = e.to_string();

@@ -183,7 +183,7 @@ pub(crate) fn fit_glmm<'py>(
         em: em_settings(max_msteps),
         seed,
     };
-    let fit = detached(py, threads, progress, |watch| {
+    let fit = detached(py, threads, progress, None, |watch| {
         model.fit(&settings, &mut |e| match e {
             EmEvent::Update { .. } => watch.tick(1),
             _ => watch.tick(0),

@@ -16,7 +16,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use sagd::em::{AutomatedEm, EmEvent, EmSettings, EmTrace, EstimateStatus};
 use sagd::error::SagdError;
-use sagd::model::LatentModel;
 use sagd::run::Control;
 
 mod callbacks;
@@ -45,11 +44,12 @@ pub(crate) fn em_settings(max_msteps: Option<usize>) -> EmSettings {
     settings
 }
 
-/// Runs automated EM with the defaults on `model` from `theta0` ([`detached`]: the GIL released,
-/// Ctrl-C watched). Results do not depend on the threads.
-pub(crate) fn run_em<M: LatentModel<f64>>(
+/// Runs automated EM with the defaults on the user's `model` from `theta0` ([`detached`]: the
+/// GIL released, Ctrl-C watched, the function not called again once it is pressed). Results do
+/// not depend on the threads.
+pub(crate) fn run_em(
     py: Python<'_>,
-    model: &M,
+    model: &PyModel,
     theta0: &[f64],
     seed: u64,
     threads: Option<usize>,
@@ -57,7 +57,8 @@ pub(crate) fn run_em<M: LatentModel<f64>>(
     progress: Option<Py<PyAny>>,
 ) -> PyResult<EmTrace> {
     let settings = em_settings(max_msteps);
-    let trace = detached(py, threads, progress, |watch| {
+    let stop = Some(model.f.stop_flag());
+    let trace = detached(py, threads, progress, stop, |watch| {
         AutomatedEm::new(model, settings).run(theta0, seed, None, &mut |e| match e {
             EmEvent::Update { .. } => watch.tick(1),
             _ => watch.tick(0),
@@ -69,7 +70,7 @@ pub(crate) fn run_em<M: LatentModel<f64>>(
 /// What a detached job and the thread watching it share: the stop flag Ctrl-C raises, and the
 /// work done so far (updates), for a progress display.
 struct Watch {
-    stop: AtomicBool,
+    stop: Arc<AtomicBool>,
     done: AtomicUsize,
 }
 
@@ -89,11 +90,13 @@ impl Watch {
 /// cores), while this (Python's main) thread looks for Ctrl-C every 20 ms — Python runs signal
 /// handlers on its main thread only — and raises the job's stop flag, so that it ends after its
 /// current update; the interrupt then comes back as `KeyboardInterrupt`. With `progress`, the
-/// work done is handed to it (from this thread, a few times a second).
+/// work done is handed to it (from this thread, a few times a second). `stop`, when given, is
+/// the flag raised (a user function's [`Callback::stop_flag`], so that it is not called again).
 pub(crate) fn detached<R, F>(
     py: Python<'_>,
     threads: Option<usize>,
     progress: Option<Py<PyAny>>,
+    stop: Option<Arc<AtomicBool>>,
     job: F,
 ) -> PyResult<R>
 where
@@ -108,7 +111,7 @@ where
         .build()
         .map_err(|e| PyRuntimeError::new_err(format!("thread pool: {e}")))?;
     let watch = Watch {
-        stop: AtomicBool::new(false),
+        stop: stop.unwrap_or_default(),
         done: AtomicUsize::new(0),
     };
     let mut interrupt: Option<PyErr> = None;
@@ -268,26 +271,33 @@ fn minimize<'py>(
         ..Default::default()
     };
     let solver = Sagd::new(settings);
-    let result = detached(py, threads, progress, |watch| -> sagd::error::Result<_> {
-        let mut state = solver.init(&problem, &theta0, &xi0, seed)?;
-        let mut path = vec![state.theta.clone()];
-        let mut grad_norms = Vec::new();
-        let mut record = |st: &sagd::prelude::SagdState<f64>, info: &sagd::prelude::IterInfo| {
-            path.push(st.theta.clone());
-            grad_norms.push(info.grad_norm);
-            watch.tick(1)
-        };
-        let outcome = Runner::new(solver.on(&problem, iterations))
-            .observe(&mut record)
-            .run(&mut state)?;
-        Ok((
-            state.theta.clone(),
-            state.theta_avg(),
-            path,
-            grad_norms,
-            outcome == Outcome::Stopped,
-        ))
-    })?;
+    let result = detached(
+        py,
+        threads,
+        progress,
+        Some(problem.f.stop_flag()),
+        |watch| -> sagd::error::Result<_> {
+            let mut state = solver.init(&problem, &theta0, &xi0, seed)?;
+            let mut path = vec![state.theta.clone()];
+            let mut grad_norms = Vec::new();
+            let mut record = |st: &sagd::prelude::SagdState<f64>,
+                              info: &sagd::prelude::IterInfo| {
+                path.push(st.theta.clone());
+                grad_norms.push(info.grad_norm);
+                watch.tick(1)
+            };
+            let outcome = Runner::new(solver.on(&problem, iterations))
+                .observe(&mut record)
+                .run(&mut state)?;
+            Ok((
+                state.theta.clone(),
+                state.theta_avg(),
+                path,
+                grad_norms,
+                outcome == Outcome::Stopped,
+            ))
+        },
+    )?;
     if let Some(e) = problem.f.take_error() {
         return Err(e);
     }
@@ -348,11 +358,10 @@ fn deconvolve<'py>(
         stop: Some(stop.clone()),
         ..RunOptions::default()
     };
-    let result = detached(py, threads, progress, |watch| {
+    // Ctrl-C raises `stop` itself, which the phases read.
+    let result = detached(py, threads, progress, Some(stop), |watch| {
         fit(&s, &x, noise_sd, holdout, seed, &opts, &|phase, _, _| {
-            if watch.tick(s.update_cost(phase) as usize) == Control::Stop {
-                stop.store(true, Ordering::Relaxed);
-            }
+            watch.tick(s.update_cost(phase) as usize);
         })
     })?
     .map_err(py_error)?;

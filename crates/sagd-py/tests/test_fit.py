@@ -50,6 +50,13 @@ def test_a_wrong_shape_from_the_function_is_named(poisson_data):
 
     with pytest.raises(ValueError, match="grad_theta with 2 values; expected 3"):
         sagd.fit(short, [0.0, 0.0, 0.0], n_points=50, latent_dim=1)
+
+    def transposed(theta, points, z):
+        logp, gz, gt = f(theta, points, z)
+        return logp, np.asarray(gz).reshape(len(points), 1).T.copy(), gt
+
+    with pytest.raises(ValueError, match=r"grad_z of shape \(1, \d+\); expected \(\d+, 1\)"):
+        sagd.fit(transposed, [0.0, 0.0, 0.0], n_points=50, latent_dim=1)
     with pytest.raises(ValueError, match="theta0: expected a 1-D array"):
         sagd.fit(f, [[0.0, 0.0, 0.0]], n_points=50, latent_dim=1)
     with pytest.raises(ValueError, match="f: give a function"):
@@ -89,6 +96,34 @@ def test_ctrl_c_ends_a_fit_promptly():
     took, out, err = interrupt_after_start(script)
     assert "finished" not in out
     assert took < 2.0, f"{took:.2f} s from SIGINT to exit"
+
+
+def test_ctrl_c_ends_a_fit_whose_function_takes_half_a_second():
+    # The issue: 0.5 s a call did not stop within 60 s (the stop was looked at once an update).
+    # Now the function is not called again once Ctrl-C is pressed: the calls in flight end it.
+    script = textwrap.dedent(
+        """
+        import sys, time
+        sys.path.insert(0, %r)
+        import numpy as np, sagd
+        from conftest import simulate
+        from models import poisson_intercept
+        y, X, g = simulate("poisson")
+        f = poisson_intercept(y, X, g)
+        def slow(theta, points, z):
+            time.sleep(0.5)
+            return f(theta, points, z)
+        print("started", flush=True)
+        sagd.fit(slow, [0.0, 0.0, 0.0], n_points=50, latent_dim=1, threads=2)
+        print("finished")
+        """
+        % os.path.dirname(__file__)
+    )
+    took, out, err = interrupt_after_start(script)
+    assert "finished" not in out
+    assert "KeyboardInterrupt" in err, err
+    # One call in flight per thread: 0.5 s, and the interpreter's exit.
+    assert took < 3.0, f"{took:.2f} s from SIGINT to exit"
 
 
 def test_progress_is_reported_and_changes_nothing(poisson_data, capsys):

@@ -71,6 +71,17 @@ def test_bad_inputs_name_the_argument(poisson_data):
         sagd.glmm(y, X, g[:10], family="poisson")
     with pytest.raises(ValueError, match="trials"):
         sagd.glmm(y, X, g, family="poisson", trials=np.ones_like(y))
+    # The silent or misblamed fits: all-zero counts ("polished", beta0 = -194.7), a
+    # duplicated column, a constant Gaussian y (blamed on a learning rate), bad trials (blamed
+    # on y).
+    with pytest.raises(ValueError, match="0 in every row"):
+        sagd.glmm(np.zeros_like(y), X, g, family="poisson")
+    with pytest.raises(ValueError, match="column 2 is a linear combination"):
+        sagd.glmm(y, np.column_stack([X, X[:, 1]]), g, family="poisson")
+    with pytest.raises(ValueError, match="fitted exactly by the fixed effects"):
+        sagd.glmm(np.ones_like(y), X, g, family="gaussian")
+    with pytest.raises(ValueError, match="trials"):
+        sagd.glmm(np.minimum(y, 1), X, g, family="binomial", trials=-np.ones_like(y))
 
 
 def test_no_variation_between_groups_is_reported_as_a_singular_fit():

@@ -39,6 +39,27 @@ def test_bad_settings_are_named():
         sagd.minimize(mean_problem, [0.0, 0.0], np.zeros((1, 2)), schedule="constant")
     with pytest.raises(ValueError, match="unknown scheme"):
         sagd.minimize(mean_problem, [0.0, 0.0], np.zeros((1, 2)), scheme="leapfrog")
-    with pytest.raises(ValueError, match="grad_theta with 1 values; expected 2"):
+    with pytest.raises(ValueError, match="grad_f with 1 values; expected 2"):
         sagd.minimize(lambda t, x: (mean_problem(t, x)[0], mean_problem(t, x)[1], [0.0]),
                       [0.0, 0.0], np.zeros((1, 2)), iterations=2)
+
+
+def test_a_transposed_gradient_is_refused_by_name():
+    # The issue: grad_xi of shape (d, m) for (m, d) has the right length, and minimize returned
+    # theta near 1e51 without an error.
+    def transposed(theta, xi):
+        logp, grad_xi, grad_f = mean_problem(theta, xi)
+        return logp, grad_xi.T.copy(), grad_f
+
+    with pytest.raises(ValueError, match=r"grad_xi of shape \(2, 4\); expected \(4, 2\)"):
+        sagd.minimize(transposed, [0.0, 0.0], np.zeros((4, 2)), iterations=5, seed=1)
+
+
+def test_settings_that_ask_for_no_langevin_steps_are_refused():
+    # The issue: c2=0 (K_t = 0) and chain_length=0 or NaN ran anyway, with one step.
+    with pytest.raises(ValueError, match="K_t = 0"):
+        sagd.minimize(mean_problem, [0.0, 0.0], np.zeros((4, 2)), iterations=5, c2=0.0)
+    for k in (0, float("nan"), 2.5):
+        with pytest.raises(ValueError, match="chain_length"):
+            sagd.minimize(mean_problem, [0.0, 0.0], np.zeros((4, 2)), iterations=5,
+                          schedule="constant", step_size=0.1, chain_length=k, learning_rate=0.1)

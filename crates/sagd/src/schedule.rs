@@ -191,6 +191,12 @@ impl LengthSchedule {
             LengthSchedule::Power { scale, .. } if !(scale.is_finite() && *scale >= 0.0) => {
                 bad(format!("scale {scale}"), "use a finite scale >= 0")
             }
+            LengthSchedule::Power {
+                scale, offset: 0, ..
+            } if *scale == 0.0 => bad(
+                "scale 0 with no offset".into(),
+                "that asks for K_t = 0 Langevin steps at every t: use a scale > 0, or an offset of at least 1",
+            ),
             LengthSchedule::Power { exponent, .. }
                 if !(exponent.is_finite() && *exponent >= 0.0) =>
             {
@@ -326,6 +332,9 @@ mod tests {
         assert!(Schedule::power(1.0, -1.0).validate("x").is_err());
         assert!(Schedule::power(f64::NAN, 1.0).validate("x").is_err());
         assert!(LengthSchedule::constant(0).validate("k").is_err());
+        // K_t = ceil(0·t) = 0 everywhere (Python's c2 = 0 ran with one step, silently).
+        assert!(LengthSchedule::power(0.0, 1.0, 0).validate("k").is_err());
+        assert!(LengthSchedule::power(0.0, 1.0, 20).validate("k").is_ok());
         let msg = Schedule::constant(-1.0)
             .validate("learning_rate")
             .unwrap_err()

@@ -163,6 +163,7 @@ def minimize(
     if schedule == "constant":
         if step_size is None or chain_length is None or learning_rate is None:
             raise ValueError("schedule='constant' needs step_size, chain_length and learning_rate")
+        chain_length = _whole("chain_length", chain_length, 1)
         sched = ("constant", float(step_size), float(chain_length), 0.0, float(learning_rate))
     else:
         sched = (schedule, float(c1), float(c2), float(c), float(alpha0))

@@ -16,6 +16,7 @@
 //! every constant (log y!, the binomial coefficients, 2π), so that log-likelihoods compare with
 //! lme4's; [`Glmm::log_likelihood`] computes it.
 
+mod checks;
 mod exact;
 mod family;
 mod fit;
@@ -174,6 +175,18 @@ impl Glmm {
                 &format!("give one number of trials per observation ({n})"),
             );
         }
+        if family == Family::Binomial {
+            if let Some(i) = trials
+                .iter()
+                .position(|t| !(t.is_finite() && *t >= 1.0 && t.fract() == 0.0))
+            {
+                return bad(
+                    "trials",
+                    format!("{} at row {i}", trials[i]),
+                    "give each row's number of trials as a whole number, at least 1",
+                );
+            }
+        }
         for i in 0..n {
             let yi = y[i];
             if !family.admits(yi, trials[i]) {
@@ -183,6 +196,22 @@ impl Glmm {
                     "Poisson needs counts 0, 1, 2, …; binomial needs successes between 0 and the row's trials (whole numbers)",
                 );
             }
+        }
+        // Data at the edge of the family's support have no maximum: the intercept runs off to ∓∞.
+        let edge = checks::at_the_edge(family, &y, &trials);
+        if let Some(what) = edge {
+            return bad(
+                "y",
+                what.into(),
+                "the maximum-likelihood estimate does not exist (the intercept goes to infinity): there is nothing to fit in these data",
+            );
+        }
+        if let Some(j) = checks::dependent_column(&x, n, p) {
+            return bad(
+                "X",
+                format!("column {j} is a linear combination of the columns before it (a duplicate, or constant beside the intercept)"),
+                "the fixed effects are not identified: drop that column",
+            );
         }
         // The points, and where each (term, level) sits in its point's latent.
         let set = connected_rows(&terms, &levels, n);
@@ -688,5 +717,40 @@ pub(in crate::glmm) mod tests {
             None,
         ));
         assert!(e.contains("NaN"), "{e}");
+        // The silent fits: all-zero counts ("polished", β₀ = −194.7), a duplicated
+        // column (its coefficient split in two), impossible trials (blamed on y).
+        let e = err(Glmm::new(
+            Family::Poisson,
+            vec![0.0; 4],
+            vec![1.0; 4],
+            &[0, 0, 1, 1],
+            vec![1.0; 4],
+            None,
+        ));
+        assert!(
+            e.contains("0 in every row") && e.contains("does not exist"),
+            "{e}"
+        );
+        let e = err(Glmm::new(
+            Family::Poisson,
+            vec![0.0, 1.0, 2.0, 1.0],
+            vec![1.0, 0.5, 1.0, 1.0, -1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 0.0, 1.0],
+            &[0, 0, 1, 1],
+            vec![1.0; 4],
+            None,
+        ));
+        assert!(
+            e.contains("column 2") && e.contains("drop that column"),
+            "{e}"
+        );
+        let e = err(Glmm::new(
+            Family::Binomial,
+            vec![0.0, 1.0],
+            vec![1.0; 2],
+            &[0, 1],
+            vec![1.0; 2],
+            Some(vec![-1.0, 2.0]),
+        ));
+        assert!(e.contains("`trials`") || e.contains("\"trials\""), "{e}");
     }
 }

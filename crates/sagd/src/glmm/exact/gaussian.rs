@@ -75,7 +75,8 @@ impl Pieces {
             Criterion::Reml => self.n - self.p as f64,
         };
         let s2 = rss / df;
-        if s2 <= 0.0 || !s2.is_finite() {
+        // rss comes by subtraction: below y's own size times rounding, it is zero.
+        if rss <= 1e-13 * self.yvy || !s2.is_finite() {
             return Err(SagdError::InvalidSetting {
                 name: "y",
                 value: "fitted exactly by the fixed effects".into(),
