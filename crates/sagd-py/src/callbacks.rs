@@ -1,7 +1,7 @@
 //! Models and problems given as Python functions: each call hands the function a whole block of
 //! chains and reads back its arrays; what it raises is kept and given back to the caller as itself.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArrayDyn};
@@ -78,7 +78,15 @@ pub(crate) struct Callback {
     p: usize,
     error: Mutex<Option<PyErr>>,
     stop: Arc<AtomicBool>,
+    calls: AtomicUsize,
+    /// Calls in a row whose every row was not finite, and the first of them.
+    broken: Mutex<(usize, usize)>,
 }
+
+/// Calls in a row that return no finite row at all before the function is taken to be broken
+/// (a chain that diverges is restarted and comes back to finite values; a function that returns
+/// NaN everywhere from some call on never does, and the run would go on without moving).
+const BROKEN_CALLS: usize = 100;
 
 impl Callback {
     /// `f` for rows of dimension `d` and `p` parameters.
@@ -89,6 +97,8 @@ impl Callback {
             p,
             error: Mutex::new(None),
             stop: Arc::default(),
+            calls: AtomicUsize::new(0),
+            broken: Mutex::new((0, 0)),
         }
     }
 
@@ -97,6 +107,38 @@ impl Callback {
     /// in flight, not after its current update (minutes).
     pub(crate) fn stop_flag(&self) -> Arc<AtomicBool> {
         self.stop.clone()
+    }
+
+    /// Counts `call` as broken when none of its `rows` is finite in logp and `grad` (named
+    /// `grad`); [`BROKEN_CALLS`] of them in a row are an error naming the output and the first.
+    fn count_broken(&self, out: &BlockOutput, rows: usize, call: usize, grad: &str) -> PyResult<()> {
+        let d = self.d.max(1);
+        let finite_row = |r: usize| {
+            out.0[r].is_finite() && out.1[r * d..(r + 1) * d].iter().all(|v| v.is_finite())
+        };
+        let Ok(mut broken) = self.broken.lock() else {
+            return Ok(());
+        };
+        if (0..rows).any(finite_row) {
+            *broken = (0, 0);
+            return Ok(());
+        }
+        if broken.0 == 0 {
+            broken.1 = call;
+        }
+        broken.0 += 1;
+        if broken.0 < BROKEN_CALLS {
+            return Ok(());
+        }
+        let what = if out.0.iter().any(|v| !v.is_finite()) {
+            "logp"
+        } else {
+            grad
+        };
+        Err(PyValueError::new_err(format!(
+            "the function returned {what} that is not finite in every row of each of its last {BROKEN_CALLS} calls (since call {}): a chain that diverges comes back, so the function is broken there",
+            broken.1
+        )))
     }
 
     /// What the function raised, if it did.
@@ -116,13 +158,14 @@ impl Callback {
             return Err(LogpError::Fatal("interrupted (Ctrl-C)".into()));
         }
         let rows = x.len() / self.d.max(1);
+        let call = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let names = match points {
+            Some(_) => ["grad_z", "grad_theta"],
+            None => ["grad_xi", "grad_f"],
+        };
         Python::attach(|py| -> PyResult<BlockOutput> {
             let th = PyArray1::from_slice(py, theta);
             let xx = PyArray1::from_slice(py, x).reshape([rows, self.d])?;
-            let names = match points {
-                Some(_) => ["grad_z", "grad_theta"],
-                None => ["grad_xi", "grad_f"],
-            };
             let out = match points {
                 Some(data) => {
                     let idx: Vec<i64> = data.iter().map(|&i| i as i64).collect();
@@ -132,7 +175,17 @@ impl Callback {
                 }
                 None => self.f.bind(py).call1((th, xx))?,
             };
-            block_output(py, &out, (rows, self.d, self.p), names)
+            let out = block_output(py, &out, (rows, self.d, self.p), names)?;
+            // The θ-gradient has no divergence to recover from (the chains' log density and
+            // gradient may leave the finite numbers where a chain wanders; θ's may not).
+            if let Some(v) = out.2.iter().find(|v| !v.is_finite()) {
+                return Err(PyValueError::new_err(format!(
+                    "the function returned {} with a value that is not finite ({v}) at call {call}, theta = {theta:?}: it must be finite wherever the chains go",
+                    names[1]
+                )));
+            }
+            self.count_broken(&out, rows, call, names[0])?;
+            Ok(out)
         })
         .map_err(|e| {
             let message = e.to_string();

@@ -44,6 +44,13 @@ def test_bad_inputs_are_named():
         sagd.deconvolve([1.0], 0.5)
     with pytest.raises(ValueError, match="holdout"):
         sagd.deconvolve([1.0, 2.0, 3.0], 0.5, holdout=0.7)
+    # The issue: noise sd 1e6 on data in 0-20 ran and recommended a model "by 19836 standard
+    # errors"; a float32 noise sd was refused as not > 0.
+    x = np.random.default_rng(2).uniform(0.0, 20.0, size=200)
+    with pytest.raises(ValueError, match="in the data's units"):
+        sagd.deconvolve(x, 1e6)
+    with pytest.raises(ValueError, match="holdout"):
+        sagd.deconvolve(x, np.float32(0.5), holdout=0.7)
 
 
 def test_ctrl_c_ends_a_deconvolution_promptly():

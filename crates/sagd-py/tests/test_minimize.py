@@ -63,3 +63,22 @@ def test_settings_that_ask_for_no_langevin_steps_are_refused():
         with pytest.raises(ValueError, match="chain_length"):
             sagd.minimize(mean_problem, [0.0, 0.0], np.zeros((4, 2)), iterations=5,
                           schedule="constant", step_size=0.1, chain_length=k, learning_rate=0.1)
+
+
+def test_a_function_that_turns_non_finite_stops_the_run_naming_the_output_and_call():
+    # The issue: NaN from call 51 on, and minimize ended normally with a biased theta.
+    def after(k, output):
+        calls = [0]
+
+        def f(theta, xi):
+            calls[0] += 1
+            out = list(mean_problem(theta, xi))
+            if calls[0] > k:
+                out[output] = out[output] * np.nan
+            return tuple(out)
+        return f
+
+    with pytest.raises(ValueError, match=r"grad_f with a value that is not finite \(NaN\) at call 51"):
+        sagd.minimize(after(50, 2), [0.0, 0.0], np.zeros((4, 2)), iterations=100, seed=1)
+    with pytest.raises(ValueError, match=r"logp that is not finite .* \(since call 51\)"):
+        sagd.minimize(after(50, 0), [0.0, 0.0], np.zeros((4, 2)), iterations=100, seed=1)

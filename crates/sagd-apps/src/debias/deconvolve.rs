@@ -85,6 +85,18 @@ pub fn deconvolve(
             fix: "use the noise's standard deviation, a finite number > 0".into(),
         });
     }
+    // Var X = Var Z + σ² ≥ σ²: a sample variance more than 4 of its own standard errors
+    // (σ² √(2/(n−1)) when Z is constant) below σ² cannot come from noise this large: wrong units.
+    let n = x.len() as f64;
+    let mean = x.iter().sum::<f64>() / n;
+    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / (n - 1.0);
+    if var < noise_sd * noise_sd * (1.0 - 4.0 * (2.0 / (n - 1.0)).sqrt()) {
+        return Err(SagdError::InvalidSetting {
+            name: "noise_sd",
+            value: format!("{noise_sd}, against the data's own sd {:.4}", var.sqrt()),
+            fix: "noise that large could not leave the observations this close together: give the noise's sd in the data's units".into(),
+        });
+    }
     if s.p != 1 {
         return Err(SagdError::InvalidSetting {
             name: "p",

@@ -47,6 +47,19 @@ impl GammaSigmoid {
                 fix: "the Gamma model needs finite observations > 0".into(),
             });
         }
+        // A subnormal value has lost most of its bits (5e-324 has one): its logarithm, which ℓ
+        // weighs by the Gamma shape, is then an artefact of the format, and the fits run off.
+        if let Some((i, v)) = x
+            .iter()
+            .enumerate()
+            .find(|(_, v)| **v < f64::MIN_POSITIVE)
+        {
+            return Err(SagdError::InvalidSetting {
+                name: "data",
+                value: format!("observation {} = {v:e}", i + 1),
+                fix: "values below 2.2e-308 are subnormal and have lost their precision; the model (rate 1) expects values of order 1 to 100: rescale the data".into(),
+            });
+        }
         // ℓ(θ) carries −Σx, which does not depend on θ: rounded in f64 it moves by about
         // Σx·2⁻⁵³ between any two θ. Beyond a thousandth of a nat, likelihood comparisons (the
         // MLE, the gap to it, the stopping rule) mean nothing: refuse, naming the largest value.
@@ -237,5 +250,9 @@ mod tests {
         let e = GammaSigmoid::new(vec![1.0, 0.0]).unwrap_err().to_string();
         assert!(e.contains("observation 2 = 0"), "{e}");
         assert!(GammaSigmoid::new(vec![f64::NAN]).is_err());
+        // The 5e-324 data ran, and the run blamed its learning rate.
+        let e = GammaSigmoid::new(vec![1.0, 5e-324]).unwrap_err().to_string();
+        assert!(e.contains("observation 2") && e.contains("subnormal"), "{e}");
+        assert!(GammaSigmoid::new(vec![1.0, 1e-300]).is_ok());
     }
 }

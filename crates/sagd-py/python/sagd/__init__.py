@@ -260,8 +260,12 @@ def deconvolve(
             a positive number, an unknown method, a holdout outside [0, 0.5].
     """
     xv = _vector("x", x)
-    if not (isinstance(noise_sd, (int, float)) and math.isfinite(noise_sd) and noise_sd > 0):
-        raise ValueError(f"noise_sd: {noise_sd!r}; give the noise's standard deviation, > 0")
+    # numpy's scalars (float32 included) are numbers too; bool is not.
+    number = isinstance(noise_sd, (int, float, np.integer, np.floating)) and not isinstance(
+        noise_sd, (bool, np.bool_))
+    if not (number and math.isfinite(noise_sd) and noise_sd > 0):
+        raise ValueError(f"noise_sd: {noise_sd!r}; give the noise's standard deviation, a finite "
+                         "number > 0")
     show, close = _progress(progress, None, "sagd.deconvolve")
     try:
         d = _core.deconvolve(xv, float(noise_sd), float(holdout), list(methods),
