@@ -260,5 +260,31 @@ mod tests {
                 }
             }
         }
+
+        /// A mixed model's table and formula from any text: a model ready to fit, or an
+        /// error; never a panic (the CSV reader, the column types, R's coding, the checks).
+        #[test]
+        fn any_table_and_formula_give_a_model_or_an_error(
+            rows in "([0-9]{1,2},-?[0-9](\\.[0-9])?,[a-c]\n){0,12}",
+            junk in "[0-9a-c.,-]{0,6}\n",
+            at in 0usize..40,
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            formula in "y ~ (1|x|0)( \\+ (x|g|x:g))?( \\+ \\((1|x|1 \\+ x|0 \\+ x) \\| g\\))?( - 1)?",
+        ) {
+            // Mostly well-formed rows, sometimes a line of junk among them.
+            let mut table = format!("y,x,g\n{rows}");
+            if at < table.len() && table.is_char_boundary(at) && at % 3 == 0 {
+                table.insert_str(at, &junk);
+            }
+            for b in [table.as_bytes(), &bytes[..]] {
+                let Ok(frame) = parse_table(b, "f") else { continue };
+                let Ok(f) = sagd::glmm::formula::Formula::parse(&formula) else { continue };
+                if let Ok(design) = f.design(&frame) {
+                    for family in [sagd::glmm::Family::Poisson, sagd::glmm::Family::Gaussian] {
+                        let _ = design.glmm(family);
+                    }
+                }
+            }
+        }
     }
 }

@@ -111,7 +111,13 @@ impl Callback {
 
     /// Counts `call` as broken when none of its `rows` is finite in logp and `grad` (named
     /// `grad`); [`BROKEN_CALLS`] of them in a row are an error naming the output and the first.
-    fn count_broken(&self, out: &BlockOutput, rows: usize, call: usize, grad: &str) -> PyResult<()> {
+    fn count_broken(
+        &self,
+        out: &BlockOutput,
+        rows: usize,
+        call: usize,
+        grad: &str,
+    ) -> PyResult<()> {
         let d = self.d.max(1);
         let finite_row = |r: usize| {
             out.0[r].is_finite() && out.1[r * d..(r + 1) * d].iter().all(|v| v.is_finite())

@@ -73,8 +73,9 @@ def test_chains_too_large_for_memory_are_refused_not_a_crash(poisson_data):
             sagd.fit(f, [0.0, 0.0, 0.0], n_points=n, latent_dim=d)
 
 
-def test_ctrl_c_ends_a_fit_promptly():
-    # A slow model (1 ms a call) that would run for minutes; SIGINT after a second.
+def interrupted_slow_fit(seconds_per_call, **fit_args):
+    """A fit whose function sleeps `seconds_per_call` a call, interrupted a second in: the
+    seconds from SIGINT to exit."""
     script = textwrap.dedent(
         """
         import sys, time
@@ -85,44 +86,30 @@ def test_ctrl_c_ends_a_fit_promptly():
         y, X, g = simulate("poisson")
         f = poisson_intercept(y, X, g)
         def slow(theta, points, z):
-            time.sleep(0.001)
+            time.sleep(%r)
             return f(theta, points, z)
         print("started", flush=True)
-        sagd.fit(slow, [0.0, 0.0, 0.0], n_points=50, latent_dim=1, max_msteps=1000)
+        sagd.fit(slow, [0.0, 0.0, 0.0], n_points=50, latent_dim=1, **%r)
         print("finished")
         """
-        % os.path.dirname(__file__)
+        % (os.path.dirname(__file__), seconds_per_call, fit_args)
     )
-    took, out, err = interrupt_after_start(script)
+    took, out, _ = interrupt_after_start(script)
     assert "finished" not in out
+    return took
+
+
+def test_ctrl_c_ends_a_fit_promptly():
+    # A slow model (1 ms a call) that would run for minutes.
+    took = interrupted_slow_fit(0.001, max_msteps=1000)
     assert took < 2.0, f"{took:.2f} s from SIGINT to exit"
 
 
 def test_ctrl_c_ends_a_fit_whose_function_takes_half_a_second():
     # The issue: 0.5 s a call did not stop within 60 s (the stop was looked at once an update).
-    # Now the function is not called again once Ctrl-C is pressed: the calls in flight end it.
-    script = textwrap.dedent(
-        """
-        import sys, time
-        sys.path.insert(0, %r)
-        import numpy as np, sagd
-        from conftest import simulate
-        from models import poisson_intercept
-        y, X, g = simulate("poisson")
-        f = poisson_intercept(y, X, g)
-        def slow(theta, points, z):
-            time.sleep(0.5)
-            return f(theta, points, z)
-        print("started", flush=True)
-        sagd.fit(slow, [0.0, 0.0, 0.0], n_points=50, latent_dim=1, threads=2)
-        print("finished")
-        """
-        % os.path.dirname(__file__)
-    )
-    took, out, err = interrupt_after_start(script)
-    assert "finished" not in out
-    assert "KeyboardInterrupt" in err, err
-    # One call in flight per thread: 0.5 s, and the interpreter's exit.
+    # Now the function is not called again once Ctrl-C is pressed: the calls in flight end it,
+    # one a thread (0.5 s), then the interpreter's exit.
+    took = interrupted_slow_fit(0.5, threads=2)
     assert took < 3.0, f"{took:.2f} s from SIGINT to exit"
 
 

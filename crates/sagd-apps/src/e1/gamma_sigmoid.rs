@@ -49,11 +49,7 @@ impl GammaSigmoid {
         }
         // A subnormal value has lost most of its bits (5e-324 has one): its logarithm, which ℓ
         // weighs by the Gamma shape, is then an artefact of the format, and the fits run off.
-        if let Some((i, v)) = x
-            .iter()
-            .enumerate()
-            .find(|(_, v)| **v < f64::MIN_POSITIVE)
-        {
+        if let Some((i, v)) = x.iter().enumerate().find(|(_, v)| **v < f64::MIN_POSITIVE) {
             return Err(SagdError::InvalidSetting {
                 name: "data",
                 value: format!("observation {} = {v:e}", i + 1),
@@ -251,8 +247,13 @@ mod tests {
         assert!(e.contains("observation 2 = 0"), "{e}");
         assert!(GammaSigmoid::new(vec![f64::NAN]).is_err());
         // The 5e-324 data ran, and the run blamed its learning rate.
-        let e = GammaSigmoid::new(vec![1.0, 5e-324]).unwrap_err().to_string();
-        assert!(e.contains("observation 2") && e.contains("subnormal"), "{e}");
+        let e = GammaSigmoid::new(vec![1.0, 5e-324])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("observation 2") && e.contains("subnormal"),
+            "{e}"
+        );
         assert!(GammaSigmoid::new(vec![1.0, 1e-300]).is_ok());
     }
 }

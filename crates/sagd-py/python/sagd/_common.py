@@ -37,6 +37,9 @@ def _whole(name: str, value: Any, least: int = 0) -> int:
     v = int(value)
     if v < least:
         raise ValueError(f"{name}: {v}; give at least {least}")
+    # Beyond this the core cannot take it at all (it would be an OverflowError, not a message).
+    if v >= 2**63:
+        raise ValueError(f"{name}: {v}; give a whole number below 2**63")
     return v
 
 
