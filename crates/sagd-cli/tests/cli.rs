@@ -811,6 +811,22 @@ fn reproduce_writes_one_report_and_survives_a_failing_experiment() {
     for e in v["experiments"].as_array().unwrap() {
         assert_eq!(e["reused"], e["name"] != "e1", "{}", e["name"]);
     }
+    // A figure the report embeds, written over since (the issue: another run's figures in an
+    // experiment's folder were embedded under the old table): that experiment runs again.
+    let figure = out.join("e1/figure1a.png");
+    let mut bytes = std::fs::read(&figure).unwrap();
+    bytes.push(0);
+    std::fs::write(&figure, &bytes).unwrap();
+    let o = sagd()
+        .args(["reproduce", "--tiny", "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let v = json(&out.join("results.json"));
+    for e in v["experiments"].as_array().unwrap() {
+        assert_eq!(e["reused"], e["name"] != "e1", "{}", e["name"]);
+    }
 
     // One experiment fails: the others are there, the report says why, the exit status is not 0.
     let bad = dir.path().join("bad");

@@ -106,6 +106,27 @@ pub struct Record {
     /// Whether this run reused the record of an earlier run with the same flags.
     #[serde(default)]
     pub reused: bool,
+    /// The FNV-1a hash of each file the report embeds (`result.json` and the figures, relative
+    /// to OUT) when the experiment finished: a rerun reuses the record only while every one is
+    /// unchanged. Empty in records from before the hashes (those are reused as they were).
+    #[serde(default)]
+    pub hashes: std::collections::BTreeMap<String, String>,
+}
+
+/// The FNV-1a hash of the file at `path`, in hexadecimal; `None` if it cannot be read.
+fn file_hash(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    Some(format!(
+        "{:016x}",
+        sagd::run::fnv1a(sagd::run::FNV_OFFSET, bytes)
+    ))
+}
+
+/// The files of experiment `name` that the report embeds, relative to OUT.
+fn embedded(rec: &Record) -> Vec<String> {
+    let mut files = rec.figures.clone();
+    files.push(format!("{}/result.json", rec.name));
+    files
 }
 
 /// A table of the report.
@@ -235,9 +256,16 @@ fn finished(e: &Experiment, a: &ReproduceArgs) -> Option<Record> {
     let record = sagd::run::read_framed(&path)
         .map_err(|err| eprintln!("warning: {err}; {} runs again", e.name))
         .ok()?;
+    // Every embedded file as it was when the experiment finished: one that another run wrote
+    // over (or a hand edit) makes the experiment run again.
     serde_json::from_slice::<Record>(&record)
         .ok()
         .filter(|r| r.key == key && r.status == Status::Done && dir.join("result.json").exists())
+        .filter(|r| {
+            r.hashes
+                .iter()
+                .all(|(f, h)| file_hash(&a.out.join(f)).as_ref() == Some(h))
+        })
 }
 
 /// One experiment, isolated: its failure becomes its record; `earlier`, the record of an
@@ -265,6 +293,7 @@ fn run_one(
         notes: Vec::new(),
         summary: serde_json::Value::Null,
         reused: false,
+        hashes: Default::default(),
     };
     if e.kind == Kind::Unavailable {
         rec.error = Some(e.scale.clone());
@@ -290,6 +319,10 @@ fn run_one(
     match outcome {
         Ok(()) => {
             rec.status = Status::Done;
+            rec.hashes = embedded(&rec)
+                .into_iter()
+                .filter_map(|f| file_hash(&a.out.join(&f)).map(|h| (f, h)))
+                .collect();
             // Only a whole record marks the experiment finished.
             if let Ok(text) = serde_json::to_vec_pretty(&rec) {
                 sagd::run::write_framed(&state, &text).ok();
