@@ -136,8 +136,7 @@ pub fn clean_dead(out: &Path) {
 /// hard link to a file written first), so that no other run can read it empty and take it too;
 /// a lock whose owner is dead is set aside and the link tried again.
 fn take_lock(lock: &Path, mine: &Owner) -> Result<()> {
-    let name = |what: &str| lock.with_file_name(format!("{LOCK}.{what}-{}", mine.pid));
-    let line = name("new");
+    let line = lock.with_file_name(format!("{LOCK}.new-{}", mine.pid));
     fs::write(&line, mine.to_line()).with_context(|| format!("writing {}", line.display()))?;
     let taken = (|| {
         for _ in 0..16 {
@@ -197,7 +196,7 @@ const COMMAND: &str = ".sagd-command";
 
 /// Refuses to let `command` write into `out` when the folder holds another command's result or
 /// checkpoints: one command's files would be mixed with the other's, or its checkpoints removed.
-/// Folders from before the mark (none) are not refused.
+/// Folders written before the mark existed carry none and are not refused.
 pub fn claim(out: &Path, command: &str) -> Result<()> {
     for (place, what) in [
         (out.to_path_buf(), "the result"),

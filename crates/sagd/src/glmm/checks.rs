@@ -1,7 +1,152 @@
-//! Data a mixed model cannot be fitted to, told apart before any fitting: designs whose fixed
-//! effects are not identified, and responses at the edge of the family's support.
+//! Data a mixed model cannot be fitted to, told apart before any fitting and named with the
+//! input, the place and the fix: sizes that do not match, values that are not finite or outside
+//! the family's support, unused group numbers, designs whose fixed effects are not identified,
+//! and responses at the edge of the family's support.
 
-use super::Family;
+use super::{Family, RandomTerm};
+use crate::error::{Result, SagdError};
+
+/// What [`data`] found the data to be.
+pub(super) struct Checked {
+    /// Fixed effects.
+    pub p: usize,
+    /// Each term's number of levels.
+    pub levels: Vec<usize>,
+    /// The numbers of trials (1 where none were given).
+    pub trials: Vec<f64>,
+}
+
+/// Checks a model's data (see [`super::Glmm::with_terms`]) before anything is built from them.
+pub(super) fn data(
+    family: Family,
+    y: &[f64],
+    x: &[f64],
+    terms: &[RandomTerm],
+    trials: Option<Vec<f64>>,
+) -> Result<Checked> {
+    let n = y.len();
+    let bad = |name: &'static str, value: String, fix: &str| {
+        Err(SagdError::InvalidSetting {
+            name,
+            value,
+            fix: fix.into(),
+        })
+    };
+    if n == 0 {
+        return bad("y", "empty".into(), "give at least one observation");
+    }
+    if terms.is_empty() {
+        return bad(
+            "groups",
+            "no random-effect term".into(),
+            "give at least one grouping factor",
+        );
+    }
+    if !x.len().is_multiple_of(n) {
+        return bad(
+            "X",
+            format!("{} values", x.len()),
+            &format!("give a design with {n} rows"),
+        );
+    }
+    let p = x.len() / n;
+    if let Some(i) = y.iter().position(|v| !v.is_finite()) {
+        return bad(
+            "y",
+            format!("{} at row {i}", y[i]),
+            "remove or impute the missing or infinite values",
+        );
+    }
+    if x.iter().any(|v| !v.is_finite()) {
+        return bad(
+            "X",
+            "a value that is not finite".into(),
+            "remove or impute the missing or infinite values",
+        );
+    }
+    let mut levels = Vec::with_capacity(terms.len());
+    for (t, term) in terms.iter().enumerate() {
+        if term.group.len() != n {
+            return bad(
+                "groups",
+                format!("{} values in grouping factor {t}", term.group.len()),
+                &format!("give one group index per observation ({n})"),
+            );
+        }
+        if !term.z.len().is_multiple_of(n) || term.z.is_empty() {
+            return bad(
+                "Z",
+                format!("{} values in term {t}", term.z.len()),
+                &format!("give a design with {n} rows and at least one column"),
+            );
+        }
+        if term.z.iter().any(|v| !v.is_finite()) {
+            return bad(
+                "Z",
+                format!("a value that is not finite in term {t}"),
+                "remove or impute the missing or infinite values",
+            );
+        }
+        let g = term.group.iter().max().map_or(0, |m| m + 1);
+        let mut used = vec![false; g];
+        term.group.iter().for_each(|&j| used[j] = true);
+        if let Some(j) = used.iter().position(|u| !u) {
+            return bad(
+                "groups",
+                format!("no observation in group {j} of grouping factor {t}"),
+                "number the groups 0, 1, …, G − 1 with every number used",
+            );
+        }
+        levels.push(g);
+    }
+    let trials = trials.unwrap_or_else(|| vec![1.0; n]);
+    if trials.len() != n {
+        return bad(
+            "trials",
+            format!("{} values", trials.len()),
+            &format!("give one number of trials per observation ({n})"),
+        );
+    }
+    if family == Family::Binomial {
+        if let Some(i) = trials
+            .iter()
+            .position(|t| !(t.is_finite() && *t >= 1.0 && t.fract() == 0.0))
+        {
+            return bad(
+                "trials",
+                format!("{} at row {i}", trials[i]),
+                "give each row's number of trials as a whole number, at least 1",
+            );
+        }
+    }
+    for i in 0..n {
+        let yi = y[i];
+        if !family.admits(yi, trials[i]) {
+            return bad(
+                "y",
+                format!("{yi} at row {i}"),
+                "Poisson needs counts 0, 1, 2, …; binomial needs successes between 0 and the row's trials (whole numbers)",
+            );
+        }
+    }
+    // Data at the edge of the family's support have no maximum: the intercept runs off to ∓∞.
+    let edge = at_the_edge(family, y, &trials);
+    if let Some(what) = edge {
+        return bad(
+            "y",
+            what.into(),
+            "the maximum-likelihood estimate does not exist (the intercept goes to infinity): there is nothing to fit in these data",
+        );
+    }
+    if let Some(j) = dependent_column(x, n, p) {
+        return bad(
+            "X",
+            format!("column {j} is a linear combination of the columns before it (a duplicate, or constant beside the intercept)"),
+            "the fixed effects are not identified: drop that column",
+        );
+    }
+    Ok(Checked { p, levels, trials })
+}
 
 /// What makes `y` sit at the edge of `family`'s support in every row (all counts 0; no success,
 /// or only successes), where the likelihood has no maximum; `None` otherwise.
@@ -42,6 +187,7 @@ pub(super) fn dependent_column(x: &[f64], n: usize, p: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::glmm::Glmm;
 
     #[test]
     fn a_column_in_the_span_of_those_before_it_is_found() {
@@ -66,5 +212,72 @@ mod tests {
         assert!(at_the_edge(Family::Binomial, &[3.0, 5.0], &[3.0, 5.0]).is_some());
         assert!(at_the_edge(Family::Binomial, &[2.0, 5.0], &[3.0, 5.0]).is_none());
         assert!(at_the_edge(Family::Gaussian, &[0.0, 0.0], &[1.0, 1.0]).is_none());
+    }
+
+    #[test]
+    fn bad_data_is_named() {
+        let err = |r: Result<Glmm>| format!("{:?}", r.unwrap_err());
+        let e = err(Glmm::new(
+            Family::Poisson,
+            vec![1.0, -1.0],
+            vec![1.0, 1.0],
+            &[0, 0],
+            vec![1.0, 1.0],
+            None,
+        ));
+        assert!(e.contains("y") && e.contains("row 1"), "{e}");
+        let e = err(Glmm::new(
+            Family::Gaussian,
+            vec![1.0, 2.0],
+            vec![1.0, 1.0],
+            &[0, 2],
+            vec![1.0, 1.0],
+            None,
+        ));
+        assert!(e.contains("group 1"), "{e}");
+        let e = err(Glmm::new(
+            Family::Gaussian,
+            vec![1.0, f64::NAN],
+            vec![1.0, 1.0],
+            &[0, 0],
+            vec![1.0, 1.0],
+            None,
+        ));
+        assert!(e.contains("NaN"), "{e}");
+        // The silent fits: all-zero counts ("polished", β₀ = −194.7), a duplicated
+        // column (its coefficient split in two), impossible trials (blamed on y).
+        let e = err(Glmm::new(
+            Family::Poisson,
+            vec![0.0; 4],
+            vec![1.0; 4],
+            &[0, 0, 1, 1],
+            vec![1.0; 4],
+            None,
+        ));
+        assert!(
+            e.contains("0 in every row") && e.contains("does not exist"),
+            "{e}"
+        );
+        let e = err(Glmm::new(
+            Family::Poisson,
+            vec![0.0, 1.0, 2.0, 1.0],
+            vec![1.0, 0.5, 1.0, 1.0, -1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 0.0, 1.0],
+            &[0, 0, 1, 1],
+            vec![1.0; 4],
+            None,
+        ));
+        assert!(
+            e.contains("column 2") && e.contains("drop that column"),
+            "{e}"
+        );
+        let e = err(Glmm::new(
+            Family::Binomial,
+            vec![0.0, 1.0],
+            vec![1.0; 2],
+            &[0, 1],
+            vec![1.0; 2],
+            Some(vec![-1.0, 2.0]),
+        ));
+        assert!(e.contains("`trials`") || e.contains("\"trials\""), "{e}");
     }
 }
