@@ -36,15 +36,6 @@ pub fn write_atomic(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
     Ok(())
 }
 
-/// Whether process `pid` is alive (Linux: its /proc entry exists; elsewhere assume it is).
-fn alive(pid: u32) -> bool {
-    if cfg!(target_os = "linux") {
-        Path::new(&format!("/proc/{pid}")).exists()
-    } else {
-        true
-    }
-}
-
 /// Who holds an output folder's lock: a process by its id, its start time (clock ticks since
 /// boot) and the boot it ran in, so that a lock left by a dead run is told from a live run's
 /// even after a reboot or when another process has been given the same id.
@@ -119,7 +110,7 @@ pub fn clean_dead(out: &Path) {
             // `.staging-PID` folders, and the lock's `.new-PID` and `.dead-PID` files.
             let temporary = name.starts_with(".staging-") || name.starts_with(&format!("{LOCK}."));
             let pid = name.rsplit('-').next().and_then(|p| p.parse::<u32>().ok());
-            if pid.is_some_and(|p| temporary && p != me && !alive(p)) {
+            if pid.is_some_and(|p| temporary && p != me && !sagd::run::process_alive(p)) {
                 fs::remove_dir_all(e.path())
                     .or_else(|_| fs::remove_file(e.path()))
                     .ok();
@@ -238,7 +229,10 @@ pub fn checkpoints(out: &Path, command: &str, resume: bool, on: bool) -> Result<
         return Ok(None);
     }
     fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    write_atomic(&dir.join(COMMAND), command)?;
+    // The processes of a split run share the folder; the first marks it.
+    if sagd::share::is_root() {
+        write_atomic(&dir.join(COMMAND), command)?;
+    }
     Ok(Some(dir))
 }
 

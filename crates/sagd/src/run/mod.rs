@@ -322,8 +322,8 @@ fn write_file(path: &Path, body: &[u8]) -> Result<()> {
 }
 
 /// Removes the temporary files (`NAME.tmp-PID`) that runs killed between writing and renaming
-/// left beside `path`. One run at a time writes a checkpoint (its output folder is locked), so
-/// once ours is in place every other one is a leftover.
+/// left beside `path`. A live process's temporary is left alone: the processes of a run split
+/// over MPI may write the same file at once.
 pub fn remove_temporaries(path: &Path) {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
         return;
@@ -336,10 +336,26 @@ pub fn remove_temporaries(path: &Path) {
     };
     if let Ok(entries) = fs::read_dir(dir) {
         for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let file = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = file.strip_prefix(&prefix) else {
+                continue;
+            };
+            let live = pid
+                .parse::<u32>()
+                .is_ok_and(|pid| pid != std::process::id() && process_alive(pid));
+            if !live {
                 fs::remove_file(e.path()).ok();
             }
         }
+    }
+}
+
+/// Whether process `pid` is alive (Linux: its /proc entry exists; elsewhere it is assumed to be).
+pub fn process_alive(pid: u32) -> bool {
+    if cfg!(target_os = "linux") {
+        Path::new(&format!("/proc/{pid}")).exists()
+    } else {
+        true
     }
 }
 
@@ -484,6 +500,26 @@ pub fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<V> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A dead run's temporary goes; a live process's (another process of a split run writing the
+    /// same file) stays, so that its rename still finds it.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn only_dead_runs_temporaries_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mark");
+        let parent = std::os::unix::process::parent_id();
+        let live = dir.path().join(format!("mark.tmp-{parent}"));
+        let dead = dir.path().join(format!("mark.tmp-{}", u32::MAX));
+        let odd = dir.path().join("mark.tmp-x");
+        for f in [&live, &dead, &odd] {
+            fs::write(f, b"").unwrap();
+        }
+        write_file(&path, b"body").unwrap();
+        assert!(live.exists());
+        assert!(!dead.exists() && !odd.exists());
+        assert!(read_framed(&path).is_ok());
+    }
 
     /// Frames `body` as a checkpoint file would hold it.
     fn framed(body: &[u8]) -> Vec<u8> {
