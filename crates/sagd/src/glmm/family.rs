@@ -61,13 +61,14 @@ pub(super) fn row(family: Family, y: f64, m: f64, eta: f64, inv_var: f64) -> (f6
             (y * eta - mu, y - mu, mu)
         }
         Family::Binomial => {
-            // log(1 + e^η) without overflow.
-            let softplus = if eta > 0.0 {
-                eta + (-eta).exp().ln_1p()
+            // log(1 + e^η) and the success probability from one exponential, without overflow.
+            let e = (-eta.abs()).exp();
+            let softplus = eta.max(0.0) + e.ln_1p();
+            let p = if eta > 0.0 {
+                1.0 / (1.0 + e)
             } else {
-                eta.exp().ln_1p()
+                e / (1.0 + e)
             };
-            let p = 1.0 / (1.0 + (-eta).exp());
             (y * eta - m * softplus, y - m * p, m * p * (1.0 - p))
         }
     }

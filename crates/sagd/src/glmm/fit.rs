@@ -15,12 +15,13 @@ use crate::run::Control;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Method {
-    /// The exact likelihood where [`Glmm::exact_method`] can compute it, else EM.
+    /// The exact likelihood where [`Glmm::exact_method`] can compute it, else EM started at
+    /// Laplace's maximum ([`Glmm::fit_laplace`]).
     #[default]
     Auto,
     /// The exact likelihood, or an error saying why it cannot be computed.
     Exact,
-    /// Automated Monte Carlo EM with Langevin chains, on any model.
+    /// Automated Monte Carlo EM with Langevin chains, on any model, from [`Glmm::start`].
     Em,
 }
 
@@ -112,7 +113,13 @@ impl Glmm {
                 fitted: Fitted::Exact(fit),
             });
         }
-        let theta0 = self.start();
+        // Auto starts EM at Laplace's maximum, which leaves EM and the polish only the distance
+        // to the exact one; `Method::Em` keeps the built-in start, so its EM is the plain one.
+        let theta0 = if settings.method == Method::Auto {
+            self.laplace_start()
+        } else {
+            self.start()
+        };
         let trace = AutomatedEm::new(self, settings.em.clone()).run(
             &theta0,
             settings.seed,

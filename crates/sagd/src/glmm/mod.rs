@@ -21,6 +21,7 @@ mod exact;
 mod family;
 mod fit;
 pub mod formula;
+mod laplace;
 mod likelihood;
 mod summary;
 mod terms;
@@ -29,6 +30,7 @@ pub use exact::{Criterion, ExactFit, ExactSettings, MAX_QUADRATURE_DIM};
 pub use family::Family;
 pub use fit::{FitSettings, Fitted, GlmmFit, Method};
 pub use formula::{Design, Formula, Frame};
+pub use laplace::LaplaceFit;
 pub use likelihood::{LikelihoodMethod, MarginalLikelihood};
 pub use summary::{Estimate, Summary, TermSummary};
 

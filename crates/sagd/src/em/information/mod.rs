@@ -18,9 +18,9 @@ use super::mstep::ChainStep;
 
 mod parts;
 
-use parts::louis_parts;
 pub(crate) use parts::spd_inverse;
 pub use parts::CHAIN_RHAT_LIMIT;
+use parts::{louis_parts, score_parts};
 
 /// How the posterior expectations of Louis' identity are estimated.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -414,13 +414,28 @@ pub fn polish<M: LatentModel<f64>>(
             let mut more = 0;
             let mut draws = louis.draws;
             let step_noise = STEP_NOISE * s.gap_tol;
+            let most = louis.draws << SE_DOUBLINGS;
             while (se_imprecision(&info) > SE_PRECISION || info.gap_noise > step_noise)
                 && more < SE_DOUBLINGS
             {
                 more += 1;
+                let seed = stream_seed(seed, (s.max_steps + more) as u64);
+                if se_imprecision(&info) <= SE_PRECISION {
+                    // Only the step is short of draws: a run for the score alone (a fraction of
+                    // the information's 2p runs) with as many draws as its noise asks for.
+                    let want = (info.draws as f64 * 1.2 * info.gap_noise / step_noise).ceil();
+                    let again = LouisSettings {
+                        draws: (want as usize).clamp(info.draws + 1, most),
+                        ..louis
+                    };
+                    info.rescored(score_parts(model, &at, &again, seed)?)?;
+                    if again.draws == most {
+                        break;
+                    }
+                    continue;
+                }
                 draws *= 2;
                 let again = LouisSettings { draws, ..louis };
-                let seed = stream_seed(seed, (s.max_steps + more) as u64);
                 match louis_parts(model, &at, &again, seed)?.into_information(&at) {
                     Ok(i) => info = i,
                     Err(_) => break,

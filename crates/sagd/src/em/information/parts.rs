@@ -66,6 +66,42 @@ fn jackknife_se(replicates: &[Vec<f64>]) -> Vec<f64> {
         .collect()
 }
 
+impl Information {
+    /// The same information with the score (and its Monte Carlo covariance and draws) of
+    /// `parts`, a [`score_parts`] run at the same θ: the Newton step, the gap and its noise
+    /// recomputed.
+    pub(super) fn rescored(&mut self, parts: LouisParts) -> Result<()> {
+        let Some(inv) = spd_inverse(&self.matrix) else {
+            return Err(SagdError::InvalidSetting {
+                name: "observed information",
+                value: format!("{:?}", self.matrix),
+                fix: "it is not positive definite at this θ".into(),
+            });
+        };
+        self.score = parts.score;
+        self.score_cov = parts.score_cov;
+        self.draws = parts.draws;
+        self.set_step(&inv);
+        Ok(())
+    }
+
+    /// The Newton step I⁻¹∇ℓ, the gap ½∇ℓᵀI⁻¹∇ℓ and its noise part ½ tr(I⁻¹C) from the score
+    /// and its covariance C, `inv` being I⁻¹.
+    fn set_step(&mut self, inv: &[Vec<f64>]) {
+        let p = self.score.len();
+        self.newton_step = (0..p).map(|j| dot(&inv[j], &self.score)).collect();
+        self.gap = 0.5 * dot(&self.score, &self.newton_step);
+        self.gap_noise = 0.5
+            * (0..p)
+                .map(|j| dot(&inv[j], &self.score_cov[j]))
+                .sum::<f64>();
+    }
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
 impl LouisParts {
     /// Standard errors, their Monte Carlo error, the Newton step and the gap at `theta`; an error
     /// naming the fix when the information is not positive definite.
@@ -94,20 +130,7 @@ impl LouisParts {
             replicates.map_or_else(|| vec![f64::INFINITY; p], |r| jackknife_se(&r))
         };
         let wald95 = wald95(theta, &se);
-        let newton_step: Vec<f64> = (0..p)
-            .map(|j| (0..p).map(|k| inv[j][k] * score[k]).sum())
-            .collect();
-        let gap = 0.5
-            * score
-                .iter()
-                .zip(&newton_step)
-                .map(|(g, d)| g * d)
-                .sum::<f64>();
-        let gap_noise = 0.5
-            * (0..p)
-                .map(|j| (0..p).map(|k| inv[j][k] * score_cov[k][j]).sum::<f64>())
-                .sum::<f64>();
-        Ok(Information {
+        let mut information = Information {
             theta: theta.to_vec(),
             matrix: info,
             se,
@@ -117,11 +140,13 @@ impl LouisParts {
             draws,
             score,
             score_cov,
-            newton_step,
-            gap,
-            gap_noise,
+            newton_step: Vec::new(),
+            gap: 0.0,
+            gap_noise: 0.0,
             complete,
-        })
+        };
+        information.set_step(&inv);
+        Ok(information)
     }
 }
 
@@ -268,11 +293,34 @@ pub(crate) fn spd_inverse(a: &[Vec<f64>]) -> Option<Vec<Vec<f64>>> {
     )
 }
 
+/// The score ∇ℓ(θ) and its Monte Carlo covariance from one run of the chains at θ (`s.draws`
+/// draws), without the information: what [`super::polish`] refines at its last point when only
+/// the step, not the standard errors, needs more draws. Its `info`, `complete` and
+/// `leave_one_out` are empty.
+pub(super) fn score_parts<M: LatentModel<f64>>(
+    model: &M,
+    theta: &[f64],
+    s: &LouisSettings,
+    seed: u64,
+) -> Result<LouisParts> {
+    parts_of(model, theta, s, seed, true)
+}
+
 pub(super) fn louis_parts<M: LatentModel<f64>>(
     model: &M,
     theta: &[f64],
     s: &LouisSettings,
     seed: u64,
+) -> Result<LouisParts> {
+    parts_of(model, theta, s, seed, false)
+}
+
+fn parts_of<M: LatentModel<f64>>(
+    model: &M,
+    theta: &[f64],
+    s: &LouisSettings,
+    seed: u64,
+    score_only: bool,
 ) -> Result<LouisParts> {
     let (n, d, p) = (model.n_data(), model.latent_dim(), model.theta_dim());
     if s.draws < 2 || s.thin == 0 {
@@ -373,6 +421,16 @@ pub(super) fn louis_parts<M: LatentModel<f64>>(
         }
     };
     let (info, complete, score, per_draw, leave_one_out) = match s.method {
+        _ if score_only => {
+            let per_draw = run(&chains, theta, &mut |_, z_all| {
+                let g = grad_rows(theta, &all_points, z_all)?;
+                Ok(g.iter().map(|v| v / per_point as f64).collect())
+            })?;
+            let score = (0..p)
+                .map(|k| per_draw.iter().map(|t| t[k]).sum::<f64>() / s.draws as f64)
+                .collect();
+            (Vec::new(), Vec::new(), score, per_draw, Vec::new())
+        }
         InformationMethod::Louis => {
             let mut sums = vec![LouisSums::new(n, p); batches];
             let per_draw = run(&chains, theta, &mut |b, z_all| {
