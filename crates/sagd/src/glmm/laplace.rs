@@ -103,10 +103,10 @@ mod tests {
         let a: Vec<f64> = (0..ga).map(|_| 0.8 * s.draw()).collect();
         let b: Vec<f64> = (0..gb).map(|_| 0.5 * s.draw()).collect();
         let (mut y, mut x, mut g, mut h) = (vec![], vec![], vec![], vec![]);
-        for i in 0..ga {
-            for j in 0..gb {
+        for (i, ai) in a.iter().enumerate() {
+            for (j, bj) in b.iter().enumerate() {
                 let xi = s.draw();
-                let eta = 0.3 + 0.5 * xi + a[i] + b[j];
+                let eta = 0.3 + 0.5 * xi + ai + bj;
                 y.push(match family {
                     Family::Gaussian => eta + 0.6 * s.draw(),
                     _ => (eta.exp() * (1.0 + 0.3 * s.draw()).max(0.0)).round(),
