@@ -295,8 +295,10 @@ def glmm(
             computed to rounding, as lme4 does (the Gaussian family by its closed form; other
             families with at most 3 random effects per independent block, by adaptive
             Gauss-Hermite quadrature at each block's mode, as glmer's nAGQ), otherwise automated
-            Monte Carlo EM with Langevin chains (crossed non-Gaussian factors, larger blocks);
-            ``"exact"``: the direct fit or an error saying why not; ``"em"``: always EM.
+            Monte Carlo EM with Langevin chains (crossed non-Gaussian factors, larger blocks),
+            started at the maximum of Laplace's approximation (glmer's estimate);
+            ``"exact"``: the direct fit or an error saying why not; ``"em"``: always EM, from the
+            built-in start.
         reml: Gaussian family only: maximise the REML criterion (lmer's default) instead of the
             likelihood. Default False (maximum likelihood, comparable across models by AIC).
         nodes: quadrature nodes per random effect for an exact non-Gaussian fit (default 25,
