@@ -11,12 +11,18 @@ use crate::em::{AutomatedEm, EmEvent, EmSettings, EmTrace};
 use crate::error::{Result, SagdError};
 use crate::run::Control;
 
+/// The most M-steps [`Method::Auto`] runs from Laplace's maximum before the polish (when the
+/// settings polish): from there EM's steps are short, and the polish's Newton steps, whose
+/// estimated gap to the maximum decides convergence, cover the rest sooner.
+pub const LAPLACE_START_MSTEPS: usize = 2;
+
 /// How [`Glmm::fit`] maximises the likelihood.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Method {
     /// The exact likelihood where [`Glmm::exact_method`] can compute it, else EM started at
-    /// Laplace's maximum ([`Glmm::fit_laplace`]).
+    /// Laplace's maximum ([`Glmm::fit_laplace`]) for at most [`LAPLACE_START_MSTEPS`] M-steps,
+    /// then the polish.
     #[default]
     Auto,
     /// The exact likelihood, or an error saying why it cannot be computed.
@@ -114,18 +120,18 @@ impl Glmm {
             });
         }
         // Auto starts EM at Laplace's maximum, which leaves EM and the polish only the distance
-        // to the exact one; `Method::Em` keeps the built-in start, so its EM is the plain one.
+        // to the exact one: a few M-steps, then the polish's Newton steps, whose gap decides
+        // convergence. `Method::Em` keeps the built-in start and EM's own rule.
+        let mut em = settings.em.clone();
         let theta0 = if settings.method == Method::Auto {
+            if em.polish.is_some() {
+                em.max_msteps = em.max_msteps.min(LAPLACE_START_MSTEPS);
+            }
             self.laplace_start()
         } else {
             self.start()
         };
-        let trace = AutomatedEm::new(self, settings.em.clone()).run(
-            &theta0,
-            settings.seed,
-            None,
-            on_event,
-        )?;
+        let trace = AutomatedEm::new(self, em).run(&theta0, settings.seed, None, on_event)?;
         let theta = trace.final_estimate().estimate.to_vec();
         let covariance = trace
             .polished

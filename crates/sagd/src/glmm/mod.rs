@@ -28,7 +28,7 @@ mod terms;
 
 pub use exact::{Criterion, ExactFit, ExactSettings, MAX_QUADRATURE_DIM};
 pub use family::Family;
-pub use fit::{FitSettings, Fitted, GlmmFit, Method};
+pub use fit::{FitSettings, Fitted, GlmmFit, Method, LAPLACE_START_MSTEPS};
 pub use formula::{Design, Formula, Frame};
 pub use laplace::LaplaceFit;
 pub use likelihood::{LikelihoodMethod, MarginalLikelihood};
