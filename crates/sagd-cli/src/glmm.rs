@@ -46,7 +46,8 @@ pub struct GlmmArgs {
     /// Quadrature nodes per random effect (default 25, 15, 9 with 1, 2, 3 effects per block).
     #[arg(long)]
     nodes: Option<usize>,
-    /// EM: the most M-steps before the polish.
+    /// EM: the most M-steps before the polish (with --method auto, EM starts at Laplace's
+    /// maximum and runs at most 2 of them).
     #[arg(long, default_value_t = EmSettings::default().max_msteps)]
     max_msteps: usize,
     /// EM's chains and the sampled log-likelihood's draws.
