@@ -63,7 +63,7 @@ pub(super) fn row(family: Family, y: f64, m: f64, eta: f64, inv_var: f64) -> (f6
         Family::Binomial => {
             // log(1 + e^η) and the success probability from one exponential, without overflow.
             let e = (-eta.abs()).exp();
-            let softplus = eta.max(0.0) + e.ln_1p();
+            let softplus = eta.max(0.0) + ln_1p_unit(e);
             let p = if eta > 0.0 {
                 1.0 / (1.0 + e)
             } else {
@@ -71,5 +71,36 @@ pub(super) fn row(family: Family, y: f64, m: f64, eta: f64, inv_var: f64) -> (f6
             };
             (y * eta - m * softplus, y - m * p, m * p * (1.0 - p))
         }
+    }
+}
+
+/// ln(1 + e) for e in [0, 1] by a logarithm and a division instead of `ln_1p`, about twice as
+/// fast and as accurate (a few ulps): with u = 1 + e rounded, ln(u)·e/(u − 1) cancels the
+/// rounding of u (Goldberg's correction); below e = 2⁻⁵³, u = 1 and ln(1 + e) = e to rounding.
+#[inline]
+fn ln_1p_unit(e: f64) -> f64 {
+    let u = 1.0 + e;
+    if u == 1.0 {
+        e
+    } else {
+        u.ln() * e / (u - 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ln_1p_unit;
+
+    #[test]
+    fn ln_1p_unit_is_ln_1p_to_a_few_ulps() {
+        let mut e = 1.0f64;
+        while e > 1e-300 {
+            for x in [e, 0.7 * e, 0.3 * e] {
+                let (a, b) = (ln_1p_unit(x), x.ln_1p());
+                assert!((a - b).abs() <= 4.0 * f64::EPSILON * b, "{x}: {a} vs {b}");
+            }
+            e *= 0.5;
+        }
+        assert_eq!(ln_1p_unit(0.0), 0.0);
     }
 }
