@@ -74,7 +74,7 @@ impl Glmm {
     }
 
     /// Where EM and the polish start: Laplace's maximum with each random-effect scale at least
-    /// e^[`LOG_SCALE_FLOOR`], or [`Glmm::start`] when Laplace's fit fails.
+    /// e⁻³, or [`Glmm::start`] when Laplace's fit fails.
     pub fn laplace_start(&self) -> Vec<f64> {
         let Ok(fit) = self.fit_laplace() else {
             return self.start();
