@@ -372,7 +372,7 @@ fn debias_deconvolves_a_users_data() {
     std::fs::write(&csv, xs.join("\n")).unwrap();
     let out = dir.path().join("dec");
     let o = sagd()
-        .args(["debias", "--methods", "vae,sagd"])
+        .args(["debias", "--methods", "vae,sagd", "--noise-sd", "1"])
         .args(&SMALL[..6])
         .arg("--data")
         .arg(&csv)
@@ -461,7 +461,7 @@ fn debias_rejects_bad_input() {
     std::fs::write(&bad, "1.0\nNaN\n").unwrap();
     let out = dir.path().join("o");
     let o = sagd()
-        .args(["debias", "--quiet", "--data"])
+        .args(["debias", "--quiet", "--noise-sd", "1", "--data"])
         .arg(&bad)
         .arg("--out")
         .arg(&out)
@@ -470,6 +470,27 @@ fn debias_rejects_bad_input() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("line 2"));
     assert!(!out.join("result.json").exists());
+    // The noise's sd is the user's to state: not taken as 1 in silence, and not taken without
+    // data. Nothing is written either way.
+    let good = dir.path().join("good.csv");
+    std::fs::write(&good, "1.0\n2.0\n0.5\n").unwrap();
+    let o = sagd()
+        .args(["debias", "--quiet", "--data"])
+        .arg(&good)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--data needs --noise-sd"), "{err}");
+    assert!(!out.exists());
+    let o = sagd()
+        .args(["debias", "--quiet", "--noise-sd", "0.5"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--data"));
 }
 
 #[test]
@@ -1084,7 +1105,15 @@ fn far_from_the_mle_and_extreme_data_are_named() {
     }
     std::fs::write(&f, text).unwrap();
     let o = sagd()
-        .args(["debias", "--quiet", "--m", "2000", "--data"])
+        .args([
+            "debias",
+            "--quiet",
+            "--m",
+            "2000",
+            "--noise-sd",
+            "1",
+            "--data",
+        ])
         .arg(&f)
         .arg("--out")
         .arg(dir.path().join("c"))

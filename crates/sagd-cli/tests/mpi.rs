@@ -321,6 +321,8 @@ fn deconvolution_on_3_processes_gives_the_plain_binarys_result() {
     let args = [
         "debias",
         "--quiet",
+        "--noise-sd",
+        "1",
         "--pretrain-iters",
         "40",
         "--finetune-iters",

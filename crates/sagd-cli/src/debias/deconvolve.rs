@@ -22,6 +22,11 @@ use crate::output::{progress_bar, Staging};
 /// The deconvolution of `--data`: samples, density figure, trace and `result.json`.
 pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
     let t_all = Instant::now();
+    let noise_sd = a.noise_sd.ok_or_else(|| {
+        anyhow::anyhow!(
+            "--data needs --noise-sd: the standard deviation of the noise in X = Z + N(0, sd²), which the data cannot tell; give the one your measurements have (e.g. --noise-sd 0.5)"
+        )
+    })?;
     let column: Option<Column> = a
         .column
         .as_deref()
@@ -56,7 +61,7 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
     let d = fit_data(
         &s,
         &x,
-        a.noise_sd,
+        noise_sd,
         a.holdout,
         a.seed,
         &run_options(a, &out, DECONVOLVE)?,

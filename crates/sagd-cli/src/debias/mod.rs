@@ -149,9 +149,10 @@ pub struct DebiasArgs {
     /// The column of --data: a header name or a 1-based number.
     #[arg(long)]
     column: Option<String>,
-    /// Standard deviation of the noise in --data.
-    #[arg(long, default_value_t = 1.0)]
-    noise_sd: f64,
+    /// Standard deviation of the noise in --data (required with it: the one modelling
+    /// assumption of a deconvolution, which the data cannot tell).
+    #[arg(long, requires = "data")]
+    noise_sd: Option<f64>,
     /// The fraction of --data held out of the fit to compare the fitted models on (0: none).
     #[arg(long, default_value_t = 0.2)]
     holdout: f64,
