@@ -5,15 +5,14 @@ gradients from short underdamped Langevin chains on every data point's posterior
 and a final polish that brings the estimate to the maximum of the log-likelihood with standard
 errors (each with its own Monte Carlo error).
 
-Two entry points:
+Four entry points:
 
 * :func:`glmm` fits a generalised linear mixed model (Gaussian, Poisson, binomial) from numpy
   arrays, with every gradient computed in Rust: by its exact likelihood where that can be
-  computed to rounding (as lme4), by automated EM otherwise; :func:`glmm_loglik` evaluates
-  that likelihood at any estimate.
+  computed to rounding (as lme4), by automated EM otherwise (started at Laplace's maximum);
+  :func:`glmm_loglik` evaluates that likelihood at any estimate.
 * :func:`fit` fits your own model, given as a Python function that returns log p(x_i, z; theta)
   and its gradients for a whole block of chains at once.
-
 * :func:`deconvolve` fits the law of Z from observations X = Z + N(0, sigma^2) (the paper's
   debiased VAE: a VAE, then IWAE, HMC and SAGD fine-tuning), with draws of Z back as arrays.
 * :func:`minimize` runs Algorithm 1 itself on F(theta) = E_{xi ~ pi_theta} f(theta; xi), pi known
