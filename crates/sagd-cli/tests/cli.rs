@@ -746,6 +746,39 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
+/// Ctrl-C during `sagd reproduce` ends it with exit code 130 and says how to resume.
+#[test]
+#[cfg(target_os = "linux")]
+fn reproduce_interrupted_by_ctrl_c_says_how_to_resume() {
+    use std::io::{BufRead, BufReader, Read};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = sagd()
+        .args(["reproduce", "--tiny", "--out"])
+        .arg(dir.path().join("rep"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    // The plan's line comes after the handler is installed.
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    assert!(first.contains("sagd reproduce (tiny)"), "{first}");
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(
+        rest.contains("interrupted: run the same command again to resume"),
+        "{rest}"
+    );
+}
+
 #[test]
 fn reproduce_writes_one_report_and_survives_a_failing_experiment() {
     let dir = tempfile::tempdir().unwrap();

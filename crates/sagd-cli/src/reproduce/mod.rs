@@ -158,6 +158,16 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
         .with_context(|| format!("--device {}", a.device))?;
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create the output folder {}", a.out.display()))?;
+    // Ctrl-C ends the run at once, as it would anyway, but says how to pick it up again.
+    let again: Vec<String> = std::env::args().collect();
+    let again = again.join(" ");
+    ctrlc::set_handler(move || {
+        eprintln!(
+            "\ninterrupted: run the same command again to resume (`{again}`): finished experiments are reused, E2 and E3 go on from their last checkpoint (every 100 updates), pre-trained networks come from the cache"
+        );
+        std::process::exit(130);
+    })
+    .ok();
     let threads = rayon::current_num_threads();
     // What an earlier run finished is reused, and costs nothing.
     let mut earlier: Vec<Option<Record>> = plan.iter().map(|e| finished(e, &a)).collect();
