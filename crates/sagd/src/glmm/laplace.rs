@@ -37,13 +37,9 @@ impl Glmm {
             .par_iter_mut()
             .enumerate()
             .map(|(c, mode)| {
-                let lap = match self.laplace(theta, &factors, c, Some(mode)) {
-                    Ok(l) => l,
-                    Err(_) => self.laplace(theta, &factors, c, None)?,
-                };
+                let lap = self.laplace_warm(theta, &factors, c, mode)?;
                 let d = self.points[c].dim;
                 let lp = self.point_terms(theta, &factors, c, &lap.mode, d, |_, _, _| {});
-                mode.clone_from(&lap.mode);
                 Ok(lp + 0.5 * d as f64 * LN_2PI - 0.5 * lap.curvature.log_det())
             })
             .collect::<Result<Vec<f64>>>()?;

@@ -176,6 +176,23 @@ impl Glmm {
         Ok(-0.5 * rows.len() as f64 * LN_2PI - 0.5 * log_det - 0.5 * quad)
     }
 
+    /// [`Glmm::laplace`] started at `mode` (the point's last mode), from 0 if that search fails;
+    /// `mode` becomes the new one.
+    pub(super) fn laplace_warm(
+        &self,
+        theta: &[f64],
+        factors: &[Vec<f64>],
+        c: usize,
+        mode: &mut Vec<f64>,
+    ) -> Result<Laplace> {
+        let lap = match self.laplace(theta, factors, c, Some(mode)) {
+            Ok(l) => l,
+            Err(_) => self.laplace(theta, factors, c, None)?,
+        };
+        mode.clone_from(&lap.mode);
+        Ok(lap)
+    }
+
     /// The posterior mode of point `c` by damped Newton ascent from `start` (0 if none), and the
     /// curvature there.
     pub(super) fn laplace(

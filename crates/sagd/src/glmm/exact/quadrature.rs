@@ -58,12 +58,8 @@ impl Glmm {
             .map(|(chunk, modes)| {
                 let (mut value, mut grad) = (0.0, vec![0.0; k]);
                 for (&c, mode) in chunk.iter().zip(modes) {
-                    let lap = match self.laplace(theta, &factors, c, Some(mode)) {
-                        Ok(l) => l,
-                        Err(_) => self.laplace(theta, &factors, c, None)?,
-                    };
+                    let lap = self.laplace_warm(theta, &factors, c, mode)?;
                     value += self.quadrature_point(theta, &factors, c, &lap, rule, &mut grad)?;
-                    mode.clone_from(&lap.mode);
                 }
                 Ok((value, grad))
             })
