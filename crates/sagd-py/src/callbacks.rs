@@ -1,6 +1,7 @@
 //! Models and problems given as Python functions: each call hands the function a whole block of
 //! chains and reads back its arrays; what it raises is kept and given back to the caller as itself.
 
+use std::ffi::{c_long, c_ulong};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -69,6 +70,68 @@ fn block_output(
     ))
 }
 
+/// What Ctrl-C does to a run of a user's function: the first press raises `flag`, so that the
+/// function is not called again and the run ends after the calls in progress; a second raises
+/// `KeyboardInterrupt` inside those calls, for a function that takes long a call.
+#[derive(Clone, Default)]
+pub(crate) struct Halt {
+    /// Raised by the first Ctrl-C.
+    pub(crate) flag: Arc<AtomicBool>,
+    /// The Python thread idents of the calls in progress, and whether a second Ctrl-C came.
+    calls: Arc<Mutex<(Vec<c_ulong>, bool)>>,
+}
+
+impl Halt {
+    /// A halt that raises `flag` (a run with no user's function to interrupt).
+    pub(crate) fn of_flag(flag: Arc<AtomicBool>) -> Self {
+        Halt {
+            flag,
+            calls: Arc::default(),
+        }
+    }
+
+    /// Raises `KeyboardInterrupt` in every call in progress, at its next Python instruction (a
+    /// call blocked inside C, such as `time.sleep`, returns first), and in calls that start later.
+    pub(crate) fn interrupt_calls(&self, _py: Python<'_>) {
+        self.flag.store(true, Ordering::Relaxed);
+        let Ok(mut calls) = self.calls.lock() else {
+            return;
+        };
+        calls.1 = true;
+        for &id in &calls.0 {
+            // SAFETY: the GIL is held (`_py`), and the exception type is a static object.
+            unsafe {
+                pyo3::ffi::PyThreadState_SetAsyncExc(
+                    id as c_long,
+                    pyo3::ffi::PyExc_KeyboardInterrupt,
+                );
+            }
+        }
+    }
+
+    /// Runs `call` (of the user's function, the GIL held) as a call in progress.
+    fn during<R>(&self, _py: Python<'_>, call: impl FnOnce() -> R) -> R {
+        // SAFETY: the GIL is held (`_py`).
+        let id = unsafe { pyo3::ffi::PyThread_get_thread_ident() };
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.0.push(id);
+        }
+        let out = call();
+        if let Ok(mut calls) = self.calls.lock() {
+            calls.0.retain(|&c| c != id);
+            if calls.1 {
+                // An interrupt sent as the call returned is pending still: clear it, so that it
+                // does not strike this thread's later Python code.
+                // SAFETY: the GIL is held; a null exception clears the thread's pending one.
+                unsafe {
+                    pyo3::ffi::PyThreadState_SetAsyncExc(id as c_long, std::ptr::null_mut());
+                }
+            }
+        }
+        out
+    }
+}
+
 /// A Python function called on blocks of chains: `f(theta, points, z)` (a model) or `f(theta, xi)`
 /// (a problem). The first exception it raises, or the first wrong shape it returns, is kept and
 /// given back to the caller as itself after the run.
@@ -77,7 +140,7 @@ pub(crate) struct Callback {
     d: usize,
     p: usize,
     error: Mutex<Option<PyErr>>,
-    stop: Arc<AtomicBool>,
+    halt: Halt,
     calls: AtomicUsize,
     /// Calls in a row whose every row was not finite, and the first of them.
     broken: Mutex<(usize, usize)>,
@@ -96,17 +159,17 @@ impl Callback {
             d,
             p,
             error: Mutex::new(None),
-            stop: Arc::default(),
+            halt: Halt::default(),
             calls: AtomicUsize::new(0),
             broken: Mutex::new((0, 0)),
         }
     }
 
-    /// The flag that, once raised (by Ctrl-C), makes every later call fail at once instead of
-    /// calling the function: a run whose function takes seconds a call then ends after the calls
-    /// in flight, not after its current update (minutes).
-    pub(crate) fn stop_flag(&self) -> Arc<AtomicBool> {
-        self.stop.clone()
+    /// What Ctrl-C does to this function's run ([`Halt`]): once its flag is raised every later
+    /// call fails at once instead of calling the function, so that a run whose function takes
+    /// seconds a call ends after the calls in flight, not after its current update (minutes).
+    pub(crate) fn halt(&self) -> Halt {
+        self.halt.clone()
     }
 
     /// Counts `call` as broken when none of its `rows` is finite in logp and `grad` (named
@@ -160,7 +223,7 @@ impl Callback {
         points: Option<&[usize]>,
         x: &[f64],
     ) -> Result<BlockOutput, LogpError> {
-        if self.stop.load(Ordering::Relaxed) {
+        if self.halt.flag.load(Ordering::Relaxed) {
             return Err(LogpError::Fatal("interrupted (Ctrl-C)".into()));
         }
         let rows = x.len() / self.d.max(1);
@@ -172,14 +235,14 @@ impl Callback {
         Python::attach(|py| -> PyResult<BlockOutput> {
             let th = PyArray1::from_slice(py, theta);
             let xx = PyArray1::from_slice(py, x).reshape([rows, self.d])?;
+            let f = self.f.bind(py);
             let out = match points {
                 Some(data) => {
                     let idx: Vec<i64> = data.iter().map(|&i| i as i64).collect();
-                    self.f
-                        .bind(py)
-                        .call1((th, PyArray1::from_vec(py, idx), xx))?
+                    let idx = PyArray1::from_vec(py, idx);
+                    self.halt.during(py, || f.call1((th, idx, xx)))?
                 }
-                None => self.f.bind(py).call1((th, xx))?,
+                None => self.halt.during(py, || f.call1((th, xx)))?,
             };
             let out = block_output(py, &out, (rows, self.d, self.p), names)?;
             // The θ-gradient has no divergence to recover from (the chains' log density and

@@ -21,7 +21,7 @@ use sagd::run::Control;
 mod callbacks;
 mod glmm;
 
-use callbacks::{Callback, PyModel, PyProblem};
+use callbacks::{Callback, Halt, PyModel, PyProblem};
 use glmm::{fit_glmm, glmm_loglik};
 
 /// A library error as the Python exception a user expects: bad input or settings are a
@@ -57,8 +57,8 @@ pub(crate) fn run_em(
     progress: Option<Py<PyAny>>,
 ) -> PyResult<EmTrace> {
     let settings = em_settings(max_msteps);
-    let stop = Some(model.f.stop_flag());
-    let trace = detached(py, threads, progress, stop, |watch| {
+    let halt = Some(model.f.halt());
+    let trace = detached(py, threads, progress, halt, |watch| {
         AutomatedEm::new(model, settings).run(theta0, seed, None, &mut |e| match e {
             EmEvent::Update { .. } => watch.tick(1),
             _ => watch.tick(0),
@@ -90,13 +90,14 @@ impl Watch {
 /// cores), while this (Python's main) thread looks for Ctrl-C every 20 ms — Python runs signal
 /// handlers on its main thread only — and raises the job's stop flag, so that it ends after its
 /// current update; the interrupt then comes back as `KeyboardInterrupt`. With `progress`, the
-/// work done is handed to it (from this thread, a few times a second). `stop`, when given, is
-/// the flag raised (a user function's [`Callback::stop_flag`], so that it is not called again).
+/// work done is handed to it (from this thread, a few times a second). `halt`, when given, is
+/// what Ctrl-C raises (a user function's [`Callback::halt`], so that it is not called again and a
+/// second Ctrl-C interrupts the calls in progress).
 pub(crate) fn detached<R, F>(
     py: Python<'_>,
     threads: Option<usize>,
     progress: Option<Py<PyAny>>,
-    stop: Option<Arc<AtomicBool>>,
+    halt: Option<Halt>,
     job: F,
 ) -> PyResult<R>
 where
@@ -111,7 +112,7 @@ where
         .build()
         .map_err(|e| PyRuntimeError::new_err(format!("thread pool: {e}")))?;
     let watch = Watch {
-        stop: stop.unwrap_or_default(),
+        stop: halt.as_ref().map(|h| h.flag.clone()).unwrap_or_default(),
         done: AtomicUsize::new(0),
     };
     let mut interrupt: Option<PyErr> = None;
@@ -133,19 +134,27 @@ where
             while !work.is_finished() {
                 std::thread::sleep(Duration::from_millis(20));
                 ticks += 1;
-                if interrupt.is_none() {
-                    let checked = Python::attach(|py| {
-                        py.check_signals()?;
-                        if ticks % 10 == 0 {
+                Python::attach(|py| {
+                    let checked = py.check_signals().and_then(|()| {
+                        if interrupt.is_none() && ticks % 10 == 0 {
                             show(py, &mut shown)?;
                         }
-                        Ok::<_, PyErr>(())
+                        Ok(())
                     });
-                    if let Err(e) = checked {
-                        interrupt = Some(e);
-                        watch.stop.store(true, Ordering::Relaxed);
+                    match (checked, &interrupt) {
+                        (Ok(()), _) => {}
+                        (Err(e), None) => {
+                            interrupt = Some(e);
+                            watch.stop.store(true, Ordering::Relaxed);
+                        }
+                        // A second Ctrl-C: into the user's calls still running.
+                        (Err(_), Some(_)) => {
+                            if let Some(h) = &halt {
+                                h.interrupt_calls(py);
+                            }
+                        }
                     }
-                }
+                });
             }
             work.join()
         })
@@ -275,7 +284,7 @@ fn minimize<'py>(
         py,
         threads,
         progress,
-        Some(problem.f.stop_flag()),
+        Some(problem.f.halt()),
         |watch| -> sagd::error::Result<_> {
             let mut state = solver.init(&problem, &theta0, &xi0, seed)?;
             let mut path = vec![state.theta.clone()];
@@ -359,7 +368,7 @@ fn deconvolve<'py>(
         ..RunOptions::default()
     };
     // Ctrl-C raises `stop` itself, which the phases read.
-    let result = detached(py, threads, progress, Some(stop), |watch| {
+    let result = detached(py, threads, progress, Some(Halt::of_flag(stop)), |watch| {
         fit(&s, &x, noise_sd, holdout, seed, &opts, &|phase, _, _| {
             watch.tick(s.update_cost(phase) as usize);
         })

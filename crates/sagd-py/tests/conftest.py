@@ -81,10 +81,11 @@ def poisson_data():
     return simulate("poisson")
 
 
-def interrupt_after_start(script):
-    """Runs `script` in a fresh Python, sends SIGINT a second after it prints "started", and
-    returns the seconds from the signal to its exit, its stdout and its stderr; checks that it
-    ended by KeyboardInterrupt."""
+def interrupt_after_start(script, again=None):
+    """Runs `script` in a fresh Python, sends SIGINT a second after it prints "started" (and a
+    second SIGINT `again` seconds after the first, when given), and returns the seconds from the
+    first signal to its exit, its stdout and its stderr; checks that it ended by
+    KeyboardInterrupt."""
     import signal
 
     # A shell that starts its jobs in the background leaves SIGINT ignored, and a Python started
@@ -96,6 +97,9 @@ def interrupt_after_start(script):
     time.sleep(1.0)
     sent = time.monotonic()
     proc.send_signal(signal.SIGINT)
+    if again is not None:
+        time.sleep(again)
+        proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     took = time.monotonic() - sent
     assert proc.returncode != 0

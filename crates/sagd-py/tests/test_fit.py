@@ -73,9 +73,10 @@ def test_chains_too_large_for_memory_are_refused_not_a_crash(poisson_data):
             sagd.fit(f, [0.0, 0.0, 0.0], n_points=n, latent_dim=d)
 
 
-def interrupted_slow_fit(seconds_per_call, **fit_args):
-    """A fit whose function sleeps `seconds_per_call` a call, interrupted a second in: the
-    seconds from SIGINT to exit."""
+def interrupted_slow_fit(seconds_per_call, again=None, busy=False, **fit_args):
+    """A fit whose function sleeps `seconds_per_call` a call (or, `busy`, runs Python for that
+    long), interrupted a second in (and `again` seconds later, when given): the seconds from
+    the first SIGINT to exit."""
     script = textwrap.dedent(
         """
         import sys, time
@@ -86,15 +87,20 @@ def interrupted_slow_fit(seconds_per_call, **fit_args):
         y, X, g = simulate("poisson")
         f = poisson_intercept(y, X, g)
         def slow(theta, points, z):
-            time.sleep(%r)
+            if %r:
+                end = time.monotonic() + %r
+                while time.monotonic() < end:
+                    pass
+            else:
+                time.sleep(%r)
             return f(theta, points, z)
         print("started", flush=True)
         sagd.fit(slow, [0.0, 0.0, 0.0], n_points=50, latent_dim=1, **%r)
         print("finished")
         """
-        % (os.path.dirname(__file__), seconds_per_call, fit_args)
+        % (os.path.dirname(__file__), busy, seconds_per_call, seconds_per_call, fit_args)
     )
-    took, out, _ = interrupt_after_start(script)
+    took, out, _ = interrupt_after_start(script, again)
     assert "finished" not in out
     return took
 
@@ -111,6 +117,13 @@ def test_ctrl_c_ends_a_fit_whose_function_takes_half_a_second():
     # one a thread (0.5 s), then the interpreter's exit.
     took = interrupted_slow_fit(0.5, threads=2)
     assert took < 3.0, f"{took:.2f} s from SIGINT to exit"
+
+
+def test_a_second_ctrl_c_interrupts_a_call_in_progress():
+    # A function that computes for 20 s a call: the first Ctrl-C waits for the call to return,
+    # the second raises KeyboardInterrupt inside it, at its next Python instruction.
+    took = interrupted_slow_fit(20.0, again=0.3, busy=True, threads=2)
+    assert took < 3.0, f"{took:.2f} s from the first SIGINT to exit"
 
 
 def test_progress_is_reported_and_changes_nothing(poisson_data, capsys):

@@ -72,7 +72,8 @@ def fit(
     Raises:
         ValueError: bad shapes of the arguments or of what ``f`` returns.
         Whatever ``f`` raises, as itself.
-        KeyboardInterrupt: Ctrl-C during the fit.
+        KeyboardInterrupt: Ctrl-C during the fit (``f`` is not called again; a second Ctrl-C
+            interrupts the calls of ``f`` in progress).
     """
     if not callable(f):
         raise ValueError("f: give a function f(theta, points, z) -> (logp, grad_z, grad_theta)")
