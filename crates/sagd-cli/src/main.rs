@@ -20,6 +20,11 @@ struct Cli {
     /// Worker threads (default: all cores). Results do not depend on it.
     #[arg(long, global = true)]
     threads: Option<usize>,
+    /// Let this run replace a result (or interrupted run's checkpoints) that another command left
+    /// in its output folder: that command's files are removed, the folder's other files kept.
+    /// Without it such a folder is refused.
+    #[arg(long, global = true)]
+    replace: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -88,6 +93,9 @@ fn run(cli: Cli, processes: &sagd_mpi::Processes) -> Result<()> {
         anyhow::bail!(
             "this command runs as one process; of the commands, `sagd em`, `sagd debias` and `sagd mnist` split over processes (mpirun -np N)"
         );
+    }
+    if cli.replace {
+        output::allow_replace();
     }
     if let Some(t) = cli.threads {
         if t == 0 {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -182,13 +183,33 @@ const LOCK: &str = ".sagd.lock";
 pub const CHECKPOINTS: &str = "checkpoints";
 
 /// The file naming the command whose result an output folder (or whose interrupted run a
-/// checkpoints folder) holds.
+/// checkpoints folder) holds: its first line the command, then one line per file of the result.
 const COMMAND: &str = ".sagd-command";
+
+/// Whether `--replace` lets a run replace another command's result ([`claim`]).
+static REPLACE: AtomicBool = AtomicBool::new(false);
+
+/// Lets this process's runs replace another command's result or checkpoints (`--replace`).
+pub fn allow_replace() {
+    REPLACE.store(true, Ordering::Relaxed);
+}
+
+/// The mark of `folder`: the command whose result (or checkpoints) it holds and the files of that
+/// result (none listed in a mark written before sagd listed them).
+fn read_mark(folder: &Path) -> Option<(String, Vec<String>)> {
+    let text = fs::read_to_string(folder.join(COMMAND)).ok()?;
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let command = lines.next()?.to_string();
+    Some((command, lines.map(String::from).collect()))
+}
 
 /// Refuses to let `command` write into `out` when the folder holds another command's result or
 /// checkpoints: one command's files would be mixed with the other's, or its checkpoints removed.
-/// Folders written before the mark existed carry none and are not refused.
+/// With `--replace` ([`allow_replace`]) the other command's checkpoints are removed at once, and
+/// its result's files when this run's result replaces it ([`Staging::commit`]). Folders written
+/// before the mark existed carry none and are not refused.
 pub fn claim(out: &Path, command: &str) -> Result<()> {
+    let replace = REPLACE.load(Ordering::Relaxed);
     for (place, what) in [
         (out.to_path_buf(), "the result"),
         (
@@ -196,13 +217,24 @@ pub fn claim(out: &Path, command: &str) -> Result<()> {
             "the checkpoints of an interrupted run",
         ),
     ] {
-        let Ok(other) = fs::read_to_string(place.join(COMMAND)) else {
+        let Some((other, files)) = read_mark(&place) else {
             continue;
         };
-        let other = other.trim();
-        if other != command {
+        if other == command {
+            continue;
+        }
+        if !replace {
             anyhow::bail!(
-                "{} holds {what} of `sagd {other}`: `sagd {command}` would mix its files with them or remove them. Give another --out, or remove that folder first",
+                "{} holds {what} of `sagd {other}`: `sagd {command}` would mix its files with them or remove them. Give another --out, remove that folder first, or pass --replace to replace them",
+                out.display()
+            );
+        }
+        if place != out {
+            fs::remove_dir_all(&place)
+                .with_context(|| format!("--replace: removing {}", place.display()))?;
+        } else if files.is_empty() {
+            eprintln!(
+                "--replace: {} holds the result of `sagd {other}` written by an earlier sagd, which did not list its files: they stay beside this run's",
                 out.display()
             );
         }
@@ -215,13 +247,13 @@ pub fn claim(out: &Path, command: &str) -> Result<()> {
 /// command's result or checkpoints ([`claim`]). A new checkpoints folder is marked as `command`'s.
 pub fn checkpoints(out: &Path, command: &str, resume: bool, on: bool) -> Result<Option<PathBuf>> {
     let dir = out.join(CHECKPOINTS);
+    claim(out, command)?;
     if resume && !dir.is_dir() {
         anyhow::bail!(
             "--resume: no checkpoints at {}: run with --checkpoint-every first",
             dir.display()
         );
     }
-    claim(out, command)?;
     if resume {
         check_checkpoints(&dir)?;
     }
@@ -311,8 +343,17 @@ impl Staging {
     /// when its figures are in place; then the run's checkpoints folder is removed.
     pub fn commit(mut self, last: &str) -> Result<Vec<String>> {
         fs::remove_file(self.out.join(last)).ok();
-        for f in &self.owned {
-            if !self.files.contains(f) {
+        // What goes: the files of this kind of result that this one does not write, and those of
+        // another command's result that `--replace` replaces ([`claim`] refused it otherwise).
+        let mut old = self.owned.clone();
+        if let Some((other, files)) = read_mark(&self.out) {
+            if other != self.command {
+                fs::remove_file(self.out.join(COMMAND)).ok();
+                old.extend(files);
+            }
+        }
+        for f in &old {
+            if !self.files.contains(f) && is_plain_name(f) {
                 fs::remove_file(self.out.join(f)).ok();
             }
         }
@@ -328,10 +369,21 @@ impl Staging {
         // A finished result needs no checkpoints: the training phases' (hundreds of MB for E3)
         // go with the success that makes them useless.
         fs::remove_dir_all(self.out.join(CHECKPOINTS)).ok();
-        write_atomic(&self.out.join(COMMAND), &self.command)?;
+        let mark: Vec<&str> = std::iter::once(self.command.as_str())
+            .chain(order.iter().map(String::as_str))
+            .collect();
+        write_atomic(&self.out.join(COMMAND), mark.join("\n") + "\n")?;
         self.done = true;
         Ok(order)
     }
+}
+
+/// Whether `name`, read from a folder's mark, names a file inside the folder: a mark edited by
+/// hand must not make a run remove files elsewhere.
+fn is_plain_name(name: &str) -> bool {
+    let p = Path::new(name);
+    p.components().count() == 1
+        && matches!(p.components().next(), Some(std::path::Component::Normal(_)))
 }
 
 impl Drop for Staging {

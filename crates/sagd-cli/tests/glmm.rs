@@ -190,7 +190,10 @@ fn a_folder_holding_another_command_s_result_is_refused_and_kept() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        !o.status.success() && err.contains("`sagd glmm`") && err.contains("another --out"),
+        !o.status.success()
+            && err.contains("`sagd glmm`")
+            && err.contains("another --out")
+            && err.contains("--replace"),
         "{err}"
     );
     assert_eq!(std::fs::read(out.join("result.json")).unwrap(), before);
@@ -199,4 +202,52 @@ fn a_folder_holding_another_command_s_result_is_refused_and_kept() {
     let o = glmm(&out);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!out.join(".sagd.lock").exists());
+    let mark = std::fs::read_to_string(out.join(".sagd-command")).unwrap();
+    let listed: Vec<&str> = mark.lines().collect();
+    assert_eq!(listed[0], "glmm", "{mark}");
+    assert!(
+        listed.contains(&"result.json") && listed.contains(&"summary.txt"),
+        "{mark}"
+    );
+}
+
+#[test]
+fn replace_removes_another_command_s_result_and_keeps_the_user_s_files() {
+    // `--replace` overrides the refusal above: the other command's listed files and its
+    // interrupted run's checkpoints go, a file the user put there stays.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(out.join("checkpoints")).unwrap();
+    for (name, text) in [
+        (
+            ".sagd-command",
+            "debias\ntrace.png\nresult.json\n../outside.txt\n",
+        ),
+        ("trace.png", "debias's figure"),
+        ("result.json", "{}"),
+        ("notes.txt", "the user's"),
+        ("checkpoints/.sagd-command", "mnist\n"),
+        ("checkpoints/pretrain.ckpt", "mnist's checkpoint"),
+    ] {
+        std::fs::write(out.join(name), text).unwrap();
+    }
+    std::fs::write(dir.path().join("outside.txt"), "not in the folder").unwrap();
+    let o = sagd()
+        .args(["glmm", "count ~ x + (1 | site)", "--family", "poisson"])
+        .args(["--quiet", "--replace"])
+        .arg("--data")
+        .arg(data())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!out.join("trace.png").exists());
+    assert!(!out.join("checkpoints").exists());
+    assert!(out.join("notes.txt").exists());
+    assert!(dir.path().join("outside.txt").exists());
+    let result = std::fs::read_to_string(out.join("result.json")).unwrap();
+    assert!(result.contains("site"), "{result}");
+    let mark = std::fs::read_to_string(out.join(".sagd-command")).unwrap();
+    assert!(mark.starts_with("glmm\n"), "{mark}");
 }
