@@ -35,9 +35,18 @@ pub enum Domain {
     Finite,
 }
 
+/// One column of a user's file: its numbers, and which column they are, as a user reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ColumnData {
+    /// The numbers, one per data row.
+    pub values: Vec<f64>,
+    /// The column: "`x` (column 2 of 3)", or "column 1 of 1 (no header)".
+    pub shown: String,
+}
+
 /// Reads one column of numbers. A first row whose field is not a number is a header. Blank lines
 /// are skipped; anything else that is not a finite number in the domain is an error naming its line.
-pub fn read_column(path: &Path, column: Option<&Column>, domain: Domain) -> Result<Vec<f64>> {
+pub fn read_column(path: &Path, column: Option<&Column>, domain: Domain) -> Result<ColumnData> {
     let bytes = std::fs::read(path).with_context(|| {
         format!(
             "cannot read the data file {}: check the path",
@@ -53,7 +62,7 @@ pub fn parse_column(
     shown: &str,
     column: Option<&Column>,
     domain: Domain,
-) -> Result<Vec<f64>> {
+) -> Result<ColumnData> {
     if bytes.iter().all(|b| b.is_ascii_whitespace()) {
         bail!("the data file {shown} is empty: it needs one column of numbers, one per line");
     }
@@ -69,6 +78,7 @@ pub fn parse_column(
     };
     let mut first = true;
     let mut width = 0;
+    let mut header: Option<String> = None;
     for (k, rec) in rdr.records().enumerate() {
         let rec = rec.with_context(|| format!("{shown}: cannot parse line {} as CSV", k + 1))?;
         let line = rec.position().map(|p| p.line()).unwrap_or(k as u64 + 1);
@@ -89,6 +99,7 @@ pub fn parse_column(
                 match pos {
                     Some(p) => {
                         index = Some(p);
+                        header = Some(name.clone());
                         continue;
                     }
                     None => bail!(
@@ -102,6 +113,7 @@ pub fn parse_column(
                 if f.parse::<f64>().is_err() {
                     // A header row.
                     index = Some(j);
+                    header = Some(f.to_string());
                     continue;
                 }
             }
@@ -126,7 +138,12 @@ pub fn parse_column(
     if values.is_empty() {
         bail!("the data file {shown} has no data rows (only a header?): it needs one column of numbers");
     }
-    Ok(values)
+    let j = index.unwrap_or(0) + 1;
+    let shown = match header {
+        Some(h) => format!("`{h}` (column {j} of {width})"),
+        None => format!("column {j} of {width} (no header)"),
+    };
+    Ok(ColumnData { values, shown })
 }
 
 /// Reads a CSV table whose first row names its columns: each column numbers where every value
@@ -206,20 +223,19 @@ mod tests {
 
     #[test]
     fn reads_plain_and_headed_columns() {
+        let read = |f: &tempfile::NamedTempFile, c: Option<Column>| {
+            let d = read_column(f.path(), c.as_ref(), Domain::Positive).unwrap();
+            (d.values, d.shown)
+        };
         let f = write("1.5\n2\n\n3e0\n");
-        assert_eq!(
-            read_column(f.path(), None, Domain::Positive).unwrap(),
-            vec![1.5, 2.0, 3.0]
-        );
+        let plain = (vec![1.5, 2.0, 3.0], "column 1 of 1 (no header)".to_string());
+        assert_eq!(read(&f, None), plain);
+        // The column used is named as the user reads it, the default one too.
         let f = write("id,x\n1,0.5\n2,4\n");
-        assert_eq!(
-            read_column(f.path(), Some(&Column::Name("x".into())), Domain::Positive).unwrap(),
-            vec![0.5, 4.0]
-        );
-        assert_eq!(
-            read_column(f.path(), Some(&Column::Index(2)), Domain::Positive).unwrap(),
-            vec![0.5, 4.0]
-        );
+        let x = (vec![0.5, 4.0], "`x` (column 2 of 2)".to_string());
+        assert_eq!(read(&f, Some(Column::Name("x".into()))), x);
+        assert_eq!(read(&f, Some(Column::Index(2))), x);
+        assert_eq!(read(&f, None).1, "`id` (column 1 of 2)");
     }
 
     #[test]
@@ -254,7 +270,7 @@ mod tests {
         ) {
             for b in [&bytes[..], text.as_bytes()] {
                 for c in [None, Some(Column::Index(col)), Some(Column::Name("x".into()))] {
-                    if let Ok(v) = parse_column(b, "f", c.as_ref(), Domain::Positive) {
+                    if let Ok(ColumnData { values: v, .. }) = parse_column(b, "f", c.as_ref(), Domain::Positive) {
                         proptest::prop_assert!(!v.is_empty() && v.iter().all(|x| x.is_finite() && *x > 0.0));
                     }
                 }

@@ -188,26 +188,43 @@ fn em_fits_a_users_data() {
         .map(|i| format!("{}", 2.0 + 6.0 * ((i as f64) * 0.37).sin().abs()))
         .collect();
     std::fs::write(&csv, format!("value\n{}\n", xs.join("\n"))).unwrap();
+    let fit = |out: &std::path::Path, extra: &[&str]| {
+        sagd()
+            .args(["em", "--quiet", "--surface", "6", "--max-msteps", "12"])
+            .args(extra)
+            .arg("--data")
+            .arg(&csv)
+            .arg("--out")
+            .arg(out)
+            .output()
+            .unwrap()
+    };
     let out = dir.path().join("fit");
-    let o = sagd()
-        .args([
-            "em",
-            "--quiet",
-            "--surface",
-            "6",
-            "--max-msteps",
-            "12",
-            "--column",
-            "value",
-            "--data",
-        ])
-        .arg(&csv)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = fit(&out, &["--column", "value"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v = json(&out.join("result.json"));
+    // The printout names the model and the column it read.
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        said.contains("Gamma-sigmoid") && said.contains("column `value` (column 1 of 1)"),
+        "{said}"
+    );
+    // The fit alone: the same estimate without the paper's comparisons or their figures.
+    let alone = dir.path().join("alone");
+    let o = fit(&alone, &["--fit-only"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (v, w) = (
+        json(&out.join("result.json")),
+        json(&alone.join("result.json")),
+    );
+    assert_eq!(w["polished"]["estimate"], v["polished"]["estimate"]);
+    assert_eq!(w["standard_errors"], v["standard_errors"]);
+    assert!(w["exact_gd"].is_null() && w["surface"].is_null(), "{w}");
+    assert!(!alone.join("figure1a.png").exists() && out.join("figure1a.png").exists());
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !said.contains("exact GD") && said.contains("polished"),
+        "{said}"
+    );
     assert_eq!(v["data"]["n"], 60);
     assert_eq!(v["data"]["origin"]["source"], "file");
     assert!(

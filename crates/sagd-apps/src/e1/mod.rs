@@ -296,12 +296,81 @@ fn grid(lo: f64, hi: f64, n: usize) -> Vec<f64> {
         .collect()
 }
 
+/// The log-likelihood surface under Figure 1a, over a grid that holds both paths, θ₀, the MLE
+/// (and the true θ of simulated data) with a margin (a 48-node rule: plenty for a picture).
+fn surface(
+    s: &E1Settings,
+    model: &GammaSigmoid,
+    sagd_path: &[Vec<f64>],
+    exact: &[Vec<f64>],
+    mle: &[f64],
+) -> Result<Surface> {
+    let mut pts: Vec<&[f64]> = sagd_path
+        .iter()
+        .chain(exact)
+        .map(|v| &v[..])
+        .filter(|v| sane(v))
+        .collect();
+    pts.push(&s.theta0);
+    pts.push(mle);
+    if let E1Data::Simulated { true_theta, .. } = &s.data {
+        pts.push(true_theta);
+    }
+    let range = |j: usize| {
+        pts.iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| {
+                (l.min(p[j]), h.max(p[j]))
+            })
+    };
+    let ((amin, amax), (bmin, bmax)) = (range(0), range(1));
+    let (pa, pb) = (0.15 * (amax - amin).max(0.5), 0.15 * (bmax - bmin).max(0.5));
+    let ag = grid(amin - pa, amax + pa, s.surface);
+    let bg = grid(bmin - pb, bmax + pb, s.surface);
+    let nodes = 48;
+    let gh_s = GaussHermite::new(nodes);
+    // Rows of the grid split over the processes of a split run.
+    let values: Vec<Vec<f64>> = sagd::share::map(ag.len(), |i| {
+        Ok(bg
+            .iter()
+            .map(|bv| log_likelihood(model, &[ag[i], *bv], &gh_s).unwrap_or(f64::NEG_INFINITY))
+            .collect())
+    })?;
+    Ok(Surface {
+        a: ag,
+        b: bg,
+        loglik: values,
+        nodes,
+    })
+}
+
 /// Runs E1: automated EM (through the runner; `on_event` sees every update and M-step), then
 /// exact GD over as many M-steps, ℓ along both paths, the MLE, the quadrature check and the
 /// surface. Returns `None` when `on_event` interrupted EM (its checkpoint can resume it).
 pub fn run(
     s: &E1Settings,
     opts: &E1Options,
+    on_event: &mut dyn FnMut(EmEvent) -> Control,
+) -> Result<Option<E1Result>> {
+    run_scoped(s, opts, true, on_event)
+}
+
+/// The fit alone, for a user's data: automated EM, the MLE by quadrature (which checks the
+/// estimate), the quadrature check, the standard errors and the polish, without the paper's
+/// comparisons, whose fields (`exact_path`, `loglik_exact`, `loglik_sagd`, `surface`) are left
+/// empty. The same estimate as [`run`] with the same settings.
+pub fn fit(
+    s: &E1Settings,
+    opts: &E1Options,
+    on_event: &mut dyn FnMut(EmEvent) -> Control,
+) -> Result<Option<E1Result>> {
+    run_scoped(s, opts, false, on_event)
+}
+
+/// [`run`] (`compare`) or [`fit`].
+fn run_scoped(
+    s: &E1Settings,
+    opts: &E1Options,
+    compare: bool,
     on_event: &mut dyn FnMut(EmEvent) -> Control,
 ) -> Result<Option<E1Result>> {
     s.validate()?;
@@ -338,23 +407,31 @@ pub fn run(
 
     let gh = GaussHermite::new(s.quad_nodes);
     let msteps = trace.msteps.len();
-    let exact = exact_gd(
-        &model,
-        &s.theta0,
-        msteps,
-        settings.updates_per_mstep,
-        s.alpha,
-        &gh,
-    )?;
-    lap("exact_gd", &mut timing);
     let ll = |path: &[Vec<f64>]| -> Result<Vec<f64>> {
         sagd::share::map(path.len(), |i| log_likelihood(&model, &path[i], &gh))
     };
-    let loglik_sagd = ll(&trace.path)?;
-    let loglik_exact = ll(&exact)?;
-    lap("loglik_paths", &mut timing);
-    let ex_end = exact.last().cloned().unwrap_or_else(|| s.theta0.to_vec());
-    // A diverged path is no place to start BFGS.
+    let (exact, loglik_sagd, loglik_exact) = if compare {
+        let exact = exact_gd(
+            &model,
+            &s.theta0,
+            msteps,
+            settings.updates_per_mstep,
+            s.alpha,
+            &gh,
+        )?;
+        lap("exact_gd", &mut timing);
+        let (a, b) = (ll(&trace.path)?, ll(&exact)?);
+        lap("loglik_paths", &mut timing);
+        (exact, a, b)
+    } else {
+        (Vec::new(), Vec::new(), Vec::new())
+    };
+    // BFGS starts at exact GD's end, or (the fit alone) at EM's estimate; a diverged path is no
+    // place to start it.
+    let ex_end = exact
+        .last()
+        .cloned()
+        .unwrap_or_else(|| trace.estimate.clone());
     let start = if sane(&ex_end) {
         ex_end.clone()
     } else {
@@ -386,45 +463,18 @@ pub fn run(
     .into_iter()
     .fold(0.0, f64::max);
 
-    // The surface under Figure 1a (48-node rule: plenty for a picture).
-    let mut pts: Vec<&[f64]> = trace
-        .path
-        .iter()
-        .chain(&exact)
-        .map(|v| &v[..])
-        .filter(|v| sane(v))
-        .collect();
-    pts.push(&s.theta0);
-    pts.push(&mle.theta);
-    if let E1Data::Simulated { true_theta, .. } = &s.data {
-        pts.push(true_theta);
-    }
-    let range = |j: usize| {
-        pts.iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), p| {
-                (l.min(p[j]), h.max(p[j]))
-            })
+    let surface = if compare {
+        let surface = surface(s, &model, &trace.path, &exact, &mle.theta)?;
+        lap("surface", &mut timing);
+        surface
+    } else {
+        Surface {
+            a: Vec::new(),
+            b: Vec::new(),
+            loglik: Vec::new(),
+            nodes: 0,
+        }
     };
-    let ((amin, amax), (bmin, bmax)) = (range(0), range(1));
-    let (pa, pb) = (0.15 * (amax - amin).max(0.5), 0.15 * (bmax - bmin).max(0.5));
-    let ag = grid(amin - pa, amax + pa, s.surface);
-    let bg = grid(bmin - pb, bmax + pb, s.surface);
-    let nodes = 48;
-    let gh_s = GaussHermite::new(nodes);
-    // Rows of the grid split over the processes of a split run.
-    let values: Vec<Vec<f64>> = sagd::share::map(ag.len(), |i| {
-        Ok(bg
-            .iter()
-            .map(|bv| log_likelihood(&model, &[ag[i], *bv], &gh_s).unwrap_or(f64::NEG_INFINITY))
-            .collect())
-    })?;
-    let surface = Surface {
-        a: ag,
-        b: bg,
-        loglik: values,
-        nodes,
-    };
-    lap("surface", &mut timing);
     let estimate_loglik = log_likelihood(&model, &trace.estimate, &gh)?;
     let mut warnings = Vec::new();
     if !mle.converged {

@@ -32,7 +32,8 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         .as_deref()
         .map(|c| c.parse().map_err(|e| anyhow::anyhow!("--column: {e}")))
         .transpose()?;
-    let x = read_column(path, column.as_ref(), Domain::Finite)?;
+    let data = read_column(path, column.as_ref(), Domain::Finite)?;
+    let x = data.values;
     let out = a
         .out
         .clone()
@@ -121,7 +122,7 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         "sagd_version": env!("CARGO_PKG_VERSION"),
         "flags": flags,
         "settings": d.settings,
-        "data": {"file": path.display().to_string(), "column": a.column, "n": n, "fitted": d.n, "held_out": n - d.n, "noise_sd": d.noise_sd},
+        "data": {"file": path.display().to_string(), "column": data.shown, "n": n, "fitted": d.n, "held_out": n - d.n, "noise_sd": d.noise_sd},
         "note": note,
         "quantiles": d.quantiles,
         "loglik_per_point_scaled_data": d.loglik_per_point_scaled_data,
@@ -136,8 +137,9 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
     .context("writing result.json")?;
     let files = staging.commit("result.json")?;
     println!(
-        "deconvolution of {} ({} observations: {} fitted, {} held out; noise sd {}): {note}",
+        "deconvolution of {}, column {} ({} observations: {} fitted, {} held out; noise sd {}): {note}",
         path.display(),
+        data.shown,
         n,
         d.n,
         n - d.n,

@@ -43,6 +43,11 @@ pub struct EmArgs {
     /// The column to read: a header name or a 1-based number (default: the first).
     #[arg(long)]
     column: Option<String>,
+    /// The fit alone: automated EM, its polish and standard errors, and the MLE by quadrature
+    /// that checks them, without the paper's comparisons (exact gradient ascent, the
+    /// log-likelihood along both paths, the surface) or Figure 1, which shows them.
+    #[arg(long)]
+    fit_only: bool,
     /// Simulated data: number of observations.
     #[arg(long, default_value_t = simulated().0)]
     n: usize,
@@ -131,25 +136,28 @@ pub struct EmArgs {
     quiet: bool,
 }
 
-/// The library's settings for these flags.
-fn settings(a: &EmArgs) -> Result<E1Settings> {
-    let data = match &a.data {
+/// The library's settings for these flags, and the column of the user's file they read (as
+/// [`crate::input::ColumnData::shown`]).
+fn settings(a: &EmArgs) -> Result<(E1Settings, Option<String>)> {
+    let (data, shown) = match &a.data {
         Some(path) => {
             let column: Option<Column> = a
                 .column
                 .as_deref()
                 .map(|c| c.parse().map_err(|e| anyhow::anyhow!("--column: {e}")))
                 .transpose()?;
-            E1Data::Observed {
-                x: read_column(path, column.as_ref(), Domain::Positive)?,
-            }
+            let d = read_column(path, column.as_ref(), Domain::Positive)?;
+            (E1Data::Observed { x: d.values }, Some(d.shown))
         }
-        None => E1Data::Simulated {
-            n: a.n,
-            true_theta: [a.a_true, a.b_true],
-        },
+        None => (
+            E1Data::Simulated {
+                n: a.n,
+                true_theta: [a.a_true, a.b_true],
+            },
+            None,
+        ),
     };
-    Ok(E1Settings {
+    let s = E1Settings {
         data,
         theta0: [a.a0, a.b0],
         msteps: a.msteps.unwrap_or(spec().msteps),
@@ -174,7 +182,8 @@ fn settings(a: &EmArgs) -> Result<E1Settings> {
         seed: a.seed,
         quad_nodes: a.quad_nodes,
         surface: a.surface,
-    })
+    };
+    Ok((s, shown))
 }
 
 /// Where E1's output goes and how it runs: everything beside the settings.
@@ -187,8 +196,11 @@ pub struct E1Output<'a> {
     pub flags: serde_json::Value,
     /// The command whose result the folder holds (`em`, `reproduce`).
     pub command: &'static str,
-    /// The data file and column, for user data.
-    pub file: Option<(&'a Path, Option<&'a str>)>,
+    /// The data file and the column read from it, for user data.
+    pub file: Option<(&'a Path, String)>,
+    /// The paper's comparisons (exact GD, ℓ along the paths, the surface) and Figure 1; else the
+    /// fit alone ([`e1::fit`]).
+    pub compare: bool,
     /// Checkpoints.
     pub opts: E1Options,
 }
@@ -210,7 +222,8 @@ pub fn write(s: &E1Settings, o: E1Output) -> Result<(E1Result, Vec<String>)> {
     o.bar
         .set_length((em.max_msteps * em.updates_per_mstep) as u64);
     let bar = o.bar;
-    let r = e1::run(s, &o.opts, &mut |ev| {
+    let run = if o.compare { e1::run } else { e1::fit };
+    let r = run(s, &o.opts, &mut |ev| {
         match ev {
             EmEvent::Update { mstep, theta, .. } => {
                 bar.inc(1);
@@ -237,7 +250,8 @@ pub fn write(s: &E1Settings, o: E1Output) -> Result<(E1Result, Vec<String>)> {
 
     let t0 = Instant::now();
     // Figures only of values a plot can hold; a diverged run says so in its warnings.
-    let drawable = r.em.path.iter().chain(&r.exact_path).all(|v| e1::sane(v))
+    let drawable = o.compare
+        && r.em.path.iter().chain(&r.exact_path).all(|v| e1::sane(v))
         && r.loglik_sagd
             .iter()
             .chain(&r.loglik_exact)
@@ -282,7 +296,8 @@ fn draw(staging: &mut Staging, s: &E1Settings, r: &E1Result) -> Result<()> {
 /// Runs `sagd em`.
 pub fn run(a: EmArgs) -> Result<()> {
     let t_all = Instant::now();
-    let s = settings(&a)?;
+    let (s, column) = settings(&a)?;
+    let source = a.data.as_deref().zip(column.clone());
     s.validate()?;
     let ckpt = a.out.join("em.ckpt");
     if a.resume && !ckpt.exists() {
@@ -299,7 +314,8 @@ pub fn run(a: EmArgs) -> Result<()> {
             bar: &bar,
             flags: serde_json::to_value(&a)?,
             command: "em",
-            file: a.data.as_deref().map(|f| (f, a.column.as_deref())),
+            file: source.clone(),
+            compare: !a.fit_only,
             opts: E1Options {
                 checkpoint: (a.checkpoint_every > 0 || a.resume)
                     .then_some((ckpt, a.checkpoint_every)),
@@ -307,7 +323,7 @@ pub fn run(a: EmArgs) -> Result<()> {
             },
         },
     )?;
-    render::summary(&s, &r, t_all.elapsed().as_secs_f64());
+    render::summary(&s, &r, source, t_all.elapsed().as_secs_f64());
     println!("wrote {}: {}", a.out.display(), files.join(", "));
     Ok(())
 }

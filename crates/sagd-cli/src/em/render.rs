@@ -21,7 +21,7 @@ pub(super) fn result_json(
         .sum::<f64>()
         .sqrt();
     let last = |v: &[f64]| v.last().copied().unwrap_or(f64::NAN);
-    let origin = match (&s.data, o.file) {
+    let origin = match (&s.data, &o.file) {
         (E1Data::Simulated { true_theta, .. }, _) => {
             json!({"source": "simulated", "true_theta": true_theta})
         }
@@ -52,15 +52,19 @@ pub(super) fn result_json(
             "langevin_steps": r.em.langevin_steps,
             "backoffs": r.em.backoffs,
         },
-        "exact_gd": {"path": r.exact_path, "loglik": r.loglik_exact, "final": ex_end, "final_loglik": r.loglik_exact.last()},
+        "exact_gd": o.compare.then(|| json!({"path": r.exact_path, "loglik": r.loglik_exact, "final": ex_end, "final_loglik": r.loglik_exact.last()})),
         "mle": r.mle,
-        "comparison": {
-            "distance_sagd_exact_final": dist,
-            "loglik_exact_minus_sagd_final": last(&r.loglik_exact) - last(&r.loglik_sagd),
-            "loglik_max_minus_sagd_estimate": r.mle.loglik - r.estimate_loglik,
+        "comparison": if o.compare {
+            json!({
+                "distance_sagd_exact_final": dist,
+                "loglik_exact_minus_sagd_final": last(&r.loglik_exact) - last(&r.loglik_sagd),
+                "loglik_max_minus_sagd_estimate": r.mle.loglik - r.estimate_loglik,
+            })
+        } else {
+            json!({"loglik_max_minus_sagd_estimate": r.mle.loglik - r.estimate_loglik})
         },
         "quadrature_check": {"nodes": s.quad_nodes, "reference": "trapezoid, 28001 points on [-14, 14]", "max_abs_err_loglik": r.quadrature_error},
-        "surface": r.surface,
+        "surface": o.compare.then_some(&r.surface),
         "timing_s": timing,
         "warnings": r.warnings,
         "standard_errors": r.information,
@@ -82,13 +86,20 @@ pub(super) fn result_json(
     v
 }
 
-/// The printed summary.
-pub(super) fn summary(s: &E1Settings, r: &E1Result, total: f64) {
+/// The printed summary; `file` is the user's data file and the column read from it.
+pub(super) fn summary(
+    s: &E1Settings,
+    r: &E1Result,
+    file: Option<(&std::path::Path, String)>,
+    total: f64,
+) {
     let em = s.em();
-    // With a user's file, say which model was fitted to it: E1's, the only one `sagd em` fits.
-    let model = match s.data {
-        E1Data::Observed { .. } => "Gamma-sigmoid model (the paper's E1: X | Z ~ Gamma(10 σ(a + bZ), 1), Z ~ N(0, 1)) fitted to your data by automated EM",
-        E1Data::Simulated { .. } => "E1 automated EM",
+    // With a user's file, say which model was fitted to which column: E1's, the only one `sagd
+    // em` fits.
+    let model = match (&s.data, file) {
+        (E1Data::Observed { .. }, Some((f, column))) => format!("Gamma-sigmoid model (the paper's E1: X | Z ~ Gamma(10 σ(a + bZ), 1), Z ~ N(0, 1)) fitted by automated EM to {}, column {column}", f.display()),
+        (E1Data::Observed { .. }, None) => "Gamma-sigmoid model (the paper's E1: X | Z ~ Gamma(10 σ(a + bZ), 1), Z ~ N(0, 1)) fitted to your data by automated EM".to_string(),
+        (E1Data::Simulated { .. }, _) => "E1 automated EM".to_string(),
     };
     println!(
         "{model}: n = {}, seed = {}, {} M-steps of T = {}{}",
@@ -107,8 +118,11 @@ pub(super) fn summary(s: &E1Settings, r: &E1Result, total: f64) {
         println!("{name:12} {:>10.5} {:>10.5} {ll:>12.5}", t[0], t[1]);
     };
     let last = |v: &[f64]| v.last().copied().unwrap_or(f64::NAN);
-    row("exact GD", r.exact_end(), last(&r.loglik_exact));
-    row("SAGD", r.sagd_end(), last(&r.loglik_sagd));
+    // The paper's comparison, when it ran: exact gradient ascent and SAGD's last iterate.
+    if !r.exact_path.is_empty() {
+        row("exact GD", r.exact_end(), last(&r.loglik_exact));
+        row("SAGD", r.sagd_end(), last(&r.loglik_sagd));
+    }
     if r.em.converged {
         println!(
             "{:12} {:>10.5} {:>10.5}   (± {:.4}, {:.4})",

@@ -360,6 +360,7 @@ pub fn execute(
                 flags,
                 command: "reproduce",
                 file: None,
+                compare: true,
                 opts: E1Options::default(),
             };
             let (r, _) = write(s, out)?;
