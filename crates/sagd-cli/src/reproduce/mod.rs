@@ -4,6 +4,7 @@
 //! the others still run. A rerun with the same flags skips what is finished and resumes what was
 //! interrupted (E2's phases are checkpointed, pre-trained networks cached).
 
+mod calibrate;
 mod plan;
 mod progress;
 mod report;
@@ -15,6 +16,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
+use calibrate::Speed;
 use plan::{Experiment, Kind, Mode};
 
 /// `--quick`'s help, with the plan's own estimate for 2 cores.
@@ -173,35 +175,56 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
     let mut earlier: Vec<Option<Record>> = plan.iter().map(|e| finished(e, &a)).collect();
     let reused_now: Vec<bool> = earlier.iter().map(Option::is_some).collect();
     let reused = reused_now.iter().filter(|r| **r).count();
-    let estimate: f64 = plan
+    let cache = a
+        .pretrained_cache
+        .clone()
+        .unwrap_or_else(|| a.out.join("cache"));
+    // The plan's unit costs scaled to this machine by a measurement of a few seconds (cached);
+    // a toy plan is not worth it, and without one they are scaled by the kernels' path.
+    let speed = match mode {
+        Mode::Tiny => None,
+        _ => Some(Speed::here(&cache)),
+    };
+    let estimates: Vec<f64> = plan
         .iter()
         .zip(&reused_now)
-        .filter(|(_, r)| !**r)
-        .map(|(e, _)| e.estimate_s(threads))
-        .sum();
+        .map(|(e, reused)| match (reused, &speed) {
+            (true, _) => 0.0,
+            (false, Some(Ok((s, _)))) => e.estimate_measured(threads, s),
+            (false, _) => e.estimate_s(threads),
+        })
+        .collect();
+    let estimate: f64 = estimates.iter().sum();
     if !a.quiet {
         let reuse = match reused {
             0 => String::new(),
             k => format!(" ({k} finished earlier, reused)"),
         };
+        let path = sagd::cpu::capability();
+        let basis = match &speed {
+            Some(Ok((s, cached))) => format!(
+                "measured on this CPU's {} kernels{}: {:.2}× the timed machine's time on E2's work, {:.2}× on E3's",
+                path.name(),
+                if *cached { ", cached" } else { "" },
+                s.e2,
+                s.e3
+            ),
+            Some(Err(e)) => format!("the measurement failed ({e:#}): from timings on a 2-core machine with AVX-512"),
+            None => match path {
+                sagd::cpu::Capability::Avx512 => "from timings on a 2-core machine with AVX-512, as this CPU".to_string(),
+                sagd::cpu::Capability::Avx2 => "from timings on a 2-core machine, scaled to this CPU's AVX2 kernels".to_string(),
+                sagd::cpu::Capability::Portable => "from timings on a 2-core machine with AVX-512; this CPU runs the portable kernels, several times slower, not timed".to_string(),
+            },
+        };
         eprintln!(
-            "sagd reproduce ({}): {} experiment(s){reuse} into {}; estimated {} on {threads} threads (from timings on a 2-core machine, {})",
+            "sagd reproduce ({}): {} experiment(s){reuse} into {}; estimated {} on {threads} threads ({basis})",
             mode.name(),
             plan.len(),
             a.out.display(),
             progress::duration(estimate),
-            match sagd::cpu::capability() {
-                sagd::cpu::Capability::Avx512 => "AVX-512, as this CPU".to_string(),
-                sagd::cpu::Capability::Avx2 => "scaled to this CPU's AVX2 kernels".to_string(),
-                sagd::cpu::Capability::Portable => "with AVX-512; this CPU runs the portable kernels, several times slower, not timed".to_string(),
-            }
         );
     }
-    let cache = a
-        .pretrained_cache
-        .clone()
-        .unwrap_or_else(|| a.out.join("cache"));
-    let ticker = progress::Ticker::new(a.quiet, &plan, threads, &reused_now);
+    let ticker = progress::Ticker::new(a.quiet, &plan, &estimates);
     let mut records = Vec::new();
     for (i, e) in plan.iter().enumerate() {
         let bar = ticker.start(i);

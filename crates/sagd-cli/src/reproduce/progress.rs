@@ -45,9 +45,9 @@ pub struct Ticker {
 const STYLE: &str = "{msg:28} [{bar:30}] {percent:>3}% {elapsed:>4} eta {eta:>4}";
 
 impl Ticker {
-    /// A display for `plan` (nothing at all with `quiet`); `reused[i]`: experiment i was finished
-    /// by an earlier run and costs this one nothing.
-    pub fn new(quiet: bool, plan: &[Experiment], threads: usize, reused: &[bool]) -> Self {
+    /// A display for `plan` (nothing at all with `quiet`); `estimates[i]`: the expected seconds of
+    /// experiment i in this run (0 when an earlier run finished it).
+    pub fn new(quiet: bool, plan: &[Experiment], estimates: &[f64]) -> Self {
         let terminal = std::io::stderr().is_terminal();
         let target = if quiet || !terminal {
             ProgressDrawTarget::hidden()
@@ -56,13 +56,9 @@ impl Ticker {
         };
         let multi = MultiProgress::with_draw_target(target);
         // This run's work only: what an earlier run finished weighs nothing.
-        let weights: Vec<f64> = plan
+        let weights: Vec<f64> = estimates
             .iter()
-            .enumerate()
-            .map(|(i, e)| match reused.get(i) {
-                Some(true) => 0.0,
-                _ => e.estimate_s(threads).max(1.0),
-            })
+            .map(|&e| if e > 0.0 { e.max(1.0) } else { 0.0 })
             .collect();
         let overall = multi.add(ProgressBar::new(1000));
         overall.set_style(
@@ -116,17 +112,35 @@ impl Ticker {
             self.overall.clone(),
         );
         let (names, plain) = (self.names.clone(), !self.quiet && !self.terminal);
+        let (quiet, multi) = (self.quiet, self.multi.clone());
+        let planned: f64 = weights.iter().sum();
         std::thread::spawn(move || {
             let start = Instant::now();
             let mut last_line = Instant::now();
+            let mut warned_at = 1.0;
             while !stop.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(200));
                 let Ok(mut sh) = shared.lock() else { return };
                 let f = Self::fraction(&mut sh, &weights);
                 overall.set_position((1000.0 * f) as u64);
+                let el = start.elapsed().as_secs_f64();
+                if let Some(pace) = behind_plan(el, f, planned, warned_at) {
+                    warned_at = pace;
+                    if !quiet {
+                        let line = format!(
+                            "reproduce: {pace:.1}× slower than planned ({} of work took {}): this machine is slower or busier than the one the plan was timed on; the eta follows the pace measured",
+                            duration(f * planned),
+                            duration(el)
+                        );
+                        if plain {
+                            eprintln!("{line}");
+                        } else {
+                            multi.println(line).ok();
+                        }
+                    }
+                }
                 if plain && last_line.elapsed() >= Duration::from_secs(10) {
                     last_line = Instant::now();
-                    let el = start.elapsed().as_secs_f64();
                     let eta = if f > 0.0 {
                         el * (1.0 - f) / f
                     } else {
@@ -184,6 +198,20 @@ impl Ticker {
     }
 }
 
+/// How many times slower than planned the run goes, when that is news: `elapsed` seconds for the
+/// fraction `done` of a plan of `planned` seconds, at least twice the pace last reported
+/// (`reported`, 1 at first) and at least 2×, once a minute has passed (before that, a start-up's
+/// noise).
+fn behind_plan(elapsed: f64, done: f64, planned: f64, reported: f64) -> Option<f64> {
+    if elapsed < 60.0 || planned <= 0.0 {
+        return None;
+    }
+    // Work done so far, in planned seconds; none yet counts as a sliver, so that a first phase
+    // that never moves its bar is seen too.
+    let pace = elapsed / (done * planned).max(1.0);
+    (pace >= 2.0 && pace >= 2.0 * reported).then_some(pace)
+}
+
 /// The fraction of the weighted work done: finished experiments whole, running ones by their
 /// bar's progress beyond its offset, over the total weight.
 fn work_done(
@@ -220,7 +248,20 @@ impl Drop for Ticker {
 
 #[cfg(test)]
 mod tests {
-    use super::work_done;
+    use super::{behind_plan, work_done};
+
+    #[test]
+    fn a_run_far_behind_its_plan_is_told_at_each_doubling() {
+        // A plan of 600 s, a quarter done: on pace after 150 s, 2.4× behind after 360 s.
+        assert_eq!(behind_plan(150.0, 0.25, 600.0, 1.0), None);
+        let pace = behind_plan(360.0, 0.25, 600.0, 1.0).unwrap();
+        assert!((pace - 2.4).abs() < 1e-12, "{pace}");
+        // Told once: again only when twice as far behind as last told.
+        assert_eq!(behind_plan(400.0, 0.25, 600.0, pace), None);
+        assert!(behind_plan(800.0, 0.25, 600.0, pace).is_some());
+        // Not in the first minute, however slow it looks.
+        assert_eq!(behind_plan(50.0, 0.0, 600.0, 1.0), None);
+    }
 
     #[test]
     fn this_runs_work_leaves_out_reused_experiments_and_resumed_progress() {

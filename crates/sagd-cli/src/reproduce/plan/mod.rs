@@ -14,6 +14,7 @@ use sagd_apps::mnist::model::Chains;
 use sagd_nn::Device;
 use serde_json::json;
 
+use super::calibrate::Speed;
 use super::{Record, Table};
 use crate::debias::{write_table, TableJob};
 use crate::em::{write, E1Output};
@@ -277,12 +278,26 @@ impl Experiment {
     /// the two paths on one machine (docs/results/speed.md). The portable path (a CPU without
     /// AVX2) was not timed: its estimate is the AVX-512 one, and the run says so.
     pub fn estimate_on(&self, threads: usize, path: Capability) -> f64 {
-        let slower = |e2: f64, e3: f64| match (path, &self.kind) {
-            (Capability::Avx2, Kind::E2 { .. }) => e2,
-            (Capability::Avx2, Kind::E3 { .. }) => e3,
+        let path_factor = match (path, &self.kind) {
+            (Capability::Avx2, Kind::E2 { .. }) => AVX2_E2,
+            (Capability::Avx2, Kind::E3 { .. }) => AVX2_E3,
             _ => 1.0,
         };
-        let path_factor = slower(AVX2_E2, AVX2_E3);
+        path_factor * self.reference_core_s() / threads.clamp(1, 64) as f64
+    }
+
+    /// [`Experiment::estimate_s`] scaled by this machine's measured `speed` instead of the
+    /// kernels' path: E2's (and E1's) work by its E2 factor, E3's by its E3 factor.
+    pub fn estimate_measured(&self, threads: usize, speed: &Speed) -> f64 {
+        let factor = match &self.kind {
+            Kind::E3 { .. } => speed.e3,
+            _ => speed.e2,
+        };
+        factor * self.reference_core_s() / threads.clamp(1, 64) as f64
+    }
+
+    /// Core-seconds on the machine the unit costs were timed on (AVX-512).
+    fn reference_core_s(&self) -> f64 {
         let core_s = match &self.kind {
             Kind::E1(_) => 3.2,
             Kind::E2 {
@@ -306,7 +321,7 @@ impl Experiment {
             Kind::Unavailable => 0.0,
         };
         let scale = if self.mode == Mode::Tiny { 0.02 } else { 1.0 };
-        scale * path_factor * core_s / threads.clamp(1, 64) as f64
+        scale * core_s
     }
 
     /// The settings as JSON, for the report.
