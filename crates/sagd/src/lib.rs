@@ -64,6 +64,7 @@ pub mod em;
 pub mod error;
 pub mod glmm;
 pub mod hmc;
+pub(crate) mod lanes;
 pub mod langevin;
 pub mod metric;
 pub mod metrics;

@@ -13,6 +13,7 @@ use rand::{Rng, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 use serde::{Deserialize, Serialize};
 
+use crate::lanes::{horner, ln as ln_unit};
 use crate::real::Real;
 
 const LANES: usize = 8;
@@ -167,50 +168,6 @@ fn box_muller(r1: &[u64; LANES], r2: &[u64; LANES], out: &mut [f64]) {
     }
 }
 
-/// Natural logarithm of a normal positive `x`, accurate to a few ulp.
-#[inline(always)]
-#[allow(clippy::excessive_precision)]
-pub(crate) fn ln_unit(x: f64) -> f64 {
-    const SQRT2: f64 = std::f64::consts::SQRT_2;
-    let bits = x.to_bits();
-    // The exponent field as a float by the 2^52 trick (exact, and vectorizable without AVX-512's
-    // integer-to-float conversion): the same value as `as f64`.
-    let field = f64::from_bits(0x4330_0000_0000_0000 | ((bits >> 52) & 0x7FF));
-    let mut e = (field - 4_503_599_627_370_496.0) - 1023.0;
-    let mut m = f64::from_bits((bits & 0x000F_FFFF_FFFF_FFFF) | 0x3FF0_0000_0000_0000);
-    if m > SQRT2 {
-        m *= 0.5;
-        e += 1.0;
-    }
-    // ln m = 2 atanh(s) = 2s + s·R(s²), |s| <= 0.1716, R a minimax polynomial (fdlibm's e_log.c).
-    let s = (m - 1.0) / (m + 1.0);
-    let z = s * s;
-    let r = horner(
-        z,
-        &[
-            1.479819860511658591e-01,
-            1.531383769920937332e-01,
-            1.818357216161805012e-01,
-            2.222219843214978396e-01,
-            2.857142874366239149e-01,
-            3.999999999940941908e-01,
-            6.666666666666735130e-01,
-        ],
-    ) * z;
-    e.mul_add(std::f64::consts::LN_2, s.mul_add(r, 2.0 * s))
-}
-
-/// Σ c_i x^(n−1−i) by Horner's rule with fused multiply-adds (coefficients from the highest power).
-/// `mul_add` rounds once on every machine (in hardware or in libm), so all dispatch paths agree.
-#[inline(always)]
-fn horner(x: f64, c: &[f64]) -> f64 {
-    let mut acc = c[0];
-    for &ci in &c[1..] {
-        acc = acc.mul_add(x, ci);
-    }
-    acc
-}
-
 /// `(sin 2πu, cos 2πu)` for `u` in [0, 1).
 #[inline(always)]
 #[allow(clippy::excessive_precision)]
@@ -255,21 +212,6 @@ pub(crate) fn sin_cos_turn(u: f64) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ln_matches_std() {
-        let mut worst: f64 = 0.0;
-        let mut x = 1e-300f64;
-        while x <= 1.0 {
-            let err = ((ln_unit(x) - x.ln()) / x.ln().abs().max(1e-300)).abs();
-            if x != 1.0 {
-                worst = worst.max(err);
-            }
-            x *= 1.0137;
-        }
-        assert!(worst < 4e-16, "worst relative error {worst}");
-        assert_eq!(ln_unit(1.0), 0.0);
-    }
 
     #[test]
     fn sin_cos_match_std() {

@@ -34,7 +34,7 @@ pub use laplace::LaplaceFit;
 pub use likelihood::{LikelihoodMethod, MarginalLikelihood};
 pub use summary::{Estimate, Summary, TermSummary};
 
-use family::{ln_factorial, row};
+use family::{ln_factorial, Rows, CHUNK};
 pub use terms::RandomTerm;
 use terms::{connected_rows, Component, Term};
 
@@ -275,12 +275,22 @@ impl Glmm {
             - 0.5 * prior_dim as f64 * LN_2PI
             - 0.5 * u[..prior_dim].iter().map(|v| v * v).sum::<f64>()
             - rows.len() as f64 * log_sigma;
-        for &i in rows {
-            let mut eta = self.fixed_part(&theta[..self.p], i);
-            self.row_design(factors, i, |k, a| eta += a * u[k]);
-            let (l, d, w) = row(self.family, self.y[i], self.trials[i], eta, inv_var);
-            lp += l;
-            each(i, d, w);
+        // The rows' linear predictors a chunk at a time, then the family's terms over the chunk
+        // in vector lanes.
+        let mut chunk = Rows::new();
+        for block in rows.chunks(CHUNK) {
+            chunk.len = block.len();
+            for (j, &i) in block.iter().enumerate() {
+                let mut eta = self.fixed_part(&theta[..self.p], i);
+                self.row_design(factors, i, |k, a| eta += a * u[k]);
+                chunk.eta[j] = eta;
+                chunk.y[j] = self.y[i];
+                chunk.m[j] = self.trials[i];
+            }
+            lp += chunk.evaluate(self.family, inv_var);
+            for (j, &i) in block.iter().enumerate() {
+                each(i, chunk.d[j], chunk.w[j]);
+            }
         }
         lp
     }

@@ -345,6 +345,12 @@ pub fn step_fraction(score: &[f64], score_cov: &[Vec<f64>]) -> f64 {
     }
 }
 
+/// How near the maximum (in gap tolerances) a point must be for [`polish`] to keep its
+/// information for the next point, estimating only the score there: a whole Newton step from
+/// there moves θ by about √(2·gap) standard errors (0.2 at twice the default tolerance), too
+/// little to change the information beyond its own Monte Carlo error.
+pub const LAG_GAP: f64 = 2.0;
+
 /// The relative Monte Carlo error of the standard errors that [`polish`] aims for.
 pub const SE_PRECISION: f64 = 0.1;
 
@@ -407,23 +413,40 @@ pub fn polish<M: LatentModel<f64>>(
     // The last accepted point, its Newton step, gap and gap noise, and the fraction of the step
     // taken.
     let mut last: Option<(Vec<f64>, Vec<f64>, f64, f64)> = None;
+    // The last point's information, which serves the next point when the step between them is
+    // short.
+    let mut lagged: Option<Information> = None;
     let mut fraction = 1.0;
     loop {
-        let parts = louis_parts(model, &at, &louis, stream_seed(seed, step as u64))?;
-        if spd_inverse(&parts.info).is_none() && step + 1 < s.max_steps {
-            // Not concave here (too far from the maximum for Newton): a step between Newton's
-            // and EM's, which goes uphill.
-            let d = damped_direction(&parts.info, &parts.complete, &parts.score).ok_or(
-                SagdError::NonFiniteUpdate {
-                    iteration: step + 1,
-                },
-            )?;
-            at.iter_mut().zip(&d).for_each(|(t, v)| *t += v);
-            gaps.push(f64::NAN);
-            step += 1;
-            continue;
-        }
-        let mut info = parts.into_information(&at)?;
+        let point_seed = stream_seed(seed, step as u64);
+        let near =
+            fraction == 1.0 && matches!(&last, Some((_, _, gap, _)) if *gap < LAG_GAP * s.gap_tol);
+        let mut info = match lagged.take().filter(|_| near) {
+            Some(mut info) => {
+                // A whole step from a point within LAG_GAP tolerances of the maximum moves θ by
+                // a fraction of its standard errors, where the information hardly changes: a
+                // run for the score alone (one of the information's 2p runs) serves here.
+                info.rescored(score_parts(model, &at, &louis, point_seed)?)?;
+                info
+            }
+            None => {
+                let parts = louis_parts(model, &at, &louis, point_seed)?;
+                if spd_inverse(&parts.info).is_none() && step + 1 < s.max_steps {
+                    // Not concave here (too far from the maximum for Newton): a step between
+                    // Newton's and EM's, which goes uphill.
+                    let d = damped_direction(&parts.info, &parts.complete, &parts.score).ok_or(
+                        SagdError::NonFiniteUpdate {
+                            iteration: step + 1,
+                        },
+                    )?;
+                    at.iter_mut().zip(&d).for_each(|(t, v)| *t += v);
+                    gaps.push(f64::NAN);
+                    step += 1;
+                    continue;
+                }
+                parts.into_information(&at)?
+            }
+        };
         let gap = info.gap - info.gap_noise;
         gaps.push(gap);
         let noisy = info.gap_noise >= s.gap_tol;
@@ -546,12 +569,14 @@ pub fn polish<M: LatentModel<f64>>(
         }
         let shrink = step_fraction(&info.score, &info.score_cov);
         let newton: Vec<f64> = info.newton_step.iter().map(|d| shrink * d).collect();
-        at = at
+        let from = std::mem::take(&mut at);
+        at = from
             .iter()
             .zip(&newton)
             .map(|(t, d)| t + fraction * d)
             .collect();
-        last = Some((info.theta, newton, gap, info.gap_noise));
+        last = Some((from, newton, gap, info.gap_noise));
+        lagged = Some(info);
         step += 1;
     }
 }
