@@ -14,7 +14,7 @@ use crate::run::Control;
 /// The most M-steps [`Method::Auto`] runs from Laplace's maximum before the polish (when the
 /// settings polish): from there EM's steps are short, and the polish's Newton steps, whose
 /// estimated gap to the maximum decides convergence, cover the rest sooner.
-pub const LAPLACE_START_MSTEPS: usize = 2;
+pub const LAPLACE_START_MSTEPS: usize = 1;
 
 /// How [`Glmm::fit`] maximises the likelihood.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
