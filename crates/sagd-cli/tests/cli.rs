@@ -797,6 +797,27 @@ fn reproduce_interrupted_by_ctrl_c_says_how_to_resume() {
 }
 
 #[test]
+fn a_resumed_reproduce_says_its_estimate_counts_the_interrupted_work_whole() {
+    // An experiment left with checkpoints by an interrupted run: the plan cannot tell how far it
+    // got, and the printed estimate says it is an upper bound.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("rep");
+    std::fs::create_dir_all(out.join("e1").join("checkpoints")).unwrap();
+    let o = sagd()
+        .args(["reproduce", "--tiny", "--only", "e1", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let first = err.lines().next().unwrap_or("");
+    assert!(
+        first.contains("estimated at most") && first.contains("1 resume from checkpoints"),
+        "{first}"
+    );
+}
+
+#[test]
 fn reproduce_writes_one_report_and_survives_a_failing_experiment() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("rep");

@@ -195,10 +195,30 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
         })
         .collect();
     let estimate: f64 = estimates.iter().sum();
+    // Interrupted experiments go on from their checkpoints; the plan does not know how far they
+    // got, so their whole estimate counts (the eta during the run counts only what is left).
+    let resuming = plan
+        .iter()
+        .zip(&reused_now)
+        .filter(|(e, reused)| {
+            !**reused
+                && a.out
+                    .join(&e.name)
+                    .join(crate::output::CHECKPOINTS)
+                    .is_dir()
+        })
+        .count();
     if !a.quiet {
         let reuse = match reused {
             0 => String::new(),
             k => format!(" ({k} finished earlier, reused)"),
+        };
+        let bound = if resuming > 0 { "at most " } else { "" };
+        let resumed = match resuming {
+            0 => String::new(),
+            k => format!(
+                "; {k} resume from checkpoints, whose finished part this estimate still counts"
+            ),
         };
         let path = sagd::cpu::capability();
         let basis = match &speed {
@@ -217,7 +237,7 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
             },
         };
         eprintln!(
-            "sagd reproduce ({}): {} experiment(s){reuse} into {}; estimated {} on {threads} threads ({basis})",
+            "sagd reproduce ({}): {} experiment(s){reuse} into {}; estimated {bound}{} on {threads} threads ({basis}{resumed})",
             mode.name(),
             plan.len(),
             a.out.display(),
