@@ -54,7 +54,7 @@ fn main() {
 /// Table 1's three 1-D cases, `reps` replications each.
 fn table1(reps: u64) {
     let seeds: Vec<u64> = (0..reps).collect();
-    println!("| case | within (nats per observation) of the maximum | W | D | log-likelihood above π's, per observation | atoms with 99% of the weight | paper's SAGD W | paper's SAGD D |");
+    println!("| case | within (nats per observation) of the maximum | W | D | log-likelihood above π's, per observation | atoms with 99% of the weight | SAGD in the paper, W | SAGD in the paper, D |");
     println!("|---|---|---|---|---|---|---|---|");
     for case in [Case::Normal, Case::Exp, Case::Mixture] {
         let t0 = std::time::Instant::now();

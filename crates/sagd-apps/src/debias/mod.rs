@@ -76,7 +76,7 @@ impl Method {
             Method::Iwae => "IWAE",
             Method::Hmc => "HMC",
             Method::Sagd => "SAGD",
-            Method::SagdPaper => "SAGD (paper's)",
+            Method::SagdPaper => "SAGD, paper's variant",
         }
     }
 

@@ -177,7 +177,7 @@ pub fn plan(mode: Mode, parts: &[Part]) -> Vec<Experiment> {
                 (Case::Highdim, Mode::Full) => "the paper's settings: 10000 + 1000 epochs, one replication (standard errors over the 100 coordinates, as the paper's)".to_string(),
                 (Case::Highdim, _) => format!("{} + {} of the paper's 10000 + 1000 epochs, one replication (standard errors over the {} coordinates)", s.pretrain_epochs, s.finetune_epochs, s.p),
                 (_, Mode::Tiny) => format!("a toy scale: n = {}, {} + {} updates, {reps} replications", s.n, s.pretrain_epochs, s.finetune_epochs),
-                _ => format!("the paper's settings (SAGD's own named with the methods), {reps} of the paper's 30 replications (seeds 0..{})", reps - 1),
+                _ => format!("the paper's data, networks and epochs (where our default SAGD differs from the paper's, the methods say so), {reps} of the paper's 30 replications (seeds 0..{})", reps - 1),
             };
             let title = format!("E2 — debiased VAE, {case} (Table 1, Figure 2)");
             let kind = Kind::E2 {
