@@ -422,6 +422,19 @@ fn debias_deconvolves_a_users_data() {
     assert_eq!(held["scores"].as_array().unwrap().len(), 3);
     assert_eq!(held["scores"][0]["model"], held["best"]);
     assert!(stdout.contains("recommendation ("), "{stdout}");
+    // A model is named as the choice only when the data make one; else the rows are tied.
+    match held["confidence"].as_str().unwrap() {
+        "undecided" => {
+            assert!(held["chosen"].is_null(), "{held}");
+            assert!(stdout.contains(" tied"), "{stdout}");
+        }
+        _ => assert_eq!(held["chosen"], held["best"]),
+    }
+    // What the holdout cost, and how to fit on everything.
+    assert!(
+        stdout.contains("every fit above used 96 of the 120 observations (24 held out"),
+        "{stdout}"
+    );
     // The predictive check: a panel per fitted model, each with its held-out score.
     let svg = std::fs::read_to_string(out.join("predictive.svg")).unwrap();
     assert!(svg.contains("the density of x each fitted model implies"));

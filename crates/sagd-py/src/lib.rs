@@ -400,6 +400,7 @@ fn deconvolve<'py>(
         held.set_item("n", h.n)?;
         held.set_item("scores", scores)?;
         held.set_item("best", &h.best)?;
+        held.set_item("chosen", &h.chosen)?;
         held.set_item("confidence", format!("{:?}", h.confidence).to_lowercase())?;
         held.set_item("advice", &h.advice)?;
         d.set_item("held_out", held)?;

@@ -30,6 +30,11 @@ def test_a_normal_latent_law_is_recovered():
     assert h["n"] == 200 and [m["model"] for m in h["scores"]][0] == h["best"]
     assert {m["model"] for m in h["scores"]} == set(r.draws)
     assert h["confidence"] in ("clear", "likely", "undecided")
+    # A model is chosen only when the data choose one; else the highest is tied with others.
+    if h["confidence"] == "undecided":
+        assert h["chosen"] is None and "tied" in repr(r)
+    else:
+        assert h["chosen"] == h["best"]
     assert r.recommendation == h["advice"] and "recommendation" in repr(r)
 
 

@@ -47,8 +47,13 @@ pub struct HeldOut {
     pub n: usize,
     /// Every model, best first.
     pub scores: Vec<ModelScore>,
-    /// The model with the highest held-out log-likelihood.
+    /// The model with the highest held-out log-likelihood, which the data may not tell apart
+    /// from others ([`HeldOut::chosen`]).
     pub best: String,
+    /// The model the data choose: `best` when it is ahead of every other by at least [`TIE_Z`]
+    /// paired standard errors (or is the only one), none when they cannot choose.
+    #[serde(default)]
+    pub chosen: Option<String>,
     /// How sure the choice is.
     pub confidence: Confidence,
     /// The recommendation in words.
@@ -130,10 +135,12 @@ pub fn compare(per_point: &BTreeMap<String, Vec<f64>>) -> HeldOut {
             )
         }
     };
+    let chosen = (others.is_empty() || confidence != Confidence::Undecided).then(|| best.clone());
     HeldOut {
         n: top.len(),
         scores,
         best,
+        chosen,
         confidence,
         advice,
     }
@@ -167,6 +174,7 @@ mod tests {
     fn a_model_ahead_by_many_paired_errors_is_chosen_clearly() {
         let h = compare(&scores(&[("a", 0.0, 0.01), ("b", 0.02, 0.01)], 200));
         assert_eq!(h.best, "b");
+        assert_eq!(h.chosen.as_deref(), Some("b"));
         assert_eq!(h.confidence, Confidence::Clear, "{h:?}");
         // Unpaired, the 0.02 would be lost in the observations' spread (se about 0.07).
         assert!(h.scores[0].se > 0.05, "{h:?}");
@@ -179,5 +187,7 @@ mod tests {
         assert_eq!(h.confidence, Confidence::Undecided, "{h:?}");
         assert!(h.advice.contains("cannot choose"), "{}", h.advice);
         assert_eq!(h.scores[1].model, "a");
+        // The highest score is not a choice the data made.
+        assert_eq!(h.chosen, None);
     }
 }

@@ -157,18 +157,36 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
             h.n
         );
         println!(
-            "{:14} {:>9} {:>8}   {:>20}",
-            "", "mean", "se", "below the best (paired se)"
+            "{:14} {:>9} {:>8}   {:>24}",
+            "", "mean", "se", "below the highest (paired se)"
         );
+        let tie = sagd_apps::debias::choose::TIE_Z;
         for m in &h.scores {
+            // Without a choice, the highest row and those within TIE_Z of it are marked tied.
+            let tied = h.chosen.is_none() && m.below_best <= tie * m.below_best_se;
             let below = if m.model == h.best {
                 "—".to_string()
             } else {
                 format!("{:.4} ({:.4})", m.below_best, m.below_best_se)
             };
-            println!("{:14} {:9.4} {:8.4}   {below:>20}", m.model, m.mean, m.se);
+            let mark = if tied { " tied" } else { "" };
+            println!(
+                "{:14} {:9.4} {:8.4}   {below:>24}{mark}",
+                m.model, m.mean, m.se
+            );
         }
         println!("recommendation ({:?}): {}", h.confidence, h.advice);
+        // The holdout's price: every fit saw fewer observations.
+        let refit = match &h.chosen {
+            Some(m) if m != "pretrained" => {
+                format!("; to use {m}, refit it on all of them: --methods {m} --holdout 0")
+            }
+            _ => "; --holdout 0 fits on all of them, without this comparison".to_string(),
+        };
+        println!(
+            "every fit above used {} of the {n} observations ({} held out to compare them){refit}",
+            d.n, h.n
+        );
     }
     println!("wrote {}: {}", out.display(), files.join(", "));
     Ok(())
@@ -193,7 +211,10 @@ fn predictive_figure(
             return String::new();
         };
         match h.scores.iter().find(|m| m.model == model) {
-            Some(m) if m.model == h.best => "held out: the best".into(),
+            Some(m) if h.chosen.as_deref() == Some(model) && m.model == h.best => {
+                "held out: the best".into()
+            }
+            Some(m) if m.model == h.best => "held out: the highest, not a choice".into(),
             Some(m) => format!(
                 "held out: {:.4} (se {:.4}) below",
                 m.below_best, m.below_best_se

@@ -192,7 +192,8 @@ class Deconvolution:
         held_out: the models compared on the held-out observations (None with ``holdout=0``):
             ``n``, ``scores`` (per model: ``mean`` and ``se`` of the held-out log-likelihood per
             observation, ``below_best`` and its paired ``below_best_se``), ``best``,
-            ``confidence`` (``"clear"``, ``"likely"`` or ``"undecided"``) and ``advice``.
+            ``confidence`` (``"clear"``, ``"likely"`` or ``"undecided"``), ``chosen`` (the model
+            the data choose, None when undecided; ``best`` is only the highest) and ``advice``.
     """
 
     draws: Dict[str, np.ndarray]
@@ -227,8 +228,13 @@ class Deconvolution:
             lines.append(f"held-out log-likelihood per observation ({h['n']} observations):")
             for m in h["scores"]:
                 below = ("" if m["model"] == h["best"] else
-                         f"{m['below_best']:.4f} below the best (paired se {m['below_best_se']:.4f})")
-                lines.append(f"{m['model']:12} {m['mean']:8.4f} ± {m['se']:.4f}  {below}")
+                         f"{m['below_best']:.4f} below the highest (paired se "
+                         f"{m['below_best_se']:.4f})")
+                # Without a choice, the rows the data cannot tell from the highest are tied.
+                tied = (h.get("chosen") is None
+                        and m["below_best"] <= 2.0 * m["below_best_se"])
+                mark = "  tied" if tied else ""
+                lines.append(f"{m['model']:12} {m['mean']:8.4f} ± {m['se']:.4f}  {below}{mark}")
             lines.append(f"recommendation ({h['confidence']}): {h['advice']}")
         return "\n".join(lines)
 
