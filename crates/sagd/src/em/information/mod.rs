@@ -398,6 +398,9 @@ pub fn polish_retrying<M: LatentModel<f64>>(
 /// how far θ is from it. The steps continue until that gap, less what Monte Carlo noise alone
 /// puts into its estimate, is below `gap_tol`. This is the stopping rule that EM's own progress
 /// cannot give when EM is slow: each Newton step covers the distance that many M-steps would.
+/// A point reached by a whole step from within [`LAG_GAP`] tolerances of the maximum keeps the
+/// previous point's information and estimates only its score, so the information (and the
+/// standard errors) may be the previous point's: [`Information::theta`] says where it was taken.
 pub fn polish<M: LatentModel<f64>>(
     model: &M,
     theta: &[f64],
