@@ -399,8 +399,9 @@ pub fn polish_retrying<M: LatentModel<f64>>(
 /// puts into its estimate, is below `gap_tol`. This is the stopping rule that EM's own progress
 /// cannot give when EM is slow: each Newton step covers the distance that many M-steps would.
 /// A point reached by a whole step from within [`LAG_GAP`] tolerances of the maximum keeps the
-/// previous point's information and estimates only its score, so the information (and the
-/// standard errors) may be the previous point's: [`Information::theta`] says where it was taken.
+/// previous point's information (when that point estimated its own) and estimates only its score,
+/// so the information (and the standard errors) may be the previous point's:
+/// [`Information::theta`] says where it was taken.
 pub fn polish<M: LatentModel<f64>>(
     model: &M,
     theta: &[f64],
@@ -424,12 +425,15 @@ pub fn polish<M: LatentModel<f64>>(
         let point_seed = stream_seed(seed, step as u64);
         let near =
             fraction == 1.0 && matches!(&last, Some((_, _, gap, _)) if *gap < LAG_GAP * s.gap_tol);
+        // Whether this point's information is its own (a lagged one is lent once, never on).
+        let mut fresh = true;
         let mut info = match lagged.take().filter(|_| near) {
             Some(mut info) => {
                 // A whole step from a point within LAG_GAP tolerances of the maximum moves θ by
                 // a fraction of its standard errors, where the information hardly changes: a
                 // run for the score alone (one of the information's 2p runs) serves here.
                 info.rescored(score_parts(model, &at, &louis, point_seed)?)?;
+                fresh = false;
                 info
             }
             None => {
@@ -579,7 +583,7 @@ pub fn polish<M: LatentModel<f64>>(
             .map(|(t, d)| t + fraction * d)
             .collect();
         last = Some((from, newton, gap, info.gap_noise));
-        lagged = Some(info);
+        lagged = fresh.then_some(info);
         step += 1;
     }
 }
