@@ -112,6 +112,13 @@ fn em_writes_its_result_and_figures() {
     ] {
         assert!(out.join(f).metadata().unwrap().len() > 1000, "{f}");
     }
+    // The PNGs at twice the figures' size (Figure 1a is 900 × 720), sharp on dense screens; the
+    // SVGs at their size. A PNG's width and height are bytes 16-23, big-endian.
+    let png = std::fs::read(out.join("figure1a.png")).unwrap();
+    let dim = |at: usize| u32::from_be_bytes(png[at..at + 4].try_into().unwrap());
+    assert_eq!((dim(16), dim(20)), (1800, 1440));
+    let svg = std::fs::read_to_string(out.join("figure1a.svg")).unwrap();
+    assert!(svg.contains("width=\"900\""), "{}", &svg[..200]);
     let v = json(&out.join("result.json"));
     assert_eq!(v["sagd"]["path"].as_array().unwrap().len(), 301);
     assert_eq!(v["exact_gd"]["loglik"].as_array().unwrap().len(), 301);

@@ -185,7 +185,7 @@ impl Figure for DensityGrid<'_> {
         let (lo, hi, width) = (*lo, *hi, *width);
         let ymax = self.series.max_density() * 1.1;
         let areas = grid_areas(root, &self.caption, self.panels.len())?;
-        for ((area, p), h) in areas.iter().zip(&self.panels).zip(hists) {
+        for (i, ((area, p), h)) in areas.iter().zip(&self.panels).zip(hists).enumerate() {
             let mut chart = panel_chart(area, &p.title, (lo, hi, ymax), "z")?;
             let fill = BLUE.mix(0.45).filled();
             draw_histogram(&mut chart, (lo, width), h, fill, "estimated π")?;
@@ -211,7 +211,10 @@ impl Figure for DensityGrid<'_> {
                     .label("true π")
                     .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], solid));
             }
-            legend_sized(&mut chart, SeriesLabelPosition::UpperRight, 13)?;
+            // Every panel draws the same series: one legend, in the first, serves the figure.
+            if i == 0 {
+                legend_sized(&mut chart, SeriesLabelPosition::UpperRight, 13)?;
+            }
             if p.d.is_finite() {
                 let style = ("sans-serif", 14).into_font().color(&BLACK);
                 // Inside the plot, clear of the y axis and its labels.

@@ -92,17 +92,23 @@ pub(crate) fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
 /// The embedded font's bytes.
 const FONT_BYTES: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 
-/// plotters' bitmap backend with our own text placement. plotters 0.3.7 positions each glyph with
-/// `(size / 2 + bounds.min.y) as i32`, which truncates towards zero, so glyphs that sit above the
-/// midline and those that reach below it are rounded in opposite directions: a decimal point
-/// landed above the digits' baseline, like a mid-dot. Here every glyph is placed on one integer
-/// baseline, with its advance and kerning; everything else is the bitmap backend's.
+/// plotters' bitmap backend at twice the figure's size (sharp on high-density screens, where a
+/// 1× bitmap is magnified), with our own text placement. The figure draws in its own pixels;
+/// every coordinate, width and font size is doubled on the way to the bitmap. plotters 0.3.7
+/// positions each glyph with `(size / 2 + bounds.min.y) as i32`, which truncates towards zero, so
+/// glyphs that sit above the midline and those that reach below it are rounded in opposite
+/// directions: a decimal point landed above the digits' baseline, like a mid-dot. Here every glyph
+/// is placed on one integer baseline, with its advance and kerning.
 pub struct Png<'a>(BitMapBackend<'a>);
 
+/// How many bitmap pixels a figure's pixel is, each way.
+pub const PNG_SCALE: i32 = 2;
+
 impl<'a> Png<'a> {
-    /// A PNG file of `size` pixels.
+    /// A PNG file for a figure of `size` pixels (the file has [`PNG_SCALE`] times as many).
     pub fn new(path: &'a Path, size: (u32, u32)) -> Self {
-        Png(BitMapBackend::new(path, size))
+        let k = PNG_SCALE as u32;
+        Png(BitMapBackend::new(path, (size.0 * k, size.1 * k)))
     }
 }
 
@@ -110,11 +116,29 @@ type PngError = plotters_backend::DrawingErrorKind<
     <BitMapBackend<'static> as plotters_backend::DrawingBackend>::ErrorType,
 >;
 
+/// A figure's point in the bitmap's pixels.
+fn scaled(p: plotters_backend::BackendCoord) -> plotters_backend::BackendCoord {
+    (p.0 * PNG_SCALE, p.1 * PNG_SCALE)
+}
+
+/// A style with its stroke [`PNG_SCALE`] times as wide.
+struct Wide<'s, S>(&'s S);
+
+impl<S: plotters_backend::BackendStyle> plotters_backend::BackendStyle for Wide<'_, S> {
+    fn color(&self) -> plotters_backend::BackendColor {
+        self.0.color()
+    }
+    fn stroke_width(&self) -> u32 {
+        self.0.stroke_width() * PNG_SCALE as u32
+    }
+}
+
 impl plotters_backend::DrawingBackend for Png<'_> {
     type ErrorType = <BitMapBackend<'static> as plotters_backend::DrawingBackend>::ErrorType;
 
     fn get_size(&self) -> (u32, u32) {
-        self.0.get_size()
+        let (w, h) = self.0.get_size();
+        (w / PNG_SCALE as u32, h / PNG_SCALE as u32)
     }
     fn ensure_prepared(&mut self) -> Result<(), PngError> {
         self.0.ensure_prepared()
@@ -127,7 +151,13 @@ impl plotters_backend::DrawingBackend for Png<'_> {
         point: plotters_backend::BackendCoord,
         color: plotters_backend::BackendColor,
     ) -> Result<(), PngError> {
-        self.0.draw_pixel(point, color)
+        let (x, y) = scaled(point);
+        for dy in 0..PNG_SCALE {
+            for dx in 0..PNG_SCALE {
+                self.0.draw_pixel((x + dx, y + dy), color)?;
+            }
+        }
+        Ok(())
     }
     fn draw_line<S: plotters_backend::BackendStyle>(
         &mut self,
@@ -135,7 +165,7 @@ impl plotters_backend::DrawingBackend for Png<'_> {
         to: plotters_backend::BackendCoord,
         style: &S,
     ) -> Result<(), PngError> {
-        self.0.draw_line(from, to, style)
+        self.0.draw_line(scaled(from), scaled(to), &Wide(style))
     }
     fn draw_rect<S: plotters_backend::BackendStyle>(
         &mut self,
@@ -144,7 +174,15 @@ impl plotters_backend::DrawingBackend for Png<'_> {
         style: &S,
         fill: bool,
     ) -> Result<(), PngError> {
-        self.0.draw_rect(upper_left, bottom_right, style, fill)
+        // A filled rectangle covers its last row and column of figure pixels whole.
+        let (x, y) = scaled(bottom_right);
+        let end = if fill {
+            (x + PNG_SCALE - 1, y + PNG_SCALE - 1)
+        } else {
+            (x, y)
+        };
+        self.0
+            .draw_rect(scaled(upper_left), end, &Wide(style), fill)
     }
     fn fill_polygon<
         S: plotters_backend::BackendStyle,
@@ -154,7 +192,7 @@ impl plotters_backend::DrawingBackend for Png<'_> {
         vert: I,
         style: &S,
     ) -> Result<(), PngError> {
-        self.0.fill_polygon(vert, style)
+        self.0.fill_polygon(vert.into_iter().map(scaled), style)
     }
     fn draw_circle<S: plotters_backend::BackendStyle>(
         &mut self,
@@ -163,7 +201,12 @@ impl plotters_backend::DrawingBackend for Png<'_> {
         style: &S,
         fill: bool,
     ) -> Result<(), PngError> {
-        self.0.draw_circle(center, radius, style, fill)
+        self.0.draw_circle(
+            scaled(center),
+            radius * PNG_SCALE as u32,
+            &Wide(style),
+            fill,
+        )
     }
     fn blit_bitmap(
         &mut self,
@@ -171,7 +214,21 @@ impl plotters_backend::DrawingBackend for Png<'_> {
         size: (u32, u32),
         src: &[u8],
     ) -> Result<(), PngError> {
-        self.0.blit_bitmap(pos, size, src)
+        // Each pixel of the RGB image as a square of bitmap pixels.
+        let k = PNG_SCALE as usize;
+        let (w, h) = (size.0 as usize, size.1 as usize);
+        let mut big = vec![0u8; w * k * h * k * 3];
+        for y in 0..h * k {
+            for x in 0..w * k {
+                let from = ((y / k) * w + x / k) * 3;
+                let to = (y * w * k + x) * 3;
+                if let (Some(s), Some(d)) = (src.get(from..from + 3), big.get_mut(to..to + 3)) {
+                    d.copy_from_slice(s);
+                }
+            }
+        }
+        self.0
+            .blit_bitmap(scaled(pos), (size.0 * k as u32, size.1 * k as u32), &big)
     }
     fn draw_text<T: plotters_backend::BackendTextStyle>(
         &mut self,
@@ -188,12 +245,14 @@ impl plotters_backend::DrawingBackend for Png<'_> {
         if color.alpha == 0.0 {
             return Ok(());
         }
-        let size = style.size() as f32;
-        let scaled = font.as_scaled(size);
+        let k = PNG_SCALE;
+        let size = style.size() as f32 * k as f32;
+        let glyphs = font.as_scaled(size);
         // The same box and anchor as plotters, so that layouts do not move.
         let ((min_x, min_y), (max_x, max_y)) = style
             .layout_box(text)
             .map_err(|e| plotters_backend::DrawingErrorKind::FontError(Box::new(e)))?;
+        let (min_x, min_y, max_x, max_y) = (min_x * k, min_y * k, max_x * k, max_y * k);
         let (width, height) = (max_x - min_x, max_y - min_y);
         let dx = match style.anchor().h_pos {
             HPos::Left => 0,
@@ -206,15 +265,16 @@ impl plotters_backend::DrawingBackend for Png<'_> {
             VPos::Bottom => -height,
         };
         let trans = style.transform();
-        let (w, h) = self.get_size();
+        let (w, h) = self.0.get_size();
+        let pos = scaled(pos);
         let baseline = (size / 2.0).round() as i32;
         let mut x = 0.0f32;
         let mut prev = None;
         let mut pixels = Vec::new();
         for c in text.chars() {
-            let id = scaled.glyph_id(c);
+            let id = glyphs.glyph_id(c);
             if let Some(p) = prev {
-                x += scaled.kern(p, id);
+                x += glyphs.kern(p, id);
             }
             prev = Some(id);
             let glyph = id.with_scale_and_position(size, ab_glyph::point(x, 0.0));
@@ -223,7 +283,7 @@ impl plotters_backend::DrawingBackend for Png<'_> {
                 let (gx, gy) = (b.min.x as i32, baseline + b.min.y as i32);
                 outline.draw(|px, py, cov| pixels.push((gx + px as i32, gy + py as i32, cov)));
             }
-            x += scaled.h_advance(id);
+            x += glyphs.h_advance(id);
         }
         for (px, py, cov) in pixels {
             let (tx, ty) = trans.transform(px + dx - min_x, py + dy - min_y);
@@ -233,7 +293,7 @@ impl plotters_backend::DrawingBackend for Png<'_> {
                     alpha: color.alpha * cov.clamp(0.0, 1.0) as f64,
                     rgb: color.rgb,
                 };
-                self.draw_pixel((tx, ty), c)?;
+                self.0.draw_pixel((tx, ty), c)?;
             }
         }
         Ok(())

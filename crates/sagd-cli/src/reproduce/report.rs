@@ -245,10 +245,17 @@ fn html(out: &Path, header: &str, records: &[Record]) -> Result<String> {
         for f in &r.figures {
             match std::fs::read(out.join(f)) {
                 Ok(bytes) => {
+                    // Shown at the figure's own size: its PNG has PNG_SCALE pixels per pixel
+                    // (the width is bytes 16-19 of a PNG, in its header chunk).
+                    let width = bytes
+                        .get(16..20)
+                        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+                        .map(|b| u32::from_be_bytes(b) / crate::plot::PNG_SCALE as u32);
+                    let size = width.map_or(String::new(), |w| format!(" width=\"{w}\""));
                     let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
                     let _ = writeln!(
                         h,
-                        "<p><img alt=\"{f}\" src=\"data:image/png;base64,{b64}\"></p>"
+                        "<p><img alt=\"{f}\"{size} src=\"data:image/png;base64,{b64}\"></p>"
                     );
                 }
                 // A figure skipped for values beyond any plot: the page says so.
