@@ -226,6 +226,7 @@ pub fn run(a: MnistArgs) -> Result<()> {
         .pretrained_cache
         .clone()
         .unwrap_or_else(|| a.out.parent().unwrap_or(Path::new(".")).join("cache"));
+    crate::output::writable_folder(&cache, "--pretrained-cache")?;
     let opts = E3Options {
         checkpoint_dir: checkpoints,
         checkpoint_every: a.checkpoint_every.max(1),

@@ -242,6 +242,21 @@ pub fn claim(out: &Path, command: &str) -> Result<()> {
     Ok(())
 }
 
+/// Refuses, before any work, a folder given by `flag` that cannot be written (created if need be,
+/// then a file made and removed in it): a read-only cache would otherwise fail only when the
+/// work it was to keep is done.
+pub fn writable_folder(dir: &Path, flag: &str) -> Result<()> {
+    let fail = |e: std::io::Error| {
+        anyhow::anyhow!(
+            "{flag} {}: cannot write there ({e}): give a folder you can write to, or leave {flag} out",
+            dir.display()
+        )
+    };
+    fs::create_dir_all(dir).map_err(fail)?;
+    tempfile::NamedTempFile::new_in(dir).map_err(fail)?;
+    Ok(())
+}
+
 /// The checkpoints folder of a run of `command` into `out`, when checkpointing is `on`: `--resume`
 /// is refused without one and with a damaged one, and the folder is refused when it holds another
 /// command's result or checkpoints ([`claim`]). A new checkpoints folder is marked as `command`'s.

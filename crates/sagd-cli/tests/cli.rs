@@ -817,6 +817,38 @@ fn reproduce_interrupted_by_ctrl_c_says_how_to_resume() {
 }
 
 #[test]
+fn a_cache_that_cannot_be_written_is_refused_before_any_work() {
+    // The issue: a read-only --pretrained-cache failed only after the pre-training it was to
+    // keep. A folder under a plain file cannot be made, whoever runs the test (root included).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let cache = file.join("cache");
+    for cmd in [
+        vec!["debias", "--dist", "exp", "--reps", "1"],
+        vec!["mnist"],
+        vec!["reproduce", "--only", "e1"],
+    ] {
+        let out = dir.path().join(format!("out-{}", cmd[0]));
+        let o = sagd()
+            .args(&cmd)
+            .args(["--quiet", "--pretrained-cache"])
+            .arg(&cache)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{cmd:?}");
+        assert!(
+            err.contains("--pretrained-cache") && err.contains("cannot write there"),
+            "{cmd:?}: {err}"
+        );
+        assert!(!out.join("result.json").exists() && !out.join("report.md").exists());
+    }
+}
+
+#[test]
 fn a_resumed_reproduce_says_its_estimate_counts_the_interrupted_work_whole() {
     // An experiment left with checkpoints by an interrupted run: the plan cannot tell how far it
     // got, and the printed estimate says it is an upper bound.

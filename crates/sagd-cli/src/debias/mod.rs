@@ -316,6 +316,9 @@ fn settings(a: &DebiasArgs) -> E2Settings {
 fn run_options(a: &DebiasArgs, out: &Path, command: &str) -> Result<RunOptions> {
     let on = a.checkpoint_every > 0 || a.resume || a.interrupt_after.is_some();
     let checkpoints = crate::output::checkpoints(out, command, a.resume, on)?;
+    if let Some(cache) = &a.pretrained_cache {
+        crate::output::writable_folder(cache, "--pretrained-cache")?;
+    }
     Ok(RunOptions {
         keep_samples: false,
         pretrained_cache: a.pretrained_cache.clone(),

@@ -179,6 +179,7 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
         .pretrained_cache
         .clone()
         .unwrap_or_else(|| a.out.join("cache"));
+    crate::output::writable_folder(&cache, "--pretrained-cache")?;
     // The plan's unit costs scaled to this machine by a measurement of a few seconds (cached);
     // a toy plan is not worth it, and without one they are scaled by the kernels' path.
     let speed = match mode {
