@@ -214,10 +214,9 @@ impl LouisSums {
 /// chain, rows × d), the draw's score out (Σ over rows / chains per point).
 type TakeDraw<'a> = dyn FnMut(usize, &[f64]) -> Result<Vec<f64>> + 'a;
 
-/// The coupled runs take the complete-data term (two more passes of the model, by central
-/// differences of the gradient) at every this many draws: it only damps a step where the
-/// information is not positive definite, so a quarter of the draws serve, at a third of the runs'
-/// model passes.
+/// The coupled runs take the complete-data term (two more model passes, central differences of
+/// the gradient) at every this many draws: it only damps a step where the information is not
+/// positive definite, so a quarter of the draws serve.
 const COMPLETE_EVERY: usize = 4;
 
 /// Batches of draws behind [`Information::se_error`] (the jackknife's).

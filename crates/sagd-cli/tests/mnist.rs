@@ -1,0 +1,147 @@
+//! `sagd mnist` and `sagd bench mnist` as a user runs them: E3's result, figures and resume, bad
+//! input, the timed phases.
+
+mod common;
+use common::{json, sagd, MNIST_SMALL};
+
+/// `sagd mnist` on a few hundred images, into `out`.
+fn mnist_small(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    sagd()
+        .args(MNIST_SMALL)
+        .arg("--out")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn mnist_writes_its_result_and_figures_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mnist");
+    let o = mnist_small(&out, &[]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("VAE epochs (paper 500)"), "{text}");
+    assert!(text.contains("SAGD − pre-trained"), "{text}");
+    for f in ["figure3.png", "figure3.svg", "curves.png", "curves.svg"] {
+        assert!(std::fs::metadata(out.join(f)).unwrap().len() > 1000, "{f}");
+    }
+    let v = json(&out.join("result.json"));
+    assert_eq!(v["evaluations"].as_array().unwrap().len(), 3);
+    assert_eq!(v["differences"].as_array().unwrap().len(), 3);
+    assert_eq!(v["curves"][1]["loss"].as_array().unwrap().len(), 2);
+
+    // Interrupted after one update of each phase, then resumed: the same held-out numbers and
+    // curves.
+    let out2 = dir.path().join("resumed");
+    let cache = dir.path().join("cache2");
+    let cache = cache.to_str().unwrap();
+    let o = mnist_small(
+        &out2,
+        &[
+            "--checkpoint-every",
+            "1",
+            "--interrupt-after",
+            "1",
+            "--pretrained-cache",
+            cache,
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--resume"));
+    let mut runs = 0;
+    loop {
+        let o = mnist_small(
+            &out2,
+            &[
+                "--resume",
+                "--interrupt-after",
+                "1",
+                "--pretrained-cache",
+                cache,
+            ],
+        );
+        if o.status.success() {
+            break;
+        }
+        runs += 1;
+        assert!(runs < 8, "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let w = json(&out2.join("result.json"));
+    assert_eq!(w["evaluations"], v["evaluations"]);
+    assert_eq!(w["differences"], v["differences"]);
+    // The learning curves too, from each phase's first update: the checkpoints carry them.
+    assert_eq!(w["curves"], v["curves"]);
+}
+
+#[test]
+fn mnist_rejects_bad_data_and_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mnist");
+    let missing = dir.path().join("no-such-folder");
+    let o = mnist_small(&out, &["--data", missing.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no-such-folder") && err.contains("train-images"),
+        "{err}"
+    );
+    let o = mnist_small(&out, &["--gamma", "0"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("gamma") && err.contains("friction"), "{err}");
+    // No evaluation would be a table of NaN, no step no SAGD: both refused.
+    for (flag, needle) in [("--eval-n", "eval_n"), ("--steps", "steps")] {
+        let o = sagd()
+            .args(["mnist", "--quiet", flag, "0", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{flag} 0 accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(&format!("`{needle}`")), "{flag}: {err}");
+    }
+    assert!(!out.join("result.json").exists());
+    // Without a GPU (CI), --device cuda stops before any work, naming the flag.
+    let o = mnist_small(&out, &["--device", "cuda"]);
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("--device cuda") && err.contains("CUDA"),
+            "{err}"
+        );
+        assert!(!out.join("result.json").exists());
+    }
+}
+
+#[test]
+fn bench_mnist_times_both_phases_through_the_runner() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bench.json");
+    let o = sagd()
+        .args([
+            "bench",
+            "mnist",
+            "--vae-batches",
+            "1",
+            "--sagd-batches",
+            "1",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&out);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (r, phase) in rows.iter().zip(["vae", "sagd"]) {
+        assert_eq!(r["phase"], phase);
+        let s = r["s_per_update"].as_f64().unwrap();
+        assert!(s > 0.0 && s.is_finite(), "{r}");
+        // 300 minibatches of 200 make an epoch (to JSON's parsing precision).
+        let epoch = r["s_per_epoch"].as_f64().unwrap();
+        assert!((epoch / (s * 300.0) - 1.0).abs() < 1e-12, "{r}");
+    }
+}
