@@ -1,5 +1,6 @@
 //! `sagd debias` as a user runs it: Table 1's row and Figure 2, a user's data deconvolved, bad
-//! input, the high-dimensional case, the pre-trained cache, resumed fine-tuning and the presets.
+//! input, the high-dimensional case, the pre-trained cache, resumed fine-tuning, the presets, and
+//! the output folder kept whole when a run is killed (and its lock).
 
 mod common;
 use common::{copy_dir, json, sagd, without_timings, E2_SHORT};
@@ -505,4 +506,69 @@ fn sagd_presets_set_their_schedules_and_flags_override_them() {
         .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("sagd schedule"));
+}
+
+#[test]
+fn a_killed_run_leaves_the_earlier_result_and_the_next_run_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("deb");
+    let args = ["debias", "--quiet", "--n", "300", "--m", "2000", "--out"];
+    let o = sagd()
+        .args(args)
+        .arg(&out)
+        .args(["--pretrain-epochs", "20", "--finetune-epochs", "2"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let before = std::fs::read(out.join("result.json")).unwrap();
+    let mut child = sagd().args(args).arg(&out).spawn().unwrap();
+    let staging = staging_of(&child, &out);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(staging.exists(), "the run never started");
+    assert_eq!(std::fs::read(out.join("result.json")).unwrap(), before);
+    // A second run into the folder while a live run holds it is refused, saying how to clear it.
+    let mut holder = sagd().args(args).arg(&out).spawn().unwrap();
+    let held = staging_of(&holder, &out);
+    let o = sagd().args(args).arg(&out).output().unwrap();
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("another sagd run") && err.contains(".sagd.lock"),
+        "{err}"
+    );
+    // Locks no live run holds do not block: the killed run's, one naming a live process that is
+    // not that run (process 1, as after a reboot), and an older sagd's bare process id.
+    for stale in [
+        None,
+        Some("pid 1 start 0 boot x".to_string()),
+        Some("1".to_string()),
+    ] {
+        if let Some(text) = &stale {
+            std::fs::write(out.join(".sagd.lock"), text).unwrap();
+        }
+        let o = sagd()
+            .args(args)
+            .arg(&out)
+            .args(["--pretrain-epochs", "20", "--finetune-epochs", "2"])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{stale:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!staging.exists() && !held.exists() && !out.join(".sagd.lock").exists());
+    }
+}
+
+/// The staging folder of the run `child` writing into `out`, once it exists (at most a minute).
+fn staging_of(child: &std::process::Child, out: &std::path::Path) -> std::path::PathBuf {
+    let staging = out.join(format!(".staging-{}", child.id()));
+    let t0 = std::time::Instant::now();
+    while !staging.exists() && t0.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    staging
 }
