@@ -2,7 +2,7 @@
 //! correlated latent — a 300-long latent AR(1) series observed with noise — against the exact
 //! log-likelihood by the Kalman filter: the polished estimate at the maximum, never a silent
 //! fallback, and standard errors within their own reported Monte Carlo error of the reference
-//! (the observed information by differences of the exact log-likelihood, at the same θ).
+//! (the observed information by differences of the exact log-likelihood at the maximum).
 
 mod common;
 use common::state_space::{Analytic, StateSpace};
@@ -25,7 +25,8 @@ fn fit<M: LatentModel<f64>>(model: &M, seed: u64) -> EmTrace {
 #[test]
 fn ten_seeds_of_a_long_correlated_latent_fit_to_the_maximum() {
     let mut near = 0;
-    let mut se_ok = [0usize; 3];
+    // How many reported errors each se is from the reference, over all seeds and parameters.
+    let mut z = Vec::new();
     eprintln!("seed | gap (nats) | max |error|/se | se ± its error vs reference | M-steps | s");
     for seed in 0..10u64 {
         let data = StateSpace::simulate(1, LEN, &truth(), 100 + seed);
@@ -50,24 +51,19 @@ fn ten_seeds_of_a_long_correlated_latent_fit_to_the_maximum() {
             rhat < sagd::em::CHAIN_RHAT_LIMIT,
             "seed {seed}: R-hat {rhat}"
         );
-        // The reference where the information was taken (the last Newton point, within Monte
-        // Carlo error of the maximum): the error reported is that of the se at this θ.
-        let reference = data.reference_se(&info.theta);
+        // The information is taken at the answer (or within `SE_STEP` of it), and its error
+        // counts how far the answer's own Monte Carlo error moves the standard errors: so the
+        // reference is the maximum's.
+        let reference = data.reference_se(&mle);
         let err = (0..3)
             .map(|j| (answer.estimate[j] - mle[j]).abs() / answer.se[j])
             .fold(0.0, f64::max);
         let mut row = String::new();
-        for j in 0..3 {
-            // Within twice the reported error: a 95% interval, if the error is right.
-            let ok = (info.se[j] - reference[j]).abs() <= 2.0 * info.se_error[j];
-            se_ok[j] += usize::from(ok);
-            row += &format!(
-                " {:.4} ± {:.4} vs {:.4}{} |",
-                info.se[j],
-                info.se_error[j],
-                reference[j],
-                if ok { "" } else { " (out)" }
-            );
+        for ((se, error), r) in info.se.iter().zip(&info.se_error).zip(&reference) {
+            let zj = (se - r) / error;
+            z.push(zj);
+            let out = if zj.abs() <= 2.0 { "" } else { " (out)" };
+            row += &format!(" {se:.4} ± {error:.4} vs {r:.4}{out} |");
         }
         eprintln!(
             "{seed} | {gap:.4} | {err:.2} |{row} {} | {secs:.1}",
@@ -75,12 +71,19 @@ fn ten_seeds_of_a_long_correlated_latent_fit_to_the_maximum() {
         );
     }
     assert!(near >= 9, "within 0.05 nats of the maximum in {near} of 10");
-    for (j, ok) in se_ok.iter().enumerate() {
-        assert!(
-            *ok >= 8,
-            "se of θ{j} within 2 reported errors in {ok} of 10"
-        );
-    }
+    // Errors that are honest make these ratios about t with 9 degrees of freedom (a jackknife
+    // over 10 batches): an rms of 1.13. Over seeds 0-20 (63 ratios) it is now 1.24, 1.43 on these
+    // 30: the reported errors are a little small still (the standard errors' slope along the
+    // answer's error is read from one other point). Before the information was taken at or near
+    // the answer it was 3.18 here, reaching 10.6 errors. An rms above 1.5 or one ratio beyond 4
+    // is a regression.
+    let rms = (z.iter().map(|v| v * v).sum::<f64>() / z.len() as f64).sqrt();
+    let worst = z.iter().fold(0.0f64, |w, v| w.max(v.abs()));
+    eprintln!("se against the maximum's, in reported errors: rms {rms:.2}, worst {worst:.2}");
+    assert!(
+        rms <= 1.5 && worst <= 4.0,
+        "se from the maximum's in reported errors: rms {rms:.2}, worst {worst:.2}"
+    );
 }
 
 #[test]

@@ -217,11 +217,10 @@ fn a_polish_from_the_maximum_stays_near_it() {
             let pol = polish(&derived, &mle, &PolishSettings::default(), seed).unwrap();
             let model = &derived.0;
             let l_max = model.loglik(&mle);
-            let info = &pol.information;
-            let whole: Vec<f64> = info
-                .theta
+            let whole: Vec<f64> = pol
+                .last_point
                 .iter()
-                .zip(&info.newton_step)
+                .zip(&pol.last_step)
                 .map(|(t, d)| t + d)
                 .collect();
             (

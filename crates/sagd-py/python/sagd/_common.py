@@ -130,8 +130,8 @@ class FitResult:
         converged: whether EM's own stopping rule was met before the polish.
         msteps: M-steps run.
         path: theta after every update (rows).
-        se_at: the theta where the information behind ``se`` was taken (the last Newton point,
-            within the Monte Carlo error of ``estimate``).
+        se_at: the theta where the information behind ``se`` was taken (``estimate``, or a
+            point within 0.1 standard errors of it; ``se_error`` counts the difference).
         chain_rhat: with several chains per point, the largest R-hat of a point's score.
         warning: set when the standard errors are less precise than 10 %, or chains disagree.
     """

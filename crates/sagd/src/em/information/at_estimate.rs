@@ -1,0 +1,145 @@
+//! The standard errors of a polished estimate, taken at the estimate itself, with the error that
+//! the estimate's own Monte Carlo error puts into them.
+//!
+//! The information changes with θ faster than a Newton step's size suggests: on a 300-long latent
+//! AR(1) series, a point 0.24 standard errors from the maximum had a standard error 5.5% away from
+//! the maximum's, six times its own Monte Carlo error. So the polish takes the information again
+//! at its answer, and the two informations, at the last Newton point and at the answer, measure
+//! how fast the standard errors move with θ; the answer's own Monte Carlo error (about `radius`
+//! standard errors from the maximum) moves them by that much more, which the error reported for
+//! them then includes.
+
+use super::parts::louis_parts;
+use super::{Information, LouisSettings};
+use crate::error::Result;
+use crate::model::LatentModel;
+
+/// The information at `estimate` from a fresh run of `louis`'s chains, with its `se_error`
+/// widened by [`widened_errors`] against `step`, the information at the last Newton point;
+/// `radius` is the estimate's expected distance from the maximum in standard errors,
+/// √tr(I Σ) with Σ the last step's Monte Carlo covariance. `Ok(None)` when the information is not
+/// positive definite there.
+pub(super) fn information_at<M: LatentModel<f64>>(
+    model: &M,
+    estimate: &[f64],
+    step: &Information,
+    radius: f64,
+    louis: &LouisSettings,
+    seed: u64,
+) -> Result<Option<Information>> {
+    let Ok(mut info) = louis_parts(model, estimate, louis, seed)?.into_information(estimate) else {
+        return Ok(None);
+    };
+    widen(&mut info, step, radius);
+    Ok(Some(info))
+}
+
+/// `info`'s `se_error` widened by [`widened_errors`] against `before`, for an answer `radius`
+/// standard errors from where `info` was taken.
+pub(super) fn widen(info: &mut Information, before: &Information, radius: f64) {
+    if !info.se_error.is_empty() && !before.se_error.is_empty() {
+        let apart = mahalanobis(&info.matrix, &info.theta, &before.theta);
+        info.se_error = widened_errors(
+            (&info.se, &info.se_error),
+            (&before.se, &before.se_error),
+            apart,
+            radius,
+        );
+    }
+}
+
+/// Of `taken`, the information farthest from `estimate` within `reach` standard errors (in its
+/// own metric), or, when none is that near, the nearest.
+pub(super) fn farthest_within<'a>(
+    taken: &'a [Information],
+    estimate: &[f64],
+    reach: f64,
+) -> Option<&'a Information> {
+    let apart = |i: &Information| mahalanobis(&i.matrix, estimate, &i.theta);
+    let within = taken
+        .iter()
+        .filter(|i| apart(i) <= reach)
+        .max_by(|a, b| apart(a).total_cmp(&apart(b)));
+    within.or_else(|| taken.iter().min_by(|a, b| apart(a).total_cmp(&apart(b))))
+}
+
+/// √(Δᵀ I Δ), Δ = a − b: how many standard errors apart `a` and `b` are in the metric of `info`.
+pub(super) fn mahalanobis(info: &[Vec<f64>], a: &[f64], b: &[f64]) -> f64 {
+    let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+    let q: f64 = info
+        .iter()
+        .zip(&d)
+        .map(|(row, dj)| dj * row.iter().zip(&d).map(|(v, dk)| v * dk).sum::<f64>())
+        .sum();
+    q.max(0.0).sqrt()
+}
+
+/// The errors of the standard errors `(se, error)` taken at the estimate, widened by how far the
+/// estimate's own Monte Carlo error moves them: each standard error's rate of change with θ is
+/// its change from `before` (taken `apart` standard errors away), less what the two errors
+/// explain, over that distance; over the estimate's `radius` it moves by that rate times
+/// `radius`, in
+/// whichever direction the estimate's error lies (the rate along one direction stands for the
+/// rate along a random one: √p times larger in the gradient's own direction, √p times smaller
+/// in that of a random unit vector). Two points nearer than `radius` cannot tell the slope from
+/// their noise: then their whole difference is taken as the change over the radius (an upper
+/// bound, not a slope read from noise over a short distance).
+pub(super) fn widened_errors(
+    (se, error): (&[f64], &[f64]),
+    (se_before, error_before): (&[f64], &[f64]),
+    apart: f64,
+    radius: f64,
+) -> Vec<f64> {
+    let over = apart.max(radius);
+    se.iter()
+        .zip(error)
+        .zip(se_before.iter().zip(error_before))
+        .map(|((s, e), (b, eb))| {
+            let moved = if apart >= radius {
+                ((s - b).powi(2) - e * e - eb * eb).max(0.0)
+            } else {
+                (s - b).powi(2)
+            };
+            let rate2 = if over > 0.0 {
+                moved / (over * over)
+            } else {
+                0.0
+            };
+            (e * e + rate2 * radius * radius).sqrt()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_standard_errors_elsewhere_leave_the_error_as_it_was() {
+        let w = widened_errors((&[1.0], &[0.01]), (&[1.0], &[0.01]), 1.0, 0.1);
+        assert!((w[0] - 0.01).abs() < 1e-15);
+        // A change within the two errors, over more than the radius, is noise: not a rate.
+        let w = widened_errors((&[1.0], &[0.01]), (&[1.012], &[0.01]), 0.2, 0.1);
+        assert!((w[0] - 0.01).abs() < 1e-15);
+    }
+
+    #[test]
+    fn a_standard_error_that_moves_with_theta_widens_its_error_by_the_rate_times_the_radius() {
+        // 0.05 apart over 0.5 standard errors, errors 0.003: a rate of √(0.05² − 2·0.003²)/0.5,
+        // over a radius 0.1.
+        let w = widened_errors((&[1.0], &[0.003]), (&[1.05], &[0.003]), 0.5, 0.1);
+        let rate = (0.05f64.powi(2) - 2.0 * 0.003f64.powi(2)).sqrt() / 0.5;
+        let want = (0.003f64.powi(2) + (rate * 0.1).powi(2)).sqrt();
+        assert!((w[0] - want).abs() < 1e-15, "{} vs {want}", w[0]);
+        // Nearer than the radius: the whole change, noise and all, not a steeper rate.
+        let w = widened_errors((&[1.0], &[0.003]), (&[1.004], &[0.003]), 0.01, 0.1);
+        assert!((w[0] - (0.003f64.powi(2) + 0.004f64.powi(2)).sqrt()).abs() < 1e-15);
+    }
+
+    #[test]
+    fn standard_errors_apart_in_the_informations_metric() {
+        let info = vec![vec![4.0, 0.0], vec![0.0, 1.0]];
+        let d = mahalanobis(&info, &[1.5, 2.0], &[1.0, 2.0]);
+        assert!((d - 1.0).abs() < 1e-15);
+    }
+}
