@@ -19,6 +19,8 @@ use super::mstep::ChainStep;
 mod at_estimate;
 mod parts;
 
+use at_estimate::se_imprecision;
+pub use at_estimate::{SE_STEP, SLOPE_REACH};
 pub(crate) use parts::spd_inverse;
 pub use parts::CHAIN_RHAT_LIMIT;
 use parts::{louis_parts, score_parts};
@@ -257,11 +259,11 @@ pub struct Polished {
     /// The whole last step's Monte Carlo standard errors, √diag(I⁻¹ C I⁻¹) with C the score's
     /// Monte Carlo covariance: how far the maximum may lie from the estimate on that account.
     pub mc_se: Vec<f64>,
-    /// The information at `estimate`, taken there after the last step: its `se` are the
-    /// estimate's standard errors, its `wald95` intervals are centred on `estimate`, and its
-    /// `se_error` also counts how far the estimate's own Monte Carlo error (`mc_se`) moves the
-    /// standard errors. Where it is not positive definite there, the last point's, and
-    /// `se_warning` says so; [`Information::theta`] says where it was taken.
+    /// The information behind the estimate's standard errors: taken again at `estimate`, or the
+    /// last point's where that lies within [`SE_STEP`] of it ([`Information::theta`] says
+    /// which). Its `wald95` intervals are centred on `estimate`, and its `se_error` also counts
+    /// how far the estimate's own Monte Carlo error (`mc_se`) moves the standard errors. Where
+    /// it is not positive definite at `estimate`, the last point's, and `se_warning` says so.
     pub information: Information,
     /// The estimated gap ½ ∇ℓᵀ I⁻¹ ∇ℓ, less its noise part, at each point visited (NaN where I
     /// was not positive definite and an EM-gradient step was taken instead).
@@ -357,37 +359,13 @@ pub fn step_fraction(score: &[f64], score_cov: &[Vec<f64>]) -> f64 {
 
 /// How near the maximum (in gap tolerances) a point must be for [`polish`] to keep its
 /// information for the next point, estimating only the score there: a whole Newton step from
-/// there moves θ by about √(2·gap) standard errors (0.2 at twice the default tolerance), too
-/// little to change the information beyond its own Monte Carlo error.
+/// there moves θ by about √(2·gap) standard errors (0.2 at twice the default tolerance), where
+/// the information, a few percent off at most, still gives the step; the standard errors are
+/// the answer's own ([`SE_STEP`]).
 pub const LAG_GAP: f64 = 2.0;
-
-/// How far (in standard errors) from the answer the last point's information may be for
-/// [`polish`] to keep it for the standard errors (its error widened by their slope, read from
-/// another point's information); farther, or with no other point, the information is taken
-/// again at the answer (on a 300-long latent series, 0.24 standard
-/// errors moved one standard error by 5.5%).
-pub const SE_STEP: f64 = 0.1;
-
-/// How far (in standard errors) from the answer an information taken on the way may be for
-/// [`polish`] to read the standard errors' slope from it (the farthest within this reach): near
-/// points give the slope only through the noise of both, far ones through the curvature.
-pub const SLOPE_REACH: f64 = 1.0;
 
 /// The relative Monte Carlo error of the standard errors that [`polish`] aims for.
 pub const SE_PRECISION: f64 = 0.1;
-
-/// The largest ratio of a standard error's Monte Carlo error to the standard error (∞ when it
-/// has none).
-fn se_imprecision(info: &Information) -> f64 {
-    if info.se_error.is_empty() {
-        return f64::INFINITY;
-    }
-    info.se
-        .iter()
-        .zip(&info.se_error)
-        .map(|(se, e)| e / se)
-        .fold(0.0, f64::max)
-}
 
 /// [`polish`], tried again after a failure (an information that is not positive definite is most
 /// often noise) with fresh streams and twice the draws, up to `attempts` times in all: the
@@ -430,7 +408,6 @@ pub fn polish<M: LatentModel<f64>>(
     s: &PolishSettings,
     seed: u64,
 ) -> Result<Polished> {
-    let p = theta.len();
     let mut at = theta.to_vec();
     let mut gaps = Vec::new();
     let mut louis = s.louis;
@@ -555,31 +532,12 @@ pub fn polish<M: LatentModel<f64>>(
                 .zip(&info.newton_step)
                 .map(|(t, d)| t + shrink * d)
                 .collect();
-            let mut warnings = Vec::new();
-            // The standard errors at the answer, not at the point the step was taken from. The
-            // answer is about √(2·gap_noise) standard errors from the maximum whatever part of
-            // the step it took (a step not taken was that much noise).
-            let radius = (2.0 * info.gap_noise).max(0.0).sqrt();
-            let again = LouisSettings { draws, ..louis };
-            let seed = stream_seed(seed, (s.max_steps + SE_DOUBLINGS + 1) as u64);
             let step_info = info.clone();
-            let apart = at_estimate::mahalanobis(&info.matrix, &estimate, &info.theta);
-            let before = at_estimate::farthest_within(&taken, &estimate, SLOPE_REACH)
-                .filter(|b| b.theta != info.theta);
-            if let Some(b) = before.filter(|_| apart <= SE_STEP) {
-                // Near enough: these standard errors, their error widened by the slope read
-                // from the farthest information on the way, over both distances.
-                at_estimate::widen(&mut info, b, apart.hypot(radius));
-            } else {
-                // Farther, or no other information to read the slope from.
-                let b = before.unwrap_or(&step_info);
-                match at_estimate::information_at(model, &estimate, b, radius, &again, seed)? {
-                    Some(there) => info = there,
-                    None => warnings.push(format!(
-                        "the information at the estimate is not positive definite; the standard errors are those of the last Newton point, {apart:.2} standard errors from it"
-                    )),
-                }
-            }
+            let seed = stream_seed(seed, (s.max_steps + SE_DOUBLINGS + 1) as u64);
+            let again = LouisSettings { draws, ..louis };
+            let (mut info, warning) =
+                at_estimate::answer_information(model, &estimate, info, &taken, &again, seed)?;
+            let mut warnings: Vec<String> = warning.into_iter().collect();
             // The answer is `estimate`, so its intervals are centred there.
             info.wald95 = parts::wald95(&estimate, &info.se);
             let imprecision = se_imprecision(&info);
@@ -606,19 +564,7 @@ pub fn polish<M: LatentModel<f64>>(
                 ));
             }
             let se_warning = (!warnings.is_empty()).then(|| warnings.join("; "));
-            // The last step's noise, from the point it was taken at.
-            let inv = spd_inverse(&step_info.matrix).unwrap_or_else(|| vec![vec![f64::NAN; p]; p]);
-            let mc_se = (0..p)
-                .map(|j| {
-                    let mut v = 0.0;
-                    for a in 0..p {
-                        for b in 0..p {
-                            v += inv[j][a] * step_info.score_cov[a][b] * inv[b][j];
-                        }
-                    }
-                    v.max(0.0).sqrt()
-                })
-                .collect();
+            let mc_se = at_estimate::step_mc_se(&step_info);
             return Ok(Polished {
                 last_point: at,
                 last_step: step_info.newton_step.clone(),
