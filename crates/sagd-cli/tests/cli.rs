@@ -3,7 +3,7 @@
 //! `debias.rs`, `mnist.rs`, `reproduce.rs`, `glmm.rs`).
 
 mod common;
-use common::sagd;
+use common::{refused, sagd};
 
 #[test]
 fn bench_kernel_prints_a_json_table() {
@@ -41,22 +41,13 @@ fn bench_kernel_prints_a_json_table() {
 
 #[test]
 fn bad_flags_fail_with_a_message() {
-    let o = sagd()
-        .args(["bench", "kernel", "--schemes", "verlet"])
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = refused(sagd().args(["bench", "kernel", "--schemes", "verlet"]));
     assert!(
         err.contains("unknown scheme `verlet`") && err.contains("euler, obabo, baoab, ubu"),
         "{err}"
     );
-    let o = sagd()
-        .args(["--threads", "0", "bench", "kernel"])
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--threads must be at least 1"));
+    let err = refused(sagd().args(["--threads", "0", "bench", "kernel"]));
+    assert!(err.contains("--threads must be at least 1"));
     for (args, says) in [
         (
             &["bench", "debias", "--dist", "gamma"][..],
@@ -67,9 +58,7 @@ fn bad_flags_fail_with_a_message() {
             "the 1-D cases",
         ),
     ] {
-        let o = sagd().args(args).output().unwrap();
-        assert!(!o.status.success());
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = refused(sagd().args(args));
         assert!(err.contains(says), "{err}");
     }
     // Chains that cannot fit in memory: before, the allocation aborted the process (rc 134).

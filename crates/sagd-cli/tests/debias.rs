@@ -3,7 +3,7 @@
 //! the output folder kept whole when a run is killed (and its lock).
 
 mod common;
-use common::{copy_dir, json, sagd, without_timings, E2_SHORT};
+use common::{copy_dir, json, refused, sagd, without_timings, E2_SHORT};
 
 const SMALL: [&str; 10] = [
     "--pretrain-iters",
@@ -160,37 +160,30 @@ fn debias_rejects_bad_input() {
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, "1.0\nNaN\n").unwrap();
     let out = dir.path().join("o");
-    let o = sagd()
-        .args(["debias", "--quiet", "--noise-sd", "1", "--data"])
-        .arg(&bad)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("line 2"));
+    let err = refused(
+        sagd()
+            .args(["debias", "--quiet", "--noise-sd", "1", "--data"])
+            .arg(&bad)
+            .arg("--out")
+            .arg(&out),
+    );
+    assert!(err.contains("line 2"));
     assert!(!out.join("result.json").exists());
     // The noise's sd is the user's to state: not taken as 1 in silence, and not taken without
     // data. Nothing is written either way.
     let good = dir.path().join("good.csv");
     std::fs::write(&good, "1.0\n2.0\n0.5\n").unwrap();
-    let o = sagd()
-        .args(["debias", "--quiet", "--data"])
-        .arg(&good)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = refused(
+        sagd()
+            .args(["debias", "--quiet", "--data"])
+            .arg(&good)
+            .arg("--out")
+            .arg(&out),
+    );
     assert!(err.contains("--data needs --noise-sd"), "{err}");
     assert!(!out.exists());
-    let o = sagd()
-        .args(["debias", "--quiet", "--noise-sd", "0.5"])
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--data"));
+    let err = refused(sagd().args(["debias", "--quiet", "--noise-sd", "0.5"]));
+    assert!(err.contains("--data"));
 }
 
 #[test]
@@ -480,32 +473,31 @@ fn sagd_presets_set_their_schedules_and_flags_override_them() {
     assert_eq!(mine["method"]["sagd"]["step_size"], 0.05);
     assert_eq!(mine["method"]["sagd"]["schedule"]["growth"], 0.0);
     // Exponents that would grow δ or shrink K are refused by name.
-    let o = sagd()
-        .args([
-            "debias",
-            "--dist",
-            "normal",
-            "--methods",
-            "sagd",
-            "--reps",
-            "1",
-            "--n",
-            "50",
-        ])
-        .args([
-            "--pretrain-epochs",
-            "1",
-            "--finetune-epochs",
-            "1",
-            "--sagd-delta-decay",
-            "-1",
-        ])
-        .arg("--out")
-        .arg(tempfile::tempdir().unwrap().path())
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("sagd schedule"));
+    let err = refused(
+        sagd()
+            .args([
+                "debias",
+                "--dist",
+                "normal",
+                "--methods",
+                "sagd",
+                "--reps",
+                "1",
+                "--n",
+                "50",
+            ])
+            .args([
+                "--pretrain-epochs",
+                "1",
+                "--finetune-epochs",
+                "1",
+                "--sagd-delta-decay",
+                "-1",
+            ])
+            .arg("--out")
+            .arg(tempfile::tempdir().unwrap().path()),
+    );
+    assert!(err.contains("sagd schedule"));
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! the output folder kept whole when a run fails.
 
 mod common;
-use common::{json, sagd};
+use common::{json, refused, sagd};
 
 #[test]
 fn em_writes_its_result_and_figures() {
@@ -89,13 +89,12 @@ fn em_resumes_from_its_checkpoint_to_the_same_result() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let second = json(&out.join("result.json"));
     assert_eq!(first["sagd"], second["sagd"]);
-    let o = sagd()
-        .args(["em", "--quiet", "--resume", "--out"])
-        .arg(dir.path().join("none"))
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("no checkpoint"));
+    let err = refused(
+        sagd()
+            .args(["em", "--quiet", "--resume", "--out"])
+            .arg(dir.path().join("none")),
+    );
+    assert!(err.contains("no checkpoint"));
 }
 
 #[test]
@@ -205,15 +204,13 @@ fn em_rejects_bad_data_and_writes_nothing() {
     let good = dir.path().join("two.csv");
     std::fs::write(&good, "a,b\n1,2\n3,4\n").unwrap();
     let bad_column = |col: &str| {
-        let o = sagd()
-            .args(["em", "--quiet", "--column", col, "--data"])
-            .arg(&good)
-            .arg("--out")
-            .arg(dir.path().join("c"))
-            .output()
-            .unwrap();
-        assert!(!o.status.success());
-        String::from_utf8_lossy(&o.stderr).to_string()
+        refused(
+            sagd()
+                .args(["em", "--quiet", "--column", col, "--data"])
+                .arg(&good)
+                .arg("--out")
+                .arg(dir.path().join("c")),
+        )
     };
     assert!(bad_column("c").contains("no column named `c`"));
     assert!(bad_column("3").contains("no column 3"));

@@ -2,7 +2,7 @@
 //! input, the timed phases.
 
 mod common;
-use common::{json, sagd, MNIST_SMALL};
+use common::{failed, json, sagd, MNIST_SMALL};
 
 /// `sagd mnist` on a few hundred images, into `out`.
 fn mnist_small(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
@@ -37,7 +37,7 @@ fn mnist_writes_its_result_and_figures_and_resumes() {
     let out2 = dir.path().join("resumed");
     let cache = dir.path().join("cache2");
     let cache = cache.to_str().unwrap();
-    let o = mnist_small(
+    let err = failed(&mnist_small(
         &out2,
         &[
             "--checkpoint-every",
@@ -47,9 +47,8 @@ fn mnist_writes_its_result_and_figures_and_resumes() {
             "--pretrained-cache",
             cache,
         ],
-    );
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--resume"));
+    ));
+    assert!(err.contains("--resume"));
     let mut runs = 0;
     loop {
         let o = mnist_small(
@@ -80,16 +79,12 @@ fn mnist_rejects_bad_data_and_settings() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("mnist");
     let missing = dir.path().join("no-such-folder");
-    let o = mnist_small(&out, &["--data", missing.to_str().unwrap()]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = failed(&mnist_small(&out, &["--data", missing.to_str().unwrap()]));
     assert!(
         err.contains("no-such-folder") && err.contains("train-images"),
         "{err}"
     );
-    let o = mnist_small(&out, &["--gamma", "0"]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = failed(&mnist_small(&out, &["--gamma", "0"]));
     assert!(err.contains("gamma") && err.contains("friction"), "{err}");
     // No evaluation would be a table of NaN, no step no SAGD: both refused.
     for (flag, needle) in [("--eval-n", "eval_n"), ("--steps", "steps")] {

@@ -2,7 +2,7 @@
 //! resuming, the estimate of a resumed run.
 
 mod common;
-use common::{json, sagd};
+use common::{json, refused, sagd};
 
 /// Ctrl-C during `sagd reproduce` ends it with exit code 130 and says how to resume.
 #[test]
@@ -148,22 +148,21 @@ fn reproduce_writes_one_report_and_survives_a_failing_experiment() {
 
     // One experiment fails: the others are there, the report says why, the exit status is not 0.
     let bad = dir.path().join("bad");
-    let o = sagd()
-        .args([
-            "reproduce",
-            "--tiny",
-            "--quiet",
-            "--only",
-            "e1,e2",
-            "--fail",
-            "e2-exp",
-            "--out",
-        ])
-        .arg(&bad)
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("1 experiment(s) failed"));
+    let err = refused(
+        sagd()
+            .args([
+                "reproduce",
+                "--tiny",
+                "--quiet",
+                "--only",
+                "e1,e2",
+                "--fail",
+                "e2-exp",
+                "--out",
+            ])
+            .arg(&bad),
+    );
+    assert!(err.contains("1 experiment(s) failed"));
     let v = json(&bad.join("results.json"));
     for e in v["experiments"].as_array().unwrap() {
         let failed = e["name"] == "e2-exp";

@@ -1,11 +1,26 @@
 //! What the binary's test files share.
 #![allow(dead_code)]
 
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// The binary under test.
 pub fn sagd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sagd"))
+}
+
+/// The standard error of a run that must have failed (its output shown if it did not).
+pub fn failed(o: &Output) -> String {
+    assert!(
+        !o.status.success(),
+        "the run should have failed; it printed {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs `command`, which must fail, and gives its standard error.
+pub fn refused(command: &mut Command) -> String {
+    failed(&command.output().unwrap())
 }
 
 /// A short E2 replication whose checkpoints fall mid fine-tuning (`--interrupt-after 13` with
