@@ -12,9 +12,11 @@ use crate::real::{sum_map, Real};
 
 mod check;
 mod derived;
+mod reverse;
 
 pub use check::{check_gradients, GradientCheck, Worst};
-pub use derived::{Derived, LogJoint, Scalar};
+pub use derived::{Derived, LogJoint, Scalar, REVERSE_FROM};
+pub use reverse::Rev;
 
 /// Log densities of a batch of chains, with gradients.
 ///
