@@ -413,6 +413,7 @@ fn result_json(
             "estimate_mc_se": t.final_estimate().se,
             "msteps": t.msteps.len(),
             "converged": t.converged,
+            "handover_rate": t.handover_rate,
             "langevin_steps": t.langevin_steps,
             "polished": t.polished,
         }),

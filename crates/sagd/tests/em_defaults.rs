@@ -8,7 +8,7 @@ use rand_distr::{Distribution, Poisson, StandardNormal};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 mod common;
-use common::em::{fits_with_the_defaults, gap, run};
+use common::em::{fits_with_the_defaults_from_seed, gap, run};
 use sagd::em::{EmSettings, StopRule};
 use sagd::langevin::Scheme;
 use sagd::model::{Derived, LogJoint, Scalar};
@@ -56,8 +56,12 @@ fn the_defaults_fit_poisson_counts_in_the_hundreds() {
     let mean = model.0.x.iter().sum::<f64>() / 200.0;
     assert!(mean > 200.0);
     // From the log of the mean count, and not from b = 0: ℓ is even in b (z and −z are equally
-    // likely), so b = 0 is a saddle that EM leaves only as fast as noise pushes it.
-    fits_with_the_defaults("Poisson", &model, &[mean.ln(), 1.0], &[5.0, 0.5]);
+    // likely), so b = 0 is a saddle that EM leaves only as fast as noise pushes it. From b = 1,
+    // ℓ is convex in b (no Newton step): with steps sized by the complete-data information
+    // alone, seeds 2 and 3 ended their polish 47 nats below the maximum.
+    for seed in 1..=3 {
+        fits_with_the_defaults_from_seed("Poisson", &model, &[mean.ln(), 1.0], &[5.0, 0.5], seed);
+    }
 }
 
 #[test]

@@ -48,6 +48,7 @@ pub(super) fn result_json(
             "estimate_se": r.em.estimate_se,
             "estimate_loglik": r.estimate_loglik,
             "converged": r.em.converged,
+            "handover_rate": r.em.handover_rate,
             "msteps": r.em.msteps,
             "langevin_steps": r.em.langevin_steps,
             "backoffs": r.em.backoffs,
@@ -107,10 +108,13 @@ pub(super) fn summary(
         s.seed,
         r.em.msteps.len(),
         em.updates_per_mstep,
-        match (em.stopping.is_some(), r.em.converged) {
-            (false, _) => "",
-            (true, true) => " (stopping rule met)",
-            (true, false) => " (stopping rule NOT met: raise --max-msteps)",
+        match (em.stopping.is_some(), r.em.converged, r.em.handover_rate) {
+            (false, _, _) => String::new(),
+            (true, true, _) => " (stopping rule met)".to_string(),
+            (true, false, Some(rate)) => format!(
+                " (EM slow, each M-step repeating {rate:.2} of the last: handed to the polish)"
+            ),
+            (true, false, None) => " (stopping rule NOT met: raise --max-msteps)".to_string(),
         }
     );
     println!("{:12} {:>10} {:>10} {:>12}", "", "a", "b", "loglik");

@@ -134,6 +134,8 @@ class FitResult:
             point within 0.1 standard errors of it; ``se_error`` counts the difference).
         chain_rhat: with several chains per point, the largest R-hat of a point's score.
         warning: set when the standard errors are less precise than 10 %, or chains disagree.
+        handover_rate: EM's rate per M-step when EM, being slow, handed its estimate to the
+            polish before its stopping rule held (None when it ran to its rule or its cap).
     """
 
     estimate: np.ndarray
@@ -149,6 +151,7 @@ class FitResult:
     chain_rhat: Optional[float] = None
     warning: Optional[str] = None
     names: List[str] = field(default_factory=list)
+    handover_rate: Optional[float] = None
 
     @classmethod
     def _of(cls, d: Dict[str, Any], names: Optional[Sequence[str]] = None) -> "FitResult":
@@ -167,6 +170,7 @@ class FitResult:
             chain_rhat=d.get("chain_rhat"),
             warning=d.get("se_warning"),
             names=list(names) if names is not None else [f"theta[{j}]" for j in range(p)],
+            handover_rate=d.get("handover_rate"),
         )
 
     def _rows(self) -> List[Tuple[str, float, float, float, float]]:

@@ -106,6 +106,41 @@ impl StopRule {
     }
 }
 
+/// EM's rate of convergence above which automated EM hands its estimate to the polish (when the
+/// settings have one) before its stopping rule holds: each M-step then covers less than half of
+/// the distance left, where a Newton step on ℓ covers it all.
+pub const HANDOVER_RATE: f64 = 0.5;
+
+/// M-steps EM runs at least before it may hand over: the first moves from θ₀ say nothing of the
+/// rate, and the rate needs two ratios of steps.
+pub const HANDOVER_AFTER: usize = 4;
+
+/// EM's rate over the last M-steps, from their tail means m_k: with Δ_k = m_k − m_{k−1}, the
+/// ratios r_k = Δ_k·Δ_{k−1} / |Δ_{k−1}|² (how much of the previous step the next one repeats;
+/// EM's iterates near a maximum approach it as Δ_k ≈ R Δ_{k−1}). `Some(rate)`, the smaller of the
+/// last two ratios, when there are [`HANDOVER_AFTER`] M-steps or more and both are at least
+/// [`HANDOVER_RATE`]; otherwise `None` (EM is fast, or its steps are noise that cancels).
+pub fn slow_rate(tail_means: &[Vec<f64>]) -> Option<f64> {
+    let k = tail_means.len();
+    if k < HANDOVER_AFTER.max(3) {
+        return None;
+    }
+    let step = |i: usize| -> Vec<f64> {
+        tail_means[i]
+            .iter()
+            .zip(&tail_means[i - 1])
+            .map(|(a, b)| a - b)
+            .collect()
+    };
+    let ratio = |i: usize| -> f64 {
+        let (now, before) = (step(i), step(i - 1));
+        let along: f64 = now.iter().zip(&before).map(|(a, b)| a * b).sum();
+        along / before.iter().map(|b| b * b).sum::<f64>()
+    };
+    let rate = ratio(k - 1).min(ratio(k - 2));
+    (rate >= HANDOVER_RATE).then_some(rate)
+}
+
 /// Settings of automated EM.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct EmSettings {
@@ -302,6 +337,10 @@ pub struct EmTrace {
     /// Polishing attempts made (each after a failure with fresh streams and twice the draws).
     #[serde(default)]
     pub polish_attempts: usize,
+    /// EM's rate per M-step ([`slow_rate`]) when EM handed its estimate to the polish before its
+    /// stopping rule held, because it was slow; `None` when it ran until its rule or its cap.
+    #[serde(default)]
+    pub handover_rate: Option<f64>,
     /// Whether the last M-step in the trace is still running (checkpoints only).
     in_mstep: bool,
     /// σ̂ of the current M-step's chains, with [`ChainStep::Adaptive`] (checkpoints only).
@@ -480,5 +519,47 @@ impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
             }
         }
         Ok(state.trace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tail means approaching (1, −2) as Δ_k = R Δ_{k−1}, with R the given rates along each axis.
+    fn approach(rates: [f64; 2], k: usize) -> Vec<Vec<f64>> {
+        (0..k)
+            .map(|i| {
+                vec![
+                    1.0 + 0.5 * rates[0].powi(i as i32),
+                    -2.0 - 0.3 * rates[1].powi(i as i32),
+                ]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn slow_rate_reads_em_s_rate_once_there_are_enough_m_steps() {
+        let slow = approach([0.7, 0.7], 6);
+        assert_eq!(slow_rate(&slow[..HANDOVER_AFTER - 1]), None);
+        let rate = slow_rate(&slow[..HANDOVER_AFTER]).expect("slow");
+        assert!((rate - 0.7).abs() < 1e-12, "{rate}");
+        // Fast EM keeps going to its stopping rule.
+        assert_eq!(slow_rate(&approach([0.3, 0.3], 6)), None);
+        // Along the slowest direction the rate is read once the faster one has died out.
+        let mixed = approach([0.2, 0.8], 8);
+        assert_eq!(slow_rate(&mixed[..4]), None);
+        let rate = slow_rate(&mixed).expect("the slow direction remains");
+        assert!((rate - 0.8).abs() < 0.01, "{rate}");
+    }
+
+    #[test]
+    fn steps_that_are_noise_do_not_hand_over() {
+        // Iterates that jitter about a point: each step undoes the last (rate about −1/2).
+        let jitter: Vec<Vec<f64>> = [0.1, -0.05, 0.08, -0.1, 0.02, -0.07]
+            .iter()
+            .map(|&e| vec![1.0 + e, 2.0 - e])
+            .collect();
+        assert_eq!(slow_rate(&jitter), None);
     }
 }

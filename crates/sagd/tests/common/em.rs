@@ -46,7 +46,18 @@ pub fn fits_with_the_defaults<M: LatentModel<f64>>(
     theta0: &[f64],
     mle_start: &[f64],
 ) {
-    let (trace, backoffs) = run(model, EmSettings::default(), theta0, 1);
+    fits_with_the_defaults_from_seed(name, model, theta0, mle_start, 1);
+}
+
+/// [`fits_with_the_defaults`] with the run's seed.
+pub fn fits_with_the_defaults_from_seed<M: LatentModel<f64>>(
+    name: &str,
+    model: &M,
+    theta0: &[f64],
+    mle_start: &[f64],
+    seed: u64,
+) {
+    let (trace, backoffs) = run(model, EmSettings::default(), theta0, seed);
     assert_eq!(trace.polish_error, None);
     let answer = trace.final_estimate();
     assert_eq!(answer.status, sagd::em::EstimateStatus::Polished);
@@ -56,11 +67,15 @@ pub fn fits_with_the_defaults<M: LatentModel<f64>>(
         .map(|j| (estimate[j] - mle[j]).abs() / se[j])
         .fold(0.0, f64::max);
     eprintln!(
-        "{name}: {} M-steps (rule met: {}), estimate {estimate:.4?} ± {se:.4?} (Monte Carlo), MLE {mle:.4?}, gap {g:.5}, max |error|/se {err:.2}, back-offs {backoffs}, Langevin steps {:.4?}",
+        "{name}, seed {seed}: {} M-steps (rule met: {}, handed over at rate {:?}), estimate {estimate:.4?} ± {se:.4?} (Monte Carlo), MLE {mle:.4?}, gap {g:.5}, max |error|/se {err:.2}, back-offs {backoffs}, Langevin steps {:.4?}",
         trace.msteps.len(),
         trace.converged,
+        trace.handover_rate,
         trace.msteps.iter().map(|m| m.step_size.unwrap_or(f64::NAN)).collect::<Vec<_>>()
     );
-    assert!(g < 0.05, "{name}: log-likelihood gap {g}");
-    assert!(err < 4.0, "{name}: |estimate - MLE| / se = {err}");
+    assert!(g < 0.05, "{name}, seed {seed}: log-likelihood gap {g}");
+    assert!(
+        err < 4.0,
+        "{name}, seed {seed}: |estimate - MLE| / se = {err}"
+    );
 }

@@ -305,6 +305,52 @@ fn damped_direction(info: &[Vec<f64>], complete: &[Vec<f64>], score: &[f64]) -> 
     d.iter().all(|v| v.is_finite()).then_some(d)
 }
 
+/// The most times [`uphill_reach`] doubles a step.
+pub const REACH_DOUBLINGS: usize = 10;
+
+/// How far along `d` (in multiples of it, a power of 2 up to 2^[`REACH_DOUBLINGS`]) ℓ keeps
+/// rising from `theta`, by the sign of the score along `d` at 2, 4, 8, … times it: the first
+/// point where that slope is not above twice its Monte Carlo error ends the search, and the
+/// multiple before it is the reach (1 when the slope at 2 is already flat or falling, or its
+/// chains fail). Where ℓ is not concave the damped step is sized by the complete-data
+/// information, which can be hundreds of times the observed one (Poisson counts in the hundreds
+/// with the slope's information mostly missing): the step is then a sliver of the way, and each
+/// doubling costs one run of the score, not an information.
+fn uphill_reach<M: LatentModel<f64>>(
+    model: &M,
+    theta: &[f64],
+    d: &[f64],
+    louis: &LouisSettings,
+    seed: u64,
+) -> f64 {
+    let mut reach = 1.0;
+    for k in 0..REACH_DOUBLINGS {
+        let trial: Vec<f64> = theta
+            .iter()
+            .zip(d)
+            .map(|(t, v)| t + 2.0 * reach * v)
+            .collect();
+        let Ok(parts) = score_parts(model, &trial, louis, stream_seed(seed, 1 + k as u64)) else {
+            break;
+        };
+        let slope: f64 = parts.score.iter().zip(d).map(|(g, v)| g * v).sum();
+        let var: f64 = (0..d.len())
+            .map(|j| {
+                (0..d.len())
+                    .map(|k| d[j] * parts.score_cov[j][k] * d[k])
+                    .sum::<f64>()
+            })
+            .sum();
+        // A NaN slope (a failed run) ends the search too.
+        let uphill = slope > 2.0 * var.max(0.0).sqrt();
+        if !uphill {
+            break;
+        }
+        reach *= 2.0;
+    }
+    reach
+}
+
 /// About the Monte Carlo sd of a gap estimate `gap` whose noise part is `noise`: with a score
 /// g + e, e of covariance C, ½(g+e)ᵀI⁻¹(g+e) varies by the cross term (variance ≈ 4·gap·noise)
 /// and the quadratic one (≈ 2·noise² for a few parameters).
@@ -447,7 +493,8 @@ pub fn polish<M: LatentModel<f64>>(
                             iteration: step + 1,
                         },
                     )?;
-                    at.iter_mut().zip(&d).for_each(|(t, v)| *t += v);
+                    let reach = uphill_reach(model, &at, &d, &louis, point_seed);
+                    at.iter_mut().zip(&d).for_each(|(t, v)| *t += reach * v);
                     gaps.push(f64::NAN);
                     step += 1;
                     continue;
