@@ -305,7 +305,8 @@ fn damped_direction(info: &[Vec<f64>], complete: &[Vec<f64>], score: &[f64]) -> 
     d.iter().all(|v| v.is_finite()).then_some(d)
 }
 
-/// The most times [`uphill_reach`] doubles a step.
+/// The most times [`polish`] doubles its step where ℓ is not concave (extending it while the
+/// score along it stays positive).
 pub const REACH_DOUBLINGS: usize = 10;
 
 /// How far along `d` (in multiples of it, a power of 2 up to 2^[`REACH_DOUBLINGS`]) ℓ keeps
