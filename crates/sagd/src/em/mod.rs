@@ -122,7 +122,8 @@ pub const HANDOVER_AFTER: usize = 4;
 /// [`HANDOVER_RATE`]; otherwise `None` (EM is fast, or its steps are noise that cancels).
 pub fn slow_rate(tail_means: &[Vec<f64>]) -> Option<f64> {
     let k = tail_means.len();
-    if k < HANDOVER_AFTER.max(3) {
+    // Two ratios need four means.
+    if k < HANDOVER_AFTER.max(4) {
         return None;
     }
     let step = |i: usize| -> Vec<f64> {

@@ -13,9 +13,9 @@ use super::LatentModel;
 use crate::error::LogpError;
 
 /// The numbers a [`LogJoint`] is written over: `f64` (values), [`Dual64`] and its vector form
-/// (values with directional derivatives) and [`Rev`] (values on a tape). Arithmetic with `f64` constants, `exp`, `ln`, `powi`, `sqrt`, `ln_1p`,
-/// the trigonometric and hyperbolic functions come from [`DualNum`]; the special functions
-/// statistics needs are added here.
+/// (values with directional derivatives) and [`Rev`] (values on a tape). Arithmetic with `f64`
+/// constants, `exp`, `ln`, `powi`, `sqrt`, `ln_1p`, the trigonometric and hyperbolic functions
+/// come from [`DualNum`]; the special functions statistics needs are added here.
 pub trait Scalar: DualNum<Primitive = f64> + Copy + Send + Sync {
     /// ln Γ(x).
     fn ln_gamma(self) -> Self;
