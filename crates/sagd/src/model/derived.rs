@@ -105,8 +105,8 @@ fn gradient_lanes(
 }
 
 /// Latents of this many coordinates or more take reverse mode. On the state-space model's
-/// log p (`cargo bench -p sagd --bench derived`) a gradient by tape cost 1.5 times the dual
-/// numbers' at 16 coordinates and 0.8 times at 32; models with costlier functions (ln Γ, exp per
+/// log p (`cargo bench -p sagd --bench derived`) a gradient by tape cost 1.2 times the dual
+/// numbers' at 16 coordinates and 0.7 times at 32; models with costlier functions (ln Γ, exp per
 /// coordinate) gain from the tape earlier, since it evaluates them once.
 pub const REVERSE_FROM: usize = 24;
 
