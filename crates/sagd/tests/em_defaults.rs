@@ -125,3 +125,28 @@ fn a_polish_that_cannot_succeed_says_so_and_leaves_em_s_estimate_marked() {
     }
     assert_eq!(answer.estimate, &trace.estimate[..]);
 }
+
+#[test]
+fn a_polish_that_runs_out_of_steps_says_so() {
+    // Counts in the hundreds from b = 1, one M-step, and a polish of two Newton steps: about
+    // 80 nats below the maximum, two steps cannot reach it. The answer is the polish's, and
+    // its warning says that its gap estimate never fell below the tolerance.
+    let model = poisson(200, 5.5, 0.4, 3);
+    let mean = model.0.x.iter().sum::<f64>() / 200.0;
+    let mut settings = EmSettings {
+        max_msteps: 1,
+        stopping: None,
+        ..EmSettings::default()
+    };
+    if let Some(p) = settings.polish.as_mut() {
+        p.max_steps = 2;
+    }
+    let (trace, _) = run(&model, settings, &[mean.ln(), 1.0], 1);
+    let pol = trace
+        .polished
+        .as_ref()
+        .expect("the polish returns its estimate");
+    assert!(!pol.converged, "gaps {:?}", pol.gaps);
+    let warning = pol.se_warning.as_deref().unwrap_or_default();
+    assert!(warning.contains("used its 2 Newton steps"), "{warning:?}");
+}

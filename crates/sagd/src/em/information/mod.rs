@@ -277,8 +277,10 @@ pub struct Polished {
     pub gap_noise: f64,
     /// Whether the last gap was below the tolerance.
     pub converged: bool,
-    /// Why the standard errors are less precise than asked ([`SE_PRECISION`]), or a point's
-    /// chains disagree ([`CHAIN_RHAT_LIMIT`]), if so.
+    /// Why the answer needs care, if it does: the polish ran out of Newton steps before its gap
+    /// estimate fell below the tolerance (`converged` false), the standard errors are less
+    /// precise than asked ([`SE_PRECISION`]), or a point's chains disagree
+    /// ([`CHAIN_RHAT_LIMIT`]).
     #[serde(default)]
     pub se_warning: Option<String>,
 }
@@ -510,6 +512,15 @@ pub fn polish<M: LatentModel<f64>>(
                 warnings.push(format!(
                     "a point's chains disagree about its score (R-hat {r:.3} > {CHAIN_RHAT_LIMIT}): its posterior may have several modes, or the chains mix too slowly for these draws"
                 ));
+            }
+            if !converged {
+                warnings.insert(
+                    0,
+                    format!(
+                        "the polish used its {} Newton steps without its gap estimate falling below {} (last {:.4} nats beyond its noise, the noise part {:.4}): the estimate may lie below the maximum; run EM further or polish again from it",
+                        s.max_steps, s.gap_tol, gap, step_info.gap_noise
+                    ),
+                );
             }
             let se_warning = (!warnings.is_empty()).then(|| warnings.join("; "));
             let mc_se = at_estimate::step_mc_se(&step_info);
