@@ -410,6 +410,25 @@ mod tests {
         assert_eq!((y, g), (9.0, vec![6.0]));
     }
 
+    /// A panic in the function unwinds through the recording, which puts the thread's tape
+    /// back: the next gradient on this thread is right.
+    #[test]
+    fn a_panic_in_the_function_leaves_the_tape_usable() {
+        let mut out = [0.0];
+        let caught = std::panic::catch_unwind(|| {
+            let mut out = [0.0];
+            let _ = record_and_sweep(
+                &[2.0],
+                |x| -> Rev { panic!("in the model at {}", x[0]) },
+                &mut out,
+            );
+        });
+        assert!(caught.is_err());
+        assert!(CURRENT.with(|c| c.get()).is_null());
+        assert_eq!(record_and_sweep(&[3.0], |x| x[0] * x[0], &mut out), Ok(9.0));
+        assert_eq!(out, [6.0]);
+    }
+
     /// A gradient taken inside another's function works on its own inputs; the outer one's
     /// numbers used inside it fail it, and the outer gradient is unharmed.
     #[test]
