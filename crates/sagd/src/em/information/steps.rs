@@ -67,13 +67,7 @@ pub(super) fn uphill_reach<M: LatentModel<f64>>(
             break;
         };
         let slope: f64 = parts.score.iter().zip(d).map(|(g, v)| g * v).sum();
-        let var: f64 = (0..d.len())
-            .map(|j| {
-                (0..d.len())
-                    .map(|k| d[j] * parts.score_cov[j][k] * d[k])
-                    .sum::<f64>()
-            })
-            .sum();
+        let var = quadratic_form(d, &parts.score_cov);
         // A NaN slope (a failed run) ends the search too.
         let uphill = slope > 2.0 * var.max(0.0).sqrt();
         if !uphill {
@@ -105,12 +99,17 @@ pub fn step_fraction(score: &[f64], score_cov: &[Vec<f64>]) -> f64 {
         // No noise to measure against (an exact score, or too few draws to tell): whole.
         return 1.0;
     };
-    let chi2: f64 = (0..p)
-        .map(|j| (0..p).map(|k| score[j] * inv[j][k] * score[k]).sum::<f64>())
-        .sum();
+    let chi2 = quadratic_form(score, &inv);
     if chi2.is_finite() && chi2 > 0.0 {
         (1.0 - p as f64 / chi2).clamp(0.0, 1.0)
     } else {
         0.0
     }
+}
+
+/// xᵀ A x, row by row.
+fn quadratic_form(x: &[f64], a: &[Vec<f64>]) -> f64 {
+    (0..x.len())
+        .map(|j| (0..x.len()).map(|k| x[j] * a[j][k] * x[k]).sum::<f64>())
+        .sum()
 }
