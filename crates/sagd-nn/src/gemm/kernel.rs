@@ -23,11 +23,10 @@ pub(crate) fn kernel_capability() -> Capability {
 }
 
 sagd::vectorized! {
-    /// One row of a tile (its first `acc.len()` columns), portably: the same chains as the AVX-512
-    /// kernel, so the same bits (with hardware FMA where there is one: `mul_add` is a library call
-    /// without it).
+    /// One row of a tile (its first `acc.len()` columns) added onto `acc`, portably: the same
+    /// chains as the AVX-512 kernel, so the same bits (with hardware FMA where there is one:
+    /// `mul_add` is a library call without it).
     pub(crate) fn tile_row(k: usize, a: &[f32], cs: usize, b: &[f32], ldb: usize, acc: &mut [f32]) {
-        acc.fill(0.0);
         let w = acc.len();
         for r in 0..k {
             let av = a[r * cs];
@@ -82,13 +81,39 @@ pub(crate) unsafe fn finish(
     }
 }
 
-/// Where a tile lands in C: its first row and column, its width, C's row stride.
+/// Where a tile lands in C: its first row and column, its width, C's row stride; and where its
+/// accumulators start (null: from zero).
 #[derive(Clone, Copy)]
 pub(super) struct Tile {
     pub(super) i0: usize,
     pub(super) j0: usize,
     pub(super) w: usize,
     pub(super) ldc: usize,
+    pub(super) from: Carried,
+}
+
+/// Where the accumulators of a product's tiles start: from zero (null), or from the sums of the
+/// earlier rows of k, stored in a block whose rows are [`NR`] apart, starting at the call's
+/// first column. Continuing a chain from its stored sum is the same chain (a store and load of
+/// an f32 round nothing), so a product cut along k gives the bits of an uncut one.
+#[derive(Clone, Copy)]
+pub(crate) struct Carried(pub(crate) *const f32);
+
+impl Carried {
+    /// Chains that start from zero.
+    pub(crate) const ZERO: Carried = Carried(std::ptr::null());
+
+    /// The sums from `col` columns further right.
+    ///
+    /// # Safety
+    /// Where not null, the block holds those columns.
+    pub(crate) unsafe fn right(self, col: usize) -> Carried {
+        if self.0.is_null() {
+            self
+        } else {
+            Carried(self.0.add(col))
+        }
+    }
 }
 
 /// A vector kernel's `rows_of::<R, V>`, compiled for `$features` with `$lanes` lanes per
@@ -113,12 +138,19 @@ macro_rules! rows_of {
             c: *mut f32,
             ldc: usize,
             ep: Epilogue<'_>,
+            from: Carried,
         ) {
             debug_assert!(w <= $lanes * V);
             let mut i0 = 0;
             while i0 < m {
                 let a0 = a.data.get(i0 * a.rows..).unwrap_or(&[]);
-                let t = Tile { i0, j0, w, ldc };
+                let t = Tile {
+                    i0,
+                    j0,
+                    w,
+                    ldc,
+                    from,
+                };
                 // SAFETY: the callers' asserts bound every index the kernel reads: rows·rs +
                 // k·cs within A, k rows of w columns within B (the kernel masks the rest); the
                 // tile's elements of C are the caller's.
@@ -142,11 +174,12 @@ use rows_of;
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
-    use super::{Epilogue, Strided, Tile};
+    use super::{Carried, Epilogue, Strided, Tile, NR};
     use std::arch::x86_64::*;
 
-    /// Columns j0..j0 + w (at most [`super::NR`]) of C ← A·B: 16 columns at a time (8 for the last
-    /// 8 or fewer), in tiles of 6 rows (12 for 8 columns), the last rows in smaller tiles.
+    /// Columns j0..j0 + w (at most [`super::NR`]) of C ← A·B (the chains started `from`): 16
+    /// columns at a time (8 for the last 8 or fewer), in tiles of 6 rows (12 for 8 columns), the
+    /// last rows in smaller tiles.
     ///
     /// # Safety
     /// As [`super::columns`], on a CPU with AVX2 and FMA.
@@ -162,22 +195,65 @@ pub(super) mod avx2 {
         c: *mut f32,
         ldc: usize,
         ep: Epilogue<'_>,
+        from: Carried,
     ) {
         let mut col = 0;
         while col < w {
             let width = (w - col).min(16);
             let bs = b.get(col..).unwrap_or(&[]);
             let at = (j0 + col, width);
+            let from = from.right(col);
             if width > 8 {
-                rows_of::<6, 2>(m, k, a, bs, ldb, at, c, ldc, ep);
+                rows_of::<6, 2>(m, k, a, bs, ldb, at, c, ldc, ep, from);
             } else {
-                rows_of::<12, 1>(m, k, a, bs, ldb, at, c, ldc, ep);
+                rows_of::<12, 1>(m, k, a, bs, ldb, at, c, ldc, ep, from);
             }
             col += width;
         }
     }
 
     super::rows_of!("avx2,fma", 8);
+
+    /// The 8 × 8 block of 8 rows `src` (rows `lds` apart) written transposed into 8 rows at
+    /// `dst` (`ldd` apart): in-lane unpacks of pairs, then shuffles of quads, then the 128-bit
+    /// halves exchanged.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `src` holds 8 values at each of 0, lds, …, 7·lds and `dst` at 0, ldd,
+    /// …, 7·ldd.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn transpose8(src: *const f32, lds: usize, dst: *mut f32, ldd: usize) {
+        let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * lds)));
+        // t[2p] = (a0 b0 a1 b1 | a4 b4 a5 b5) for rows a, b = 2p, 2p + 1; t[2p + 1] the 2, 3, 6, 7s.
+        let t: [__m256; 8] = std::array::from_fn(|i| {
+            let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+            if i % 2 == 0 {
+                _mm256_unpacklo_ps(a, b)
+            } else {
+                _mm256_unpackhi_ps(a, b)
+            }
+        });
+        // u[4q + c] = column c (and c + 4) of rows 4q..4q + 4.
+        let u: [__m256; 8] = std::array::from_fn(|i| {
+            let (q, c) = (i / 4, i % 4);
+            let (a, b) = (t[4 * q + c / 2], t[4 * q + 2 + c / 2]);
+            if c % 2 == 0 {
+                _mm256_shuffle_ps::<0x44>(a, b)
+            } else {
+                _mm256_shuffle_ps::<0xEE>(a, b)
+            }
+        });
+        for c in 0..4 {
+            _mm256_storeu_ps(
+                dst.add(c * ldd),
+                _mm256_permute2f128_ps::<0x20>(u[c], u[4 + c]),
+            );
+            _mm256_storeu_ps(
+                dst.add((c + 4) * ldd),
+                _mm256_permute2f128_ps::<0x31>(u[c], u[4 + c]),
+            );
+        }
+    }
 
     /// R rows × 8·V columns of A·B in V·R ymm registers (lanes past the width read as zeros,
     /// never written), finished into C by `ep`.
@@ -190,10 +266,15 @@ pub(super) mod avx2 {
         b: &[f32],
         ldb: usize,
         c: *mut f32,
-        Tile { i0, j0, w, ldc }: Tile,
+        Tile {
+            i0,
+            j0,
+            w,
+            ldc,
+            from,
+        }: Tile,
         ep: Epilogue<'_>,
     ) {
-        let mut acc = [[_mm256_setzero_ps(); V]; R];
         let (ap, bp) = (a0.as_ptr(), b.as_ptr());
         let masks: [__m256i; V] = std::array::from_fn(|v| {
             let d = w.saturating_sub(8 * v).min(8) as i32;
@@ -203,6 +284,19 @@ pub(super) mod avx2 {
             )
         });
         let whole = w == 8 * V;
+        let mut acc = [[_mm256_setzero_ps(); V]; R];
+        if !from.0.is_null() {
+            for (i, acc_i) in acc.iter_mut().enumerate() {
+                for (v, c) in acc_i.iter_mut().enumerate() {
+                    let p = from.0.add((i0 + i) * NR + 8 * v);
+                    *c = if whole {
+                        _mm256_loadu_ps(p)
+                    } else {
+                        _mm256_maskload_ps(p, masks[v])
+                    };
+                }
+            }
+        }
         for r in 0..k {
             let row = bp.add(r * ldb);
             let bv: [__m256; V] = std::array::from_fn(|v| {
@@ -261,7 +355,7 @@ pub(super) mod avx2 {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx512 {
-    use super::{Epilogue, Strided, Tile};
+    use super::{Carried, Epilogue, Strided, Tile, NR};
     use std::arch::x86_64::*;
 
     /// The 16 × 16 block of 16 rows `src` (rows `lds` apart) written transposed into 16 rows
@@ -332,7 +426,6 @@ pub(super) mod avx512 {
         t: Tile,
         ep: Epilogue<'_>,
     ) {
-        let mut acc = [[_mm512_setzero_ps(); V]; R];
         let (ap, bp) = (a0.as_ptr(), b.as_ptr());
         // Columns past the tile's width are masked off (read as zeros, never touched).
         let masks: [__mmask16; V] = std::array::from_fn(|v| match t.w.saturating_sub(16 * v) {
@@ -340,6 +433,14 @@ pub(super) mod avx512 {
             d if d >= 16 => 0xffff,
             d => (1u16 << d) - 1,
         });
+        let mut acc = [[_mm512_setzero_ps(); V]; R];
+        if !t.from.0.is_null() {
+            for (i, acc_i) in acc.iter_mut().enumerate() {
+                for (v, c) in acc_i.iter_mut().enumerate() {
+                    *c = _mm512_maskz_loadu_ps(masks[v], t.from.0.add((t.i0 + i) * NR + 16 * v));
+                }
+            }
+        }
         for r in 0..k {
             let row = bp.add(r * ldb);
             let bv: [__m512; V] =
