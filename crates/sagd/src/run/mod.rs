@@ -521,9 +521,10 @@ mod tests {
         assert!(read_framed(&path).is_ok());
     }
 
-    /// Checkpoints and caches hold their numbers as JSON text: each must read back with the bits
-    /// it was written with, or a resumed run (or one reading a cache) would drift by an ulp.
-    /// 246.25754200101917 came back one ulp low from serde_json's default parser.
+    /// Caches (E2's and E3's pre-trained networks) and `sagd reproduce`'s records hold their
+    /// numbers as JSON text: each must read back with the bits it was written with, or a run
+    /// reading a cache would drift by an ulp from one that trained. 246.25754200101917 came back
+    /// one ulp low from serde_json's default parser. (Checkpoints are postcard, bit for bit.)
     #[test]
     fn numbers_read_back_from_json_with_their_bits() {
         let check = |x: f64| {
