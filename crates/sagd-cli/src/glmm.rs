@@ -173,6 +173,12 @@ fn how(fit: &GlmmFit) -> String {
                 EstimateStatus::Em => "EM's estimate, not polished".to_string(),
                 EstimateStatus::PolishFailed(w) => format!("NOT polished: {w}"),
             };
+            let status = match &t.em_resumed {
+                Some(why) => format!(
+                    "{status}; EM took its estimate back from a first polish that failed ({why}) and ran on"
+                ),
+                None => status,
+            };
             format!(
                 "maximum likelihood (automated Monte Carlo EM with Langevin chains; {} M-steps, {status})",
                 t.msteps.len()
@@ -414,6 +420,7 @@ fn result_json(
             "msteps": t.msteps.len(),
             "converged": t.converged,
             "handover_rate": t.handover_rate,
+            "em_resumed": t.em_resumed,
             "langevin_steps": t.langevin_steps,
             "polished": t.polished,
         }),

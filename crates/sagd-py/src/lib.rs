@@ -182,6 +182,7 @@ pub(crate) fn trace_dict<'py>(py: Python<'py>, trace: &EmTrace) -> PyResult<Boun
     d.set_item("polish_error", why)?;
     d.set_item("converged", trace.converged)?;
     d.set_item("handover_rate", trace.handover_rate)?;
+    d.set_item("em_resumed", trace.em_resumed.clone())?;
     d.set_item("msteps", trace.msteps.len())?;
     d.set_item("langevin_steps", trace.langevin_steps)?;
     d.set_item("interrupted", trace.interrupted)?;

@@ -103,3 +103,81 @@ fn gradients_by_dual_numbers_give_the_fit_of_gradients_by_hand() {
         );
     }
 }
+
+#[test]
+fn a_polish_that_fails_after_the_handover_gives_the_estimate_back_to_em() {
+    // EM hands over after a few M-steps (its rate here is about 0.6), tens of nats below the
+    // maximum. A polish that cannot run (no steps between draws: every attempt fails) must not
+    // leave the answer there: EM takes it back and runs on to its rule or its cap.
+    let data = StateSpace::simulate(1, LEN, &truth(), 101);
+    let (_, lmax) = data.maximum(&truth());
+    let mut settings = EmSettings::default();
+    if let Some(p) = settings.polish.as_mut() {
+        p.louis.thin = 0;
+    }
+    let trace = AutomatedEm::new(&Analytic(data.clone()), settings)
+        .run(&[0.0; 3], 1, None, &mut |_| Control::Continue)
+        .unwrap();
+    assert!(trace.handover_rate.is_some(), "EM should hand over here");
+    let why = trace
+        .em_resumed
+        .as_deref()
+        .expect("EM took its estimate back");
+    assert!(why.contains("polish failed"), "{why}");
+    let handed = &trace.msteps[sagd::em::HANDOVER_AFTER - 1].tail_mean;
+    let at_handover = lmax - data.kalman_log_likelihood(handed);
+    let answer = trace.final_estimate();
+    assert!(matches!(answer.status, EstimateStatus::PolishFailed(_)));
+    let gap = lmax - data.kalman_log_likelihood(answer.estimate);
+    eprintln!(
+        "{} M-steps; gap {at_handover:.3} nats at the handover, {gap:.4} at the end",
+        trace.msteps.len()
+    );
+    // On to the rule or the cap: 16 more M-steps at a rate of 0.6 shrink the gap 3000-fold, to
+    // the floor of an M-step's own noise, so a hundredfold is a loose bound.
+    assert!(trace.converged || trace.msteps.len() == EmSettings::default().max_msteps);
+    assert!(
+        at_handover > 1.0 && gap < at_handover / 100.0,
+        "{at_handover} → {gap}"
+    );
+}
+
+#[test]
+fn a_run_stopped_after_em_took_its_estimate_back_resumes_to_the_same_answer() {
+    let data = StateSpace::simulate(1, LEN, &truth(), 101);
+    let mut settings = EmSettings::default();
+    if let Some(p) = settings.polish.as_mut() {
+        p.louis.thin = 0;
+    }
+    let model = Analytic(data);
+    let whole = AutomatedEm::new(&model, settings.clone())
+        .run(&[0.0; 3], 1, None, &mut |_| Control::Continue)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("em.ckpt");
+    let mut em = AutomatedEm::new(&model, settings);
+    em.checkpoint = Some((path.clone(), 0));
+    // Stopped in the M-steps EM runs after taking its estimate back (it handed over after 4).
+    let mut done = 0;
+    let stopped = em
+        .run(&[0.0; 3], 1, None, &mut |e| {
+            if let sagd::em::EmEvent::MStepDone(_) = e {
+                done += 1;
+                if done == 8 {
+                    return Control::Stop;
+                }
+            }
+            Control::Continue
+        })
+        .unwrap();
+    assert!(stopped.interrupted && stopped.em_resumed.is_some());
+    let resumed = em
+        .run(&[0.0; 3], 1, Some(&path), &mut |_| Control::Continue)
+        .unwrap();
+    assert_eq!(resumed.em_resumed, whole.em_resumed);
+    assert_eq!(resumed.msteps.len(), whole.msteps.len());
+    assert_eq!(
+        resumed.final_estimate().estimate,
+        whole.final_estimate().estimate
+    );
+}

@@ -49,6 +49,7 @@ pub(super) fn result_json(
             "estimate_loglik": r.estimate_loglik,
             "converged": r.em.converged,
             "handover_rate": r.em.handover_rate,
+            "em_resumed": r.em.em_resumed,
             "msteps": r.em.msteps,
             "langevin_steps": r.em.langevin_steps,
             "backoffs": r.em.backoffs,

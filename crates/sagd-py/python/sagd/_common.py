@@ -136,6 +136,9 @@ class FitResult:
         warning: set when the standard errors are less precise than 10 %, or chains disagree.
         handover_rate: EM's rate per M-step when EM, being slow, handed its estimate to the
             polish before its stopping rule held (None when it ran to its rule or its cap).
+        em_resumed: why EM took its estimate back after that handover (every attempt of the
+            polish failed); EM then ran on to its rule or its cap and the polish started again
+            from there. None when the first polish served.
     """
 
     estimate: np.ndarray
@@ -152,6 +155,7 @@ class FitResult:
     warning: Optional[str] = None
     names: List[str] = field(default_factory=list)
     handover_rate: Optional[float] = None
+    em_resumed: Optional[str] = None
 
     @classmethod
     def _of(cls, d: Dict[str, Any], names: Optional[Sequence[str]] = None) -> "FitResult":
@@ -171,6 +175,7 @@ class FitResult:
             warning=d.get("se_warning"),
             names=list(names) if names is not None else [f"theta[{j}]" for j in range(p)],
             handover_rate=d.get("handover_rate"),
+            em_resumed=d.get("em_resumed"),
         )
 
     def _rows(self) -> List[Tuple[str, float, float, float, float]]:
@@ -185,6 +190,9 @@ class FitResult:
         out = _table(self._rows(), head)
         if self.status != "polished":
             out += f"\nNOT polished: {self.polish_error}"
+        if self.em_resumed:
+            out += ("\nEM took its estimate back from a first polish that failed and ran on: "
+                    f"{self.em_resumed}")
         if self.warning:
             out += f"\nwarning: {self.warning}"
         return out

@@ -57,6 +57,12 @@ pub fn polish_seed(seed: u64) -> u64 {
     crate::rng::stream_seed(seed, POLISH_STREAM)
 }
 
+/// The seed of the polish that starts from EM's estimate after EM took it back
+/// ([`EmTrace::em_resumed`]): a stream apart from the first polish's.
+pub fn second_polish_seed(seed: u64) -> u64 {
+    crate::rng::stream_seed(polish_seed(seed), POLISH_STREAM)
+}
+
 /// Back-offs a run may take before a non-finite update is an error.
 pub const MAX_BACKOFFS: usize = 20;
 
@@ -342,6 +348,12 @@ pub struct EmTrace {
     /// stopping rule held, because it was slow; `None` when it ran until its rule or its cap.
     #[serde(default)]
     pub handover_rate: Option<f64>,
+    /// Why EM took its estimate back after handing it over: every attempt of the polish failed
+    /// (why). EM then ran on to its stopping rule or its cap, and the polish started again from
+    /// there ([`second_polish_seed`]); `None` when the first polish served, or EM did not hand
+    /// over.
+    #[serde(default)]
+    pub em_resumed: Option<String>,
     /// Whether the last M-step in the trace is still running (checkpoints only).
     in_mstep: bool,
     /// σ̂ of the current M-step's chains, with [`ChainStep::Adaptive`] (checkpoints only).
@@ -497,29 +509,51 @@ impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
             return Ok(state.trace);
         }
         runner.solver.finish(&mut state);
-        if let Some(ps) = &self.settings.polish {
-            match polish_retrying(
-                self.model,
-                &state.trace.estimate,
-                ps,
-                polish_seed(seed),
-                POLISH_ATTEMPTS,
-            ) {
-                Ok((p, attempts)) => {
-                    state.trace.polished = Some(p);
-                    state.trace.polish_attempts = attempts;
-                }
-                Err(failures) => {
-                    state.trace.polish_attempts = failures.len();
-                    state.trace.polish_error = Some(format!(
-                        "polish failed {} times ({}); the estimate is EM's, not polished",
-                        failures.len(),
-                        failures.join("; ")
-                    ));
-                }
+        let Some(ps) = &self.settings.polish else {
+            return Ok(state.trace);
+        };
+        // Once only: a run resumed after EM took its estimate back goes on from there.
+        let may_resume = state.trace.handover_rate.is_some() && state.trace.em_resumed.is_none();
+        if !self.polish_into(&mut state.trace, ps, seed) && may_resume {
+            // EM stopped early for a polish that failed: its estimate is a few M-steps old, so
+            // EM takes it back, runs on to its own rule, and the polish starts again from there.
+            state.trace.em_resumed = state.trace.polish_error.take();
+            let outcome = runner.run(&mut state)?;
+            if outcome == Outcome::Stopped && !runner.solver.terminate(&state) {
+                state.trace.interrupted = true;
+                return Ok(state.trace);
             }
+            runner.solver.finish(&mut state);
+            self.polish_into(&mut state.trace, ps, seed);
         }
         Ok(state.trace)
+    }
+
+    /// Polishes the trace's estimate (from [`polish_seed`], or [`second_polish_seed`] once EM
+    /// took its estimate back), recording the polished answer or why every attempt failed;
+    /// whether it succeeded.
+    fn polish_into(&self, trace: &mut EmTrace, ps: &PolishSettings, seed: u64) -> bool {
+        let seed = if trace.em_resumed.is_some() {
+            second_polish_seed(seed)
+        } else {
+            polish_seed(seed)
+        };
+        match polish_retrying(self.model, &trace.estimate, ps, seed, POLISH_ATTEMPTS) {
+            Ok((p, attempts)) => {
+                trace.polished = Some(p);
+                trace.polish_attempts = attempts;
+                true
+            }
+            Err(failures) => {
+                trace.polish_attempts = failures.len();
+                trace.polish_error = Some(format!(
+                    "polish failed {} times ({}); the estimate is EM's, not polished",
+                    failures.len(),
+                    failures.join("; ")
+                ));
+                false
+            }
+        }
     }
 }
 

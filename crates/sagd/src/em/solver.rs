@@ -262,7 +262,7 @@ impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
                 trace.converged = true;
                 trace.estimate = est;
                 trace.estimate_se = se;
-            } else if self.settings.polish.is_some() {
+            } else if self.settings.polish.is_some() && trace.em_resumed.is_none() {
                 // Slow EM: Newton steps on ℓ cover in a few what many more M-steps would.
                 trace.handover_rate = super::slow_rate(&means);
             }
@@ -326,7 +326,7 @@ impl<M: LatentModel<f64>> Solver for EmSolver<'_, M> {
     fn terminate(&self, state: &EmState) -> bool {
         !state.trace.in_mstep
             && (state.trace.converged
-                || state.trace.handover_rate.is_some()
+                || (state.trace.handover_rate.is_some() && state.trace.em_resumed.is_none())
                 || state.trace.msteps.len() >= self.settings.max_msteps)
     }
 
