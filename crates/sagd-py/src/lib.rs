@@ -327,9 +327,10 @@ fn minimize<'py>(
 
 /// Deconvolution of `x` = Z + N(0, noise_sd²) by E2's methods (see `sagd.deconvolve`): per fitted
 /// model (`pretrained` and each method) the draws of Z (sorted), in the data's units, and the mean
-/// log-likelihood per observation on the unit-noise scale.
+/// log-likelihood per observation on the unit-noise scale. SAGD runs with the named settings
+/// `preset` ([`sagd_apps::debias::SagdPreset`]).
 #[pyfunction]
-#[pyo3(signature = (x, noise_sd, holdout, methods, seed, threads, pretrain_epochs, finetune_epochs, progress))]
+#[pyo3(signature = (x, noise_sd, holdout, methods, seed, threads, pretrain_epochs, finetune_epochs, progress, *, preset = "default"))]
 #[allow(clippy::too_many_arguments)]
 fn deconvolve<'py>(
     py: Python<'py>,
@@ -342,8 +343,10 @@ fn deconvolve<'py>(
     pretrain_epochs: Option<usize>,
     finetune_epochs: Option<usize>,
     progress: Option<Py<PyAny>>,
+    preset: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
-    use sagd_apps::debias::{deconvolve as fit, E2Settings, Method, RunOptions};
+    use sagd_apps::debias::{deconvolve as fit, E2Settings, Method, RunOptions, SagdPreset};
+    let preset: SagdPreset = preset.parse().map_err(py_error)?;
     let x = x.as_array().to_vec();
     let methods = methods
         .iter()
@@ -361,6 +364,7 @@ fn deconvolve<'py>(
     if let Some(e) = finetune_epochs {
         s.finetune_epochs = e;
     }
+    preset.apply(&mut s);
     // Ctrl-C stops the phase in progress after its current update. Progress counts the work
     // units (`E2Settings::update_cost`), `total_work` of them in all.
     let stop = Arc::new(AtomicBool::new(false));

@@ -38,7 +38,23 @@ def test_a_normal_latent_law_is_recovered():
     assert r.recommendation == h["advice"] and "recommendation" in repr(r)
 
 
+def test_a_preset_by_name_sets_sagd_s_chains():
+    # refresh2 (chains restarted from the encoder every 20 updates, two per point) is a different
+    # run of SAGD from the default's, on the same pre-trained networks, and recovers the law too.
+    rng = np.random.default_rng(1)
+    x = rng.normal(2.0, 1.0, size=1000) + rng.normal(0.0, 0.5, size=1000)
+    runs = {p: sagd.deconvolve(x, 0.5, methods=["sagd"], seed=1, pretrain_epochs=1000,
+                               finetune_epochs=200, preset=p) for p in ("default", "refresh2")}
+    a, b = runs["default"].draws, runs["refresh2"].draws
+    assert np.array_equal(a["pretrained"], b["pretrained"])
+    assert not np.array_equal(a["sagd"], b["sagd"])
+    mean, sd = x.mean(), np.sqrt(x.var() - 0.25)
+    assert abs(b["sagd"].mean() - mean) < 0.1 and abs(b["sagd"].std() - sd) < 0.1
+
+
 def test_bad_inputs_are_named():
+    with pytest.raises(ValueError, match="refresh2"):
+        sagd.deconvolve([1.0, 2.0, 3.0], 0.5, preset="refresh3")
     with pytest.raises(ValueError, match="noise_sd"):
         sagd.deconvolve([1.0, 2.0, 3.0], 0.0)
     with pytest.raises(ValueError, match="x: nan at position 1"):

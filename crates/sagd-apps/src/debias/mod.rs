@@ -10,6 +10,7 @@ mod deconvolve;
 mod eval;
 pub mod figure;
 pub mod npmle;
+mod preset;
 mod replicate;
 mod table;
 
@@ -18,6 +19,7 @@ pub use eval::{
     evaluate, generate, log_likelihood_1d, log_likelihood_points_1d, part_seed, simulate,
     Evaluation,
 };
+pub use preset::{schedule, SagdPreset, SagdPresetValues};
 pub use replicate::{fit, replicate, MethodResult, Replication, RunOptions, TracePoint};
 pub use table::{paper, run_table, Summary, Table1, PAPER_METHODS};
 

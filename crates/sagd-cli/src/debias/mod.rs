@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use sagd::langevin::{Momentum, Scheme};
-use sagd_apps::debias::{Case, E2Settings, Method, MethodSettings, RunOptions};
+use sagd_apps::debias::{Case, E2Settings, Method, MethodSettings, RunOptions, SagdPreset};
 use sagd_nn::train::LangevinChains;
 use serde::Serialize;
 
@@ -92,8 +92,8 @@ pub struct DebiasArgs {
     /// two chains per data point, 2.3 times the default's time: no worse in any case, lower W and
     /// D on the normal case and the mixture); the flags below override it. See
     /// docs/results/table1.md.
-    #[arg(long, value_enum, default_value_t = SagdPreset::Default)]
-    sagd_preset: SagdPreset,
+    #[arg(long, value_enum, default_value_t = PresetArg(SagdPreset::Default))]
+    sagd_preset: PresetArg,
     /// SAGD Langevin step δ (at the start of the run, with a schedule) [preset: 0.02; theorem3
     /// 0.1].
     #[arg(long)]
@@ -190,65 +190,25 @@ pub struct DebiasArgs {
     device: sagd_nn::Device,
 }
 
-/// SAGD's named settings (`--sagd-preset`).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SagdPreset {
-    /// δ = 0.02 and K = 10 fixed, a constant learning rate.
-    Default,
-    /// Theorem 3's chains, cost-matched: δ_t = 0.1/√(1 + t), K_t ∝ 1 + t.
-    Theorem3,
-    /// A decaying learning rate, 5e-3/√(1 + t) (Theorem 3's α_t).
-    Decay,
-    /// The chains started again from the encoder every 20 updates (24% more Langevin steps).
-    Refresh,
-    /// Refresh's chains, two per data point (2.5 times the default's Langevin steps).
-    Refresh2,
-}
+/// `--sagd-preset`: the library's [`SagdPreset`], named and described for the help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct PresetArg(SagdPreset);
 
-/// What a [`SagdPreset`] sets.
-struct SagdValues {
-    delta: f64,
-    delta_decay: f64,
-    k_growth: f64,
-    lr: Option<f64>,
-    lr_decay: f64,
-    refresh_every: Option<usize>,
-    chains_per_point: Option<usize>,
-}
+impl clap::ValueEnum for PresetArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        const ALL: [PresetArg; 5] = [
+            PresetArg(SagdPreset::ALL[0]),
+            PresetArg(SagdPreset::ALL[1]),
+            PresetArg(SagdPreset::ALL[2]),
+            PresetArg(SagdPreset::ALL[3]),
+            PresetArg(SagdPreset::ALL[4]),
+        ];
+        &ALL
+    }
 
-impl SagdPreset {
-    fn values(self) -> SagdValues {
-        match self {
-            SagdPreset::Default => SagdValues {
-                delta: chains().step_size,
-                delta_decay: 0.0,
-                k_growth: 0.0,
-                lr: None,
-                lr_decay: 0.0,
-                refresh_every: None,
-                chains_per_point: None,
-            },
-            SagdPreset::Theorem3 => SagdValues {
-                delta: 0.1,
-                delta_decay: 0.5,
-                k_growth: 1.0,
-                ..SagdPreset::Default.values()
-            },
-            SagdPreset::Decay => SagdValues {
-                lr: Some(5e-3),
-                lr_decay: 0.5,
-                ..SagdPreset::Default.values()
-            },
-            SagdPreset::Refresh => SagdValues {
-                refresh_every: Some(20),
-                ..SagdPreset::Default.values()
-            },
-            SagdPreset::Refresh2 => SagdValues {
-                chains_per_point: Some(2),
-                ..SagdPreset::Refresh.values()
-            },
-        }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.0.name()).help(self.0.describe()))
     }
 }
 
@@ -259,10 +219,7 @@ fn settings(a: &DebiasArgs) -> E2Settings {
     let n = or(a.n, preset.n);
     // A full-batch preset stays full batch at another n.
     let full = preset.batch_size >= preset.n;
-    let sagd = a.sagd_preset.values();
-    let delta_decay = a.sagd_delta_decay.unwrap_or(sagd.delta_decay);
-    let k_growth = a.sagd_k_growth.unwrap_or(sagd.k_growth);
-    E2Settings {
+    let mut s = E2Settings {
         n,
         p: or(a.p, preset.p),
         hidden: or(a.hidden, preset.hidden),
@@ -272,8 +229,8 @@ fn settings(a: &DebiasArgs) -> E2Settings {
         lr: a.lr,
         finetune_lr: a.finetune_lr,
         // An explicit flag, then the case's preset (the high-dimensional paper settings' rate),
-        // then SAGD's named settings.
-        sagd_lr: a.sagd_lr.or(preset.sagd_lr).or(sagd.lr),
+        // then SAGD's named settings (applied below).
+        sagd_lr: a.sagd_lr.or(preset.sagd_lr),
         m: a.m,
         methods: a.methods.clone(),
         method: MethodSettings {
@@ -283,32 +240,37 @@ fn settings(a: &DebiasArgs) -> E2Settings {
                     scheme: a.sagd_scheme,
                     gamma: a.sagd_gamma,
                 },
-                step_size: a.sagd_delta.unwrap_or(sagd.delta),
                 steps: a.sagd_k,
                 burn_in: a.sagd_burn_in,
                 initial_momentum: a.sagd_rho0,
-                // The run's updates are filled in when the phase is set up.
-                schedule: (delta_decay != 0.0 || k_growth != 0.0).then_some(
-                    sagd_nn::train::ChainSchedule {
-                        decay: delta_decay,
-                        growth: k_growth,
-                        updates: 0,
-                    },
-                ),
-                refresh_every: a.sagd_refresh_every.or(sagd.refresh_every),
-                chains_per_point: a.sagd_chains_per_point.or(sagd.chains_per_point),
+                ..chains()
             },
             sagd_average: a.sagd_average,
-            sagd_lr_decay: a.sagd_lr_decay.unwrap_or(sagd.lr_decay),
             hmc_leapfrog: a.hmc_l,
-            // HMC shares SAGD's δ as in the paper, but not a named preset's starting δ.
-            hmc_step_size: a
-                .hmc_eps
-                .or((a.sagd_delta.is_none() && sagd.delta != chains().step_size)
-                    .then_some(chains().step_size)),
             hmc_transitions: a.hmc_k,
+            ..MethodSettings::default()
         },
+    };
+    // SAGD's named settings, then each flag given over them.
+    let preset = a.sagd_preset.0;
+    preset.apply(&mut s);
+    let (v, m) = (preset.values(), &mut s.method);
+    if let Some(delta) = a.sagd_delta {
+        m.sagd.step_size = delta;
+        // HMC shares the δ a user sets for SAGD, as in the paper.
+        m.hmc_step_size = None;
     }
+    if a.sagd_delta_decay.is_some() || a.sagd_k_growth.is_some() {
+        m.sagd.schedule = sagd_apps::debias::schedule(
+            a.sagd_delta_decay.unwrap_or(v.delta_decay),
+            a.sagd_k_growth.unwrap_or(v.k_growth),
+        );
+    }
+    m.sagd.refresh_every = a.sagd_refresh_every.or(m.sagd.refresh_every);
+    m.sagd.chains_per_point = a.sagd_chains_per_point.or(m.sagd.chains_per_point);
+    m.sagd_lr_decay = a.sagd_lr_decay.unwrap_or(m.sagd_lr_decay);
+    m.hmc_step_size = a.hmc_eps.or(m.hmc_step_size);
+    s
 }
 
 /// How the run is carried out (checkpoints, cache, trace), beside what it computes; `command`

@@ -250,6 +250,7 @@ def deconvolve(
     finetune_epochs: Optional[int] = None,
     holdout: float = 0.2,
     progress: bool = False,
+    preset: str = "default",
 ) -> Deconvolution:
     """Fits the law of Z from observations X = Z + N(0, noise_sd^2): the paper's E2 on your data.
 
@@ -259,11 +260,14 @@ def deconvolve(
     the paper's (5000 pre-training and 1000 fine-tuning full-batch epochs, unless given). A
     fraction ``holdout`` of the observations (drawn from ``seed``; 0: none) is left out of the
     fit and scores the fitted models: ``held_out`` and ``recommendation`` say which predicts
-    them best, and how sure that is.
+    them best, and how sure that is. ``preset`` names SAGD's settings, as ``sagd debias
+    --sagd-preset`` does: ``"default"`` (the paper's chains), ``"theorem3"``, ``"decay"``,
+    ``"refresh"`` (chains restarted from the encoder every 20 updates) or ``"refresh2"``
+    (refresh with two chains per point); ``docs/results/table1.md`` compares them.
 
     Raises:
         ValueError: fewer than 2 observations, values that are not finite, a noise sd that is not
-            a positive number, an unknown method, a holdout outside [0, 0.5].
+            a positive number, an unknown method or preset, a holdout outside [0, 0.5].
     """
     xv = _vector("x", x)
     # numpy's scalars (float32 included) are numbers too; bool is not.
@@ -276,7 +280,7 @@ def deconvolve(
     try:
         d = _core.deconvolve(xv, float(noise_sd), float(holdout), list(methods),
                              _whole("seed", seed), _threads(threads), pretrain_epochs,
-                             finetune_epochs, show)
+                             finetune_epochs, show, preset=str(preset))
     finally:
         close()
     return Deconvolution(draws={k: np.asarray(v) for k, v in d["draws"].items()},
