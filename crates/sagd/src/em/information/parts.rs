@@ -327,20 +327,6 @@ fn parts_of<M: LatentModel<f64>>(
     seed: u64,
     score_only: bool,
 ) -> Result<LouisParts> {
-    let _t0 = std::time::Instant::now();
-    struct Tm(std::time::Instant, bool, usize, Vec<f64>);
-    impl Drop for Tm {
-        fn drop(&mut self) {
-            eprintln!(
-                "  [parts score_only={} draws={} at={:.4?}] {:.3}s",
-                self.1,
-                self.2,
-                self.3,
-                self.0.elapsed().as_secs_f64()
-            );
-        }
-    }
-    let _tm = Tm(_t0, score_only, s.draws, theta.to_vec());
     let (n, d, p) = (model.n_data(), model.latent_dim(), model.theta_dim());
     if s.draws < 2 || s.thin == 0 {
         return Err(SagdError::InvalidSetting {
