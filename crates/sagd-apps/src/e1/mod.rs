@@ -485,11 +485,6 @@ fn run_scoped(
             mle.iterations, mle.grad_max
         ));
     }
-    if let Some(why) = &trace.em_resumed {
-        warnings.push(format!(
-            "EM handed its estimate to the polish and took it back when the polish failed ({why}); it then ran on to its rule or its cap"
-        ));
-    }
     let louis_seed = sagd::rng::stream_seed(s.seed, 0x10_5e);
     let (information, polished) = if s.polish {
         match polish_retrying(
