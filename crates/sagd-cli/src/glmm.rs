@@ -301,10 +301,7 @@ fn render(
         groups.join("; ")
     );
     if fit.singular == Some(true) {
-        let _ = writeln!(
-            o,
-            "boundary (singular) fit: a random effect's sd is 0 or a correlation ±1; a simpler model fits as well"
-        );
+        let _ = writeln!(o, "{}", sagd::glmm::SINGULAR_NOTE);
     }
     let stat = if family == Family::Gaussian { "t" } else { "z" };
     let mc = match &fit.fitted {

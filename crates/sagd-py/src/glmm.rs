@@ -199,10 +199,14 @@ pub(crate) fn fit_glmm<'py>(
             d.set_item("loglik_se", l.se)?;
             d.set_item("loglik_method", likelihood_method_name(l.method))?;
             d.set_item("loglik_ess", l.min_ess)?;
-            d.set_item("singular", fit.singular)?;
             d
         }
     };
+    // The fit's verdict (the exact fit's test, or an sd at 0) and what to say about it.
+    d.set_item("singular", fit.singular)?;
+    if fit.singular == Some(true) {
+        d.set_item("singular_note", sagd::glmm::SINGULAR_NOTE)?;
+    }
     // θ̂ on lme4's scales: the sds with their delta-method errors, the correlations, σ.
     let summary = model.summary(&fit.theta, fit.covariance.as_deref());
     let sds: Vec<_> = summary.random.iter().flat_map(|t| t.sd.iter()).collect();

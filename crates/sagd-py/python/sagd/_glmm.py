@@ -376,14 +376,10 @@ def glmm(
     tau = np.asarray(d["random_sd"], dtype=float)
     cors = [np.asarray(c, dtype=float) for c in d["random_cor"]]
     rnames = [label(t, v) for t, names_t in enumerate(zn) for v in names_t]
-    if d.get("singular") or np.any(tau < 1e-4):
-        # A covariance at its boundary: the parameter there has no finite maximum, and no
-        # standard error.
-        note = ("singular fit: the likelihood is highest with a random effect's sd at 0 or a "
-                "correlation at +-1 (the data show no more variation between groups than a "
-                "simpler model allows), so that estimate is only near its boundary and has no "
-                "standard error; drop the random effect or the correlation, or report it at "
-                "its boundary")
+    if d.get("singular"):
+        # A covariance at its boundary (the core's rule and words): the parameter there has no
+        # finite maximum, and no standard error.
+        note = d["singular_note"]
         base.warning = note if base.warning is None else f"{note}; {base.warning}"
     exact = d["status"] == "exact"
     reml_ll = d.get("reml_loglik")

@@ -67,6 +67,13 @@ pub enum Fitted {
     Em(Box<EmTrace>),
 }
 
+/// A random-effect sd below this (on the linear predictor's scale) is taken as 0: the fit is
+/// then singular.
+pub const SINGULAR_SD: f64 = 1e-4;
+
+/// What a singular fit means and what to do about it, as the printouts say it.
+pub const SINGULAR_NOTE: &str = "singular fit: the likelihood is highest with a random effect's sd at 0 or a correlation at +-1 (the data show no more variation between groups than a simpler model allows), so that estimate is only near its boundary and has no standard error; drop the random effect or the correlation, or report it at its boundary";
+
 /// A GLMM fitted by [`Glmm::fit`].
 #[derive(Clone, Debug)]
 pub struct GlmmFit {
@@ -77,8 +84,10 @@ pub struct GlmmFit {
     pub covariance: Option<Vec<Vec<f64>>>,
     /// ℓ(θ̂): exact, or sampled with its Monte Carlo error.
     pub log_likelihood: MarginalLikelihood,
-    /// Whether a random-effect covariance is at its boundary (None where EM's fit has no test
-    /// for it: more than one random-effect term or effect).
+    /// Whether a random-effect covariance is at its boundary: the exact fit's test, EM's with a
+    /// single random intercept, and for any fit an sd below [`SINGULAR_SD`] (None where none of
+    /// these applies: EM with more than one random effect, every sd above it). Printouts say
+    /// [`SINGULAR_NOTE`].
     pub singular: Option<bool>,
     /// The method's own result.
     pub fitted: Fitted,
@@ -115,7 +124,7 @@ impl Glmm {
                     method: fit.method,
                     min_ess: None,
                 },
-                singular: Some(fit.singular),
+                singular: self.singular_at(&fit.theta, Some(fit.singular)),
                 fitted: Fitted::Exact(fit),
             });
         }
@@ -148,11 +157,27 @@ impl Glmm {
             None
         };
         Ok(GlmmFit {
+            singular: self.singular_at(&theta, singular),
             theta,
             covariance,
             log_likelihood,
-            singular,
             fitted: Fitted::Em(Box::new(trace)),
         })
+    }
+
+    /// `test`'s verdict, or singular where a random-effect sd at `theta` is below
+    /// [`SINGULAR_SD`].
+    pub(super) fn singular_at(&self, theta: &[f64], test: Option<bool>) -> Option<bool> {
+        let summary = self.summary(theta, None);
+        let at_zero = summary
+            .random
+            .iter()
+            .flat_map(|t| t.sd.iter())
+            .any(|sd| sd.value < SINGULAR_SD);
+        if at_zero {
+            Some(true)
+        } else {
+            test
+        }
     }
 }

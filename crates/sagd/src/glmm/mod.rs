@@ -28,7 +28,9 @@ mod terms;
 
 pub use exact::{Criterion, ExactFit, ExactSettings, MAX_QUADRATURE_DIM};
 pub use family::Family;
-pub use fit::{FitSettings, Fitted, GlmmFit, Method, LAPLACE_START_MSTEPS};
+pub use fit::{
+    FitSettings, Fitted, GlmmFit, Method, LAPLACE_START_MSTEPS, SINGULAR_NOTE, SINGULAR_SD,
+};
 pub use formula::{Design, Formula, Frame};
 pub use laplace::LaplaceFit;
 pub use likelihood::{LikelihoodMethod, MarginalLikelihood};

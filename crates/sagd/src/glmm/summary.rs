@@ -227,4 +227,17 @@ mod tests {
         assert!((s.aic(-10.0) - 30.0).abs() < 1e-12);
         assert!((s.bic(-10.0, 6) - (20.0 + 5.0 * 6f64.ln())).abs() < 1e-12);
     }
+
+    #[test]
+    fn an_sd_at_zero_makes_a_fit_singular_whatever_its_test_said() {
+        let m = model();
+        let theta = [0.3, 0.2f64.ln(), 0.5f64.ln(), 0.4, 0.1];
+        assert_eq!(m.singular_at(&theta, None), None);
+        assert_eq!(m.singular_at(&theta, Some(false)), Some(false));
+        // The first sd e^−30, far below SINGULAR_SD.
+        let mut at_zero = theta;
+        at_zero[1] = -30.0;
+        assert_eq!(m.singular_at(&at_zero, None), Some(true));
+        assert_eq!(m.singular_at(&at_zero, Some(false)), Some(true));
+    }
 }
