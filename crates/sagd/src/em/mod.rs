@@ -351,7 +351,8 @@ pub struct EmTrace {
     /// Why EM took its estimate back after handing it over: every attempt of the polish failed
     /// (why). EM then ran on to its stopping rule or its cap, and the polish started again from
     /// there ([`second_polish_seed`]); `None` when the first polish served, or EM did not hand
-    /// over.
+    /// over. A GLMM fitted from Laplace's start says here why EM ran on after that start's
+    /// polish failed ([`crate::glmm::Glmm::fit`]).
     #[serde(default)]
     pub em_resumed: Option<String>,
     /// Whether the last M-step in the trace is still running (checkpoints only).

@@ -67,6 +67,10 @@ pub enum Fitted {
     Em(Box<EmTrace>),
 }
 
+/// The stream under a fit's seed of the EM that runs on after a failed polish from Laplace's
+/// start.
+const SECOND_EM_STREAM: u64 = 0x5EC0_4D00_0000_0001;
+
 /// A random-effect sd below this (on the linear predictor's scale) is taken as 0: the fit is
 /// then singular.
 pub const SINGULAR_SD: f64 = 1e-4;
@@ -140,7 +144,30 @@ impl Glmm {
         } else {
             self.start()
         };
-        let trace = AutomatedEm::new(self, em).run(&theta0, settings.seed, None, on_event)?;
+        let capped = em.max_msteps < settings.em.max_msteps;
+        let mut trace = AutomatedEm::new(self, em).run(&theta0, settings.seed, None, on_event)?;
+        if capped && !trace.interrupted {
+            if let Some(why) = trace.polish_error.clone() {
+                // The polish after Laplace's short start failed: its estimate is one M-step from
+                // Laplace's maximum, so EM runs on from there under its own rule and cap, on
+                // streams of its own, and the polish starts again where it ends.
+                let seed = crate::rng::stream_seed(settings.seed, SECOND_EM_STREAM);
+                let mut longer = AutomatedEm::new(self, settings.em.clone()).run(
+                    &trace.estimate,
+                    seed,
+                    None,
+                    on_event,
+                )?;
+                let first = format!(
+                    "the polish after Laplace's start failed ({why}); EM ran on from its estimate"
+                );
+                longer.em_resumed = Some(match longer.em_resumed.take() {
+                    Some(then) => format!("{first}; then {then}"),
+                    None => first,
+                });
+                trace = longer;
+            }
+        }
         let theta = trace.final_estimate().estimate.to_vec();
         let covariance = trace
             .polished

@@ -159,4 +159,28 @@ mod tests {
             lap.log_likelihood
         );
     }
+
+    /// A polish that fails after Laplace's short start (here every attempt: no steps between
+    /// draws) leaves EM to run on from there, and says so.
+    #[test]
+    fn a_failed_polish_after_laplace_s_start_lets_em_run_on() {
+        use crate::em::EstimateStatus;
+        use crate::glmm::{FitSettings, Fitted, LAPLACE_START_MSTEPS};
+        let m = crossed(Family::Poisson);
+        let mut s = FitSettings::default();
+        if let Some(p) = s.em.polish.as_mut() {
+            p.louis.thin = 0;
+        }
+        let fit = m.fit(&s, &mut |_| crate::run::Control::Continue).unwrap();
+        let Fitted::Em(t) = &fit.fitted else {
+            panic!("crossed counts are fitted by EM")
+        };
+        let why = t.em_resumed.as_deref().expect("EM ran on");
+        assert!(why.contains("Laplace's start failed"), "{why}");
+        assert!(t.msteps.len() > LAPLACE_START_MSTEPS);
+        assert!(matches!(
+            t.final_estimate().status,
+            EstimateStatus::PolishFailed(_)
+        ));
+    }
 }
