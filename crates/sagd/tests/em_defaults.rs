@@ -97,21 +97,26 @@ fn a_non_finite_update_is_backed_off_and_reported() {
     assert!(g < 0.05, "log-likelihood gap {g}");
 }
 
-#[test]
-fn a_polish_that_cannot_succeed_says_so_and_leaves_em_s_estimate_marked() {
-    // One M-step from b = 0, where ℓ (even in b) has a saddle, and a polish allowed a single
-    // Newton step: its information is not positive definite there, on every attempt. The run
-    // reports EM's estimate as such, with the attempts and why.
-    let model = poisson(200, 1.0, 0.5, 3);
+/// The defaults cut to one M-step and a polish of at most `steps` Newton steps.
+fn one_mstep_then_newton_steps(steps: usize) -> EmSettings {
     let mut settings = EmSettings {
         max_msteps: 1,
         stopping: None,
         ..EmSettings::default()
     };
     if let Some(p) = settings.polish.as_mut() {
-        p.max_steps = 1;
+        p.max_steps = steps;
     }
-    let (trace, _) = run(&model, settings, &[1.0, 0.0], 1);
+    settings
+}
+
+#[test]
+fn a_polish_that_cannot_succeed_says_so_and_leaves_em_s_estimate_marked() {
+    // One M-step from b = 0, where ℓ (even in b) has a saddle, and a polish allowed a single
+    // Newton step: its information is not positive definite there, on every attempt. The run
+    // reports EM's estimate as such, with the attempts and why.
+    let model = poisson(200, 1.0, 0.5, 3);
+    let (trace, _) = run(&model, one_mstep_then_newton_steps(1), &[1.0, 0.0], 1);
     let answer = trace.final_estimate();
     match answer.status {
         sagd::em::EstimateStatus::PolishFailed(why) => {
@@ -133,15 +138,7 @@ fn a_polish_that_runs_out_of_steps_says_so() {
     // its warning says that its gap estimate never fell below the tolerance.
     let model = poisson(200, 5.5, 0.4, 3);
     let mean = model.0.x.iter().sum::<f64>() / 200.0;
-    let mut settings = EmSettings {
-        max_msteps: 1,
-        stopping: None,
-        ..EmSettings::default()
-    };
-    if let Some(p) = settings.polish.as_mut() {
-        p.max_steps = 2;
-    }
-    let (trace, _) = run(&model, settings, &[mean.ln(), 1.0], 1);
+    let (trace, _) = run(&model, one_mstep_then_newton_steps(2), &[mean.ln(), 1.0], 1);
     let pol = trace
         .polished
         .as_ref()
