@@ -73,10 +73,10 @@ pub enum InformationMethod {
     /// (one run), but where most information is missing, the difference of two large noisy
     /// terms: its relative error, and the standard errors' bias, grow with the missing fraction.
     Louis,
-    /// −∂ score/∂θ by central differences of Fisher's score, each from chains at θ ± h e_j
+    /// −∂ score/∂θ by differences of Fisher's score between chains at θ and at θ + h e_j, all
     /// driven by the same noise from the same settled state (common random numbers; Langevin
-    /// without a Metropolis test is smooth in θ, so the paired chains stay within O(h)). 2p runs
-    /// instead of one, but no cancellation: on a 300-long latent series with two thirds of the
+    /// without a Metropolis test is smooth in θ, so the paired chains stay within O(h)). p + 1
+    /// runs instead of one, but no cancellation: on a 300-long latent series with two thirds of the
     /// information missing, 100 draws gave the information to 1-2%, where Louis' identity with
     /// 1000 draws was off by up to 30%.
     #[default]
@@ -313,6 +313,13 @@ pub const STEP_NOISE: f64 = 0.25;
 /// the answer's own ([`SE_STEP`]).
 pub const LAG_GAP: f64 = 2.0;
 
+/// How near the maximum a point must be, in multiples of its gap's noise part, for [`polish`] to
+/// double the draws of the points after it while that noise part exceeds the tolerance. Further
+/// out the step's noise moves its landing by far less than the distance does (from 7 nats
+/// below, a step with 0.02 nats of noise), and draws doubled there would be paid again at every
+/// point after it; the last point's draws are set by its own rule ([`STEP_NOISE`]).
+pub const NOISE_DOUBLING_GAP: f64 = 10.0;
+
 /// The relative Monte Carlo error of the standard errors that [`polish`] aims for.
 pub const SE_PRECISION: f64 = 0.1;
 
@@ -381,7 +388,7 @@ pub fn polish<M: LatentModel<f64>>(
             Some(mut info) => {
                 // A whole step from a point within LAG_GAP tolerances of the maximum moves θ by
                 // a fraction of its standard errors, where the information hardly changes: a
-                // run for the score alone (one of the information's 2p runs) serves here.
+                // run for the score alone (one of the information's p + 1 runs) serves here.
                 info.rescored(score_parts(model, &at, &louis, point_seed)?)?;
                 fresh = false;
                 info
@@ -410,7 +417,7 @@ pub fn polish<M: LatentModel<f64>>(
         let gap = info.gap - info.gap_noise;
         gaps.push(gap);
         let noisy = info.gap_noise >= s.gap_tol;
-        if noisy && doublings < s.max_doublings {
+        if noisy && doublings < s.max_doublings && gap < NOISE_DOUBLING_GAP * info.gap_noise {
             louis.draws *= 2;
             doublings += 1;
         }
@@ -457,7 +464,7 @@ pub fn polish<M: LatentModel<f64>>(
                 let seed = stream_seed(seed, (s.max_steps + more) as u64);
                 if se_imprecision(&info) <= SE_PRECISION {
                     // Only the step is short of draws: a run for the score alone (a fraction of
-                    // the information's 2p runs) with as many draws as its noise asks for.
+                    // the information's p + 1 runs) with as many draws as its noise asks for.
                     let want = (info.draws as f64 * 1.2 * info.gap_noise / step_noise).ceil();
                     let again = LouisSettings {
                         draws: (want as usize).clamp(info.draws + 1, most),
