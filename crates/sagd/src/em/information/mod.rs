@@ -464,14 +464,18 @@ pub fn polish<M: LatentModel<f64>>(
                 let seed = stream_seed(seed, (s.max_steps + more) as u64);
                 if se_imprecision(&info) <= SE_PRECISION {
                     // Only the step is short of draws: a run for the score alone (a fraction of
-                    // the information's p + 1 runs) with as many draws as its noise asks for.
-                    let want = (info.draws as f64 * 1.2 * info.gap_noise / step_noise).ceil();
+                    // the information's p + 1 runs), pooled with the draws the point has, with as
+                    // many more as its noise asks for.
+                    let want = (info.draws as f64 * 1.5 * info.gap_noise / step_noise).ceil();
+                    let extra = (want as usize)
+                        .saturating_sub(info.draws)
+                        .clamp((louis.draws / 2).max(2), most);
                     let again = LouisSettings {
-                        draws: (want as usize).clamp(info.draws + 1, most),
+                        draws: extra,
                         ..louis
                     };
-                    info.rescored(score_parts(model, &at, &again, seed)?)?;
-                    if again.draws == most {
+                    info.pooled(score_parts(model, &at, &again, seed)?)?;
+                    if extra == most {
                         break;
                     }
                     continue;

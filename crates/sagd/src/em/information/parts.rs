@@ -85,6 +85,39 @@ impl Information {
         Ok(())
     }
 
+    /// The same information with its score pooled with that of `parts`, a [`score_parts`] run at
+    /// the same θ on streams of its own: the two means weighted by their draws, their Monte Carlo
+    /// covariances by the squared weights, and the Newton step, the gap and its noise recomputed.
+    /// What more draws were meant to buy is then bought by the extra draws alone.
+    pub(super) fn pooled(&mut self, parts: LouisParts) -> Result<()> {
+        let (d1, d2) = (self.draws as f64, parts.draws as f64);
+        let (w1, w2) = (d1 / (d1 + d2), d2 / (d1 + d2));
+        let score: Vec<f64> = self
+            .score
+            .iter()
+            .zip(&parts.score)
+            .map(|(a, b)| w1 * a + w2 * b)
+            .collect();
+        let score_cov: Vec<Vec<f64>> = self
+            .score_cov
+            .iter()
+            .zip(&parts.score_cov)
+            .map(|(r1, r2)| {
+                r1.iter()
+                    .zip(r2)
+                    .map(|(a, b)| w1 * w1 * a + w2 * w2 * b)
+                    .collect()
+            })
+            .collect();
+        let draws = self.draws + parts.draws;
+        self.rescored(LouisParts {
+            score,
+            score_cov,
+            draws,
+            ..parts
+        })
+    }
+
     /// The Newton step I⁻¹∇ℓ, the gap ½∇ℓᵀI⁻¹∇ℓ and its noise part ½ tr(I⁻¹C) from the score
     /// and its covariance C, `inv` being I⁻¹.
     fn set_step(&mut self, inv: &[Vec<f64>]) {
@@ -489,10 +522,7 @@ fn parts_of<M: LatentModel<f64>>(
             let mut counts = vec![0.0; batches];
             let mut complete = vec![vec![0.0; p]; p];
             let mut complete_count = 0.0;
-            let steps: Vec<f64> = theta
-                .iter()
-                .map(|t| s.fd_step * (1.0 + t.abs()))
-                .collect();
+            let steps: Vec<f64> = theta.iter().map(|t| s.fd_step * (1.0 + t.abs())).collect();
             let mut draw = 0;
             let base = run(&chains, theta, &mut |b, z_all| {
                 // Row by row only where R̂ needs each row's score (several chains per point);
