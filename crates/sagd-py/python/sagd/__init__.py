@@ -9,7 +9,8 @@ Four entry points:
 
 * :func:`glmm` fits a generalised linear mixed model (Gaussian, Poisson, binomial) from numpy
   arrays, with every gradient computed in Rust: by its exact likelihood where that can be
-  computed to rounding (as lme4), by automated EM otherwise (started at Laplace's maximum);
+  computed to rounding (as lme4), by Langevin chains otherwise (the polish's Newton steps from
+  Laplace's maximum, automated EM where they fail);
   :func:`glmm_loglik` evaluates that likelihood at any estimate.
 * :func:`fit` fits your own model, given as a Python function that returns log p(x_i, z; theta)
   and its gradients for a whole block of chains at once.

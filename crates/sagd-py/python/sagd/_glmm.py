@@ -289,7 +289,8 @@ def glmm(
         seed: the random seed; the same seed gives the same result on any number of threads.
         threads: worker threads (default: all cores).
         max_msteps: the most M-steps of EM before the polish (default 20; with ``method="auto"``
-            EM starts at Laplace's maximum and runs at most 2).
+            the polish starts at Laplace's maximum without an M-step, and EM runs only if
+            that polish fails).
         x_names: names of X's columns; z_names: of Z's columns (a list per factor with several).
         progress: show a progress bar (tqdm's, when installed) of EM's updates.
         method: ``"auto"`` (default): the exact likelihood maximised directly where it can be

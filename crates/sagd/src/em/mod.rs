@@ -391,6 +391,22 @@ impl<'a, M: LatentModel<f64>> AutomatedEm<'a, M> {
         Ok(state.trace)
     }
 
+    /// The polish alone from `theta0`, without an M-step (for a start already near the maximum,
+    /// as Laplace's is for a GLMM): a trace whose estimate is `theta0` and whose answer is the
+    /// polished one, or, when every attempt fails, `theta0` with `polish_error` saying why. The
+    /// polish draws from [`polish_seed`]`(seed)`, as after EM.
+    pub(crate) fn polish_from(&self, theta0: &[f64], seed: u64) -> EmTrace {
+        let mut trace = EmTrace {
+            path: vec![theta0.to_vec()],
+            estimate: theta0.to_vec(),
+            ..EmTrace::default()
+        };
+        if let Some(ps) = &self.settings.polish {
+            self.polish_into(&mut trace, ps, seed);
+        }
+        trace
+    }
+
     /// Polishes the trace's estimate (from [`polish_seed`], or [`second_polish_seed`] once EM
     /// took its estimate back), recording the polished answer or why every attempt failed;
     /// whether it succeeded.
