@@ -280,14 +280,18 @@ impl Glmm {
         // The rows' linear predictors a chunk at a time, then the family's terms over the chunk
         // in vector lanes.
         let mut chunk = Rows::new();
+        let scalar = self.terms.iter().all(|t| t.q == 1);
         for block in rows.chunks(CHUNK) {
             chunk.len = block.len();
             for (j, &i) in block.iter().enumerate() {
-                let mut eta = self.fixed_part(&theta[..self.p], i);
-                self.row_design(factors, i, |k, a| eta += a * u[k]);
-                chunk.eta[j] = eta;
                 chunk.y[j] = self.y[i];
                 chunk.m[j] = self.trials[i];
+            }
+            let eta = &mut chunk.eta[..block.len()];
+            if scalar {
+                self.etas_by_terms(&theta[..self.p], factors, block, u, eta);
+            } else {
+                self.etas_by_rows(&theta[..self.p], factors, block, u, eta);
             }
             lp += chunk.evaluate(self.family, inv_var);
             for (j, &i) in block.iter().enumerate() {
@@ -295,6 +299,46 @@ impl Glmm {
             }
         }
         lp
+    }
+
+    /// The linear predictors x_iᵀβ + Σ_t z_it L_t u of `rows` into `eta`, row by row over every
+    /// term's effects ([`Glmm::row_design`]).
+    fn etas_by_rows(
+        &self,
+        beta: &[f64],
+        factors: &[Vec<f64>],
+        rows: &[usize],
+        u: &[f64],
+        eta: &mut [f64],
+    ) {
+        for (e, &i) in eta.iter_mut().zip(rows) {
+            let mut v = self.fixed_part(beta, i);
+            self.row_design(factors, i, |k, a| v += a * u[k]);
+            *e = v;
+        }
+    }
+
+    /// [`Glmm::etas_by_rows`] where every term is a scalar effect (intercepts, crossed or
+    /// nested), term by term over the rows: each row's operations are the same in the same
+    /// order, so the bits are the same, without `row_design`'s loops within a row.
+    fn etas_by_terms(
+        &self,
+        beta: &[f64],
+        factors: &[Vec<f64>],
+        rows: &[usize],
+        u: &[f64],
+        eta: &mut [f64],
+    ) {
+        let n_terms = self.terms.len();
+        for (e, &i) in eta.iter_mut().zip(rows) {
+            *e = self.fixed_part(beta, i);
+        }
+        for (t, term) in self.terms.iter().enumerate() {
+            let l = factors[t][0];
+            for (e, &i) in eta.iter_mut().zip(rows) {
+                *e += term.z[i] * l * u[self.slot[i * n_terms + t]];
+            }
+        }
     }
 
     fn factors(&self, theta: &[f64]) -> Vec<Vec<f64>> {
@@ -322,12 +366,22 @@ impl LatentModel<f64> for Glmm {
     ) -> std::result::Result<(), LogpError> {
         let d = self.latent_dim;
         let factors = self.factors(theta);
+        // Scalar effects: each row's loadings z_it L_t straight from the terms, as
+        // `row_design` gives them.
+        let scalar = self.terms.iter().all(|t| t.q == 1);
+        let n_terms = self.terms.len();
         for (r, &c) in data.iter().enumerate() {
             let u = &z[r * d..(r + 1) * d];
             let g = &mut grad_z[r * d..(r + 1) * d];
             g.iter_mut().zip(u).for_each(|(g, u)| *g = -u);
             let lp = self.point_terms(theta, &factors, c, u, d, |i, dl, _| {
-                self.row_design(&factors, i, |k, a| g[k] += dl * a);
+                if scalar {
+                    for (t, term) in self.terms.iter().enumerate() {
+                        g[self.slot[i * n_terms + t]] += dl * (term.z[i] * factors[t][0]);
+                    }
+                } else {
+                    self.row_design(&factors, i, |k, a| g[k] += dl * a);
+                }
             });
             if !lp.is_finite() || g.iter().any(|v| !v.is_finite()) {
                 return Err(LogpError::NonFinite);
@@ -459,6 +513,52 @@ pub(in crate::glmm) mod tests {
         Glmm::with_terms(family, y, x, vec![a, b], trials).unwrap()
     }
 
+    /// Scalar effects only: intercepts by `a` (4 levels) crossed with a scaled effect by `b` (3
+    /// levels) over 24 rows (one point), or nested (4 points).
+    fn scalar_terms(family: Family, nested: bool) -> Glmm {
+        let n = 24;
+        let (y, x) = responses(family, n);
+        let a = RandomTerm {
+            group: (0..n).map(|i| i % 4).collect(),
+            z: vec![1.0; n],
+            correlated: false,
+        };
+        let b = RandomTerm {
+            group: (0..n)
+                .map(|i| {
+                    if nested {
+                        2 * (i % 4) + (i / 4) % 2
+                    } else {
+                        i % 3
+                    }
+                })
+                .collect(),
+            z: (0..n).map(|i| 0.5 + (i as f64 * 0.7).cos()).collect(),
+            correlated: false,
+        };
+        let trials = (family == Family::Binomial).then(|| vec![4.0; n]);
+        Glmm::with_terms(family, y, x, vec![a, b], trials).unwrap()
+    }
+
+    /// Term by term over the rows gives the linear predictors row by row gives, bit for bit.
+    #[test]
+    fn scalar_effects_term_by_term_give_the_rows_bits() {
+        for nested in [false, true] {
+            let m = scalar_terms(Family::Poisson, nested);
+            let theta: Vec<f64> = (0..m.theta_dim()).map(|k| 0.37 * k as f64 - 0.3).collect();
+            let factors = m.factors(&theta);
+            for c in &m.points {
+                let u: Vec<f64> = (0..c.dim).map(|k| (k as f64 * 2.1).sin()).collect();
+                let (mut by_rows, mut by_terms) =
+                    (vec![0.0; c.rows.len()], vec![1.0; c.rows.len()]);
+                m.etas_by_rows(&theta[..m.p], &factors, &c.rows, &u, &mut by_rows);
+                m.etas_by_terms(&theta[..m.p], &factors, &c.rows, &u, &mut by_terms);
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&by_rows), bits(&by_terms), "nested {nested}");
+            }
+        }
+    }
+
     #[test]
     fn gradients_match_central_differences() {
         for family in [Family::Gaussian, Family::Poisson, Family::Binomial] {
@@ -466,6 +566,8 @@ pub(in crate::glmm) mod tests {
                 small(family),
                 two_terms(family, false),
                 two_terms(family, true),
+                scalar_terms(family, false),
+                scalar_terms(family, true),
             ] {
                 let theta: Vec<f64> = (0..m.theta_dim()).map(|k| 0.1 * k as f64 - 0.2).collect();
                 let z: Vec<f64> = (0..m.n_data() * m.latent_dim())
