@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use rayon::prelude::*;
 
 use crate::gemm::Epilogue;
-use crate::net::{linear_forward_with, linear_input_grad, linear_param_grad, Transposed};
+use crate::linear::{linear_forward_with, linear_input_grad, linear_param_grad, Transposed};
 
 /// The windows of a convolution: a kernel of side `k` slides with `stride` over a `big` × `big`
 /// image of `channels` channels padded by `pad`, visiting `small` × `small` positions.

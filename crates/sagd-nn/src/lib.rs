@@ -22,6 +22,7 @@ mod conv;
 pub mod cuda;
 mod device;
 mod gemm;
+mod linear;
 pub mod math;
 mod net;
 pub mod train;

@@ -66,6 +66,7 @@ pub mod glmm;
 pub mod hmc;
 pub(crate) mod lanes;
 pub mod langevin;
+pub(crate) mod linalg;
 pub mod metric;
 pub mod metrics;
 pub mod model;

@@ -45,6 +45,17 @@ pub fn rows_for_dim(rows: usize, d: usize, cheap: usize) -> usize {
     }
 }
 
+/// Rows per parallel piece of the passes over chains or points of dimension `d` (cheap per-row
+/// work: large pieces), fixed by the shapes; all rows in one piece when the model's calls are
+/// costly.
+pub(crate) fn rows_per_piece(rows: usize, d: usize, costly: bool) -> usize {
+    if costly {
+        rows.max(1)
+    } else {
+        rows_for_dim(rows, d, piece_rows(rows, 64, 4096))
+    }
+}
+
 /// The fewest elements of the output per task of [`add_parts`] (long outputs are cut into about
 /// 4 × [`PIECES`] tasks).
 const SUM_CHUNK: usize = 256;

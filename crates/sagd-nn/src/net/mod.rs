@@ -10,15 +10,14 @@ use crate::conv::{
     channel_sums, conv_backward, conv_forward, conv_out_side, conv_t_backward, conv_t_forward,
     conv_t_out_side, ConvBuffers, Windows,
 };
-use crate::gemm::{gemm, gemm_panels, Epilogue, Panels, Strided};
+use crate::gemm::{gemm_panels, Epilogue, Panels, Strided};
 use crate::math::{self, Activation};
 
-mod linear;
 mod pass;
 mod saved;
 
-pub(crate) use linear::{linear_forward_with, linear_input_grad, linear_param_grad};
-pub use linear::{PackedWeights, ParamGrads, ParamTerms};
+use crate::linear::Transposed;
+pub use crate::linear::{PackedWeights, ParamGrads, ParamTerms};
 pub use saved::SavedError;
 
 /// One layer.
@@ -174,14 +173,6 @@ pub struct Workspace {
     wt: Vec<Transposed>,
     /// Per layer: a convolution's windows and their gradients.
     conv: Vec<ConvBuffers>,
-}
-
-/// Wᵀ of a Linear layer, kept while W stays the same: a chain's many evaluations at one θ
-/// transpose it once.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Transposed {
-    w: Vec<f32>,
-    transposed: Vec<f32>,
 }
 
 /// Rows per chunk of the parallel passes (the estimators' chunks and the chains' blocks) for

@@ -1,8 +1,8 @@
 //! A network's passes: forward (plain or on packed weights) and backward, with parameter
 //! gradients added, written over or kept as terms and summed in parallel over the parameters.
 
-use super::linear::*;
 use super::*;
+use crate::linear::*;
 
 /// Elements per task of an activation's pass over a long batch (a convolution's output, 627 200
 /// values for 100 of E3's images), below which it stays one task.

@@ -27,7 +27,7 @@ use crate::error::{LogpError, Result, SagdError};
 use crate::langevin::{ChainSet, LangevinSettings};
 use crate::metric::row_target;
 use crate::model::{AnchoredTarget, Problem};
-use crate::parallel::{add_parts, piece_rows, rows_for_dim};
+use crate::parallel::{add_parts, rows_per_piece};
 
 /// How an M-step moves θ.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, Default)]
@@ -157,16 +157,6 @@ pub fn settle_chains<P: Problem<f64> + ?Sized>(
 /// The most coordinates per chain whose curvature [`posterior_scale`] measures.
 const SCALE_COORDS: usize = 16;
 
-/// Rows per parallel piece of the passes below (cheap per-row work: large pieces), fixed by the
-/// shapes; all rows in one piece when the model's calls are costly.
-pub(crate) fn rows_per_piece(rows: usize, d: usize, costly: bool) -> usize {
-    if costly {
-        rows.max(1)
-    } else {
-        rows_for_dim(rows, d, piece_rows(rows, 64, 4096))
-    }
-}
-
 /// Σ over pieces of `f(first_row, positions)`, in piece order: the same bits for any number of
 /// threads.
 fn sum_pieces<F>(positions: &[f64], dim: usize, len: usize, costly: bool, f: F) -> Result<Vec<f64>>
@@ -256,7 +246,7 @@ pub fn newton_direction(h: &[Vec<f64>], g: &[f64]) -> Option<Vec<f64>> {
         for (j, row) in a.iter_mut().enumerate() {
             row[j] += lambda;
         }
-        if let Some(inv) = super::information::spd_inverse(&a) {
+        if let Some(inv) = crate::linalg::spd_inverse(&a) {
             let d: Vec<f64> = (0..p)
                 .map(|j| -(0..p).map(|k| inv[j][k] * g[k]).sum::<f64>())
                 .collect();

@@ -105,7 +105,7 @@ impl<'a, M: LatentModel<f64>> EmSolver<'a, M> {
         let costly = crate::model::Problem::<f64>::calls_are_costly(&self.problem);
         let n = sagd.chains.n_chains();
         sagd.chains
-            .set_rows_per_block(mstep::rows_per_piece(n, d, costly));
+            .set_rows_per_block(crate::parallel::rows_per_piece(n, d, costly));
         Ok(EmState {
             sagd,
             trace: EmTrace {

@@ -6,9 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Criterion, ExactFit, ExactSettings, Glmm, MarginalLikelihood};
-use crate::em::information::spd_inverse;
 use crate::em::{AutomatedEm, EmEvent, EmSettings, EmTrace};
 use crate::error::{Result, SagdError};
+use crate::linalg::spd_inverse;
 use crate::run::Control;
 
 /// The most M-steps [`Method::Auto`] runs from Laplace's maximum before the polish (when the

@@ -63,7 +63,7 @@ fn evaluate_points<P: Problem<f64> + ?Sized>(
     d: usize,
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     let points = z.len() / d;
-    let per = crate::em::mstep::rows_per_piece(points, d, problem.calls_are_costly());
+    let per = crate::parallel::rows_per_piece(points, d, problem.calls_are_costly());
     let pieces = crate::share::map_chunks(z, per * d, |b, zb| {
         let rows = zb.len() / d;
         let (mut lp, mut g) = (vec![0.0; rows], vec![0.0; zb.len()]);

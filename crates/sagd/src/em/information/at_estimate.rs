@@ -9,9 +9,10 @@
 //! standard errors from the maximum) moves them by that much more, which the error reported for
 //! them then includes.
 
-use super::parts::{louis_parts, spd_inverse};
+use super::parts::louis_parts;
 use super::{Information, LouisSettings};
 use crate::error::Result;
+use crate::linalg::spd_inverse;
 use crate::model::LatentModel;
 
 /// How far (in standard errors) from the answer the last point's information may be for

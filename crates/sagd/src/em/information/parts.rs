@@ -3,12 +3,13 @@
 //! jackknife's errors and the chains' R̂.
 
 use super::{Information, InformationMethod, LouisSettings};
-use crate::em::mstep::rows_per_piece;
 use crate::em::mstep::{settle_chains, ChainStep};
 use crate::error::{Result, SagdError};
 use crate::langevin::{ChainSet, LangevinSettings, Momentum};
+use crate::linalg::spd_inverse;
 use crate::metric::Preconditioned;
 use crate::model::{AnchoredTarget, LatentModel, MaximumLikelihood};
+use crate::parallel::rows_per_piece;
 
 /// Louis' identity's parts before the information is known to be positive definite.
 pub(super) struct LouisParts {
@@ -291,44 +292,6 @@ fn batch_mean_cov(rows: &[Vec<f64>], batches: usize) -> Vec<Vec<f64>> {
                 .collect()
         })
         .collect()
-}
-
-/// Inverts a symmetric positive-definite matrix by Cholesky; `None` if it is not.
-pub(crate) fn spd_inverse(a: &[Vec<f64>]) -> Option<Vec<Vec<f64>>> {
-    let p = a.len();
-    let mut l = vec![vec![0.0; p]; p];
-    for i in 0..p {
-        for j in 0..=i {
-            let s: f64 = (0..j).map(|k| l[i][k] * l[j][k]).sum();
-            if i == j {
-                let d = a[i][i] - s;
-                if d.is_nan() || d <= 0.0 {
-                    return None;
-                }
-                l[i][i] = d.sqrt();
-            } else {
-                l[i][j] = (a[i][j] - s) / l[j][j];
-            }
-        }
-    }
-    // Columns of L⁻¹, then A⁻¹ = L⁻ᵀ L⁻¹.
-    let mut li = vec![vec![0.0; p]; p];
-    #[allow(clippy::needless_range_loop)] // triangular indices read clearer than iterators
-    for c in 0..p {
-        for i in c..p {
-            let s: f64 = (c..i).map(|k| l[i][k] * li[k][c]).sum();
-            li[i][c] = (if i == c { 1.0 } else { 0.0 } - s) / l[i][i];
-        }
-    }
-    Some(
-        (0..p)
-            .map(|i| {
-                (0..p)
-                    .map(|j| (0..p).map(|k| li[k][i] * li[k][j]).sum())
-                    .collect()
-            })
-            .collect(),
-    )
 }
 
 /// The score ∇ℓ(θ) and its Monte Carlo covariance from one run of the chains at θ (`s.draws`

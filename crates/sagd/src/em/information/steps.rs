@@ -5,8 +5,9 @@
 use crate::model::LatentModel;
 use crate::rng::stream_seed;
 
-use super::parts::{score_parts, spd_inverse};
+use super::parts::score_parts;
 use super::LouisSettings;
+use crate::linalg::spd_inverse;
 
 /// Where the information I is not positive definite: d = (1 + λ)(I + λC)⁻¹ ∇ℓ, C the complete-data
 /// information, with λ twice the smallest of 0.1, 0.3, 1, 3, … that makes I + λC positive

@@ -15,8 +15,8 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, Glmm, LikelihoodMethod};
-use crate::em::information::spd_inverse;
 use crate::error::{Result, SagdError};
+use crate::linalg::spd_inverse;
 
 /// The most effects per point that [`Glmm::fit_exact`] integrates by quadrature.
 pub const MAX_QUADRATURE_DIM: usize = 3;

@@ -2,7 +2,16 @@
 //! parameter value, the forward product with its fused epilogue, and the parameter and input
 //! gradients (added, written over, or kept as per-piece terms).
 
-use super::*;
+use crate::gemm::{gemm, Epilogue, Panels, Strided};
+use crate::math;
+
+/// Wᵀ of a Linear layer, kept while W stays the same: a chain's many evaluations at one θ
+/// transpose it once.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Transposed {
+    w: Vec<f32>,
+    transposed: Vec<f32>,
+}
 
 /// A row-major matrix with `cols` columns, as the A operand of [`gemm`].
 pub(crate) fn by_rows(data: &[f32], cols: usize) -> Strided<'_> {
@@ -22,7 +31,7 @@ fn by_cols(data: &[f32], cols: usize) -> Strided<'_> {
     }
 }
 
-/// Weights per Linear layer from which [`Sequential::pack`] packs it: E3's 1024 × 3136 layers,
+/// Weights per Linear layer from which [`Sequential::pack`](crate::net::Sequential::pack) packs it: E3's 1024 × 3136 layers,
 /// not E2's (at most 64 × 64), whose products stay on unpacked weights.
 pub(crate) const PACK_MIN_WEIGHTS: usize = 1 << 18;
 
@@ -36,7 +45,7 @@ pub(crate) struct PackedLayer {
 }
 
 /// The wide Linear layers' weights of one parameter vector, packed once
-/// ([`Sequential::pack`]) for the many passes of a minibatch at those parameters (SAGD's chains
+/// ([`Sequential::pack`](crate::net::Sequential::pack)) for the many passes of a minibatch at those parameters (SAGD's chains
 /// evaluate the generator ten times per chain at one θ). The products then give the same bits
 /// as on unpacked weights with fewer rows.
 #[derive(Clone, Debug, Default)]
@@ -174,7 +183,7 @@ pub(crate) fn linear_param_grad(
 /// What a backward pass leaves for ∂L/∂params when the products are deferred
 /// ([`ParamGrads::Keep`]): per Linear layer, its input and the gradient at its output,
 /// for the pass's rows. The products of many passes then run in parallel over the parameters
-/// ([`Sequential::add_param_grads`]) instead of each pass summing into a copy of all of them.
+/// ([`Sequential::add_param_grads`](crate::net::Sequential::add_param_grads)) instead of each pass summing into a copy of all of them.
 #[derive(Clone, Debug, Default)]
 pub struct ParamTerms {
     pub(crate) x: Vec<Vec<f32>>,
@@ -183,11 +192,11 @@ pub struct ParamTerms {
     pub(crate) gb: Vec<Vec<f32>>,
 }
 
-/// Tasks per Linear layer of [`Sequential::add_param_grads`] (16: the 1-D networks offer over 64
+/// Tasks per Linear layer of [`Sequential::add_param_grads`](crate::net::Sequential::add_param_grads) (16: the 1-D networks offer over 64
 /// pieces of work), each of at least [`MIN_TILE`] output units.
 pub(crate) const TILES_PER_LAYER: usize = 16;
 
-/// The fewest output units per task of [`Sequential::add_param_grads`].
+/// The fewest output units per task of [`Sequential::add_param_grads`](crate::net::Sequential::add_param_grads).
 pub(crate) const MIN_TILE: usize = 4;
 
 /// Where a backward pass puts ∂L/∂params.
@@ -199,7 +208,7 @@ pub enum ParamGrads<'a> {
     /// Written into this vector, every element overwritten (no zeroing beforehand: the same bits
     /// as `Add` into zeros).
     Set(&'a mut [f32]),
-    /// Kept as terms, for [`Sequential::add_param_grads`] (the same bits as `Add` for Linear
+    /// Kept as terms, for [`Sequential::add_param_grads`](crate::net::Sequential::add_param_grads) (the same bits as `Add` for Linear
     /// layers and for convolutions whose windows fit one chunk; a convolution over more images
     /// sums its chunks in another order).
     Keep(&'a mut ParamTerms),
