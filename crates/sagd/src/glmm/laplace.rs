@@ -91,22 +91,24 @@ mod tests {
     use crate::glmm::{ExactSettings, Family, RandomTerm};
     use crate::rng::NormalStream;
 
-    /// y = 1 + 0.5 x + a_g + b_h + e: crossed Gaussian factors (sds 0.8, 0.5; e 0.6), or the
-    /// same η through a Poisson.
-    fn crossed(family: Family) -> Glmm {
-        let mut s = NormalStream::new(3);
-        let (ga, gb) = (12, 9);
-        let a: Vec<f64> = (0..ga).map(|_| 0.8 * s.draw()).collect();
-        let b: Vec<f64> = (0..gb).map(|_| 0.5 * s.draw()).collect();
+    /// Crossed factors a (`levels.0` levels, sd `sds.0`) and b (`levels.1`, sd `sds.1`), one row
+    /// per pair, y from η = 0.3 + 0.5 x + a_g + b_h by `respond` (which draws its noise from the
+    /// same stream).
+    fn crossed_design(
+        family: Family,
+        seed: u64,
+        levels: (usize, usize),
+        sds: (f64, f64),
+        respond: impl Fn(f64, &mut NormalStream) -> f64,
+    ) -> Glmm {
+        let mut s = NormalStream::new(seed);
+        let a: Vec<f64> = (0..levels.0).map(|_| sds.0 * s.draw()).collect();
+        let b: Vec<f64> = (0..levels.1).map(|_| sds.1 * s.draw()).collect();
         let (mut y, mut x, mut g, mut h) = (vec![], vec![], vec![], vec![]);
         for (i, ai) in a.iter().enumerate() {
             for (j, bj) in b.iter().enumerate() {
                 let xi = s.draw();
-                let eta = 0.3 + 0.5 * xi + ai + bj;
-                y.push(match family {
-                    Family::Gaussian => eta + 0.6 * s.draw(),
-                    _ => (eta.exp() * (1.0 + 0.3 * s.draw()).max(0.0)).round(),
-                });
+                y.push(respond(0.3 + 0.5 * xi + ai + bj, &mut s));
                 x.extend([1.0, xi]);
                 g.push(i);
                 h.push(j);
@@ -121,31 +123,22 @@ mod tests {
         Glmm::with_terms(family, y, x, vec![term(g), term(h)], None).unwrap()
     }
 
+    /// y = 1 + 0.5 x + a_g + b_h + e: crossed Gaussian factors (sds 0.8, 0.5; e 0.6), or the
+    /// same η through a Poisson.
+    fn crossed(family: Family) -> Glmm {
+        crossed_design(family, 3, (12, 9), (0.8, 0.5), |eta, s| match family {
+            Family::Gaussian => eta + 0.6 * s.draw(),
+            _ => (eta.exp() * (1.0 + 0.3 * s.draw()).max(0.0)).round(),
+        })
+    }
+
     /// Binary outcomes of crossed factors with large variances (sds 1.5, 1.2; 15 × 12 levels,
-    /// one row per pair): where Laplace's approximation is biased.
+    /// one row per pair): where Laplace's approximation is biased. The outcome is a
+    /// latent-variable draw (probit-like noise; fitted as logistic).
     fn binary_crossed() -> Glmm {
-        let mut s = NormalStream::new(11);
-        let (ga, gb) = (15, 12);
-        let a: Vec<f64> = (0..ga).map(|_| 1.5 * s.draw()).collect();
-        let b: Vec<f64> = (0..gb).map(|_| 1.2 * s.draw()).collect();
-        let (mut y, mut x, mut g, mut h) = (vec![], vec![], vec![], vec![]);
-        for (i, ai) in a.iter().enumerate() {
-            for (j, bj) in b.iter().enumerate() {
-                let xi = s.draw();
-                // A latent-variable draw of the outcome (probit-like noise; fitted as logistic).
-                y.push(f64::from(0.3 + 0.5 * xi + ai + bj + 1.6 * s.draw() > 0.0));
-                x.extend([1.0, xi]);
-                g.push(i);
-                h.push(j);
-            }
-        }
-        let n = y.len();
-        let term = |group| RandomTerm {
-            group,
-            z: vec![1.0; n],
-            correlated: false,
-        };
-        Glmm::with_terms(Family::Binomial, y, x, vec![term(g), term(h)], None).unwrap()
+        crossed_design(Family::Binomial, 11, (15, 12), (1.5, 1.2), |eta, s| {
+            f64::from(eta + 1.6 * s.draw() > 0.0)
+        })
     }
 
     /// With a Gaussian response Laplace's approximation is exact: its maximum is lmer's.

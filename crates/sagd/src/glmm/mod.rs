@@ -486,15 +486,22 @@ pub(in crate::glmm) mod tests {
         Glmm::new(family, y, x, &group, z, trials).unwrap()
     }
 
-    /// Two terms: correlated slopes by `a` (4 levels) crossed with intercepts by `b` (3 levels)
-    /// over 24 rows (one point), or nested (b's levels within a's: 4 points).
-    pub(in crate::glmm) fn two_terms(family: Family, nested: bool) -> Glmm {
+    /// Two terms over 24 rows: effects by `a` (4 levels; design `za`, correlated or not) and by
+    /// `b` (design `zb`), crossed (b with 3 levels: one point) or nested (b's levels within a's:
+    /// 4 points).
+    fn two_factor(
+        family: Family,
+        nested: bool,
+        za: Vec<f64>,
+        correlated: bool,
+        zb: Vec<f64>,
+    ) -> Glmm {
         let n = 24;
         let (y, x) = responses(family, n);
         let a = RandomTerm {
             group: (0..n).map(|i| i % 4).collect(),
-            z: (0..n).flat_map(|i| [1.0, (i as f64 * 0.5).sin()]).collect(),
-            correlated: true,
+            z: za,
+            correlated,
         };
         let b = RandomTerm {
             group: (0..n)
@@ -506,38 +513,27 @@ pub(in crate::glmm) mod tests {
                     }
                 })
                 .collect(),
-            z: vec![1.0; n],
+            z: zb,
             correlated: false,
         };
         let trials = (family == Family::Binomial).then(|| vec![4.0; n]);
         Glmm::with_terms(family, y, x, vec![a, b], trials).unwrap()
     }
 
+    /// Two terms: correlated slopes by `a` (4 levels) crossed with intercepts by `b` (3 levels)
+    /// over 24 rows (one point), or nested (b's levels within a's: 4 points).
+    pub(in crate::glmm) fn two_terms(family: Family, nested: bool) -> Glmm {
+        let slopes = (0..24)
+            .flat_map(|i| [1.0, (i as f64 * 0.5).sin()])
+            .collect();
+        two_factor(family, nested, slopes, true, vec![1.0; 24])
+    }
+
     /// Scalar effects only: intercepts by `a` (4 levels) crossed with a scaled effect by `b` (3
     /// levels) over 24 rows (one point), or nested (4 points).
     fn scalar_terms(family: Family, nested: bool) -> Glmm {
-        let n = 24;
-        let (y, x) = responses(family, n);
-        let a = RandomTerm {
-            group: (0..n).map(|i| i % 4).collect(),
-            z: vec![1.0; n],
-            correlated: false,
-        };
-        let b = RandomTerm {
-            group: (0..n)
-                .map(|i| {
-                    if nested {
-                        2 * (i % 4) + (i / 4) % 2
-                    } else {
-                        i % 3
-                    }
-                })
-                .collect(),
-            z: (0..n).map(|i| 0.5 + (i as f64 * 0.7).cos()).collect(),
-            correlated: false,
-        };
-        let trials = (family == Family::Binomial).then(|| vec![4.0; n]);
-        Glmm::with_terms(family, y, x, vec![a, b], trials).unwrap()
+        let scaled = (0..24).map(|i| 0.5 + (i as f64 * 0.7).cos()).collect();
+        two_factor(family, nested, vec![1.0; 24], false, scaled)
     }
 
     /// Term by term over the rows gives the linear predictors row by row gives, bit for bit.
