@@ -18,6 +18,7 @@ use crate::rng::stream_seed;
 use super::mstep::ChainStep;
 
 mod at_estimate;
+mod chains;
 mod parts;
 mod steps;
 

@@ -1,0 +1,325 @@
+//! The chains behind the observed information, settled once at θ ([`Settled::at`]: at the
+//! posterior modes, δ and γ from their curvature, burnt in), and the runs each estimator draws
+//! from that state: the score alone, Louis' identity from one run, or coupled score differences
+//! from p + 1 runs at θ and θ + h e_j on the same noise.
+
+use super::parts::{LouisSums, SE_BATCHES};
+use super::{InformationMethod, LouisSettings};
+use crate::em::mstep::{settle_chains, ChainStep};
+use crate::error::{Result, SagdError};
+use crate::langevin::{ChainSet, Kernel, LangevinSettings, Momentum};
+use crate::metric::Preconditioned;
+use crate::model::{AnchoredTarget, LatentModel, MaximumLikelihood};
+use crate::parallel::rows_per_piece;
+
+/// What a run of the information's chains does with each draw: `(batch, z)` in (z of every
+/// chain, rows × d), the draw's score out (Σ over rows / chains per point).
+type TakeDraw<'a> = dyn FnMut(usize, &[f64]) -> Result<Vec<f64>> + 'a;
+
+/// The coupled runs take the complete-data term (two more model passes, central differences of
+/// the gradient) at every this many draws: it only damps a step where the information is not
+/// positive definite, so a quarter of the draws serve.
+const COMPLETE_EVERY: usize = 4;
+
+/// What one of the estimators gives: (I, the complete-data information, the score, the score
+/// per draw, I without each batch of draws).
+pub(super) type Estimates = (
+    Vec<Vec<f64>>,
+    Vec<Vec<f64>>,
+    Vec<f64>,
+    Vec<Vec<f64>>,
+    Vec<Vec<Vec<f64>>>,
+);
+
+/// A row's score at one of its draws, for R̂: `(row, ∇θ log p)`.
+pub(super) type Record<'a> = dyn FnMut(usize, &[f64]) + 'a;
+
+/// The chains on every point's posterior at θ, settled (at the posterior modes, δ and γ from
+/// their curvature, burnt in): the state every run of the estimators starts from.
+pub(super) struct Settled<'a, M> {
+    model: &'a M,
+    s: &'a LouisSettings,
+    problem: Preconditioned<MaximumLikelihood<'a, M>>,
+    chains: ChainSet<f64>,
+    kernel: Kernel<f64>,
+    /// Points n, the latent's dimension d, chains per point, rows n · chains per point.
+    n: usize,
+    d: usize,
+    per_point: usize,
+    pub(super) rows: usize,
+    /// Batches of draws behind the jackknife.
+    batches: usize,
+    /// Each row's point.
+    all_points: Vec<usize>,
+}
+
+impl<'a, M: LatentModel<f64>> Settled<'a, M> {
+    /// Chains on `problem` at `theta` (`per_point` per point), settled.
+    pub(super) fn at(
+        model: &'a M,
+        mut problem: Preconditioned<MaximumLikelihood<'a, M>>,
+        theta: &[f64],
+        s: &'a LouisSettings,
+        seed: u64,
+        per_point: usize,
+    ) -> Result<Self> {
+        let (n, d) = (model.n_data(), model.latent_dim());
+        let rows = n * per_point;
+        let mut chains = ChainSet::new(rows, d, seed);
+        chains.set_rows_per_block(rows_per_piece(rows, d, model.calls_are_costly()));
+        chains.init(
+            &AnchoredTarget {
+                problem: &problem,
+                anchor: theta,
+            },
+            &vec![0.0; d],
+            Momentum::Normal,
+        )?;
+        let adapted = problem.adapt(theta, chains.positions(), s.preconditioner)?;
+        let target = AnchoredTarget {
+            problem: &problem,
+            anchor: theta,
+        };
+        if let Some(at_modes) = &adapted {
+            chains.set_positions(&target, at_modes)?;
+        }
+        let kernel = if s.chain_step == ChainStep::Schedule {
+            let kernel = s.langevin.kernel::<f64>(s.step_size)?;
+            chains.burn_in(&target, &kernel, s.burn_in)?;
+            kernel
+        } else {
+            let sigma = settle_chains(
+                &problem,
+                theta,
+                &mut chains,
+                s.chain_step,
+                s.langevin,
+                s.burn_in,
+                None,
+                adapted.is_some(),
+            )?;
+            let (delta, gamma) = s
+                .chain_step
+                .at(sigma)
+                .unwrap_or((s.step_size, s.langevin.gamma));
+            LangevinSettings {
+                gamma,
+                ..s.langevin
+            }
+            .kernel::<f64>(delta)?
+        };
+        let batches = if s.draws >= 2 * SE_BATCHES {
+            SE_BATCHES
+        } else {
+            1
+        };
+        Ok(Settled {
+            model,
+            s,
+            problem,
+            chains,
+            kernel,
+            n,
+            d,
+            per_point,
+            rows,
+            batches,
+            all_points: (0..rows).map(|r| r % n).collect(),
+        })
+    }
+
+    /// Σ over `points`' rows of ∇θ log p at `z` (one call of the model for all of them).
+    fn grad_rows(&self, th: &[f64], points: &[usize], z: &[f64]) -> Result<Vec<f64>> {
+        let mut g = vec![0.0; self.model.theta_dim()];
+        self.model
+            .add_grad_theta(th, points, z, &mut g)
+            .map_err(SagdError::Model)?;
+        Ok(g)
+    }
+
+    /// ∇θ log p of point `i` at `z`.
+    fn grad(&self, th: &[f64], i: usize, z: &[f64]) -> Result<Vec<f64>> {
+        self.grad_rows(th, &[i], z)
+    }
+
+    /// Draws `s.draws` states of every chain from the settled state at `at`, calling
+    /// `take(batch, z)` on each (z of every chain, rows × d); what `take` returns per draw comes
+    /// back.
+    fn run(&self, at: &[f64], take: &mut TakeDraw<'_>) -> Result<Vec<Vec<f64>>> {
+        let s = self.s;
+        let mut chains = self.chains.clone();
+        let target = AnchoredTarget {
+            problem: &self.problem,
+            anchor: at,
+        };
+        let mut per_draw = Vec::with_capacity(s.draws);
+        if s.method == InformationMethod::CoupledScore {
+            chains.burn_in(&target, &self.kernel, s.burn_in)?;
+        }
+        for draw in 0..s.draws {
+            chains.burn_in(&target, &self.kernel, s.thin)?;
+            let z = self.problem.to_z(0, chains.positions());
+            per_draw.push(take(draw * self.batches / s.draws, &z)?);
+        }
+        Ok(per_draw)
+    }
+
+    /// The score alone, from one run at θ.
+    pub(super) fn score(&self, theta: &[f64]) -> Result<Estimates> {
+        let p = self.model.theta_dim();
+        let per_draw = self.run(theta, &mut |_, z_all| {
+            let g = self.grad_rows(theta, &self.all_points, z_all)?;
+            Ok(g.iter().map(|v| v / self.per_point as f64).collect())
+        })?;
+        let score = (0..p)
+            .map(|k| per_draw.iter().map(|t| t[k]).sum::<f64>() / self.s.draws as f64)
+            .collect();
+        Ok((Vec::new(), Vec::new(), score, per_draw, Vec::new()))
+    }
+
+    /// Louis' identity from one run at θ: the complete-data information by central differences
+    /// of ∇θ at each draw, less the posterior variance of each point's score.
+    pub(super) fn louis(&self, theta: &[f64], record: &mut Record<'_>) -> Result<Estimates> {
+        let (p, s) = (self.model.theta_dim(), self.s);
+        let mut sums = vec![LouisSums::new(self.n, p); self.batches];
+        let per_draw = self.run(theta, &mut |b, z_all| {
+            let sum = &mut sums[b];
+            sum.count += self.per_point as f64;
+            let mut total = vec![0.0; p];
+            for r in 0..self.rows {
+                let (i, z) = (r % self.n, &z_all[r * self.d..(r + 1) * self.d]);
+                let g = self.grad(theta, i, z)?;
+                record(r, &g);
+                for j in 0..p {
+                    total[j] += g[j] / self.per_point as f64;
+                    sum.sg[i * p + j] += g[j];
+                    for k in 0..p {
+                        sum.sgg[(i * p + j) * p + k] += g[j] * g[k];
+                    }
+                    let h = s.fd_step * (1.0 + theta[j].abs());
+                    let (mut tp, mut tm) = (theta.to_vec(), theta.to_vec());
+                    tp[j] += h;
+                    tm[j] -= h;
+                    let (gp, gm) = (self.grad(&tp, i, z)?, self.grad(&tm, i, z)?);
+                    for k in 0..p {
+                        sum.sh[j * p + k] += (gp[k] - gm[k]) / (2.0 * h);
+                    }
+                }
+            }
+            Ok(total)
+        })?;
+        let mut all = LouisSums::new(self.n, p);
+        sums.iter().for_each(|b| all.add(b, 1.0));
+        let (info, complete, score) = all.assemble();
+        let leave_one_out = if self.batches > 1 {
+            sums.iter()
+                .map(|b| {
+                    let mut rest = all.clone();
+                    rest.add(b, -1.0);
+                    rest.assemble().0
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok((info, complete, score, per_draw, leave_one_out))
+    }
+
+    /// The information by coupled score differences: runs at θ and at θ + h e_j for each j.
+    pub(super) fn coupled(&self, theta: &[f64], record: &mut Record<'_>) -> Result<Estimates> {
+        let (p, s) = (self.model.theta_dim(), self.s);
+        // One run at θ, then one at θ + h e_j for each j, all on the same noise from the
+        // same settled state: ∂_j score_k is (score_k(θ + h e_j) − score_k(θ)) / h draw by
+        // draw. One-sided differences carry an O(h) bias, about 1e-4 of the information at
+        // h = 1e-4 (1 + |θ_j|), far below its Monte Carlo error; central ones would take 2p
+        // runs where these take p + 1.
+        let mut counts = vec![0.0; self.batches];
+        let mut complete = vec![vec![0.0; p]; p];
+        let mut complete_count = 0.0;
+        let steps: Vec<f64> = theta.iter().map(|t| s.fd_step * (1.0 + t.abs())).collect();
+        let mut draw = 0;
+        let base = self.run(theta, &mut |b, z_all| {
+            // Row by row only where R̂ needs each row's score (several chains per point);
+            // else one call of the model for all self.rows.
+            let g = if self.per_point > 1 {
+                let mut g = vec![0.0; p];
+                for r in 0..self.rows {
+                    let gr = self.grad(theta, r % self.n, &z_all[r * self.d..(r + 1) * self.d])?;
+                    record(r, &gr);
+                    g.iter_mut().zip(&gr).for_each(|(a, v)| *a += v);
+                }
+                g
+            } else {
+                self.grad_rows(theta, &self.all_points, z_all)?
+            };
+            counts[b] += 1.0;
+            if draw % COMPLETE_EVERY == 0 {
+                for (j, h) in steps.iter().enumerate() {
+                    let (mut up, mut down) = (theta.to_vec(), theta.to_vec());
+                    up[j] += h;
+                    down[j] -= h;
+                    let gu = self.grad_rows(&up, &self.all_points, z_all)?;
+                    let gd = self.grad_rows(&down, &self.all_points, z_all)?;
+                    for k in 0..p {
+                        complete[j][k] += (gu[k] - gd[k]) / (2.0 * h * self.per_point as f64);
+                    }
+                }
+                complete_count += 1.0;
+            }
+            draw += 1;
+            Ok(g.iter().map(|v| v / self.per_point as f64).collect())
+        })?;
+        // Per batch, Σ over its draws of each draw's ∂_j score_k: [j][k].
+        let mut diff = vec![vec![vec![0.0; p]; p]; self.batches];
+        for j in 0..p {
+            let h = s.coupled_step * (1.0 + theta[j].abs());
+            let mut at = theta.to_vec();
+            at[j] += h;
+            let mut draw = 0;
+            self.run(&at, &mut |b, z_all| {
+                let g: Vec<f64> = self
+                    .grad_rows(&at, &self.all_points, z_all)?
+                    .iter()
+                    .map(|v| v / self.per_point as f64)
+                    .collect();
+                for k in 0..p {
+                    diff[b][j][k] += (g[k] - base[draw][k]) / h;
+                }
+                draw += 1;
+                Ok(g)
+            })?;
+        }
+        let m: f64 = counts.iter().sum();
+        let symmetric = |d: &[Vec<f64>], m: f64| -> Vec<Vec<f64>> {
+            (0..p)
+                .map(|j| (0..p).map(|k| -0.5 * (d[j][k] + d[k][j]) / m).collect())
+                .collect()
+        };
+        let mut sum = vec![vec![0.0; p]; p];
+        for batch in &diff {
+            for j in 0..p {
+                for k in 0..p {
+                    sum[j][k] += batch[j][k];
+                }
+            }
+        }
+        let leave_one_out = if self.batches > 1 {
+            diff.iter()
+                .zip(&counts)
+                .map(|(batch, c)| {
+                    let rest: Vec<Vec<f64>> = (0..p)
+                        .map(|j| (0..p).map(|k| sum[j][k] - batch[j][k]).collect())
+                        .collect();
+                    symmetric(&rest, m - c)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let score = (0..p)
+            .map(|k| base.iter().map(|t| t[k]).sum::<f64>() / s.draws as f64)
+            .collect();
+        let complete = symmetric(&complete, complete_count);
+        Ok((symmetric(&sum, m), complete, score, base, leave_one_out))
+    }
+}
