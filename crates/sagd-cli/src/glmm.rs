@@ -37,7 +37,8 @@ pub struct GlmmArgs {
     #[arg(long, default_value = "gaussian")]
     family: String,
     /// auto: the exact likelihood where it can be computed (Gaussian; up to 3 random effects per
-    /// independent block by adaptive quadrature), else automated Monte Carlo EM; exact; em.
+    /// independent block by adaptive quadrature), else Langevin chains from Laplace's maximum
+    /// (the polish's Newton steps; automated EM where they fail); exact; em.
     #[arg(long, default_value = "auto")]
     method: String,
     /// Gaussian family: maximise the REML criterion (lmer's default) instead of the likelihood.
@@ -46,8 +47,8 @@ pub struct GlmmArgs {
     /// Quadrature nodes per random effect (default 25, 15, 9 with 1, 2, 3 effects per block).
     #[arg(long)]
     nodes: Option<usize>,
-    /// EM: the most M-steps before the polish (with --method auto, EM starts at Laplace's
-    /// maximum and runs at most 2 of them).
+    /// EM: the most M-steps before the polish (with --method auto the polish starts at Laplace's
+    /// maximum without an M-step, and EM runs only if that polish fails).
     #[arg(long, default_value_t = EmSettings::default().max_msteps)]
     max_msteps: usize,
     /// EM's chains and the sampled log-likelihood's draws.
@@ -179,10 +180,16 @@ fn how(fit: &GlmmFit) -> String {
                 ),
                 None => status,
             };
-            format!(
-                "maximum likelihood (automated Monte Carlo EM with Langevin chains; {} M-steps, {status})",
-                t.msteps.len()
-            )
+            if t.msteps.is_empty() {
+                format!(
+                    "maximum likelihood (Monte Carlo Newton steps with Langevin chains from Laplace's maximum, no M-step; {status})"
+                )
+            } else {
+                format!(
+                    "maximum likelihood (automated Monte Carlo EM with Langevin chains; {} M-steps, {status})",
+                    t.msteps.len()
+                )
+            }
         }
     }
 }

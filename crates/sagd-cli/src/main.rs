@@ -39,7 +39,8 @@ enum Command {
     /// Automated EM on the Gamma-sigmoid model (the paper's E1, Figure 1), or on your own data.
     Em(em::EmArgs),
     /// A generalised linear mixed model from a CSV file and an lme4 formula: the exact
-    /// likelihood where it can be computed, else automated EM; lme4's summary, OUT/result.json.
+    /// likelihood where it can be computed, else Langevin chains (the polish from Laplace's
+    /// maximum, automated EM where it fails); lme4's summary, OUT/result.json.
     Glmm(glmm::GlmmArgs),
     /// MNIST (the paper's E3, Figure 3): a convolutional VAE, its generator refined by SAGD, a
     /// control, and the held-out log-likelihood of each.

@@ -80,7 +80,8 @@ class GlmmResult(FitResult):
             # No Monte Carlo error to show.
             rows = [(n, e, math.nan, s, math.nan) for n, e, _, s, _ in rows]
         else:
-            how = f"{self.status}, {self.msteps} M-steps"
+            how = (f"{self.status}, {self.msteps} M-steps" if self.msteps
+                   else f"{self.status} from Laplace's maximum, no M-step")
         head = f"GLMM ({self.family}), {n_groups} groups: {how}"
         if self.formula:
             head = f"{self.formula}  [{self.family}, {self.n_obs} observations]\n{head}"
