@@ -11,6 +11,7 @@ use crate::langevin::{ChainSet, Kernel, LangevinSettings, Momentum};
 use crate::metric::Preconditioned;
 use crate::model::{AnchoredTarget, LatentModel, MaximumLikelihood};
 use crate::parallel::rows_per_piece;
+use rayon::prelude::*;
 
 /// What a run of the information's chains does with each draw: `(batch, z)` in (z of every
 /// chain, rows × d), the draw's score out (Σ over rows / chains per point).
@@ -137,6 +138,21 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         Ok(g)
     }
 
+    /// `f(k)` for k in 0..len, in order: in parallel, unless the model's calls are costly (a
+    /// Python function, whose calls take its lock one at a time). Each call's result is its
+    /// own, so the same bits either way.
+    fn each<T: Send>(
+        &self,
+        len: usize,
+        f: impl Fn(usize) -> Result<T> + Sync + Send,
+    ) -> Result<Vec<T>> {
+        if self.model.calls_are_costly() {
+            (0..len).map(f).collect()
+        } else {
+            (0..len).into_par_iter().map(&f).collect()
+        }
+    }
+
     /// ∇θ log p of point `i` at `z`.
     fn grad(&self, th: &[f64], i: usize, z: &[f64]) -> Result<Vec<f64>> {
         self.grad_rows(th, &[i], z)
@@ -240,13 +256,16 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         let mut draw = 0;
         let base = self.run(theta, &mut |b, z_all| {
             // Row by row only where R̂ needs each row's score (several chains per point);
-            // else one call of the model for all self.rows.
+            // else one call of the model for all rows.
             let g = if self.per_point > 1 {
+                let d = self.d;
+                let rows = self.each(self.rows, |r| {
+                    self.grad(theta, r % self.n, &z_all[r * d..(r + 1) * d])
+                })?;
                 let mut g = vec![0.0; p];
-                for r in 0..self.rows {
-                    let gr = self.grad(theta, r % self.n, &z_all[r * self.d..(r + 1) * self.d])?;
-                    record(r, &gr);
-                    g.iter_mut().zip(&gr).for_each(|(a, v)| *a += v);
+                for (r, gr) in rows.iter().enumerate() {
+                    record(r, gr);
+                    g.iter_mut().zip(gr).for_each(|(a, v)| *a += v);
                 }
                 g
             } else {
@@ -254,12 +273,15 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             };
             counts[b] += 1.0;
             if draw % COMPLETE_EVERY == 0 {
-                for (j, h) in steps.iter().enumerate() {
+                let pairs = self.each(p, |j| {
                     let (mut up, mut down) = (theta.to_vec(), theta.to_vec());
-                    up[j] += h;
-                    down[j] -= h;
+                    up[j] += steps[j];
+                    down[j] -= steps[j];
                     let gu = self.grad_rows(&up, &self.all_points, z_all)?;
-                    let gd = self.grad_rows(&down, &self.all_points, z_all)?;
+                    Ok((gu, self.grad_rows(&down, &self.all_points, z_all)?))
+                })?;
+                for (j, (gu, gd)) in pairs.iter().enumerate() {
+                    let h = steps[j];
                     for k in 0..p {
                         complete[j][k] += (gu[k] - gd[k]) / (2.0 * h * self.per_point as f64);
                     }
