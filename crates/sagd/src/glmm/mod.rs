@@ -280,7 +280,7 @@ impl Glmm {
         // The rows' linear predictors a chunk at a time, then the family's terms over the chunk
         // in vector lanes.
         let mut chunk = Rows::new();
-        let scalar = self.terms.iter().all(|t| t.q == 1);
+        let scalar = self.scalar_effects();
         for block in rows.chunks(CHUNK) {
             chunk.len = block.len();
             for (j, &i) in block.iter().enumerate() {
@@ -341,6 +341,12 @@ impl Glmm {
         }
     }
 
+    /// Whether every term is a scalar effect (one column per factor), which the rows' passes
+    /// take term by term.
+    fn scalar_effects(&self) -> bool {
+        self.terms.iter().all(|t| t.q == 1)
+    }
+
     fn factors(&self, theta: &[f64]) -> Vec<Vec<f64>> {
         self.terms.iter().map(|t| t.factor(theta)).collect()
     }
@@ -368,7 +374,7 @@ impl LatentModel<f64> for Glmm {
         let factors = self.factors(theta);
         // Scalar effects: each row's loadings z_it L_t straight from the terms, as
         // `row_design` gives them.
-        let scalar = self.terms.iter().all(|t| t.q == 1);
+        let scalar = self.scalar_effects();
         let n_terms = self.terms.len();
         for (r, &c) in data.iter().enumerate() {
             let u = &z[r * d..(r + 1) * d];

@@ -487,10 +487,11 @@ pub fn polish<M: LatentModel<f64>>(
             let seed = stream_seed(seed, (s.max_steps + SE_DOUBLINGS + 1) as u64);
             // The answer's information serves its standard errors alone (its score moves
             // nothing): half the draws where the last point's standard errors, with √2 times
-            // their error, would still be within half the precision asked for.
+            // their error, would still be within half the precision asked for, and each of the
+            // jackknife's batches keeps 4 draws or more.
             let halved =
                 se_imprecision(&step_info) * std::f64::consts::SQRT_2 <= 0.5 * SE_PRECISION;
-            let draws = if halved && draws >= 80 {
+            let draws = if halved && draws / 2 >= 4 * parts::SE_BATCHES {
                 draws / 2
             } else {
                 draws
