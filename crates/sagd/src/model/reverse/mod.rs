@@ -154,6 +154,15 @@ impl Rev {
         if self.tape == CONSTANT {
             return Rev::constant(value);
         }
+        if d == 1.0 {
+            // A shift by a constant (x ± c) passes its adjoint on unchanged: it needs no node of
+            // its own, and a latent series' terms (z_t − x_t, log σ + …) record a fifth fewer.
+            return Rev {
+                value,
+                node: self.node,
+                tape: self.tape,
+            };
+        }
         let node = Node {
             a: self.node,
             b: SINK,
