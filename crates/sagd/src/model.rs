@@ -119,6 +119,29 @@ pub trait Problem<T: Real>: Sync {
         Ok(())
     }
 
+    /// [`Problem::log_target`] at `copies` states of the same rows `first_row..`, stacked in `xi`
+    /// (copies × rows × chain_dim), `logp` and `grad` stacked alike: the shifted states of a
+    /// Hessian's columns in one call. The default makes one call per copy.
+    fn log_target_copies(
+        &self,
+        anchor: &[T],
+        first_row: usize,
+        copies: usize,
+        xi: &[T],
+        logp: &mut [T],
+        grad: &mut [T],
+    ) -> Result<(), LogpError> {
+        let (per, rows) = (xi.len() / copies.max(1), logp.len() / copies.max(1));
+        for ((x, l), g) in xi
+            .chunks(per.max(1))
+            .zip(logp.chunks_mut(rows.max(1)))
+            .zip(grad.chunks_mut(per.max(1)))
+        {
+            self.log_target(anchor, first_row, x, l, g)?;
+        }
+        Ok(())
+    }
+
     /// [`Problem::log_target`] with π taken at θ, and adds Σ_r ∇θ f(θ; ξ_r) at the same rows into
     /// `grad_f`. The default makes two calls.
     #[allow(clippy::too_many_arguments)]
@@ -299,6 +322,20 @@ impl<T: Real, M: LatentModel<T>> Problem<T> for MaximumLikelihood<'_, M> {
         let res = self.model.add_grad_theta(theta, &data, xi, grad);
         grad.iter_mut().for_each(|v| *v = -*v);
         res
+    }
+    fn log_target_copies(
+        &self,
+        anchor: &[T],
+        first_row: usize,
+        copies: usize,
+        xi: &[T],
+        logp: &mut [T],
+        grad: &mut [T],
+    ) -> Result<(), LogpError> {
+        let rows = logp.len() / copies.max(1);
+        let one = &self.rows[first_row..first_row + rows];
+        let data: Vec<usize> = (0..copies).flat_map(|_| one.iter().copied()).collect();
+        self.model.log_joint(anchor, &data, xi, logp, grad)
     }
     fn log_target_and_grad_f(
         &self,

@@ -409,23 +409,44 @@ pub fn posterior_scale<P: Problem<f64> + ?Sized>(
         } else {
             (0..SCALE_COORDS).map(|k| k * d / SCALE_COORDS).collect()
         };
-        for j in coords {
-            let shifted = |sign: f64| -> Vec<f64> {
-                let mut y = x.to_vec();
-                for r in 0..n {
-                    y[r * d + j] += sign * steps[r * d + j];
-                }
-                y
-            };
-            problem
-                .log_target(anchor, b * per, &shifted(1.0), &mut logp, &mut gp)
-                .map_err(SagdError::Model)?;
-            problem
-                .log_target(anchor, b * per, &shifted(-1.0), &mut logp, &mut gm)
-                .map_err(SagdError::Model)?;
+        let shifted = |j: usize, sign: f64| -> Vec<f64> {
+            let mut y = x.to_vec();
             for r in 0..n {
-                let i = r * d + j;
-                curv[i] = -(gp[i] - gm[i]) / (2.0 * steps[i]);
+                y[r * d + j] += sign * steps[r * d + j];
+            }
+            y
+        };
+        if problem.calls_are_costly() {
+            // Every coordinate's shifted states in one call (copies up, down, up, down, …).
+            let copies = 2 * coords.len();
+            let y: Vec<f64> = coords
+                .iter()
+                .flat_map(|&j| [shifted(j, 1.0), shifted(j, -1.0)])
+                .flatten()
+                .collect();
+            let (mut lp, mut g) = (vec![0.0; copies * n], vec![0.0; y.len()]);
+            problem
+                .log_target_copies(anchor, b * per, copies, &y, &mut lp, &mut g)
+                .map_err(SagdError::Model)?;
+            for (c, &j) in coords.iter().enumerate() {
+                let (up, down) = (&g[2 * c * x.len()..], &g[(2 * c + 1) * x.len()..]);
+                for r in 0..n {
+                    let i = r * d + j;
+                    curv[i] = -(up[i] - down[i]) / (2.0 * steps[i]);
+                }
+            }
+        } else {
+            for &j in &coords {
+                problem
+                    .log_target(anchor, b * per, &shifted(j, 1.0), &mut logp, &mut gp)
+                    .map_err(SagdError::Model)?;
+                problem
+                    .log_target(anchor, b * per, &shifted(j, -1.0), &mut logp, &mut gm)
+                    .map_err(SagdError::Model)?;
+                for r in 0..n {
+                    let i = r * d + j;
+                    curv[i] = -(gp[i] - gm[i]) / (2.0 * steps[i]);
+                }
             }
         }
         out.extend(

@@ -287,6 +287,32 @@ impl<P: Problem<f64>> Problem<f64> for Preconditioned<P> {
         self.inner
             .add_grad_f_copies(theta, first_row, copies, &z, grad)
     }
+    fn log_target_copies(
+        &self,
+        anchor: &[f64],
+        first_row: usize,
+        copies: usize,
+        xi: &[f64],
+        logp: &mut [f64],
+        grad: &mut [f64],
+    ) -> std::result::Result<(), LogpError> {
+        let Some(m) = &self.metric else {
+            return self
+                .inner
+                .log_target_copies(anchor, first_row, copies, xi, logp, grad);
+        };
+        let per = xi.len() / copies.max(1);
+        let z: Vec<f64> = xi
+            .chunks(per.max(1))
+            .flat_map(|x| self.to_z(first_row, x))
+            .collect();
+        self.inner
+            .log_target_copies(anchor, first_row, copies, &z, logp, grad)?;
+        for g in grad.chunks_mut(per.max(1)) {
+            m.grad_to_u(first_row, g);
+        }
+        Ok(())
+    }
     fn log_target_and_grad_f(
         &self,
         theta: &[f64],

@@ -53,6 +53,86 @@ fn factor_hessian(h: Vec<f64>, d: usize, dense: bool) -> Factor {
 /// Columns of the Hessians computed at once (in parallel) by [`curvatures`].
 const COLUMNS_AT_ONCE: usize = 32;
 
+/// The most values (copies × points × d) that one call of a costly problem evaluates for
+/// [`curvatures`]: its columns' shifted states in as few calls as this allows.
+const STACKED_VALUES: usize = 1 << 20;
+
+/// Columns of the Hessians taken per chunk: [`COLUMNS_AT_ONCE`], fewer where the calls are costly
+/// and the chunk's 2 · columns shifted copies of every point would pass [`STACKED_VALUES`].
+fn columns_at_once<P: Problem<f64> + ?Sized>(problem: &P, points: usize, d: usize) -> usize {
+    if problem.calls_are_costly() {
+        (STACKED_VALUES / (2 * points * d).max(1)).clamp(1, COLUMNS_AT_ONCE)
+    } else {
+        COLUMNS_AT_ONCE
+    }
+}
+
+/// The central differences' step in a coordinate at `z`.
+fn curvature_step(z: f64) -> f64 {
+    1e-4 * (1.0 + z.abs())
+}
+
+/// `column(k, (lu, gu, ld, gd))` for each k of `chunk`, from log π and ∇log π of every point at
+/// `z` with coordinate k moved up (lu, gu), then down, by its [`curvature_step`]. In parallel over
+/// the columns, or, where the problem's calls are costly, all the chunk's shifted states in one
+/// call (a row that is not finite then sends the chunk through the parallel path, which finds
+/// it).
+fn shifted_evaluations<P: Problem<f64> + ?Sized, R: Send>(
+    problem: &P,
+    anchor: &[f64],
+    z: &[f64],
+    d: usize,
+    chunk: &[usize],
+    column: impl Fn(usize, (&[f64], &[f64], &[f64], &[f64])) -> R + Sync,
+) -> Result<Vec<R>> {
+    let points = z.len() / d;
+    let shifted = |k: usize, sign: f64| -> Vec<f64> {
+        let mut y = z.to_vec();
+        (0..points).for_each(|p| y[p * d + k] += sign * curvature_step(z[p * d + k]));
+        y
+    };
+    if problem.calls_are_costly() {
+        let copies = 2 * chunk.len();
+        let y: Vec<f64> = chunk
+            .iter()
+            .flat_map(|&k| [shifted(k, 1.0), shifted(k, -1.0)])
+            .flatten()
+            .collect();
+        let (mut lp, mut g) = (vec![0.0; copies * points], vec![0.0; y.len()]);
+        match problem.log_target_copies(anchor, 0, copies, &y, &mut lp, &mut g) {
+            Ok(()) if lp.iter().chain(&g).all(|v| v.is_finite()) => {
+                let (rows, values) = (points, points * d);
+                return Ok(chunk
+                    .iter()
+                    .enumerate()
+                    .map(|(c, &k)| {
+                        let (u, w) = (2 * c, 2 * c + 1);
+                        column(
+                            k,
+                            (
+                                &lp[u * rows..(u + 1) * rows],
+                                &g[u * values..(u + 1) * values],
+                                &lp[w * rows..(w + 1) * rows],
+                                &g[w * values..(w + 1) * values],
+                            ),
+                        )
+                    })
+                    .collect());
+            }
+            Ok(()) | Err(LogpError::NonFinite) => {}
+            Err(e) => return Err(SagdError::Model(e)),
+        }
+    }
+    chunk
+        .par_iter()
+        .map(|&k| {
+            let (lu, gu) = evaluate_points(problem, anchor, &shifted(k, 1.0), d)?;
+            let (ld, gd) = evaluate_points(problem, anchor, &shifted(k, -1.0), d)?;
+            Ok(column(k, (&lu, &gu, &ld, &gd)))
+        })
+        .collect()
+}
+
 /// log π and ∇log π of the first chain of every point at `z` (points × d), in parallel pieces of
 /// rows fixed by the shapes; a row whose target is not finite gets a NaN log density (a piece
 /// that fails as a whole is evaluated row by row).
@@ -124,25 +204,22 @@ fn curvatures<P: Problem<f64> + ?Sized>(
     let mut broken = vec![false; points];
     // Columns in parallel, a chunk at a time (the chunk's columns of every point are held at
     // once), then added in column order: the same bits on any number of threads.
-    for chunk in (0..d).collect::<Vec<_>>().chunks(COLUMNS_AT_ONCE) {
-        let columns = chunk
-            .par_iter()
-            .map(|&k| -> Result<Vec<Option<Vec<f64>>>> {
-                let step: Vec<f64> = (0..points)
-                    .map(|p| 1e-4 * (1.0 + z[p * d + k].abs()))
-                    .collect();
-                let shifted = |sign: f64| -> Vec<f64> {
-                    let mut y = z.to_vec();
-                    (0..points).for_each(|p| y[p * d + k] += sign * step[p]);
-                    y
-                };
-                let (lu, gu) = evaluate_points(problem, anchor, &shifted(1.0), d)?;
-                let (ld, gd) = evaluate_points(problem, anchor, &shifted(-1.0), d)?;
-                Ok((0..points)
+    for chunk in (0..d)
+        .collect::<Vec<_>>()
+        .chunks(columns_at_once(problem, points, d))
+    {
+        let columns = shifted_evaluations(
+            problem,
+            anchor,
+            z,
+            d,
+            chunk,
+            |k, (lu, gu, ld, gd)| -> Vec<Option<Vec<f64>>> {
+                (0..points)
                     .map(|p| {
                         (which[p] && !lu[p].is_nan() && !ld[p].is_nan()).then(|| {
-                            let column =
-                                |j: usize| -(gu[p * d + j] - gd[p * d + j]) / (2.0 * step[p]);
+                            let step = curvature_step(z[p * d + k]);
+                            let column = |j: usize| -(gu[p * d + j] - gd[p * d + j]) / (2.0 * step);
                             if dense {
                                 (0..d).map(column).collect()
                             } else {
@@ -150,9 +227,9 @@ fn curvatures<P: Problem<f64> + ?Sized>(
                             }
                         })
                     })
-                    .collect())
-            })
-            .collect::<Result<Vec<_>>>()?;
+                    .collect()
+            },
+        )?;
         for (&k, column) in chunk.iter().zip(columns) {
             for (p, c) in column.into_iter().enumerate().filter(|(p, _)| which[*p]) {
                 let Some(c) = c else {
