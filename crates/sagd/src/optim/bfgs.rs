@@ -39,7 +39,14 @@ pub fn minimize(
         h[i * n + i] = 1.0;
     }
     let gmax = |g: &[f64]| g.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let identity = |h: &mut [f64]| {
+        h.iter_mut()
+            .enumerate()
+            .for_each(|(k, v)| *v = if k % (n + 1) == 0 { 1.0 } else { 0.0 });
+    };
     let mut it = 0;
+    // Whether H is the identity (steepest descent), which a failed search restarts from.
+    let mut fresh = true;
     while it < max_iter && gmax(&g) > gtol {
         it += 1;
         let mut p: Vec<f64> = (0..n)
@@ -48,14 +55,13 @@ pub fn minimize(
         let mut slope: f64 = p.iter().zip(&g).map(|(a, b)| a * b).sum();
         if slope >= 0.0 {
             // Not a descent direction: restart from steepest descent.
-            h.iter_mut()
-                .enumerate()
-                .for_each(|(k, v)| *v = if k % (n + 1) == 0 { 1.0 } else { 0.0 });
+            identity(&mut h);
+            fresh = true;
             p = g.iter().map(|v| -v).collect();
             slope = -g.iter().map(|v| v * v).sum::<f64>();
         }
         let mut step = 1.0;
-        let (x_new, f_new, g_new) = loop {
+        let found = loop {
             let xt: Vec<f64> = x.iter().zip(&p).map(|(a, b)| a + step * b).collect();
             let ulp = f64::EPSILON * fx.abs().max(1.0);
             if xt == x || step < 1e-20 || -step * slope <= ulp {
@@ -63,7 +69,17 @@ pub fn minimize(
                 // would gain within a few roundings of f, that is the minimum as closely as f
                 // can tell it; otherwise the search failed. (Accepting a step that leaves x
                 // where it is would spin to `max_iter`.)
-                let resolved = -slope <= FLAT * ulp;
+                break Err(-slope <= FLAT * ulp);
+            }
+            let (ft, gt) = f(&xt)?;
+            if ft.is_finite() && ft <= fx + 1e-4 * step * slope {
+                break Ok((xt, ft, gt));
+            }
+            step *= 0.5;
+        };
+        let (x_new, f_new, g_new) = match found {
+            Ok(next) => next,
+            Err(resolved) if resolved || fresh => {
                 return Ok(BfgsResult {
                     grad_max: gmax(&g),
                     x,
@@ -72,12 +88,16 @@ pub fn minimize(
                     converged: gmax(&g) <= gtol || resolved,
                 });
             }
-            let (ft, gt) = f(&xt)?;
-            if ft.is_finite() && ft <= fx + 1e-4 * step * slope {
-                break (xt, ft, gt);
+            Err(_) => {
+                // H has gone astray (a flat direction, as a variance going to zero, grows
+                // its entries while the gradient is at f's noise): once more from steepest
+                // descent.
+                identity(&mut h);
+                fresh = true;
+                continue;
             }
-            step *= 0.5;
         };
+        fresh = false;
         let s: Vec<f64> = x_new.iter().zip(&x).map(|(a, b)| a - b).collect();
         let y: Vec<f64> = g_new.iter().zip(&g).map(|(a, b)| a - b).collect();
         let sy: f64 = s.iter().zip(&y).map(|(a, b)| a * b).sum();
