@@ -370,31 +370,23 @@ impl LatentModel<f64> for Glmm {
         logp: &mut [f64],
         grad_z: &mut [f64],
     ) -> std::result::Result<(), LogpError> {
-        let d = self.latent_dim;
-        let factors = self.factors(theta);
-        // Scalar effects: each row's loadings z_it L_t straight from the terms, as
-        // `row_design` gives them.
-        let scalar = self.scalar_effects();
-        let n_terms = self.terms.len();
-        for (r, &c) in data.iter().enumerate() {
-            let u = &z[r * d..(r + 1) * d];
-            let g = &mut grad_z[r * d..(r + 1) * d];
-            g.iter_mut().zip(u).for_each(|(g, u)| *g = -u);
-            let lp = self.point_terms(theta, &factors, c, u, d, |i, dl, _| {
-                if scalar {
-                    for (t, term) in self.terms.iter().enumerate() {
-                        g[self.slot[i * n_terms + t]] += dl * (term.z[i] * factors[t][0]);
-                    }
-                } else {
-                    self.row_design(&factors, i, |k, a| g[k] += dl * a);
-                }
-            });
-            if !lp.is_finite() || g.iter().any(|v| !v.is_finite()) {
-                return Err(LogpError::NonFinite);
-            }
-            logp[r] = lp;
-        }
-        Ok(())
+        self.log_joint_with(theta, data, z, logp, grad_z, None)
+    }
+    /// ∇θ comes from the same pass over the rows as ∇z (the rows' derivatives in η serve
+    /// both), with the same operations in the same order as [`LatentModel::add_grad_theta`]'s.
+    fn fuses_grad_theta(&self) -> bool {
+        true
+    }
+    fn log_joint_and_grad_theta(
+        &self,
+        theta: &[f64],
+        data: &[usize],
+        z: &[f64],
+        logp: &mut [f64],
+        grad_z: &mut [f64],
+        grad_theta: &mut [f64],
+    ) -> std::result::Result<(), LogpError> {
+        self.log_joint_with(theta, data, z, logp, grad_z, Some(grad_theta))
     }
     fn add_grad_theta(
         &self,
@@ -419,6 +411,54 @@ impl LatentModel<f64> for Glmm {
 }
 
 impl Glmm {
+    /// [`LatentModel::log_joint`], and, with `grad_theta`, adds Σ_r ∇θ log p into it (each row's
+    /// sum taken alone and then added, as [`LatentModel::add_grad_theta`] does).
+    fn log_joint_with(
+        &self,
+        theta: &[f64],
+        data: &[usize],
+        z: &[f64],
+        logp: &mut [f64],
+        grad_z: &mut [f64],
+        mut grad_theta: Option<&mut [f64]>,
+    ) -> std::result::Result<(), LogpError> {
+        let d = self.latent_dim;
+        let factors = self.factors(theta);
+        // Scalar effects: each row's loadings z_it L_t straight from the terms, as
+        // `row_design` gives them.
+        let scalar = self.scalar_effects();
+        let n_terms = self.terms.len();
+        let (inv_var, _) = self.scale(theta);
+        let mut gt = vec![0.0; if grad_theta.is_some() { theta.len() } else { 0 }];
+        for (r, &c) in data.iter().enumerate() {
+            let u = &z[r * d..(r + 1) * d];
+            let g = &mut grad_z[r * d..(r + 1) * d];
+            g.iter_mut().zip(u).for_each(|(g, u)| *g = -u);
+            gt.iter_mut().for_each(|v| *v = 0.0);
+            let fused = !gt.is_empty();
+            let lp = self.point_terms(theta, &factors, c, u, d, |i, dl, _| {
+                if scalar {
+                    for (t, term) in self.terms.iter().enumerate() {
+                        g[self.slot[i * n_terms + t]] += dl * (term.z[i] * factors[t][0]);
+                    }
+                } else {
+                    self.row_design(&factors, i, |k, a| g[k] += dl * a);
+                }
+                if fused {
+                    self.add_row_grad_theta(&factors, i, dl, u, inv_var, &mut gt);
+                }
+            });
+            if !lp.is_finite() || g.iter().chain(&gt).any(|v| !v.is_finite()) {
+                return Err(LogpError::NonFinite);
+            }
+            logp[r] = lp;
+            if let Some(out) = grad_theta.as_deref_mut() {
+                out.iter_mut().zip(&gt).for_each(|(o, v)| *o += v);
+            }
+        }
+        Ok(())
+    }
+
     /// For point `c` at latent `u` (its first `prior_dim` coordinates in the prior): adds
     /// ∇θ log p(y_c, u; θ) to `g` and returns log p(y_c, u; θ).
     fn point_grad_theta(
@@ -430,37 +470,50 @@ impl Glmm {
         prior_dim: usize,
         g: &mut [f64],
     ) -> f64 {
-        let (p, n_terms) = (self.p, self.terms.len());
         let (inv_var, _) = self.scale(theta);
-        let last = g.len() - 1;
         self.point_terms(theta, factors, c, u, prior_dim, |i, dl, _| {
-            let xi = &self.x[i * p..(i + 1) * p];
-            g[..p].iter_mut().zip(xi).for_each(|(o, v)| *o += dl * v);
-            for (t, term) in self.terms.iter().enumerate() {
-                let (q, l) = (term.q, &factors[t]);
-                let zi = &term.z[i * q..(i + 1) * q];
-                let ut = &u[self.slot[i * n_terms + t]..][..q];
-                let at = term.theta_at;
-                for a in 0..q {
-                    // d/d log L_aa of z_a L_aa u_a.
-                    g[at + a] += dl * zi[a] * l[a * q + a] * ut[a];
-                }
-                if term.correlated {
-                    let mut k = at + q;
-                    for (a, za) in zi.iter().enumerate().skip(1) {
-                        for ub in &ut[..a] {
-                            g[k] += dl * za * ub;
-                            k += 1;
-                        }
+            self.add_row_grad_theta(factors, i, dl, u, inv_var, g)
+        })
+    }
+
+    /// Adds row `i`'s ∇θ log p (its log-likelihood's derivative in η `dl`) at latent `u` to `g`.
+    fn add_row_grad_theta(
+        &self,
+        factors: &[Vec<f64>],
+        i: usize,
+        dl: f64,
+        u: &[f64],
+        inv_var: f64,
+        g: &mut [f64],
+    ) {
+        let (p, n_terms) = (self.p, self.terms.len());
+        let last = g.len() - 1;
+        let xi = &self.x[i * p..(i + 1) * p];
+        g[..p].iter_mut().zip(xi).for_each(|(o, v)| *o += dl * v);
+        for (t, term) in self.terms.iter().enumerate() {
+            let (q, l) = (term.q, &factors[t]);
+            let zi = &term.z[i * q..(i + 1) * q];
+            let ut = &u[self.slot[i * n_terms + t]..][..q];
+            let at = term.theta_at;
+            for a in 0..q {
+                // d/d log L_aa of z_a L_aa u_a.
+                g[at + a] += dl * zi[a] * l[a * q + a] * ut[a];
+            }
+            if term.correlated {
+                let mut k = at + q;
+                for (a, za) in zi.iter().enumerate().skip(1) {
+                    for ub in &ut[..a] {
+                        g[k] += dl * za * ub;
+                        k += 1;
                     }
                 }
             }
-            if self.family == Family::Gaussian {
-                // d/d log σ of −log σ − e²/(2σ²): −1 + e²/σ², with e = dl·σ².
-                let e = dl / inv_var;
-                g[last] += -1.0 + e * e * inv_var;
-            }
-        })
+        }
+        if self.family == Family::Gaussian {
+            // d/d log σ of −log σ − e²/(2σ²): −1 + e²/σ², with e = dl·σ².
+            let e = dl / inv_var;
+            g[last] += -1.0 + e * e * inv_var;
+        }
     }
 }
 

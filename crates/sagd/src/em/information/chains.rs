@@ -9,13 +9,18 @@ use crate::em::mstep::{settle_chains, ChainStep};
 use crate::error::{Result, SagdError};
 use crate::langevin::{ChainSet, Kernel, LangevinSettings, Momentum};
 use crate::metric::Preconditioned;
-use crate::model::{AnchoredTarget, LatentModel, MaximumLikelihood};
+use crate::model::{AnchoredTarget, LatentModel, MaximumLikelihood, Problem};
 use crate::parallel::rows_per_piece;
 use rayon::prelude::*;
 
-/// What a run of the information's chains does with each draw: `(batch, z)` in (z of every
-/// chain, rows × d), the draw's score out (Σ over rows / chains per point).
-type TakeDraw<'a> = dyn FnMut(usize, &[f64]) -> Result<Vec<f64>> + 'a;
+/// What a run of the information's chains does with each draw: `(batch, z, fused)` in (z of every
+/// chain, rows × d; the blocks' Σ ∇θ log p where the step computed them, [`Fused`]), the
+/// draw's score out (Σ over rows / chains per point).
+type TakeDraw<'a> = dyn FnMut(usize, &[f64], Option<&Fused>) -> Result<Vec<f64>> + 'a;
+
+/// The θ-gradients that a model computing ∇θ in the same pass as ∇z gave with a draw's last
+/// step: each block of chains' first row and its Σ ∇θ log p, in block order.
+type Fused = Vec<(usize, Vec<f64>)>;
 
 /// The coupled runs take the complete-data term (two more model passes, central differences of
 /// the gradient) at every this many draws: it only damps a step where the information is not
@@ -172,19 +177,68 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         if s.method == InformationMethod::CoupledScore {
             chains.burn_in(&target, &self.kernel, s.burn_in)?;
         }
+        // Where the model computes ∇θ in the same pass as ∇z, a draw's last step gives its
+        // θ-gradients: no pass of their own (for a Python function, no call).
+        let fuses = self.problem.fuses_grad_f() && self.kernel.ends_at_gradient();
         for draw in 0..s.draws {
-            chains.burn_in(&target, &self.kernel, s.thin)?;
+            let fused = if fuses {
+                chains.burn_in(&target, &self.kernel, s.thin - 1)?;
+                let (_, mut last) = chains.run_steps(&target, &self.kernel, 1, true, |b| {
+                    // f = −log p, so the step's Σ ∇θ f is −Σ ∇θ log p.
+                    let aux = b.aux.map(|a| a.iter().map(|v| -v).collect::<Vec<f64>>());
+                    (b.first_row, aux)
+                })?;
+                last.pop()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(row, g)| g.map(|g| (row, g)))
+                    .collect::<Option<Fused>>()
+            } else {
+                chains.burn_in(&target, &self.kernel, s.thin)?;
+                None
+            };
             let z = self.problem.to_z(0, chains.positions());
-            per_draw.push(take(draw * self.batches / s.draws, &z)?);
+            per_draw.push(take(draw * self.batches / s.draws, &z, fused.as_ref())?);
         }
         Ok(per_draw)
+    }
+
+    /// Σ over every row of ∇θ log p at `th` for a draw `z_all`: from the step's fused gradients
+    /// where it has them, else one call of the model for all rows.
+    fn total(&self, th: &[f64], z_all: &[f64], fused: Option<&Fused>) -> Result<Vec<f64>> {
+        match fused {
+            Some(blocks) => {
+                let mut g = vec![0.0; self.model.theta_dim()];
+                for (_, b) in blocks {
+                    g.iter_mut().zip(b).for_each(|(a, v)| *a += v);
+                }
+                Ok(g)
+            }
+            None => self.grad_rows(th, &self.all_points, z_all),
+        }
+    }
+
+    /// Each row's ∇θ log p at `th` for a draw `z_all`: from the step's fused gradients where
+    /// each block is one row, else a call of the model per row.
+    fn rows_of(&self, th: &[f64], z_all: &[f64], fused: Option<&Fused>) -> Result<Vec<Vec<f64>>> {
+        match fused {
+            Some(blocks) if blocks.len() == self.rows => {
+                Ok(blocks.iter().map(|(_, g)| g.clone()).collect())
+            }
+            _ => {
+                let d = self.d;
+                self.each(self.rows, |r| {
+                    self.grad(th, r % self.n, &z_all[r * d..(r + 1) * d])
+                })
+            }
+        }
     }
 
     /// The score alone, from one run at θ.
     pub(super) fn score(&self, theta: &[f64]) -> Result<Estimates> {
         let p = self.model.theta_dim();
-        let per_draw = self.run(theta, &mut |_, z_all| {
-            let g = self.grad_rows(theta, &self.all_points, z_all)?;
+        let per_draw = self.run(theta, &mut |_, z_all, fused| {
+            let g = self.total(theta, z_all, fused)?;
             Ok(g.iter().map(|v| v / self.per_point as f64).collect())
         })?;
         let score = (0..p)
@@ -198,7 +252,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
     pub(super) fn louis(&self, theta: &[f64], record: &mut Record<'_>) -> Result<Estimates> {
         let (p, s) = (self.model.theta_dim(), self.s);
         let mut sums = vec![LouisSums::new(self.n, p); self.batches];
-        let per_draw = self.run(theta, &mut |b, z_all| {
+        let per_draw = self.run(theta, &mut |b, z_all, _| {
             let sum = &mut sums[b];
             sum.count += self.per_point as f64;
             let mut total = vec![0.0; p];
@@ -254,14 +308,14 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         let mut complete_count = 0.0;
         let steps: Vec<f64> = theta.iter().map(|t| s.fd_step * (1.0 + t.abs())).collect();
         let mut draw = 0;
-        let base = self.run(theta, &mut |b, z_all| {
-            // Row by row only where R̂ needs each row's score (several chains per point);
-            // else one call of the model for all rows.
-            let g = if self.per_point > 1 {
-                let d = self.d;
-                let rows = self.each(self.rows, |r| {
-                    self.grad(theta, r % self.n, &z_all[r * d..(r + 1) * d])
-                })?;
+        let base = self.run(theta, &mut |b, z_all, fused| {
+            // Row by row only where R̂ needs each row's score (several chains per point); else
+            // one call of the model for all rows. Where each row costs a call of its own (a
+            // Python function: the step's fused gradient is the rows' sum), R̂ reads every
+            // COMPLETE_EVERY-th draw.
+            let costly = self.model.calls_are_costly() && fused.is_some();
+            let g = if self.per_point > 1 && !(costly && draw % COMPLETE_EVERY != 0) {
+                let rows = self.rows_of(theta, z_all, fused)?;
                 let mut g = vec![0.0; p];
                 for (r, gr) in rows.iter().enumerate() {
                     record(r, gr);
@@ -269,7 +323,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
                 }
                 g
             } else {
-                self.grad_rows(theta, &self.all_points, z_all)?
+                self.total(theta, z_all, fused)?
             };
             counts[b] += 1.0;
             if draw % COMPLETE_EVERY == 0 {
@@ -298,9 +352,9 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             let mut at = theta.to_vec();
             at[j] += h;
             let mut draw = 0;
-            self.run(&at, &mut |b, z_all| {
+            self.run(&at, &mut |b, z_all, fused| {
                 let g: Vec<f64> = self
-                    .grad_rows(&at, &self.all_points, z_all)?
+                    .total(&at, z_all, fused)?
                     .iter()
                     .map(|v| v / self.per_point as f64)
                     .collect();
