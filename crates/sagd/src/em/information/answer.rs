@@ -1,0 +1,175 @@
+//! The polish's answer from its last point: the draws added there until its standard errors and
+//! its step are precise enough, the step shrunk by its noise, the answer's own information for the
+//! standard errors, and the warnings that say what the answer needs care for.
+
+use super::at_estimate::{self, se_imprecision};
+use super::parts::{self, louis_parts, score_parts, CHAIN_RHAT_LIMIT};
+use super::{
+    step_fraction, Information, LouisSettings, PolishSettings, Polished, SE_DOUBLINGS,
+    SE_PRECISION, STEP_NOISE,
+};
+use crate::error::Result;
+use crate::model::LatentModel;
+use crate::rng::stream_seed;
+
+/// Where [`polish`](super::polish) stopped: its last point, that point's information, the gaps on the way and
+/// the last one's, and whether that was below the tolerance.
+pub(super) struct LastPoint {
+    pub(super) at: Vec<f64>,
+    pub(super) info: Information,
+    pub(super) gaps: Vec<f64>,
+    pub(super) gap: f64,
+    pub(super) converged: bool,
+}
+
+/// [`polish`](super::polish)'s answer from its last point: more draws there until its standard errors and its
+/// step are precise enough ([`sharpen`]), the step shrunk by its noise, the answer's own
+/// information for the standard errors, and what the answer needs care for.
+pub(super) fn finish<M: LatentModel<f64>>(
+    model: &M,
+    s: &PolishSettings,
+    louis: LouisSettings,
+    seed: u64,
+    last: LastPoint,
+    taken: &[Information],
+) -> Result<Polished> {
+    let LastPoint {
+        at,
+        info,
+        gaps,
+        gap,
+        converged,
+    } = last;
+    let (info, draws) = sharpen(model, s, louis, seed, &at, info)?;
+    let shrink = step_fraction(&info.score, &info.score_cov);
+    let estimate: Vec<f64> = at
+        .iter()
+        .zip(&info.newton_step)
+        .map(|(t, d)| t + shrink * d)
+        .collect();
+    let step_info = info.clone();
+    let seed = stream_seed(seed, (s.max_steps + SE_DOUBLINGS + 1) as u64);
+    // The answer's information serves its standard errors alone (its score moves nothing): half
+    // the draws where the last point's standard errors, with √2 times their error, would still
+    // be within half the precision asked for, and each of the jackknife's batches keeps 4 draws
+    // or more.
+    let halved = se_imprecision(&step_info) * std::f64::consts::SQRT_2 <= 0.5 * SE_PRECISION;
+    let draws = if halved && draws / 2 >= 4 * parts::SE_BATCHES {
+        draws / 2
+    } else {
+        draws
+    };
+    let again = LouisSettings { draws, ..louis };
+    let (mut info, warning) =
+        at_estimate::answer_information(model, &estimate, info, taken, &again, seed)?;
+    // The answer is `estimate`, so its intervals are centred there.
+    info.wald95 = parts::wald95(&estimate, &info.se);
+    let se_warning = answer_warnings(s, &info, &step_info, warning, gap, converged);
+    let mc_se = at_estimate::step_mc_se(&step_info);
+    Ok(Polished {
+        last_point: at,
+        last_step: step_info.newton_step.clone(),
+        estimate,
+        mc_se,
+        gap_noise: step_info.gap_noise,
+        information: info,
+        se_warning,
+        gaps,
+        converged,
+    })
+}
+
+/// More draws at the last point `at` until the standard errors are within [`SE_PRECISION`] and
+/// the step's noise part within [`STEP_NOISE`] of the tolerance, [`SE_DOUBLINGS`] times at most:
+/// the point's information, and the draws per chain its matrix came from.
+fn sharpen<M: LatentModel<f64>>(
+    model: &M,
+    s: &PolishSettings,
+    louis: LouisSettings,
+    seed: u64,
+    at: &[f64],
+    mut info: Information,
+) -> Result<(Information, usize)> {
+    let mut more = 0;
+    let mut draws = louis.draws;
+    let step_noise = STEP_NOISE * s.gap_tol;
+    let most = louis.draws << SE_DOUBLINGS;
+    while (se_imprecision(&info) > SE_PRECISION || info.gap_noise > step_noise)
+        && more < SE_DOUBLINGS
+    {
+        more += 1;
+        let seed = stream_seed(seed, (s.max_steps + more) as u64);
+        if se_imprecision(&info) <= SE_PRECISION {
+            // Only the step is short of draws: a run for the score alone (a fraction of the
+            // information's p + 1 runs), pooled with the draws the point has, with as many more
+            // as its noise asks for.
+            let want = (info.draws as f64 * 1.5 * info.gap_noise / step_noise).ceil();
+            let extra = (want as usize)
+                .saturating_sub(info.draws)
+                .clamp((louis.draws / 2).max(2), most);
+            let again = LouisSettings {
+                draws: extra,
+                ..louis
+            };
+            info.pooled(score_parts(model, at, &again, seed)?)?;
+            if extra == most {
+                break;
+            }
+            continue;
+        }
+        draws *= 2;
+        let again = LouisSettings { draws, ..louis };
+        match louis_parts(model, at, &again, seed)?.into_information(at) {
+            Ok(i) => info = i,
+            Err(_) => break,
+        }
+    }
+    Ok((info, draws))
+}
+
+/// What the polished answer needs care for, in one line: the polish ran out of Newton steps
+/// (first), the answer's information was not its own (`warning`), its standard errors or its
+/// last step are less precise than asked, or a point's chains disagree.
+fn answer_warnings(
+    s: &PolishSettings,
+    info: &Information,
+    step_info: &Information,
+    warning: Option<String>,
+    gap: f64,
+    converged: bool,
+) -> Option<String> {
+    let mut warnings: Vec<String> = warning.into_iter().collect();
+    let imprecision = se_imprecision(info);
+    if imprecision > SE_PRECISION {
+        warnings.push(format!(
+            "the standard errors' own Monte Carlo error is up to {:.0}% of them after {} draws per chain; treat their last digit with care, or polish with more draws",
+            100.0 * imprecision,
+            info.draws
+        ));
+    }
+    if step_info.gap_noise > STEP_NOISE * s.gap_tol {
+        warnings.push(format!(
+            "the last Newton step's own Monte Carlo noise leaves the estimate about {:.4} nats below the maximum after {} draws per chain; polish with more draws for a closer estimate",
+            step_info.gap_noise, step_info.draws
+        ));
+    }
+    let rhat = [info.chain_rhat, step_info.chain_rhat]
+        .into_iter()
+        .flatten()
+        .reduce(f64::max);
+    if let Some(r) = rhat.filter(|r| *r > CHAIN_RHAT_LIMIT) {
+        warnings.push(format!(
+            "a point's chains disagree about its score (R-hat {r:.3} > {CHAIN_RHAT_LIMIT}): its posterior may have several modes, or the chains mix too slowly for these draws"
+        ));
+    }
+    if !converged {
+        warnings.insert(
+            0,
+            format!(
+                "the polish used its {} Newton steps without its gap estimate falling below {} (last {:.4} nats beyond its noise, the noise part {:.4}): the estimate may lie below the maximum; run EM further or polish again from it",
+                s.max_steps, s.gap_tol, gap, step_info.gap_noise
+            ),
+        );
+    }
+    (!warnings.is_empty()).then(|| warnings.join("; "))
+}
