@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{LogpError, Result, SagdError};
 use crate::langevin::{ChainSet, LangevinSettings};
-use crate::metric::row_target;
+use crate::metric::{curvature_step, row_target, shifted, stacked_shifts};
 use crate::model::{AnchoredTarget, Problem};
 use crate::parallel::{add_parts, rows_per_piece};
 
@@ -402,28 +402,17 @@ pub fn posterior_scale<P: Problem<f64> + ?Sized>(
         let n = x.len() / d;
         let mut out = Vec::with_capacity(x.len());
         let (mut logp, mut gp, mut gm) = (vec![0.0; n], vec![0.0; x.len()], vec![0.0; x.len()]);
-        let steps: Vec<f64> = x.iter().map(|v| 1e-4 * (1.0 + v.abs())).collect();
+        let steps: Vec<f64> = x.iter().map(|&v| curvature_step(v)).collect();
         let mut curv = vec![0.0; x.len()];
         let coords: Vec<usize> = if d <= SCALE_COORDS {
             (0..d).collect()
         } else {
             (0..SCALE_COORDS).map(|k| k * d / SCALE_COORDS).collect()
         };
-        let shifted = |j: usize, sign: f64| -> Vec<f64> {
-            let mut y = x.to_vec();
-            for r in 0..n {
-                y[r * d + j] += sign * steps[r * d + j];
-            }
-            y
-        };
         if problem.calls_are_costly() {
             // Every coordinate's shifted states in one call (copies up, down, up, down, …).
             let copies = 2 * coords.len();
-            let y: Vec<f64> = coords
-                .iter()
-                .flat_map(|&j| [shifted(j, 1.0), shifted(j, -1.0)])
-                .flatten()
-                .collect();
+            let y = stacked_shifts(x, d, &coords);
             let (mut lp, mut g) = (vec![0.0; copies * n], vec![0.0; y.len()]);
             problem
                 .log_target_copies(anchor, b * per, copies, &y, &mut lp, &mut g)
@@ -438,10 +427,10 @@ pub fn posterior_scale<P: Problem<f64> + ?Sized>(
         } else {
             for &j in &coords {
                 problem
-                    .log_target(anchor, b * per, &shifted(j, 1.0), &mut logp, &mut gp)
+                    .log_target(anchor, b * per, &shifted(x, d, j, 1.0), &mut logp, &mut gp)
                     .map_err(SagdError::Model)?;
                 problem
-                    .log_target(anchor, b * per, &shifted(j, -1.0), &mut logp, &mut gm)
+                    .log_target(anchor, b * per, &shifted(x, d, j, -1.0), &mut logp, &mut gm)
                     .map_err(SagdError::Model)?;
                 for r in 0..n {
                     let i = r * d + j;

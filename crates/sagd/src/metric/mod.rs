@@ -22,8 +22,8 @@ mod factor;
 mod settle;
 
 pub use factor::Factor;
-pub(crate) use settle::row_target;
 use settle::settle_together;
+pub(crate) use settle::{curvature_step, row_target, shifted, stacked_shifts};
 
 /// Which mass matrix the chains use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -182,6 +182,14 @@ impl<P: Problem<f64>> Preconditioned<P> {
         self.metric = metric;
     }
 
+    /// `copies` stacked states of the chains `first_row..` in the model's coordinates.
+    fn copies_to_z(&self, first_row: usize, copies: usize, xi: &[f64]) -> Vec<f64> {
+        let per = xi.len() / copies.max(1);
+        xi.chunks(per.max(1))
+            .flat_map(|x| self.to_z(first_row, x))
+            .collect()
+    }
+
     /// The chains' states `first_row..` in the model's coordinates.
     pub fn to_z(&self, first_row: usize, xi: &[f64]) -> Vec<f64> {
         match &self.metric {
@@ -279,11 +287,7 @@ impl<P: Problem<f64>> Problem<f64> for Preconditioned<P> {
                 .inner
                 .add_grad_f_copies(theta, first_row, copies, xi, grad);
         }
-        let per = xi.len() / copies.max(1);
-        let z: Vec<f64> = xi
-            .chunks(per.max(1))
-            .flat_map(|x| self.to_z(first_row, x))
-            .collect();
+        let z = self.copies_to_z(first_row, copies, xi);
         self.inner
             .add_grad_f_copies(theta, first_row, copies, &z, grad)
     }
@@ -301,11 +305,10 @@ impl<P: Problem<f64>> Problem<f64> for Preconditioned<P> {
                 .inner
                 .log_target_copies(anchor, first_row, copies, xi, logp, grad);
         };
-        let per = xi.len() / copies.max(1);
-        let z: Vec<f64> = xi
-            .chunks(per.max(1))
-            .flat_map(|x| self.to_z(first_row, x))
-            .collect();
+        let (per, z) = (
+            xi.len() / copies.max(1),
+            self.copies_to_z(first_row, copies, xi),
+        );
         self.inner
             .log_target_copies(anchor, first_row, copies, &z, logp, grad)?;
         for g in grad.chunks_mut(per.max(1)) {

@@ -68,8 +68,28 @@ fn columns_at_once<P: Problem<f64> + ?Sized>(problem: &P, points: usize, d: usiz
 }
 
 /// The central differences' step in a coordinate at `z`.
-fn curvature_step(z: f64) -> f64 {
+pub(crate) fn curvature_step(z: f64) -> f64 {
     1e-4 * (1.0 + z.abs())
+}
+
+/// `x` (rows of `d` coordinates) with coordinate k of every row moved by `sign` times its
+/// [`curvature_step`].
+pub(crate) fn shifted(x: &[f64], d: usize, k: usize, sign: f64) -> Vec<f64> {
+    let mut y = x.to_vec();
+    for r in 0..x.len() / d.max(1) {
+        y[r * d + k] += sign * curvature_step(x[r * d + k]);
+    }
+    y
+}
+
+/// [`shifted`] up, then down, for each k of `coords`, stacked: the 2 · |coords| copies that
+/// [`Problem::log_target_copies`] evaluates in one call.
+pub(crate) fn stacked_shifts(x: &[f64], d: usize, coords: &[usize]) -> Vec<f64> {
+    coords
+        .iter()
+        .flat_map(|&k| [shifted(x, d, k, 1.0), shifted(x, d, k, -1.0)])
+        .flatten()
+        .collect()
 }
 
 /// `column(k, (lu, gu, ld, gd))` for each k of `chunk`, from log π and ∇log π of every point at
@@ -86,18 +106,9 @@ fn shifted_evaluations<P: Problem<f64> + ?Sized, R: Send>(
     column: impl Fn(usize, (&[f64], &[f64], &[f64], &[f64])) -> R + Sync,
 ) -> Result<Vec<R>> {
     let points = z.len() / d;
-    let shifted = |k: usize, sign: f64| -> Vec<f64> {
-        let mut y = z.to_vec();
-        (0..points).for_each(|p| y[p * d + k] += sign * curvature_step(z[p * d + k]));
-        y
-    };
     if problem.calls_are_costly() {
         let copies = 2 * chunk.len();
-        let y: Vec<f64> = chunk
-            .iter()
-            .flat_map(|&k| [shifted(k, 1.0), shifted(k, -1.0)])
-            .flatten()
-            .collect();
+        let y = stacked_shifts(z, d, chunk);
         let (mut lp, mut g) = (vec![0.0; copies * points], vec![0.0; y.len()]);
         match problem.log_target_copies(anchor, 0, copies, &y, &mut lp, &mut g) {
             Ok(()) if lp.iter().chain(&g).all(|v| v.is_finite()) => {
@@ -126,8 +137,8 @@ fn shifted_evaluations<P: Problem<f64> + ?Sized, R: Send>(
     chunk
         .par_iter()
         .map(|&k| {
-            let (lu, gu) = evaluate_points(problem, anchor, &shifted(k, 1.0), d)?;
-            let (ld, gd) = evaluate_points(problem, anchor, &shifted(k, -1.0), d)?;
+            let (lu, gu) = evaluate_points(problem, anchor, &shifted(z, d, k, 1.0), d)?;
+            let (ld, gd) = evaluate_points(problem, anchor, &shifted(z, d, k, -1.0), d)?;
             Ok(column(k, (&lu, &gu, &ld, &gd)))
         })
         .collect()
