@@ -634,6 +634,65 @@ pub(in crate::glmm) mod tests {
         }
     }
 
+    /// The fused pass gives `log_joint`'s log densities and ∇z and `add_grad_theta`'s ∇θ, bit for
+    /// bit (the information's draws take their θ-gradients from it).
+    #[test]
+    fn the_fused_pass_gives_the_separate_passes_bits() {
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for family in [Family::Gaussian, Family::Poisson, Family::Binomial] {
+            for m in [
+                small(family),
+                two_terms(family, false),
+                scalar_terms(family, true),
+            ] {
+                let theta: Vec<f64> = (0..m.theta_dim()).map(|k| 0.1 * k as f64 - 0.2).collect();
+                let (n, d, p) = (m.n_data(), m.latent_dim(), m.theta_dim());
+                let z: Vec<f64> = (0..n * d).map(|k| (k as f64 * 1.3).sin()).collect();
+                let data: Vec<usize> = (0..n).collect();
+                let (mut lp, mut gz, mut gt) = (vec![0.0; n], vec![0.0; n * d], vec![0.5; p]);
+                m.log_joint(&theta, &data, &z, &mut lp, &mut gz).unwrap();
+                m.add_grad_theta(&theta, &data, &z, &mut gt).unwrap();
+                let (mut lf, mut gzf, mut gtf) = (vec![0.0; n], vec![0.0; n * d], vec![0.5; p]);
+                m.log_joint_and_grad_theta(&theta, &data, &z, &mut lf, &mut gzf, &mut gtf)
+                    .unwrap();
+                assert!(m.fuses_grad_theta());
+                assert_eq!(bits(&lp), bits(&lf), "{family:?}");
+                assert_eq!(bits(&gz), bits(&gzf), "{family:?}");
+                assert_eq!(bits(&gt), bits(&gtf), "{family:?}");
+            }
+        }
+    }
+
+    /// Maximum likelihood's stacked copies of its rows in one call of the model give each
+    /// copy's own call's numbers.
+    #[test]
+    fn stacked_copies_of_the_rows_are_one_call_of_each() {
+        use crate::model::{MaximumLikelihood, Problem};
+        let m = small(Family::Binomial);
+        let ml = MaximumLikelihood::new(&m, 2);
+        let (rows, d, copies) = (ml.n_chains(), m.latent_dim(), 3);
+        let theta: Vec<f64> = (0..m.theta_dim()).map(|k| 0.2 - 0.1 * k as f64).collect();
+        let xi: Vec<f64> = (0..copies * rows * d)
+            .map(|k| (k as f64 * 0.7).cos())
+            .collect();
+        let (mut lp, mut g) = (vec![0.0; copies * rows], vec![0.0; xi.len()]);
+        ml.log_target_copies(&theta, 0, copies, &xi, &mut lp, &mut g)
+            .unwrap();
+        for c in 0..copies {
+            let (mut l1, mut g1) = (vec![0.0; rows], vec![0.0; rows * d]);
+            ml.log_target(
+                &theta,
+                0,
+                &xi[c * rows * d..(c + 1) * rows * d],
+                &mut l1,
+                &mut g1,
+            )
+            .unwrap();
+            assert_eq!(&lp[c * rows..(c + 1) * rows], &l1[..]);
+            assert_eq!(&g[c * rows * d..(c + 1) * rows * d], &g1[..]);
+        }
+    }
+
     #[test]
     fn points_are_the_sets_of_rows_that_share_a_level() {
         // One factor: point j is group j. Crossed: one point with 4·2 + 3 effects. Nested: a

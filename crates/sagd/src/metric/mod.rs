@@ -431,6 +431,39 @@ mod tests {
         }
     }
 
+    /// Stacked copies in one call give each copy's own call's numbers, bit for bit, with and
+    /// without a metric (the costly problems' Hessians and posterior scales go this way).
+    #[test]
+    fn stacked_copies_give_each_copy_s_numbers() {
+        let (d, points, copies) = (5, 3, 4);
+        let mut pre = Preconditioned::new(
+            TridiagonalGaussian {
+                mean: (0..d).map(|i| i as f64 * 0.4 - 1.0).collect(),
+                precision: tridiagonal(d),
+            },
+            points,
+        );
+        let xi: Vec<f64> = (0..copies * points * d)
+            .map(|i| (i as f64 * 0.9).sin())
+            .collect();
+        for adapt in [false, true] {
+            if adapt {
+                pre.adapt(&[], &vec![0.5; points * d], Preconditioner::Dense)
+                    .unwrap();
+            }
+            let (mut lp, mut g) = (vec![0.0; copies * points], vec![0.0; xi.len()]);
+            pre.log_target_copies(&[], 0, copies, &xi, &mut lp, &mut g)
+                .unwrap();
+            for c in 0..copies {
+                let x = &xi[c * points * d..(c + 1) * points * d];
+                let (mut l1, mut g1) = (vec![0.0; points], vec![0.0; points * d]);
+                pre.log_target(&[], 0, x, &mut l1, &mut g1).unwrap();
+                assert_eq!(&lp[c * points..(c + 1) * points], &l1[..], "adapt {adapt}");
+                assert_eq!(&g[c * points * d..(c + 1) * points * d], &g1[..]);
+            }
+        }
+    }
+
     #[test]
     fn on_a_gaussian_the_chains_coordinates_are_standard_normal() {
         // From a start far off, the adapted metric puts the mode at μ and makes the target in u
