@@ -49,16 +49,18 @@ pub(super) fn finish<M: LatentModel<f64>>(
         .collect();
     let step_info = info.clone();
     let seed = stream_seed(seed, (s.max_steps + SE_DOUBLINGS + 1) as u64);
-    // The answer's information serves its standard errors alone (its score moves nothing): half
-    // the draws where the last point's standard errors, with √2 times their error, would still
-    // be within half the precision asked for, and each of the jackknife's batches keeps 4 draws
-    // or more.
-    let halved = se_imprecision(&step_info) * std::f64::consts::SQRT_2 <= 0.5 * SE_PRECISION;
-    let draws = if halved && draws / 2 >= 4 * parts::SE_BATCHES {
-        draws / 2
-    } else {
-        draws
-    };
+    // The answer's information serves its standard errors alone (its score moves nothing): the
+    // draws halved while the last point's standard errors, with their error grown by √2 at each
+    // halving, would still be within half the precision asked for, and each of the jackknife's
+    // batches keeps 4 draws or more.
+    let mut draws = draws;
+    let mut imprecision = se_imprecision(&step_info);
+    while imprecision * std::f64::consts::SQRT_2 <= 0.5 * SE_PRECISION
+        && draws / 2 >= 4 * parts::SE_BATCHES
+    {
+        draws /= 2;
+        imprecision *= std::f64::consts::SQRT_2;
+    }
     let again = LouisSettings { draws, ..louis };
     let (mut info, warning) =
         at_estimate::answer_information(model, &estimate, info, taken, &again, seed)?;
