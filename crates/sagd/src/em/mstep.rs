@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{LogpError, Result, SagdError};
 use crate::langevin::{ChainSet, LangevinSettings};
-use crate::metric::{curvature_step, row_target, shifted, stacked_shifts};
+use crate::metric::{curvature_step, row_target, stacked_shifts};
 use crate::model::{AnchoredTarget, Problem};
 use crate::parallel::{add_parts, rows_per_piece};
 
@@ -401,7 +401,6 @@ pub fn posterior_scale<P: Problem<f64> + ?Sized>(
     let scales: Vec<Vec<f64>> = crate::share::map_chunks(xi, per * d, |b, x| {
         let n = x.len() / d;
         let mut out = Vec::with_capacity(x.len());
-        let (mut logp, mut gp, mut gm) = (vec![0.0; n], vec![0.0; x.len()], vec![0.0; x.len()]);
         let steps: Vec<f64> = x.iter().map(|&v| curvature_step(v)).collect();
         let mut curv = vec![0.0; x.len()];
         let coords: Vec<usize> = if d <= SCALE_COORDS {
@@ -409,33 +408,19 @@ pub fn posterior_scale<P: Problem<f64> + ?Sized>(
         } else {
             (0..SCALE_COORDS).map(|k| k * d / SCALE_COORDS).collect()
         };
-        if problem.calls_are_costly() {
-            // Every coordinate's shifted states in one call (copies up, down, up, down, …).
-            let copies = 2 * coords.len();
-            let y = stacked_shifts(x, d, &coords);
-            let (mut lp, mut g) = (vec![0.0; copies * n], vec![0.0; y.len()]);
-            problem
-                .log_target_copies(anchor, b * per, copies, &y, &mut lp, &mut g)
-                .map_err(SagdError::Model)?;
-            for (c, &j) in coords.iter().enumerate() {
-                let (up, down) = (&g[2 * c * x.len()..], &g[(2 * c + 1) * x.len()..]);
-                for r in 0..n {
-                    let i = r * d + j;
-                    curv[i] = -(up[i] - down[i]) / (2.0 * steps[i]);
-                }
-            }
-        } else {
-            for &j in &coords {
-                problem
-                    .log_target(anchor, b * per, &shifted(x, d, j, 1.0), &mut logp, &mut gp)
-                    .map_err(SagdError::Model)?;
-                problem
-                    .log_target(anchor, b * per, &shifted(x, d, j, -1.0), &mut logp, &mut gm)
-                    .map_err(SagdError::Model)?;
-                for r in 0..n {
-                    let i = r * d + j;
-                    curv[i] = -(gp[i] - gm[i]) / (2.0 * steps[i]);
-                }
+        // Every coordinate's shifted states in one call (copies up, down, up, down, …): for a
+        // model, one pass over all of them; a costly function is called once.
+        let copies = 2 * coords.len();
+        let y = stacked_shifts(x, d, &coords);
+        let (mut lp, mut g) = (vec![0.0; copies * n], vec![0.0; y.len()]);
+        problem
+            .log_target_copies(anchor, b * per, copies, &y, &mut lp, &mut g)
+            .map_err(SagdError::Model)?;
+        for (c, &j) in coords.iter().enumerate() {
+            let (up, down) = (&g[2 * c * x.len()..], &g[(2 * c + 1) * x.len()..]);
+            for r in 0..n {
+                let i = r * d + j;
+                curv[i] = -(up[i] - down[i]) / (2.0 * steps[i]);
             }
         }
         out.extend(

@@ -429,13 +429,13 @@ impl Glmm {
         let scalar = self.scalar_effects();
         let n_terms = self.terms.len();
         let (inv_var, _) = self.scale(theta);
-        let mut gt = vec![0.0; if grad_theta.is_some() { theta.len() } else { 0 }];
+        let fused = grad_theta.is_some();
+        let mut gt = vec![0.0; if fused { theta.len() } else { 0 }];
         for (r, &c) in data.iter().enumerate() {
             let u = &z[r * d..(r + 1) * d];
             let g = &mut grad_z[r * d..(r + 1) * d];
             g.iter_mut().zip(u).for_each(|(g, u)| *g = -u);
             gt.iter_mut().for_each(|v| *v = 0.0);
-            let fused = !gt.is_empty();
             let lp = self.point_terms(theta, &factors, c, u, d, |i, dl, _| {
                 if scalar {
                     for (t, term) in self.terms.iter().enumerate() {

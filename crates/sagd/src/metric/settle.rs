@@ -74,7 +74,7 @@ pub(crate) fn curvature_step(z: f64) -> f64 {
 
 /// `x` (rows of `d` coordinates) with coordinate k of every row moved by `sign` times its
 /// [`curvature_step`].
-pub(crate) fn shifted(x: &[f64], d: usize, k: usize, sign: f64) -> Vec<f64> {
+fn shifted(x: &[f64], d: usize, k: usize, sign: f64) -> Vec<f64> {
     let mut y = x.to_vec();
     for r in 0..x.len() / d.max(1) {
         y[r * d + k] += sign * curvature_step(x[r * d + k]);
