@@ -206,7 +206,10 @@ fn a_polish_from_the_maximum_stays_near_it() {
     // 1 − p/χ² (`step_fraction`, χ² the score's Wald statistic): from the maximum a step is
     // noise alone and is then mostly not taken (χ² < p for about 61% of such steps with three
     // parameters; a polish that doubles its draws has several chances to move), so the
-    // polishes end closer on average than their whole last steps would have left them.
+    // polishes end closer on average than their whole last steps would have left them. On this
+    // model (Gaussian posteriors, a score quadratic in the latents) the score's control variate
+    // leaves no noise at all: every polish stays at the maximum to rounding, and a shrunk step
+    // is never worse than the whole one.
     use rayon::prelude::*;
     let rows: Vec<(f64, f64, f64)> = (0..12u64)
         .into_par_iter()
@@ -239,7 +242,8 @@ fn a_polish_from_the_maximum_stays_near_it() {
     assert!(rows.iter().all(|r| r.0 < tol), "{rows:?}");
     assert!(kept < 2.0 * STEP_NOISE * tol, "{rows:?}");
     assert!(kept < 2.0 * reported + 1e-4, "{rows:?}");
-    assert!(kept < whole, "{rows:?}");
+    assert!(kept <= whole + 1e-9, "{rows:?}");
+    assert!(rows.iter().all(|r| r.0.abs() < 1e-9), "{rows:?}");
     let unmoved = rows.iter().filter(|r| r.0 < 1e-12).count();
     eprintln!("{unmoved} of 12 polishes kept the maximum they started from");
 }

@@ -67,6 +67,36 @@ impl Factor {
         self.vals[self.offset[i] + j - self.start[i]]
     }
 
+    /// Where row i's envelope starts: it holds columns `start()[i]..=i`.
+    pub(crate) fn start(&self) -> &[usize] {
+        &self.start
+    }
+
+    /// The index of entry (i, j), `start()[i] ≤ j ≤ i`, in an array laid out as the envelope.
+    pub(crate) fn index(&self, i: usize, j: usize) -> usize {
+        self.offset[i] + j - self.start[i]
+    }
+
+    /// (L Lᵀ)⁻¹ on the envelope, laid out as it ([`Factor::index`]): a column of the inverse per
+    /// solve, d solves in all.
+    pub(crate) fn inverse_on_envelope(&self) -> Vec<f64> {
+        let d = self.dim();
+        let mut inverse = vec![0.0; self.stored()];
+        let mut column = vec![0.0; d];
+        for j in 0..d {
+            column.iter_mut().for_each(|v| *v = 0.0);
+            column[j] = 1.0;
+            self.solve_lower(&mut column);
+            self.solve_upper(&mut column);
+            for i in j..d {
+                if self.start[i] <= j {
+                    inverse[self.index(i, j)] = column[i];
+                }
+            }
+        }
+        inverse
+    }
+
     /// The dimension.
     pub fn dim(&self) -> usize {
         self.start.len()

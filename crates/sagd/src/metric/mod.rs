@@ -100,6 +100,10 @@ pub struct Metric {
     /// m, one row per point: the posterior modes where A was taken.
     shift: Vec<f64>,
     factors: Vec<Factor>,
+    /// Whether the factors hold whole Hessians (their envelopes then hold every entry that is
+    /// not zero), not only their diagonals.
+    #[serde(default)]
+    dense: bool,
 }
 
 impl Metric {
@@ -111,6 +115,17 @@ impl Metric {
     /// The modes the metric was taken at (one row per point).
     pub fn modes(&self) -> &[f64] {
         &self.shift
+    }
+
+    /// Point `p`'s factor L (A = L Lᵀ).
+    pub(crate) fn factor(&self, p: usize) -> &Factor {
+        &self.factors[p]
+    }
+
+    /// Whether the factors hold whole Hessians: their envelopes then cover every entry of the
+    /// posteriors' precisions that is not zero where they were taken.
+    pub(crate) fn is_dense(&self) -> bool {
+        self.dense
     }
 
     /// The values stored in all factors.
@@ -224,6 +239,7 @@ impl<P: Problem<f64>> Preconditioned<P> {
             dim: d,
             shift: modes,
             factors,
+            dense,
         });
         Ok(Some(vec![0.0; xi.len()]))
     }

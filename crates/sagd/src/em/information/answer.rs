@@ -12,6 +12,10 @@ use crate::error::Result;
 use crate::model::LatentModel;
 use crate::rng::stream_seed;
 
+/// The least fraction of the answer's own Newton step ([`step_fraction`]: χ² ≥ 10 p, the step
+/// clear of its noise) for [`finish`] to take it.
+const FURTHER_STEP: f64 = 0.9;
+
 /// Where [`polish`](super::polish) stopped: its last point, that point's information, the gaps on the way and
 /// the last one's, and whether that was below the tolerance.
 pub(super) struct LastPoint {
@@ -64,16 +68,33 @@ pub(super) fn finish<M: LatentModel<f64>>(
     let again = LouisSettings { draws, ..louis };
     let (mut info, warning) =
         at_estimate::answer_information(model, &estimate, info, taken, &again, seed)?;
+    let mut gaps = gaps;
+    // Where the answer's information was taken at the estimate and its score is precise (the
+    // score's control variate leaves little noise on a nearly Gaussian posterior), that score
+    // measures what the last step left (a step from a lent information, or ℓ's curvature
+    // changing along it): one more Newton step, shrunk by its noise, whose errors are then the
+    // estimate's.
+    let further = step_fraction(&info.score, &info.score_cov);
+    let (at, last, estimate) = if info.theta == estimate && further >= FURTHER_STEP {
+        gaps.push(info.gap - info.gap_noise);
+        let next = estimate
+            .iter()
+            .zip(&info.newton_step)
+            .map(|(t, d)| t + further * d)
+            .collect();
+        (estimate, info.clone(), next)
+    } else {
+        (at, step_info.clone(), estimate)
+    };
     // The answer is `estimate`, so its intervals are centred there.
     info.wald95 = parts::wald95(&estimate, &info.se);
     let se_warning = answer_warnings(s, &info, &step_info, warning, gap, converged);
-    let mc_se = at_estimate::step_mc_se(&step_info);
     Ok(Polished {
         last_point: at,
-        last_step: step_info.newton_step.clone(),
+        last_step: last.newton_step.clone(),
         estimate,
-        mc_se,
-        gap_noise: step_info.gap_noise,
+        mc_se: at_estimate::step_mc_se(&last),
+        gap_noise: last.gap_noise,
         information: info,
         se_warning,
         gaps,

@@ -9,7 +9,7 @@
 //! standard errors from the maximum) moves them by that much more, which the error reported for
 //! them then includes.
 
-use super::parts::louis_parts;
+use super::parts::{self, louis_parts};
 use super::{Information, LouisSettings};
 use crate::error::Result;
 use crate::linalg::spd_inverse;
@@ -82,15 +82,38 @@ pub(super) fn se_imprecision(info: &Information) -> f64 {
 pub(super) fn step_mc_se(step: &Information) -> Vec<f64> {
     let p = step.score.len();
     let inv = spd_inverse(&step.matrix).unwrap_or_else(|| vec![vec![f64::NAN; p]; p]);
+    let from_information = information_step_error(step);
     (0..p)
         .map(|j| {
             let v: f64 = (0..p)
                 .flat_map(|a| (0..p).map(move |b| (a, b)))
                 .map(|(a, b)| inv[j][a] * step.score_cov[a][b] * inv[b][j])
                 .sum();
-            v.max(0.0).sqrt()
+            v.max(0.0).sqrt().hypot(from_information[j])
         })
         .collect()
+}
+
+/// The error that the information's own noise puts into the Newton step I⁻¹∇ℓ: the jackknife
+/// over the replicates of I without each batch of draws (zeros without them). Where the score's
+/// control variate has made the score nearly exact, this is most of the step's error.
+fn information_step_error(step: &Information) -> Vec<f64> {
+    let p = step.score.len();
+    if step.leave_one_out.is_empty() {
+        return vec![0.0; p];
+    }
+    let steps: Option<Vec<Vec<f64>>> = step
+        .leave_one_out
+        .iter()
+        .map(|i| {
+            spd_inverse(i).map(|inv| {
+                (0..p)
+                    .map(|j| inv[j].iter().zip(&step.score).map(|(a, b)| a * b).sum())
+                    .collect()
+            })
+        })
+        .collect();
+    steps.map_or_else(|| vec![f64::INFINITY; p], |s| parts::jackknife_se(&s))
 }
 
 /// The information at `estimate` from a fresh run of `louis`'s chains, with its `se_error`

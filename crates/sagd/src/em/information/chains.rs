@@ -3,6 +3,7 @@
 //! from that state: the score alone, Louis' identity from one run, or coupled score differences
 //! from p + 1 runs at θ and θ + h e_j on the same noise.
 
+use super::control::ScoreControl;
 use super::parts::{LouisSums, SE_BATCHES};
 use super::{InformationMethod, LouisSettings};
 use crate::em::mstep::{settle_chains, ChainStep};
@@ -13,10 +14,12 @@ use crate::model::{AnchoredTarget, LatentModel, MaximumLikelihood, Problem};
 use crate::parallel::rows_per_piece;
 use rayon::prelude::*;
 
-/// What a run of the information's chains does with each draw: `(batch, z, fused)` in (z of every
-/// chain, rows × d; the blocks' Σ ∇θ log p where the step computed them, [`Fused`]), the
+/// What a run of the information's chains does with each draw: `(batch, z, fused, control)` in (z
+/// of every chain, rows × d; the blocks' Σ ∇θ log p where the step computed them, [`Fused`]; each
+/// row's control variate of its score, rows × p, [`ScoreControl`], where there is one), the
 /// draw's score out (Σ over rows / chains per point).
-type TakeDraw<'a> = dyn FnMut(usize, &[f64], Option<&Fused>) -> Result<Vec<f64>> + 'a;
+type TakeDraw<'a> =
+    dyn FnMut(usize, &[f64], Option<&Fused>, Option<&[f64]>) -> Result<Vec<f64>> + 'a;
 
 /// The θ-gradients that a model computing ∇θ in the same pass as ∇z gave with a draw's last
 /// step: each block of chains' first row and its Σ ∇θ log p, in block order.
@@ -57,6 +60,8 @@ pub(super) struct Settled<'a, M> {
     batches: usize,
     /// Each row's point.
     all_points: Vec<usize>,
+    /// The score's control variate at θ, where the metric allows one.
+    control: Option<ScoreControl>,
 }
 
 impl<'a, M: LatentModel<f64>> Settled<'a, M> {
@@ -114,6 +119,16 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             }
             .kernel::<f64>(delta)?
         };
+        let control = match problem.metric() {
+            Some(metric) => {
+                let steps: Vec<f64> = theta
+                    .iter()
+                    .map(|t| s.coupled_step * (1.0 + t.abs()))
+                    .collect();
+                ScoreControl::at(&problem.inner, metric, theta, &steps)?
+            }
+            None => None,
+        };
         let batches = if s.draws >= 2 * SE_BATCHES {
             SE_BATCHES
         } else {
@@ -131,6 +146,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             rows,
             batches,
             all_points: (0..rows).map(|r| r % n).collect(),
+            control,
         })
     }
 
@@ -198,9 +214,38 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
                 None
             };
             let z = self.problem.to_z(0, chains.positions());
-            per_draw.push(take(draw * self.batches / s.draws, &z, fused.as_ref())?);
+            let control = match (&self.control, self.problem.metric()) {
+                (Some(c), Some(metric)) => Some(c.rows(metric, &z, chains.gradients())),
+                _ => None,
+            };
+            let batch = draw * self.batches / s.draws;
+            per_draw.push(take(batch, &z, fused.as_ref(), control.as_deref())?);
         }
         Ok(per_draw)
+    }
+
+    /// The draw's score: Σ over every row of ∇θ log p at `th` for a draw `z_all`, less the rows'
+    /// `control` (rows × p) where there is one, over the chains per point.
+    fn draw_score(
+        &self,
+        th: &[f64],
+        z_all: &[f64],
+        fused: Option<&Fused>,
+        control: Option<&[f64]>,
+    ) -> Result<Vec<f64>> {
+        let g = self.total(th, z_all, fused)?;
+        Ok(self.controlled(g, control))
+    }
+
+    /// A draw's Σ over rows of ∇θ log p, less the rows' `control` (rows × p), over the chains per
+    /// point.
+    fn controlled(&self, mut g: Vec<f64>, control: Option<&[f64]>) -> Vec<f64> {
+        if let Some(c) = control {
+            for row in c.chunks_exact(g.len().max(1)) {
+                g.iter_mut().zip(row).for_each(|(v, s)| *v -= s);
+            }
+        }
+        g.iter().map(|v| v / self.per_point as f64).collect()
     }
 
     /// Σ over every row of ∇θ log p at `th` for a draw `z_all`: from the step's fused gradients
@@ -237,9 +282,8 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
     /// The score alone, from one run at θ.
     pub(super) fn score(&self, theta: &[f64]) -> Result<Estimates> {
         let p = self.model.theta_dim();
-        let per_draw = self.run(theta, &mut |_, z_all, fused| {
-            let g = self.total(theta, z_all, fused)?;
-            Ok(g.iter().map(|v| v / self.per_point as f64).collect())
+        let per_draw = self.run(theta, &mut |_, z_all, fused, control| {
+            self.draw_score(theta, z_all, fused, control)
         })?;
         let score = (0..p)
             .map(|k| per_draw.iter().map(|t| t[k]).sum::<f64>() / self.s.draws as f64)
@@ -252,7 +296,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
     pub(super) fn louis(&self, theta: &[f64], record: &mut Record<'_>) -> Result<Estimates> {
         let (p, s) = (self.model.theta_dim(), self.s);
         let mut sums = vec![LouisSums::new(self.n, p); self.batches];
-        let per_draw = self.run(theta, &mut |b, z_all, _| {
+        let per_draw = self.run(theta, &mut |b, z_all, _, _| {
             let sum = &mut sums[b];
             sum.count += self.per_point as f64;
             let mut total = vec![0.0; p];
@@ -308,7 +352,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         let mut complete_count = 0.0;
         let steps: Vec<f64> = theta.iter().map(|t| s.fd_step * (1.0 + t.abs())).collect();
         let mut draw = 0;
-        let base = self.run(theta, &mut |b, z_all, fused| {
+        let base = self.run(theta, &mut |b, z_all, fused, control| {
             // Row by row only where R̂ needs each row's score (several chains per point); else
             // one call of the model for all rows. Where each row costs a call of its own (a
             // Python function: the step's fused gradient is the rows' sum), R̂ reads every
@@ -318,7 +362,18 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
                 let rows = self.rows_of(theta, z_all, fused)?;
                 let mut g = vec![0.0; p];
                 for (r, gr) in rows.iter().enumerate() {
-                    record(r, gr);
+                    // R̂ reads what the estimate averages: the score less its control.
+                    match control {
+                        Some(c) => {
+                            let own: Vec<f64> = gr
+                                .iter()
+                                .zip(&c[r * p..(r + 1) * p])
+                                .map(|(v, s)| v - s)
+                                .collect();
+                            record(r, &own);
+                        }
+                        None => record(r, gr),
+                    }
                     g.iter_mut().zip(gr).for_each(|(a, v)| *a += v);
                 }
                 g
@@ -343,7 +398,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
                 complete_count += 1.0;
             }
             draw += 1;
-            Ok(g.iter().map(|v| v / self.per_point as f64).collect())
+            Ok(self.controlled(g, control))
         })?;
         // Per batch, Σ over its draws of each draw's ∂_j score_k: [j][k].
         let mut diff = vec![vec![vec![0.0; p]; p]; self.batches];
@@ -352,12 +407,8 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             let mut at = theta.to_vec();
             at[j] += h;
             let mut draw = 0;
-            self.run(&at, &mut |b, z_all, fused| {
-                let g: Vec<f64> = self
-                    .total(&at, z_all, fused)?
-                    .iter()
-                    .map(|v| v / self.per_point as f64)
-                    .collect();
+            self.run(&at, &mut |b, z_all, fused, control| {
+                let g = self.draw_score(&at, z_all, fused, control)?;
                 for k in 0..p {
                     diff[b][j][k] += (g[k] - base[draw][k]) / h;
                 }

@@ -20,6 +20,7 @@ use super::mstep::ChainStep;
 mod answer;
 mod at_estimate;
 mod chains;
+mod control;
 mod parts;
 mod steps;
 
@@ -142,6 +143,10 @@ pub struct Information {
     /// The complete-data information Σ_i −E[∇²θ log p(x_i, Z_i; θ)], the first term of I.
     #[serde(default)]
     pub complete: Vec<Vec<f64>>,
+    /// I without each batch of draws (the jackknife's replicates behind `se_error`), which also
+    /// give the error that I's own noise puts into a Newton step. Not saved.
+    #[serde(skip)]
+    pub leave_one_out: Vec<Vec<Vec<f64>>>,
 }
 
 /// Louis' observed information of `model` at `theta`, from chains seeded by `seed`.
@@ -314,6 +319,56 @@ pub const NOISE_DOUBLING_GAP: f64 = 10.0;
 /// The relative Monte Carlo error of the standard errors that [`polish`] aims for.
 pub const SE_PRECISION: f64 = 0.1;
 
+/// The stream under a polishing attempt's seed that its [`pilot`] draws from (apart from its
+/// steps' `0..`).
+const PILOT_STREAM: u64 = 0x9170_7000;
+
+/// At the polish's first point, the information from a pilot run of 4 draws per jackknife batch,
+/// where its own precision says that serves ([`draws_needed`]: a nearly Gaussian posterior, whose
+/// score the control variate makes nearly exact); then `louis.draws` becomes the pilot's.
+/// Otherwise `None`, with `louis.draws` set to what the pilot says the points need (unchanged
+/// where its information is not positive definite).
+fn pilot<M: LatentModel<f64>>(
+    model: &M,
+    at: &[f64],
+    louis: &mut LouisSettings,
+    gap_tol: f64,
+    seed: u64,
+) -> Result<Option<Information>> {
+    let draws = 4 * parts::SE_BATCHES;
+    if draws >= louis.draws {
+        return Ok(None);
+    }
+    let parts = louis_parts(model, at, &LouisSettings { draws, ..*louis }, seed)?;
+    if spd_inverse(&parts.info).is_none() {
+        return Ok(None);
+    }
+    let info = parts.into_information(at)?;
+    let need = draws_needed(&info, louis.draws, gap_tol);
+    if need <= draws {
+        louis.draws = draws;
+        return Ok(Some(info));
+    }
+    louis.draws = need;
+    Ok(None)
+}
+
+/// The draws per chain that the points after `info`'s need, by its precision: as few as keep the
+/// standard errors' own error within half of [`SE_PRECISION`] and a Newton step's noise within
+/// half of `gap_tol` (they fall as 1/√draws and 1/draws), at least 4 per jackknife batch, never
+/// more than `most`. The last step's noise is brought within [`STEP_NOISE`] of the tolerance by
+/// runs of the score alone, a fraction of an information's cost. Where the score's control
+/// variate leaves little noise (a nearly Gaussian posterior), a fraction of the draws serves.
+fn draws_needed(info: &Information, most: usize, gap_tol: f64) -> usize {
+    let se = (at_estimate::se_imprecision(info) / (0.5 * SE_PRECISION)).powi(2);
+    let step = info.gap_noise / (0.5 * gap_tol);
+    let want = (info.draws as f64 * se.max(step)).ceil();
+    if !want.is_finite() {
+        return most;
+    }
+    (want as usize).clamp((4 * parts::SE_BATCHES).min(most), most)
+}
+
 /// [`polish`], tried again after a failure (an information that is not positive definite is most
 /// often noise) with fresh streams and twice the draws, up to `attempts` times in all: the
 /// polished estimate and the attempts it took, or why each attempt failed. Attempt a runs
@@ -375,8 +430,22 @@ pub fn polish<M: LatentModel<f64>>(
             fraction == 1.0 && matches!(&last, Some((_, _, gap, _)) if *gap < LAG_GAP * s.gap_tol);
         // Whether this point's information is its own (a lagged one is lent once, never on).
         let mut fresh = true;
-        let info = match lagged.take().filter(|_| near) {
-            Some(mut info) => {
+        let piloted = match step {
+            0 => pilot(
+                model,
+                &at,
+                &mut louis,
+                s.gap_tol,
+                stream_seed(seed, PILOT_STREAM),
+            )?,
+            _ => None,
+        };
+        let info = match (piloted, lagged.take().filter(|_| near)) {
+            (Some(info), _) => {
+                taken.push(info.clone());
+                info
+            }
+            (None, Some(mut info)) => {
                 // A whole step from a point within LAG_GAP tolerances of the maximum moves θ by
                 // a fraction of its standard errors, where the information hardly changes: a
                 // run for the score alone (one of the information's p + 1 runs) serves here.
@@ -384,7 +453,7 @@ pub fn polish<M: LatentModel<f64>>(
                 fresh = false;
                 info
             }
-            None => {
+            (None, None) => {
                 let parts = louis_parts(model, &at, &louis, point_seed)?;
                 if spd_inverse(&parts.info).is_none() && step + 1 < s.max_steps {
                     // Not concave here (too far from the maximum for Newton): a step between
@@ -401,6 +470,8 @@ pub fn polish<M: LatentModel<f64>>(
                     continue;
                 }
                 let info = parts.into_information(&at)?;
+                // The next points need no more draws than this one's precision says.
+                louis.draws = draws_needed(&info, louis.draws, s.gap_tol);
                 taken.push(info.clone());
                 info
             }

@@ -22,8 +22,11 @@ pub(super) struct LouisParts {
 }
 
 /// The largest split R̂ over points and parameters of the score along each point's chains
-/// (`series[row][parameter]`, row r belonging to point r % n); `None` without rows.
-fn chain_rhat(series: &[Vec<Vec<f64>>], n: usize) -> Option<f64> {
+/// (`series[row][parameter]`, row r belonging to point r % n); `None` without rows. A parameter
+/// whose chains' means all lie within [`NEGLIGIBLE_SPREAD`] of √I_kk (`info`'s diagonal, where
+/// there is one) counts as agreeing: where the score's control variate leaves it nearly
+/// constant, R̂ would compare the rounding of its differences.
+fn chain_rhat(series: &[Vec<Vec<f64>>], n: usize, info: &[Vec<f64>]) -> Option<f64> {
     let p = series.first()?.len();
     let mut worst: Option<f64> = None;
     for i in 0..n {
@@ -34,6 +37,17 @@ fn chain_rhat(series: &[Vec<Vec<f64>>], n: usize) -> Option<f64> {
                 .step_by(n)
                 .map(|r| r[k].clone())
                 .collect();
+            let means: Vec<f64> = chains
+                .iter()
+                .map(|c| c.iter().sum::<f64>() / c.len().max(1) as f64)
+                .collect();
+            let spread = means.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b))
+                - means.iter().fold(f64::INFINITY, |a, &b| a.min(b));
+            let scale = info.get(k).map_or(0.0, |row| row[k].max(0.0).sqrt());
+            if spread <= NEGLIGIBLE_SPREAD * scale {
+                worst = Some(worst.map_or(1.0, |w: f64| w.max(1.0)));
+                continue;
+            }
             let r = crate::diagnostics::rhat(&chains);
             if r.is_finite() {
                 worst = Some(worst.map_or(r, |w: f64| w.max(r)));
@@ -42,6 +56,10 @@ fn chain_rhat(series: &[Vec<Vec<f64>>], n: usize) -> Option<f64> {
     }
     worst
 }
+
+/// How far apart a point's chains' mean scores may lie, in units of √I_kk, and still agree
+/// whatever their R̂: a disagreement that moves θ_k by a thousandth of its standard error.
+const NEGLIGIBLE_SPREAD: f64 = 1e-3;
 
 /// Above this R̂ a point's chains disagree about its score: [`polish`](super::polish) says so.
 pub const CHAIN_RHAT_LIMIT: f64 = 1.05;
@@ -53,7 +71,7 @@ fn standard_errors(info: &[Vec<f64>]) -> Option<Vec<f64>> {
 }
 
 /// The jackknife's standard error of a statistic from its leave-one-batch-out replicates.
-fn jackknife_se(replicates: &[Vec<f64>]) -> Vec<f64> {
+pub(super) fn jackknife_se(replicates: &[Vec<f64>]) -> Vec<f64> {
     let b = replicates.len() as f64;
     let p = replicates.first().map_or(0, Vec::len);
     (0..p)
@@ -176,6 +194,7 @@ impl LouisParts {
             gap: 0.0,
             gap_noise: 0.0,
             complete,
+            leave_one_out,
         };
         information.set_step(&inv);
         Ok(information)
@@ -338,6 +357,7 @@ fn parts_of<M: LatentModel<f64>>(
         InformationMethod::Louis => settled.louis(theta, &mut record)?,
         InformationMethod::CoupledScore => settled.coupled(theta, &mut record)?,
     };
+    let chain_rhat = chain_rhat(&series, n, &info);
     Ok(LouisParts {
         info,
         complete,
@@ -345,7 +365,7 @@ fn parts_of<M: LatentModel<f64>>(
         score_cov: batch_mean_cov(&per_draw, SCORE_BATCHES.min(s.draws)),
         draws: s.draws,
         leave_one_out,
-        chain_rhat: chain_rhat(&series, n),
+        chain_rhat,
     })
 }
 
