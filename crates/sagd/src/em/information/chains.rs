@@ -182,7 +182,12 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
     /// Draws `s.draws` states of every chain from the settled state at `at`, calling
     /// `take(batch, z)` on each (z of every chain, rows × d); what `take` returns per draw comes
     /// back.
-    fn run(&self, at: &[f64], take: &mut TakeDraw<'_>) -> Result<Vec<Vec<f64>>> {
+    fn run(
+        &self,
+        at: &[f64],
+        moved: Option<(usize, f64)>,
+        take: &mut TakeDraw<'_>,
+    ) -> Result<Vec<Vec<f64>>> {
         let s = self.s;
         let mut chains = self.chains.clone();
         let target = AnchoredTarget {
@@ -190,8 +195,19 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             anchor: at,
         };
         let mut per_draw = Vec::with_capacity(s.draws);
-        if s.method == InformationMethod::CoupledScore {
-            chains.burn_in(&target, &self.kernel, s.burn_in)?;
+        match (&self.control, self.problem.metric()) {
+            // The settled states are the posterior's at θ; a run at θ + h e_j starts from them
+            // carried to its own posterior, so neither run needs a burn-in of its own.
+            (Some(c), Some(metric)) if s.method == InformationMethod::CoupledScore => {
+                if let Some((j, h)) = moved {
+                    let u = c.transported(metric, j, h, chains.positions());
+                    chains.set_positions(&target, &u)?;
+                }
+            }
+            _ if s.method == InformationMethod::CoupledScore => {
+                chains.burn_in(&target, &self.kernel, s.burn_in)?;
+            }
+            _ => {}
         }
         // Where the model computes ∇θ in the same pass as ∇z, a draw's last step gives its
         // θ-gradients: no pass of their own (for a Python function, no call).
@@ -282,7 +298,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
     /// The score alone, from one run at θ.
     pub(super) fn score(&self, theta: &[f64]) -> Result<Estimates> {
         let p = self.model.theta_dim();
-        let per_draw = self.run(theta, &mut |_, z_all, fused, control| {
+        let per_draw = self.run(theta, None, &mut |_, z_all, fused, control| {
             self.draw_score(theta, z_all, fused, control)
         })?;
         let score = (0..p)
@@ -296,7 +312,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
     pub(super) fn louis(&self, theta: &[f64], record: &mut Record<'_>) -> Result<Estimates> {
         let (p, s) = (self.model.theta_dim(), self.s);
         let mut sums = vec![LouisSums::new(self.n, p); self.batches];
-        let per_draw = self.run(theta, &mut |b, z_all, _, _| {
+        let per_draw = self.run(theta, None, &mut |b, z_all, _, _| {
             let sum = &mut sums[b];
             sum.count += self.per_point as f64;
             let mut total = vec![0.0; p];
@@ -352,7 +368,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         let mut complete_count = 0.0;
         let steps: Vec<f64> = theta.iter().map(|t| s.fd_step * (1.0 + t.abs())).collect();
         let mut draw = 0;
-        let base = self.run(theta, &mut |b, z_all, fused, control| {
+        let base = self.run(theta, None, &mut |b, z_all, fused, control| {
             // Row by row only where R̂ needs each row's score (several chains per point); else
             // one call of the model for all rows. Where each row costs a call of its own (a
             // Python function: the step's fused gradient is the rows' sum), R̂ reads every
@@ -407,7 +423,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             let mut at = theta.to_vec();
             at[j] += h;
             let mut draw = 0;
-            self.run(&at, &mut |b, z_all, fused, control| {
+            self.run(&at, Some((j, h)), &mut |b, z_all, fused, control| {
                 let g = self.draw_score(&at, z_all, fused, control)?;
                 for k in 0..p {
                     diff[b][j][k] += (g[k] - base[draw][k]) / h;

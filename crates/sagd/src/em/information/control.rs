@@ -210,6 +210,37 @@ impl ScoreControl {
         }))
     }
 
+    /// The chains' states `u` (in the metric's coordinates, chain r belonging to point r % points)
+    /// carried from the posterior at θ to the one at θ + h e_j, to first order in h: the mode
+    /// moves by h A⁻¹b_j and the spread about it by (I + ½ h A⁻¹C_j), A's change being −h C_j.
+    /// On a Gaussian posterior the carried states are its draws up to O(h²): chains coupled to
+    /// θ's start where they would settle, with no transient for their differences to read.
+    pub(super) fn transported(&self, metric: &Metric, j: usize, h: f64, u: &[f64]) -> Vec<f64> {
+        let (d, p, points) = (self.d, self.p, metric.points());
+        let mut out = u.to_vec();
+        let (mut delta, mut v) = (vec![0.0; d], vec![0.0; d]);
+        for (r, ur) in out.chunks_exact_mut(d).enumerate() {
+            let q = r % points;
+            let f = metric.factor(q);
+            delta.copy_from_slice(ur);
+            f.solve_upper(&mut delta);
+            v.copy_from_slice(&self.slope[(q * p + j) * d..(q * p + j + 1) * d]);
+            let (c, start) = (&self.curvature[q][j], f.start());
+            for (i, &first) in start.iter().enumerate() {
+                let o = f.index(i, first);
+                for k in first..i {
+                    let half = 0.5 * c[o + k - first];
+                    v[i] += half * delta[k];
+                    v[k] += half * delta[i];
+                }
+                v[i] += 0.5 * c[f.index(i, i)] * delta[i];
+            }
+            f.solve_lower(&mut v);
+            ur.iter_mut().zip(&v).for_each(|(a, b)| *a += h * b);
+        }
+        out
+    }
+
     /// S(z) of every chain (chains × p): `z` every chain's state in the model's coordinates,
     /// `grad_u` its ∇log π in the chains' (∇_u = L⁻¹∇z), chain r belonging to point r % points.
     pub(super) fn rows(&self, metric: &Metric, z: &[f64], grad_u: &[f64]) -> Vec<f64> {
