@@ -180,8 +180,10 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
     }
 
     /// Draws `s.draws` states of every chain from the settled state at `at`, calling
-    /// `take(batch, z)` on each (z of every chain, rows × d); what `take` returns per draw comes
-    /// back.
+    /// `take(batch, z, fused, control)` on each (z of every chain, rows × d); what `take` returns
+    /// per draw comes back. `moved`: `(j, h)` for a run at θ + h e_j, whose chains start from the
+    /// settled states carried to its posterior ([`ScoreControl::transported`]) where there is a
+    /// control, else after a burn-in like every coupled run's.
     fn run(
         &self,
         at: &[f64],
