@@ -354,13 +354,24 @@ impl<P: Problem<f64>> Problem<f64> for Preconditioned<P> {
     }
 }
 
+/// A Gaussian target for the tests of the metric and of what is built on it.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod test_target {
     use crate::error::LogpError;
+    use crate::model::Problem;
 
-    /// A tridiagonal positive-definite matrix.
-    fn tridiagonal(d: usize) -> Vec<f64> {
+    /// μ(θ) and P(θ) (row-major).
+    pub(crate) type Parts = Box<dyn Fn(&[f64]) -> (Vec<f64>, Vec<f64>) + Sync>;
+
+    /// Chains on N(μ(θ), P(θ)⁻¹) of dimension `d`, one per point, θ of length `p`.
+    pub(crate) struct GaussianTarget {
+        pub(crate) d: usize,
+        pub(crate) p: usize,
+        pub(crate) parts: Parts,
+    }
+
+    /// A tridiagonal positive-definite matrix: 2.5 on the diagonal, −1 beside it.
+    pub(crate) fn tridiagonal(d: usize) -> Vec<f64> {
         let mut a = vec![0.0; d * d];
         for i in 0..d {
             a[i * d + i] = 2.5;
@@ -371,6 +382,71 @@ mod tests {
         }
         a
     }
+
+    impl GaussianTarget {
+        /// N(`mean`, `precision`⁻¹), with no parameter.
+        pub(crate) fn fixed(mean: Vec<f64>, precision: Vec<f64>) -> Self {
+            GaussianTarget {
+                d: mean.len(),
+                p: 0,
+                parts: Box::new(move |_: &[f64]| (mean.clone(), precision.clone())),
+            }
+        }
+
+        /// log p (up to its normalising constant) and ∇z log p at `z` under θ = `th`.
+        pub(crate) fn log_p(&self, th: &[f64], z: &[f64]) -> (f64, Vec<f64>) {
+            let (d, (mean, precision)) = (self.d, (self.parts)(th));
+            let e: Vec<f64> = z.iter().zip(&mean).map(|(a, m)| a - m).collect();
+            let pe: Vec<f64> = (0..d)
+                .map(|i| (0..d).map(|j| precision[i * d + j] * e[j]).sum())
+                .collect();
+            let quad: f64 = e.iter().zip(&pe).map(|(x, y)| x * y).sum();
+            (-0.5 * quad, pe.iter().map(|v| -v).collect())
+        }
+    }
+
+    impl Problem<f64> for GaussianTarget {
+        fn theta_dim(&self) -> usize {
+            self.p
+        }
+        fn n_chains(&self) -> usize {
+            1
+        }
+        fn chain_dim(&self) -> usize {
+            self.d
+        }
+        fn log_target(
+            &self,
+            anchor: &[f64],
+            _first_row: usize,
+            xi: &[f64],
+            logp: &mut [f64],
+            grad: &mut [f64],
+        ) -> std::result::Result<(), LogpError> {
+            let d = self.d;
+            for (r, (x, gr)) in xi.chunks_exact(d).zip(grad.chunks_exact_mut(d)).enumerate() {
+                let (l, g) = self.log_p(anchor, x);
+                logp[r] = l;
+                gr.copy_from_slice(&g);
+            }
+            Ok(())
+        }
+        fn add_grad_f(
+            &self,
+            _theta: &[f64],
+            _first_row: usize,
+            _xi: &[f64],
+            _grad: &mut [f64],
+        ) -> std::result::Result<(), LogpError> {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_target::{tridiagonal, GaussianTarget};
+    use super::*;
 
     #[test]
     fn the_envelope_factor_solves_and_multiplies() {
@@ -399,64 +475,16 @@ mod tests {
         assert!(Factor::cholesky(&[1.0, 2.0, 2.0, 1.0], 2).is_none());
     }
 
-    /// Chains on N(μ, P⁻¹), P tridiagonal, one per point: a `Problem` with no parameter.
-    struct TridiagonalGaussian {
-        mean: Vec<f64>,
-        precision: Vec<f64>,
-    }
-
-    impl Problem<f64> for TridiagonalGaussian {
-        fn theta_dim(&self) -> usize {
-            0
-        }
-        fn n_chains(&self) -> usize {
-            1
-        }
-        fn chain_dim(&self) -> usize {
-            self.mean.len()
-        }
-        fn log_target(
-            &self,
-            _anchor: &[f64],
-            _first_row: usize,
-            xi: &[f64],
-            logp: &mut [f64],
-            grad: &mut [f64],
-        ) -> std::result::Result<(), LogpError> {
-            let d = self.mean.len();
-            for (r, (x, gr)) in xi.chunks_exact(d).zip(grad.chunks_exact_mut(d)).enumerate() {
-                let dx: Vec<f64> = x.iter().zip(&self.mean).map(|(a, m)| a - m).collect();
-                let mut quad = 0.0;
-                for i in 0..d {
-                    let g: f64 = (0..d).map(|j| self.precision[i * d + j] * dx[j]).sum();
-                    gr[i] = -g;
-                    quad += dx[i] * g;
-                }
-                logp[r] = -0.5 * quad;
-            }
-            Ok(())
-        }
-        fn add_grad_f(
-            &self,
-            _theta: &[f64],
-            _first_row: usize,
-            _xi: &[f64],
-            _grad: &mut [f64],
-        ) -> std::result::Result<(), LogpError> {
-            Ok(())
-        }
-    }
-
     /// Stacked copies in one call give each copy's own call's numbers, bit for bit, with and
     /// without a metric (the costly problems' Hessians and posterior scales go this way).
     #[test]
     fn stacked_copies_give_each_copy_s_numbers() {
         let (d, points, copies) = (5, 3, 4);
         let mut pre = Preconditioned::new(
-            TridiagonalGaussian {
-                mean: (0..d).map(|i| i as f64 * 0.4 - 1.0).collect(),
-                precision: tridiagonal(d),
-            },
+            GaussianTarget::fixed(
+                (0..d).map(|i| i as f64 * 0.4 - 1.0).collect(),
+                tridiagonal(d),
+            ),
             points,
         );
         let xi: Vec<f64> = (0..copies * points * d)
@@ -505,10 +533,7 @@ mod tests {
                 .flat_map(|n| kinds.iter().map(move |k| (n, k)))
             {
                 let mut pre = Preconditioned::new(
-                    TridiagonalGaussian {
-                        mean: mean.clone(),
-                        precision: precision.clone(),
-                    },
+                    GaussianTarget::fixed(mean.clone(), precision.clone()),
                     points,
                 );
                 let u0 = pre

@@ -279,22 +279,14 @@ impl ScoreControl {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metric::Preconditioned;
-    use crate::metric::Preconditioner;
+    use crate::metric::test_target::{tridiagonal, GaussianTarget};
+    use crate::metric::{Preconditioned, Preconditioner};
 
     /// The columns of a tridiagonal envelope take three colours, a dense one d.
     #[test]
     fn banded_envelopes_take_few_colours() {
         let d = 12;
-        let mut a = vec![0.0; d * d];
-        for i in 0..d {
-            a[i * d + i] = 3.0;
-            if i > 0 {
-                a[i * d + i - 1] = -1.0;
-                a[(i - 1) * d + i] = -1.0;
-            }
-        }
-        let f = Factor::cholesky(&a, d).unwrap();
+        let f = Factor::cholesky(&tridiagonal(d), d).unwrap();
         let (groups, _) = colour_columns(&f, usize::MAX).unwrap();
         assert_eq!(groups.len(), 3);
         let dense: Vec<f64> = (0..d * d)
@@ -308,74 +300,35 @@ mod tests {
     /// z ~ N(μ(θ), P(θ)⁻¹) with P tridiagonal, P_tt = e^θ₀ + 1, P_t,t+1 = −θ₁/2, μ_t = θ₂ · t/d:
     /// log p is quadratic in z, so the control is ∇θ log p less its mean, exactly; each draw's
     /// corrected score is the closed form to rounding.
-    struct Quadratic {
-        d: usize,
-    }
-
-    impl Quadratic {
-        fn precision(&self, th: &[f64]) -> Vec<f64> {
-            let d = self.d;
-            let mut a = vec![0.0; d * d];
-            for i in 0..d {
-                a[i * d + i] = th[0].exp() + 1.0;
-                if i > 0 {
-                    a[i * d + i - 1] = -0.5 * th[1];
-                    a[(i - 1) * d + i] = -0.5 * th[1];
-                }
+    fn precision(d: usize, th: &[f64]) -> Vec<f64> {
+        let mut a = vec![0.0; d * d];
+        for i in 0..d {
+            a[i * d + i] = th[0].exp() + 1.0;
+            if i > 0 {
+                a[i * d + i - 1] = -0.5 * th[1];
+                a[(i - 1) * d + i] = -0.5 * th[1];
             }
-            a
         }
-        fn log_p(&self, th: &[f64], z: &[f64]) -> (f64, Vec<f64>) {
-            let (d, a) = (self.d, self.precision(th));
-            let e: Vec<f64> = (0..d).map(|t| z[t] - th[2] * t as f64 / d as f64).collect();
-            let ae: Vec<f64> = (0..d)
-                .map(|i| (0..d).map(|j| a[i * d + j] * e[j]).sum())
-                .collect();
-            let quad: f64 = e.iter().zip(&ae).map(|(x, y)| x * y).sum();
-            (-0.5 * quad, ae.iter().map(|v| -v).collect())
-        }
+        a
     }
 
-    impl Problem<f64> for Quadratic {
-        fn theta_dim(&self) -> usize {
-            3
-        }
-        fn n_chains(&self) -> usize {
-            1
-        }
-        fn chain_dim(&self) -> usize {
-            self.d
-        }
-        fn log_target(
-            &self,
-            anchor: &[f64],
-            _first_row: usize,
-            xi: &[f64],
-            logp: &mut [f64],
-            grad: &mut [f64],
-        ) -> std::result::Result<(), LogpError> {
-            let (l, g) = self.log_p(anchor, xi);
-            logp[0] = l;
-            grad.copy_from_slice(&g);
-            Ok(())
-        }
-        fn add_grad_f(
-            &self,
-            _theta: &[f64],
-            _first_row: usize,
-            _xi: &[f64],
-            _grad: &mut [f64],
-        ) -> std::result::Result<(), LogpError> {
-            Ok(())
+    fn quadratic(d: usize) -> GaussianTarget {
+        GaussianTarget {
+            d,
+            p: 3,
+            parts: Box::new(move |th: &[f64]| {
+                let mean = (0..d).map(|t| th[2] * t as f64 / d as f64).collect();
+                (mean, precision(d, th))
+            }),
         }
     }
 
     #[test]
     fn on_a_gaussian_posterior_the_corrected_score_is_its_mean_at_every_draw() {
         let d = 8;
-        let model = Quadratic { d };
-        let th = [0.3, 0.8, 1.5];
-        let mut pre = Preconditioned::new(Quadratic { d }, 1);
+        let model = quadratic(d);
+        let th = [0.3f64, 0.8, 1.5];
+        let mut pre = Preconditioned::new(quadratic(d), 1);
         pre.adapt(&th, &vec![0.2; d], Preconditioner::Dense)
             .unwrap();
         let metric = pre.metric().unwrap();
@@ -385,7 +338,7 @@ mod tests {
             .expect("a dense metric gets a control");
         // The score's mean: E ∂θ log p = −½ tr(P⁻¹ ∂P) for θ₀, θ₁ (the mean term is zero) and 0
         // for θ₂ (E of a linear function of z − μ).
-        let a = model.precision(&th);
+        let a = precision(d, &th);
         let inverse = crate::linalg::spd_inverse(
             &(0..d)
                 .map(|i| a[i * d..(i + 1) * d].to_vec())
