@@ -106,11 +106,7 @@ fn information_step_error(step: &Information) -> Vec<f64> {
         .leave_one_out
         .iter()
         .map(|i| {
-            spd_inverse(i).map(|inv| {
-                (0..p)
-                    .map(|j| inv[j].iter().zip(&step.score).map(|(a, b)| a * b).sum())
-                    .collect()
-            })
+            spd_inverse(i).map(|inv| (0..p).map(|j| parts::dot(&inv[j], &step.score)).collect())
         })
         .collect();
     steps.map_or_else(|| vec![f64::INFINITY; p], |s| parts::jackknife_se(&s))
