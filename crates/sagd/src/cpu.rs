@@ -7,6 +7,7 @@
 use std::sync::OnceLock;
 
 /// The environment variable that narrows the kernels' instruction set.
+#[doc(hidden)]
 pub const ENV: &str = "SAGD_CPU_CAPABILITY";
 
 /// An instruction set the kernels are written for, narrowest first.
@@ -142,6 +143,7 @@ fn wide_loops() -> bool {
 /// body for `mut`); generic parameters take one bound each, after the lifetimes, each of
 /// which is followed by a comma.
 #[macro_export]
+#[doc(hidden)]
 macro_rules! vectorized {
     (
         $(#[$meta:meta])*

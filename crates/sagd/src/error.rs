@@ -132,6 +132,7 @@ impl std::fmt::Debug for SagdError {
 pub type Result<T, E = SagdError> = std::result::Result<T, E>;
 
 /// Checks that `value` is finite and positive.
+#[doc(hidden)]
 pub fn positive(name: &'static str, value: f64, fix: &str) -> Result<()> {
     if value.is_finite() && value > 0.0 {
         Ok(())

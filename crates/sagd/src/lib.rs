@@ -57,6 +57,7 @@
 
 #![warn(missing_docs)]
 
+#[doc(hidden)]
 pub mod bench;
 pub mod cpu;
 pub mod diagnostics;
@@ -68,12 +69,15 @@ pub(crate) mod lanes;
 pub mod langevin;
 pub(crate) mod linalg;
 pub mod metric;
+#[doc(hidden)]
 pub mod metrics;
 pub mod model;
 pub mod optim;
+#[doc(hidden)]
 pub mod parallel;
 pub mod quadrature;
 pub mod real;
+#[doc(hidden)]
 pub mod rng;
 pub mod run;
 pub mod schedule;

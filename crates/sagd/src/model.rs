@@ -357,6 +357,7 @@ impl<T: Real, M: LatentModel<T>> Problem<T> for MaximumLikelihood<'_, M> {
 }
 
 /// The chains' target of a [`Problem`] at a given anchor, as a [`LogDensity`].
+#[doc(hidden)]
 pub struct AnchoredTarget<'a, T, P: ?Sized> {
     /// The problem.
     pub problem: &'a P,
@@ -402,6 +403,7 @@ impl<T: Real, P: Problem<T> + ?Sized> LogDensity<T> for AnchoredTarget<'_, T, P>
 /// An independent Gaussian target N(mean, sd²) in every coordinate, for every chain: the closed-form
 /// target of tests and benchmarks.
 #[derive(Clone, Debug)]
+#[doc(hidden)]
 pub struct IsoGaussian {
     /// Dimension of one chain.
     pub dim: usize,
@@ -443,6 +445,7 @@ impl<T: Real> LogDensity<T> for IsoGaussian {
 
 /// A Gaussian target N(mean, Σ) given by its precision matrix P = Σ⁻¹ (row-major), for every chain.
 #[derive(Clone, Debug)]
+#[doc(hidden)]
 pub struct Gaussian {
     /// The mean.
     pub mean: Vec<f64>,

@@ -75,6 +75,7 @@ impl GaussHermite {
 
 /// Per-data-point quadrature of a posterior p(z | x_i; θ) ∝ p(x_i, z; θ), z one-dimensional.
 #[derive(Clone, Debug, PartialEq)]
+#[doc(hidden)]
 pub struct PosteriorRule {
     /// Nodes, row-major: data point i has nodes `[i*m, (i+1)*m)`.
     pub nodes: Vec<f64>,
@@ -199,6 +200,7 @@ fn centres<M: LatentModel<f64>>(model: &M, theta: &[f64]) -> Result<(Vec<f64>, V
 
 /// The posterior-centred Gauss-Hermite rule of every data point at θ: nodes z_ij = μ_i + √2 σ_i t_j
 /// with μ_i, σ_i the Laplace fit of p(z | x_i; θ).
+#[doc(hidden)]
 pub fn posterior_rule<M: LatentModel<f64>>(
     model: &M,
     theta: &[f64],
@@ -253,6 +255,7 @@ pub fn log_likelihood<M: LatentModel<f64>>(
 
 /// (1/scale) Σ_i E_{rule}[∇θ log p(x_i, z; θ)]: with the rule taken at θ this is ∇ℓ(θ)/scale (Fisher's
 /// identity); with a rule taken at θ_k it is ∇Q(θ; θ_k)/scale, the gradient of EM's M-step.
+#[doc(hidden)]
 pub fn expected_grad<M: LatentModel<f64>>(
     model: &M,
     theta: &[f64],
@@ -269,6 +272,7 @@ pub fn expected_grad<M: LatentModel<f64>>(
 
 /// ℓ(θ) by the trapezoid rule with `points` points on [lo, hi]: slow, independent of the centring,
 /// and spectrally accurate for analytic integrands with Gaussian tails. The reference in tests.
+#[doc(hidden)]
 pub fn log_likelihood_trapezoid<M: LatentModel<f64>>(
     model: &M,
     theta: &[f64],

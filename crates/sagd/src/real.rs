@@ -58,12 +58,14 @@ impl Real for f32 {
 /// Σ vᵢ² in f64, with eight partial sums so that the loop vectorises (a fixed order: the result does
 /// not depend on the machine). Non-finite entries make the result non-finite.
 #[inline(always)]
+#[doc(hidden)]
 pub fn sum_sq<T: Real>(v: &[T]) -> f64 {
     sum_map(v, |x| x * x)
 }
 
 /// Σ f(vᵢ) in f64 with eight partial sums (see [`sum_sq`]).
 #[inline(always)]
+#[doc(hidden)]
 pub fn sum_map<T: Real>(v: &[T], f: impl Fn(f64) -> f64) -> f64 {
     let mut acc = [0.0f64; 8];
     let chunks = v.chunks_exact(8);

@@ -6,6 +6,7 @@ use super::*;
 /// Exact gradient ascent: the same M-steps as automated EM (T updates of step α from θ_k), with
 /// ∇Q(θ; θ_k)/n by posterior-centred Gauss-Hermite quadrature. Returns θ₀ and θ after every update.
 /// One-dimensional latents only.
+#[doc(hidden)]
 pub fn exact_gd<M: LatentModel<f64>>(
     model: &M,
     theta0: &[f64],
@@ -32,6 +33,7 @@ pub fn exact_gd<M: LatentModel<f64>>(
 
 /// The maximum-likelihood estimate by BFGS on ℓ(θ) (quadrature value, Fisher-identity gradient),
 /// from `start`. The result's `f` is −ℓ at the optimum.
+#[doc(hidden)]
 pub fn maximum_likelihood<M: LatentModel<f64>>(
     model: &M,
     start: &[f64],

@@ -16,7 +16,9 @@
 //! The estimate is then the window's average of m_k, with standard error σ̂/√window.
 
 mod exact;
+#[doc(hidden)]
 pub mod information;
+#[doc(hidden)]
 pub mod mstep;
 mod solver;
 mod trace;
@@ -47,6 +49,7 @@ pub use solver::{EmInfo, EmSolver, EmState};
 pub use trace::{BackOff, EmTrace, EstimateStatus, FinalEstimate, MStep};
 
 /// Polishing attempts before the run reports EM's estimate as unpolished.
+#[doc(hidden)]
 pub const POLISH_ATTEMPTS: usize = 3;
 
 /// The stream under the run's seed from which polishing draws ([`polish_seed`]).
@@ -55,17 +58,20 @@ const POLISH_STREAM: u64 = 0x5EED_9011_5400_0001;
 /// The seed [`AutomatedEm`] hands to [`polish_retrying`] for a run with `seed`: a stream of its
 /// own, so that no two runs, attempts, steps or chains share draws (the EM chains of a run draw
 /// from `stream_seed(seed, chain)`).
+#[doc(hidden)]
 pub fn polish_seed(seed: u64) -> u64 {
     crate::rng::stream_seed(seed, POLISH_STREAM)
 }
 
 /// The seed of the polish that starts from EM's estimate after EM took it back
 /// ([`EmTrace::em_resumed`]): a stream apart from the first polish's.
+#[doc(hidden)]
 pub fn second_polish_seed(seed: u64) -> u64 {
     crate::rng::stream_seed(polish_seed(seed), POLISH_STREAM)
 }
 
 /// Back-offs a run may take before a non-finite update is an error.
+#[doc(hidden)]
 pub const MAX_BACKOFFS: usize = 20;
 
 /// When to stop the outer EM loop (see the module docs).
@@ -117,10 +123,12 @@ impl StopRule {
 /// EM's rate of convergence above which automated EM hands its estimate to the polish (when the
 /// settings have one) before its stopping rule holds: each M-step then covers less than half of
 /// the distance left, where a Newton step on ℓ covers it all.
+#[doc(hidden)]
 pub const HANDOVER_RATE: f64 = 0.5;
 
 /// M-steps EM runs at least before it may hand over: the first moves from θ₀ say nothing of the
 /// rate, and the rate needs two ratios of steps.
+#[doc(hidden)]
 pub const HANDOVER_AFTER: usize = 4;
 
 /// EM's rate over the last M-steps, from their tail means m_k: with Δ_k = m_k − m_{k−1}, the
@@ -128,6 +136,7 @@ pub const HANDOVER_AFTER: usize = 4;
 /// EM's iterates near a maximum approach it as Δ_k ≈ R Δ_{k−1}). `Some(rate)`, the smaller of the
 /// last two ratios, when there are [`HANDOVER_AFTER`] M-steps or more and both are at least
 /// [`HANDOVER_RATE`]; otherwise `None` (EM is fast, or its steps are noise that cancels).
+#[doc(hidden)]
 pub fn slow_rate(tail_means: &[Vec<f64>]) -> Option<f64> {
     let k = tail_means.len();
     // Two ratios need four means.

@@ -17,6 +17,7 @@ use crate::run::Control;
 /// binary designs of `crates/sagd-py/bench/lme4.py`, the one M-step it took until 2026-11-29
 /// cost 0.29 s of a 1.34 s fit (30 × 20 levels) and 0.11 s of 0.76 s (the salamander design),
 /// on one thread, and the fits from Laplace's maximum reach the same likelihood.
+#[doc(hidden)]
 pub const LAPLACE_START_MSTEPS: usize = 0;
 
 /// How [`Glmm::fit`] maximises the likelihood.

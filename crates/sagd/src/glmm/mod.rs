@@ -20,6 +20,7 @@ mod checks;
 mod exact;
 mod family;
 mod fit;
+#[doc(hidden)]
 pub mod formula;
 mod laplace;
 mod likelihood;
@@ -31,7 +32,7 @@ pub use family::Family;
 pub use fit::{
     FitSettings, Fitted, GlmmFit, Method, LAPLACE_START_MSTEPS, SINGULAR_NOTE, SINGULAR_SD,
 };
-pub use formula::{Design, Formula, Frame};
+pub use formula::{Column, Design, Formula, Frame, TermNames};
 pub use laplace::LaplaceFit;
 pub use likelihood::{LikelihoodMethod, MarginalLikelihood};
 pub use summary::{Estimate, Summary, TermSummary};

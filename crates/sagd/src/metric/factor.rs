@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// A lower-triangular L with A = L Lᵀ, in envelope form: row i holds columns `start[i]..=i`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[doc(hidden)]
 pub struct Factor {
     start: Vec<usize>,
     offset: Vec<usize>,

@@ -43,9 +43,11 @@ pub enum Preconditioner {
 
 /// The most latent coordinates for which [`Preconditioner::Auto`] uses a dense matrix (its
 /// Hessian takes 2d gradient evaluations per point and M-step).
+#[doc(hidden)]
 pub const DENSE_MAX_DIM: usize = 1000;
 
 /// The most stored values (points × d(d+1)/2) for which [`Preconditioner::Auto`] is dense.
+#[doc(hidden)]
 pub const DENSE_BUDGET: usize = 1 << 23;
 
 impl Preconditioner {
@@ -95,6 +97,7 @@ impl std::str::FromStr for Preconditioner {
 
 /// Every point's change of variables z = m + L⁻ᵀu.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[doc(hidden)]
 pub struct Metric {
     dim: usize,
     /// m, one row per point: the posterior modes where A was taken.
@@ -170,6 +173,7 @@ impl Metric {
 
 /// A [`Problem`] whose chains run on u = Lᵀ(z − m), point by point (see the module docs); with
 /// no metric set, the problem itself, bit for bit.
+#[doc(hidden)]
 pub struct Preconditioned<P> {
     /// The problem in the model's coordinates.
     pub inner: P,

@@ -108,6 +108,7 @@ fn gradient_lanes(
 /// log p (`cargo bench -p sagd --bench derived`) a gradient by tape cost 1.2 times the dual
 /// numbers' at 16 coordinates and 0.7 times at 32; models with costlier functions (ln Γ, exp per
 /// coordinate) gain from the tape earlier, since it evaluates them once.
+#[doc(hidden)]
 pub const REVERSE_FROM: usize = 24;
 
 /// `v` as dual numbers with no derivative, except coordinate `seed`'s (if any), which is 1.

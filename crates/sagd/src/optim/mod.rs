@@ -1,6 +1,7 @@
 //! Parameter updates: a gradient transform (SGD, momentum, Adam), then a step of size α_t, then a
 //! projection onto Θ (as optax: transform, apply, project), and the averaged iterate of Algorithm 1.
 
+#[doc(hidden)]
 pub mod bfgs;
 
 use serde::{Deserialize, Serialize};
@@ -9,6 +10,7 @@ use crate::error::{check_len, positive, Result, SagdError};
 use crate::real::Real;
 
 /// A gradient transform: turns a gradient into an update direction, keeping its own state.
+#[doc(hidden)]
 pub trait Transform {
     /// The state for `dim` parameters.
     fn init(&self, dim: usize) -> OptState;
@@ -78,6 +80,7 @@ impl Optimizer {
 
 /// The state of a transform (moments in f64, whatever the parameter type).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[doc(hidden)]
 pub struct OptState {
     /// First moment / velocity.
     pub m: Vec<f64>,
@@ -336,6 +339,7 @@ pub struct UpdateRule {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct UpdateState {
     /// The transform's state.
+    #[doc(hidden)]
     pub opt: OptState,
     /// Updates applied.
     pub count: usize,

@@ -277,6 +277,7 @@ const MAGIC: &[u8; 8] = b"SAGDCKPT";
 const FORMAT: u32 = 3;
 
 /// FNV-1a, 64 bits: the checksum of checkpoints and the fingerprint of data.
+#[doc(hidden)]
 pub fn fnv1a(h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
     bytes
         .into_iter()
@@ -284,11 +285,13 @@ pub fn fnv1a(h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
 }
 
 /// FNV-1a's starting value.
+#[doc(hidden)]
 pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// Writes magic, format, `body` and its checksum to a per-process temporary file, then renames it
 /// onto `path`: the one checksummed format of every file sagd reads back (checkpoints, caches).
 /// In a run split over processes one process writes each file ([`crate::share::writes_here`]).
+#[doc(hidden)]
 pub fn write_framed(path: &Path, body: &[u8]) -> Result<()> {
     if crate::share::writes_here() {
         write_file(path, body)?;
@@ -324,6 +327,7 @@ fn write_file(path: &Path, body: &[u8]) -> Result<()> {
 /// Removes the temporary files (`NAME.tmp-PID`) that runs killed between writing and renaming
 /// left beside `path`. A live process's temporary is left alone: the processes of a run split
 /// over MPI may write the same file at once.
+#[doc(hidden)]
 pub fn remove_temporaries(path: &Path) {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
         return;
@@ -351,6 +355,7 @@ pub fn remove_temporaries(path: &Path) {
 }
 
 /// Whether process `pid` is alive (Linux: its /proc entry exists; elsewhere it is assumed to be).
+#[doc(hidden)]
 pub fn process_alive(pid: u32) -> bool {
     if cfg!(target_os = "linux") {
         Path::new(&format!("/proc/{pid}")).exists()
@@ -361,6 +366,7 @@ pub fn process_alive(pid: u32) -> bool {
 
 /// Reads a file written by [`write_framed`] and checks its header and checksum: any change to
 /// the file (every single-bit flip among them) is an error.
+#[doc(hidden)]
 pub fn read_framed(path: &Path) -> Result<Vec<u8>> {
     let p = path.display().to_string();
     let bytes = fs::read(path).map_err(|source| SagdError::Io {
@@ -481,6 +487,7 @@ impl<T: Real> Observer<SagdState<T>, IterInfo> for History {
 }
 
 /// Encodes an observer's or solver's record for a checkpoint.
+#[doc(hidden)]
 pub fn encode<V: Serialize>(v: &V) -> Result<Vec<u8>> {
     postcard::to_allocvec(v).map_err(|e| SagdError::Checkpoint {
         path: String::new(),
@@ -489,6 +496,7 @@ pub fn encode<V: Serialize>(v: &V) -> Result<Vec<u8>> {
 }
 
 /// Decodes what [`encode`] wrote.
+#[doc(hidden)]
 pub fn decode<V: DeserializeOwned>(bytes: &[u8]) -> Result<V> {
     postcard::from_bytes(bytes).map_err(|e| SagdError::Checkpoint {
         path: String::new(),

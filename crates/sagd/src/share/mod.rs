@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{LogpError, Result, SagdError};
 
 mod threads;
+#[doc(hidden)]
 pub use threads::{threads_as_processes, Member, ThreadGroup};
 
 /// The processes a run is split over, and the one exchange it needs.
@@ -56,6 +57,7 @@ thread_local! {
 /// `f()` with every pass inside it run whole by this process: how an item of [`map`] runs (one
 /// process computes the item), and how a pass that a caller has already cut into each process's
 /// share runs its share (a device that runs its share as one piece).
+#[doc(hidden)]
 pub fn whole<R>(f: impl FnOnce() -> R) -> R {
     let outer = IN_ITEM.with(|c| c.replace(true));
     let r = f();
@@ -74,6 +76,7 @@ pub fn install(group: Arc<dyn Collective>) -> Result<()> {
 
 /// Runs `f` on this thread as one process of `group` (overriding any installed collective): how
 /// tests run several "processes" as threads of one.
+#[doc(hidden)]
 pub fn within<R>(group: Arc<dyn Collective>, f: impl FnOnce() -> R) -> R {
     let old = THREAD.with(|t| t.replace(Some(group)));
     let r = f();
@@ -84,6 +87,7 @@ pub fn within<R>(group: Arc<dyn Collective>, f: impl FnOnce() -> R) -> R {
 /// The collective of this thread's run, if it is split over two processes or more. None inside
 /// an item of [`map`] (one process computes it whole) and inside a parallel task (a rayon
 /// worker): tasks would meet the exchange in no fixed order.
+#[doc(hidden)]
 pub fn current() -> Option<Arc<dyn Collective>> {
     if IN_ITEM.with(|c| c.get()) || rayon::current_thread_index().is_some() {
         return None;
@@ -100,21 +104,25 @@ fn group() -> Option<Arc<dyn Collective>> {
 }
 
 /// This process's rank (0 without a collective).
+#[doc(hidden)]
 pub fn rank() -> usize {
     group().map_or(0, |c| c.rank())
 }
 
 /// This process's rank among those on its machine (0 without a collective).
+#[doc(hidden)]
 pub fn local_rank() -> usize {
     group().map_or(0, |c| c.local_rank())
 }
 
 /// The number of processes (1 without a collective).
+#[doc(hidden)]
 pub fn size() -> usize {
     group().map_or(1, |c| c.size())
 }
 
 /// Whether this process writes the run's files: the first, or the only one.
+#[doc(hidden)]
 pub fn is_root() -> bool {
     rank() == 0
 }
@@ -122,12 +130,14 @@ pub fn is_root() -> bool {
 /// Whether this process writes the files of what it is computing now (checkpoints, caches):
 /// outside a split run, always; in one, the first process writes what every process computes,
 /// and the process that computes an item of [`map`] alone writes that item's.
+#[doc(hidden)]
 pub fn writes_here() -> bool {
     is_root() || IN_ITEM.with(|c| c.get())
 }
 
 /// The pieces of `0..n` that process `rank` of `size` runs: a contiguous run, the first
 /// `n mod size` processes taking one more.
+#[doc(hidden)]
 pub fn owned(n: usize, rank: usize, size: usize) -> Range<usize> {
     let size = size.max(1);
     let (q, r) = (n / size, n % size);
@@ -139,6 +149,7 @@ pub fn owned(n: usize, rank: usize, size: usize) -> Range<usize> {
 /// kind (automated EM backs off from a non-finite one on every process alike); any other
 /// arrives as [`SagdError::Process`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[doc(hidden)]
 pub enum WireError {
     /// A model's error.
     Model(LogpError),
@@ -174,6 +185,7 @@ impl WireError {
 
 /// What this process has exchanged so far: calls, bytes sent, bytes received, seconds spent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[doc(hidden)]
 pub struct Exchanged {
     /// Exchanges ([`Collective::all_gather`] calls).
     pub calls: u64,
@@ -203,6 +215,7 @@ static RECEIVED: AtomicU64 = AtomicU64::new(0);
 static NANOS: AtomicU64 = AtomicU64::new(0);
 
 /// What this process has exchanged since it started.
+#[doc(hidden)]
 pub fn exchanged() -> Exchanged {
     Exchanged {
         calls: CALLS.load(Ordering::Relaxed),
@@ -228,6 +241,7 @@ fn counted<R>(
 }
 
 /// `group.all_gather(mine)`, counted in [`exchanged`].
+#[doc(hidden)]
 pub fn all_gather(group: &dyn Collective, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
     counted(
         mine.len(),
@@ -237,6 +251,7 @@ pub fn all_gather(group: &dyn Collective, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
 }
 
 /// Waits until every process of a split run is here (nothing outside one).
+#[doc(hidden)]
 pub fn barrier() -> Result<()> {
     match current() {
         Some(group) => all_gather(&*group, &[]).map(|_| ()),
@@ -246,6 +261,7 @@ pub fn barrier() -> Result<()> {
 
 /// The share of `n` pieces that this process runs: all of them outside a split run, and inside
 /// an item of [`map`] or a parallel task.
+#[doc(hidden)]
 pub fn mine(n: usize) -> Range<usize> {
     current().map_or(0..n, |g| owned(n, g.rank(), g.size()))
 }
@@ -253,6 +269,7 @@ pub fn mine(n: usize) -> Range<usize> {
 /// Every process's `part` (its items of a pass cut by [`mine`], in order) joined in rank order:
 /// every item of the pass, in piece order. Outside a split run, `part` itself. Plain data only
 /// ([`encode_plain`]).
+#[doc(hidden)]
 pub fn gather<T: Serialize + DeserializeOwned>(part: Vec<T>) -> Result<Vec<T>> {
     let Some(group) = current() else {
         return Ok(part);
@@ -272,6 +289,7 @@ pub fn gather<T: Serialize + DeserializeOwned>(part: Vec<T>) -> Result<Vec<T>> {
 /// process of the first piece, what that piece wrote, and on the others the running sum of the
 /// pieces before theirs, received from the previous process. The last process's sum then goes
 /// to every process. Outside a split run, `add(out)`.
+#[doc(hidden)]
 pub fn relay_sum(n: usize, out: &mut [f32], add: impl FnOnce(&mut [f32])) -> Result<()> {
     let Some(group) = current() else {
         add(out);
@@ -329,6 +347,7 @@ fn read_f32s(bytes: &[u8], out: &mut [f32], rank: usize) -> Result<()> {
 
 /// The error for what process `rank` sent when it does not fit what this process expects: the
 /// processes are out of step.
+#[doc(hidden)]
 pub fn out_of_step(rank: usize, what: impl std::fmt::Display) -> SagdError {
     SagdError::Process {
         rank,
@@ -338,6 +357,7 @@ pub fn out_of_step(rank: usize, what: impl std::fmt::Display) -> SagdError {
 
 /// Encodes this process's part for [`Collective::all_gather`], in CBOR: self-describing, so any
 /// serde type travels (results written for JSON too), floats bit for bit, NaN included.
+#[doc(hidden)]
 pub fn encode<W: Serialize + ?Sized>(part: &W) -> Result<Vec<u8>> {
     let mut bytes = Vec::new();
     ciborium::into_writer(part, &mut bytes).map_err(|e| SagdError::InvalidSetting {
@@ -350,6 +370,7 @@ pub fn encode<W: Serialize + ?Sized>(part: &W) -> Result<Vec<u8>> {
 
 /// Encodes plain data (no skipped or flattened fields) compactly: postcard, floats as their 8
 /// bytes. For the chains' blocks, exchanged at every update.
+#[doc(hidden)]
 pub fn encode_plain<W: Serialize + ?Sized>(part: &W) -> Result<Vec<u8>> {
     postcard::to_allocvec(part).map_err(|e| SagdError::InvalidSetting {
         name: "results of a split run",
@@ -359,12 +380,14 @@ pub fn encode_plain<W: Serialize + ?Sized>(part: &W) -> Result<Vec<u8>> {
 }
 
 /// Decodes what [`encode_plain`] encoded in process `rank`.
+#[doc(hidden)]
 pub fn decode_plain<R: DeserializeOwned>(bytes: &[u8], rank: usize) -> Result<R> {
     postcard::from_bytes(bytes)
         .map_err(|e| out_of_step(rank, format_args!("its results arrived damaged ({e})")))
 }
 
 /// Decodes the part that process `rank` sent.
+#[doc(hidden)]
 pub fn decode<R: DeserializeOwned>(bytes: &[u8], rank: usize) -> Result<R> {
     ciborium::from_reader(bytes)
         .map_err(|e| out_of_step(rank, format_args!("its results arrived damaged ({e})")))
@@ -374,6 +397,7 @@ pub fn decode<R: DeserializeOwned>(bytes: &[u8], rank: usize) -> Result<R> {
 /// there) and sent to all: the same values as computing them all here, split over processes.
 /// Every item runs to its end; errors travel as [`WireError`]s, and the first in order is
 /// returned.
+#[doc(hidden)]
 pub fn map<R, F>(n: usize, f: F) -> Result<Vec<R>>
 where
     R: Serialize + DeserializeOwned + Send,
@@ -403,6 +427,7 @@ where
 
 /// [`map`] over the chunks of `chunk` elements of `xs` (the last may be shorter): `f(b, chunk_b)`
 /// for every chunk, in order, split over processes as [`map`] is.
+#[doc(hidden)]
 pub fn map_chunks<T, R, F>(xs: &[T], chunk: usize, f: F) -> Result<Vec<R>>
 where
     T: Sync,

@@ -285,6 +285,7 @@ pub struct Polished {
 /// any other attempt's, run's or point's. Step k of an attempt draws from
 /// [`stream_seed`]`(attempt_seed(seed, attempt), k)`, and chain c of that step from
 /// `stream_seed(that, c)`.
+#[doc(hidden)]
 pub fn attempt_seed(seed: u64, attempt: usize) -> u64 {
     stream_seed(seed, 0xA77E_0000 + attempt as u64)
 }
@@ -292,6 +293,7 @@ pub fn attempt_seed(seed: u64, attempt: usize) -> u64 {
 /// The most times [`polish`] doubles the draws at its last point so that the standard errors'
 /// own Monte Carlo error falls below [`SE_PRECISION`] of them and the last Newton step's noise
 /// below [`STEP_NOISE`] of the gap tolerance.
+#[doc(hidden)]
 pub const SE_DOUBLINGS: usize = 3;
 
 /// The noise the last Newton step may carry, as a fraction of [`PolishSettings::gap_tol`]. The
@@ -300,6 +302,7 @@ pub const SE_DOUBLINGS: usize = 3;
 /// tolerance's noise would leave it the whole tolerance below (EM 0.0001 nats below, the
 /// polish 0.0106). Near the maximum the step's size is no guide (its gap estimate is noise
 /// too), so the step is made precise instead.
+#[doc(hidden)]
 pub const STEP_NOISE: f64 = 0.25;
 
 /// How near the maximum (in gap tolerances) a point must be for [`polish`] to keep its
@@ -317,6 +320,7 @@ pub const LAG_GAP: f64 = 2.0;
 pub const NOISE_DOUBLING_GAP: f64 = 10.0;
 
 /// The relative Monte Carlo error of the standard errors that [`polish`] aims for.
+#[doc(hidden)]
 pub const SE_PRECISION: f64 = 0.1;
 
 /// The stream under a polishing attempt's seed that its [`pilot`] draws from (apart from its
@@ -376,6 +380,7 @@ fn draws_needed(info: &Information, most: usize, gap_tol: f64) -> usize {
 /// often noise) with fresh streams and twice the draws, up to `attempts` times in all: the
 /// polished estimate and the attempts it took, or why each attempt failed. Attempt a runs
 /// [`polish`] with the seed [`attempt_seed`]`(seed, a)`.
+#[doc(hidden)]
 pub fn polish_retrying<M: LatentModel<f64>>(
     model: &M,
     theta: &[f64],

@@ -62,6 +62,7 @@ fn chain_rhat(series: &[Vec<Vec<f64>>], n: usize, info: &[Vec<f64>]) -> Option<f
 const NEGLIGIBLE_SPREAD: f64 = 1e-3;
 
 /// Above this R̂ a point's chains disagree about its score: [`polish`](super::polish) says so.
+#[doc(hidden)]
 pub const CHAIN_RHAT_LIMIT: f64 = 1.05;
 
 /// √diag(I⁻¹), `None` when I is not positive definite.

@@ -94,6 +94,7 @@ pub(super) fn gap_sd(gap: f64, noise: f64) -> f64 {
 /// maximum, a whole step 0.0005 below); a step measured precisely in any direction (χ² ≫ p) is
 /// taken nearly whole. Measuring χ² in the noise's metric, not the gap's, keeps a step that is
 /// small but exact in one coordinate from being discarded with the noise of the others.
+#[doc(hidden)]
 pub fn step_fraction(score: &[f64], score_cov: &[Vec<f64>]) -> f64 {
     let p = score.len();
     let Some(inv) = spd_inverse(score_cov) else {

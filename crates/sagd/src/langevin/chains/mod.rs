@@ -167,6 +167,7 @@ fn memory_total() -> Option<u128> {
 /// Refuses `n` chains of dimension `d` whose state would not fit in this machine's memory, before
 /// anything is allocated: a typed error naming `setting` (what made `n` or `d` so large), where
 /// the allocation would otherwise abort the process.
+#[doc(hidden)]
 pub fn check_chains_fit(
     n: usize,
     d: usize,
