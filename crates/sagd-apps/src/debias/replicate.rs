@@ -159,17 +159,20 @@ struct PhaseResult {
 
 /// Runs one training phase through the project's runner: progress after every update, the trace,
 /// checkpoints and resume as `opts` asks.
-#[allow(clippy::too_many_arguments)]
 fn run_phase(
-    vae: &Vae,
+    fit: &Fit,
     est: &mut dyn GradientEstimator,
     phase: &Phase,
-    n: usize,
     params: VaeParams,
-    opts: &RunOptions,
     tracer: &mut Tracer,
-    progress: &(dyn Fn(&str, usize, usize) + Sync),
 ) -> Result<PhaseResult> {
+    let Fit {
+        vae,
+        n,
+        opts,
+        progress,
+        ..
+    } = *fit;
     // The phase, then each part of the run's key (settings, seed, data, version), by name.
     let mut identity = Identity::new().with("phase", phase.name)?;
     if let Some(parts) = phase.key.as_object() {
@@ -270,6 +273,207 @@ pub fn replicate(
     fit(s, Some(law), x64, seed, opts, progress)
 }
 
+/// What every phase of one replication's fit shares: its settings, data, model and options.
+struct Fit<'a> {
+    s: &'a E2Settings,
+    law: Option<&'a Law>,
+    vae: &'a Vae,
+    x64: &'a [f64],
+    x: &'a [f32],
+    /// Observations used, and updates per epoch.
+    n: usize,
+    per_epoch: usize,
+    /// The run's settings, seed and data: with a phase's name, its checkpoint's identity.
+    key: serde_json::Value,
+    seed: u64,
+    opts: &'a RunOptions,
+    progress: &'a (dyn Fn(&str, usize, usize) + Sync),
+}
+
+impl Fit<'_> {
+    /// A fitted decoder's evaluation and its draws of Z: D and W against `law` when known,
+    /// NaN otherwise (there is no true π to compare with).
+    fn assess(&self, p: &VaeParams) -> (Evaluation, Vec<f64>) {
+        let (s, vae, x64) = (self.s, self.vae, self.x64);
+        let eval_seed = part_seed(1_000_000 + self.seed, 4);
+        match self.law {
+            Some(l) => evaluate(vae, &p.dec, l, x64, s.m, eval_seed),
+            None => {
+                let z = generate(vae, &p.dec, s.m, eval_seed);
+                let e = Evaluation {
+                    ks: f64::NAN,
+                    w1: f64::NAN,
+                    ks_se: None,
+                    w1_se: None,
+                    loglik: (s.p == 1).then(|| log_likelihood_1d(vae, &p.dec, x64)),
+                    z_mean: z.iter().sum::<f64>() / z.len().max(1) as f64,
+                    z_sd: 0.0,
+                    nonfinite: z.iter().filter(|v| !v.is_finite()).count(),
+                };
+                (e, z)
+            }
+        }
+    }
+
+    /// The pre-trained VAE, its wall seconds, and the cache file it was read from, if it was.
+    fn pretrained(&self) -> Result<(VaeParams, f64, Option<PathBuf>)> {
+        let (s, opts, seed) = (self.s, self.opts, self.seed);
+        let pre_total = s.pretrain_epochs * self.per_epoch;
+        let cache = opts
+            .pretrained_cache
+            .as_deref()
+            .map(|dir| PretrainedCache::new(dir, s, self.x, seed, opts.device));
+        match cache.as_ref().map(|c| c.load(self.vae)) {
+            Some(Ok(Some((params, time_s)))) => {
+                // Report the skipped updates as done, as training would have.
+                (1..=pre_total).for_each(|i| (self.progress)("pretrain", i, pre_total));
+                return Ok((params, time_s, cache.map(|c| c.path)));
+            }
+            Some(Err(e)) => return Err(e),
+            _ => {}
+        }
+        let t0 = Instant::now();
+        let mut pre = bound_estimator(opts.device, self.vae, self.x, 1, part_seed(seed, 2))?;
+        let phase = Phase {
+            name: "pretrain",
+            settings: TrainSettings {
+                epochs: s.pretrain_epochs,
+                batch_size: s.batch_size,
+                lr: s.lr,
+                lr_decay: 0.0,
+                averaging: Averaging::None,
+            },
+            key: &self.key,
+            seed: part_seed(seed, 5),
+        };
+        let assess = |p: &VaeParams| self.assess(p).0;
+        let mut tracer = Tracer {
+            every: 0,
+            assess: &assess,
+            points: Vec::new(),
+        };
+        // Pre-training is never interrupted on request: the fine-tuning phases are.
+        let uninterrupted = RunOptions {
+            interrupt_after: None,
+            ..opts.clone()
+        };
+        let whole = Fit {
+            opts: &uninterrupted,
+            key: self.key.clone(),
+            ..*self
+        };
+        let params = run_phase(
+            &whole,
+            pre.as_mut(),
+            &phase,
+            self.vae.init(seed),
+            &mut tracer,
+        )?
+        .params;
+        let time_s = t0.elapsed().as_secs_f64();
+        if let Some(c) = &cache {
+            c.save(self.vae, &params, time_s)?;
+        }
+        Ok((params, time_s, None))
+    }
+
+    /// Method `m`'s gradient estimator on the run's device, from its own seed.
+    fn estimator(&self, m: Method, mseed: u64) -> Result<Box<dyn GradientEstimator + '_>> {
+        let (s, vae, x, device) = (self.s, self.vae, self.x, self.opts.device);
+        Ok(match m {
+            Method::Vae => bound_estimator(device, vae, x, 1, mseed)?,
+            Method::Iwae => bound_estimator(device, vae, x, s.method.iwae_k, mseed)?,
+            Method::Hmc => match device {
+                Device::Cpu => Box::new(ChainEstimator::hmc(vae, x, &s.method.hmc(), mseed)?),
+                Device::Cuda(i) => Box::new(GpuChainEstimator::hmc(
+                    Gpu::open(i)?,
+                    vae,
+                    x,
+                    &s.method.hmc(),
+                    mseed,
+                )?),
+            },
+            Method::Sagd | Method::SagdPaper => {
+                let mut chains = match m {
+                    Method::SagdPaper => s.method.sagd_paper(),
+                    _ => s.method.sagd,
+                };
+                if let Some(plan) = chains.schedule.as_mut() {
+                    plan.updates = s.finetune_epochs * self.per_epoch;
+                }
+                match device {
+                    Device::Cpu => Box::new(ChainEstimator::sagd(vae, x, &chains, mseed)?),
+                    Device::Cuda(i) => Box::new(GpuChainEstimator::sagd(
+                        Gpu::open(i)?,
+                        vae,
+                        x,
+                        &chains,
+                        mseed,
+                    )?),
+                }
+            }
+        })
+    }
+
+    /// Method `m`'s fine-tuning settings. SAGD has its own learning rate, its decay, and returns
+    /// an average of its iterates; the paper's SAGD takes the last iterate at the fine-tuning rate.
+    fn finetuning(&self, m: Method) -> TrainSettings {
+        let s = self.s;
+        let (lr, averaging) = match m {
+            Method::Sagd if s.method.sagd_average > 0.0 => (
+                s.sagd_lr(),
+                Averaging::Tail {
+                    fraction: s.method.sagd_average,
+                },
+            ),
+            Method::Sagd => (s.sagd_lr(), Averaging::None),
+            _ => (s.finetune_lr, Averaging::None),
+        };
+        TrainSettings {
+            epochs: s.finetune_epochs,
+            batch_size: s.batch_size,
+            lr,
+            lr_decay: if m == Method::Sagd {
+                s.method.sagd_lr_decay
+            } else {
+                0.0
+            },
+            averaging,
+        }
+    }
+
+    /// Method `m` (the `i`-th of `Method::ALL`) fine-tuned from the pre-trained `params`, on its
+    /// own streams, and evaluated.
+    fn finetuned(&self, i: usize, m: Method, params: &VaeParams) -> Result<Tuned> {
+        let mseed = part_seed(1000 * self.seed + 1 + i as u64, 3);
+        let t0 = Instant::now();
+        let mut est = self.estimator(m, mseed)?;
+        let phase = Phase {
+            name: m.name(),
+            settings: self.finetuning(m),
+            key: &self.key,
+            seed: part_seed(mseed, 6),
+        };
+        let assess = |p: &VaeParams| self.assess(p).0;
+        let mut tracer = Tracer {
+            every: self.opts.trace_every,
+            assess: &assess,
+            points: Vec::new(),
+        };
+        let done = run_phase(self, est.as_mut(), &phase, params.clone(), &mut tracer)?;
+        let time_s = t0.elapsed().as_secs_f64();
+        let (eval, z) = self.assess(&done.params);
+        let r = MethodResult {
+            eval,
+            time_s,
+            final_loss: done.final_loss,
+            diagnostics: done.diagnostics,
+            trace: done.trace,
+        };
+        Ok((m, r, z, done.params.dec))
+    }
+}
+
 /// Pre-training and fine-tuning on observations `x` (n × p); evaluation against `law` when known
 /// (otherwise D and W are NaN: there is no true π to compare with).
 pub fn fit(
@@ -282,29 +486,7 @@ pub fn fit(
 ) -> Result<Replication> {
     let vae = Vae::new(s.p, s.hidden);
     let x: Vec<f32> = x64.iter().map(|v| *v as f32).collect();
-    let eval_seed = part_seed(1_000_000 + seed, 4);
-    let assess = |p: &VaeParams| -> (Evaluation, Vec<f64>) {
-        match law {
-            Some(l) => evaluate(&vae, &p.dec, l, &x64, s.m, eval_seed),
-            None => {
-                let z = generate(&vae, &p.dec, s.m, eval_seed);
-                let e = Evaluation {
-                    ks: f64::NAN,
-                    w1: f64::NAN,
-                    ks_se: None,
-                    w1_se: None,
-                    loglik: (s.p == 1).then(|| log_likelihood_1d(&vae, &p.dec, &x64)),
-                    z_mean: z.iter().sum::<f64>() / z.len().max(1) as f64,
-                    z_sd: 0.0,
-                    nonfinite: z.iter().filter(|v| !v.is_finite()).count(),
-                };
-                (e, z)
-            }
-        }
-    };
-    let assess_eval = |p: &VaeParams| assess(p).0;
     let n = s.n.min(x.len() / s.p.max(1));
-    let per_epoch = n.div_ceil(s.batch_size.clamp(1, n.max(1)));
     let data_hash = fnv1a(FNV_OFFSET, x.iter().flat_map(|v| v.to_bits().to_le_bytes()));
     let mut key = serde_json::json!({
         "settings": s, "seed": seed, "data_fnv1a": format!("{data_hash:016x}"),
@@ -314,62 +496,21 @@ pub fn fit(
     if opts.device != Device::Cpu {
         key["device"] = serde_json::json!(opts.device.to_string());
     }
-    // Pre-training is never interrupted on request: the fine-tuning phases are.
-    let pretrain_opts = RunOptions {
-        interrupt_after: None,
-        ..opts.clone()
+    let job = Fit {
+        s,
+        law,
+        vae: &vae,
+        x64: &x64,
+        x: &x,
+        n,
+        per_epoch: n.div_ceil(s.batch_size.clamp(1, n.max(1))),
+        key,
+        seed,
+        opts,
+        progress,
     };
-    let pre_total = s.pretrain_epochs * per_epoch;
-    let cache = opts
-        .pretrained_cache
-        .as_deref()
-        .map(|dir| PretrainedCache::new(dir, s, &x, seed, opts.device));
-    let (params, pretrain_time_s, pretrained_from) = match cache.as_ref().map(|c| c.load(&vae)) {
-        Some(Ok(Some((params, time_s)))) => {
-            // Report the skipped updates as done, as training would have.
-            (1..=pre_total).for_each(|i| progress("pretrain", i, pre_total));
-            (params, time_s, cache.map(|c| c.path))
-        }
-        Some(Err(e)) => return Err(e),
-        _ => {
-            let t0 = Instant::now();
-            let mut pre = bound_estimator(opts.device, &vae, &x, 1, part_seed(seed, 2))?;
-            let phase = Phase {
-                name: "pretrain",
-                settings: TrainSettings {
-                    epochs: s.pretrain_epochs,
-                    batch_size: s.batch_size,
-                    lr: s.lr,
-                    lr_decay: 0.0,
-                    averaging: Averaging::None,
-                },
-                key: &key,
-                seed: part_seed(seed, 5),
-            };
-            let mut tracer = Tracer {
-                every: 0,
-                assess: &assess_eval,
-                points: Vec::new(),
-            };
-            let params = run_phase(
-                &vae,
-                pre.as_mut(),
-                &phase,
-                n,
-                vae.init(seed),
-                &pretrain_opts,
-                &mut tracer,
-                progress,
-            )?
-            .params;
-            let time_s = t0.elapsed().as_secs_f64();
-            if let Some(c) = &cache {
-                c.save(&vae, &params, time_s)?;
-            }
-            (params, time_s, None)
-        }
-    };
-    let (pretrained, z0) = assess(&params);
+    let (params, pretrain_time_s, pretrained_from) = job.pretrained()?;
+    let (pretrained, z0) = job.assess(&params);
     let (mut samples, mut decoders) = (BTreeMap::new(), BTreeMap::new());
     if opts.keep_samples {
         samples.insert("pretrained".to_string(), z0);
@@ -386,95 +527,7 @@ pub fn fit(
     // Split over the processes of a split run (each method runs whole on one).
     let outcomes: Vec<Tuned> = sagd::share::map(chosen.len(), |k| {
         let (i, m) = chosen[k];
-        let mseed = part_seed(1000 * seed + 1 + i as u64, 3);
-        let t0 = Instant::now();
-        let mut est: Box<dyn GradientEstimator> = match m {
-            Method::Vae => bound_estimator(opts.device, &vae, &x, 1, mseed)?,
-            Method::Iwae => bound_estimator(opts.device, &vae, &x, s.method.iwae_k, mseed)?,
-            Method::Hmc => match opts.device {
-                Device::Cpu => Box::new(ChainEstimator::hmc(&vae, &x, &s.method.hmc(), mseed)?),
-                Device::Cuda(i) => Box::new(GpuChainEstimator::hmc(
-                    Gpu::open(i)?,
-                    &vae,
-                    &x,
-                    &s.method.hmc(),
-                    mseed,
-                )?),
-            },
-            Method::Sagd | Method::SagdPaper => {
-                let mut chains = match m {
-                    Method::SagdPaper => s.method.sagd_paper(),
-                    _ => s.method.sagd,
-                };
-                if let Some(plan) = chains.schedule.as_mut() {
-                    plan.updates = s.finetune_epochs * per_epoch;
-                }
-                match opts.device {
-                    Device::Cpu => Box::new(ChainEstimator::sagd(&vae, &x, &chains, mseed)?),
-                    Device::Cuda(i) => Box::new(GpuChainEstimator::sagd(
-                        Gpu::open(i)?,
-                        &vae,
-                        &x,
-                        &chains,
-                        mseed,
-                    )?),
-                }
-            }
-        };
-        // SAGD has its own learning rate and returns an average of its iterates.
-        let (lr, averaging) = match m {
-            Method::Sagd if s.method.sagd_average > 0.0 => (
-                s.sagd_lr(),
-                Averaging::Tail {
-                    fraction: s.method.sagd_average,
-                },
-            ),
-            Method::Sagd => (s.sagd_lr(), Averaging::None),
-            // The paper's SAGD: its Euler chains, the last iterate, the fine-tuning rate.
-            _ => (s.finetune_lr, Averaging::None),
-        };
-        let phase = Phase {
-            name: m.name(),
-            settings: TrainSettings {
-                epochs: s.finetune_epochs,
-                batch_size: s.batch_size,
-                lr,
-                lr_decay: if m == Method::Sagd {
-                    s.method.sagd_lr_decay
-                } else {
-                    0.0
-                },
-                averaging,
-            },
-            key: &key,
-            seed: part_seed(mseed, 6),
-        };
-        let mut tracer = Tracer {
-            every: opts.trace_every,
-            assess: &assess_eval,
-            points: Vec::new(),
-        };
-        let done = run_phase(
-            &vae,
-            est.as_mut(),
-            &phase,
-            n,
-            params.clone(),
-            opts,
-            &mut tracer,
-            progress,
-        )?;
-        let p = done.params;
-        let time_s = t0.elapsed().as_secs_f64();
-        let (eval, z) = assess(&p);
-        let r = MethodResult {
-            eval,
-            time_s,
-            final_loss: done.final_loss,
-            diagnostics: done.diagnostics,
-            trace: done.trace,
-        };
-        Ok((m, r, z, p.dec))
+        job.finetuned(i, m, &params)
     })?;
     let mut methods = BTreeMap::new();
     for (m, r, z, dec) in outcomes {
@@ -484,6 +537,7 @@ pub fn fit(
         }
         methods.insert(m.name().to_string(), r);
     }
+    drop(job);
     Ok(Replication {
         seed,
         pretrained,
