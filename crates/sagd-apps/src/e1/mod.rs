@@ -6,6 +6,7 @@
 mod gamma_sigmoid;
 pub use gamma_sigmoid::GammaSigmoid;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -366,30 +367,46 @@ pub fn fit(
     run_scoped(s, opts, false, on_event)
 }
 
-/// [`run`] (`compare`) or [`fit`].
-fn run_scoped(
-    s: &E1Settings,
-    opts: &E1Options,
-    compare: bool,
-    on_event: &mut dyn FnMut(EmEvent) -> Control,
-) -> Result<Option<E1Result>> {
-    s.validate()?;
-    let model = s.model()?;
-    let settings = s.em();
-    let mut timing = std::collections::BTreeMap::new();
-    let mut exchanged = std::collections::BTreeMap::new();
-    let mut clock = Instant::now();
-    let mut before = sagd::share::exchanged();
-    let mut lap = |name: &str, timing: &mut std::collections::BTreeMap<String, f64>| {
-        timing.insert(name.to_string(), clock.elapsed().as_secs_f64());
-        clock = Instant::now();
+/// Wall seconds of each stage of E1 and, in a split run, the bytes it exchanged.
+struct Laps {
+    clock: Instant,
+    before: sagd::share::Exchanged,
+    timing: BTreeMap<String, f64>,
+    exchanged: BTreeMap<String, sagd::share::Exchanged>,
+}
+
+impl Laps {
+    fn start() -> Self {
+        Laps {
+            clock: Instant::now(),
+            before: sagd::share::exchanged(),
+            timing: BTreeMap::new(),
+            exchanged: BTreeMap::new(),
+        }
+    }
+
+    /// Ends stage `name`, and starts the next.
+    fn lap(&mut self, name: &str) {
+        self.timing
+            .insert(name.to_string(), self.clock.elapsed().as_secs_f64());
+        self.clock = Instant::now();
         if sagd::share::size() > 1 {
             let now = sagd::share::exchanged();
-            exchanged.insert(name.to_string(), now.since(&before));
-            before = now;
+            self.exchanged
+                .insert(name.to_string(), now.since(&self.before));
+            self.before = now;
         }
-    };
-    let mut em = AutomatedEm::new(&model, settings.clone());
+    }
+}
+
+/// Automated EM on E1's model, checkpointed and resumed as `opts` asks.
+fn automated_em(
+    s: &E1Settings,
+    opts: &E1Options,
+    model: &GammaSigmoid,
+    on_event: &mut dyn FnMut(EmEvent) -> Control,
+) -> Result<EmTrace> {
+    let mut em = AutomatedEm::new(model, s.em());
     em.checkpoint = opts.checkpoint.clone();
     em.data_key = fnv1a(
         FNV_OFFSET,
@@ -399,53 +416,126 @@ fn run_scoped(
         (Some((path, _)), true) => Some(path.as_path()),
         _ => None,
     };
-    let trace = em.run(&s.theta0, s.seed, resume, on_event)?;
-    if trace.interrupted {
-        return Ok(None);
-    }
-    lap("sagd", &mut timing);
+    em.run(&s.theta0, s.seed, resume, on_event)
+}
 
-    let gh = GaussHermite::new(s.quad_nodes);
-    let msteps = trace.msteps.len();
-    let ll = |path: &[Vec<f64>]| -> Result<Vec<f64>> {
-        sagd::share::map(path.len(), |i| log_likelihood(&model, &path[i], &gh))
-    };
-    let (exact, loglik_sagd, loglik_exact) = if compare {
-        let exact = exact_gd(
-            &model,
-            &s.theta0,
-            msteps,
-            settings.updates_per_mstep,
-            s.alpha,
-            &gh,
-        )?;
-        lap("exact_gd", &mut timing);
-        let (a, b) = (ll(&trace.path)?, ll(&exact)?);
-        lap("loglik_paths", &mut timing);
-        (exact, a, b)
-    } else {
-        (Vec::new(), Vec::new(), Vec::new())
-    };
-    // BFGS starts at exact GD's end, or (the fit alone) at EM's estimate; a diverged path is no
-    // place to start it.
-    let ex_end = exact
-        .last()
-        .cloned()
-        .unwrap_or_else(|| trace.estimate.clone());
-    let start = if sane(&ex_end) {
-        ex_end.clone()
-    } else {
-        s.theta0.to_vec()
-    };
-    let b = maximum_likelihood(&model, &start, &gh)?;
-    let mle = Mle {
+/// The MLE by BFGS on the quadrature's ℓ from `start`, or from θ₀ where `start` left the range
+/// (a diverged path is no place to start it).
+fn mle_from(s: &E1Settings, model: &GammaSigmoid, start: &[f64], gh: &GaussHermite) -> Result<Mle> {
+    let start = if sane(start) { start } else { &s.theta0[..] };
+    let b = maximum_likelihood(model, start, gh)?;
+    Ok(Mle {
         theta: b.x,
         loglik: -b.f,
         grad_max: b.grad_max,
         converged: b.converged,
         iterations: b.iterations,
+    })
+}
+
+/// The largest difference between the quadrature's ℓ and brute force at `points`.
+fn quadrature_error(model: &GammaSigmoid, points: &[Vec<f64>], gh: &GaussHermite) -> Result<f64> {
+    Ok(sagd::share::map(points.len(), |i| -> Result<f64> {
+        let t = &points[i];
+        let q = log_likelihood(model, t, gh)?;
+        let r = log_likelihood_trapezoid(model, t, -14.0, 14.0, 28_001)?;
+        Ok((q - r).abs())
+    })?
+    .into_iter()
+    .fold(0.0, f64::max))
+}
+
+/// The information at EM's estimate: from the polish (with the polished estimate and its ℓ) when
+/// asked, else Louis' alone. What went wrong is added to `warnings`, never an error.
+fn standard_errors(
+    s: &E1Settings,
+    model: &GammaSigmoid,
+    estimate: &[f64],
+    gh: &GaussHermite,
+    warnings: &mut Vec<String>,
+) -> Result<(Option<Information>, Option<(Polished, f64)>)> {
+    let louis_seed = sagd::rng::stream_seed(s.seed, 0x10_5e);
+    if !s.polish {
+        return Ok(
+            match louis_information(model, estimate, &LouisSettings::default(), louis_seed) {
+                Ok(i) => (Some(i), None),
+                Err(e) => {
+                    warnings.push(format!("no standard errors at the estimate: {e}"));
+                    (None, None)
+                }
+            },
+        );
+    }
+    let settings = PolishSettings::default();
+    match polish_retrying(model, estimate, &settings, louis_seed, POLISH_ATTEMPTS) {
+        Ok((p, _)) => {
+            if !p.converged {
+                warnings.push(format!(
+                    "polish did not bring the estimated log-likelihood gap below 0.01 in its steps (last {:.4}): treat the estimate with care",
+                    p.gaps.last().copied().unwrap_or(f64::NAN)
+                ));
+            }
+            if let Some(w) = &p.se_warning {
+                warnings.push(w.clone());
+            }
+            let loglik = log_likelihood(model, &p.estimate, gh)?;
+            Ok((Some(p.information.clone()), Some((p, loglik))))
+        }
+        Err(failures) => {
+            warnings.push(format!(
+                "no polish and no standard errors at the estimate: polish failed {} times ({})",
+                failures.len(),
+                failures.join("; ")
+            ));
+            Ok((None, None))
+        }
+    }
+}
+
+/// [`run`] (`compare`) or [`fit`].
+fn run_scoped(
+    s: &E1Settings,
+    opts: &E1Options,
+    compare: bool,
+    on_event: &mut dyn FnMut(EmEvent) -> Control,
+) -> Result<Option<E1Result>> {
+    s.validate()?;
+    let model = s.model()?;
+    let mut laps = Laps::start();
+    let trace = automated_em(s, opts, &model, on_event)?;
+    if trace.interrupted {
+        return Ok(None);
+    }
+    laps.lap("sagd");
+
+    let gh = GaussHermite::new(s.quad_nodes);
+    let ll = |path: &[Vec<f64>]| -> Result<Vec<f64>> {
+        sagd::share::map(path.len(), |i| log_likelihood(&model, &path[i], &gh))
     };
-    lap("mle", &mut timing);
+    let (exact, loglik_sagd, loglik_exact) = if compare {
+        let msteps = trace.msteps.len();
+        let exact = exact_gd(
+            &model,
+            &s.theta0,
+            msteps,
+            s.em().updates_per_mstep,
+            s.alpha,
+            &gh,
+        )?;
+        laps.lap("exact_gd");
+        let (a, b) = (ll(&trace.path)?, ll(&exact)?);
+        laps.lap("loglik_paths");
+        (exact, a, b)
+    } else {
+        (Vec::new(), Vec::new(), Vec::new())
+    };
+    // BFGS starts at exact GD's end, or (the fit alone) at EM's estimate.
+    let ex_end = exact
+        .last()
+        .cloned()
+        .unwrap_or_else(|| trace.estimate.clone());
+    let mle = mle_from(s, &model, &ex_end, &gh)?;
+    laps.lap("mle");
 
     // Quadrature against brute force at the points that matter.
     // Exact GD's end is EM's estimate when the fit runs alone: each point once.
@@ -456,18 +546,11 @@ fn run_scoped(
         mle.theta.clone(),
     ];
     check.dedup();
-    let quadrature_error = sagd::share::map(check.len(), |i| -> Result<f64> {
-        let t = &check[i];
-        let q = log_likelihood(&model, t, &gh)?;
-        let r = log_likelihood_trapezoid(&model, t, -14.0, 14.0, 28_001)?;
-        Ok((q - r).abs())
-    })?
-    .into_iter()
-    .fold(0.0, f64::max);
+    let quadrature_error = quadrature_error(&model, &check, &gh)?;
 
     let surface = if compare {
         let surface = surface(s, &model, &trace.path, &exact, &mle.theta)?;
-        lap("surface", &mut timing);
+        laps.lap("surface");
         surface
     } else {
         Surface {
@@ -485,52 +568,8 @@ fn run_scoped(
             mle.iterations, mle.grad_max
         ));
     }
-    let louis_seed = sagd::rng::stream_seed(s.seed, 0x10_5e);
-    let (information, polished) = if s.polish {
-        match polish_retrying(
-            &model,
-            &trace.estimate,
-            &PolishSettings::default(),
-            louis_seed,
-            POLISH_ATTEMPTS,
-        ) {
-            Ok((p, _)) => {
-                if !p.converged {
-                    warnings.push(format!(
-                        "polish did not bring the estimated log-likelihood gap below 0.01 in its steps (last {:.4}): treat the estimate with care",
-                        p.gaps.last().copied().unwrap_or(f64::NAN)
-                    ));
-                }
-                if let Some(w) = &p.se_warning {
-                    warnings.push(w.clone());
-                }
-                let loglik = log_likelihood(&model, &p.estimate, &gh)?;
-                (Some(p.information.clone()), Some((p, loglik)))
-            }
-            Err(failures) => {
-                warnings.push(format!(
-                    "no polish and no standard errors at the estimate: polish failed {} times ({})",
-                    failures.len(),
-                    failures.join("; ")
-                ));
-                (None, None)
-            }
-        }
-    } else {
-        match louis_information(
-            &model,
-            &trace.estimate,
-            &LouisSettings::default(),
-            louis_seed,
-        ) {
-            Ok(i) => (Some(i), None),
-            Err(e) => {
-                warnings.push(format!("no standard errors at the estimate: {e}"));
-                (None, None)
-            }
-        }
-    };
-    lap("standard_errors", &mut timing);
+    let (information, polished) = standard_errors(s, &model, &trace.estimate, &gh, &mut warnings)?;
+    laps.lap("standard_errors");
     // The final estimate: polished when asked.
     let gap = mle.loglik - polished.as_ref().map_or(estimate_loglik, |p| p.1);
     // A NaN gap is as far as it gets.
@@ -558,8 +597,8 @@ fn run_scoped(
         mle,
         quadrature_error,
         surface,
-        timing_s: timing,
-        exchanged,
+        timing_s: laps.timing,
+        exchanged: laps.exchanged,
         warnings,
         information,
         polished,
