@@ -445,6 +445,9 @@ fn quadrature_error(model: &GammaSigmoid, points: &[Vec<f64>], gh: &GaussHermite
     .fold(0.0, f64::max))
 }
 
+/// The polished estimate with its log-likelihood, as [`E1Result::polished`] holds it.
+type PolishedFit = (Polished, f64);
+
 /// The information at EM's estimate: from the polish (with the polished estimate and its ℓ) when
 /// asked, else Louis' alone. What went wrong is added to `warnings`, never an error.
 fn standard_errors(
@@ -453,7 +456,7 @@ fn standard_errors(
     estimate: &[f64],
     gh: &GaussHermite,
     warnings: &mut Vec<String>,
-) -> Result<(Option<Information>, Option<(Polished, f64)>)> {
+) -> Result<(Option<Information>, Option<PolishedFit>)> {
     let louis_seed = sagd::rng::stream_seed(s.seed, 0x10_5e);
     if !s.polish {
         return Ok(
