@@ -310,20 +310,84 @@ fn derives(attrs: &[Attribute]) -> Vec<String> {
         .collect()
 }
 
+/// `kind Name<generics> where …`.
+fn head(kind: &str, name: &dyn ToTokens, generics: &syn::Generics) -> String {
+    let w = generics
+        .where_clause
+        .as_ref()
+        .map(|w| format!(" {}", tidy(&w.to_token_stream())))
+        .unwrap_or_default();
+    format!(
+        "{kind} {}{}{w}",
+        tidy(&name.to_token_stream()),
+        tidy(&generics.to_token_stream())
+    )
+}
+
+/// A struct's public fields, and whether it has others.
+fn struct_parts(s: &syn::ItemStruct) -> Vec<String> {
+    let mut parts = Vec::new();
+    for f in &s.fields {
+        if matches!(f.vis, Visibility::Public(_)) && !hidden(&f.attrs) {
+            let name = f
+                .ident
+                .as_ref()
+                .map(|i| format!("{i}: "))
+                .unwrap_or_default();
+            parts.push(format!("field {name}{}", tidy(&f.ty.to_token_stream())));
+        }
+    }
+    if s.fields
+        .iter()
+        .any(|f| !matches!(f.vis, Visibility::Public(_)))
+    {
+        parts.push("(private fields)".into());
+    }
+    parts
+}
+
+/// An enum's variants with their fields (their docs left out).
+fn enum_parts(e: &syn::ItemEnum) -> Vec<String> {
+    let mut parts = Vec::new();
+    if has_attr(&e.attrs, "non_exhaustive", None) {
+        parts.push("#[non_exhaustive]".into());
+    }
+    for v in &e.variants {
+        let mut fields = v.fields.clone();
+        fields.iter_mut().for_each(|f| f.attrs.clear());
+        parts.push(format!(
+            "variant {}{}",
+            v.ident,
+            tidy(&fields.to_token_stream())
+        ));
+    }
+    parts
+}
+
+/// A trait's items, each marked required or provided.
+fn trait_parts(t: &syn::ItemTrait) -> Vec<String> {
+    let mut parts = Vec::new();
+    for it in &t.items {
+        let (text, provided) = match it {
+            syn::TraitItem::Fn(f) => (tidy(&f.sig.to_token_stream()), f.default.is_some()),
+            syn::TraitItem::Type(ty) => (
+                format!("type {}{}", ty.ident, tidy(&ty.bounds.to_token_stream())),
+                ty.default.is_some(),
+            ),
+            syn::TraitItem::Const(c) => (
+                format!("const {}: {}", c.ident, tidy(&c.ty.to_token_stream())),
+                c.default.is_some(),
+            ),
+            _ => continue,
+        };
+        let kind = if provided { "provided" } else { "required" };
+        parts.push(format!("{kind} {text}"));
+    }
+    parts
+}
+
 /// The item's line and the lines of its parts (fields, variants, methods, impls).
 fn describe(crate_: &Crate, item: &Item) -> (String, Vec<String>) {
-    let head = |kind: &str, name: &dyn ToTokens, generics: &syn::Generics| {
-        let w = generics
-            .where_clause
-            .as_ref()
-            .map(|w| format!(" {}", tidy(&w.to_token_stream())))
-            .unwrap_or_default();
-        format!(
-            "{kind} {}{}{w}",
-            tidy(&name.to_token_stream()),
-            tidy(&generics.to_token_stream())
-        )
-    };
     let mut parts = Vec::new();
     let line = match item {
         Item::Const(c) => format!("const {}: {}", c.ident, tidy(&c.ty.to_token_stream())),
@@ -341,57 +405,16 @@ fn describe(crate_: &Crate, item: &Item) -> (String, Vec<String>) {
         ),
         Item::Mod(m) => format!("mod {}", m.ident),
         Item::Struct(s) => {
-            for f in &s.fields {
-                if matches!(f.vis, Visibility::Public(_)) && !hidden(&f.attrs) {
-                    let name = f
-                        .ident
-                        .as_ref()
-                        .map(|i| format!("{i}: "))
-                        .unwrap_or_default();
-                    parts.push(format!("field {name}{}", tidy(&f.ty.to_token_stream())));
-                }
-            }
-            if s.fields
-                .iter()
-                .any(|f| !matches!(f.vis, Visibility::Public(_)))
-            {
-                parts.push("(private fields)".into());
-            }
+            parts = struct_parts(s);
             head("struct", &s.ident, &s.generics)
         }
         Item::Union(u) => head("union", &u.ident, &u.generics),
         Item::Enum(e) => {
-            if has_attr(&e.attrs, "non_exhaustive", None) {
-                parts.push("#[non_exhaustive]".into());
-            }
-            for v in &e.variants {
-                let mut fields = v.fields.clone();
-                fields.iter_mut().for_each(|f| f.attrs.clear());
-                parts.push(format!(
-                    "variant {}{}",
-                    v.ident,
-                    tidy(&fields.to_token_stream())
-                ));
-            }
+            parts = enum_parts(e);
             head("enum", &e.ident, &e.generics)
         }
         Item::Trait(t) => {
-            for it in &t.items {
-                let (text, provided) = match it {
-                    syn::TraitItem::Fn(f) => (tidy(&f.sig.to_token_stream()), f.default.is_some()),
-                    syn::TraitItem::Type(ty) => (
-                        format!("type {}{}", ty.ident, tidy(&ty.bounds.to_token_stream())),
-                        ty.default.is_some(),
-                    ),
-                    syn::TraitItem::Const(c) => (
-                        format!("const {}: {}", c.ident, tidy(&c.ty.to_token_stream())),
-                        c.default.is_some(),
-                    ),
-                    _ => continue,
-                };
-                let kind = if provided { "provided" } else { "required" };
-                parts.push(format!("{kind} {text}"));
-            }
+            parts = trait_parts(t);
             let supers = if t.supertraits.is_empty() {
                 String::new()
             } else {
