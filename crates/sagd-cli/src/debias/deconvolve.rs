@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use sagd_apps::debias::choose::HeldOut;
 use sagd_apps::debias::figure::PredictiveSeries;
 use sagd_apps::debias::Deconvolution;
 use sagd_apps::debias::{deconvolve as fit_data, E2Settings};
@@ -33,7 +34,7 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         .map(|c| c.parse().map_err(|e| anyhow::anyhow!("--column: {e}")))
         .transpose()?;
     let data = read_column(path, column.as_ref(), Domain::Finite)?;
-    let x = data.values;
+    let x = &data.values;
     let out = a
         .out
         .clone()
@@ -61,7 +62,7 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
     bar.set_message("deconvolution");
     let d = fit_data(
         &s,
-        &x,
+        x,
         noise_sd,
         a.holdout,
         a.seed,
@@ -69,54 +70,19 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         &|phase, _, _| bar.inc(s.update_cost(phase)),
     )?;
     bar.finish_and_clear();
-    // Samples: one column per fitted model, 10000 rows.
-    let names: Vec<&String> = d.draws.keys().collect();
-    let mut csv = names
-        .iter()
-        .map(|n| n.as_str())
-        .collect::<Vec<_>>()
-        .join(",")
-        + "\n";
-    for i in 0..10_000.min(s.m) {
-        let row: Vec<String> = names.iter().map(|n| d.draws[*n][i].to_string()).collect();
-        csv += &(row.join(",") + "\n");
-    }
-    std::fs::write(staging.path("latent_samples.csv"), csv)
-        .context("writing latent_samples.csv")?;
-    let mut panels = vec![(
-        "pretrained VAE".to_string(),
-        &d.samples["pretrained"][..],
-        f64::NAN,
-        f64::NAN,
-    )];
-    for m in &s.methods {
-        panels.push((
-            m.label().to_string(),
-            &d.samples[m.name()][..],
-            f64::NAN,
-            f64::NAN,
-        ));
-    }
-    let caption = format!(
-        "{}: data (dashed) and estimated latent distribution (histogram)",
-        path.display()
-    );
-    density_figure(&mut staging, "density", None, &x, panels, caption)?;
-    let models: Vec<(&str, &str)> = std::iter::once(("pretrained", "pretrained VAE"))
-        .chain(s.methods.iter().map(|m| (m.name(), m.label())))
-        .collect();
-    predictive_figure(&mut staging, &x, &d, &models, path)?;
+    write_samples(&mut staging, &d, s.m)?;
+    draw_figures(&mut staging, &s, x, &d, path)?;
+    let note = if d.held_out.is_some() {
+        "no true latent distribution: D and W are not defined; the fitted models are compared by their log-likelihood of held-out observations"
+    } else {
+        "no true latent distribution: D and W are not defined, and nothing was held out (--holdout 0) to compare the fitted models on"
+    };
     // The flags without the simulated case, which a fit of data does not use.
     let mut flags = serde_json::to_value(a)?;
     if let Some(m) = flags.as_object_mut() {
         m.remove("dist");
         m.remove("paper_settings");
     }
-    let note = if d.held_out.is_some() {
-        "no true latent distribution: D and W are not defined; the fitted models are compared by their log-likelihood of held-out observations"
-    } else {
-        "no true latent distribution: D and W are not defined, and nothing was held out (--holdout 0) to compare the fitted models on"
-    };
     let result = json!({
         "experiment": "deconvolution with the debiased VAE",
         "sagd_version": env!("CARGO_PKG_VERSION"),
@@ -136,10 +102,17 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
     )
     .context("writing result.json")?;
     let files = staging.commit("result.json")?;
+    let what = format!("{}, column {}", path.display(), data.shown);
+    print_summary(&d, &what, n, note);
+    println!("wrote {}: {}", out.display(), files.join(", "));
+    Ok(())
+}
+
+/// What the deconvolution of `what` (the file and column) found: the latent laws' quantiles and,
+/// where observations were held out, the models' comparison.
+fn print_summary(d: &Deconvolution, what: &str, n: usize, note: &str) {
     println!(
-        "deconvolution of {}, column {} ({} observations: {} fitted, {} held out; noise sd {}): {note}",
-        path.display(),
-        data.shown,
+        "deconvolution of {what} ({} observations: {} fitted, {} held out; noise sd {}): {note}",
         n,
         d.n,
         n - d.n,
@@ -152,44 +125,97 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
         );
     }
     if let Some(h) = &d.held_out {
-        println!(
-            "held-out log-likelihood per observation (of X/σ, {} observations left out of the fit; higher predicts better):",
-            h.n
-        );
-        println!(
-            "{:14} {:>9} {:>8}   {:>24}",
-            "", "mean", "se", "below the highest (paired se)"
-        );
-        let tie = sagd_apps::debias::choose::TIE_Z;
-        for m in &h.scores {
-            // Without a choice, the highest row and those within TIE_Z of it are marked tied.
-            let tied = h.chosen.is_none() && m.below_best <= tie * m.below_best_se;
-            let below = if m.model == h.best {
-                "—".to_string()
-            } else {
-                format!("{:.4} ({:.4})", m.below_best, m.below_best_se)
-            };
-            let mark = if tied { " tied" } else { "" };
-            println!(
-                "{:14} {:9.4} {:8.4}   {below:>24}{mark}",
-                m.model, m.mean, m.se
-            );
-        }
-        println!("recommendation ({:?}): {}", h.confidence, h.advice);
-        // The holdout's price: every fit saw fewer observations.
-        let refit = match &h.chosen {
-            Some(m) if m != "pretrained" => {
-                format!("; to use {m}, refit it on all of them: --methods {m} --holdout 0")
-            }
-            _ => "; --holdout 0 fits on all of them, without this comparison".to_string(),
+        print_held_out(h, d.n, n);
+    }
+}
+
+/// `latent_samples.csv`: one column per fitted model, at most 10 000 rows.
+fn write_samples(staging: &mut Staging, d: &Deconvolution, m: usize) -> Result<()> {
+    let names: Vec<&String> = d.draws.keys().collect();
+    let mut csv = names
+        .iter()
+        .map(|n| n.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+        + "\n";
+    for i in 0..10_000.min(m) {
+        let row: Vec<String> = names.iter().map(|n| d.draws[*n][i].to_string()).collect();
+        csv += &(row.join(",") + "\n");
+    }
+    std::fs::write(staging.path("latent_samples.csv"), csv).context("writing latent_samples.csv")
+}
+
+/// The density figure (each fitted latent distribution under the data) and the predictive check.
+fn draw_figures(
+    staging: &mut Staging,
+    s: &E2Settings,
+    x: &[f64],
+    d: &Deconvolution,
+    path: &Path,
+) -> Result<()> {
+    let mut panels = vec![(
+        "pretrained VAE".to_string(),
+        &d.samples["pretrained"][..],
+        f64::NAN,
+        f64::NAN,
+    )];
+    for m in &s.methods {
+        panels.push((
+            m.label().to_string(),
+            &d.samples[m.name()][..],
+            f64::NAN,
+            f64::NAN,
+        ));
+    }
+    let caption = format!(
+        "{}: data (dashed) and estimated latent distribution (histogram)",
+        path.display()
+    );
+    density_figure(staging, "density", None, x, panels, caption)?;
+    let models: Vec<(&str, &str)> = std::iter::once(("pretrained", "pretrained VAE"))
+        .chain(s.methods.iter().map(|m| (m.name(), m.label())))
+        .collect();
+    predictive_figure(staging, x, d, &models, path)
+}
+
+/// The held-out comparison's table, its recommendation, and what the holdout cost: `fitted` of
+/// the `n` observations were fitted.
+fn print_held_out(h: &HeldOut, fitted: usize, n: usize) {
+    println!(
+        "held-out log-likelihood per observation (of X/σ, {} observations left out of the fit; higher predicts better):",
+        h.n
+    );
+    println!(
+        "{:14} {:>9} {:>8}   {:>24}",
+        "", "mean", "se", "below the highest (paired se)"
+    );
+    let tie = sagd_apps::debias::choose::TIE_Z;
+    for m in &h.scores {
+        // Without a choice, the highest row and those within TIE_Z of it are marked tied.
+        let tied = h.chosen.is_none() && m.below_best <= tie * m.below_best_se;
+        let below = if m.model == h.best {
+            "—".to_string()
+        } else {
+            format!("{:.4} ({:.4})", m.below_best, m.below_best_se)
         };
+        let mark = if tied { " tied" } else { "" };
         println!(
-            "every fit above used {} of the {n} observations ({} held out to compare them){refit}",
-            d.n, h.n
+            "{:14} {:9.4} {:8.4}   {below:>24}{mark}",
+            m.model, m.mean, m.se
         );
     }
-    println!("wrote {}: {}", out.display(), files.join(", "));
-    Ok(())
+    println!("recommendation ({:?}): {}", h.confidence, h.advice);
+    // The holdout's price: every fit saw fewer observations.
+    let refit = match &h.chosen {
+        Some(m) if m != "pretrained" => {
+            format!("; to use {m}, refit it on all of them: --methods {m} --holdout 0")
+        }
+        _ => "; --holdout 0 fits on all of them, without this comparison".to_string(),
+    };
+    println!(
+        "every fit above used {fitted} of the {n} observations ({} held out to compare them){refit}",
+        h.n
+    );
 }
 
 /// `predictive.png`/`.svg`: per fitted model, the observations' histogram under the density of X
