@@ -71,6 +71,55 @@ pub fn deconvolve(
     opts: &RunOptions,
     progress: &(dyn Fn(&str, usize, usize) + Sync),
 ) -> Result<Deconvolution> {
+    let n_test = check_input(s, x, noise_sd, holdout)?;
+    let (center, scaled) = centred(x, noise_sd)?;
+    let (scaled, scaled_test) = split(&scaled, n_test, part_seed(seed, SPLIT_PART));
+    let s = E2Settings {
+        n: scaled.len(),
+        batch_size: s.batch_size.min(scaled.len()),
+        ..s.clone()
+    };
+    s.validate()?;
+    let opts = RunOptions {
+        keep_samples: true,
+        ..opts.clone()
+    };
+    let rep = fit(&s, None, scaled, seed, &opts, progress)?;
+    let held_out = (!scaled_test.is_empty()).then(|| {
+        let vae = Vae::new(1, s.hidden);
+        let per_point = rep
+            .decoders
+            .iter()
+            .map(|(k, dec)| (k.clone(), log_likelihood_points_1d(&vae, dec, &scaled_test)))
+            .collect();
+        compare(&per_point)
+    });
+    let (quantiles, samples, draws) = latent_laws(&rep.samples, center, noise_sd);
+    let loglik_per_point_scaled_data = rep
+        .methods
+        .iter()
+        .map(|(k, v)| (k.clone(), v.eval.loglik))
+        .chain(std::iter::once((
+            "pretrained".to_string(),
+            rep.pretrained.loglik,
+        )))
+        .collect();
+    Ok(Deconvolution {
+        n: s.n,
+        settings: s,
+        noise_sd,
+        quantiles,
+        loglik_per_point_scaled_data,
+        held_out,
+        samples,
+        draws,
+        fit: rep,
+    })
+}
+
+/// The data, the noise and the holdout checked against each other; the number of observations to
+/// hold out.
+fn check_input(s: &E2Settings, x: &[f64], noise_sd: f64, holdout: f64) -> Result<usize> {
     if x.len() < 2 {
         return Err(SagdError::InvalidSetting {
             name: "data",
@@ -119,6 +168,11 @@ pub fn deconvolve(
             fix: "hold out at least 2 observations and keep 2 to fit, or use 0".into(),
         });
     }
+    Ok(n_test)
+}
+
+/// The observations centred at their median and in units of the noise's sd, with that median.
+fn centred(x: &[f64], noise_sd: f64) -> Result<(f64, Vec<f64>)> {
     // X − c = (Z − c) + noise for any c: fit the data centred at their median (the networks are
     // happiest near 0) and shift the latent draws back. An observation that stays hundreds of noise
     // standard deviations away is one the f32 networks cannot take (named by its place in the
@@ -141,31 +195,23 @@ pub fn deconvolve(
             ),
         });
     }
-    let (scaled, scaled_test) = split(&scaled, n_test, part_seed(seed, SPLIT_PART));
-    let s = E2Settings {
-        n: scaled.len(),
-        batch_size: s.batch_size.min(scaled.len()),
-        ..s.clone()
-    };
-    s.validate()?;
-    let opts = RunOptions {
-        keep_samples: true,
-        ..opts.clone()
-    };
-    let rep = fit(&s, None, scaled, seed, &opts, progress)?;
-    let held_out = (!scaled_test.is_empty()).then(|| {
-        let vae = Vae::new(1, s.hidden);
-        let per_point = rep
-            .decoders
-            .iter()
-            .map(|(k, dec)| (k.clone(), log_likelihood_points_1d(&vae, dec, &scaled_test)))
-            .collect();
-        compare(&per_point)
-    });
+    Ok((center, scaled))
+}
+
+/// Per fitted model, by name.
+type ByModel<T> = BTreeMap<String, T>;
+
+/// Each fitted model's draws of Z back in the data's units, with their quantiles: (quantiles,
+/// sorted draws, draws as drawn).
+fn latent_laws(
+    fitted: &ByModel<Vec<f64>>,
+    center: f64,
+    noise_sd: f64,
+) -> (ByModel<Quantiles>, ByModel<Vec<f64>>, ByModel<Vec<f64>>) {
     let mut quantiles = BTreeMap::new();
     let mut samples = BTreeMap::new();
     let mut draws = BTreeMap::new();
-    for (k, v) in &rep.samples {
+    for (k, v) in fitted {
         let d: Vec<f64> = v.iter().map(|t| center + t * noise_sd).collect();
         let mut z = d.clone();
         z.sort_by(f64::total_cmp);
@@ -183,26 +229,7 @@ pub fn deconvolve(
         samples.insert(k.clone(), z);
         draws.insert(k.clone(), d);
     }
-    let loglik_per_point_scaled_data = rep
-        .methods
-        .iter()
-        .map(|(k, v)| (k.clone(), v.eval.loglik))
-        .chain(std::iter::once((
-            "pretrained".to_string(),
-            rep.pretrained.loglik,
-        )))
-        .collect();
-    Ok(Deconvolution {
-        n: s.n,
-        settings: s,
-        noise_sd,
-        quantiles,
-        loglik_per_point_scaled_data,
-        held_out,
-        samples,
-        draws,
-        fit: rep,
-    })
+    (quantiles, samples, draws)
 }
 
 /// The observations in two parts, `n_test` held out, drawn without replacement from `seed`; each
