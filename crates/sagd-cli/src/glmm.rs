@@ -204,6 +204,16 @@ fn render(
     seconds: f64,
 ) -> String {
     let mut o = String::new();
+    header(&mut o, a, family, d, fit);
+    criteria(&mut o, d, fit, s);
+    random_effects(&mut o, d, fit, s);
+    fixed_effects(&mut o, family, d, fit, s);
+    let _ = writeln!(o, "({seconds:.2} s)");
+    o
+}
+
+/// The method, family, formula and data.
+fn header(o: &mut String, a: &GlmmArgs, family: Family, d: &Design, fit: &GlmmFit) {
     let link = match family {
         Family::Gaussian => "identity",
         Family::Poisson => "log",
@@ -227,6 +237,10 @@ fn render(
         a.data.display(),
         d.n_obs
     );
+}
+
+/// AIC, BIC, the criterion, the deviance and the log-likelihood with its error.
+fn criteria(o: &mut String, d: &Design, fit: &GlmmFit, s: &Summary) {
     let (value, name) = criterion(fit);
     let l = fit.log_likelihood;
     let err = match l.method {
@@ -267,6 +281,11 @@ fn render(
         ""
     };
     let _ = writeln!(o, "log-likelihood{at}: {:.4}{err}", l.value);
+}
+
+/// The random effects' standard deviations and correlations, the residual's, the groups, and the
+/// singular-fit note.
+fn random_effects(o: &mut String, d: &Design, fit: &GlmmFit, s: &Summary) {
     let _ = writeln!(o, "\nRandom effects:");
     let _ = writeln!(
         o,
@@ -310,6 +329,10 @@ fn render(
     if fit.singular == Some(true) {
         let _ = writeln!(o, "{}", sagd::glmm::SINGULAR_NOTE);
     }
+}
+
+/// The fixed effects' table (with Monte Carlo errors after EM) and the polish's warning.
+fn fixed_effects(o: &mut String, family: Family, d: &Design, fit: &GlmmFit, s: &Summary) {
     let stat = if family == Family::Gaussian { "t" } else { "z" };
     let mc = match &fit.fitted {
         Fitted::Em(t) => Some(t.final_estimate().se.to_vec()),
@@ -351,8 +374,6 @@ fn render(
             let _ = writeln!(o, "warning: {w}");
         }
     }
-    let _ = writeln!(o, "({seconds:.2} s)");
-    o
 }
 
 fn se_text(se: f64) -> String {
