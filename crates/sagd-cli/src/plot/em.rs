@@ -1,6 +1,7 @@
 //! Figure 1: the EM paths over the log-likelihood surface, and ℓ along them.
 
 use anyhow::Result;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
@@ -106,6 +107,18 @@ fn draw_paths<DB: DrawingBackend>(
         .map_err(err)?
         .label("SAGD")
         .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], RED.stroke_width(2)));
+    draw_markers(&mut chart, exact, mle, truth)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    draw_colour_bar(&bar, deepest)
+}
+
+/// The paths' start, the MLE and (simulated data) the true θ.
+fn draw_markers<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    exact: &[Vec<f64>],
+    mle: &[f64],
+    truth: Option<&[f64]>,
+) -> Result<()> {
     // White markers with a black rim: visible on the heat map's light and dark colours and on
     // the legend's white.
     let ring = |at, r| {
@@ -145,10 +158,13 @@ fn draw_paths<DB: DrawingBackend>(
             .label("true θ")
             .legend(|(x, y)| TriangleMarker::new((x + 10, y), 6, MAGENTA.filled()));
     }
-    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
-    // Colour bar in 1 + ℓ_max − ℓ on a log axis.
+    Ok(())
+}
+
+/// The heat map's colour bar, in 1 + ℓ_max − ℓ on a log axis up to e^`deepest`.
+fn draw_colour_bar<DB: DrawingBackend>(bar: &DrawingArea<DB, Shift>, deepest: f64) -> Result<()> {
     let top = deepest.exp();
-    let mut cb = ChartBuilder::on(&bar)
+    let mut cb = ChartBuilder::on(bar)
         .margin_top(48)
         .margin_bottom(57)
         .margin_right(10)
