@@ -479,15 +479,19 @@ fn listing(crate_: &Crate) -> (Vec<String>, usize, usize) {
             }
         }
     }
-    // A re-export counts once per definition, wherever it is named.
+    // A re-export counts once per definition, wherever it is named. An item defined out of sight
+    // (in a private or hidden module) is described at the first of its public paths, the
+    // prelude's last; every other name of it points there.
+    let mut documented: BTreeMap<String, String> = defined
+        .iter()
+        .map(|k| (k.clone(), format!("sagd::{k}")))
+        .collect();
+    let mut named = Vec::new();
     for (module, name, target, is_hidden) in reexports {
         let at = format!("sagd::{}", join(&module, &name));
         let Some((def_module, item)) = crate_.resolve(&module, &target) else {
-            lines.push((
-                at,
-                format!("use {} (another crate's)", target.join("::")),
-                vec![],
-            ));
+            let line = format!("use {} (another crate's)", target.join("::"));
+            lines.push((at, line, vec![]));
             continue;
         };
         let key = join(&def_module, &item_name(item).unwrap_or_default());
@@ -495,13 +499,17 @@ fn listing(crate_: &Crate) -> (Vec<String>, usize, usize) {
             hidden_items.insert(key);
             continue;
         }
-        let counted = defined.contains(&key) || module == "prelude";
-        if counted {
-            lines.push((at, format!("use sagd::{key}"), vec![]));
-        } else {
-            defined.insert(key.clone());
+        named.push((at, key, item, module == "prelude"));
+    }
+    named.sort_by(|x, y| (x.3, &x.0).cmp(&(y.3, &y.0)));
+    for (at, key, item, _) in named {
+        let home = documented.entry(key.clone()).or_insert_with(|| at.clone());
+        if *home == at {
+            defined.insert(key);
             let (line, parts) = describe(crate_, item);
-            lines.push((at, format!("{line}    (defined at sagd::{key})"), parts));
+            lines.push((at, line, parts));
+        } else {
+            lines.push((at, format!("use {home}"), vec![]));
         }
     }
     lines.sort();
