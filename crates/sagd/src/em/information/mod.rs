@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Result, SagdError};
+use crate::error::Result;
 use crate::langevin::{LangevinSettings, Scheme};
 use crate::linalg::spd_inverse;
 use crate::metric::Preconditioner;
@@ -23,13 +23,13 @@ mod chains;
 mod control;
 mod parts;
 mod steps;
+mod walk;
 
-use answer::{finish, LastPoint};
 pub use at_estimate::{SE_STEP, SLOPE_REACH};
+use parts::louis_parts;
 pub use parts::CHAIN_RHAT_LIMIT;
-use parts::{louis_parts, score_parts};
-use steps::{damped_direction, gap_sd, uphill_reach};
 pub use steps::{step_fraction, REACH_DOUBLINGS};
+pub use walk::polish;
 
 /// How the posterior expectations of Louis' identity are estimated.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -161,6 +161,7 @@ pub fn louis_information<M: LatentModel<f64>>(
 
 #[cfg(test)]
 mod tests {
+    use super::parts::score_parts;
     use super::*;
     use crate::model::{Derived, LogJoint, Scalar};
 
@@ -400,146 +401,4 @@ pub fn polish_retrying<M: LatentModel<f64>>(
         }
     }
     Err(failures)
-}
-
-/// Monte Carlo Newton-Raphson on ℓ from `theta` (EM's estimate, say): at each point, chains on
-/// every posterior give the score ∇ℓ (Fisher's identity) and the observed information I (Louis'
-/// identity); ½ ∇ℓᵀ I⁻¹ ∇ℓ estimates how far ℓ is below its maximum, and the Newton step I⁻¹ ∇ℓ
-/// how far θ is from it. The steps continue until that gap, less what Monte Carlo noise alone
-/// puts into its estimate, is below `gap_tol`. This is the stopping rule that EM's own progress
-/// cannot give when EM is slow: each Newton step covers the distance that many M-steps would.
-/// A point reached by a whole step from within [`LAG_GAP`] tolerances of the maximum keeps the
-/// previous point's information (when that point estimated its own) and estimates only its score.
-/// The standard errors come from an information taken at the answer itself
-/// ([`Polished::information`]).
-pub fn polish<M: LatentModel<f64>>(
-    model: &M,
-    theta: &[f64],
-    s: &PolishSettings,
-    seed: u64,
-) -> Result<Polished> {
-    let mut at = theta.to_vec();
-    let mut gaps = Vec::new();
-    let mut louis = s.louis;
-    let mut doublings = 0;
-    let mut step = 0;
-    // The last accepted point, its Newton step, gap and gap noise, and the fraction of the step
-    // taken.
-    let mut last: Option<(Vec<f64>, Vec<f64>, f64, f64)> = None;
-    // The last point's information, which serves the next point when the step between them is
-    // short.
-    let mut lagged: Option<Information> = None;
-    // Every information estimated on the way (where the standard errors' slope is read from).
-    let mut taken: Vec<Information> = Vec::new();
-    let mut fraction = 1.0;
-    loop {
-        let point_seed = stream_seed(seed, step as u64);
-        let near =
-            fraction == 1.0 && matches!(&last, Some((_, _, gap, _)) if *gap < LAG_GAP * s.gap_tol);
-        // Whether this point's information is its own (a lagged one is lent once, never on).
-        let mut fresh = true;
-        let piloted = match step {
-            0 => pilot(
-                model,
-                &at,
-                &mut louis,
-                s.gap_tol,
-                stream_seed(seed, PILOT_STREAM),
-            )?,
-            _ => None,
-        };
-        let info = match (piloted, lagged.take().filter(|_| near)) {
-            (Some(info), _) => {
-                taken.push(info.clone());
-                info
-            }
-            (None, Some(mut info)) => {
-                // A whole step from a point within LAG_GAP tolerances of the maximum moves θ by
-                // a fraction of its standard errors, where the information hardly changes: a
-                // run for the score alone (one of the information's p + 1 runs) serves here.
-                info.rescored(score_parts(model, &at, &louis, point_seed)?)?;
-                fresh = false;
-                info
-            }
-            (None, None) => {
-                let parts = louis_parts(model, &at, &louis, point_seed)?;
-                if spd_inverse(&parts.info).is_none() && step + 1 < s.max_steps {
-                    // Not concave here (too far from the maximum for Newton): a step between
-                    // Newton's and EM's, which goes uphill.
-                    let d = damped_direction(&parts.info, &parts.complete, &parts.score).ok_or(
-                        SagdError::NonFiniteUpdate {
-                            iteration: step + 1,
-                        },
-                    )?;
-                    let reach = uphill_reach(model, &at, &d, &louis, point_seed);
-                    at.iter_mut().zip(&d).for_each(|(t, v)| *t += reach * v);
-                    gaps.push(f64::NAN);
-                    step += 1;
-                    continue;
-                }
-                let info = parts.into_information(&at)?;
-                // The next points need no more draws than this one's precision says.
-                louis.draws = draws_needed(&info, louis.draws, s.gap_tol);
-                taken.push(info.clone());
-                info
-            }
-        };
-        let gap = info.gap - info.gap_noise;
-        gaps.push(gap);
-        let noisy = info.gap_noise >= s.gap_tol;
-        if noisy && doublings < s.max_doublings && gap < NOISE_DOUBLING_GAP * info.gap_noise {
-            louis.draws *= 2;
-            doublings += 1;
-        }
-        let estimate: Vec<f64> = at
-            .iter()
-            .zip(&info.newton_step)
-            .map(|(t, d)| t + d)
-            .collect();
-        if !estimate.iter().all(|v| v.is_finite()) {
-            return Err(SagdError::NonFiniteUpdate {
-                iteration: step + 1,
-            });
-        }
-        let converged = gap < s.gap_tol && !noisy;
-        let last_step = converged || step + 1 >= s.max_steps;
-        if let Some((from, newton, last_gap, last_noise)) = &last {
-            let rise = gap - last_gap;
-            let sd = gap_sd(gap, info.gap_noise).hypot(gap_sd(*last_gap, *last_noise));
-            if !last_step && rise > 3.0 * sd {
-                // The step went too far (ℓ is far from quadratic there): back to where it was
-                // taken, with half of it.
-                fraction *= 0.5;
-                at = from
-                    .iter()
-                    .zip(newton)
-                    .map(|(t, d)| t + fraction * d)
-                    .collect();
-                step += 1;
-                continue;
-            }
-            fraction = (2.0 * fraction).min(1.0);
-        }
-        if last_step {
-            let last = LastPoint {
-                at,
-                info,
-                gaps,
-                gap,
-                converged,
-            };
-            return finish(model, s, louis, seed, last, &taken);
-        }
-        let shrink = step_fraction(&info.score, &info.score_cov);
-        let newton: Vec<f64> = info.newton_step.iter().map(|d| shrink * d).collect();
-        let from = std::mem::take(&mut at);
-        at = from
-            .iter()
-            .zip(&newton)
-            .map(|(t, d)| t + fraction * d)
-            .collect();
-        last = Some((from, newton, gap, info.gap_noise));
-        lagged = fresh.then_some(info);
-        step += 1;
-    }
 }
