@@ -18,4 +18,5 @@
 pub mod debias;
 pub mod e1;
 pub mod gpu_check;
+mod laps;
 pub mod mnist;

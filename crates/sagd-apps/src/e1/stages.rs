@@ -1,9 +1,6 @@
 //! E1's stages in order: automated EM, exact gradient ascent, ℓ along both paths, the MLE, the
 //! quadrature's check, the surface and the standard errors, each timed.
 
-use std::collections::BTreeMap;
-use std::time::Instant;
-
 use sagd::em::information::{
     louis_information, polish_retrying, Information, LouisSettings, PolishSettings, Polished,
 };
@@ -11,6 +8,8 @@ use sagd::em::{exact_gd, maximum_likelihood, AutomatedEm, EmEvent, EmTrace, POLI
 use sagd::error::Result;
 use sagd::quadrature::{log_likelihood, log_likelihood_trapezoid, GaussHermite};
 use sagd::run::{fnv1a, Control, FNV_OFFSET};
+
+use crate::laps::Laps;
 
 use super::{
     far_from_mle, sane, E1Data, E1Options, E1Result, E1Settings, GammaSigmoid, Mle, Surface,
@@ -90,38 +89,6 @@ pub fn fit(
     on_event: &mut dyn FnMut(EmEvent) -> Control,
 ) -> Result<Option<E1Result>> {
     run_scoped(s, opts, false, on_event)
-}
-
-/// Wall seconds of each stage of E1 and, in a split run, the bytes it exchanged.
-struct Laps {
-    clock: Instant,
-    before: sagd::share::Exchanged,
-    timing: BTreeMap<String, f64>,
-    exchanged: BTreeMap<String, sagd::share::Exchanged>,
-}
-
-impl Laps {
-    fn start() -> Self {
-        Laps {
-            clock: Instant::now(),
-            before: sagd::share::exchanged(),
-            timing: BTreeMap::new(),
-            exchanged: BTreeMap::new(),
-        }
-    }
-
-    /// Ends stage `name`, and starts the next.
-    fn lap(&mut self, name: &str) {
-        self.timing
-            .insert(name.to_string(), self.clock.elapsed().as_secs_f64());
-        self.clock = Instant::now();
-        if sagd::share::size() > 1 {
-            let now = sagd::share::exchanged();
-            self.exchanged
-                .insert(name.to_string(), now.since(&self.before));
-            self.before = now;
-        }
-    }
 }
 
 /// Automated EM on E1's model, checkpointed and resumed as `opts` asks.

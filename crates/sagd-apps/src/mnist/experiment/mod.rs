@@ -23,6 +23,7 @@ use super::model::{
 };
 use super::{Mnist, PIXELS};
 use crate::debias::cache::PretrainedCache;
+use crate::laps::Laps;
 use sagd_nn::cuda::Gpu;
 use sagd_nn::train::{
     drive_phase, AdamStep, GradientEstimator, PhaseCheckpoint, TrainInfo, TrainSettings,
@@ -308,20 +309,8 @@ pub fn run(
     if let Some(d) = &device {
         key = key.with("device", d)?;
     }
-    let mut timing = std::collections::BTreeMap::new();
-    let mut exchanged = std::collections::BTreeMap::new();
-    let mut before = sagd::share::exchanged();
     let mut curves = Vec::new();
-    let mut lap = |name: &str, t: std::time::Instant| {
-        timing.insert(name.to_string(), t.elapsed().as_secs_f64());
-        if sagd::share::size() > 1 {
-            let now = sagd::share::exchanged();
-            exchanged.insert(name.to_string(), now.since(&before));
-            before = now;
-        }
-    };
-
-    // Pre-training, keyed by what decides it.
+    let mut laps = Laps::start();
     let vae = TrainSettings {
         epochs: s.vae_epochs,
         batch_size: s.batch_size,
@@ -329,11 +318,99 @@ pub fn run(
         lr_decay: 0.0,
         averaging: Averaging::None,
     };
+    let (pretrained, pretrained_cached, curve) = pretrain(
+        &model,
+        images,
+        &vae,
+        data_hash,
+        device.as_deref(),
+        s,
+        opts,
+        progress,
+    )?;
+    curves.push(curve);
+    laps.lap("pretrain");
+
+    // SAGD and the control, from the same start, as many generator updates.
+    let refine = TrainSettings {
+        lr: s.sagd_lr,
+        lr_decay: 0.0,
+        ..vae.clone()
+    };
+    let mut refined = Vec::new();
+    for (name, objective, train) in [
+        ("sagd", Objective::Sagd(s.chains), &refine),
+        ("control", Objective::Vae, &vae),
+    ] {
+        let (p, c) = phase(
+            name,
+            &model,
+            images,
+            objective,
+            train,
+            s.sagd_updates,
+            pretrained.clone(),
+            s,
+            &key,
+            opts,
+            progress,
+        )?;
+        curves.push(c);
+        laps.lap(name);
+        refined.push(p);
+    }
+    let (sagd, control) = (refined.remove(0), refined.remove(0));
+
+    // The first eval_n test images, binarised once.
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(stream_seed(s.seed, 4));
+    let x = binarise(&data.test.images[..s.eval_n * PIXELS], &mut rng);
+    let evaluations: Vec<Evaluation> = [
+        ("pre-trained", &pretrained),
+        ("SAGD", &sagd),
+        ("control", &control),
+    ]
+    .iter()
+    .map(|(n, p)| evaluate(&model, n, p, &x, s))
+    .collect::<Result<_>>()?;
+    let differences = vec![
+        Paired::of(&evaluations[1], &evaluations[0]),
+        Paired::of(&evaluations[2], &evaluations[0]),
+        Paired::of(&evaluations[1], &evaluations[2]),
+    ];
+    laps.lap("evaluation");
+    Ok(E3Result {
+        settings: s.clone(),
+        pretrained,
+        sagd,
+        control,
+        curves,
+        evaluations,
+        differences,
+        pretrained_cached,
+        timing_s: laps.timing,
+        exchanged: laps.exchanged,
+    })
+}
+
+/// The pre-trained networks, read from the cache when an identical pre-training (same settings,
+/// seed, data and device) was saved there, else trained (and saved): the networks, whether they
+/// were read, and the learning curve.
+#[allow(clippy::too_many_arguments)]
+fn pretrain(
+    model: &E3,
+    images: &[u8],
+    vae: &TrainSettings,
+    data_hash: u64,
+    device: Option<&str>,
+    s: &E3Settings,
+    opts: &E3Options,
+    progress: Progress<'_>,
+) -> Result<(VaeParams, bool, Curve)> {
     let mut pre_json = serde_json::json!({
         "experiment": "E3", "latent": s.latent, "train_n": s.train_n, "train": vae,
         "seed": s.seed, "sagd_nn_version": env!("CARGO_PKG_VERSION"),
     });
-    if let Some(d) = &device {
+    if let Some(d) = device {
         pre_json["device"] = serde_json::json!(d);
     }
     let pre_key = Identity::new()
@@ -352,99 +429,30 @@ pub fn run(
         Some(c) => c.load_nets(&model.gen, &model.enc)?,
         None => None,
     };
-    let pretrained_cached = cached.is_some();
-    let pretrained = match cached {
-        Some((p, _, loss)) => {
-            curves.push(Curve {
-                phase: "pretrain".into(),
-                loss,
-            });
-            p
-        }
-        None => {
-            let per_epoch = s.train_n.div_ceil(s.batch_size.min(s.train_n));
-            let (p, c) = phase(
-                "pretrain",
-                &model,
-                images,
-                Objective::Vae,
-                &vae,
-                s.vae_epochs * per_epoch,
-                model.init(stream_seed(s.seed, 3)),
-                s,
-                &pre_key,
-                opts,
-                progress,
-            )?;
-            if let Some(cache) = &cache {
-                let time_s = t.elapsed().as_secs_f64();
-                cache.save_nets(&model.gen, &model.enc, &p, time_s, &c.loss)?;
-            }
-            curves.push(c);
-            p
-        }
-    };
-    lap("pretrain", t);
-
-    // SAGD and the control, from the same start, as many generator updates.
-    let refine = TrainSettings {
-        lr: s.sagd_lr,
-        lr_decay: 0.0,
-        ..vae.clone()
-    };
-    let mut refined = Vec::new();
-    for (name, objective, train) in [
-        ("sagd", Objective::Sagd(s.chains), &refine),
-        ("control", Objective::Vae, &vae),
-    ] {
-        let t = std::time::Instant::now();
-        let (p, c) = phase(
-            name,
-            &model,
-            images,
-            objective,
-            train,
-            s.sagd_updates,
-            pretrained.clone(),
-            s,
-            &key,
-            opts,
-            progress,
-        )?;
-        curves.push(c);
-        lap(name, t);
-        refined.push(p);
+    if let Some((p, _, loss)) = cached {
+        let curve = Curve {
+            phase: "pretrain".into(),
+            loss,
+        };
+        return Ok((p, true, curve));
     }
-    let (sagd, control) = (refined.remove(0), refined.remove(0));
-
-    // The first eval_n test images, binarised once.
-    let t = std::time::Instant::now();
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(stream_seed(s.seed, 4));
-    let x = binarise(&data.test.images[..s.eval_n * PIXELS], &mut rng);
-    let evaluations: Vec<Evaluation> = [
-        ("pre-trained", &pretrained),
-        ("SAGD", &sagd),
-        ("control", &control),
-    ]
-    .iter()
-    .map(|(n, p)| evaluate(&model, n, p, &x, s))
-    .collect::<Result<_>>()?;
-    let differences = vec![
-        Paired::of(&evaluations[1], &evaluations[0]),
-        Paired::of(&evaluations[2], &evaluations[0]),
-        Paired::of(&evaluations[1], &evaluations[2]),
-    ];
-    lap("evaluation", t);
-    Ok(E3Result {
-        settings: s.clone(),
-        pretrained,
-        sagd,
-        control,
-        curves,
-        evaluations,
-        differences,
-        pretrained_cached,
-        timing_s: timing,
-        exchanged,
-    })
+    let per_epoch = s.train_n.div_ceil(s.batch_size.min(s.train_n));
+    let (p, c) = phase(
+        "pretrain",
+        model,
+        images,
+        Objective::Vae,
+        vae,
+        s.vae_epochs * per_epoch,
+        model.init(stream_seed(s.seed, 3)),
+        s,
+        &pre_key,
+        opts,
+        progress,
+    )?;
+    if let Some(cache) = &cache {
+        let time_s = t.elapsed().as_secs_f64();
+        cache.save_nets(&model.gen, &model.enc, &p, time_s, &c.loss)?;
+    }
+    Ok((p, false, c))
 }
