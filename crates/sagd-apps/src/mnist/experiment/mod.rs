@@ -361,22 +361,7 @@ pub fn run(
     }
     let (sagd, control) = (refined.remove(0), refined.remove(0));
 
-    // The first eval_n test images, binarised once.
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(stream_seed(s.seed, 4));
-    let x = binarise(&data.test.images[..s.eval_n * PIXELS], &mut rng);
-    let evaluations: Vec<Evaluation> = [
-        ("pre-trained", &pretrained),
-        ("SAGD", &sagd),
-        ("control", &control),
-    ]
-    .iter()
-    .map(|(n, p)| evaluate(&model, n, p, &x, s))
-    .collect::<Result<_>>()?;
-    let differences = vec![
-        Paired::of(&evaluations[1], &evaluations[0]),
-        Paired::of(&evaluations[2], &evaluations[0]),
-        Paired::of(&evaluations[1], &evaluations[2]),
-    ];
+    let (evaluations, differences) = evaluated(&model, data, s, [&pretrained, &sagd, &control])?;
     laps.lap("evaluation");
     Ok(E3Result {
         settings: s.clone(),
@@ -390,6 +375,33 @@ pub fn run(
         timing_s: laps.timing,
         exchanged: laps.exchanged,
     })
+}
+
+/// The pre-trained, SAGD's and the control's networks on the first `eval_n` test images (binarised
+/// once), and their paired differences: SAGD and the control against the pre-trained, SAGD against
+/// the control.
+fn evaluated(
+    model: &E3,
+    data: &Mnist,
+    s: &E3Settings,
+    [pretrained, sagd, control]: [&VaeParams; 3],
+) -> Result<(Vec<Evaluation>, Vec<Paired>)> {
+    let mut rng = Xoshiro256PlusPlus::seed_from_u64(stream_seed(s.seed, 4));
+    let x = binarise(&data.test.images[..s.eval_n * PIXELS], &mut rng);
+    let evaluations: Vec<Evaluation> = [
+        ("pre-trained", pretrained),
+        ("SAGD", sagd),
+        ("control", control),
+    ]
+    .iter()
+    .map(|(n, p)| evaluate(model, n, p, &x, s))
+    .collect::<Result<_>>()?;
+    let differences = vec![
+        Paired::of(&evaluations[1], &evaluations[0]),
+        Paired::of(&evaluations[2], &evaluations[0]),
+        Paired::of(&evaluations[1], &evaluations[2]),
+    ];
+    Ok((evaluations, differences))
 }
 
 /// The pre-trained networks, read from the cache when an identical pre-training (same settings,
