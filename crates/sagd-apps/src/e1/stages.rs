@@ -187,6 +187,33 @@ fn standard_errors(
     }
 }
 
+/// Warnings about where EM ended: far from the MLE (a NaN gap is as far as it gets), or a path
+/// (EM's, or exact GD's) that left the range where its figures can be drawn.
+fn far_or_diverged(
+    s: &E1Settings,
+    mle: &Mle,
+    final_loglik: f64,
+    path: &[Vec<f64>],
+    exact: &[Vec<f64>],
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let gap = mle.loglik - final_loglik;
+    let far = far_from_mle(mle.theta.len());
+    if gap.is_nan() || gap >= far {
+        warnings.push(format!(
+            "automated EM ended far from the maximum: ℓ(MLE) − ℓ(estimate) = {gap:.3} nats, outside the MLE's 99% likelihood-ratio region ({far:.2}); run more M-steps (the stopping rule), or lower the learning rate α = {} if the path oscillates",
+            s.alpha
+        ));
+    }
+    if path.iter().chain(exact).any(|v| !sane(v)) {
+        warnings.push(format!(
+            "a parameter path left the range [−1e6, 1e6] (is the learning rate α = {} too large?): figures that need it are not drawn",
+            s.alpha
+        ));
+    }
+    warnings
+}
+
 /// [`run`] (`compare`) or [`fit`].
 fn run_scoped(
     s: &E1Settings,
@@ -266,22 +293,8 @@ fn run_scoped(
     let (information, polished) = standard_errors(s, &model, &trace.estimate, &gh, &mut warnings)?;
     laps.lap("standard_errors");
     // The final estimate: polished when asked.
-    let gap = mle.loglik - polished.as_ref().map_or(estimate_loglik, |p| p.1);
-    // A NaN gap is as far as it gets.
-    let far = far_from_mle(mle.theta.len());
-    if gap.is_nan() || gap >= far {
-        warnings.push(format!(
-            "automated EM ended far from the maximum: ℓ(MLE) − ℓ(estimate) = {gap:.3} nats, outside the MLE's 99% likelihood-ratio region ({far:.2}); run more M-steps (the stopping rule), or lower the learning rate α = {} if the path oscillates",
-            s.alpha
-        ));
-    }
-    let diverged = trace.path.iter().chain(&exact).any(|v| !sane(v));
-    if diverged {
-        warnings.push(format!(
-            "a parameter path left the range [−1e6, 1e6] (is the learning rate α = {} too large?): figures that need it are not drawn",
-            s.alpha
-        ));
-    }
+    let final_loglik = polished.as_ref().map_or(estimate_loglik, |p| p.1);
+    warnings.extend(far_or_diverged(s, &mle, final_loglik, &trace.path, &exact));
     Ok(Some(E1Result {
         x: model.data().to_vec(),
         em: trace,
