@@ -196,54 +196,15 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
         })
         .collect();
     let estimate: f64 = estimates.iter().sum();
-    // Interrupted experiments go on from their checkpoints; the plan does not know how far they
-    // got, so their whole estimate counts (the eta during the run counts only what is left).
-    let resuming = plan
-        .iter()
-        .zip(&reused_now)
-        .filter(|(e, reused)| {
-            !**reused
-                && a.out
-                    .join(&e.name)
-                    .join(crate::output::CHECKPOINTS)
-                    .is_dir()
-        })
-        .count();
+    let resuming = resuming(&plan, &reused_now, &a.out);
     if !a.quiet {
-        let reuse = match reused {
-            0 => String::new(),
-            k => format!(" ({k} finished earlier, reused)"),
+        let estimate = Estimate {
+            seconds: estimate,
+            reused,
+            resuming,
+            speed: &speed,
         };
-        let bound = if resuming > 0 { "at most " } else { "" };
-        let resumed = match resuming {
-            0 => String::new(),
-            k => format!(
-                "; {k} resume from checkpoints, whose finished part this estimate still counts"
-            ),
-        };
-        let path = sagd::cpu::capability();
-        let basis = match &speed {
-            Some(Ok((s, cached))) => format!(
-                "measured on this CPU's {} kernels{}: {:.2}× the timed machine's time on E2's work, {:.2}× on E3's",
-                path.name(),
-                if *cached { ", cached" } else { "" },
-                s.e2,
-                s.e3
-            ),
-            Some(Err(e)) => format!("the measurement failed ({e:#}): from timings on a 2-core machine with AVX-512"),
-            None => match path {
-                sagd::cpu::Capability::Avx512 => "from timings on a 2-core machine with AVX-512, as this CPU".to_string(),
-                sagd::cpu::Capability::Avx2 => "from timings on a 2-core machine, scaled to this CPU's AVX2 kernels".to_string(),
-                sagd::cpu::Capability::Portable => "from timings on a 2-core machine with AVX-512; this CPU runs the portable kernels, several times slower, not timed".to_string(),
-            },
-        };
-        eprintln!(
-            "sagd reproduce ({}): {} experiment(s){reuse} into {}; estimated {bound}{} on {threads} threads ({basis}{resumed})",
-            mode.name(),
-            plan.len(),
-            a.out.display(),
-            progress::duration(estimate),
-        );
+        announce(&a, mode, plan.len(), threads, &estimate);
     }
     let ticker = progress::Ticker::new(a.quiet, &plan, &estimates);
     let mut records = Vec::new();
@@ -266,15 +227,7 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
         &records,
         t_all.elapsed().as_secs_f64(),
     )?;
-    for r in &records {
-        let how = match (r.status, r.reused) {
-            (Status::Done, true) => "done (finished earlier, reused)".to_string(),
-            (Status::Done, false) => format!("done in {}", progress::duration(r.time_s)),
-            (Status::Failed, _) => format!("FAILED: {}", r.error.as_deref().unwrap_or("")),
-            (Status::Unavailable, _) => "not available".to_string(),
-        };
-        println!("{:12} {how}", r.name);
-    }
+    print_outcomes(&records);
     println!("wrote {}: {}", a.out.display(), files.join(", "));
     if failed > 0 {
         bail!(
@@ -283,6 +236,81 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// How many experiments not finished earlier go on from their checkpoints. The plan does not know
+/// how far they got, so their whole estimate counts (the eta during the run counts only what is
+/// left).
+fn resuming(plan: &[Experiment], reused: &[bool], out: &Path) -> usize {
+    plan.iter()
+        .zip(reused)
+        .filter(|(e, reused)| {
+            !**reused && out.join(&e.name).join(crate::output::CHECKPOINTS).is_dir()
+        })
+        .count()
+}
+
+/// The plan's estimated time, and what it rests on.
+struct Estimate<'a> {
+    seconds: f64,
+    /// Experiments finished earlier, reused.
+    reused: usize,
+    /// Experiments that go on from their checkpoints (their whole estimate counts).
+    resuming: usize,
+    /// The plan's unit costs measured on this machine (cached or not), or why not; `None` for a
+    /// toy plan.
+    speed: &'a Option<Result<(Speed, bool)>>,
+}
+
+/// The run's first line: what runs, where, and how long it should take, on what basis.
+fn announce(a: &ReproduceArgs, mode: Mode, experiments: usize, threads: usize, e: &Estimate) {
+    let reuse = match e.reused {
+        0 => String::new(),
+        k => format!(" ({k} finished earlier, reused)"),
+    };
+    let bound = if e.resuming > 0 { "at most " } else { "" };
+    let resumed = match e.resuming {
+        0 => String::new(),
+        k => {
+            format!("; {k} resume from checkpoints, whose finished part this estimate still counts")
+        }
+    };
+    let path = sagd::cpu::capability();
+    let basis = match e.speed {
+        Some(Ok((s, cached))) => format!(
+            "measured on this CPU's {} kernels{}: {:.2}× the timed machine's time on E2's work, {:.2}× on E3's",
+            path.name(),
+            if *cached { ", cached" } else { "" },
+            s.e2,
+            s.e3
+        ),
+        Some(Err(e)) => format!("the measurement failed ({e:#}): from timings on a 2-core machine with AVX-512"),
+        None => match path {
+            sagd::cpu::Capability::Avx512 => "from timings on a 2-core machine with AVX-512, as this CPU".to_string(),
+            sagd::cpu::Capability::Avx2 => "from timings on a 2-core machine, scaled to this CPU's AVX2 kernels".to_string(),
+            sagd::cpu::Capability::Portable => "from timings on a 2-core machine with AVX-512; this CPU runs the portable kernels, several times slower, not timed".to_string(),
+        },
+    };
+    eprintln!(
+        "sagd reproduce ({}): {} experiment(s){reuse} into {}; estimated {bound}{} on {threads} threads ({basis}{resumed})",
+        mode.name(),
+        experiments,
+        a.out.display(),
+        progress::duration(e.seconds),
+    );
+}
+
+/// Each experiment's outcome, a line each.
+fn print_outcomes(records: &[Record]) {
+    for r in records {
+        let how = match (r.status, r.reused) {
+            (Status::Done, true) => "done (finished earlier, reused)".to_string(),
+            (Status::Done, false) => format!("done in {}", progress::duration(r.time_s)),
+            (Status::Failed, _) => format!("FAILED: {}", r.error.as_deref().unwrap_or("")),
+            (Status::Unavailable, _) => "not available".to_string(),
+        };
+        println!("{:12} {how}", r.name);
+    }
 }
 
 /// The key under which an experiment's finished record is reused: its settings, and the device
