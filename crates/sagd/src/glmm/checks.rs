@@ -25,13 +25,6 @@ pub(super) fn data(
     trials: Option<Vec<f64>>,
 ) -> Result<Checked> {
     let n = y.len();
-    let bad = |name: &'static str, value: String, fix: &str| {
-        Err(SagdError::InvalidSetting {
-            name,
-            value,
-            fix: fix.into(),
-        })
-    };
     if n == 0 {
         return bad("y", "empty".into(), "give at least one observation");
     }
@@ -64,6 +57,49 @@ pub(super) fn data(
             "remove or impute the missing or infinite values",
         );
     }
+    let levels = term_levels(terms, n)?;
+    let trials = checked_trials(family, trials, n)?;
+    for i in 0..n {
+        let yi = y[i];
+        if !family.admits(yi, trials[i]) {
+            return bad(
+                "y",
+                format!("{yi} at row {i}"),
+                "Poisson needs counts 0, 1, 2, …; binomial needs successes between 0 and the row's trials (whole numbers)",
+            );
+        }
+    }
+    // Data at the edge of the family's support have no maximum: the intercept runs off to ∓∞.
+    let edge = at_the_edge(family, y, &trials);
+    if let Some(what) = edge {
+        return bad(
+            "y",
+            what.into(),
+            "the maximum-likelihood estimate does not exist (the intercept goes to infinity): there is nothing to fit in these data",
+        );
+    }
+    if let Some(j) = dependent_column(x, n, p) {
+        return bad(
+            "X",
+            format!("column {j} is a linear combination of the columns before it (a duplicate, or constant beside the intercept)"),
+            "the fixed effects are not identified: drop that column",
+        );
+    }
+    Ok(Checked { p, levels, trials })
+}
+
+/// The error for input `name` with `value`, and how to fix it.
+fn bad<T>(name: &'static str, value: String, fix: &str) -> Result<T> {
+    Err(SagdError::InvalidSetting {
+        name,
+        value,
+        fix: fix.into(),
+    })
+}
+
+/// Each random-effect term's number of levels, once its sizes, values and group numbers are
+/// checked against `n` observations.
+fn term_levels(terms: &[RandomTerm], n: usize) -> Result<Vec<usize>> {
     let mut levels = Vec::with_capacity(terms.len());
     for (t, term) in terms.iter().enumerate() {
         if term.group.len() != n {
@@ -99,6 +135,12 @@ pub(super) fn data(
         }
         levels.push(g);
     }
+    Ok(levels)
+}
+
+/// The numbers of trials (1 where none were given), one per observation, whole and at least 1
+/// for the binomial.
+fn checked_trials(family: Family, trials: Option<Vec<f64>>, n: usize) -> Result<Vec<f64>> {
     let trials = trials.unwrap_or_else(|| vec![1.0; n]);
     if trials.len() != n {
         return bad(
@@ -119,33 +161,7 @@ pub(super) fn data(
             );
         }
     }
-    for i in 0..n {
-        let yi = y[i];
-        if !family.admits(yi, trials[i]) {
-            return bad(
-                "y",
-                format!("{yi} at row {i}"),
-                "Poisson needs counts 0, 1, 2, …; binomial needs successes between 0 and the row's trials (whole numbers)",
-            );
-        }
-    }
-    // Data at the edge of the family's support have no maximum: the intercept runs off to ∓∞.
-    let edge = at_the_edge(family, y, &trials);
-    if let Some(what) = edge {
-        return bad(
-            "y",
-            what.into(),
-            "the maximum-likelihood estimate does not exist (the intercept goes to infinity): there is nothing to fit in these data",
-        );
-    }
-    if let Some(j) = dependent_column(x, n, p) {
-        return bad(
-            "X",
-            format!("column {j} is a linear combination of the columns before it (a duplicate, or constant beside the intercept)"),
-            "the fixed effects are not identified: drop that column",
-        );
-    }
-    Ok(Checked { p, levels, trials })
+    Ok(trials)
 }
 
 /// What makes `y` sit at the edge of `family`'s support in every row (all counts 0; no success,
