@@ -92,64 +92,13 @@ impl ScoreControl {
         if !metric.is_dense() || d == 0 || p == 0 {
             return Ok(None);
         }
-        let mut budget = CONTROL_WORK;
-        let mut colours = Vec::with_capacity(points);
-        for q in 0..points {
-            let f = metric.factor(q);
-            let Some((groups, work)) = colour_columns(f, budget) else {
-                return Ok(None);
-            };
-            budget -= work;
-            let inverse_work = d * 2 * f.stored();
-            if inverse_work > budget {
-                return Ok(None);
-            }
-            budget -= inverse_work;
-            colours.push(groups);
-        }
-        let n_colours = colours.iter().map(Vec::len).max().unwrap_or(0);
-        // Copy 0 at the modes; copies 1 + 2c and 2 + 2c with colour c's columns moved up, down.
-        let copies = 1 + 2 * n_colours;
-        let mut states = Vec::with_capacity(copies * modes.len());
-        states.extend_from_slice(modes);
-        for c in 0..n_colours {
-            for sign in [1.0, -1.0] {
-                let mut y = modes.to_vec();
-                for (q, groups) in colours.iter().enumerate() {
-                    for &j in groups.get(c).map_or(&[][..], Vec::as_slice) {
-                        let v = &mut y[q * d + j];
-                        *v += sign * curvature_step(*v);
-                    }
-                }
-                states.extend(y);
-            }
-        }
-        // ∇z log p of every copy at θ ± h_k e_k, k = 0..p (up, then down).
-        let anchors: Vec<Vec<f64>> = (0..2 * p)
-            .map(|a| {
-                let mut t = theta.to_vec();
-                t[a / 2] += if a % 2 == 0 {
-                    steps[a / 2]
-                } else {
-                    -steps[a / 2]
-                };
-                t
-            })
-            .collect();
-        let evaluate = |anchor: &Vec<f64>| -> Result<Option<Vec<f64>>> {
-            let (mut lp, mut g) = (vec![0.0; copies * points], vec![0.0; states.len()]);
-            match problem.log_target_copies(anchor, 0, copies, &states, &mut lp, &mut g) {
-                Ok(()) if lp.iter().chain(&g).all(|v| v.is_finite()) => Ok(Some(g)),
-                Ok(()) | Err(LogpError::NonFinite) => Ok(None),
-                Err(e) => Err(SagdError::Model(e)),
-            }
+        let Some(colours) = colours_within_budget(metric, d) else {
+            return Ok(None);
         };
-        let grads: Vec<Option<Vec<f64>>> = if problem.calls_are_costly() {
-            anchors.iter().map(evaluate).collect::<Result<_>>()?
-        } else {
-            anchors.par_iter().map(evaluate).collect::<Result<_>>()?
-        };
-        let Some(grads) = grads.into_iter().collect::<Option<Vec<Vec<f64>>>>() else {
+        let (copies, states) = shifted_copies(modes, &colours, d);
+        let Some(grads) =
+            gradients_at_shifted_theta(problem, theta, steps, (points, copies), &states)?
+        else {
             return Ok(None);
         };
         let values = points * d;
@@ -189,13 +138,7 @@ impl ScoreControl {
                         }
                     }
                 }
-                let mut trace = 0.0;
-                for (i, &first) in start.iter().enumerate() {
-                    for j in first..=i {
-                        let o = f.index(i, j);
-                        trace += if i == j { 1.0 } else { 2.0 } * inverse[o] * c[o];
-                    }
-                }
+                let trace = envelope_trace(f, &inverse, &c);
                 offset[q * p + k] = -0.5 * trace;
                 per_k.push(c);
             }
@@ -274,6 +217,99 @@ impl ScoreControl {
         }
         out
     }
+}
+
+/// Each point's Hessian columns coloured on its factor's envelope, while their evaluations and
+/// the inverses on the envelopes fit in [`CONTROL_WORK`]; `None` past it.
+fn colours_within_budget(metric: &Metric, d: usize) -> Option<Vec<Vec<Vec<usize>>>> {
+    let points = metric.points();
+    let mut budget = CONTROL_WORK;
+    let mut colours = Vec::with_capacity(points);
+    for q in 0..points {
+        let f = metric.factor(q);
+        let (groups, work) = colour_columns(f, budget)?;
+        budget -= work;
+        let inverse_work = d * 2 * f.stored();
+        if inverse_work > budget {
+            return None;
+        }
+        budget -= inverse_work;
+        colours.push(groups);
+    }
+    Some(colours)
+}
+
+/// The states whose gradients give the Hessians' columns: copy 0 at the modes; copies 1 + 2c and
+/// 2 + 2c with colour c's columns moved up and down (every point's at once). The number of copies,
+/// and the copies stacked.
+fn shifted_copies(modes: &[f64], colours: &[Vec<Vec<usize>>], d: usize) -> (usize, Vec<f64>) {
+    let n_colours = colours.iter().map(Vec::len).max().unwrap_or(0);
+    let copies = 1 + 2 * n_colours;
+    let mut states = Vec::with_capacity(copies * modes.len());
+    states.extend_from_slice(modes);
+    for c in 0..n_colours {
+        for sign in [1.0, -1.0] {
+            let mut y = modes.to_vec();
+            for (q, groups) in colours.iter().enumerate() {
+                for &j in groups.get(c).map_or(&[][..], Vec::as_slice) {
+                    let v = &mut y[q * d + j];
+                    *v += sign * curvature_step(*v);
+                }
+            }
+            states.extend(y);
+        }
+    }
+    (copies, states)
+}
+
+/// ∇z log p of every copy (`copies` of `points` rows' states) at θ ± h_k e_k, k = 0..p (up, then
+/// down), one call per shifted θ (in parallel unless the model's calls are costly); `None` where
+/// one is not finite.
+fn gradients_at_shifted_theta<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    theta: &[f64],
+    steps: &[f64],
+    (points, copies): (usize, usize),
+    states: &[f64],
+) -> Result<Option<Vec<Vec<f64>>>> {
+    let p = theta.len();
+    let anchors: Vec<Vec<f64>> = (0..2 * p)
+        .map(|a| {
+            let mut t = theta.to_vec();
+            t[a / 2] += if a % 2 == 0 {
+                steps[a / 2]
+            } else {
+                -steps[a / 2]
+            };
+            t
+        })
+        .collect();
+    let evaluate = |anchor: &Vec<f64>| -> Result<Option<Vec<f64>>> {
+        let (mut lp, mut g) = (vec![0.0; copies * points], vec![0.0; states.len()]);
+        match problem.log_target_copies(anchor, 0, copies, states, &mut lp, &mut g) {
+            Ok(()) if lp.iter().chain(&g).all(|v| v.is_finite()) => Ok(Some(g)),
+            Ok(()) | Err(LogpError::NonFinite) => Ok(None),
+            Err(e) => Err(SagdError::Model(e)),
+        }
+    };
+    let grads: Vec<Option<Vec<f64>>> = if problem.calls_are_costly() {
+        anchors.iter().map(evaluate).collect::<Result<_>>()?
+    } else {
+        anchors.par_iter().map(evaluate).collect::<Result<_>>()?
+    };
+    Ok(grads.into_iter().collect())
+}
+
+/// tr(A⁻¹C) for symmetric A⁻¹ and C stored on `f`'s envelope (lower triangle).
+fn envelope_trace(f: &Factor, inverse: &[f64], c: &[f64]) -> f64 {
+    let mut trace = 0.0;
+    for (i, &first) in f.start().iter().enumerate() {
+        for j in first..=i {
+            let o = f.index(i, j);
+            trace += if i == j { 1.0 } else { 2.0 } * inverse[o] * c[o];
+        }
+    }
+    trace
 }
 
 #[cfg(test)]
