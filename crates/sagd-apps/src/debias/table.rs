@@ -210,41 +210,8 @@ pub fn run_table(
     } else {
         seeds.iter().map(|&seed| one(seed)).collect::<Result<_>>()?
     };
-    let mut summary = BTreeMap::new();
-    for metric in ["D", "W"] {
-        let pick = |e: &Evaluation| if metric == "D" { e.ks } else { e.w1 };
-        let coord_se = |e: &Evaluation| if metric == "D" { e.ks_se } else { e.w1_se };
-        // One replication of several coordinates: the standard error is over coordinates.
-        let summarise = |evals: Vec<&Evaluation>| {
-            let mut v = mean_se(&evals.iter().map(|e| pick(e)).collect::<Vec<_>>());
-            if v.se.is_none() && evals.len() == 1 {
-                v.se = coord_se(evals[0]);
-            }
-            v
-        };
-        let pre = summarise(replications.iter().map(|r| &r.pretrained).collect());
-        summary.insert(format!("pretrained_{metric}"), pre);
-        for m in &s.methods {
-            let v = summarise(
-                replications
-                    .iter()
-                    .map(|r| &r.methods[m.name()].eval)
-                    .collect(),
-            );
-            summary.insert(format!("{}_{metric}", m.name()), v);
-        }
-    }
-    let mean_time = |f: &dyn Fn(&Replication) -> f64| {
-        mean_se(&replications.iter().map(f).collect::<Vec<_>>()).mean
-    };
-    let mut mean_time_s = BTreeMap::new();
-    mean_time_s.insert("pretrain".to_string(), mean_time(&|r| r.pretrain_time_s));
-    for m in &s.methods {
-        mean_time_s.insert(
-            m.name().to_string(),
-            mean_time(&|r| r.methods[m.name()].time_s),
-        );
-    }
+    let summary = summarise(&replications, &s.methods);
+    let mean_time_s = mean_times(&replications, &s.methods);
     Ok(Table1 {
         case,
         settings: s.clone(),
@@ -266,4 +233,49 @@ pub fn run_table(
         mean_time_s,
         replications,
     })
+}
+
+/// Mean (standard error) over replications of D and W, per fitted model (`pretrained_D`,
+/// `vae_W`, …). One replication of several coordinates: the standard error is over coordinates.
+fn summarise(replications: &[Replication], methods: &[Method]) -> BTreeMap<String, Summary> {
+    let mut summary = BTreeMap::new();
+    for metric in ["D", "W"] {
+        let pick = |e: &Evaluation| if metric == "D" { e.ks } else { e.w1 };
+        let coord_se = |e: &Evaluation| if metric == "D" { e.ks_se } else { e.w1_se };
+        let over = |evals: Vec<&Evaluation>| {
+            let mut v = mean_se(&evals.iter().map(|e| pick(e)).collect::<Vec<_>>());
+            if v.se.is_none() && evals.len() == 1 {
+                v.se = coord_se(evals[0]);
+            }
+            v
+        };
+        let pre = over(replications.iter().map(|r| &r.pretrained).collect());
+        summary.insert(format!("pretrained_{metric}"), pre);
+        for m in methods {
+            let v = over(
+                replications
+                    .iter()
+                    .map(|r| &r.methods[m.name()].eval)
+                    .collect(),
+            );
+            summary.insert(format!("{}_{metric}", m.name()), v);
+        }
+    }
+    summary
+}
+
+/// Mean wall seconds per replication of pre-training and of each method.
+fn mean_times(replications: &[Replication], methods: &[Method]) -> BTreeMap<String, f64> {
+    let mean_time = |f: &dyn Fn(&Replication) -> f64| {
+        mean_se(&replications.iter().map(f).collect::<Vec<_>>()).mean
+    };
+    let mut mean_time_s = BTreeMap::new();
+    mean_time_s.insert("pretrain".to_string(), mean_time(&|r| r.pretrain_time_s));
+    for m in methods {
+        mean_time_s.insert(
+            m.name().to_string(),
+            mean_time(&|r| r.methods[m.name()].time_s),
+        );
+    }
+    mean_time_s
 }
