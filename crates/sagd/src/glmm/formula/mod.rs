@@ -309,28 +309,37 @@ impl Formula {
             ));
         }
         let n = rows.len();
-        let numbers = |name: &str, role: &str| -> Result<Vec<f64>> {
-            match cols[name] {
-                Column::Number(v) => Ok(rows.iter().map(|&i| v[i]).collect()),
-                Column::Text(v) => {
-                    let i = rows.iter().copied().find(|&i| v[i].is_some()).unwrap_or(0);
-                    Err(bad(
-                        "data",
-                        format!(
-                            "the {role} `{name}` has text (`{}`)",
-                            v[i].as_deref().unwrap_or("")
-                        ),
-                        "give it numbers, or fix the value",
-                    ))
-                }
-            }
-        };
-        let (response, y, trials) = match &self.response {
+        let (response, y, trials) = self.response_values(&cols, &rows)?;
+        let (x, x_names) = self.matrix(&self.fixed, &cols, &rows)?;
+        let (terms, term_names) = self.random_terms(&cols, &rows)?;
+        Ok(Design {
+            y,
+            trials,
+            x,
+            x_names,
+            terms,
+            term_names,
+            n_obs: n,
+            dropped: frame.n_rows() - n,
+            response,
+            rows,
+        })
+    }
+
+    /// The response's name as the formula gives it, its values, and the numbers of trials
+    /// (`cbind(successes, failures)`), on the rows kept.
+    #[allow(clippy::type_complexity)]
+    fn response_values(
+        &self,
+        cols: &BTreeMap<&str, &Column>,
+        rows: &[usize],
+    ) -> Result<(String, Vec<f64>, Option<Vec<f64>>)> {
+        Ok(match &self.response {
             Response::Column(name) => {
                 let y = match cols[name.as_str()] {
                     // A two-level categorical response: the first level is the failure (R's).
                     Column::Text(_) => {
-                        let (index, levels) = Self::levels(&cols, name, &rows);
+                        let (index, levels) = Self::levels(cols, name, rows);
                         if levels.len() != 2 {
                             return Err(bad(
                                 "data",
@@ -343,22 +352,30 @@ impl Formula {
                         }
                         index.iter().map(|&k| k as f64).collect()
                     }
-                    Column::Number(_) => numbers(name, "response")?,
+                    Column::Number(_) => numbers(cols, rows, name, "response")?,
                 };
                 (name.clone(), y, None)
             }
             Response::Cbind(s, f) => {
-                let succ = numbers(s, "response")?;
-                let fail = numbers(f, "response")?;
+                let succ = numbers(cols, rows, s, "response")?;
+                let fail = numbers(cols, rows, f, "response")?;
                 let trials = succ.iter().zip(&fail).map(|(a, b)| a + b).collect();
                 (format!("cbind({s}, {f})"), succ, Some(trials))
             }
-        };
-        let (x, x_names) = self.matrix(&self.fixed, &cols, &rows)?;
+        })
+    }
+
+    /// Each random-effect term's groups and design on the rows kept, and the names of its
+    /// grouping factor, effects and levels.
+    fn random_terms(
+        &self,
+        cols: &BTreeMap<&str, &Column>,
+        rows: &[usize],
+    ) -> Result<(Vec<RandomTerm>, Vec<TermNames>)> {
         let mut terms = Vec::new();
         let mut term_names = Vec::new();
         for b in &self.random {
-            let (z, effects) = self.matrix(&b.effects, &cols, &rows)?;
+            let (z, effects) = self.matrix(&b.effects, cols, rows)?;
             let labels: Vec<String> = rows
                 .iter()
                 .map(|&i| {
@@ -384,18 +401,7 @@ impl Formula {
                 levels,
             });
         }
-        Ok(Design {
-            y,
-            trials,
-            x,
-            x_names,
-            terms,
-            term_names,
-            n_obs: n,
-            dropped: frame.n_rows() - n,
-            response,
-            rows,
-        })
+        Ok((terms, term_names))
     }
 
     /// A categorical variable's level index at each used row and its levels, sorted.
@@ -526,6 +532,30 @@ fn index_labels(labels: &[String], numeric: bool) -> (Vec<usize>, Vec<String>) {
         .collect();
     let index = labels.iter().map(|l| at[l.as_str()]).collect();
     (index, levels)
+}
+
+/// The values of the numeric column `name` (the formula's `role`) on the rows kept; text is an
+/// error that names it.
+fn numbers(
+    cols: &BTreeMap<&str, &Column>,
+    rows: &[usize],
+    name: &str,
+    role: &str,
+) -> Result<Vec<f64>> {
+    match cols[name] {
+        Column::Number(v) => Ok(rows.iter().map(|&i| v[i]).collect()),
+        Column::Text(v) => {
+            let i = rows.iter().copied().find(|&i| v[i].is_some()).unwrap_or(0);
+            Err(bad(
+                "data",
+                format!(
+                    "the {role} `{name}` has text (`{}`)",
+                    v[i].as_deref().unwrap_or("")
+                ),
+                "give it numbers, or fix the value",
+            ))
+        }
+    }
 }
 
 #[cfg(test)]
