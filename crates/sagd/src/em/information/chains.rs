@@ -357,6 +357,64 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         Ok((info, complete, score, per_draw, leave_one_out))
     }
 
+    /// A draw's score, row by row: each row's (less its control) recorded for R̂, their sum
+    /// returned.
+    fn recorded_rows(
+        &self,
+        theta: &[f64],
+        z_all: &[f64],
+        fused: Option<&Fused>,
+        control: Option<&[f64]>,
+        record: &mut Record<'_>,
+    ) -> Result<Vec<f64>> {
+        let p = theta.len();
+        let rows = self.rows_of(theta, z_all, fused)?;
+        let mut g = vec![0.0; p];
+        for (r, gr) in rows.iter().enumerate() {
+            // R̂ reads what the estimate averages: the score less its control.
+            match control {
+                Some(c) => {
+                    let own: Vec<f64> = gr
+                        .iter()
+                        .zip(&c[r * p..(r + 1) * p])
+                        .map(|(v, s)| v - s)
+                        .collect();
+                    record(r, &own);
+                }
+                None => record(r, gr),
+            }
+            g.iter_mut().zip(gr).for_each(|(a, v)| *a += v);
+        }
+        Ok(g)
+    }
+
+    /// A draw's complete-data Hessian of log p in θ, by central differences of ∇θ at θ ± h_j
+    /// e_j (per point: divided by the chains per point), unsymmetrised: [j][k].
+    fn complete_hessian(
+        &self,
+        theta: &[f64],
+        steps: &[f64],
+        z_all: &[f64],
+    ) -> Result<Vec<Vec<f64>>> {
+        let p = theta.len();
+        let pairs = self.each(p, |j| {
+            let (mut up, mut down) = (theta.to_vec(), theta.to_vec());
+            up[j] += steps[j];
+            down[j] -= steps[j];
+            let gu = self.grad_rows(&up, &self.all_points, z_all)?;
+            Ok((gu, self.grad_rows(&down, &self.all_points, z_all)?))
+        })?;
+        Ok(pairs
+            .iter()
+            .zip(steps)
+            .map(|((gu, gd), h)| {
+                (0..p)
+                    .map(|k| (gu[k] - gd[k]) / (2.0 * h * self.per_point as f64))
+                    .collect()
+            })
+            .collect())
+    }
+
     /// The information by coupled score differences: runs at θ and at θ + h e_j for each j.
     pub(super) fn coupled(&self, theta: &[f64], record: &mut Record<'_>) -> Result<Estimates> {
         let (p, s) = (self.model.theta_dim(), self.s);
@@ -377,41 +435,15 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             // COMPLETE_EVERY-th draw.
             let costly = self.model.calls_are_costly() && fused.is_some();
             let g = if self.per_point > 1 && !(costly && draw % COMPLETE_EVERY != 0) {
-                let rows = self.rows_of(theta, z_all, fused)?;
-                let mut g = vec![0.0; p];
-                for (r, gr) in rows.iter().enumerate() {
-                    // R̂ reads what the estimate averages: the score less its control.
-                    match control {
-                        Some(c) => {
-                            let own: Vec<f64> = gr
-                                .iter()
-                                .zip(&c[r * p..(r + 1) * p])
-                                .map(|(v, s)| v - s)
-                                .collect();
-                            record(r, &own);
-                        }
-                        None => record(r, gr),
-                    }
-                    g.iter_mut().zip(gr).for_each(|(a, v)| *a += v);
-                }
-                g
+                self.recorded_rows(theta, z_all, fused, control, record)?
             } else {
                 self.total(theta, z_all, fused)?
             };
             counts[b] += 1.0;
             if draw % COMPLETE_EVERY == 0 {
-                let pairs = self.each(p, |j| {
-                    let (mut up, mut down) = (theta.to_vec(), theta.to_vec());
-                    up[j] += steps[j];
-                    down[j] -= steps[j];
-                    let gu = self.grad_rows(&up, &self.all_points, z_all)?;
-                    Ok((gu, self.grad_rows(&down, &self.all_points, z_all)?))
-                })?;
-                for (j, (gu, gd)) in pairs.iter().enumerate() {
-                    let h = steps[j];
-                    for k in 0..p {
-                        complete[j][k] += (gu[k] - gd[k]) / (2.0 * h * self.per_point as f64);
-                    }
+                let draw_complete = self.complete_hessian(theta, &steps, z_all)?;
+                for (sum, row) in complete.iter_mut().zip(&draw_complete) {
+                    sum.iter_mut().zip(row).for_each(|(a, v)| *a += v);
                 }
                 complete_count += 1.0;
             }
@@ -434,37 +466,48 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
                 Ok(g)
             })?;
         }
-        let m: f64 = counts.iter().sum();
-        let symmetric = |d: &[Vec<f64>], m: f64| -> Vec<Vec<f64>> {
-            (0..p)
-                .map(|j| (0..p).map(|k| -0.5 * (d[j][k] + d[k][j]) / m).collect())
-                .collect()
-        };
-        let mut sum = vec![vec![0.0; p]; p];
-        for batch in &diff {
-            for j in 0..p {
-                for k in 0..p {
-                    sum[j][k] += batch[j][k];
-                }
-            }
-        }
-        let leave_one_out = if self.batches > 1 {
-            diff.iter()
-                .zip(&counts)
-                .map(|(batch, c)| {
-                    let rest: Vec<Vec<f64>> = (0..p)
-                        .map(|j| (0..p).map(|k| sum[j][k] - batch[j][k]).collect())
-                        .collect();
-                    symmetric(&rest, m - c)
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let (information, leave_one_out) = jackknifed(&diff, &counts);
         let score = (0..p)
             .map(|k| base.iter().map(|t| t[k]).sum::<f64>() / s.draws as f64)
             .collect();
         let complete = symmetric(&complete, complete_count);
-        Ok((symmetric(&sum, m), complete, score, base, leave_one_out))
+        Ok((information, complete, score, base, leave_one_out))
     }
+}
+
+/// −½(D + Dᵀ)/m: the information from `d`, a sum over m draws of ∂_j score_k.
+fn symmetric(d: &[Vec<f64>], m: f64) -> Vec<Vec<f64>> {
+    let p = d.len();
+    (0..p)
+        .map(|j| (0..p).map(|k| -0.5 * (d[j][k] + d[k][j]) / m).collect())
+        .collect()
+}
+
+/// The information from each batch's sum of ∂_j score_k (`diff`, over `counts` draws), and the
+/// jackknife's replicates with each batch left out (none for one batch).
+fn jackknifed(diff: &[Vec<Vec<f64>>], counts: &[f64]) -> (Vec<Vec<f64>>, Vec<Vec<Vec<f64>>>) {
+    let p = diff.first().map_or(0, Vec::len);
+    let m: f64 = counts.iter().sum();
+    let mut sum = vec![vec![0.0; p]; p];
+    for batch in diff {
+        for j in 0..p {
+            for k in 0..p {
+                sum[j][k] += batch[j][k];
+            }
+        }
+    }
+    let leave_one_out = if diff.len() > 1 {
+        diff.iter()
+            .zip(counts)
+            .map(|(batch, c)| {
+                let rest: Vec<Vec<f64>> = (0..p)
+                    .map(|j| (0..p).map(|k| sum[j][k] - batch[j][k]).collect())
+                    .collect();
+                symmetric(&rest, m - c)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    (symmetric(&sum, m), leave_one_out)
 }
