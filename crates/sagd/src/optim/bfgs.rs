@@ -60,23 +60,7 @@ pub fn minimize(
             p = g.iter().map(|v| -v).collect();
             slope = -g.iter().map(|v| v * v).sum::<f64>();
         }
-        let mut step = 1.0;
-        let found = loop {
-            let xt: Vec<f64> = x.iter().zip(&p).map(|(a, b)| a + step * b).collect();
-            let ulp = f64::EPSILON * fx.abs().max(1.0);
-            if xt == x || step < 1e-20 || -step * slope <= ulp {
-                // No shorter step can lower f by a detectable amount. Where even a full step
-                // would gain within a few roundings of f, that is the minimum as closely as f
-                // can tell it; otherwise the search failed. (Accepting a step that leaves x
-                // where it is would spin to `max_iter`.)
-                break Err(-slope <= FLAT * ulp);
-            }
-            let (ft, gt) = f(&xt)?;
-            if ft.is_finite() && ft <= fx + 1e-4 * step * slope {
-                break Ok((xt, ft, gt));
-            }
-            step *= 0.5;
-        };
+        let found = line_search(&mut f, &x, fx, &p, slope)?;
         let (x_new, f_new, g_new) = match found {
             Ok(next) => next,
             Err(resolved) if resolved || fresh => {
@@ -100,21 +84,7 @@ pub fn minimize(
         fresh = false;
         let s: Vec<f64> = x_new.iter().zip(&x).map(|(a, b)| a - b).collect();
         let y: Vec<f64> = g_new.iter().zip(&g).map(|(a, b)| a - b).collect();
-        let sy: f64 = s.iter().zip(&y).map(|(a, b)| a * b).sum();
-        if sy > 1e-300 {
-            // H ← (I − ρ s yᵀ) H (I − ρ y sᵀ) + ρ s sᵀ
-            let rho = 1.0 / sy;
-            let hy: Vec<f64> = (0..n)
-                .map(|i| (0..n).map(|j| h[i * n + j] * y[j]).sum())
-                .collect();
-            let yhy: f64 = y.iter().zip(&hy).map(|(a, b)| a * b).sum();
-            for i in 0..n {
-                for j in 0..n {
-                    h[i * n + j] += -rho * (hy[i] * s[j] + s[i] * hy[j])
-                        + (rho * rho * yhy + rho) * s[i] * s[j];
-                }
-            }
-        }
+        inverse_hessian_update(&mut h, &s, &y);
         x = x_new;
         fx = f_new;
         g = g_new;
@@ -127,6 +97,54 @@ pub fn minimize(
         iterations: it,
         converged,
     })
+}
+
+/// The first of steps 1, ½, ¼, … along `p` from `x` that lowers f by Armijo's rule (1e-4 of the
+/// slope): the point, f and ∇f there. `Err(resolved)` where no shorter step can lower f by a
+/// detectable amount: `resolved` where even a full step would gain within a few roundings of f
+/// (the minimum as closely as f can tell it), otherwise the search failed. (Accepting a step that
+/// leaves x where it is would spin to `max_iter`.)
+#[allow(clippy::type_complexity)]
+fn line_search(
+    f: &mut impl FnMut(&[f64]) -> Result<(f64, Vec<f64>)>,
+    x: &[f64],
+    fx: f64,
+    p: &[f64],
+    slope: f64,
+) -> Result<std::result::Result<(Vec<f64>, f64, Vec<f64>), bool>> {
+    let mut step = 1.0;
+    loop {
+        let xt: Vec<f64> = x.iter().zip(p).map(|(a, b)| a + step * b).collect();
+        let ulp = f64::EPSILON * fx.abs().max(1.0);
+        if xt == x || step < 1e-20 || -step * slope <= ulp {
+            return Ok(Err(-slope <= FLAT * ulp));
+        }
+        let (ft, gt) = f(&xt)?;
+        if ft.is_finite() && ft <= fx + 1e-4 * step * slope {
+            return Ok(Ok((xt, ft, gt)));
+        }
+        step *= 0.5;
+    }
+}
+
+/// BFGS's update of the inverse Hessian `h` (n × n, row-major) from the step `s` and the change
+/// of gradient `y`: H ← (I − ρ s yᵀ) H (I − ρ y sᵀ) + ρ s sᵀ, ρ = 1/sᵀy; skipped where sᵀy ≤ 0.
+fn inverse_hessian_update(h: &mut [f64], s: &[f64], y: &[f64]) {
+    let n = s.len();
+    let sy: f64 = s.iter().zip(y).map(|(a, b)| a * b).sum();
+    if sy > 1e-300 {
+        let rho = 1.0 / sy;
+        let hy: Vec<f64> = (0..n)
+            .map(|i| (0..n).map(|j| h[i * n + j] * y[j]).sum())
+            .collect();
+        let yhy: f64 = y.iter().zip(&hy).map(|(a, b)| a * b).sum();
+        for i in 0..n {
+            for j in 0..n {
+                h[i * n + j] +=
+                    -rho * (hy[i] * s[j] + s[i] * hy[j]) + (rho * rho * yhy + rho) * s[i] * s[j];
+            }
+        }
+    }
 }
 
 #[cfg(test)]
