@@ -309,15 +309,7 @@ pub(super) fn settle_together<P: Problem<f64> + ?Sized>(
     let mut active = start_ok.clone();
     for _ in 0..50 {
         // Each active point's Newton direction and decrement.
-        let dirs: Vec<Vec<f64>> = (0..points)
-            .into_par_iter()
-            .map(|p| {
-                let mut dir = g[p * d..(p + 1) * d].to_vec();
-                factors[p].solve_lower(&mut dir);
-                factors[p].solve_upper(&mut dir);
-                dir
-            })
-            .collect();
+        let dirs = newton_directions(&factors, &g, d);
         for p in 0..points {
             let dec: f64 = (0..d).map(|j| g[p * d + j] * dirs[p][j]).sum();
             if dec.is_nan() || dec <= 1e-10 {
@@ -327,35 +319,14 @@ pub(super) fn settle_together<P: Problem<f64> + ?Sized>(
         if !active.iter().any(|a| *a) {
             break;
         }
-        let mut t = vec![1.0; points];
-        let mut pending = active.clone();
-        let mut moved = vec![false; points];
-        for _ in 0..30 {
-            let mut y = z.clone();
-            for p in (0..points).filter(|&p| pending[p]) {
-                for j in 0..d {
-                    y[p * d + j] = z[p * d + j] + t[p] * dirs[p][j];
-                }
-            }
-            let (ly, gy) = evaluate_points(problem, anchor, &y, d)?;
-            for p in 0..points {
-                if !pending[p] {
-                    continue;
-                }
-                if !ly[p].is_nan() && ly[p] > lp[p] {
-                    z[p * d..(p + 1) * d].copy_from_slice(&y[p * d..(p + 1) * d]);
-                    g[p * d..(p + 1) * d].copy_from_slice(&gy[p * d..(p + 1) * d]);
-                    lp[p] = ly[p];
-                    moved[p] = true;
-                    pending[p] = false;
-                } else {
-                    t[p] *= 0.5;
-                }
-            }
-            if !pending.iter().any(|a| *a) {
-                break;
-            }
-        }
+        let (t, moved) = line_searches(
+            problem,
+            anchor,
+            d,
+            &dirs,
+            &active,
+            (&mut z, &mut g, &mut lp),
+        )?;
         // A stale metric that needed a line search gets a new Hessian; a fresh
         // one that cannot go up is at the mode.
         let mut need = vec![false; points];
@@ -396,4 +367,62 @@ pub(super) fn settle_together<P: Problem<f64> + ?Sized>(
         }
     }
     Ok((z, factors))
+}
+
+/// Each point's Newton direction H⁻¹∇ from its factor.
+fn newton_directions(factors: &[Factor], g: &[f64], d: usize) -> Vec<Vec<f64>> {
+    (0..factors.len())
+        .into_par_iter()
+        .map(|p| {
+            let mut dir = g[p * d..(p + 1) * d].to_vec();
+            factors[p].solve_lower(&mut dir);
+            factors[p].solve_upper(&mut dir);
+            dir
+        })
+        .collect()
+}
+
+/// Every active point's backtracking search along its direction, all points' trial states in one
+/// pass: a point moves (its state, gradient and target updated) at the first of steps 1, ½, …
+/// (at most 30) where its target rises. Each point's last step, and whether it moved.
+#[allow(clippy::type_complexity)]
+fn line_searches<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    anchor: &[f64],
+    d: usize,
+    dirs: &[Vec<f64>],
+    active: &[bool],
+    (z, g, lp): (&mut [f64], &mut [f64], &mut [f64]),
+) -> Result<(Vec<f64>, Vec<bool>)> {
+    let points = active.len();
+    let mut t = vec![1.0; points];
+    let mut pending = active.to_vec();
+    let mut moved = vec![false; points];
+    for _ in 0..30 {
+        let mut y = z.to_vec();
+        for p in (0..points).filter(|&p| pending[p]) {
+            for j in 0..d {
+                y[p * d + j] = z[p * d + j] + t[p] * dirs[p][j];
+            }
+        }
+        let (ly, gy) = evaluate_points(problem, anchor, &y, d)?;
+        for p in 0..points {
+            if !pending[p] {
+                continue;
+            }
+            if !ly[p].is_nan() && ly[p] > lp[p] {
+                z[p * d..(p + 1) * d].copy_from_slice(&y[p * d..(p + 1) * d]);
+                g[p * d..(p + 1) * d].copy_from_slice(&gy[p * d..(p + 1) * d]);
+                lp[p] = ly[p];
+                moved[p] = true;
+                pending[p] = false;
+            } else {
+                t[p] *= 0.5;
+            }
+        }
+        if !pending.iter().any(|a| *a) {
+            break;
+        }
+    }
+    Ok((t, moved))
 }
