@@ -131,6 +131,15 @@ impl std::fmt::Debug for SagdError {
 /// The library's result type.
 pub type Result<T, E = SagdError> = std::result::Result<T, E>;
 
+/// The error for input `name` with `value`, and how to fix it.
+pub(crate) fn invalid(name: &'static str, value: String, fix: &str) -> SagdError {
+    SagdError::InvalidSetting {
+        name,
+        value,
+        fix: fix.into(),
+    }
+}
+
 /// Checks that `value` is finite and positive.
 #[doc(hidden)]
 pub fn positive(name: &'static str, value: f64, fix: &str) -> Result<()> {

@@ -4,7 +4,7 @@
 //! and responses at the edge of the family's support.
 
 use super::{Family, RandomTerm};
-use crate::error::{Result, SagdError};
+use crate::error::{invalid, Result};
 
 /// What [`data`] found the data to be.
 pub(super) struct Checked {
@@ -26,75 +26,70 @@ pub(super) fn data(
 ) -> Result<Checked> {
     let n = y.len();
     if n == 0 {
-        return bad("y", "empty".into(), "give at least one observation");
+        return Err(invalid(
+            "y",
+            "empty".into(),
+            "give at least one observation",
+        ));
     }
     if terms.is_empty() {
-        return bad(
+        return Err(invalid(
             "groups",
             "no random-effect term".into(),
             "give at least one grouping factor",
-        );
+        ));
     }
     if !x.len().is_multiple_of(n) {
-        return bad(
+        return Err(invalid(
             "X",
             format!("{} values", x.len()),
             &format!("give a design with {n} rows"),
-        );
+        ));
     }
     let p = x.len() / n;
     if let Some(i) = y.iter().position(|v| !v.is_finite()) {
-        return bad(
+        return Err(invalid(
             "y",
             format!("{} at row {i}", y[i]),
             "remove or impute the missing or infinite values",
-        );
+        ));
     }
     if x.iter().any(|v| !v.is_finite()) {
-        return bad(
+        return Err(invalid(
             "X",
             "a value that is not finite".into(),
             "remove or impute the missing or infinite values",
-        );
+        ));
     }
     let levels = term_levels(terms, n)?;
     let trials = checked_trials(family, trials, n)?;
     for i in 0..n {
         let yi = y[i];
         if !family.admits(yi, trials[i]) {
-            return bad(
+            return Err(invalid(
                 "y",
                 format!("{yi} at row {i}"),
                 "Poisson needs counts 0, 1, 2, …; binomial needs successes between 0 and the row's trials (whole numbers)",
-            );
+            ));
         }
     }
     // Data at the edge of the family's support have no maximum: the intercept runs off to ∓∞.
     let edge = at_the_edge(family, y, &trials);
     if let Some(what) = edge {
-        return bad(
+        return Err(invalid(
             "y",
             what.into(),
             "the maximum-likelihood estimate does not exist (the intercept goes to infinity): there is nothing to fit in these data",
-        );
+        ));
     }
     if let Some(j) = dependent_column(x, n, p) {
-        return bad(
+        return Err(invalid(
             "X",
             format!("column {j} is a linear combination of the columns before it (a duplicate, or constant beside the intercept)"),
             "the fixed effects are not identified: drop that column",
-        );
+        ));
     }
     Ok(Checked { p, levels, trials })
-}
-
-/// The error for input `name` with `value`, and how to fix it.
-fn bad<T>(name: &'static str, value: String, fix: &str) -> Result<T> {
-    Err(SagdError::InvalidSetting {
-        name,
-        value,
-        fix: fix.into(),
-    })
 }
 
 /// Each random-effect term's number of levels, once its sizes, values and group numbers are
@@ -103,35 +98,35 @@ fn term_levels(terms: &[RandomTerm], n: usize) -> Result<Vec<usize>> {
     let mut levels = Vec::with_capacity(terms.len());
     for (t, term) in terms.iter().enumerate() {
         if term.group.len() != n {
-            return bad(
+            return Err(invalid(
                 "groups",
                 format!("{} values in grouping factor {t}", term.group.len()),
                 &format!("give one group index per observation ({n})"),
-            );
+            ));
         }
         if !term.z.len().is_multiple_of(n) || term.z.is_empty() {
-            return bad(
+            return Err(invalid(
                 "Z",
                 format!("{} values in term {t}", term.z.len()),
                 &format!("give a design with {n} rows and at least one column"),
-            );
+            ));
         }
         if term.z.iter().any(|v| !v.is_finite()) {
-            return bad(
+            return Err(invalid(
                 "Z",
                 format!("a value that is not finite in term {t}"),
                 "remove or impute the missing or infinite values",
-            );
+            ));
         }
         let g = term.group.iter().max().map_or(0, |m| m + 1);
         let mut used = vec![false; g];
         term.group.iter().for_each(|&j| used[j] = true);
         if let Some(j) = used.iter().position(|u| !u) {
-            return bad(
+            return Err(invalid(
                 "groups",
                 format!("no observation in group {j} of grouping factor {t}"),
                 "number the groups 0, 1, …, G − 1 with every number used",
-            );
+            ));
         }
         levels.push(g);
     }
@@ -143,22 +138,22 @@ fn term_levels(terms: &[RandomTerm], n: usize) -> Result<Vec<usize>> {
 fn checked_trials(family: Family, trials: Option<Vec<f64>>, n: usize) -> Result<Vec<f64>> {
     let trials = trials.unwrap_or_else(|| vec![1.0; n]);
     if trials.len() != n {
-        return bad(
+        return Err(invalid(
             "trials",
             format!("{} values", trials.len()),
             &format!("give one number of trials per observation ({n})"),
-        );
+        ));
     }
     if family == Family::Binomial {
         if let Some(i) = trials
             .iter()
             .position(|t| !(t.is_finite() && *t >= 1.0 && t.fract() == 0.0))
         {
-            return bad(
+            return Err(invalid(
                 "trials",
                 format!("{} at row {i}", trials[i]),
                 "give each row's number of trials as a whole number, at least 1",
-            );
+            ));
         }
     }
     Ok(trials)

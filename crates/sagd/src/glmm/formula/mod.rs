@@ -23,7 +23,7 @@ mod parse;
 use std::collections::BTreeMap;
 
 use super::{Family, Glmm, RandomTerm};
-use crate::error::{Result, SagdError};
+use crate::error::{invalid, Result};
 
 /// One column of a [`Frame`].
 #[derive(Clone, Debug, PartialEq)]
@@ -87,7 +87,7 @@ impl Frame {
     /// a name given twice.
     pub fn new(names: Vec<String>, columns: Vec<Column>) -> Result<Frame> {
         if names.len() != columns.len() {
-            return Err(bad(
+            return Err(invalid(
                 "data",
                 format!("{} names for {} columns", names.len(), columns.len()),
                 "give one name per column",
@@ -95,7 +95,7 @@ impl Frame {
         }
         for (k, (name, col)) in names.iter().zip(&columns).enumerate() {
             if col.len() != columns[0].len() {
-                return Err(bad(
+                return Err(invalid(
                     "data",
                     format!(
                         "column `{name}` has {} values, column `{}` {}",
@@ -107,7 +107,7 @@ impl Frame {
                 ));
             }
             if names[..k].contains(name) {
-                return Err(bad(
+                return Err(invalid(
                     "data",
                     format!("two columns named `{name}`"),
                     "give every column its own name",
@@ -125,7 +125,7 @@ impl Frame {
     fn column(&self, name: &str) -> Result<&Column> {
         match self.names.iter().position(|n| n == name) {
             Some(k) => Ok(&self.columns[k]),
-            None => Err(bad(
+            None => Err(invalid(
                 "formula",
                 format!("no column `{name}` in the data"),
                 &format!("use one of the columns: {}", self.names.join(", ")),
@@ -215,7 +215,7 @@ impl Design {
     /// The GLMM of this design in `family`.
     pub fn glmm(&self, family: Family) -> Result<Glmm> {
         if self.trials.is_some() && family != Family::Binomial {
-            return Err(bad(
+            return Err(invalid(
                 "formula",
                 format!("cbind(…) response with family {family:?}"),
                 "cbind(successes, failures) is the binomial family's response: use --family binomial",
@@ -233,7 +233,7 @@ impl Design {
                 Family::Binomial => "0 or 1 (or two levels, or cbind(successes, failures))",
             };
             if !family.admits(yi, m) {
-                return Err(bad(
+                return Err(invalid(
                     "data",
                     format!(
                         "the response `{}` is {yi} at data row {}",
@@ -251,14 +251,6 @@ impl Design {
             self.terms.clone(),
             self.trials.clone(),
         )
-    }
-}
-
-fn bad(name: &'static str, value: String, fix: &str) -> SagdError {
-    SagdError::InvalidSetting {
-        name,
-        value,
-        fix: fix.into(),
     }
 }
 
@@ -299,7 +291,7 @@ impl Formula {
             .filter(|&i| cols.values().all(|c| !c.missing(i)))
             .collect();
         if rows.is_empty() {
-            return Err(bad(
+            return Err(invalid(
                 "data",
                 format!(
                     "no row without a missing value in the formula's columns ({} rows read)",
@@ -341,7 +333,7 @@ impl Formula {
                     Column::Text(_) => {
                         let (index, levels) = Self::levels(cols, name, rows);
                         if levels.len() != 2 {
-                            return Err(bad(
+                            return Err(invalid(
                                 "data",
                                 format!(
                                     "the response `{name}` has text with {} levels",
@@ -546,7 +538,7 @@ fn numbers(
         Column::Number(v) => Ok(rows.iter().map(|&i| v[i]).collect()),
         Column::Text(v) => {
             let i = rows.iter().copied().find(|&i| v[i].is_some()).unwrap_or(0);
-            Err(bad(
+            Err(invalid(
                 "data",
                 format!(
                     "the {role} `{name}` has text (`{}`)",

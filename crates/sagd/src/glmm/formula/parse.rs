@@ -1,7 +1,8 @@
 //! Reading a formula's text: tokens, then a recursive-descent reader of lme4's notation into
 //! [`Formula`]'s terms.
 
-use super::{bad, same_term, Bar, Effects, Formula, Response, Var};
+use super::{same_term, Bar, Effects, Formula, Response, Var};
+use crate::error::invalid;
 use crate::error::{Result, SagdError};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -37,7 +38,7 @@ fn tokens(text: &str) -> Result<Vec<(Token, usize)>> {
                 .iter()
                 .position(|&c| c == '`')
                 .ok_or_else(|| {
-                    bad(
+                    invalid(
                         "formula",
                         format!("`{text}`: the backtick at character {at} is not closed"),
                         "close the quoted name with a second backtick",
@@ -62,7 +63,7 @@ fn tokens(text: &str) -> Result<Vec<(Token, usize)>> {
                     '|' => "|",
                     ',' => ",",
                     _ => {
-                        return Err(bad(
+                        return Err(invalid(
                             "formula",
                             format!("`{text}`: `{c}` at character {at}"),
                             "write terms joined by +, interactions with : or *, random effects as (x | g); for a transformed variable (log, ^, I(…)) add a column to the data",
@@ -102,7 +103,7 @@ impl Reader<'_> {
             Some((_, c)) => format!("at character {c}"),
             None => "at the end".to_string(),
         };
-        bad("formula", format!("`{}`: {what} {place}", self.text), fix)
+        invalid("formula", format!("`{}`: {what} {place}", self.text), fix)
     }
 
     fn eat(&mut self, sym: &'static str) -> bool {
@@ -325,7 +326,7 @@ impl Formula {
             return Err(r.error("unexpected text", "join terms with +"));
         }
         if random.is_empty() {
-            return Err(bad(
+            return Err(invalid(
                 "formula",
                 format!("`{text}` has no random-effect term"),
                 "add one such as (1 | g); without random effects the model is a GLM",
@@ -333,7 +334,7 @@ impl Formula {
         }
         for b in &random {
             if !b.effects.intercept && b.effects.terms.is_empty() {
-                return Err(bad(
+                return Err(invalid(
                     "formula",
                     format!("`{text}`: a random-effect term with no effects"),
                     "give it an intercept or a column, (1 | g) or (0 + x | g)",
