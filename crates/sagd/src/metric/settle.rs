@@ -23,6 +23,22 @@ pub(crate) fn row_target<P: Problem<f64> + ?Sized>(
     }
 }
 
+/// log π and ∇log π of `copies` stacked copies of the states of `rows` chains (None where not
+/// finite): [`row_target`] for [`Problem::log_target_copies`].
+pub(crate) fn copies_target<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    anchor: &[f64],
+    (rows, copies): (usize, usize),
+    states: &[f64],
+) -> Result<Option<(Vec<f64>, Vec<f64>)>> {
+    let (mut lp, mut g) = (vec![0.0; copies * rows], vec![0.0; states.len()]);
+    match problem.log_target_copies(anchor, 0, copies, states, &mut lp, &mut g) {
+        Ok(()) if lp.iter().chain(&g).all(|v| v.is_finite()) => Ok(Some((lp, g))),
+        Ok(()) | Err(LogpError::NonFinite) => Ok(None),
+        Err(e) => Err(SagdError::Model(e)),
+    }
+}
+
 /// A = the negative Hessian `h` (d × d row-major, or its diagonal), factored and made positive
 /// definite where it is not (a shift λI, the smallest of 10⁻⁸·s, 10⁻⁷·s, … with s the largest
 /// |A_jj|); the identity where nothing works.
@@ -109,29 +125,24 @@ fn shifted_evaluations<P: Problem<f64> + ?Sized, R: Send>(
     if problem.calls_are_costly() {
         let copies = 2 * chunk.len();
         let y = stacked_shifts(z, d, chunk);
-        let (mut lp, mut g) = (vec![0.0; copies * points], vec![0.0; y.len()]);
-        match problem.log_target_copies(anchor, 0, copies, &y, &mut lp, &mut g) {
-            Ok(()) if lp.iter().chain(&g).all(|v| v.is_finite()) => {
-                let (rows, values) = (points, points * d);
-                return Ok(chunk
-                    .iter()
-                    .enumerate()
-                    .map(|(c, &k)| {
-                        let (u, w) = (2 * c, 2 * c + 1);
-                        column(
-                            k,
-                            (
-                                &lp[u * rows..(u + 1) * rows],
-                                &g[u * values..(u + 1) * values],
-                                &lp[w * rows..(w + 1) * rows],
-                                &g[w * values..(w + 1) * values],
-                            ),
-                        )
-                    })
-                    .collect());
-            }
-            Ok(()) | Err(LogpError::NonFinite) => {}
-            Err(e) => return Err(SagdError::Model(e)),
+        if let Some((lp, g)) = copies_target(problem, anchor, (points, copies), &y)? {
+            let (rows, values) = (points, points * d);
+            return Ok(chunk
+                .iter()
+                .enumerate()
+                .map(|(c, &k)| {
+                    let (u, w) = (2 * c, 2 * c + 1);
+                    column(
+                        k,
+                        (
+                            &lp[u * rows..(u + 1) * rows],
+                            &g[u * values..(u + 1) * values],
+                            &lp[w * rows..(w + 1) * rows],
+                            &g[w * values..(w + 1) * values],
+                        ),
+                    )
+                })
+                .collect());
         }
     }
     chunk

@@ -17,8 +17,8 @@
 
 use rayon::prelude::*;
 
-use crate::error::{LogpError, Result, SagdError};
-use crate::metric::{curvature_step, Factor, Metric};
+use crate::error::Result;
+use crate::metric::{copies_target, curvature_step, Factor, Metric};
 use crate::model::Problem;
 
 /// The most work (Σ over points of the colouring's and the inverse's operations) spent on the
@@ -285,12 +285,7 @@ fn gradients_at_shifted_theta<P: Problem<f64> + ?Sized>(
         })
         .collect();
     let evaluate = |anchor: &Vec<f64>| -> Result<Option<Vec<f64>>> {
-        let (mut lp, mut g) = (vec![0.0; copies * points], vec![0.0; states.len()]);
-        match problem.log_target_copies(anchor, 0, copies, states, &mut lp, &mut g) {
-            Ok(()) if lp.iter().chain(&g).all(|v| v.is_finite()) => Ok(Some(g)),
-            Ok(()) | Err(LogpError::NonFinite) => Ok(None),
-            Err(e) => Err(SagdError::Model(e)),
-        }
+        Ok(copies_target(problem, anchor, (points, copies), states)?.map(|(_, g)| g))
     };
     let grads: Vec<Option<Vec<f64>>> = if problem.calls_are_costly() {
         anchors.iter().map(evaluate).collect::<Result<_>>()?
