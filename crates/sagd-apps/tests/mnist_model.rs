@@ -245,6 +245,73 @@ fn baoab_takes_its_first_step_on_a_flat_likelihood() {
     );
 }
 
+#[test]
+fn every_scheme_runs_the_core_program_on_a_flat_likelihood() {
+    // All parameters zero: u₀ = ε and the posterior is N(0, I), so E3's chains must move exactly as
+    // the core's program on that Gaussian with the same draws (OBABO and UBU take more per step).
+    let m = E3::new(4);
+    let p = m.init(1);
+    let p = VaeParams {
+        dec: vec![0.0; p.dec.len()],
+        enc: vec![0.0; p.enc.len()],
+    };
+    let x = images(2);
+    let (rows, d) = (6, 4);
+    for scheme in sagd::langevin::Scheme::ALL {
+        let chains = Chains {
+            scheme,
+            per_image: 3,
+            steps: 4,
+            delta: 0.2,
+            ..Chains::default()
+        };
+        let noise = normals(sagd_noise_len(&m, &chains, 2), 19);
+        let mut gg = vec![0.0f32; p.dec.len()];
+        let info = sagd_batch(
+            &m,
+            &p,
+            &x,
+            &chains,
+            &noise,
+            &mut gg,
+            &mut Scratch::default(),
+        )
+        .unwrap();
+        let (eps, rest) = noise.split_at(rows * d);
+        let (rho0, eta) = rest.split_at(rows * d);
+        let kernel = chains.kernel().unwrap();
+        assert_eq!(
+            eta.len(),
+            4 * kernel.normals_per_step() * rows * d,
+            "{scheme}"
+        );
+        let target = sagd::model::IsoGaussian {
+            dim: d,
+            mean: 0.0,
+            sd: 1.0,
+        };
+        let (mut u, mut rho) = (eps.to_vec(), rho0.to_vec());
+        let block = |i: usize| &eta[i * rows * d..(i + 1) * rows * d];
+        kernel
+            .run_with_noise(&target, &mut u, &mut rho, 4, block)
+            .unwrap();
+        let want = u
+            .chunks_exact(d)
+            .zip(eps.chunks_exact(d))
+            .map(|(a, b)| {
+                a.iter()
+                    .zip(b)
+                    .map(|(x, y)| ((x - y) as f64).powi(2))
+                    .sum::<f64>()
+                    .sqrt()
+            })
+            .sum::<f64>()
+            / rows as f64;
+        assert!(want > 0.05, "{scheme}: the chains moved by {want}");
+        assert_eq!(info.displacement, want, "{scheme}");
+    }
+}
+
 /// The inputs of the tests of the passes' bits: 12 images × 20 chains: 240 chain states in
 /// blocks of 100, 100 and 40; 16 final pieces of 15; the VAE's 2 pieces of 6 images.
 struct Passes {

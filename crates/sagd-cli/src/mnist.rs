@@ -101,8 +101,8 @@ pub struct MnistArgs {
     /// SAGD Langevin steps per chain (the paper's burn-in; the gradient is at the last state).
     #[arg(long, default_value_t = spec().chains.steps)]
     steps: usize,
-    /// SAGD's integrator: euler (the paper's) or baoab (exact in position on Gaussian
-    /// posteriors, one more gradient per update).
+    /// SAGD's integrator: euler (the paper's), obabo, baoab (exact in position on Gaussian
+    /// posteriors) or ubu; a GPU runs euler and baoab. Each takes one gradient per step.
     #[arg(long, default_value_t = spec().chains.scheme)]
     scheme: sagd::langevin::Scheme,
     /// SAGD friction γ.

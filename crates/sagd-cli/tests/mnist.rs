@@ -111,6 +111,29 @@ fn mnist_rejects_bad_data_and_settings() {
 }
 
 #[test]
+fn mnist_runs_every_scheme_on_the_cpu_and_checks_delta_by_the_core_s_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let cache = cache.to_str().unwrap();
+    for scheme in ["obabo", "ubu"] {
+        let out = dir.path().join(scheme);
+        let o = mnist_small(&out, &["--scheme", scheme, "--pretrained-cache", cache]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v = json(&out.join("result.json"));
+        assert_eq!(v["settings"]["chains"]["scheme"], scheme);
+        assert_eq!(v["evaluations"].as_array().unwrap().len(), 3);
+    }
+    // γδ = 1.2: Euler refused, with the way out; BAOAB takes it.
+    let out = dir.path().join("euler");
+    let err = failed(&mnist_small(&out, &["--delta", "0.6"]));
+    assert!(
+        err.contains("gamma*delta < 1") && err.contains("baoab"),
+        "{err}"
+    );
+    assert!(!out.join("result.json").exists());
+}
+
+#[test]
 fn bench_mnist_times_both_phases_through_the_runner() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bench.json");

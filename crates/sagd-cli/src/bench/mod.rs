@@ -44,7 +44,7 @@ pub struct MnistBenchArgs {
     /// SAGD minibatches timed (after one that warms up).
     #[arg(long, default_value_t = 3)]
     sagd_batches: usize,
-    /// SAGD's integrator: euler (the paper's) or baoab.
+    /// SAGD's integrator: euler (the paper's), obabo, baoab or ubu (a GPU: euler or baoab).
     #[arg(long, default_value_t = sagd::langevin::Scheme::Euler)]
     scheme: sagd::langevin::Scheme,
     /// A folder with the four MNIST IDX files. Default: the files that ship with sagd.

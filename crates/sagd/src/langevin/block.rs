@@ -42,6 +42,9 @@ pub(super) struct Block<'a, T> {
     rho: &'a mut [T],
     noise: &'a mut [T],
     rngs: &'a mut [ChainRng],
+    /// The step's normal draws when the caller gives them (each rows × dim, in the program's
+    /// order, an Ornstein-Uhlenbeck flow taking two); `None`: each row draws from its stream.
+    given: Option<&'a [&'a [T]]>,
 }
 
 impl<'a, T> Block<'a, T> {
@@ -57,7 +60,15 @@ impl<'a, T> Block<'a, T> {
             rho: p.6,
             noise: p.7,
             rngs: p.8,
+            given: None,
         }
+    }
+
+    /// The block with the step's normal draws given (see [`super::Kernel::run_with_noise`]) rather than
+    /// drawn from its rows' streams.
+    pub(super) fn with_draws(mut self, given: &'a [&'a [T]]) -> Self {
+        self.given = Some(given);
+        self
     }
 }
 
@@ -99,6 +110,8 @@ fn half_sq<T: Real>(v: &[T]) -> f64 {
 crate::vectorized! {
     /// Runs the kernel's program on one block, then accepts, rejects or recovers each row. Compiled for
     /// AVX-512 and AVX2 with run-time dispatch; no fused multiply-adds, so every path gives the same bits.
+    /// With given draws a diverged row restarts at its last state with ρ = 0 (it has no stream to
+    /// draw a new momentum from); Metropolis kernels need the streams.
     pub(super) fn run_block<T: Real, D: LogDensity<T>>(
         target: &D,
         kernel: &Kernel<T>,
@@ -117,7 +130,10 @@ crate::vectorized! {
             rho,
             noise,
             rngs,
+            given,
         } = b;
+        // The given draws taken so far.
+        let mut taken = 0;
         let rows = lp_old.len();
         let d = x_old.len() / rows.max(1);
         let len = rows * d;
@@ -148,8 +164,17 @@ crate::vectorized! {
                 } => {
                     let g = if fresh { &g_new[..] } else { g_old };
                     if s != T::zero() {
-                        let eta = &mut noise[..len];
-                        fill_noise(eta, rngs, d);
+                        let eta: &[T] = match given {
+                            Some(draws) => {
+                                taken += 1;
+                                draws[taken - 1]
+                            }
+                            None => {
+                                let eta = &mut noise[..len];
+                                fill_noise(eta, rngs, d);
+                                eta
+                            }
+                        };
                         for ((r, gi), e) in rho.iter_mut().zip(g.iter()).zip(eta.iter()) {
                             *r = decay * *r + grad * *gi + s * *e;
                         }
@@ -170,7 +195,7 @@ crate::vectorized! {
                     x1,
                     x2,
                 } => {
-                    let eta = &mut noise[..2 * len];
+                    let eta = &mut noise[..if given.is_some() { 0 } else { 2 * len }];
                     for ((row, rng), _) in eta
                         .chunks_exact_mut(2 * d)
                         .zip(rngs.iter_mut())
@@ -182,9 +207,13 @@ crate::vectorized! {
                         x_new.copy_from_slice(x_old);
                         moved = true;
                     }
+                    taken += if given.is_some() { 2 } else { 0 };
                     for r in 0..rows {
-                        let z = &eta[2 * r * d..2 * (r + 1) * d];
-                        let (z1, z2) = z.split_at(d);
+                        let span = r * d..(r + 1) * d;
+                        let (z1, z2) = match given {
+                            Some(draws) => (&draws[taken - 2][span.clone()], &draws[taken - 1][span]),
+                            None => eta[2 * r * d..2 * (r + 1) * d].split_at(d),
+                        };
                         let xs = &mut x_new[r * d..(r + 1) * d];
                         let ps = &mut rho[r * d..(r + 1) * d];
                         for j in 0..d {
@@ -213,7 +242,13 @@ crate::vectorized! {
                     fresh = true;
                 }
                 Op::Refresh => {
-                    fill_noise(rho, rngs, d);
+                    match given {
+                        Some(draws) => {
+                            taken += 1;
+                            rho.copy_from_slice(draws[taken - 1]);
+                        }
+                        None => fill_noise(rho, rngs, d),
+                    }
                     h0 = (0..rows)
                         .map(|r| -lp_old[r].f64() + half_sq(&rho[r * d..(r + 1) * d]))
                         .collect();
@@ -262,7 +297,10 @@ crate::vectorized! {
             }
             if diverged {
                 st.divergences += 1;
-                rngs[r].normal.fill(&mut rho[span.clone()]);
+                match given {
+                    Some(_) => rho[span.clone()].iter_mut().for_each(|v| *v = T::zero()),
+                    None => rngs[r].normal.fill(&mut rho[span.clone()]),
+                }
             }
             st.logp += lp_new[r].f64();
             st.rho2 += if diverged { sum_sq(&rho[span]) } else { rho2 };

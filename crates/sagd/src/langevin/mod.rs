@@ -30,6 +30,7 @@
 
 mod block;
 mod chains;
+mod given;
 
 pub use chains::{check_chains_fit, BlockStep, ChainSet, Momentum, StepInfo};
 

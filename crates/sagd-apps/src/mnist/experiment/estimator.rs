@@ -83,6 +83,17 @@ impl<'a> E3Estimator<'a> {
         objective: Objective,
         seed: u64,
     ) -> Result<Self> {
+        if let (Device::Cuda(_), Objective::Sagd(c)) = (device, &objective) {
+            if !matches!(c.scheme, Scheme::Euler | Scheme::Baoab) {
+                return Err(SagdError::InvalidSetting {
+                    name: "scheme",
+                    value: c.scheme.to_string(),
+                    fix:
+                        "E3's chains run euler or baoab on a GPU: run this scheme with --device cpu"
+                            .into(),
+                });
+            }
+        }
         let mut est = Self::new(model, images, objective, seed);
         if let Device::Cuda(i) = device {
             est.engine = Engine::Gpu(Box::new(GpuE3::new(Gpu::open(i)?)));

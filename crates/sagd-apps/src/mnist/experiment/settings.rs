@@ -117,29 +117,8 @@ impl E3Settings {
                 "use at least 1 chain per image (paper: 20)".into(),
             );
         }
-        sagd::error::positive(
-            "delta",
-            self.chains.delta,
-            "use a Langevin step > 0, such as 0.01",
-        )?;
-        sagd::error::positive("gamma", self.chains.gamma, "use a friction > 0, such as 2")?;
-        match self.chains.scheme {
-            Scheme::Euler if self.chains.gamma * self.chains.delta >= 1.0 => {
-                return bad(
-                    "gamma * delta",
-                    (self.chains.gamma * self.chains.delta).to_string(),
-                    "the Euler scheme needs gamma * delta < 1: take a smaller delta".into(),
-                )
-            }
-            Scheme::Euler | Scheme::Baoab => {}
-            other => {
-                return bad(
-                    "scheme",
-                    other.name().into(),
-                    "E3's chains run euler (the paper's) or baoab".into(),
-                )
-            }
-        }
+        // δ, γ and the scheme by the core's rules, where every sampler's are checked.
+        self.chains.kernel()?;
         sagd::error::positive(
             "vae_lr",
             self.vae_lr,

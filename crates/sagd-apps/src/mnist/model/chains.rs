@@ -2,6 +2,11 @@
 //! frozen encoder, stepped in blocks of rows, and the generator's gradient averaged over their
 //! states.
 
+use std::sync::Mutex;
+
+use sagd::error::LogpError;
+use sagd::model::LogDensity;
+
 use super::*;
 
 /// The images of chains `s..e` (chain r belongs to image r mod b) into `xs`, and their starts
@@ -28,10 +33,12 @@ fn chain_starts(
 }
 
 /// SAGD's gradient for the generator on the binarised images `x` (b × 784), encoder frozen:
-/// `chains.per_image` chains per image from u₀ = μ + σ ε, ρ₀, run `chains.steps` Euler steps on
-/// p(u | x; θ); the gradient of the mean of −log p(x | u; θ) at their last states goes into
-/// `grad_gen` (overwritten). `noise` holds, in order, ε (C × b × d), ρ₀ (C·b × d) and the steps'
-/// η (steps × C·b × d); chain r = c·b + i belongs to image i.
+/// `chains.per_image` chains per image from u₀ = μ + σ ε, ρ₀, run `chains.steps` steps of the
+/// core's Langevin program ([`Kernel::run_with_noise`](sagd::langevin::Kernel::run_with_noise)) on p(u | x; θ); the gradient of the mean of
+/// −log p(x | u; θ) at their last states goes into `grad_gen` (overwritten). `noise` holds, in
+/// order, ε (C × b × d), ρ₀ (C·b × d) and the steps' draws (steps × m × C·b × d, m the scheme's
+/// [`Kernel::normals_per_step`](sagd::langevin::Kernel::normals_per_step)); chain r = c·b + i
+/// belongs to image i.
 ///
 /// Two passes, each cut by the shapes alone: the chains in blocks of [`SUB_ROWS`] (they need no
 /// parameter gradient, so any number of blocks can run side by side: 40 for 200 images), then the
@@ -50,14 +57,18 @@ pub fn sagd_batch(
     let d = m.d;
     let b = x.len() / PIXELS;
     let rows = chains.per_image * b;
+    let expected = sagd_noise_len(m, chains, b);
+    if noise.len() != expected {
+        return Err(sagd::error::SagdError::Dimension {
+            what: "SAGD's noise (sagd_noise_len draws)",
+            expected,
+            got: noise.len(),
+        });
+    }
     let enc = encode(m, &p.enc, x, scratch);
     let (eps, rest) = noise.split_at(rows * d);
     let (rho0, eta) = rest.split_at(rows * d);
-    let (delta, gamma) = (chains.delta as f32, chains.gamma as f32);
-    let (decay, kick) = (
-        1.0 - gamma * delta,
-        (2.0 * chains.gamma * chains.delta).sqrt() as f32,
-    );
+    let kernel = chains.kernel()?;
     // The chains, block by block, to their last states u.
     let mut pk_gen = std::mem::take(&mut scratch.packed.0);
     m.gen.pack(&p.dec, true, &mut pk_gen);
@@ -68,57 +79,29 @@ pub fn sagd_batch(
     let pool = &scratch.pool;
     u.par_chunks_mut(SUB_ROWS * d)
         .enumerate()
-        .for_each(|(blk, u)| {
+        .try_for_each(|(blk, u)| -> Result<()> {
             let blk = blocks.start + blk;
             let (s, e) = (blk * SUB_ROWS, (blk * SUB_ROWS + SUB_ROWS).min(rows));
             let n = e - s;
             pool.with(|bufs| {
-                let ws = &mut bufs.gen;
                 let mut xs = Vec::with_capacity(n * PIXELS);
                 chain_starts(x, &enc, eps, (b, d), (s, e), &mut xs, u);
                 let mut rho = rho0[s * d..e * d].to_vec();
-                let (mut dl, mut gu) = (vec![0.0f32; n * PIXELS], vec![0.0f32; n * d]);
-                // gu ← ∇u log p(u | x) = ∇u log p(x | u) − u.
-                let mut grad = |u: &[f32], gu: &mut [f32]| {
-                    m.gen.forward_packed(&p.dec, packed, u, n, ws);
-                    bernoulli_logits(ws.output(), &xs, &mut dl);
-                    m.gen
-                        .backward_packed(&p.dec, packed, ws, &dl, ParamGrads::Skip, Some(gu));
-                    gu.iter_mut().zip(u).for_each(|(g, v)| *g -= v);
+                let posterior = Posterior {
+                    m,
+                    dec: &p.dec,
+                    packed,
+                    xs: &xs,
+                    work: Mutex::new((&mut bufs.gen, vec![0.0f32; n * PIXELS])),
                 };
-                let noise = |step: usize| &eta[(step * rows + s) * d..(step * rows + e) * d];
-                if chains.scheme == Scheme::Baoab && chains.steps > 0 {
-                    let (c1, c2) = (
-                        (-chains.gamma * chains.delta).exp() as f32,
-                        (1.0 - (-2.0 * chains.gamma * chains.delta).exp()).sqrt() as f32,
-                    );
-                    let half = 0.5 * delta;
-                    grad(u, &mut gu);
-                    for step in 0..chains.steps {
-                        for (((uj, rj), gj), hj) in
-                            u.iter_mut().zip(&mut rho).zip(&gu).zip(noise(step))
-                        {
-                            *rj += half * gj;
-                            *uj += half * *rj;
-                            *rj = c1 * *rj + c2 * hj;
-                            *uj += half * *rj;
-                        }
-                        grad(u, &mut gu);
-                        rho.iter_mut().zip(&gu).for_each(|(r, g)| *r += half * g);
-                    }
-                } else {
-                    for step in 0..chains.steps {
-                        grad(u, &mut gu);
-                        for (((uj, rj), gj), hj) in
-                            u.iter_mut().zip(&mut rho).zip(&gu).zip(noise(step))
-                        {
-                            *uj += delta * *rj;
-                            *rj = decay * *rj + delta * gj + kick * hj;
-                        }
-                    }
-                }
-            });
-        });
+                // Draw i of the block: its rows of the i-th η block.
+                let draws = |i: usize| &eta[(i * rows + s) * d..(i * rows + e) * d];
+                let steps = chains.steps;
+                kernel
+                    .run_with_noise(&posterior, u, &mut rho, steps, draws)
+                    .map(|_| ())
+            })
+        })?;
     // Every process's chains' last states.
     let u = sagd::share::gather(u)?;
     // The generator's gradient at the last states.
@@ -175,7 +158,61 @@ pub fn sagd_noise_len(m: &E3, chains: &Chains, images: usize) -> usize {
 }
 
 /// The blocks of b rows (one per image, chain c·b + i of image i) in [`sagd_batch`]'s `noise`:
-/// `per_image` each for ε, ρ₀ and every step's η.
+/// `per_image` each for ε, ρ₀ and every normal draw of every step (one per step for Euler and
+/// BAOAB, two for OBABO, four for UBU). Settings that make no kernel count one per step; the
+/// pass refuses them.
 pub fn sagd_noise_blocks(chains: &Chains) -> usize {
-    (2 + chains.steps) * chains.per_image
+    let per_step = chains.kernel().map_or(1, |k| k.normals_per_step());
+    (2 + chains.steps * per_step) * chains.per_image
+}
+
+/// The posterior p(u | x; θ) ∝ p(x | u; θ) N(u; 0, I) of one block's chains (row r the latent of
+/// image `xs[r]`), as the core's Langevin program reads a target. The block's task is its only
+/// user: the lock is never contended.
+struct Posterior<'a> {
+    m: &'a E3,
+    dec: &'a [f32],
+    packed: &'a PackedWeights,
+    xs: &'a [f32],
+    /// The generator's buffers and the logits' gradient.
+    work: Mutex<(&'a mut Workspace, Vec<f32>)>,
+}
+
+impl LogDensity<f32> for Posterior<'_> {
+    fn dim(&self) -> usize {
+        self.m.d
+    }
+
+    /// log p(x | u) − |u|²/2 and its gradient ∇u log p(x | u) − u.
+    fn logp_grad(
+        &self,
+        _first_row: usize,
+        u: &[f32],
+        logp: &mut [f32],
+        gu: &mut [f32],
+    ) -> std::result::Result<(), LogpError> {
+        let mut work = self
+            .work
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (ws, dl) = &mut *work;
+        let (gen, n, d) = (&self.m.gen, logp.len(), self.m.d);
+        gen.forward_packed(self.dec, self.packed, u, n, ws);
+        let rows = ws
+            .output()
+            .chunks_exact(PIXELS)
+            .zip(self.xs.chunks_exact(PIXELS));
+        for (((lp, (logits, x)), dl), ur) in logp
+            .iter_mut()
+            .zip(rows)
+            .zip(dl.chunks_exact_mut(PIXELS))
+            .zip(u.chunks_exact(d))
+        {
+            let prior: f64 = ur.iter().map(|v| (v * v) as f64).sum();
+            *lp = (bernoulli_logits(logits, x, dl) - 0.5 * prior) as f32;
+        }
+        gen.backward_packed(self.dec, self.packed, ws, dl, ParamGrads::Skip, Some(gu));
+        gu.iter_mut().zip(u).for_each(|(g, v)| *g -= v);
+        Ok(())
+    }
 }

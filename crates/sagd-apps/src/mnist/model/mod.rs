@@ -13,7 +13,7 @@ use rand::RngExt;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 use sagd::error::Result;
-use sagd::langevin::Scheme;
+use sagd::langevin::{Kernel, LangevinSettings, Scheme};
 use sagd::rng::NormalStream;
 
 use super::{encoder, generator, PIXELS};
@@ -151,13 +151,13 @@ pub struct E3 {
     pub enc: Sequential,
 }
 
-/// The Langevin chains of SAGD's gradient, from u₀ ~ q_φ(u | x), ρ₀ ~ N(0, I): the paper's Euler
-/// scheme u ← u + δρ, ρ ← (1 − γδ)ρ + δ∇log p(u | x) + √(2γδ) η, or BAOAB (half kick, half drift,
-/// exact friction and noise, half drift, half kick: one gradient per step, as Euler, plus one at
-/// the start; exact in position on Gaussian posteriors).
+/// The Langevin chains of SAGD's gradient, from u₀ ~ q_φ(u | x), ρ₀ ~ N(0, I), stepped by the
+/// core's program of any [`Scheme`]: the paper's Euler u ← u + δρ, ρ ← (1 − γδ)ρ + δ∇log p(u | x) +
+/// √(2γδ) η, or OBABO, BAOAB (exact in position on Gaussian posteriors) or UBU. Each evaluates the
+/// gradient once per step (at u₀ … u_{K−1}); the GPU's chains run Euler and BAOAB.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Chains {
-    /// Euler (the paper's) or BAOAB.
+    /// The integrator (default: the paper's Euler).
     #[serde(default)]
     pub scheme: Scheme,
     /// Chains per image.
@@ -168,6 +168,22 @@ pub struct Chains {
     pub gamma: f64,
     /// Step δ.
     pub delta: f64,
+}
+
+impl Chains {
+    /// The integrator and the friction, as the core's samplers take them.
+    pub fn langevin(&self) -> LangevinSettings {
+        LangevinSettings {
+            scheme: self.scheme,
+            gamma: self.gamma,
+        }
+    }
+
+    /// The program of one step, once γ and δ are checked (the core's rules: both > 0, γδ < 1 for
+    /// Euler).
+    pub fn kernel(&self) -> Result<Kernel<f32>> {
+        self.langevin().kernel(self.delta)
+    }
 }
 
 impl Default for Chains {

@@ -1,0 +1,234 @@
+//! The kernel's program on rows of chains whose normal draws the caller gives: for engines that
+//! draw all of a pass's noise at once (so that another device, or a split run, reads the same
+//! draws) and need only the chains' last positions.
+
+use super::block::{run_block, Block};
+use super::{Kernel, Op};
+use crate::error::{check_len, Result, SagdError};
+use crate::model::LogDensity;
+use crate::real::Real;
+
+impl<T: Real> Kernel<T> {
+    /// Blocks of normal draws (one per coordinate of every row) that one transition takes: one per
+    /// noisy kick and per momentum refresh, two per Ornstein-Uhlenbeck flow. Euler and BAOAB take
+    /// one, OBABO two, UBU four.
+    pub fn normals_per_step(&self) -> usize {
+        self.ops
+            .iter()
+            .map(|op| match op {
+                Op::Kick { noise, .. } if *noise != T::zero() => 1,
+                Op::Refresh => 1,
+                Op::Ou { .. } => 2,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// The program up to its last move of the positions: what a transition must run when only
+    /// the positions after it are wanted.
+    fn to_last_move(&self) -> Kernel<T> {
+        let end = self
+            .ops
+            .iter()
+            .rposition(|op| matches!(op, Op::Drift(_) | Op::Ou { .. }))
+            .map_or(0, |i| i + 1);
+        Kernel {
+            ops: self.ops[..end].to_vec(),
+            metropolis: self.metropolis,
+        }
+    }
+}
+
+impl<T: Real> Kernel<T> {
+    /// Runs `steps` transitions of this kernel on the chains whose positions are the rows of `x`
+    /// (each of `target.dim()` values) and momenta the rows of `rho`, and leaves their last
+    /// positions in `x`. `draws(i)` gives the i-th block of normal draws (rows × dim, row-major):
+    /// transition s takes blocks s·m … s·m + m − 1, m = [`Kernel::normals_per_step`], in the
+    /// program's order. Returns the number of divergences (a diverged row restarts at its last
+    /// state with ρ = 0).
+    ///
+    /// The target is evaluated once at the start and once per transition, but not after the last
+    /// move of the positions, which nothing here would read: K Euler steps evaluate it K times.
+    /// The same program on the same draws gives the same bits as a [`super::ChainSet`] step.
+    pub fn run_with_noise<'n>(
+        &self,
+        target: &impl LogDensity<T>,
+        x: &mut [T],
+        rho: &mut [T],
+        steps: usize,
+        draws: impl Fn(usize) -> &'n [T],
+    ) -> Result<usize> {
+        if self.metropolis {
+            return Err(SagdError::InvalidSetting {
+                name: "kernel",
+                value: "hmc".into(),
+                fix: "a Metropolis test draws from each chain's stream: run HMC on a ChainSet"
+                    .into(),
+            });
+        }
+        let d = target.dim().max(1);
+        let rows = x.len() / d;
+        check_len("positions (rows × target dimension)", rows * d, x.len())?;
+        check_len("momenta (as the positions)", x.len(), rho.len())?;
+        if steps == 0 || rows == 0 {
+            return Ok(0);
+        }
+        let (mut xa, mut xb) = (x.to_vec(), x.to_vec());
+        let (mut ga, mut gb) = (vec![T::zero(); x.len()], vec![T::zero(); x.len()]);
+        let (mut la, mut lb) = (vec![T::zero(); rows], vec![T::zero(); rows]);
+        match target.logp_grad(0, &xa, &mut la, &mut ga) {
+            Ok(()) => {}
+            Err(e) if e.is_recoverable() => la.iter_mut().for_each(|v| *v = T::nan()),
+            Err(e) => return Err(SagdError::Model(e)),
+        }
+        let finite =
+            |r: usize| la[r].is_finite() && ga[r * d..(r + 1) * d].iter().all(|v| v.is_finite());
+        if let Some(chain) = (0..rows).find(|&r| !finite(r)) {
+            return Err(SagdError::NonFiniteStart { chain });
+        }
+        let last = self.to_last_move();
+        let per_step = self.normals_per_step();
+        let mut divergences = 0;
+        for s in 0..steps {
+            let step: Vec<&[T]> = (0..per_step).map(|j| draws(s * per_step + j)).collect();
+            for block in &step {
+                check_len(
+                    "a block of given normal draws (rows × dim)",
+                    x.len(),
+                    block.len(),
+                )?;
+            }
+            let parts = (
+                &xa[..],
+                &mut xb[..],
+                &ga[..],
+                &mut gb[..],
+                &la[..],
+                &mut lb[..],
+                &mut *rho,
+                &mut [][..],
+                &mut [][..],
+            );
+            let program = if s + 1 == steps { &last } else { self };
+            let b = Block::new(0, parts).with_draws(&step);
+            divergences += run_block(target, program, b, None)?.divergences;
+            std::mem::swap(&mut xa, &mut xb);
+            std::mem::swap(&mut ga, &mut gb);
+            std::mem::swap(&mut la, &mut lb);
+        }
+        x.copy_from_slice(&xa);
+        Ok(divergences)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::langevin::{ChainSet, LangevinSettings, Momentum, Scheme};
+    use crate::model::IsoGaussian;
+    use crate::rng::ChainRng;
+
+    /// The draws a ChainSet's rows take from their streams over `steps` transitions of `kernel`,
+    /// laid out as `run_with_noise` reads them.
+    fn streams_draws(
+        kernel: &Kernel<f64>,
+        rows: usize,
+        d: usize,
+        steps: usize,
+        seed: u64,
+    ) -> Vec<Vec<f64>> {
+        let mut rngs: Vec<ChainRng> = (0..rows as u64).map(|c| ChainRng::new(seed, c)).collect();
+        let mut blocks = Vec::new();
+        for _ in 0..steps {
+            for op in &kernel.ops {
+                let width = match op {
+                    Op::Kick { noise, .. } if *noise != 0.0 => 1,
+                    Op::Ou { .. } => 2,
+                    Op::Refresh => 1,
+                    _ => 0,
+                };
+                let mut mine = vec![vec![0.0; rows * d]; width];
+                for (r, rng) in rngs.iter_mut().enumerate() {
+                    let mut row = vec![0.0; width * d];
+                    rng.normal.fill(&mut row);
+                    for (w, block) in mine.iter_mut().enumerate() {
+                        block[r * d..(r + 1) * d].copy_from_slice(&row[w * d..(w + 1) * d]);
+                    }
+                }
+                blocks.extend(mine);
+            }
+        }
+        blocks
+    }
+
+    #[test]
+    fn given_draws_step_as_the_chains_own_streams_bit_for_bit() {
+        let target = IsoGaussian {
+            dim: 3,
+            mean: 0.5,
+            sd: 1.5,
+        };
+        let (rows, d, steps, seed) = (4, 3, 7, 11);
+        let x0: Vec<f64> = (0..rows * d).map(|i| 0.3 * i as f64 - 1.0).collect();
+        let rho0: Vec<f64> = (0..rows * d).map(|i| 0.1 * i as f64 - 0.4).collect();
+        for scheme in Scheme::ALL {
+            let kernel = LangevinSettings { scheme, gamma: 1.3 }
+                .kernel::<f64>(0.2)
+                .unwrap();
+            let mut chains = ChainSet::new(rows, d, seed);
+            chains.init(&target, &x0, Momentum::Zero).unwrap();
+            chains.set_momenta(&rho0).unwrap();
+            chains.burn_in(&target, &kernel, steps).unwrap();
+            let blocks = streams_draws(&kernel, rows, d, steps, seed);
+            assert_eq!(blocks.len(), steps * kernel.normals_per_step(), "{scheme}");
+            let (mut x, mut rho) = (x0.clone(), rho0.clone());
+            let draws = |i: usize| &blocks[i][..];
+            let div = kernel
+                .run_with_noise(&target, &mut x, &mut rho, steps, draws)
+                .unwrap();
+            assert_eq!(div, 0);
+            assert_eq!(x, chains.positions(), "{scheme}");
+        }
+    }
+
+    #[test]
+    fn the_draws_per_step_are_counted_per_scheme() {
+        let per = |scheme| {
+            LangevinSettings { scheme, gamma: 1.0 }
+                .kernel::<f32>(0.1)
+                .unwrap()
+                .normals_per_step()
+        };
+        assert_eq!(
+            Scheme::ALL.map(per),
+            [1, 2, 1, 4],
+            "euler, obabo, baoab, ubu"
+        );
+    }
+
+    #[test]
+    fn wrong_shapes_and_metropolis_kernels_are_refused_by_name() {
+        let target = IsoGaussian {
+            dim: 2,
+            mean: 0.0,
+            sd: 1.0,
+        };
+        let kernel = LangevinSettings::default().kernel::<f64>(0.1).unwrap();
+        let short = [0.0; 3];
+        let (mut x, mut rho) = (vec![0.0; 4], vec![0.0; 4]);
+        let e = kernel
+            .run_with_noise(&target, &mut x, &mut rho, 1, |_| &short[..])
+            .unwrap_err();
+        assert!(e.to_string().contains("given normal draws"), "{e}");
+        let mut rho3 = vec![0.0; 3];
+        let e = kernel
+            .run_with_noise(&target, &mut x, &mut rho3, 1, |_| &short[..])
+            .unwrap_err();
+        assert!(e.to_string().contains("momenta"), "{e}");
+        let hmc = crate::hmc::HmcSettings::default().kernel::<f64>().unwrap();
+        let e = hmc
+            .run_with_noise(&target, &mut x, &mut rho, 1, |_| &short[..])
+            .unwrap_err();
+        assert!(e.to_string().contains("Metropolis"), "{e}");
+    }
+}
