@@ -9,7 +9,7 @@ use pyo3::types::PyDict;
 use sagd::em::EmEvent;
 use sagd::glmm::{
     Criterion, ExactFit, ExactSettings, Family, FitSettings, Fitted, Glmm, LikelihoodMethod,
-    Method, RandomTerm,
+    Method, RandomTerm, TermNames,
 };
 use sagd::model::LatentModel;
 
@@ -62,7 +62,7 @@ fn glmm_model(
 
 /// ℓ(θ) of a GLMM (see `sagd.glmm_loglik`): (value, its error, how it was computed).
 #[pyfunction]
-#[pyo3(signature = (family, y, x, groups, zs, correlated, trials, theta, seed=0))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, theta, seed=0))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn glmm_loglik(
     py: Python<'_>,
@@ -149,10 +149,12 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
     Ok(d)
 }
 
-/// Fits a GLMM by its exact likelihood or automated EM (see `sagd.glmm` for the arguments): one random-effect term per
-/// entry of `groups`, with its design in `zs` and its `correlated` flag; returns a dict of arrays.
+/// Fits a GLMM by its exact likelihood or automated EM (see `sagd.glmm` for the arguments), every
+/// argument by name: one random-effect term per entry of `groups`, with its design in `zs`, its
+/// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
+/// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (family, y, x, groups, zs, correlated, trials, seed, threads, max_msteps, progress, method="auto", reml=false, nodes=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -163,6 +165,8 @@ pub(crate) fn fit_glmm<'py>(
     zs: Vec<PyReadonlyArray2<'py, f64>>,
     correlated: Vec<bool>,
     trials: Option<PyReadonlyArray1<'py, f64>>,
+    x_names: Vec<String>,
+    terms: Vec<(String, Vec<String>)>,
     seed: u64,
     threads: Option<usize>,
     max_msteps: Option<usize>,
@@ -173,6 +177,16 @@ pub(crate) fn fit_glmm<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
     let model = glmm_model(family, y, x, groups, zs, correlated, trials)?;
+    let terms: Vec<TermNames> = terms
+        .into_iter()
+        .map(|(group, effects)| TermNames {
+            group,
+            effects,
+            levels: Vec::new(),
+        })
+        .collect();
+    let names = model.theta_names(&x_names, &terms).map_err(py_error)?;
+    let random_names = model.effect_names(&terms).map_err(py_error)?;
     let settings = FitSettings {
         method,
         exact: ExactSettings {
@@ -230,5 +244,7 @@ pub(crate) fn fit_glmm<'py>(
     d.set_item("aic", summary.aic(criterion))?;
     d.set_item("bic", summary.bic(criterion, model.n_obs()))?;
     d.set_item("n_points", model.n_data())?;
+    d.set_item("names", names)?;
+    d.set_item("random_names", random_names)?;
     Ok(d)
 }

@@ -82,6 +82,11 @@ def test_bad_inputs_name_the_argument(poisson_data):
         sagd.glmm(np.ones_like(y), X, g, family="gaussian")
     with pytest.raises(ValueError, match="trials"):
         sagd.glmm(np.minimum(y, 1), X, g, family="binomial", trials=-np.ones_like(y))
+    # Names by the core's rule (Glmm::theta_names): one per column.
+    with pytest.raises(ValueError, match="x_names.*one name per column of X"):
+        sagd.glmm(y, X, g, family="poisson", x_names=["a"])
+    with pytest.raises(ValueError, match="z_names.*one name per column of groups's Z"):
+        sagd.glmm(y, X, g, family="poisson", z_names=["a", "b"])
 
 
 def test_no_variation_between_groups_is_reported_as_a_singular_fit():

@@ -84,6 +84,7 @@ def test_correlated_random_slopes_fit_the_quadrature_maximum():
     r = sagd.glmm(y, X, g, family="poisson", Z=X, correlated=True, seed=2,
                   z_names=["(Intercept)", "x"], method="em")
     assert r.status == "polished", r
+    assert r.names == ["(Intercept)", "x1", "log sd (Intercept)", "log sd x", "L[1,0] groups"]
     f = lambda t: slopes_loglik(t, y, x, g)
     t, lmax = maximum(f, r.estimate + 0.02)
     assert lmax - f(r.estimate) < 0.05, (lmax - f(r.estimate), r)

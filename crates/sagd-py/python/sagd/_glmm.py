@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -199,10 +199,11 @@ class _Arrays:
             raise ValueError("trials: only the binomial family has trials")
         return cls(family, yv, n, factor_names, k, labels, index, Xm, Zs, cor, tv)
 
-    def core(self) -> tuple:
-        """The leading arguments of ``_core.fit_glmm`` and ``_core.glmm_loglik``."""
-        return (self.family, self.y, self.X, [i.astype(np.int64) for i in self.index], self.Zs,
-                self.cor, self.trials)
+    def core(self) -> Dict[str, Any]:
+        """The model's arguments of ``_core.fit_glmm`` and ``_core.glmm_loglik``, by name."""
+        return dict(family=self.family, y=self.y, x=self.X,
+                    groups=[i.astype(np.int64) for i in self.index], zs=self.Zs,
+                    correlated=self.cor, trials=self.trials)
 
 
 def glmm_loglik(
@@ -233,7 +234,7 @@ def glmm_loglik(
         (log-likelihood, its Monte Carlo error (0 when exact), how it was computed).
     """
     a = _Arrays.of(y, X, groups, family, Z, trials, correlated)
-    return _core.glmm_loglik(*a.core(), [float(v) for v in np.asarray(theta, dtype=float)],
+    return _core.glmm_loglik(**a.core(), theta=[float(v) for v in np.asarray(theta, dtype=float)],
                              seed=_whole("seed", seed))
 
 
@@ -329,55 +330,38 @@ def glmm(
     elif data is not None:
         raise ValueError("data: only with a formula, e.g. sagd.glmm('y ~ x + (1 | g)', data=df)")
     a = _Arrays.of(y, X, groups, family, Z, trials, correlated)
-    yv, n, factor_names, k, labels, Xm, Zs, cor = (a.y, a.n, a.factor_names, a.k, a.labels, a.X,
-                                                   a.Zs, a.cor)
+    n, factor_names, k, labels, Xm, Zs = a.n, a.factor_names, a.k, a.labels, a.X, a.Zs
     p = Xm.shape[1]
     # Unnamed columns: a column of ones is R's (Intercept); a column of Z that is one of X's
     # takes its name.
-    xn = list(x_names) if x_names is not None else [
+    xn = [str(v) for v in x_names] if x_names is not None else [
         "(Intercept)" if np.all(Xm[:, j] == 1) else f"x{j}" for j in range(p)]
-    if len(xn) != p:
-        raise ValueError("x_names: give one name per column of X")
     if k == 1:
         zn_all = [z_names]
     else:
         zn_all = [None] * k if z_names is None else _per_factor("z_names", list(z_names), k)
     zn = []
-    for t, (Zt, names_t) in enumerate(zip(Zs, zn_all)):
-        q = Zt.shape[1]
+    for Zt, names_t in zip(Zs, zn_all):
         if names_t is None:
             names_t = [next((xn[i] for i in range(p) if np.array_equal(Zt[:, j], Xm[:, i])),
                             "(Intercept)" if np.all(Zt[:, j] == 1) else f"z{j}")
-                       for j in range(q)]
-        names_t = list(names_t)
-        if len(names_t) != q:
-            raise ValueError("z_names: give one name per column of Z")
-        zn.append(names_t)
+                       for j in range(Zt.shape[1])]
+        zn.append([str(v) for v in names_t])
     show, close = _progress(progress, 50 * (max_msteps or 20), "sagd.glmm")
     try:
-        d = _core.fit_glmm(*a.core(), _whole("seed", seed), _threads(threads),
-                           None if max_msteps is None else _whole("max_msteps", max_msteps, 1),
-                           show,
-                           method=str(method), reml=bool(reml), nodes=nodes)
+        d = _core.fit_glmm(**a.core(), x_names=xn, terms=list(zip(factor_names, zn)),
+                           seed=_whole("seed", seed), threads=_threads(threads),
+                           max_msteps=(None if max_msteps is None
+                                       else _whole("max_msteps", max_msteps, 1)),
+                           progress=show, method=str(method), reml=bool(reml), nodes=nodes)
     finally:
         close()
-    one = k == 1
-    label = (lambda t, c: c) if one else (lambda t, c: f"{factor_names[t]}: {c}")
-    names = list(xn)
-    for t, (names_t, c) in enumerate(zip(zn, cor)):
-        q = len(names_t)
-        names += [f"log sd {label(t, v)}" for v in names_t]
-        if c:
-            names += [f"L[{a},{b}] {factor_names[t]}" for a in range(1, q) for b in range(a)]
-    gaussian = family.lower() in ("gaussian", "normal")
-    if gaussian:
-        names.append("log(sigma)")
-    base = FitResult._of(d, names)
+    # θ's names and the sds' labels come from the core (`Glmm::theta_names`, `effect_names`).
+    base = FitResult._of(d, d["names"])
     est = base.estimate
     # The sds' standard errors (delta method) and the correlations come from the core.
     tau = np.asarray(d["random_sd"], dtype=float)
     cors = [np.asarray(c, dtype=float) for c in d["random_cor"]]
-    rnames = [label(t, v) for t, names_t in enumerate(zn) for v in names_t]
     if d.get("singular"):
         # A covariance at its boundary (the core's rule and words): the parameter there has no
         # finite maximum, and no standard error.
@@ -403,13 +387,13 @@ def glmm(
         fixed_se=base.se[:p].copy(),
         random_sd=tau,
         random_sd_se=np.asarray(d["random_sd_se"], dtype=float),
-        random_names=rnames,
+        random_names=list(d["random_names"]),
         random_cor=cors,
         sigma=d.get("sigma"),
         sigma_se=d.get("sigma_se"),
         loglik=d.get("loglik"),
         loglik_se=d.get("loglik_se"),
         loglik_method=d.get("loglik_method"),
-        groups=labels[0] if one else dict(zip(factor_names, labels)),
+        groups=labels[0] if k == 1 else dict(zip(factor_names, labels)),
         n_points=int(d.get("n_points", 0)),
     )

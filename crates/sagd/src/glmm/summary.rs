@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Family, Glmm};
+use super::{Family, Glmm, TermNames};
+use crate::error::{invalid, Result};
 
 /// A value and its standard error (NaN where it has none: a parameter at a boundary, or no
 /// covariance given).
@@ -64,6 +65,66 @@ impl Summary {
 }
 
 impl Glmm {
+    /// The names of θ's entries in θ's order, from the fixed effects' names and each term's
+    /// (its factor and its effects; the levels are not read): β's as given, then per term
+    /// `log sd EFFECT` (labelled as [`Glmm::effect_names`] labels) and, for correlated effects, the
+    /// Cholesky factor's lower entries `L[a,b] FACTOR` row by row; `log(sigma)` last for the
+    /// Gaussian family. Errors name the list whose length does not match the model.
+    pub fn theta_names(&self, fixed: &[String], terms: &[TermNames]) -> Result<Vec<String>> {
+        if fixed.len() != self.p {
+            return Err(invalid(
+                "x_names",
+                format!("{} names", fixed.len()),
+                &format!("give one name per column of X ({})", self.p),
+            ));
+        }
+        let mut effects = self.effect_names(terms)?.into_iter();
+        let mut names = fixed.to_vec();
+        for (term, t) in self.terms.iter().zip(terms) {
+            names.extend(effects.by_ref().take(term.q).map(|e| format!("log sd {e}")));
+            if term.correlated {
+                for a in 1..term.q {
+                    names.extend((0..a).map(|b| format!("L[{a},{b}] {}", t.group)));
+                }
+            }
+        }
+        if self.family == Family::Gaussian {
+            names.push("log(sigma)".into());
+        }
+        Ok(names)
+    }
+
+    /// The random effects' labels, one per standard deviation of [`Summary::random`] in order:
+    /// the effect's name, after its factor's (`g: (Intercept)`) when the model has several terms.
+    pub fn effect_names(&self, terms: &[TermNames]) -> Result<Vec<String>> {
+        if terms.len() != self.terms.len() {
+            return Err(invalid(
+                "z_names",
+                format!("names of {} terms", terms.len()),
+                &format!(
+                    "give the names of each of the {} random-effect terms",
+                    self.terms.len()
+                ),
+            ));
+        }
+        let one = terms.len() == 1;
+        let mut labels = Vec::new();
+        for (term, t) in self.terms.iter().zip(terms) {
+            if t.effects.len() != term.q {
+                return Err(invalid(
+                    "z_names",
+                    format!("{} names for {}", t.effects.len(), t.group),
+                    &format!("give one name per column of {}'s Z ({})", t.group, term.q),
+                ));
+            }
+            labels.extend(t.effects.iter().map(|e| match one {
+                true => e.clone(),
+                false => format!("{}: {e}", t.group),
+            }));
+        }
+        Ok(labels)
+    }
+
     /// θ on the scales lme4 prints, with standard errors from `covariance` (θ's, e.g.
     /// [`super::ExactFit::covariance`] or the inverse of EM's observed information) by the
     /// delta method; None gives NaN errors.
@@ -226,6 +287,43 @@ mod tests {
         assert_eq!(s.n_params, 5);
         assert!((s.aic(-10.0) - 30.0).abs() < 1e-12);
         assert!((s.bic(-10.0, 6) - (20.0 + 5.0 * 6f64.ln())).abs() < 1e-12);
+    }
+
+    #[test]
+    fn theta_s_names_follow_its_layout_and_wrong_lengths_are_named() {
+        let m = model();
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let term = TermNames {
+            group: "g".into(),
+            effects: names(&["(Intercept)", "x"]),
+            levels: Vec::new(),
+        };
+        let theta = m.theta_names(&names(&["(Intercept)"]), std::slice::from_ref(&term));
+        assert_eq!(
+            theta.unwrap(),
+            names(&[
+                "(Intercept)",
+                "log sd (Intercept)",
+                "log sd x",
+                "L[1,0] g",
+                "log(sigma)"
+            ])
+        );
+        // As many names as θ has entries: one per parameter of the summary's count.
+        assert_eq!(m.summary(&[0.0; 5], None).n_params, 5);
+        assert_eq!(
+            m.effect_names(std::slice::from_ref(&term)).unwrap(),
+            names(&["(Intercept)", "x"])
+        );
+        let e = m.theta_names(&names(&["a", "b"]), std::slice::from_ref(&term));
+        assert!(e.unwrap_err().to_string().contains("x_names"));
+        let short = TermNames {
+            effects: names(&["(Intercept)"]),
+            ..term.clone()
+        };
+        let e = m.effect_names(&[short]).unwrap_err().to_string();
+        assert!(e.contains("z_names") && e.contains("g's Z (2)"), "{e}");
+        assert!(m.effect_names(&[term.clone(), term]).is_err());
     }
 
     #[test]
