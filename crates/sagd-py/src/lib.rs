@@ -210,7 +210,7 @@ pub(crate) fn trace_dict<'py>(py: Python<'py>, trace: &EmTrace) -> PyResult<Boun
 
 /// Fits a model given as a Python function by automated EM (see `sagd.fit`).
 #[pyfunction]
-#[pyo3(signature = (f, theta0, n_points, latent_dim, seed, threads, max_msteps, progress))]
+#[pyo3(signature = (*, f, theta0, n_points, latent_dim, seed=0, threads=None, max_msteps=None, progress=None))]
 #[allow(clippy::too_many_arguments)]
 fn fit_function<'py>(
     py: Python<'py>,
@@ -239,7 +239,7 @@ fn fit_function<'py>(
 
 /// Algorithm 1 on a problem given by a Python function (see `sagd.minimize`).
 #[pyfunction]
-#[pyo3(signature = (f, theta0, xi0, n_chains, schedules, iterations, scheme, gamma, seed, threads, progress))]
+#[pyo3(signature = (*, f, theta0, xi0, n_chains, iterations, schedule="theorem3", c1=0.1, c2=1.0, c=0.25, alpha0=0.1, step_size=None, chain_length=None, learning_rate=None, scheme="baoab", gamma=1.0, seed=0, threads=None, progress=None))]
 #[allow(clippy::too_many_arguments)]
 fn minimize<'py>(
     py: Python<'py>,
@@ -247,8 +247,15 @@ fn minimize<'py>(
     theta0: PyReadonlyArray1<'py, f64>,
     xi0: PyReadonlyArray1<'py, f64>,
     n_chains: usize,
-    schedules: (String, f64, f64, f64, f64),
     iterations: usize,
+    schedule: &str,
+    c1: f64,
+    c2: f64,
+    c: f64,
+    alpha0: f64,
+    step_size: Option<f64>,
+    chain_length: Option<usize>,
+    learning_rate: Option<f64>,
     scheme: &str,
     gamma: f64,
     seed: u64,
@@ -260,11 +267,17 @@ fn minimize<'py>(
     use sagd::run::Outcome;
     let theta0 = theta0.as_array().to_vec();
     let xi0 = xi0.as_array().to_vec();
-    let (kind, a, b, c, alpha) = schedules;
-    let schedules = match kind.as_str() {
-        "theorem3" => Schedules::theorem3(a, b, alpha),
-        "theorem4" => Schedules::theorem4(a, b, c, alpha),
-        "constant" => Schedules::constant(a, b.round().max(1.0) as usize, alpha),
+    let schedules = match schedule {
+        "theorem3" => Schedules::theorem3(c1, c2, alpha0),
+        "theorem4" => Schedules::theorem4(c1, c2, c, alpha0),
+        "constant" => match (step_size, chain_length, learning_rate) {
+            (Some(delta), Some(k), Some(alpha)) => Schedules::constant(delta, k, alpha),
+            _ => {
+                return Err(PyValueError::new_err(
+                    "schedule='constant' needs step_size, chain_length and learning_rate",
+                ))
+            }
+        },
         other => {
             return Err(PyValueError::new_err(format!(
                 "schedule: unknown `{other}`; use theorem3, theorem4 or constant"
@@ -330,7 +343,7 @@ fn minimize<'py>(
 /// log-likelihood per observation on the unit-noise scale. SAGD runs with the named settings
 /// `preset` ([`sagd_apps::debias::SagdPreset`]).
 #[pyfunction]
-#[pyo3(signature = (x, noise_sd, holdout, methods, seed, threads, pretrain_epochs, finetune_epochs, progress, *, preset = "default"))]
+#[pyo3(signature = (*, x, noise_sd, holdout, methods, seed=0, threads=None, pretrain_epochs=None, finetune_epochs=None, progress=None, preset = "default"))]
 #[allow(clippy::too_many_arguments)]
 fn deconvolve<'py>(
     py: Python<'py>,

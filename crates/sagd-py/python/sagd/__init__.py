@@ -84,9 +84,11 @@ def fit(
         raise ValueError("names: give one name per parameter")
     show, close = _progress(progress, 50 * (max_msteps or 20), "sagd.fit")
     try:
-        d = _core.fit_function(f, t0, n_points, latent_dim, _whole("seed", seed), _threads(threads),
-                               None if max_msteps is None else _whole("max_msteps", max_msteps, 1),
-                               show)
+        d = _core.fit_function(f=f, theta0=t0, n_points=n_points, latent_dim=latent_dim,
+                               seed=_whole("seed", seed), threads=_threads(threads),
+                               max_msteps=(None if max_msteps is None
+                                           else _whole("max_msteps", max_msteps, 1)),
+                               progress=show)
     finally:
         close()
     return FitResult._of(d, names)
@@ -161,18 +163,18 @@ def minimize(
     if not np.all(np.isfinite(x)):
         raise ValueError("xi0: contains values that are not finite")
     iterations = _whole("iterations", iterations, 1)
-    if schedule == "constant":
-        if step_size is None or chain_length is None or learning_rate is None:
-            raise ValueError("schedule='constant' needs step_size, chain_length and learning_rate")
+    if chain_length is not None:
         chain_length = _whole("chain_length", chain_length, 1)
-        sched = ("constant", float(step_size), float(chain_length), 0.0, float(learning_rate))
-    else:
-        sched = (schedule, float(c1), float(c2), float(c), float(alpha0))
+    number = lambda v: None if v is None else float(v)
     show, close = _progress(progress, int(iterations), "sagd.minimize")
     try:
-        d = _core.minimize(f, t0, np.ascontiguousarray(x).ravel(), x.shape[0], sched,
-                           iterations, scheme, float(gamma), _whole("seed", seed), _threads(threads),
-                           show)
+        d = _core.minimize(f=f, theta0=t0, xi0=np.ascontiguousarray(x).ravel(),
+                           n_chains=x.shape[0], iterations=iterations, schedule=str(schedule),
+                           c1=float(c1), c2=float(c2), c=float(c), alpha0=float(alpha0),
+                           step_size=number(step_size), chain_length=chain_length,
+                           learning_rate=number(learning_rate), scheme=scheme,
+                           gamma=float(gamma), seed=_whole("seed", seed),
+                           threads=_threads(threads), progress=show)
     finally:
         close()
     return MinimizeResult(theta=np.asarray(d["theta"]), theta_avg=np.asarray(d["theta_avg"]),
@@ -279,9 +281,10 @@ def deconvolve(
                          "number > 0")
     show, close = _progress(progress, None, "sagd.deconvolve")
     try:
-        d = _core.deconvolve(xv, float(noise_sd), float(holdout), list(methods),
-                             _whole("seed", seed), _threads(threads), pretrain_epochs,
-                             finetune_epochs, show, preset=str(preset))
+        d = _core.deconvolve(x=xv, noise_sd=float(noise_sd), holdout=float(holdout),
+                             methods=list(methods), seed=_whole("seed", seed),
+                             threads=_threads(threads), pretrain_epochs=pretrain_epochs,
+                             finetune_epochs=finetune_epochs, progress=show, preset=str(preset))
     finally:
         close()
     return Deconvolution(draws={k: np.asarray(v) for k, v in d["draws"].items()},
