@@ -111,6 +111,13 @@ pub struct MnistArgs {
     /// SAGD Langevin step δ.
     #[arg(long, default_value_t = spec().chains.delta)]
     delta: f64,
+    /// δ_t = δ (1 + t)^−this over the refinement's updates (Theorems 3-4: ½); 0: δ fixed.
+    #[arg(long, default_value_t = 0.0)]
+    delta_decay: f64,
+    /// K_t ∝ (1 + t)^this (Theorem 3: 1), scaled so that the refinement takes as many Langevin
+    /// steps in all as K fixed; 0: K fixed.
+    #[arg(long, default_value_t = 0.0)]
+    k_growth: f64,
     /// Test images evaluated (the first ones, binarised once).
     #[arg(long, default_value_t = spec().eval_n)]
     eval_n: usize,
@@ -177,6 +184,7 @@ fn settings(a: &MnistArgs) -> E3Settings {
             steps: a.steps,
             gamma: a.gamma,
             delta: a.delta,
+            schedule: sagd_apps::debias::schedule(a.delta_decay, a.k_growth),
         },
         eval_n: a.eval_n,
         eval_k: a.eval_k,

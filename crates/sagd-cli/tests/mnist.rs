@@ -134,6 +134,63 @@ fn mnist_runs_every_scheme_on_the_cpu_and_checks_delta_by_the_core_s_rule() {
 }
 
 #[test]
+fn a_chain_schedule_takes_its_steps_by_update_and_resumes_where_it_stopped() {
+    // Over the 2 refinement updates of K = 5: K_t = 3 then 7 (cost-matched), δ_t = δ, δ/√2. A
+    // resumed run must know which update it is at to take the same steps.
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let cache = cache.to_str().unwrap();
+    let plan = [
+        "--delta-decay",
+        "0.5",
+        "--k-growth",
+        "1",
+        "--pretrained-cache",
+        cache,
+    ];
+    let whole = dir.path().join("whole");
+    let o = mnist_small(&whole, &plan);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&whole.join("result.json"));
+    assert_eq!(v["settings"]["chains"]["schedule"]["growth"], 1.0);
+    let fixed = dir.path().join("fixed");
+    assert!(mnist_small(&fixed, &["--pretrained-cache", cache])
+        .status
+        .success());
+    let f = json(&fixed.join("result.json"));
+    assert_ne!(
+        f["evaluations"], v["evaluations"],
+        "the schedule changed nothing"
+    );
+    let resumed = dir.path().join("resumed");
+    let stop = ["--checkpoint-every", "1", "--interrupt-after", "1"];
+    assert!(!mnist_small(&resumed, &[&plan[..], &stop[..]].concat())
+        .status
+        .success());
+    let mut runs = 0;
+    loop {
+        let again = ["--resume", "--interrupt-after", "1"];
+        if mnist_small(&resumed, &[&plan[..], &again[..]].concat())
+            .status
+            .success()
+        {
+            break;
+        }
+        runs += 1;
+        assert!(runs < 8, "the resumed run never finished");
+    }
+    let w = json(&resumed.join("result.json"));
+    assert_eq!(w["evaluations"], v["evaluations"]);
+    assert_eq!(w["curves"], v["curves"]);
+    // Exponents below 0 are refused by name.
+    let err = failed(&mnist_small(&dir.path().join("bad"), &["--delta-decay=-1"]));
+    assert!(
+        err.contains("sagd schedule") && err.contains("≥ 0"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bench_mnist_times_both_phases_through_the_runner() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bench.json");

@@ -8,6 +8,7 @@ use sagd::model::{AnchoredTarget, MaximumLikelihood, Problem};
 use sagd::parallel::add_parts;
 use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
+use sagd::schedule::Schedule;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
@@ -65,12 +66,26 @@ impl ChainSchedule {
         (k * self.updates.max(1)) as f64 / total
     }
 
-    /// (δ_t, K_t) at update `t` (from 0) for the base δ and the run's [`ChainSchedule::k_scale`].
+    /// (δ_t, K_t) at update `t` (from 0) for the base δ and the run's [`ChainSchedule::k_scale`]:
+    /// δ_t by the core's power law ([`Schedule::power`]), K_t rounded to the nearest step.
     pub fn at(&self, t: usize, delta: f64, k_scale: f64) -> (f64, usize) {
         let k_t = (k_scale * ((1 + t) as f64).powf(self.growth))
             .round()
             .max(1.0) as usize;
-        (delta * ((1 + t) as f64).powf(-self.decay), k_t)
+        (Schedule::power(delta, self.decay).at(1 + t), k_t)
+    }
+
+    /// Checks the exponents: finite and ≥ 0.
+    pub fn validate(&self) -> Result<()> {
+        let fine = |v: f64| v.is_finite() && v >= 0.0;
+        if fine(self.decay) && fine(self.growth) {
+            return Ok(());
+        }
+        Err(SagdError::InvalidSetting {
+            name: "sagd schedule",
+            value: format!("decay {}, growth {}", self.decay, self.growth),
+            fix: "use exponents ≥ 0 (δ_t may only shrink, K_t only grow)".into(),
+        })
     }
 }
 
@@ -155,13 +170,7 @@ impl<'a> ChainEstimator<'a> {
     pub fn sagd(vae: &'a Vae, x: &'a [f32], s: &LangevinChains, seed: u64) -> Result<Self> {
         s.langevin.validate(s.step_size)?;
         if let Some(p) = s.schedule {
-            if !(p.decay.is_finite() && p.decay >= 0.0 && p.growth.is_finite() && p.growth >= 0.0) {
-                return Err(SagdError::InvalidSetting {
-                    name: "sagd schedule",
-                    value: format!("decay {}, growth {}", p.decay, p.growth),
-                    fix: "use exponents ≥ 0 (δ_t may only shrink, K_t only grow)".into(),
-                });
-            }
+            p.validate()?;
         }
         if s.refresh_every == Some(0) {
             return Err(SagdError::InvalidSetting {

@@ -334,11 +334,8 @@ impl<'a> Training<'a> {
 
     /// The learning rate after `done` decoder updates.
     fn lr_at(&self, done: u64) -> f64 {
-        if self.lr_decay == 0.0 {
-            self.lr
-        } else {
-            self.lr * (1.0 + done as f64).powf(-self.lr_decay)
-        }
+        // The core's power law: lr · (1 + done)^−decay (exactly lr at decay 0).
+        sagd::schedule::Schedule::power(self.lr, self.lr_decay).at(done as usize + 1)
     }
 }
 

@@ -28,6 +28,15 @@ pub struct E3Estimator<'a> {
     noise: Vec<f32>,
     /// The next update's draws, made while the GPU works on this one.
     ahead: Option<Ahead>,
+    /// Updates done (a chain schedule's t).
+    update: usize,
+}
+
+/// The estimator's checkpointed state.
+#[derive(Serialize, Deserialize)]
+struct EstimatorRecord {
+    streams: Streams,
+    update: usize,
 }
 
 /// An update's draws: a binarisation's uniforms and the pass's normals, with the streams after
@@ -71,6 +80,7 @@ impl<'a> E3Estimator<'a> {
             x: Vec::new(),
             noise: Vec::new(),
             ahead: None,
+            update: 0,
         }
     }
 
@@ -110,7 +120,7 @@ impl E3Estimator<'_> {
         for &i in batch {
             pixels.extend_from_slice(&self.images[i * PIXELS..(i + 1) * PIXELS]);
         }
-        let len = self.noise_len(batch.len());
+        let len = self.noise_len(batch.len(), self.update);
         let draws = match self.ahead.take() {
             Some(a) if a.uniforms.len() == pixels.len() && a.normals.len() == len => a,
             _ => Ahead::draw(&self.streams, batch.len(), len),
@@ -120,11 +130,19 @@ impl E3Estimator<'_> {
         self.noise = draws.normals;
     }
 
-    /// Normals per pass over `images` images.
-    fn noise_len(&self, images: usize) -> usize {
-        match &self.objective {
+    /// Normals per pass of update `t` over `images` images.
+    fn noise_len(&self, images: usize, t: usize) -> usize {
+        match self.objective_at(t) {
             Objective::Vae => images * self.model.d,
-            Objective::Sagd(chains) => sagd_noise_len(self.model, chains, images),
+            Objective::Sagd(chains) => sagd_noise_len(self.model, &chains, images),
+        }
+    }
+
+    /// What update `t` computes: SAGD's chains at their δ_t and K_t.
+    fn objective_at(&self, t: usize) -> Objective {
+        match self.objective {
+            Objective::Sagd(chains) => Objective::Sagd(chains.at(t)),
+            vae => vae,
         }
     }
 }
@@ -225,8 +243,10 @@ impl GradientEstimator for E3Estimator<'_> {
         g_enc: &mut [f32],
     ) -> Result<f64> {
         self.draw(batch);
+        let objective = self.objective_at(self.update);
+        self.update += 1;
         let (m, x, noise) = (self.model, &self.x, &self.noise);
-        let info = match (self.objective, &mut self.engine) {
+        let info = match (objective, &mut self.engine) {
             (Objective::Vae, Engine::Cpu(scratch)) => {
                 vae_batch(m, p, x, noise, g_dec, g_enc, scratch)?
             }
@@ -259,13 +279,15 @@ impl GradientEstimator for E3Estimator<'_> {
             return None;
         }
         self.draw(batch);
-        let what = match &self.objective {
+        let objective = self.objective_at(self.update);
+        self.update += 1;
+        let what = match &objective {
             Objective::Vae => E3Pass::Vae,
             Objective::Sagd(chains) => E3Pass::Sagd(chains),
         };
         // A second thread draws the next update's binarisation and noise while the GPU runs
         // this one from this thread (where its context is current).
-        let len = self.noise_len(batch.len());
+        let len = self.noise_len(batch.len(), self.update);
         let (result, ahead) = {
             let Engine::Gpu(gpu) = &mut self.engine else {
                 return None;
@@ -298,11 +320,19 @@ impl GradientEstimator for E3Estimator<'_> {
     }
 
     fn save_state(&self) -> Result<Vec<u8>> {
-        encode(&self.streams)
+        encode(&EstimatorRecord {
+            streams: self.streams.clone(),
+            update: self.update,
+        })
     }
 
     fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
-        self.streams = decode(bytes)?;
+        // A checkpoint from before the update count holds the streams alone (no schedule ran).
+        let r = decode::<EstimatorRecord>(bytes).or_else(|_| {
+            decode::<Streams>(bytes).map(|streams| EstimatorRecord { streams, update: 0 })
+        })?;
+        self.streams = r.streams;
+        self.update = r.update;
         self.ahead = None;
         Ok(())
     }
@@ -404,6 +434,34 @@ mod tests {
     }
 
     #[test]
+    fn a_schedule_sets_each_update_s_chains_and_its_count_is_checkpointed() {
+        let model = E3::new(4);
+        let images: Vec<u8> = (0..2 * PIXELS).map(|i| (i * 37 % 256) as u8).collect();
+        let chains = Chains {
+            schedule: crate::debias::schedule(0.5, 1.0),
+            ..Chains::default()
+        }
+        .over(100);
+        // δ_t = δ/√(1 + t); K_t grows to about twice K, 500 steps in all as K = 5 fixed.
+        let at: Vec<Chains> = (0..100).map(|t| chains.at(t)).collect();
+        assert_eq!((at[0].delta, at[3].delta), (0.01, 0.005));
+        let total: usize = at.iter().map(|c| c.steps).sum();
+        assert!((total as i64 - 500).abs() <= 50, "{total}");
+        assert!(at.windows(2).all(|w| w[1].steps >= w[0].steps) && at[99].steps == 10);
+        assert_eq!(Chains::default().at(7), Chains::default());
+        let mut est = E3Estimator::new(&model, &images, Objective::Sagd(chains), 3);
+        est.update = 7;
+        let saved = est.save_state().unwrap();
+        let mut again = E3Estimator::new(&model, &images, Objective::Sagd(chains), 3);
+        again.load_state(&saved).unwrap();
+        assert_eq!((again.update, &again.streams), (7, &est.streams));
+        // A checkpoint from before the count: the streams alone, at update 0.
+        again.load_state(&encode(&est.streams).unwrap()).unwrap();
+        assert_eq!((again.update, &again.streams), (0, &est.streams));
+        assert!(again.load_state(&[1, 2, 3]).is_err());
+    }
+
+    #[test]
     fn draws_made_ahead_are_the_draws_in_turn() {
         let model = E3::new(20);
         let images: Vec<u8> = (0..4 * PIXELS).map(|i| (i * 37 % 256) as u8).collect();
@@ -427,7 +485,7 @@ mod tests {
                 (&b.x, &b.noise, &b.streams),
                 (&turn[k].0, &turn[k].1, &turn[k].2)
             );
-            let len = b.noise_len(batch.len());
+            let len = b.noise_len(batch.len(), b.update);
             b.ahead = Some(Ahead::draw(&b.streams, batch.len(), len));
             // Its streams stay those of the draws used: what a checkpoint saves.
             assert_eq!(b.streams, turn[k].2);

@@ -339,7 +339,11 @@ pub fn run(
     };
     let mut refined = Vec::new();
     for (name, objective, train) in [
-        ("sagd", Objective::Sagd(s.chains), &refine),
+        (
+            "sagd",
+            Objective::Sagd(s.chains.over(s.sagd_updates)),
+            &refine,
+        ),
         ("control", Objective::Vae, &vae),
     ] {
         let (p, c) = phase(

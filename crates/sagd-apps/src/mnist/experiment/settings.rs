@@ -117,8 +117,12 @@ impl E3Settings {
                 "use at least 1 chain per image (paper: 20)".into(),
             );
         }
-        // δ, γ and the scheme by the core's rules, where every sampler's are checked.
+        // δ, γ and the scheme by the core's rules, where every sampler's are checked (δ_t only
+        // shrinks, so δ's check covers the schedule's).
         self.chains.kernel()?;
+        if let Some(plan) = self.chains.schedule {
+            plan.validate()?;
+        }
         sagd::error::positive(
             "vae_lr",
             self.vae_lr,

@@ -15,6 +15,7 @@ use rayon::prelude::*;
 use sagd::error::Result;
 use sagd::langevin::{Kernel, LangevinSettings, Scheme};
 use sagd::rng::NormalStream;
+use sagd_nn::train::ChainSchedule;
 
 use super::{encoder, generator, PIXELS};
 use sagd_nn::math::bernoulli_logits;
@@ -168,6 +169,11 @@ pub struct Chains {
     pub gamma: f64,
     /// Step δ.
     pub delta: f64,
+    /// δ_t and K_t along the refinement (Theorems 3-4's shrinking step and lengthening chains,
+    /// cost-matched as E2's), applied by the estimator at each update; its `updates` are set
+    /// to the phase's by the run. `None`: δ and K fixed, as the paper's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ChainSchedule>,
 }
 
 impl Chains {
@@ -184,6 +190,30 @@ impl Chains {
     pub fn kernel(&self) -> Result<Kernel<f32>> {
         self.langevin().kernel(self.delta)
     }
+
+    /// These chains with a schedule over `updates` updates (K_t's scale depends on them).
+    pub fn over(mut self, updates: usize) -> Self {
+        if let Some(plan) = self.schedule.as_mut() {
+            plan.updates = updates;
+        }
+        self
+    }
+
+    /// The chains of update `t` (from 0): δ_t and K_t by the schedule, or these chains.
+    pub fn at(&self, t: usize) -> Chains {
+        match self.schedule {
+            None => *self,
+            Some(plan) => {
+                let (delta, steps) = plan.at(t, self.delta, plan.k_scale(self.steps));
+                Chains {
+                    delta,
+                    steps,
+                    schedule: None,
+                    ..*self
+                }
+            }
+        }
+    }
 }
 
 impl Default for Chains {
@@ -195,6 +225,7 @@ impl Default for Chains {
             steps: 5,
             gamma: 2.0,
             delta: 0.01,
+            schedule: None,
         }
     }
 }
