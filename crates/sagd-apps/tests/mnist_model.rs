@@ -6,7 +6,7 @@ use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::rng::NormalStream;
 use sagd_apps::mnist::model::{
-    binarise, held_out, sagd_batch, sagd_noise_len, vae_batch, Chains, Scratch, E3,
+    binarise, held_out, sagd_batch, sagd_noise_len, vae_batch, BatchInfo, Chains, Scratch, E3,
 };
 use sagd_apps::mnist::{self, PIXELS};
 use sagd_nn::vae::VaeParams;
@@ -187,18 +187,27 @@ fn held_out_estimates_bound_the_elbo_and_repeat_with_their_seed() {
     }
 }
 
-#[test]
-fn baoab_takes_its_first_step_on_a_flat_likelihood() {
-    // All parameters zero: the encoder gives u₀ = ε (μ = 0, log σ² = 0) and the likelihood does not
-    // depend on u, so ∇u log p(u | x) = −u. One BAOAB step: ρ' = ρ₀ − (δ/2)u₀, u' = u₀ + (δ/2)ρ',
-    // ρ'' = e^(−γδ)ρ' + √(1 − e^(−2γδ)) η, u₁ = u' + (δ/2)ρ''.
+/// SAGD's pass on 2 images with every parameter zero (d = 4): the encoder gives u₀ = ε (μ = 0,
+/// log σ² = 0) and the likelihood does not depend on u, so the posterior is N(0, I) and
+/// ∇u log p(u | x) = −u. The pass's result and its noise (drawn from `seed`).
+fn on_a_flat_likelihood(chains: &Chains, seed: u64) -> (BatchInfo, Vec<f32>) {
     let m = E3::new(4);
     let p = m.init(1);
     let p = VaeParams {
         dec: vec![0.0; p.dec.len()],
         enc: vec![0.0; p.enc.len()],
     };
-    let x = images(2);
+    let noise = normals(sagd_noise_len(&m, chains, 2), seed);
+    let mut gg = vec![0.0f32; p.dec.len()];
+    let mut scratch = Scratch::default();
+    let info = sagd_batch(&m, &p, &images(2), chains, &noise, &mut gg, &mut scratch).unwrap();
+    (info, noise)
+}
+
+#[test]
+fn baoab_takes_its_first_step_on_a_flat_likelihood() {
+    // One BAOAB step: ρ' = ρ₀ − (δ/2)u₀, u' = u₀ + (δ/2)ρ', ρ'' = e^(−γδ)ρ' + √(1 − e^(−2γδ)) η,
+    // u₁ = u' + (δ/2)ρ''.
     let chains = Chains {
         scheme: sagd::langevin::Scheme::Baoab,
         per_image: 3,
@@ -206,18 +215,7 @@ fn baoab_takes_its_first_step_on_a_flat_likelihood() {
         delta: 0.3,
         ..Chains::default()
     };
-    let noise = normals(sagd_noise_len(&m, &chains, 2), 17);
-    let mut gg = vec![0.0f32; p.dec.len()];
-    let info = sagd_batch(
-        &m,
-        &p,
-        &x,
-        &chains,
-        &noise,
-        &mut gg,
-        &mut Scratch::default(),
-    )
-    .unwrap();
+    let (info, noise) = on_a_flat_likelihood(&chains, 17);
     let (rows, d) = (6, 4);
     let (eps, rest) = noise.split_at(rows * d);
     let (rho0, eta) = rest.split_at(rows * d);
@@ -247,15 +245,8 @@ fn baoab_takes_its_first_step_on_a_flat_likelihood() {
 
 #[test]
 fn every_scheme_runs_the_core_program_on_a_flat_likelihood() {
-    // All parameters zero: u₀ = ε and the posterior is N(0, I), so E3's chains must move exactly as
-    // the core's program on that Gaussian with the same draws (OBABO and UBU take more per step).
-    let m = E3::new(4);
-    let p = m.init(1);
-    let p = VaeParams {
-        dec: vec![0.0; p.dec.len()],
-        enc: vec![0.0; p.enc.len()],
-    };
-    let x = images(2);
+    // On N(0, I), E3's chains must move exactly as the core's program on that Gaussian with the
+    // same draws (OBABO and UBU take more per step).
     let (rows, d) = (6, 4);
     for scheme in sagd::langevin::Scheme::ALL {
         let chains = Chains {
@@ -265,18 +256,7 @@ fn every_scheme_runs_the_core_program_on_a_flat_likelihood() {
             delta: 0.2,
             ..Chains::default()
         };
-        let noise = normals(sagd_noise_len(&m, &chains, 2), 19);
-        let mut gg = vec![0.0f32; p.dec.len()];
-        let info = sagd_batch(
-            &m,
-            &p,
-            &x,
-            &chains,
-            &noise,
-            &mut gg,
-            &mut Scratch::default(),
-        )
-        .unwrap();
+        let (info, noise) = on_a_flat_likelihood(&chains, 19);
         let (eps, rest) = noise.split_at(rows * d);
         let (rho0, eta) = rest.split_at(rows * d);
         let kernel = chains.kernel().unwrap();

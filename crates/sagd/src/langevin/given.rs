@@ -13,15 +13,7 @@ impl<T: Real> Kernel<T> {
     /// noisy kick and per momentum refresh, two per Ornstein-Uhlenbeck flow. Euler and BAOAB take
     /// one, OBABO two, UBU four.
     pub fn normals_per_step(&self) -> usize {
-        self.ops
-            .iter()
-            .map(|op| match op {
-                Op::Kick { noise, .. } if *noise != T::zero() => 1,
-                Op::Refresh => 1,
-                Op::Ou { .. } => 2,
-                _ => 0,
-            })
-            .sum()
+        self.ops.iter().map(Op::normals).sum()
     }
 
     /// The program up to its last move of the positions: what a transition must run when only
@@ -141,12 +133,7 @@ mod tests {
         let mut blocks = Vec::new();
         for _ in 0..steps {
             for op in &kernel.ops {
-                let width = match op {
-                    Op::Kick { noise, .. } if *noise != 0.0 => 1,
-                    Op::Ou { .. } => 2,
-                    Op::Refresh => 1,
-                    _ => 0,
-                };
+                let width = op.normals();
                 let mut mine = vec![vec![0.0; rows * d]; width];
                 for (r, rng) in rngs.iter_mut().enumerate() {
                     let mut row = vec![0.0; width * d];

@@ -107,6 +107,18 @@ pub(crate) enum Op<T> {
     Refresh,
 }
 
+impl<T: Real> Op<T> {
+    /// Normal draws per coordinate: a noisy kick and a refresh one, an Ornstein-Uhlenbeck flow two.
+    fn normals(&self) -> usize {
+        match self {
+            Op::Kick { noise, .. } if *noise != T::zero() => 1,
+            Op::Refresh => 1,
+            Op::Ou { .. } => 2,
+            _ => 0,
+        }
+    }
+}
+
 impl Op<f64> {
     fn cast<T: Real>(self) -> Op<T> {
         match self {
@@ -326,17 +338,8 @@ impl<T: Real> Kernel<T> {
             .collect()
     }
 
-    /// Normal draws per coordinate per transition.
+    /// Normal draws per coordinate of the operation that draws most (the streams' buffer).
     pub(crate) fn noise_per_coord(&self) -> usize {
-        self.ops
-            .iter()
-            .map(|op| match op {
-                Op::Kick { noise, .. } if *noise != T::zero() => 1,
-                Op::Refresh => 1,
-                Op::Ou { .. } => 2,
-                _ => 0,
-            })
-            .max()
-            .unwrap_or(0)
+        self.ops.iter().map(Op::normals).max().unwrap_or(0)
     }
 }
