@@ -15,6 +15,23 @@ fn mnist_small(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// `sagd mnist` with `extra`, checkpointing every update and stopped after each, then resumed
+/// until it finishes; the stderr of the first stop.
+fn interrupted_and_resumed(out: &std::path::Path, extra: &[&str]) -> String {
+    let stop = ["--checkpoint-every", "1", "--interrupt-after", "1"];
+    let err = failed(&mnist_small(out, &[&stop[..], extra].concat()));
+    let again = ["--resume", "--interrupt-after", "1"];
+    let mut runs = 0;
+    loop {
+        let o = mnist_small(out, &[&again[..], extra].concat());
+        if o.status.success() {
+            return err;
+        }
+        runs += 1;
+        assert!(runs < 8, "{}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
 #[test]
 fn mnist_writes_its_result_and_figures_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
@@ -37,36 +54,8 @@ fn mnist_writes_its_result_and_figures_and_resumes() {
     let out2 = dir.path().join("resumed");
     let cache = dir.path().join("cache2");
     let cache = cache.to_str().unwrap();
-    let err = failed(&mnist_small(
-        &out2,
-        &[
-            "--checkpoint-every",
-            "1",
-            "--interrupt-after",
-            "1",
-            "--pretrained-cache",
-            cache,
-        ],
-    ));
+    let err = interrupted_and_resumed(&out2, &["--pretrained-cache", cache]);
     assert!(err.contains("--resume"));
-    let mut runs = 0;
-    loop {
-        let o = mnist_small(
-            &out2,
-            &[
-                "--resume",
-                "--interrupt-after",
-                "1",
-                "--pretrained-cache",
-                cache,
-            ],
-        );
-        if o.status.success() {
-            break;
-        }
-        runs += 1;
-        assert!(runs < 8, "{}", String::from_utf8_lossy(&o.stderr));
-    }
     let w = json(&out2.join("result.json"));
     assert_eq!(w["evaluations"], v["evaluations"]);
     assert_eq!(w["differences"], v["differences"]);
@@ -163,22 +152,7 @@ fn a_chain_schedule_takes_its_steps_by_update_and_resumes_where_it_stopped() {
         "the schedule changed nothing"
     );
     let resumed = dir.path().join("resumed");
-    let stop = ["--checkpoint-every", "1", "--interrupt-after", "1"];
-    assert!(!mnist_small(&resumed, &[&plan[..], &stop[..]].concat())
-        .status
-        .success());
-    let mut runs = 0;
-    loop {
-        let again = ["--resume", "--interrupt-after", "1"];
-        if mnist_small(&resumed, &[&plan[..], &again[..]].concat())
-            .status
-            .success()
-        {
-            break;
-        }
-        runs += 1;
-        assert!(runs < 8, "the resumed run never finished");
-    }
+    interrupted_and_resumed(&resumed, &plan);
     let w = json(&resumed.join("result.json"));
     assert_eq!(w["evaluations"], v["evaluations"]);
     assert_eq!(w["curves"], v["curves"]);
