@@ -119,8 +119,191 @@ crate::vectorized! {
         aux: Option<&mut [T]>,
     ) -> Result<BlockStats> {
         let mut aux = aux;
+        let mut t = Transition::new(b);
+        for op in &kernel.ops {
+            match *op {
+                Op::Drift(h) => t.drift(h),
+                Op::Kick { decay, grad, noise } => t.kick(decay, grad, noise),
+                Op::Ou {
+                    decay,
+                    drift,
+                    v1,
+                    x1,
+                    x2,
+                } => t.ou((decay, drift, v1, x1, x2)),
+                Op::Gradient => t.gradient(target, aux.as_deref_mut())?,
+                Op::Refresh => t.refresh(),
+            }
+        }
+        t.finish();
+        Ok(t.b.settle(kernel.metropolis, &t.h0))
+    }
+}
+
+/// A block's transition under way: its buffers, and where the program has taken them.
+struct Transition<'a, T> {
+    b: Block<'a, T>,
+    rows: usize,
+    d: usize,
+    /// Whether the positions moved yet (the new buffer holds them), and whether the target was
+    /// evaluated there (the new gradient is current).
+    moved: bool,
+    fresh: bool,
+    /// The given draws taken so far.
+    taken: usize,
+    /// HMC: the energy at the start, once momenta are drawn.
+    h0: Vec<f64>,
+}
+
+impl<'a, T: Real> Transition<'a, T> {
+    #[inline(always)]
+    fn new(b: Block<'a, T>) -> Self {
+        let rows = b.lp_old.len();
+        let d = b.x_old.len() / rows.max(1);
+        Transition {
+            b,
+            rows,
+            d,
+            moved: false,
+            fresh: false,
+            taken: 0,
+            h0: Vec::new(),
+        }
+    }
+
+    /// The positions in the new buffer (copied from the old at the first move).
+    #[inline(always)]
+    fn start_moving(&mut self) {
+        if !self.moved {
+            self.b.x_new.copy_from_slice(self.b.x_old);
+            self.moved = true;
+        }
+    }
+
+    /// ξ += h ρ.
+    #[inline(always)]
+    fn drift(&mut self, h: T) {
+        let b = &mut self.b;
+        if self.moved {
+            b.x_new
+                .iter_mut()
+                .zip(b.rho.iter())
+                .for_each(|(x, r)| *x += h * *r);
+        } else {
+            b.x_new
+                .iter_mut()
+                .zip(b.x_old.iter().zip(b.rho.iter()))
+                .for_each(|(x, (xo, r))| *x = *xo + h * *r);
+            self.moved = true;
+        }
+    }
+
+    /// ρ = decay·ρ + grad·∇log π(ξ) + noise·η.
+    #[inline(always)]
+    fn kick(&mut self, decay: T, grad: T, s: T) {
+        let b = &mut self.b;
+        let g = if self.fresh { &b.g_new[..] } else { b.g_old };
+        let len = self.rows * self.d;
+        let eta: Option<&[T]> = match (s != T::zero(), b.given) {
+            (false, _) => None,
+            (true, Some(draws)) => {
+                self.taken += 1;
+                Some(draws[self.taken - 1])
+            }
+            (true, None) => {
+                let eta = &mut b.noise[..len];
+                fill_noise(eta, b.rngs, self.d);
+                Some(eta)
+            }
+        };
+        kick(b.rho, g, eta, (decay, grad, s));
+    }
+
+    /// The exact Ornstein-Uhlenbeck flow, on two blocks of draws.
+    #[inline(always)]
+    fn ou(&mut self, coefficients: (T, T, T, T, T)) {
+        self.start_moving();
+        let (rows, d) = (self.rows, self.d);
+        let b = &mut self.b;
+        let eta = &mut b.noise[..if b.given.is_some() { 0 } else { 2 * rows * d }];
+        for ((row, rng), _) in eta
+            .chunks_exact_mut(2 * d)
+            .zip(b.rngs.iter_mut())
+            .zip(0..rows)
+        {
+            rng.normal.fill(row);
+        }
+        let given = b.given;
+        let taken = self.taken + if given.is_some() { 2 } else { 0 };
+        self.taken = taken;
+        // Row r's two draws: from the given blocks, or its stream's 2d in a row.
+        let z = |r: usize| match given {
+            Some(draws) => {
+                let span = r * d..(r + 1) * d;
+                (&draws[taken - 2][span.clone()], &draws[taken - 1][span])
+            }
+            None => eta[2 * r * d..2 * (r + 1) * d].split_at(d),
+        };
+        ou_flow(b.x_new, b.rho, d, coefficients, z);
+    }
+
+    /// log π and its gradient at the current positions (and the target's auxiliary output).
+    #[inline(always)]
+    fn gradient<D: LogDensity<T>>(&mut self, target: &D, aux: Option<&mut [T]>) -> Result<()> {
+        self.start_moving();
+        let b = &mut self.b;
+        let res = match aux {
+            Some(a) => {
+                a.iter_mut().for_each(|v| *v = T::zero());
+                target.logp_grad_aux(b.first_row, b.x_new, b.lp_new, b.g_new, a)
+            }
+            None => target.logp_grad(b.first_row, b.x_new, b.lp_new, b.g_new),
+        };
+        match res {
+            Ok(()) => {}
+            Err(e) if e.is_recoverable() => b.lp_new.iter_mut().for_each(|v| *v = T::nan()),
+            Err(e) => return Err(SagdError::Model(e)),
+        }
+        self.fresh = true;
+        Ok(())
+    }
+
+    /// ρ ~ N(0, I), and the energy at the start (HMC).
+    #[inline(always)]
+    fn refresh(&mut self) {
+        let (rows, d) = (self.rows, self.d);
+        let b = &mut self.b;
+        match b.given {
+            Some(draws) => {
+                self.taken += 1;
+                b.rho.copy_from_slice(draws[self.taken - 1]);
+            }
+            None => fill_noise(b.rho, b.rngs, d),
+        }
+        self.h0 = (0..rows)
+            .map(|r| -b.lp_old[r].f64() + half_sq(&b.rho[r * d..(r + 1) * d]))
+            .collect();
+    }
+
+    /// The block with every new buffer written (what the program left alone carried over), and
+    /// the energies at the start.
+    #[inline(always)]
+    fn finish(&mut self) {
+        self.start_moving();
+        let b = &mut self.b;
+        if !self.fresh {
+            b.g_new.copy_from_slice(b.g_old);
+            b.lp_new.copy_from_slice(b.lp_old);
+        }
+    }
+}
+
+impl<T: Real> Block<'_, T> {
+    /// After the program: each row accepted or put back (HMC's Metropolis test), a row whose state
+    /// is not finite counted as a divergence and restarted at its last state; the block's sums.
+    #[inline(always)]
+    fn settle(&mut self, metropolis: bool, h0: &[f64]) -> BlockStats {
         let Block {
-            first_row,
             x_old,
             x_new,
             g_old,
@@ -128,140 +311,12 @@ crate::vectorized! {
             lp_old,
             lp_new,
             rho,
-            noise,
             rngs,
             given,
-        } = b;
-        // The given draws taken so far.
-        let mut taken = 0;
+            ..
+        } = self;
         let rows = lp_old.len();
         let d = x_old.len() / rows.max(1);
-        let len = rows * d;
-        let mut moved = false;
-        let mut fresh = false;
-        // HMC: the energy at the start, once momenta are drawn.
-        let mut h0: Vec<f64> = Vec::new();
-        for op in &kernel.ops {
-            match *op {
-                Op::Drift(h) => {
-                    if moved {
-                        x_new
-                            .iter_mut()
-                            .zip(rho.iter())
-                            .for_each(|(x, r)| *x += h * *r);
-                    } else {
-                        x_new
-                            .iter_mut()
-                            .zip(x_old.iter().zip(rho.iter()))
-                            .for_each(|(x, (xo, r))| *x = *xo + h * *r);
-                        moved = true;
-                    }
-                }
-                Op::Kick {
-                    decay,
-                    grad,
-                    noise: s,
-                } => {
-                    let g = if fresh { &g_new[..] } else { g_old };
-                    if s != T::zero() {
-                        let eta: &[T] = match given {
-                            Some(draws) => {
-                                taken += 1;
-                                draws[taken - 1]
-                            }
-                            None => {
-                                let eta = &mut noise[..len];
-                                fill_noise(eta, rngs, d);
-                                eta
-                            }
-                        };
-                        for ((r, gi), e) in rho.iter_mut().zip(g.iter()).zip(eta.iter()) {
-                            *r = decay * *r + grad * *gi + s * *e;
-                        }
-                    } else if decay == T::one() {
-                        rho.iter_mut()
-                            .zip(g.iter())
-                            .for_each(|(r, gi)| *r += grad * *gi);
-                    } else {
-                        rho.iter_mut()
-                            .zip(g.iter())
-                            .for_each(|(r, gi)| *r = decay * *r + grad * *gi);
-                    }
-                }
-                Op::Ou {
-                    decay,
-                    drift,
-                    v1,
-                    x1,
-                    x2,
-                } => {
-                    let eta = &mut noise[..if given.is_some() { 0 } else { 2 * len }];
-                    for ((row, rng), _) in eta
-                        .chunks_exact_mut(2 * d)
-                        .zip(rngs.iter_mut())
-                        .zip(0..rows)
-                    {
-                        rng.normal.fill(row);
-                    }
-                    if !moved {
-                        x_new.copy_from_slice(x_old);
-                        moved = true;
-                    }
-                    taken += if given.is_some() { 2 } else { 0 };
-                    for r in 0..rows {
-                        let span = r * d..(r + 1) * d;
-                        let (z1, z2) = match given {
-                            Some(draws) => (&draws[taken - 2][span.clone()], &draws[taken - 1][span]),
-                            None => eta[2 * r * d..2 * (r + 1) * d].split_at(d),
-                        };
-                        let xs = &mut x_new[r * d..(r + 1) * d];
-                        let ps = &mut rho[r * d..(r + 1) * d];
-                        for j in 0..d {
-                            xs[j] += drift * ps[j] + x1 * z1[j] + x2 * z2[j];
-                            ps[j] = decay * ps[j] + v1 * z1[j];
-                        }
-                    }
-                }
-                Op::Gradient => {
-                    if !moved {
-                        x_new.copy_from_slice(x_old);
-                        moved = true;
-                    }
-                    let res = match aux.as_deref_mut() {
-                        Some(a) => {
-                            a.iter_mut().for_each(|v| *v = T::zero());
-                            target.logp_grad_aux(first_row, x_new, lp_new, g_new, a)
-                        }
-                        None => target.logp_grad(first_row, x_new, lp_new, g_new),
-                    };
-                    match res {
-                        Ok(()) => {}
-                        Err(e) if e.is_recoverable() => lp_new.iter_mut().for_each(|v| *v = T::nan()),
-                        Err(e) => return Err(SagdError::Model(e)),
-                    }
-                    fresh = true;
-                }
-                Op::Refresh => {
-                    match given {
-                        Some(draws) => {
-                            taken += 1;
-                            rho.copy_from_slice(draws[taken - 1]);
-                        }
-                        None => fill_noise(rho, rngs, d),
-                    }
-                    h0 = (0..rows)
-                        .map(|r| -lp_old[r].f64() + half_sq(&rho[r * d..(r + 1) * d]))
-                        .collect();
-                }
-            }
-        }
-        if !moved {
-            x_new.copy_from_slice(x_old);
-        }
-        if !fresh {
-            g_new.copy_from_slice(g_old);
-            lp_new.copy_from_slice(lp_old);
-        }
         let mut st = BlockStats::default();
         for r in 0..rows {
             let span = r * d..(r + 1) * d;
@@ -271,7 +326,7 @@ crate::vectorized! {
                 && (sum_sq(&x_new[span.clone()]) + sum_sq(&g_new[span.clone()]) + rho2).is_finite();
             let mut keep = ok;
             let mut diverged = !ok;
-            if kernel.metropolis {
+            if metropolis {
                 let h1 = -lp_new[r].f64() + 0.5 * rho2;
                 let dh = h1 - h0[r];
                 let accept = if ok && dh.is_finite() {
@@ -305,6 +360,49 @@ crate::vectorized! {
             st.logp += lp_new[r].f64();
             st.rho2 += if diverged { sum_sq(&rho[span]) } else { rho2 };
         }
-        Ok(st)
+        st
+    }
+}
+
+/// ρ = decay·ρ + grad·g + noise·η (η given when the noise coefficient is not 0).
+#[inline(always)]
+fn kick<T: Real>(rho: &mut [T], g: &[T], eta: Option<&[T]>, (decay, grad, s): (T, T, T)) {
+    match eta {
+        Some(eta) => {
+            for ((r, gi), e) in rho.iter_mut().zip(g.iter()).zip(eta.iter()) {
+                *r = decay * *r + grad * *gi + s * *e;
+            }
+        }
+        None if decay == T::one() => rho
+            .iter_mut()
+            .zip(g.iter())
+            .for_each(|(r, gi)| *r += grad * *gi),
+        None => rho
+            .iter_mut()
+            .zip(g.iter())
+            .for_each(|(r, gi)| *r = decay * *r + grad * *gi),
+    }
+}
+
+/// The Ornstein-Uhlenbeck flow on each row, `z(r)` its two blocks of draws:
+/// ξ += drift·ρ + x1·ζ1 + x2·ζ2, ρ = decay·ρ + v1·ζ1.
+#[inline(always)]
+fn ou_flow<'z, T: Real + 'z>(
+    x: &mut [T],
+    rho: &mut [T],
+    d: usize,
+    (decay, drift, v1, x1, x2): (T, T, T, T, T),
+    z: impl Fn(usize) -> (&'z [T], &'z [T]),
+) {
+    for (r, (xs, ps)) in x
+        .chunks_exact_mut(d.max(1))
+        .zip(rho.chunks_exact_mut(d.max(1)))
+        .enumerate()
+    {
+        let (z1, z2) = z(r);
+        for j in 0..d {
+            xs[j] += drift * ps[j] + x1 * z1[j] + x2 * z2[j];
+            ps[j] = decay * ps[j] + v1 * z1[j];
+        }
     }
 }
