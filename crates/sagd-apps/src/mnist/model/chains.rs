@@ -9,26 +9,132 @@ use sagd::model::LogDensity;
 
 use super::*;
 
-/// The images of chains `s..e` (chain r belongs to image r mod b) into `xs`, and their starts
-/// u₀ = μ + σ ε into `u`.
-#[allow(clippy::too_many_arguments)]
-fn chain_starts(
-    x: &[f32],
-    enc: &[f32],
-    eps: &[f32],
-    (b, d): (usize, usize),
-    (s, e): (usize, usize),
-    xs: &mut Vec<f32>,
-    u: &mut [f32],
-) {
-    xs.clear();
-    for (k, row) in (s..e).enumerate() {
-        let i = row % b;
-        xs.extend_from_slice(&x[i * PIXELS..(i + 1) * PIXELS]);
-        for j in 0..d {
-            let (mu, lv) = (enc[i * 2 * d + j], enc[i * 2 * d + d + j]);
-            u[k * d + j] = mu + (0.5 * lv).exp() * eps[row * d + j];
+/// What both of SAGD's passes over a minibatch read: the networks, the images, the encoder's
+/// output on them and the chains' start draws ε.
+struct Minibatch<'a> {
+    m: &'a E3,
+    dec: &'a [f32],
+    packed: &'a PackedWeights,
+    x: &'a [f32],
+    enc: &'a [f32],
+    eps: &'a [f32],
+    /// Images b, and chains (rows) C·b.
+    images: usize,
+    rows: usize,
+}
+
+impl Minibatch<'_> {
+    /// The images of chains `s..e` (chain r belongs to image r mod b) into `xs`, and their starts
+    /// u₀ = μ + σ ε into `u`.
+    fn starts(&self, (s, e): (usize, usize), xs: &mut Vec<f32>, u: &mut [f32]) {
+        let (b, d) = (self.images, self.m.d);
+        xs.clear();
+        for (k, row) in (s..e).enumerate() {
+            let i = row % b;
+            xs.extend_from_slice(&self.x[i * PIXELS..(i + 1) * PIXELS]);
+            for j in 0..d {
+                let (mu, lv) = (self.enc[i * 2 * d + j], self.enc[i * 2 * d + d + j]);
+                u[k * d + j] = mu + (0.5 * lv).exp() * self.eps[row * d + j];
+            }
         }
+    }
+
+    /// This process's blocks of [`SUB_ROWS`] chains from their starts and momenta `rho0`
+    /// through `steps` transitions of `kernel` on the draws `eta`, side by side; every process's
+    /// last states, in chain order.
+    fn last_states(
+        &self,
+        kernel: &Kernel<f32>,
+        steps: usize,
+        (rho0, eta): (&[f32], &[f32]),
+        pool: &WorkspacePool<Buffers>,
+    ) -> Result<Vec<f32>> {
+        let (rows, d) = (self.rows, self.m.d);
+        let blocks = sagd::share::mine(rows.div_ceil(SUB_ROWS));
+        let my_rows = (blocks.end * SUB_ROWS).min(rows) - (blocks.start * SUB_ROWS).min(rows);
+        let mut u = vec![0.0f32; my_rows * d];
+        u.par_chunks_mut(SUB_ROWS * d)
+            .enumerate()
+            .try_for_each(|(blk, u)| -> Result<()> {
+                let blk = blocks.start + blk;
+                let (s, e) = (blk * SUB_ROWS, (blk * SUB_ROWS + SUB_ROWS).min(rows));
+                pool.with(|bufs| {
+                    let mut xs = Vec::with_capacity((e - s) * PIXELS);
+                    self.starts((s, e), &mut xs, u);
+                    let mut rho = rho0[s * d..e * d].to_vec();
+                    let posterior = Posterior {
+                        m: self.m,
+                        dec: self.dec,
+                        packed: self.packed,
+                        xs: &xs,
+                        work: Mutex::new((&mut bufs.gen, vec![0.0f32; (e - s) * PIXELS])),
+                    };
+                    // Draw i of the block: its rows of the i-th η block.
+                    let draws = |i: usize| &eta[(i * rows + s) * d..(i * rows + e) * d];
+                    kernel
+                        .run_with_noise(&posterior, u, &mut rho, steps, draws)
+                        .map(|_| ())
+                })
+            })?;
+        sagd::share::gather(u)
+    }
+
+    /// The gradient of the mean of −log p(x | u; θ) at the chains' last states `u` into
+    /// `grad_gen`, in [`FINAL_PIECES`] pieces; the loss and the chains' mean distance from their
+    /// starts.
+    fn gradient_at(
+        &self,
+        u: &[f32],
+        grad_gen: &mut [f32],
+        scratch: &mut Scratch,
+    ) -> Result<BatchInfo> {
+        let (rows, d) = (self.rows, self.m.d);
+        let scale = 1.0 / rows as f32;
+        let (pool, work) = scratch.pieces_into(grad_gen, &mut [], rows, FINAL_PIECES);
+        let sums: Vec<(f64, f64)> = work
+            .into_par_iter()
+            .map(|mut piece| {
+                let (mut loss, mut disp) = (0.0, 0.0);
+                pool.with(|bufs| {
+                    let ws = &mut bufs.gen;
+                    let r = piece.rows.clone();
+                    for s in (r.start..r.end).step_by(SUB_ROWS) {
+                        let e = (s + SUB_ROWS).min(r.end);
+                        let n = e - s;
+                        let (mut xs, mut u0) =
+                            (Vec::with_capacity(n * PIXELS), vec![0.0f32; n * d]);
+                        self.starts((s, e), &mut xs, &mut u0);
+                        let ue = &u[s * d..e * d];
+                        self.m.gen.forward_packed(self.dec, self.packed, ue, n, ws);
+                        let mut dl = vec![0.0f32; n * PIXELS];
+                        loss -= bernoulli_logits(ws.output(), &xs, &mut dl);
+                        dl.iter_mut().for_each(|g| *g *= -scale);
+                        let (gg, _) = piece.sinks(s);
+                        self.m
+                            .gen
+                            .backward_packed(self.dec, self.packed, ws, &dl, gg, None);
+                        disp += ue
+                            .chunks_exact(d)
+                            .zip(u0.chunks_exact(d))
+                            .map(|(a, b)| {
+                                a.iter()
+                                    .zip(b)
+                                    .map(|(x, y)| ((x - y) as f64).powi(2))
+                                    .sum::<f64>()
+                                    .sqrt()
+                            })
+                            .sum::<f64>();
+                    }
+                });
+                (loss, disp)
+            })
+            .collect();
+        scratch.add_pieces(grad_gen, &mut [])?;
+        let sums = sagd::share::gather(sums)?;
+        Ok(BatchInfo {
+            loss: sums.iter().map(|s| s.0).sum::<f64>() / rows as f64,
+            displacement: sums.iter().map(|s| s.1).sum::<f64>() / rows as f64,
+        })
     }
 }
 
@@ -55,9 +161,9 @@ pub fn sagd_batch(
     scratch: &mut Scratch,
 ) -> Result<BatchInfo> {
     let d = m.d;
-    let b = x.len() / PIXELS;
-    let rows = chains.per_image * b;
-    let expected = sagd_noise_len(m, chains, b);
+    let images = x.len() / PIXELS;
+    let rows = chains.per_image * images;
+    let expected = sagd_noise_len(m, chains, images);
     if noise.len() != expected {
         return Err(sagd::error::SagdError::Dimension {
             what: "SAGD's noise (sagd_noise_len draws)",
@@ -65,91 +171,27 @@ pub fn sagd_batch(
             got: noise.len(),
         });
     }
+    let kernel = chains.kernel()?;
     let enc = encode(m, &p.enc, x, scratch);
     let (eps, rest) = noise.split_at(rows * d);
     let (rho0, eta) = rest.split_at(rows * d);
-    let kernel = chains.kernel()?;
-    // The chains, block by block, to their last states u.
-    let mut pk_gen = std::mem::take(&mut scratch.packed.0);
-    m.gen.pack(&p.dec, true, &mut pk_gen);
-    let packed = &pk_gen;
-    let blocks = sagd::share::mine(rows.div_ceil(SUB_ROWS));
-    let my_rows = (blocks.end * SUB_ROWS).min(rows) - (blocks.start * SUB_ROWS).min(rows);
-    let mut u = vec![0.0f32; my_rows * d];
-    let pool = &scratch.pool;
-    u.par_chunks_mut(SUB_ROWS * d)
-        .enumerate()
-        .try_for_each(|(blk, u)| -> Result<()> {
-            let blk = blocks.start + blk;
-            let (s, e) = (blk * SUB_ROWS, (blk * SUB_ROWS + SUB_ROWS).min(rows));
-            let n = e - s;
-            pool.with(|bufs| {
-                let mut xs = Vec::with_capacity(n * PIXELS);
-                chain_starts(x, &enc, eps, (b, d), (s, e), &mut xs, u);
-                let mut rho = rho0[s * d..e * d].to_vec();
-                let posterior = Posterior {
-                    m,
-                    dec: &p.dec,
-                    packed,
-                    xs: &xs,
-                    work: Mutex::new((&mut bufs.gen, vec![0.0f32; n * PIXELS])),
-                };
-                // Draw i of the block: its rows of the i-th η block.
-                let draws = |i: usize| &eta[(i * rows + s) * d..(i * rows + e) * d];
-                let steps = chains.steps;
-                kernel
-                    .run_with_noise(&posterior, u, &mut rho, steps, draws)
-                    .map(|_| ())
-            })
-        })?;
-    // Every process's chains' last states.
-    let u = sagd::share::gather(u)?;
-    // The generator's gradient at the last states.
-    let scale = 1.0 / rows as f32;
-    let (pool, work) = scratch.pieces_into(grad_gen, &mut [], rows, FINAL_PIECES);
-    let u = &u;
-    let sums: Vec<(f64, f64)> = work
-        .into_par_iter()
-        .map(|mut piece| {
-            let (mut loss, mut disp) = (0.0, 0.0);
-            pool.with(|bufs| {
-                let ws = &mut bufs.gen;
-                let r = piece.rows.clone();
-                for s in (r.start..r.end).step_by(SUB_ROWS) {
-                    let e = (s + SUB_ROWS).min(r.end);
-                    let n = e - s;
-                    let (mut xs, mut u0) = (Vec::with_capacity(n * PIXELS), vec![0.0f32; n * d]);
-                    chain_starts(x, &enc, eps, (b, d), (s, e), &mut xs, &mut u0);
-                    let ue = &u[s * d..e * d];
-                    m.gen.forward_packed(&p.dec, packed, ue, n, ws);
-                    let mut dl = vec![0.0f32; n * PIXELS];
-                    loss -= bernoulli_logits(ws.output(), &xs, &mut dl);
-                    dl.iter_mut().for_each(|g| *g *= -scale);
-                    let (gg, _) = piece.sinks(s);
-                    m.gen.backward_packed(&p.dec, packed, ws, &dl, gg, None);
-                    disp += ue
-                        .chunks_exact(d)
-                        .zip(u0.chunks_exact(d))
-                        .map(|(a, b)| {
-                            a.iter()
-                                .zip(b)
-                                .map(|(x, y)| ((x - y) as f64).powi(2))
-                                .sum::<f64>()
-                                .sqrt()
-                        })
-                        .sum::<f64>();
-                }
-            });
-            (loss, disp)
-        })
-        .collect();
-    scratch.packed.0 = pk_gen;
-    scratch.add_pieces(grad_gen, &mut [])?;
-    let sums = sagd::share::gather(sums)?;
-    Ok(BatchInfo {
-        loss: sums.iter().map(|s| s.0).sum::<f64>() / rows as f64,
-        displacement: sums.iter().map(|s| s.1).sum::<f64>() / rows as f64,
-    })
+    let mut packed = std::mem::take(&mut scratch.packed.0);
+    m.gen.pack(&p.dec, true, &mut packed);
+    let batch = Minibatch {
+        m,
+        dec: &p.dec,
+        packed: &packed,
+        x,
+        enc: &enc,
+        eps,
+        images,
+        rows,
+    };
+    let info = batch
+        .last_states(&kernel, chains.steps, (rho0, eta), &scratch.pool)
+        .and_then(|u| batch.gradient_at(&u, grad_gen, scratch));
+    scratch.packed.0 = packed;
+    info
 }
 
 /// Draws per image of [`sagd_batch`]'s `noise`: ε, ρ₀ and the steps' η.
