@@ -21,6 +21,74 @@ struct BlockWire<T, A> {
 
 type BlockResult<A> = Result<(Vec<BlockStats>, A)>;
 
+/// What every block of one [`ChainSet::run_steps_fold`] call shares.
+struct BlockRun<'r, D, K, I, F> {
+    target: &'r D,
+    kernel: &'r K,
+    steps: usize,
+    with_aux: bool,
+    rows: usize,
+    /// The buffer (0 or 1) that holds the current state.
+    cur: usize,
+    init: &'r I,
+    fold: &'r F,
+}
+
+impl<T, D, I, F, A> BlockRun<'_, D, Kernel<T>, I, F>
+where
+    T: Real,
+    D: LogDensity<T>,
+    I: Fn(usize) -> A,
+    F: Fn(&mut A, BlockStep<'_, T>),
+{
+    /// Block `i` through all the steps, each step's state handed to `fold`: buffers `a` hold the
+    /// current state, `b` the next.
+    fn steps_of(&self, i: usize, parts: BlockBuffers<'_, T>) -> BlockResult<A> {
+        let (target, kernel, with_aux) = (self.target, self.kernel, self.with_aux);
+        let (xs, gs, ls, rho, noise, rngs) = parts;
+        let ((mut xa, mut xb), (mut ga, mut gb), (mut la, mut lb)) = if self.cur == 0 {
+            (xs, gs, ls)
+        } else {
+            ((xs.1, xs.0), (gs.1, gs.0), (ls.1, ls.0))
+        };
+        let first_row = i * self.rows;
+        let noise_len = kernel.noise_per_coord() * xa.len();
+        // The block's own buffer for the target's auxiliary output, reused by every step.
+        let mut aux_buf = vec![T::zero(); if with_aux { target.aux_len() } else { 0 }];
+        let mut stats = Vec::with_capacity(self.steps);
+        let mut acc = (self.init)(i);
+        for _ in 0..self.steps {
+            let parts = (
+                &*xa,
+                &mut *xb,
+                &*ga,
+                &mut *gb,
+                &*la,
+                &mut *lb,
+                &mut *rho,
+                &mut noise[..noise_len],
+                &mut *rngs,
+            );
+            let aux = with_aux.then_some(&mut aux_buf[..]);
+            let st = run_block(target, kernel, Block::new(first_row, parts), aux)?;
+            (self.fold)(
+                &mut acc,
+                BlockStep {
+                    first_row,
+                    positions: &*xb,
+                    divergences: st.divergences,
+                    aux: (with_aux && st.divergences == 0).then_some(&aux_buf[..]),
+                },
+            );
+            stats.push(st);
+            std::mem::swap(&mut xa, &mut xb);
+            std::mem::swap(&mut ga, &mut gb);
+            std::mem::swap(&mut la, &mut lb);
+        }
+        Ok((stats, acc))
+    }
+}
+
 impl<T: Real> ChainSet<T> {
     /// One transition of every chain under `kernel`, with the target evaluated at the chains'
     /// current parameters.
@@ -129,50 +197,17 @@ impl<T: Real> ChainSet<T> {
         let [x0, x1] = &mut self.x;
         let [g0, g1] = &mut self.g;
         let [l0, l1] = &mut self.lp;
-        // One block through all the steps: buffers `a` hold the current state, `b` the next.
-        let block = |i: usize, parts: BlockBuffers<'_, T>| -> Result<(Vec<BlockStats>, A)> {
-            let (xs, gs, ls, rho, noise, rngs) = parts;
-            let ((mut xa, mut xb), (mut ga, mut gb), (mut la, mut lb)) = if cur == 0 {
-                (xs, gs, ls)
-            } else {
-                ((xs.1, xs.0), (gs.1, gs.0), (ls.1, ls.0))
-            };
-            let first_row = i * rows;
-            let noise_len = kernel.noise_per_coord() * xa.len();
-            // The block's own buffer for the target's auxiliary output, reused by every step.
-            let mut aux_buf = vec![T::zero(); if with_aux { target.aux_len() } else { 0 }];
-            let mut stats = Vec::with_capacity(steps);
-            let mut acc = init(i);
-            for _ in 0..steps {
-                let parts = (
-                    &*xa,
-                    &mut *xb,
-                    &*ga,
-                    &mut *gb,
-                    &*la,
-                    &mut *lb,
-                    &mut *rho,
-                    &mut noise[..noise_len],
-                    &mut *rngs,
-                );
-                let aux = with_aux.then_some(&mut aux_buf[..]);
-                let st = run_block(target, kernel, Block::new(first_row, parts), aux)?;
-                fold(
-                    &mut acc,
-                    BlockStep {
-                        first_row,
-                        positions: &*xb,
-                        divergences: st.divergences,
-                        aux: (with_aux && st.divergences == 0).then_some(&aux_buf[..]),
-                    },
-                );
-                stats.push(st);
-                std::mem::swap(&mut xa, &mut xb);
-                std::mem::swap(&mut ga, &mut gb);
-                std::mem::swap(&mut la, &mut lb);
-            }
-            Ok((stats, acc))
+        let run = BlockRun {
+            target,
+            kernel,
+            steps,
+            with_aux,
+            rows,
+            cur,
+            init: &init,
+            fold: &fold,
         };
+        let block = |i: usize, parts: BlockBuffers<'_, T>| run.steps_of(i, parts);
         // One noise buffer per block (empty for kernels that draw none).
         let mut noise_chunks: Vec<&mut [T]> = self.scratch.0.chunks_mut(nb).collect();
         noise_chunks.resize_with(n_blocks, Default::default);
@@ -225,11 +260,24 @@ impl<T: Real> ChainSet<T> {
         for b in per_block {
             blocks.push(b?);
         }
+        let infos = self.record(&blocks, steps, kernel);
+        Ok((infos, blocks.into_iter().map(|(_, acc)| acc).collect()))
+    }
+
+    /// Each step's sums over the blocks (in block order) as its [`StepInfo`]; the divergences,
+    /// steps and current buffer of the set moved on.
+    fn record<A>(
+        &mut self,
+        blocks: &[(Vec<BlockStats>, A)],
+        steps: usize,
+        kernel: &Kernel<T>,
+    ) -> Vec<StepInfo> {
+        let (n, d) = (self.n, self.d);
         let mut infos = Vec::with_capacity(steps);
         let nf = n.max(1) as f64;
         for s in 0..steps {
             let mut total = BlockStats::default();
-            for (st, _) in &blocks {
+            for (st, _) in blocks {
                 total.add(&st[s]);
             }
             self.divergences += total.divergences as u64;
@@ -244,10 +292,10 @@ impl<T: Real> ChainSet<T> {
             });
         }
         if steps % 2 == 1 {
-            self.cur = 1 - cur;
+            self.cur = 1 - self.cur;
         }
         self.steps += steps as u64;
-        Ok((infos, blocks.into_iter().map(|(_, acc)| acc).collect()))
+        infos
     }
 
     /// Sends this process's blocks (results and rows of state in buffer `last`) to the others and
