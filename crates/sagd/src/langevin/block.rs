@@ -64,8 +64,8 @@ impl<'a, T> Block<'a, T> {
         }
     }
 
-    /// The block with the step's normal draws given (see [`super::Kernel::run_with_noise`]) rather than
-    /// drawn from its rows' streams.
+    /// The block with the step's normal draws given (see [`super::Kernel::run_with_noise`])
+    /// rather than drawn from its rows' streams.
     pub(super) fn with_draws(mut self, given: &'a [&'a [T]]) -> Self {
         self.given = Some(given);
         self

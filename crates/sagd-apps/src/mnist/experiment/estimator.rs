@@ -28,8 +28,9 @@ pub struct E3Estimator<'a> {
     noise: Vec<f32>,
     /// The next update's draws, made while the GPU works on this one.
     ahead: Option<Ahead>,
-    /// Updates done (a chain schedule's t).
+    /// Updates done (a chain schedule's t), and K_t's scale.
     update: usize,
+    k_scale: f64,
 }
 
 /// The estimator's checkpointed state.
@@ -81,6 +82,14 @@ impl<'a> E3Estimator<'a> {
             noise: Vec::new(),
             ahead: None,
             update: 0,
+            k_scale: match objective {
+                Objective::Sagd(Chains {
+                    schedule: Some(plan),
+                    steps,
+                    ..
+                }) => plan.k_scale(steps),
+                _ => 1.0,
+            },
         }
     }
 
@@ -141,7 +150,7 @@ impl E3Estimator<'_> {
     /// What update `t` computes: SAGD's chains at their δ_t and K_t.
     fn objective_at(&self, t: usize) -> Objective {
         match self.objective {
-            Objective::Sagd(chains) => Objective::Sagd(chains.at(t)),
+            Objective::Sagd(chains) => Objective::Sagd(chains.at_scaled(t, self.k_scale)),
             vae => vae,
         }
     }

@@ -140,11 +140,10 @@ impl Minibatch<'_> {
 
 /// SAGD's gradient for the generator on the binarised images `x` (b × 784), encoder frozen:
 /// `chains.per_image` chains per image from u₀ = μ + σ ε, ρ₀, run `chains.steps` steps of the
-/// core's Langevin program ([`Kernel::run_with_noise`](sagd::langevin::Kernel::run_with_noise)) on p(u | x; θ); the gradient of the mean of
-/// −log p(x | u; θ) at their last states goes into `grad_gen` (overwritten). `noise` holds, in
+/// core's Langevin program ([`Kernel::run_with_noise`]) on p(u | x; θ); the gradient of the mean
+/// of −log p(x | u; θ) at their last states goes into `grad_gen` (overwritten). `noise` holds, in
 /// order, ε (C × b × d), ρ₀ (C·b × d) and the steps' draws (steps × m × C·b × d, m the scheme's
-/// [`Kernel::normals_per_step`](sagd::langevin::Kernel::normals_per_step)); chain r = c·b + i
-/// belongs to image i.
+/// [`Kernel::normals_per_step`]); chain r = c·b + i belongs to image i.
 ///
 /// Two passes, each cut by the shapes alone: the chains in blocks of [`SUB_ROWS`] (they need no
 /// parameter gradient, so any number of blocks can run side by side: 40 for 200 images), then the

@@ -201,10 +201,17 @@ impl Chains {
 
     /// The chains of update `t` (from 0): δ_t and K_t by the schedule, or these chains.
     pub fn at(&self, t: usize) -> Chains {
+        let k_scale = self.schedule.map_or(1.0, |plan| plan.k_scale(self.steps));
+        self.at_scaled(t, k_scale)
+    }
+
+    /// [`Chains::at`] with K_t's scale given ([`ChainSchedule::k_scale`] sums over the run's
+    /// updates: a run computes it once).
+    pub(crate) fn at_scaled(&self, t: usize, k_scale: f64) -> Chains {
         match self.schedule {
             None => *self,
             Some(plan) => {
-                let (delta, steps) = plan.at(t, self.delta, plan.k_scale(self.steps));
+                let (delta, steps) = plan.at(t, self.delta, k_scale);
                 Chains {
                     delta,
                     steps,
