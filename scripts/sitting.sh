@@ -20,6 +20,8 @@
 #   e3-cpu:THREADS,VAE,SAGD    E3's minibatches on THREADS CPU threads (VAE and SAGD minibatches
 #                              timed), BIN, BASE and the peer alternating for ROUNDS rounds
 #   e3-resume                  a GPU run interrupted every 4 updates and resumed, against it whole
+#   e3-schedule                e3-resume with E3's chain schedule (--delta-decay 0.5 --k-growth 1),
+#                              the CPU's run of it against the GPU's, and OBABO refused on the GPU
 #   e3-default                 the default `sagd mnist` on the GPU, end to end
 #   e2-gpu                     one 1-D replication on the GPU against the PyTorch peer (and a JAX
 #                              one, JAX_PEER) on the same GPU, and the high-dimensional case
@@ -88,8 +90,9 @@ check_e3_cpu() {
 }
 
 check_e3_resume() {
+  local extra=("$@")
   small() { $S mnist --device cuda --data data/mnist --train-n 2000 --vae-epochs 2 --sagd-updates 10 \
-    --eval-n 50 --eval-k 100 --quiet "$@"; }
+    --eval-n 50 --eval-k 100 --quiet "${extra[@]}" "$@"; }
   time small --out "$R/whole" --pretrained-cache "$R/cache-whole" > /dev/null
   small --out "$R/resumed" --pretrained-cache "$R/cache-resumed" --checkpoint-every 3 --interrupt-after 4 > /dev/null 2>&1
   local i
@@ -102,6 +105,24 @@ a = json.load(open('$R/whole/result.json')); b = json.load(open('$R/resumed/resu
 same = a['evaluations'] == b['evaluations'] and a['differences'] == b['differences']
 print('resumed after', $i, 'restarts: held-out numbers', 'the same' if same else 'DIFFERENT')
 "
+  rm -rf "$R"/cache-*
+}
+
+check_e3_schedule() {
+  local R="$R/schedule"
+  mkdir -p "$R"
+  check_e3_resume --delta-decay 0.5 --k-growth 1
+  $S mnist --data data/mnist --train-n 2000 --vae-epochs 2 --sagd-updates 10 --eval-n 50 --eval-k 100 \
+    --quiet --delta-decay 0.5 --k-growth 1 --out "$R/cpu" --pretrained-cache "$R/cache-cpu" > /dev/null
+  python3 - "$R" <<'PY'
+import json, sys
+gpu, cpu = (json.load(open(f"{sys.argv[1]}/{w}/result.json")) for w in ("whole", "cpu"))
+for x, y in zip(gpu["evaluations"], cpu["evaluations"]):
+    gap = abs(x["log_px"] - y["log_px"]) / y["log_px_se"]
+    print(f"E3 scheduled, {x['model']}: log p(x) {x['log_px']:.4f} on the GPU, {y['log_px']:.4f} on the CPU ({gap:.3f} se apart)")
+PY
+  $S mnist --device cuda --scheme obabo --quiet --out "$R/obabo" 2>&1 | grep -q "euler or baoab on a GPU" \
+    && echo "OBABO on the GPU: refused by name" || echo "OBABO on the GPU: NOT refused as expected"
   rm -rf "$R"/cache-*
 }
 
