@@ -117,6 +117,13 @@ pub struct HmcChains {
     pub transitions: usize,
 }
 
+/// What a chain run returns to the estimator: each step's summary, and each block's sum of ∇θ f
+/// (or the target's error).
+type StepsRun = (
+    Vec<sagd::langevin::StepInfo>,
+    Vec<std::result::Result<Vec<f32>, LogpError>>,
+);
+
 /// HMC (fresh chains from an encoder draw at every update) or SAGD (persistent chains) on the
 /// decoder's posterior; the gradient is the chain average of ∇θ of −log p(x | u; θ).
 pub struct ChainEstimator<'a> {
@@ -210,6 +217,56 @@ impl<'a> ChainEstimator<'a> {
     /// Every chain starts from an encoder draw and burns in under the decoder `p` (the
     /// pre-trained one, or the current one when refreshed), at the base δ: a schedule's late δ_t
     /// would leave the chains near the encoder's draws.
+    /// The chains (re)started where due, this update's δ_t and K_t (burn-in ran at the base δ),
+    /// and the update counted.
+    fn begin_update(&mut self, p: &VaeParams) -> Result<()> {
+        if self
+            .refresh_every
+            .is_some_and(|r| self.update > 0 && self.update.is_multiple_of(r))
+        {
+            self.started = false;
+        }
+        if !self.started {
+            self.start_chains(p)?;
+        }
+        if let Some((c, plan, k_scale)) = self.scheduled {
+            let (delta, k) = plan.at(self.update, c.step_size, k_scale);
+            self.kernel = c.langevin.kernel::<f32>(delta)?;
+            self.steps = k;
+        }
+        self.update += 1;
+        Ok(())
+    }
+
+    /// An update's chain run taken in: its steps' divergences and acceptance rates into the
+    /// diagnostics, its blocks' sums of ∇θ f added in block order into `grad` (their buffers kept
+    /// for the next update). The steps' mean log densities summed, and the first error.
+    fn absorb(&mut self, run: Result<StepsRun>) -> (f64, Result<()>) {
+        let (infos, parts) = match run {
+            Ok(run) => run,
+            Err(e) => return (0.0, Err(e)),
+        };
+        let mut logp = 0.0;
+        for info in &infos {
+            self.divergences += info.divergences;
+            logp += info.mean_log_density;
+            if let Some(a) = info.acceptance {
+                self.acceptance.push(a);
+            }
+        }
+        let mut result = Ok(());
+        let mut sums = Vec::with_capacity(parts.len());
+        for part in parts {
+            match part {
+                Ok(g) => sums.push(g),
+                Err(e) => result = Err(SagdError::Model(e)),
+            }
+        }
+        add_parts(&sums, &mut self.grad);
+        self.spare = sums;
+        (logp, result)
+    }
+
     fn start_chains(&mut self, p: &VaeParams) -> Result<()> {
         let all = DecoderPosterior::new(&self.vae.dec, &self.x);
         let all_problem = MaximumLikelihood::new(&all, 1);
@@ -321,15 +378,7 @@ impl GradientEstimator for ChainEstimator<'_> {
         g_dec: &mut [f32],
         _g_enc: &mut [f32],
     ) -> Result<f64> {
-        if self
-            .refresh_every
-            .is_some_and(|r| self.update > 0 && self.update.is_multiple_of(r))
-        {
-            self.started = false;
-        }
-        if !self.started {
-            self.start_chains(p)?;
-        }
+        self.begin_update(p)?;
         let d = self.vae.d;
         let points = self.x.len() / (d * self.copies);
         let batch = if self.copies == 1 {
@@ -353,13 +402,6 @@ impl GradientEstimator for ChainEstimator<'_> {
             problem: &problem,
             anchor: &p.dec[..],
         };
-        if let Some((c, plan, k_scale)) = self.scheduled {
-            // Burn-in ran at the base δ; each update takes its own δ_t and K_t.
-            let (delta, k) = plan.at(self.update, c.step_size, k_scale);
-            self.kernel = c.langevin.kernel::<f32>(delta)?;
-            self.steps = k;
-        }
-        self.update += 1;
         let mut sub = if full {
             std::mem::replace(&mut self.chains, ChainSet::new(0, d, 0))
         } else {
@@ -407,37 +449,17 @@ impl GradientEstimator for ChainEstimator<'_> {
                 }
             },
         );
-        let mut logp = 0.0;
-        let mut result = Ok(());
-        match run {
-            Ok((infos, parts)) => {
-                for info in &infos {
-                    self.divergences += info.divergences;
-                    logp += info.mean_log_density;
-                    if let Some(a) = info.acceptance {
-                        self.acceptance.push(a);
-                    }
-                }
-                let mut sums = Vec::with_capacity(parts.len());
-                for part in parts {
-                    match part {
-                        Ok(g) => sums.push(g),
-                        Err(e) => result = Err(SagdError::Model(e)),
-                    }
-                }
-                add_parts(&sums, &mut self.grad);
-                self.spare = sums;
-            }
-            Err(e) => result = Err(e),
-        }
-        self.reused += model.reused_passes();
+        let reused = model.reused_passes();
         if full {
             self.chains = sub;
         } else {
             self.chains.scatter(&sub, batch)?;
         }
+        let rows = batch.len();
+        let (logp, result) = self.absorb(run);
+        self.reused += reused;
         result?;
-        let scale = 1.0 / (self.steps * batch.len()) as f64;
+        let scale = 1.0 / (self.steps * rows) as f64;
         for (g, v) in g_dec.iter_mut().zip(&self.grad) {
             *g += (v * scale) as f32;
         }
