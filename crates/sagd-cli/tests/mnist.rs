@@ -112,7 +112,7 @@ fn mnist_runs_every_scheme_on_the_cpu_and_checks_delta_by_the_core_s_rule() {
         assert_eq!(v["settings"]["chains"]["scheme"], scheme);
         assert_eq!(v["evaluations"].as_array().unwrap().len(), 3);
     }
-    // γδ = 1.2: Euler refused, with the way out; BAOAB takes it.
+    // γδ = 1.2: Euler refused, naming the way out (BAOAB).
     let out = dir.path().join("euler");
     let err = failed(&mnist_small(&out, &["--delta", "0.6"]));
     assert!(

@@ -3,7 +3,7 @@
 //! diverged rows. The hot loop of every sampler in the crate.
 
 use super::{Kernel, Op};
-use crate::error::{Result, SagdError};
+use crate::error::{LogpError, Result, SagdError};
 use crate::model::LogDensity;
 use crate::real::{sum_sq, Real};
 use crate::rng::ChainRng;
@@ -100,6 +100,31 @@ pub(super) fn fill_noise<T: Real>(noise: &mut [T], rngs: &mut [ChainRng], per_ro
     for (row, rng) in noise.chunks_exact_mut(per_row).zip(rngs.iter_mut()) {
         rng.normal.fill(row);
     }
+}
+
+/// A target's evaluation of some rows taken in: a recoverable error marks their log densities
+/// NaN (a divergence, recovered by whoever steps them), any other error stops the run.
+#[inline(always)]
+pub(super) fn evaluated<T: Real>(
+    res: std::result::Result<(), LogpError>,
+    logp: &mut [T],
+) -> Result<()> {
+    match res {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_recoverable() => {
+            logp.iter_mut().for_each(|v| *v = T::nan());
+            Ok(())
+        }
+        Err(e) => Err(SagdError::Model(e)),
+    }
+}
+
+/// Whether row `r` of positions `x`, gradients `g` (rows × d) and log densities `lp` is finite.
+pub(super) fn row_finite<T: Real>(x: &[T], g: &[T], lp: &[T], r: usize, d: usize) -> bool {
+    let span = r * d..(r + 1) * d;
+    lp[r].is_finite()
+        && x[span.clone()].iter().all(|v| v.is_finite())
+        && g[span].iter().all(|v| v.is_finite())
 }
 
 #[inline(always)]
@@ -259,11 +284,7 @@ impl<'a, T: Real> Transition<'a, T> {
             }
             None => target.logp_grad(b.first_row, b.x_new, b.lp_new, b.g_new),
         };
-        match res {
-            Ok(()) => {}
-            Err(e) if e.is_recoverable() => b.lp_new.iter_mut().for_each(|v| *v = T::nan()),
-            Err(e) => return Err(SagdError::Model(e)),
-        }
+        evaluated(res, b.lp_new)?;
         self.fresh = true;
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! draw all of a pass's noise at once (so that another device, or a split run, reads the same
 //! draws) and need only the chains' last positions.
 
-use super::block::{run_block, Block};
+use super::block::{evaluated, row_finite, run_block, Block};
 use super::{Kernel, Op};
 use crate::error::{check_len, Result, SagdError};
 use crate::model::LogDensity;
@@ -68,14 +68,8 @@ impl<T: Real> Kernel<T> {
         let (mut xa, mut xb) = (x.to_vec(), x.to_vec());
         let (mut ga, mut gb) = (vec![T::zero(); x.len()], vec![T::zero(); x.len()]);
         let (mut la, mut lb) = (vec![T::zero(); rows], vec![T::zero(); rows]);
-        match target.logp_grad(0, &xa, &mut la, &mut ga) {
-            Ok(()) => {}
-            Err(e) if e.is_recoverable() => la.iter_mut().for_each(|v| *v = T::nan()),
-            Err(e) => return Err(SagdError::Model(e)),
-        }
-        let finite =
-            |r: usize| la[r].is_finite() && ga[r * d..(r + 1) * d].iter().all(|v| v.is_finite());
-        if let Some(chain) = (0..rows).find(|&r| !finite(r)) {
+        evaluated(target.logp_grad(0, &xa, &mut la, &mut ga), &mut la)?;
+        if let Some(chain) = (0..rows).find(|&r| !row_finite(&xa, &ga, &la, r, d)) {
             return Err(SagdError::NonFiniteStart { chain });
         }
         let last = self.to_last_move();

@@ -83,12 +83,8 @@ impl<'a> E3Estimator<'a> {
             ahead: None,
             update: 0,
             k_scale: match objective {
-                Objective::Sagd(Chains {
-                    schedule: Some(plan),
-                    steps,
-                    ..
-                }) => plan.k_scale(steps),
-                _ => 1.0,
+                Objective::Sagd(chains) => chains.k_scale(),
+                Objective::Vae => 1.0,
             },
         }
     }
@@ -137,6 +133,14 @@ impl E3Estimator<'_> {
         self.streams = draws.after;
         self.x = binarise_with(&pixels, &draws.uniforms);
         self.noise = draws.normals;
+    }
+
+    /// The next update's draws (see [`Self::draw`]) and what it computes; the update counted.
+    fn next_update(&mut self, batch: &[usize]) -> Objective {
+        self.draw(batch);
+        let objective = self.objective_at(self.update);
+        self.update += 1;
+        objective
     }
 
     /// Normals per pass of update `t` over `images` images.
@@ -251,9 +255,7 @@ impl GradientEstimator for E3Estimator<'_> {
         g_dec: &mut [f32],
         g_enc: &mut [f32],
     ) -> Result<f64> {
-        self.draw(batch);
-        let objective = self.objective_at(self.update);
-        self.update += 1;
+        let objective = self.next_update(batch);
         let (m, x, noise) = (self.model, &self.x, &self.noise);
         let info = match (objective, &mut self.engine) {
             (Objective::Vae, Engine::Cpu(scratch)) => {
@@ -287,9 +289,7 @@ impl GradientEstimator for E3Estimator<'_> {
         if matches!(self.engine, Engine::Cpu(_)) || sagd::share::current().is_some() {
             return None;
         }
-        self.draw(batch);
-        let objective = self.objective_at(self.update);
-        self.update += 1;
+        let objective = self.next_update(batch);
         let what = match &objective {
             Objective::Vae => E3Pass::Vae,
             Objective::Sagd(chains) => E3Pass::Sagd(chains),

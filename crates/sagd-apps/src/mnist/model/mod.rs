@@ -155,7 +155,7 @@ pub struct E3 {
 /// The Langevin chains of SAGD's gradient, from u₀ ~ q_φ(u | x), ρ₀ ~ N(0, I), stepped by the
 /// core's program of any [`Scheme`]: the paper's Euler u ← u + δρ, ρ ← (1 − γδ)ρ + δ∇log p(u | x) +
 /// √(2γδ) η, or OBABO, BAOAB (exact in position on Gaussian posteriors) or UBU. Each evaluates the
-/// gradient once per step (at u₀ … u_{K−1}); the GPU's chains run Euler and BAOAB.
+/// gradient once per step; the GPU's chains run Euler and BAOAB.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Chains {
     /// The integrator (default: the paper's Euler).
@@ -201,8 +201,12 @@ impl Chains {
 
     /// The chains of update `t` (from 0): δ_t and K_t by the schedule, or these chains.
     pub fn at(&self, t: usize) -> Chains {
-        let k_scale = self.schedule.map_or(1.0, |plan| plan.k_scale(self.steps));
-        self.at_scaled(t, k_scale)
+        self.at_scaled(t, self.k_scale())
+    }
+
+    /// K_t's scale under the schedule (1 without one).
+    pub(crate) fn k_scale(&self) -> f64 {
+        self.schedule.map_or(1.0, |plan| plan.k_scale(self.steps))
     }
 
     /// [`Chains::at`] with K_t's scale given ([`ChainSchedule::k_scale`] sums over the run's

@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::block::{run_block, Block, BlockBuffers, BlockStats};
+use super::block::{evaluated, row_finite, run_block, Block, BlockBuffers, BlockStats};
 use super::Kernel;
 use crate::error::{check_len, Result, SagdError};
 use crate::model::LogDensity;
@@ -361,15 +361,9 @@ impl<T: Real> ChainSet<T> {
         let rows = self.rows_per_block.min(self.n.max(1));
         let bd = (rows * self.d).max(1);
         type Parts<'a, T> = (usize, ((&'a [T], &'a mut [T]), &'a mut [T]));
-        let block =
-            |(i, ((xb, gb), lpb)): Parts<'_, T>| match target.logp_grad(i * rows, xb, lpb, gb) {
-                Ok(()) => Ok(()),
-                Err(e) if e.is_recoverable() => {
-                    lpb.iter_mut().for_each(|v| *v = T::nan());
-                    Ok(())
-                }
-                Err(e) => Err(SagdError::Model(e)),
-            };
+        let block = |(i, ((xb, gb), lpb)): Parts<'_, T>| {
+            evaluated(target.logp_grad(i * rows, xb, lpb, gb), lpb)
+        };
         let results: Vec<Result<()>> = if self.n <= rows || rayon::current_num_threads() == 1 {
             x.chunks(bd)
                 .zip(g.chunks_mut(bd))
@@ -414,14 +408,7 @@ impl<T: Real> ChainSet<T> {
     }
 
     fn row_finite(&self, buf: usize, r: usize) -> bool {
-        let d = self.d;
-        self.lp[buf][r].is_finite()
-            && self.x[buf][r * d..(r + 1) * d]
-                .iter()
-                .all(|v| v.is_finite())
-            && self.g[buf][r * d..(r + 1) * d]
-                .iter()
-                .all(|v| v.is_finite())
+        row_finite(&self.x[buf], &self.g[buf], &self.lp[buf], r, self.d)
     }
 }
 
