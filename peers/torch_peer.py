@@ -15,7 +15,7 @@ numpy and scipy (`pip install torch numpy scipy`).
   torch_peer.py e3 --data DIR [--threads T] [--vae-batches V] [--sagd-batches S] [--device D]
                 [--out JSON]
       E3: seconds per minibatch of 200 images of the VAE's training and of SAGD's refinement
-      (20 chains of 5 Euler steps per image), the fastest of V and S timed minibatches after one
+      (20 chains of 5 Euler steps per image), the fastest (and the mean) of V and S timed minibatches after one
       warm-up each.
 
 Float32 throughout, as sagd's engine.
@@ -374,6 +374,8 @@ def e3(args):
 
     out = {}
     for name, step, count in (("vae", vae_step, args.vae_batches), ("sagd", sagd_step, args.sagd_batches)):
+        if count == 0:
+            continue
         times = []
         for k in range(count + 1):
             x = batch(k)
@@ -383,8 +385,10 @@ def e3(args):
             sync()
             times.append(time.perf_counter() - t)
         best = min(times[1:])
-        out[name] = {"seconds_per_minibatch": best, "seconds_per_epoch": best * 300, "timed": count}
-        print(f"{name}: {best:.4f} s per minibatch of {b}, {best * 300:.1f} s per epoch of 300")
+        mean = sum(times[1:]) / count
+        out[name] = {"seconds_per_minibatch": best, "mean_seconds_per_minibatch": mean,
+                     "seconds_per_epoch": best * 300, "timed": count}
+        print(f"{name}: {best:.4f} s per minibatch of {b} (mean {mean:.4f}), {best * 300:.1f} s per epoch of 300")
     return out
 
 

@@ -13,7 +13,8 @@ pub const ENV: &str = "SAGD_CPU_CAPABILITY";
 /// An instruction set the kernels are written for, narrowest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Capability {
-    /// Scalar code (with hardware FMA where the compiler may use it).
+    /// The architecture's baseline: scalar code (with hardware FMA where the compiler may use
+    /// it), and on aarch64 the products' NEON tiles (NEON is in every aarch64 CPU).
     Portable,
     /// AVX2 with FMA: 8-lane registers, 16 of them.
     Avx2,

@@ -170,7 +170,8 @@ fn mnist(a: MnistBenchArgs) -> Result<()> {
         &[
             "phase",
             "minibatches timed",
-            "s per minibatch",
+            "s per minibatch (mean)",
+            "fastest",
             "s per epoch (300 minibatches)",
         ],
         rows.iter().map(|r| {
@@ -178,6 +179,7 @@ fn mnist(a: MnistBenchArgs) -> Result<()> {
                 r.phase.to_string(),
                 r.updates.to_string(),
                 format!("{:.4}", r.s_per_update),
+                format!("{:.4}", r.fastest_s),
                 format!("{:.1}", r.s_per_epoch),
             ]
         }),

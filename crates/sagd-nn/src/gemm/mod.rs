@@ -181,6 +181,31 @@ unsafe fn columns(
         Capability::Portable => {}
     }
     let _ = wide;
+    #[cfg(target_arch = "aarch64")]
+    if kernel::neon_tiles() {
+        kernel::neon::columns(m, k, a, b, ldb, (j0, w), c, ldc, ep, from);
+        return;
+    }
+    row_loop(m, k, a, b, ldb, (j0, w), c, ldc, ep, from);
+}
+
+/// [`columns`] on the scalar row loop: each row of a tile's columns by [`tile_row`].
+///
+/// # Safety
+/// As [`columns`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn row_loop(
+    m: usize,
+    k: usize,
+    a: Strided<'_>,
+    b: &[f32],
+    ldb: usize,
+    (j0, w): (usize, usize),
+    c: *mut f32,
+    ldc: usize,
+    ep: Epilogue<'_>,
+    from: Carried,
+) {
     let mut acc = [[0.0f32; NR]; MR];
     for i0 in (0..m).step_by(MR) {
         let rows = MR.min(m - i0);
@@ -225,6 +250,7 @@ impl Panels {
         }
         (self.k, self.n) = (k, n);
         self.data.resize(n.div_ceil(NR) * k * NR, 0.0);
+        #[cfg(target_arch = "x86_64")]
         let wide = kernel_capability();
         self.data
             .par_chunks_mut((k * NR).max(1))
@@ -244,6 +270,7 @@ impl Panels {
                 for r0 in (0..k).step_by(T) {
                     let r1 = (r0 + T).min(k);
                     let rows = &mut panel[r0 * NR..r1 * NR];
+                    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
                     let mut j = 0;
                     // Whole 16 × 16 blocks (8 × 8 on AVX2) of B with unit row stride,
                     // transposed in registers.

@@ -28,6 +28,9 @@ fn every_shape_and_epilogue_matches_the_definition() {
         (61, 16, 9),
         (53, 20, 17),
         (30, 33, 12),
+        // NEON's last strips of 12 and 8 columns.
+        (11, 28, 9),
+        (17, 24, 5),
         // Large enough for the packed path.
         (400, 520, 330),
     ] {
@@ -65,6 +68,18 @@ fn every_shape_and_epilogue_matches_the_definition() {
                     assert!(
                         c.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits()),
                         "{m}×{n}×{k} {ep:?}: {path:?}"
+                    );
+                }
+                // On aarch64, the NEON tiles give the scalar row loop's bits.
+                #[cfg(target_arch = "aarch64")]
+                {
+                    let mut c2 = c0.clone();
+                    kernel::ROW_LOOP.with(|r| r.set(true));
+                    gemm(m, n, k, sa, &b, ldb, &mut c2, ldc, ep);
+                    kernel::ROW_LOOP.with(|r| r.set(false));
+                    assert!(
+                        c.iter().zip(&c2).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{m}×{n}×{k} {ep:?}: NEON against the row loop"
                     );
                 }
                 for i in 0..m {

@@ -147,9 +147,13 @@ pub struct PhaseTiming {
     pub phase: String,
     /// Updates timed (after one that warms up and is not counted).
     pub updates: usize,
-    /// Seconds per update (minibatch), Adam and binarisation included.
+    /// Seconds per update (minibatch), Adam and binarisation included: the mean over the
+    /// timed updates.
     pub s_per_update: f64,
-    /// Seconds per epoch of `train_n` images at this rate.
+    /// The fastest timed update's seconds (what a peer that reports its fastest minibatch
+    /// compares with).
+    pub fastest_s: f64,
+    /// Seconds per epoch of `train_n` images at the mean rate.
     pub s_per_epoch: f64,
 }
 
@@ -165,25 +169,30 @@ pub fn time_phase(
 ) -> Result<PhaseTiming> {
     s.validate(data.train.len(), data.test.len())?;
     let images = &data.train.images[..s.train_n * PIXELS];
-    let first = std::sync::Mutex::new(None);
-    let progress = |_: &str, done: usize, _: usize| {
-        if done == 1 {
-            if let Ok(mut f) = first.lock() {
-                *f = Some(std::time::Instant::now());
-            }
+    // When each update ended, from the warm-up's end on.
+    let ends = std::sync::Mutex::new(Vec::with_capacity(updates + 1));
+    let progress = |_: &str, _: usize, _: usize| {
+        if let Ok(mut e) = ends.lock() {
+            e.push(std::time::Instant::now());
         }
     };
     train_phase(s, images, objective, updates + 1, device, &progress)?;
-    let elapsed = first
-        .lock()
-        .ok()
-        .and_then(|f| f.map(|t| t.elapsed().as_secs_f64()))
-        .unwrap_or(f64::NAN);
-    let s_per_update = elapsed / updates.max(1) as f64;
+    let ends = ends.into_inner().unwrap_or_default();
+    let each: Vec<f64> = ends
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_secs_f64())
+        .collect();
+    let (s_per_update, fastest_s) = if each.is_empty() {
+        (f64::NAN, f64::NAN)
+    } else {
+        let mean = each.iter().sum::<f64>() / each.len() as f64;
+        (mean, each.iter().copied().fold(f64::INFINITY, f64::min))
+    };
     Ok(PhaseTiming {
         phase: phase_name(objective).into(),
         updates,
         s_per_update,
+        fastest_s,
         s_per_epoch: s_per_update * s.train_n.div_ceil(s.batch_size) as f64,
     })
 }
