@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{check_len, LogpError, Result, SagdError};
-use crate::langevin::{ChainSet, LangevinSettings, Momentum};
+use crate::langevin::{ChainSet, LangevinSettings, Momentum, StepInfo};
 use crate::model::{AnchoredTarget, Problem};
 use crate::optim::{UpdateRule, UpdateState};
 use crate::real::Real;
@@ -248,26 +248,70 @@ impl Sagd {
             problem,
             anchor: &anchor[..],
         };
-        let mut divergences = 0;
+        let mut divergences = self.ready_chains(&target, state)?;
+        let (mut grad, infos) = self.sum_grad_f(&target, &kernel, k_t, state)?;
+        let (mut kinetic, mut last_logp) = (0.0, 0.0);
+        for info in &infos {
+            divergences += info.divergences;
+            kinetic += info.kinetic_temperature;
+            last_logp = info.mean_log_density;
+        }
+        let scale = 1.0 / (k_t as f64 * problem.n_chains().max(1) as f64);
+        grad.iter_mut().for_each(|g| *g *= scale);
+        let grad_norm = grad.iter().map(|g| g * g).sum::<f64>().sqrt();
+        if !grad_norm.is_finite() {
+            return Err(SagdError::NonFiniteUpdate { iteration: t });
+        }
+        state.grad.clone_from(&grad);
+        Ok(IterInfo {
+            t,
+            step_size: delta,
+            chain_length: k_t,
+            learning_rate: alpha,
+            grad_norm,
+            divergences,
+            kinetic_temperature: kinetic / k_t as f64,
+            mean_log_density: last_logp,
+        })
+    }
+
+    /// The chains readied for an update: put back at their starts (chains that do not
+    /// persist), evaluated again where θ moved under them, and burned in where a burn-in is
+    /// due; the burn-in's divergences.
+    fn ready_chains<T: Real, P: Problem<T> + ?Sized>(
+        &self,
+        target: &AnchoredTarget<'_, T, P>,
+        state: &mut SagdState<T>,
+    ) -> Result<usize> {
+        let s = &self.settings;
         if !s.persistent && state.total_updates > 0 {
             let (x0, r0) = state.start.clone();
-            state.chains.set_positions(&target, &x0)?;
+            state.chains.set_positions(target, &x0)?;
             state.chains.set_momenta(&r0)?;
         } else if s.anchor == Anchor::Current && state.total_updates > 0 {
             // θ moved since the chains' gradients were computed.
-            state.chains.evaluate(&target)?;
+            state.chains.evaluate(target)?;
         }
+        let mut divergences = 0;
         if state.pending_burn_in > 0 {
             let burn = s.langevin.kernel::<T>(s.schedules.step_size.at(1))?;
-            divergences += state
-                .chains
-                .burn_in(&target, &burn, state.pending_burn_in)?;
+            divergences += state.chains.burn_in(target, &burn, state.pending_burn_in)?;
             state.pending_burn_in = 0;
         }
+        Ok(divergences)
+    }
+
+    /// The K_t steps of `kernel` on the chains, and Σ over the steps and the chains of ∇θ f at
+    /// their states (summed in block order), with each step's diagnostics.
+    fn sum_grad_f<T: Real, P: Problem<T> + ?Sized>(
+        &self,
+        target: &AnchoredTarget<'_, T, P>,
+        kernel: &crate::langevin::Kernel<T>,
+        k_t: usize,
+        state: &mut SagdState<T>,
+    ) -> Result<(Vec<f64>, Vec<StepInfo>)> {
+        let (s, problem) = (&self.settings, target.problem);
         let p = problem.theta_dim();
-        let mut grad = vec![0.0f64; p];
-        let mut kinetic = 0.0;
-        let mut last_logp = 0.0;
         // Each block of chains takes the K_t steps in one task; after each, Σ ∇θ f at its new
         // states: fused into the step's evaluation when the target is at θ and computes it, else
         // a pass of its own.
@@ -278,8 +322,8 @@ impl Sagd {
         let stack = !fuse && problem.calls_are_costly();
         type Acc<T> = std::result::Result<(Vec<f64>, Vec<T>, usize), LogpError>;
         let (infos, parts) = state.chains.run_steps_fold(
-            &target,
-            &kernel,
+            target,
+            kernel,
             k_t,
             fuse,
             |_| Ok((vec![0.0f64; p], Vec::new(), 0)),
@@ -317,29 +361,9 @@ impl Sagd {
                 Ok(sum)
             })
             .collect::<Result<Vec<_>>>()?;
-        for info in &infos {
-            divergences += info.divergences;
-            kinetic += info.kinetic_temperature;
-            last_logp = info.mean_log_density;
-        }
+        let mut grad = vec![0.0f64; p];
         crate::parallel::add_parts(&parts, &mut grad);
-        let scale = 1.0 / (k_t as f64 * problem.n_chains().max(1) as f64);
-        grad.iter_mut().for_each(|g| *g *= scale);
-        let grad_norm = grad.iter().map(|g| g * g).sum::<f64>().sqrt();
-        if !grad_norm.is_finite() {
-            return Err(SagdError::NonFiniteUpdate { iteration: t });
-        }
-        state.grad.clone_from(&grad);
-        Ok(IterInfo {
-            t,
-            step_size: delta,
-            chain_length: k_t,
-            learning_rate: alpha,
-            grad_norm,
-            divergences,
-            kinetic_temperature: kinetic / k_t as f64,
-            mean_log_density: last_logp,
-        })
+        Ok((grad, infos))
     }
 
     /// Counts a finished update: t and the total move on.

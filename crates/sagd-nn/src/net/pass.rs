@@ -280,8 +280,8 @@ impl Sequential {
             t.g.resize_with(self.layers.len(), Vec::new);
             t.gb.resize_with(self.layers.len(), Vec::new);
         }
-        let rows = ws.rows;
         let Workspace {
+            rows,
             acts,
             derivs,
             grad,
@@ -291,108 +291,167 @@ impl Sequential {
         } = ws;
         grad.clear();
         grad.extend_from_slice(dout);
-        let need_dx = dx.is_some();
         // How the parameter products land: written over the sink, or added into it.
         let lands = match sink {
             ParamGrads::Set(_) => Epilogue::Store,
             _ => Epilogue::Add,
         };
-        // An activation's derivative is applied by the Linear layer above it, in its product.
-        let mut scaled = false;
+        let mut pass = Backward {
+            rows: *rows,
+            grad,
+            grad2,
+            sink,
+            lands,
+            need_dx: dx.is_some(),
+            scaled: false,
+        };
         for (i, l) in self.layers.iter().enumerate().rev() {
-            let xin = &acts[i];
             match *l {
                 Layer::Linear { inp, out } => {
-                    let off = self.offsets[i];
-                    let w = &params[off..off + inp * out];
-                    match &mut sink {
-                        ParamGrads::Add(dp) | ParamGrads::Set(dp) => {
-                            let (dw, db) = dp[off..off + inp * out + out].split_at_mut(inp * out);
-                            linear_param_grad(grad, xin, dw, db, (inp, out), 0, lands);
-                        }
-                        ParamGrads::Keep(t) => {
-                            t.x[i].clear();
-                            t.x[i].extend_from_slice(&xin[..rows * inp]);
-                            t.g[i].clear();
-                            t.g[i].extend_from_slice(&grad[..rows * out]);
-                        }
-                        ParamGrads::Skip => {}
-                    }
-                    if i > 0 || need_dx {
-                        // A ReLU's derivative comes from its output, this layer's input.
-                        let below = match i.checked_sub(1).map(|j| &self.layers[j]) {
-                            Some(Layer::Act {
-                                act: Activation::Relu,
-                            }) => Epilogue::Positive(xin),
-                            Some(Layer::Act { .. }) => Epilogue::Scale(&derivs[i - 1][..]),
-                            _ => Epilogue::Store,
-                        };
-                        scaled = !matches!(below, Epilogue::Store);
-                        grad2.resize(rows * inp, 0.0);
-                        match packed.layer(i).and_then(|pl| pl.input_grad.as_ref()) {
-                            Some(panels) => {
-                                gemm_panels(rows, by_rows(grad, out), panels, grad2, inp, below)
-                            }
-                            None => linear_input_grad(grad, w, grad2, (inp, out), below),
-                        }
-                        std::mem::swap(grad, grad2);
-                    }
+                    pass.linear(self, i, (inp, out), (params, packed), (acts, derivs))
                 }
-                Layer::Act { act } => {
-                    if !std::mem::take(&mut scaled) {
-                        match act {
-                            Activation::Relu => {
-                                elementwise(grad, &acts[i + 1], math::relu_backward)
-                            }
-                            _ => elementwise(grad, &derivs[i], math::scale),
-                        }
-                    }
-                }
-                Layer::Conv { c_out, .. } | Layer::ConvT { c_out, .. } => {
-                    let (w, _, win) = self.conv_parts(i, params);
-                    let (off, np) = (self.offsets[i], l.n_params());
-                    let buf = &mut conv[i];
-                    let (in_w, out_w) = l.widths().unwrap_or((0, 0));
-                    let (inp, g) = (rows * in_w, &grad[..rows * out_w]);
-                    let want_dx = i > 0 || need_dx;
-                    if want_dx {
-                        grad2.resize(inp, 0.0);
-                    }
-                    let dx_buf = want_dx.then_some(&mut grad2[..inp]);
-                    let (dwb, keep) = match &mut sink {
-                        ParamGrads::Add(dp) | ParamGrads::Set(dp) => {
-                            (Some((&mut dp[off..off + np], lands)), None)
-                        }
-                        ParamGrads::Keep(t) => (None, Some(&mut **t)),
-                        ParamGrads::Skip => (None, None),
-                    };
-                    let x = &xin[..inp];
-                    if let Layer::ConvT { c_in, .. } = *l {
-                        conv_t_backward(&win, g, x, w, c_in, buf, dwb, dx_buf);
-                        if let Some(t) = keep {
-                            t.x[i].clear();
-                            t.x[i].extend_from_slice(x);
-                            win.gather(g, &mut t.g[i]);
-                            t.gb[i].clear();
-                            t.gb[i].extend_from_slice(g);
-                        }
-                    } else {
-                        if let Some(t) = keep {
-                            win.gather(x, &mut t.x[i]);
-                            t.g[i].clear();
-                            t.g[i].extend_from_slice(g);
-                        }
-                        conv_backward(&win, g, x, w, c_out, buf, dwb, dx_buf);
-                    }
-                    if want_dx {
-                        std::mem::swap(grad, grad2);
-                    }
-                    scaled = false;
+                Layer::Act { act } => pass.activation(act, i, acts, derivs),
+                Layer::Conv { .. } | Layer::ConvT { .. } => {
+                    pass.conv(self, i, params, &acts[i], &mut conv[i])
                 }
             }
         }
         if let Some(dx) = dx {
-            dx.copy_from_slice(&grad[..dx.len()]);
+            dx.copy_from_slice(&pass.grad[..dx.len()]);
         }
+    }
+}
+
+/// A backward pass under way, from the top layer down: ∂L/∂(the current layer's output) in
+/// `grad` (the layer below's written into `grad2`, then the two swapped), where the parameter
+/// gradients go, and whether the layer above has already applied an activation's derivative
+/// (a Linear layer applies the one below it in its product's epilogue).
+struct Backward<'s, 'p> {
+    rows: usize,
+    grad: &'s mut Vec<f32>,
+    grad2: &'s mut Vec<f32>,
+    sink: ParamGrads<'p>,
+    lands: Epilogue<'static>,
+    need_dx: bool,
+    scaled: bool,
+}
+
+impl Backward<'_, '_> {
+    /// Whether layer `i` passes ∂L/∂input down: below it are layers, or the caller asks for dx.
+    fn passes_down(&self, i: usize) -> bool {
+        i > 0 || self.need_dx
+    }
+
+    /// Linear layer `i` (inp → out): its parameter gradients into the sink (or kept as terms),
+    /// and ∂L/∂input with the derivative of the activation below it applied.
+    fn linear(
+        &mut self,
+        net: &Sequential,
+        i: usize,
+        (inp, out): (usize, usize),
+        (params, packed): (&[f32], &PackedWeights),
+        (acts, derivs): (&[Vec<f32>], &[Vec<f32>]),
+    ) {
+        let (rows, xin) = (self.rows, &acts[i]);
+        let off = net.offsets[i];
+        let w = &params[off..off + inp * out];
+        match &mut self.sink {
+            ParamGrads::Add(dp) | ParamGrads::Set(dp) => {
+                let (dw, db) = dp[off..off + inp * out + out].split_at_mut(inp * out);
+                linear_param_grad(self.grad, xin, dw, db, (inp, out), 0, self.lands);
+            }
+            ParamGrads::Keep(t) => {
+                t.x[i].clear();
+                t.x[i].extend_from_slice(&xin[..rows * inp]);
+                t.g[i].clear();
+                t.g[i].extend_from_slice(&self.grad[..rows * out]);
+            }
+            ParamGrads::Skip => {}
+        }
+        if !self.passes_down(i) {
+            return;
+        }
+        // A ReLU's derivative comes from its output, this layer's input.
+        let below = match i.checked_sub(1).map(|j| &net.layers[j]) {
+            Some(Layer::Act {
+                act: Activation::Relu,
+            }) => Epilogue::Positive(xin),
+            Some(Layer::Act { .. }) => Epilogue::Scale(&derivs[i - 1][..]),
+            _ => Epilogue::Store,
+        };
+        self.scaled = !matches!(below, Epilogue::Store);
+        let (grad, grad2) = (&mut *self.grad, &mut *self.grad2);
+        grad2.resize(rows * inp, 0.0);
+        match packed.layer(i).and_then(|pl| pl.input_grad.as_ref()) {
+            Some(panels) => gemm_panels(rows, by_rows(grad, out), panels, grad2, inp, below),
+            None => linear_input_grad(grad, w, grad2, (inp, out), below),
+        }
+        std::mem::swap(grad, grad2);
+    }
+
+    /// Activation layer `i`: its derivative, unless the Linear layer above applied it.
+    fn activation(&mut self, act: Activation, i: usize, acts: &[Vec<f32>], derivs: &[Vec<f32>]) {
+        if std::mem::take(&mut self.scaled) {
+            return;
+        }
+        match act {
+            Activation::Relu => elementwise(self.grad, &acts[i + 1], math::relu_backward),
+            _ => elementwise(self.grad, &derivs[i], math::scale),
+        }
+    }
+
+    /// Convolution or transposed convolution `i` on its input `xin`: its parameter gradients
+    /// (or its terms kept) and ∂L/∂input.
+    fn conv(
+        &mut self,
+        net: &Sequential,
+        i: usize,
+        params: &[f32],
+        xin: &[f32],
+        buf: &mut ConvBuffers,
+    ) {
+        let l = &net.layers[i];
+        let (w, _, win) = net.conv_parts(i, params);
+        let (off, np) = (net.offsets[i], l.n_params());
+        let (in_w, out_w) = l.widths().unwrap_or((0, 0));
+        let (inp, g) = (self.rows * in_w, &self.grad[..self.rows * out_w]);
+        let want_dx = self.passes_down(i);
+        if want_dx {
+            self.grad2.resize(inp, 0.0);
+        }
+        let dx_buf = want_dx.then_some(&mut self.grad2[..inp]);
+        let (dwb, keep) = match &mut self.sink {
+            ParamGrads::Add(dp) | ParamGrads::Set(dp) => {
+                (Some((&mut dp[off..off + np], self.lands)), None)
+            }
+            ParamGrads::Keep(t) => (None, Some(&mut **t)),
+            ParamGrads::Skip => (None, None),
+        };
+        let x = &xin[..inp];
+        match *l {
+            Layer::ConvT { c_in, .. } => {
+                conv_t_backward(&win, g, x, w, c_in, buf, dwb, dx_buf);
+                if let Some(t) = keep {
+                    t.x[i].clear();
+                    t.x[i].extend_from_slice(x);
+                    win.gather(g, &mut t.g[i]);
+                    t.gb[i].clear();
+                    t.gb[i].extend_from_slice(g);
+                }
+            }
+            Layer::Conv { c_out, .. } => {
+                if let Some(t) = keep {
+                    win.gather(x, &mut t.x[i]);
+                    t.g[i].clear();
+                    t.g[i].extend_from_slice(g);
+                }
+                conv_backward(&win, g, x, w, c_out, buf, dwb, dx_buf);
+            }
+            _ => {}
+        }
+        if want_dx {
+            std::mem::swap(self.grad, self.grad2);
+        }
+        self.scaled = false;
     }
 }
