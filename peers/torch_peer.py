@@ -15,8 +15,8 @@ numpy and scipy (`pip install torch numpy scipy`).
   torch_peer.py e3 --data DIR [--threads T] [--vae-batches V] [--sagd-batches S] [--device D]
                 [--out JSON]
       E3: seconds per minibatch of 200 images of the VAE's training and of SAGD's refinement
-      (20 chains of 5 Euler steps per image), the fastest (and the mean) of V and S timed minibatches after one
-      warm-up each.
+      (20 chains of 5 Euler steps per image), the fastest (and the mean) of V and S timed
+      minibatches after one warm-up each.
 
 Float32 throughout, as sagd's engine.
 """

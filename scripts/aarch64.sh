@@ -8,7 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=aarch64-unknown-linux-gnu
-if ! rustup target add "$target" >/dev/null 2>&1; then
+# (A machine that cannot reach rustup's server may wait on it: two minutes at most.)
+if ! timeout 120 rustup target add "$target" >/dev/null 2>&1; then
   echo "aarch64: rustup could not install the $target standard library" >&2
   exit 3
 fi
