@@ -72,98 +72,133 @@ impl<'a> BoundEstimator<'a> {
         let np = x.len() / d;
         let rows = np * k;
         self.vae.enc.forward(&p.enc, x, np, &mut s.ws_enc);
-        let enc = s.ws_enc.output();
-        s.sd.resize(np * d, 0.0);
-        for (i, sd) in s.sd.chunks_exact_mut(d).enumerate() {
-            for (j, v) in sd.iter_mut().enumerate() {
-                *v = (0.5 * enc[i * 2 * d + d + j]).exp();
-            }
-        }
-        // Row i·k + s is sample s of point i, u = μ + σ ε.
-        s.u.resize(rows * d, 0.0);
-        for (r, (u, e)) in s.u.chunks_exact_mut(d).zip(eps.chunks_exact(d)).enumerate() {
-            let i = r / k;
-            for j in 0..d {
-                u[j] = enc[i * 2 * d + j] + s.sd[i * d + j] * e[j];
-            }
-        }
+        reparameterise(s.ws_enc.output(), eps, (np, d, k), &mut s.sd, &mut s.u);
         self.vae.dec.forward(&p.dec, &s.u, rows, &mut s.ws_dec);
-        let h = s.ws_dec.output();
-        s.dh.resize(rows * d, 0.0);
-        s.wts.resize(rows, 0.0);
-        let mut loss = 0.0f64;
-        for i in 0..np {
-            let xi = &x[i * d..(i + 1) * d];
-            let lv = &enc[i * 2 * d + d..(i + 1) * 2 * d];
-            if k == 1 {
-                // −ELBO per point: ½‖x − h‖² + KL(N(μ, σ²) ‖ N(0, I)).
-                for j in 0..d {
-                    let (res, mu) = (xi[j] - h[i * d + j], enc[i * 2 * d + j]);
-                    loss += 0.5 * (res * res) as f64
-                        + 0.5 * (mu * mu + lv[j].exp() - lv[j] - 1.0) as f64;
-                    s.dh[i * d + j] = -res / nf;
-                }
-                continue;
-            }
-            // log w = −½‖x − h‖² − ½‖u‖² + ½‖ε‖² + ½ Σ log σ²; loss = −Σ_i log mean_s w.
-            let w = &mut s.wts[i * k..(i + 1) * k];
-            for (sm, lw) in w.iter_mut().enumerate() {
-                let r = (i * k + sm) * d;
-                let mut acc = 0.0f32;
-                for j in 0..d {
-                    let res = xi[j] - h[r + j];
-                    acc += -0.5 * res * res - 0.5 * s.u[r + j] * s.u[r + j]
-                        + 0.5 * eps[r + j] * eps[r + j]
-                        + 0.5 * lv[j];
-                }
-                *lw = acc;
-            }
-            let m = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            math::exp_shifted(w, m);
-            let sum: f64 = w.iter().map(|v| *v as f64).sum();
-            loss -= m as f64 + sum.ln() - (k as f64).ln();
-            // The normalised weight w̃ enters as a constant factor of each sample's gradient.
-            for (sm, lw) in w.iter_mut().enumerate() {
-                *lw = (*lw as f64 / sum) as f32;
-                let r = (i * k + sm) * d;
-                for j in 0..d {
-                    s.dh[r + j] = -*lw * (xi[j] - h[r + j]) / nf;
-                }
-            }
-        }
+        let shape = (np, d, k, nf);
+        let (enc, h) = (s.ws_enc.output(), s.ws_dec.output());
+        let loss = bound_and_dh((x, eps, &s.u), enc, h, shape, (&mut s.dh, &mut s.wts));
         s.du.resize(rows * d, 0.0);
         self.vae
             .dec
             .backward_with(&p.dec, &mut s.ws_dec, &s.dh, gd, Some(&mut s.du));
-        // Back through the reparameterisation to (μ, log σ²), plus the KL term (k = 1) or the
-        // direct ∂/∂u and ∂/∂log σ² terms of log w (k > 1).
-        s.dout.clear();
-        s.dout.resize(np * 2 * d, 0.0);
-        let enc = s.ws_enc.output();
-        for i in 0..np {
-            for sm in 0..k {
-                let wt = if k == 1 { 0.0 } else { s.wts[i * k + sm] };
-                for j in 0..d {
-                    let r = (i * k + sm) * d + j;
-                    let du = s.du[r] + wt * s.u[r] / nf;
-                    s.dout[i * 2 * d + j] += du;
-                    s.dout[i * 2 * d + d + j] += du * eps[r] * 0.5 * s.sd[i * d + j];
-                }
-            }
-            for j in 0..d {
-                let (mu, lv) = (enc[i * 2 * d + j], enc[i * 2 * d + d + j]);
-                if k == 1 {
-                    s.dout[i * 2 * d + j] += mu / nf;
-                    s.dout[i * 2 * d + d + j] += 0.5 * (lv.exp() - 1.0) / nf;
-                } else {
-                    s.dout[i * 2 * d + d + j] -= 0.5 / nf;
-                }
-            }
-        }
+        let samples = (eps, &s.sd[..], &s.u[..], &s.wts[..]);
+        to_encoder(s.ws_enc.output(), samples, &s.du, shape, &mut s.dout);
         self.vae
             .enc
             .backward_with(&p.enc, &mut s.ws_enc, &s.dout, ge, None);
         loss
+    }
+}
+
+/// σ = exp(½ log σ²) of each of the `np` points' encodings `enc` (μ, log σ² per point), and its
+/// k samples u = μ + σ ε, row i·k + s for sample s of point i.
+fn reparameterise(
+    enc: &[f32],
+    eps: &[f32],
+    (np, d, k): (usize, usize, usize),
+    sd: &mut Vec<f32>,
+    u: &mut Vec<f32>,
+) {
+    sd.resize(np * d, 0.0);
+    for (i, sd) in sd.chunks_exact_mut(d).enumerate() {
+        for (j, v) in sd.iter_mut().enumerate() {
+            *v = (0.5 * enc[i * 2 * d + d + j]).exp();
+        }
+    }
+    u.resize(np * k * d, 0.0);
+    for (r, (u, e)) in u.chunks_exact_mut(d).zip(eps.chunks_exact(d)).enumerate() {
+        let i = r / k;
+        for j in 0..d {
+            u[j] = enc[i * 2 * d + j] + sd[i * d + j] * e[j];
+        }
+    }
+}
+
+/// The chunk's bound (−ELBO for k = 1, the IWAE bound's negative for k > 1) at the decoder's
+/// outputs `h`, with its gradient with respect to them (`dh`, each point's share divided by
+/// `nf`) and, for k > 1, each sample's normalised weight (`wts`).
+fn bound_and_dh(
+    (x, eps, u): (&[f32], &[f32], &[f32]),
+    enc: &[f32],
+    h: &[f32],
+    (np, d, k, nf): (usize, usize, usize, f32),
+    (dh, wts): (&mut Vec<f32>, &mut Vec<f32>),
+) -> f64 {
+    dh.resize(np * k * d, 0.0);
+    wts.resize(np * k, 0.0);
+    let mut loss = 0.0f64;
+    for i in 0..np {
+        let xi = &x[i * d..(i + 1) * d];
+        let lv = &enc[i * 2 * d + d..(i + 1) * 2 * d];
+        if k == 1 {
+            // −ELBO per point: ½‖x − h‖² + KL(N(μ, σ²) ‖ N(0, I)).
+            for j in 0..d {
+                let (res, mu) = (xi[j] - h[i * d + j], enc[i * 2 * d + j]);
+                loss +=
+                    0.5 * (res * res) as f64 + 0.5 * (mu * mu + lv[j].exp() - lv[j] - 1.0) as f64;
+                dh[i * d + j] = -res / nf;
+            }
+            continue;
+        }
+        // log w = −½‖x − h‖² − ½‖u‖² + ½‖ε‖² + ½ Σ log σ²; loss = −Σ_i log mean_s w.
+        let w = &mut wts[i * k..(i + 1) * k];
+        for (sm, lw) in w.iter_mut().enumerate() {
+            let r = (i * k + sm) * d;
+            let mut acc = 0.0f32;
+            for j in 0..d {
+                let res = xi[j] - h[r + j];
+                acc += -0.5 * res * res - 0.5 * u[r + j] * u[r + j]
+                    + 0.5 * eps[r + j] * eps[r + j]
+                    + 0.5 * lv[j];
+            }
+            *lw = acc;
+        }
+        let m = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        math::exp_shifted(w, m);
+        let sum: f64 = w.iter().map(|v| *v as f64).sum();
+        loss -= m as f64 + sum.ln() - (k as f64).ln();
+        // The normalised weight w̃ enters as a constant factor of each sample's gradient.
+        for (sm, lw) in w.iter_mut().enumerate() {
+            *lw = (*lw as f64 / sum) as f32;
+            let r = (i * k + sm) * d;
+            for j in 0..d {
+                dh[r + j] = -*lw * (xi[j] - h[r + j]) / nf;
+            }
+        }
+    }
+    loss
+}
+
+/// ∂/∂(μ, log σ²) of each point's encoding into `dout`: the samples' ∂/∂u (`du`) back through
+/// the reparameterisation, plus the KL term (k = 1) or log w's own ∂/∂u and ∂/∂log σ² (k > 1).
+fn to_encoder(
+    enc: &[f32],
+    (eps, sd, u, wts): (&[f32], &[f32], &[f32], &[f32]),
+    du: &[f32],
+    (np, d, k, nf): (usize, usize, usize, f32),
+    dout: &mut Vec<f32>,
+) {
+    dout.clear();
+    dout.resize(np * 2 * d, 0.0);
+    for i in 0..np {
+        for sm in 0..k {
+            let wt = if k == 1 { 0.0 } else { wts[i * k + sm] };
+            for j in 0..d {
+                let r = (i * k + sm) * d + j;
+                let du = du[r] + wt * u[r] / nf;
+                dout[i * 2 * d + j] += du;
+                dout[i * 2 * d + d + j] += du * eps[r] * 0.5 * sd[i * d + j];
+            }
+        }
+        for j in 0..d {
+            let (mu, lv) = (enc[i * 2 * d + j], enc[i * 2 * d + d + j]);
+            if k == 1 {
+                dout[i * 2 * d + j] += mu / nf;
+                dout[i * 2 * d + d + j] += 0.5 * (lv.exp() - 1.0) / nf;
+            } else {
+                dout[i * 2 * d + d + j] -= 0.5 / nf;
+            }
+        }
     }
 }
 
