@@ -56,6 +56,43 @@ sagd::vectorized! {
     }
 }
 
+/// [`super::columns`] on the scalar row loop: each row of a tile's columns by [`tile_row`].
+///
+/// # Safety
+/// As [`super::columns`].
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn row_loop(
+    m: usize,
+    k: usize,
+    a: Strided<'_>,
+    b: &[f32],
+    ldb: usize,
+    (j0, w): (usize, usize),
+    c: *mut f32,
+    ldc: usize,
+    ep: Epilogue<'_>,
+    from: Carried,
+) {
+    let mut acc = [[0.0f32; NR]; MR];
+    for i0 in (0..m).step_by(MR) {
+        let rows = MR.min(m - i0);
+        let a0 = a.data.get(i0 * a.rows..).unwrap_or(&[]);
+        debug_assert!(k == 0 || a0.len() > (rows - 1) * a.rows + (k - 1) * a.cols);
+        for (i, acc_i) in acc[..rows].iter_mut().enumerate() {
+            let ai = a0.get(i * a.rows..).unwrap_or(&[]);
+            let acc_i = &mut acc_i[..w];
+            if from.0.is_null() {
+                acc_i.fill(0.0);
+            } else {
+                acc_i.copy_from_slice(std::slice::from_raw_parts(from.0.add((i0 + i) * NR), w));
+            }
+            tile_row(k, ai, a.cols, b, ldb, acc_i);
+        }
+        // SAFETY: the tile's elements of C are the caller's.
+        finish(&acc[..rows], i0, j0, w, c, ldc, ep);
+    }
+}
+
 /// Writes the first `w` columns of a tile into C at (i0, j0).
 ///
 /// # Safety

@@ -214,9 +214,6 @@ impl<'a> ChainEstimator<'a> {
         Ok(e)
     }
 
-    /// Every chain starts from an encoder draw and burns in under the decoder `p` (the
-    /// pre-trained one, or the current one when refreshed), at the base δ: a schedule's late δ_t
-    /// would leave the chains near the encoder's draws.
     /// The chains (re)started where due, this update's δ_t and K_t (burn-in ran at the base δ),
     /// and the update counted.
     fn begin_update(&mut self, p: &VaeParams) -> Result<()> {
@@ -267,6 +264,9 @@ impl<'a> ChainEstimator<'a> {
         (logp, result)
     }
 
+    /// Every chain starts from an encoder draw and burns in under the decoder `p` (the
+    /// pre-trained one, or the current one when refreshed), at the base δ: a schedule's late δ_t
+    /// would leave the chains near the encoder's draws.
     fn start_chains(&mut self, p: &VaeParams) -> Result<()> {
         let all = DecoderPosterior::new(&self.vae.dec, &self.x);
         let all_problem = MaximumLikelihood::new(&all, 1);

@@ -35,7 +35,7 @@ pub unsafe fn columns(
             3 => rows_of::<8, 3>(m, k, a, bs, ldb, at, c, ldc, ep, from),
             2 => rows_of::<12, 2>(m, k, a, bs, ldb, at, c, ldc, ep, from),
             1 => rows_of::<12, 1>(m, k, a, bs, ldb, at, c, ldc, ep, from),
-            _ => super::super::row_loop(m, k, a, bs, ldb, (j0 + col, width), c, ldc, ep, from),
+            _ => super::row_loop(m, k, a, bs, ldb, (j0 + col, width), c, ldc, ep, from),
         }
         col += if strip > 0 { strip } else { width };
     }
