@@ -6,7 +6,8 @@ use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::rng::NormalStream;
 use sagd_apps::mnist::model::{
-    binarise, held_out, sagd_batch, sagd_noise_len, vae_batch, BatchInfo, Chains, Scratch, E3,
+    binarise, held_out, sagd_batch, sagd_batch_continued, sagd_noise_len, vae_batch, BatchInfo,
+    Chains, Scratch, E3,
 };
 use sagd_apps::mnist::{self, PIXELS};
 use sagd_nn::vae::VaeParams;
@@ -290,6 +291,70 @@ fn every_scheme_runs_the_core_program_on_a_flat_likelihood() {
         assert!(want > 0.05, "{scheme}: the chains moved by {want}");
         assert_eq!(info.displacement, want, "{scheme}");
     }
+}
+
+#[test]
+fn continued_chains_join_two_visits_into_one_run_bit_for_bit() {
+    // K steps, kept, then K more on the next draws: the positions, momenta and generator
+    // gradient of one run of 2K steps on the same draws (a pass that dropped the carried
+    // momenta, or restarted a carried chain from the encoder, would differ).
+    let m = E3::new(5);
+    let p = m.init(4);
+    let x = images(3);
+    let (k, d, rows) = (3, 5, 2 * 3);
+    let chains = |steps| Chains {
+        scheme: sagd::langevin::Scheme::Baoab,
+        per_image: 2,
+        steps,
+        refresh_every: Some(10),
+        ..Chains::default()
+    };
+    let fresh = || sagd_apps::mnist::model::Carried {
+        from: vec![false; rows],
+        u: vec![0.0; rows * d],
+        rho: vec![0.0; rows * d],
+    };
+    let whole = normals(sagd_noise_len(&m, &chains(2 * k), 3), 8);
+    let first = &whole[..sagd_noise_len(&m, &chains(k), 3)];
+    // The second visit's ε and ρ₀ go unused by carried chains; its steps' draws follow.
+    let mut second = vec![0.0f32; 2 * rows * d];
+    second.extend_from_slice(&whole[first.len()..]);
+    let mut scratch = Scratch::default();
+    let mut g = vec![0.0f32; p.dec.len()];
+    let mut joined = fresh();
+    for noise in [first, &second[..]] {
+        sagd_batch_continued(
+            &m,
+            &p,
+            &x,
+            &chains(k),
+            noise,
+            &mut joined,
+            &mut g,
+            &mut scratch,
+        )
+        .unwrap();
+    }
+    let (mut once, mut g_once) = (fresh(), vec![0.0f32; p.dec.len()]);
+    sagd_batch_continued(
+        &m,
+        &p,
+        &x,
+        &chains(2 * k),
+        &whole,
+        &mut once,
+        &mut g_once,
+        &mut scratch,
+    )
+    .unwrap();
+    assert!(joined.from.iter().all(|&f| f));
+    assert_eq!((&joined.u, &joined.rho), (&once.u, &once.rho));
+    assert_eq!(g, g_once);
+    // The cut pass of sagd_batch gives the same gradient (the positions do not depend on
+    // whether the last transition's momentum is finished).
+    let mut g_cut = vec![0.0f32; p.dec.len()];
+    sagd_batch(&m, &p, &x, &chains(2 * k), &whole, &mut g_cut, &mut scratch).unwrap();
+    assert_eq!(g_cut, g_once);
 }
 
 /// The inputs of the tests of the passes' bits: 12 images × 20 chains: 240 chain states in

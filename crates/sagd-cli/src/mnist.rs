@@ -118,6 +118,12 @@ pub struct MnistArgs {
     /// steps in all as K fixed; 0: K fixed.
     #[arg(long, default_value_t = 0.0)]
     k_growth: f64,
+    /// SAGD chains that persist between an image's visits (one per epoch): each visit continues
+    /// the image's chains where the last left them, and every R-th visit starts them afresh from
+    /// the encoder (with --chains 2, E2's refresh2 preset). Each visit then takes one more
+    /// gradient per chain. Default: fresh chains at every visit, as the paper's. CPU only.
+    #[arg(long, value_name = "R")]
+    refresh_every: Option<usize>,
     /// Test images evaluated (the first ones, binarised once).
     #[arg(long, default_value_t = spec().eval_n)]
     eval_n: usize,
@@ -185,6 +191,7 @@ fn settings(a: &MnistArgs) -> E3Settings {
             gamma: a.gamma,
             delta: a.delta,
             schedule: sagd_apps::debias::schedule(a.delta_decay, a.k_growth),
+            refresh_every: a.refresh_every,
         },
         eval_n: a.eval_n,
         eval_k: a.eval_k,
@@ -224,6 +231,7 @@ pub fn run(a: MnistArgs) -> Result<()> {
         )
     })?;
     s.validate(data.train.len(), data.test.len())?;
+    s.chains.runs_on(a.device)?;
     // Before any work: a missing GPU or library is a flag's error.
     a.device
         .ready()

@@ -4,10 +4,18 @@
 mod common;
 use common::{failed, json, sagd, MNIST_SMALL};
 
-/// `sagd mnist` on a few hundred images, into `out`.
+/// `sagd mnist` on a few hundred images, into `out` (a flag in `extra` replaces the small run's).
 fn mnist_small(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut small = vec![MNIST_SMALL[0]];
+    for pair in MNIST_SMALL[1..MNIST_SMALL.len() - 1].chunks(2) {
+        assert!(pair[0].starts_with("--") && !pair[1].starts_with("--"));
+        if !extra.contains(&pair[0]) {
+            small.extend(pair);
+        }
+    }
     sagd()
-        .args(MNIST_SMALL)
+        .args(small)
+        .arg("--quiet")
         .arg("--out")
         .arg(out)
         .args(extra)
@@ -160,6 +168,58 @@ fn a_chain_schedule_takes_its_steps_by_update_and_resumes_where_it_stopped() {
     let err = failed(&mnist_small(&dir.path().join("bad"), &["--delta-decay=-1"]));
     assert!(
         err.contains("sagd schedule") && err.contains("≥ 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn persistent_chains_change_the_refinement_and_resume_where_they_stopped() {
+    // 6 refinement updates over 3 minibatches: each image's chains visited twice, the second
+    // visit continuing the first's (--refresh-every 2). A resumed run must restore every
+    // image's chains to take the same updates.
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let cache = cache.to_str().unwrap();
+    let base = ["--sagd-updates", "6", "--pretrained-cache", cache];
+    let plan = [&base[..], &["--refresh-every", "2"]].concat();
+    let whole = dir.path().join("whole");
+    let o = mnist_small(&whole, &plan);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&whole.join("result.json"));
+    assert_eq!(v["settings"]["chains"]["refresh_every"], 2);
+    let fresh = dir.path().join("fresh");
+    assert!(mnist_small(&fresh, &base).status.success());
+    let f = json(&fresh.join("result.json"));
+    // The first visits start from the encoder either way; the second ones differ.
+    let (lf, lv) = (&f["curves"][1]["loss"], &v["curves"][1]["loss"]);
+    let (lf, lv) = (lf.as_array().unwrap(), lv.as_array().unwrap());
+    assert_eq!((lf.len(), &lf[..3]), (6, &lv[..3]));
+    assert_ne!(lf[3..], lv[3..]);
+    let resumed = dir.path().join("resumed");
+    let stop = ["--checkpoint-every", "1", "--interrupt-after", "4"];
+    failed(&mnist_small(&resumed, &[&stop[..], &plan].concat()));
+    let again = [&["--resume", "--interrupt-after", "4"][..], &plan].concat();
+    for runs in 0.. {
+        if mnist_small(&resumed, &again).status.success() {
+            break;
+        }
+        assert!(runs < 6, "the resumed run did not finish");
+    }
+    let w = json(&resumed.join("result.json"));
+    assert_eq!(w["evaluations"], v["evaluations"]);
+    assert_eq!(w["curves"], v["curves"]);
+    // Refused by name on a GPU, and 0 refused.
+    let err = failed(&mnist_small(
+        &dir.path().join("gpu"),
+        &[&plan[..], &["--device", "cuda"]].concat(),
+    ));
+    assert!(err.contains("refresh-every"), "{err}");
+    let err = failed(&mnist_small(
+        &dir.path().join("zero"),
+        &["--refresh-every", "0"],
+    ));
+    assert!(
+        err.contains("refresh-every") && err.contains("use 1"),
         "{err}"
     );
 }

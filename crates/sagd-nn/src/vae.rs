@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use sagd::error::LogpError;
 use sagd::model::LatentModel;
+use sagd::rng::Seed;
 
 use crate::math::Activation;
 use crate::net::{Sequential, Workspace, WorkspacePool};
@@ -57,8 +58,8 @@ impl Vae {
     /// Initial parameters (PyTorch's default law) from a seed.
     pub fn init(&self, seed: u64) -> VaeParams {
         VaeParams {
-            dec: self.dec.init(seed),
-            enc: self.enc.init(seed ^ 0x9E37_79B9_7F4A_7C15),
+            dec: self.dec.init(Seed::new(seed).stream("decoder").get()),
+            enc: self.enc.init(Seed::new(seed).stream("encoder").get()),
         }
     }
 }

@@ -8,10 +8,10 @@ use sagd::error::{Result, SagdError};
 use serde::{Deserialize, Serialize};
 
 use super::choose::{compare, HeldOut};
-use super::eval::{log_likelihood_points_1d, part_seed};
+use super::eval::log_likelihood_points_1d;
 use super::replicate::{fit, Replication, RunOptions};
 use super::E2Settings;
-use sagd::rng::ChainRng;
+use sagd::rng::{ChainRng, Seed};
 use sagd_nn::vae::Vae;
 
 /// How far from the median, in noise standard deviations, an observation may lie (the networks
@@ -56,9 +56,6 @@ pub struct Deconvolution {
     pub fit: Replication,
 }
 
-/// The seed part that shuffles the observations into training and held-out ones.
-const SPLIT_PART: u64 = 9;
-
 /// Fits the unit-noise model to (X − median)/σ from `seed` and maps the latent draws back. A
 /// fraction `holdout` of the observations (chosen at random from `seed`; 0: none) is left out of
 /// the fit and scores the fitted models.
@@ -73,7 +70,7 @@ pub fn deconvolve(
 ) -> Result<Deconvolution> {
     let n_test = check_input(s, x, noise_sd, holdout)?;
     let (center, scaled) = centred(x, noise_sd)?;
-    let (scaled, scaled_test) = split(&scaled, n_test, part_seed(seed, SPLIT_PART));
+    let (scaled, scaled_test) = split(&scaled, n_test, Seed::new(seed).stream("holdout").get());
     let s = E2Settings {
         n: scaled.len(),
         batch_size: s.batch_size.min(scaled.len()),

@@ -1,13 +1,11 @@
 //! Data and evaluation of E2: simulated observations X = Z + N(0, I), draws of Z = h(U), and the
 //! distances D and W of the fitted latent distribution to π.
 
-use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
-use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 use sagd::metrics::{ks_w1, Law};
 use sagd::parallel::piece_rows;
-use sagd::rng::{stream_seed, NormalStream};
+use sagd::rng::{NormalStream, Seed};
 use serde::{Deserialize, Serialize};
 
 use sagd_nn::vae::Vae;
@@ -57,13 +55,19 @@ pub struct Evaluation {
 }
 
 /// The seeds of a replication's parts, derived from its seed.
+#[deprecated(note = "a replication's parts take named streams: sagd::rng::Seed::stream")]
 pub fn part_seed(seed: u64, part: u64) -> u64 {
-    stream_seed(seed, part)
+    sagd::rng::stream_seed(seed, part)
 }
+
+/// How the runs' seeds are split into their parts' streams, in the keys of checkpoints and
+/// caches: a run saved under another split is not resumed or reused. "named": by
+/// [`Seed::stream`] (before, by numbered parts and offsets).
+pub const SEED_STREAMS: &str = "named";
 
 /// n draws of Z with p independent coordinates from π, and X = Z + N(0, I) (row-major n × p).
 pub fn simulate(law: &Law, n: usize, p: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(part_seed(seed, 1));
+    let mut rng = Seed::new(seed).stream("data").rng();
     let z: Vec<f64> = (0..n * p).map(|_| law.sample(&mut rng)).collect();
     let x = z
         .iter()

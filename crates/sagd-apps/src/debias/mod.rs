@@ -15,9 +15,11 @@ mod replicate;
 mod table;
 
 pub use deconvolve::{deconvolve, Deconvolution};
+#[allow(deprecated)]
+pub use eval::part_seed;
 pub use eval::{
-    evaluate, generate, log_likelihood_1d, log_likelihood_points_1d, part_seed, simulate,
-    Evaluation,
+    evaluate, generate, log_likelihood_1d, log_likelihood_points_1d, simulate, Evaluation,
+    SEED_STREAMS,
 };
 pub use preset::{schedule, SagdPreset, SagdPresetValues};
 pub use replicate::{fit, replicate, MethodResult, Replication, RunOptions, TracePoint};

@@ -10,11 +10,12 @@ use std::time::Instant;
 use sagd::error::Result;
 use sagd::metrics::Law;
 use sagd::optim::Averaging;
+use sagd::rng::Seed;
 use sagd::run::{decode, encode, fnv1a, Control, Identity, Observer, Runner, FNV_OFFSET};
 use serde::{Deserialize, Serialize};
 
 use super::cache::PretrainedCache;
-use super::eval::{evaluate, generate, log_likelihood_1d, part_seed, simulate, Evaluation};
+use super::eval::{evaluate, generate, log_likelihood_1d, simulate, Evaluation, SEED_STREAMS};
 use super::{E2Settings, Method};
 use sagd_nn::cuda::{Gpu, GpuBoundEstimator, GpuChainEstimator};
 use sagd_nn::train::{
@@ -295,7 +296,7 @@ impl Fit<'_> {
     /// NaN otherwise (there is no true π to compare with).
     fn assess(&self, p: &VaeParams) -> (Evaluation, Vec<f64>) {
         let (s, vae, x64) = (self.s, self.vae, self.x64);
-        let eval_seed = part_seed(1_000_000 + self.seed, 4);
+        let eval_seed = Seed::new(self.seed).stream("evaluation").get();
         match self.law {
             Some(l) => evaluate(vae, &p.dec, l, x64, s.m, eval_seed),
             None => {
@@ -333,7 +334,14 @@ impl Fit<'_> {
             _ => {}
         }
         let t0 = Instant::now();
-        let mut pre = bound_estimator(opts.device, self.vae, self.x, 1, part_seed(seed, 2))?;
+        let (seed, streams) = (Seed::new(seed), Seed::new(seed).stream("pretrain"));
+        let mut pre = bound_estimator(
+            opts.device,
+            self.vae,
+            self.x,
+            1,
+            streams.stream("estimator").get(),
+        )?;
         let phase = Phase {
             name: "pretrain",
             settings: TrainSettings {
@@ -344,7 +352,7 @@ impl Fit<'_> {
                 averaging: Averaging::None,
             },
             key: &self.key,
-            seed: part_seed(seed, 5),
+            seed: streams.stream("minibatches").get(),
         };
         let assess = |p: &VaeParams| self.assess(p).0;
         let mut tracer = Tracer {
@@ -366,7 +374,7 @@ impl Fit<'_> {
             &whole,
             pre.as_mut(),
             &phase,
-            self.vae.init(seed),
+            self.vae.init(seed.stream("init").get()),
             &mut tracer,
         )?
         .params;
@@ -442,17 +450,17 @@ impl Fit<'_> {
         }
     }
 
-    /// Method `m` (the `i`-th of `Method::ALL`) fine-tuned from the pre-trained `params`, on its
-    /// own streams, and evaluated.
-    fn finetuned(&self, i: usize, m: Method, params: &VaeParams) -> Result<Tuned> {
-        let mseed = part_seed(1000 * self.seed + 1 + i as u64, 3);
+    /// Method `m` fine-tuned from the pre-trained `params`, on its own streams (named after it),
+    /// and evaluated.
+    fn finetuned(&self, m: Method, params: &VaeParams) -> Result<Tuned> {
+        let streams = Seed::new(self.seed).stream(m.name());
         let t0 = Instant::now();
-        let mut est = self.estimator(m, mseed)?;
+        let mut est = self.estimator(m, streams.stream("estimator").get())?;
         let phase = Phase {
             name: m.name(),
             settings: self.finetuning(m),
             key: &self.key,
-            seed: part_seed(mseed, 6),
+            seed: streams.stream("minibatches").get(),
         };
         let assess = |p: &VaeParams| self.assess(p).0;
         let mut tracer = Tracer {
@@ -490,7 +498,7 @@ pub fn fit(
     let data_hash = fnv1a(FNV_OFFSET, x.iter().flat_map(|v| v.to_bits().to_le_bytes()));
     let mut key = serde_json::json!({
         "settings": s, "seed": seed, "data_fnv1a": format!("{data_hash:016x}"),
-        "version": env!("CARGO_PKG_VERSION"),
+        "version": env!("CARGO_PKG_VERSION"), "seed_streams": SEED_STREAMS,
     });
     // A GPU's estimators keep other state, and give other draws: its checkpoints are its own.
     if opts.device != Device::Cpu {
@@ -518,17 +526,14 @@ pub fn fit(
     }
     // The methods start from the same pre-trained weights and have their own streams: they run in
     // parallel, with the same results as one after another.
-    let chosen: Vec<(usize, Method)> = Method::ALL
+    let chosen: Vec<Method> = Method::ALL
         .iter()
         .copied()
-        .enumerate()
-        .filter(|(_, m)| s.methods.contains(m))
+        .filter(|m| s.methods.contains(m))
         .collect();
     // Split over the processes of a split run (each method runs whole on one).
-    let outcomes: Vec<Tuned> = sagd::share::map(chosen.len(), |k| {
-        let (i, m) = chosen[k];
-        job.finetuned(i, m, &params)
-    })?;
+    let outcomes: Vec<Tuned> =
+        sagd::share::map(chosen.len(), |k| job.finetuned(chosen[k], &params))?;
     let mut methods = BTreeMap::new();
     for (m, r, z, dec) in outcomes {
         if opts.keep_samples {

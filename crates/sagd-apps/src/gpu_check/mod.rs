@@ -136,10 +136,10 @@ pub fn check_networks(gpu: &Gpu, seed: u64) -> GpuResult<Vec<NetworkCheck>> {
             net = smoothed(&net);
             name.push_str(" (softplus for ReLU)");
         }
-        let s = seed.wrapping_add(1000 * k as u64);
-        let params = net.init(s);
-        let x = normals(rows * net.input_dim(), s ^ 1);
-        let dout = normals(rows * net.output_dim(), s ^ 2);
+        let s = sagd::rng::Seed::new(seed).index(k as u64);
+        let params = net.init(s.stream("init").get());
+        let x = normals(rows * net.input_dim(), s.stream("input").get());
+        let dout = normals(rows * net.output_dim(), s.stream("output").get());
         let mut ws = Workspace::default();
         net.forward(&params, &x, rows, &mut ws);
         let y = ws.output().to_vec();

@@ -208,7 +208,7 @@ pub fn check_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Trai
         ..E3Settings::default()
     };
     let model = E3::new(s.latent);
-    let p0 = model.init(sagd::rng::stream_seed(seed, 3));
+    let p0 = model.init(sagd::rng::Seed::new(seed).stream("init").get());
     let mut nudged = p0.clone();
     for v in nudged
         .dec
@@ -275,18 +275,19 @@ pub fn check_adam(gpu: &Gpu, seed: u64) -> sagd::error::Result<AdamCheck> {
     let Optimizer::Adam { beta1, beta2, eps } = rule.transform else {
         unreachable!("an Adam rule");
     };
-    let mut theta = normals(n, seed);
-    let g: Vec<f32> = normals(n, seed ^ 3)
+    let streams = sagd::rng::Seed::new(seed);
+    let mut theta = normals(n, streams.stream("theta").get());
+    let g: Vec<f32> = normals(n, streams.stream("gradient").get())
         .iter()
         .enumerate()
         .map(|(i, v)| v * 10f32.powi(i as i32 % 9 - 6))
         .collect();
     let mut st = rule.init(n, None);
-    st.opt.m = normals(n, seed ^ 4)
+    st.opt.m = normals(n, streams.stream("m").get())
         .iter()
         .map(|v| *v as f64 * 1e-3)
         .collect();
-    st.opt.v = normals(n, seed ^ 5)
+    st.opt.v = normals(n, streams.stream("v").get())
         .iter()
         .map(|v| (*v as f64 * 1e-3).powi(2))
         .collect();

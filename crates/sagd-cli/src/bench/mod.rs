@@ -47,6 +47,10 @@ pub struct MnistBenchArgs {
     /// SAGD's integrator: euler (the paper's), obabo, baoab or ubu (a GPU: euler or baoab).
     #[arg(long, default_value_t = sagd::langevin::Scheme::Euler)]
     scheme: sagd::langevin::Scheme,
+    /// SAGD chains that persist between an image's visits, restarted every R-th (as `sagd mnist
+    /// --refresh-every`): each pass then finishes its chains' last transition and keeps them.
+    #[arg(long, value_name = "R")]
+    refresh_every: Option<usize>,
     /// A folder with the four MNIST IDX files. Default: the files that ship with sagd.
     #[arg(long)]
     data: Option<PathBuf>,
@@ -152,11 +156,13 @@ fn mnist(a: MnistBenchArgs) -> Result<()> {
     let dir = a.data.clone().unwrap_or_else(sagd_apps::mnist::shipped_dir);
     let data = sagd_apps::mnist::load(&dir)
         .with_context(|| format!("--data {}: reading the MNIST files", dir.display()))?;
+    let mut s = E3Settings::default();
+    s.chains.scheme = a.scheme;
+    s.chains.refresh_every = a.refresh_every;
+    s.chains.runs_on(a.device)?;
     a.device
         .ready()
         .with_context(|| format!("--device {}", a.device))?;
-    let mut s = E3Settings::default();
-    s.chains.scheme = a.scheme;
     let mut rows = Vec::new();
     for (objective, n) in [
         (Objective::Vae, a.vae_batches),

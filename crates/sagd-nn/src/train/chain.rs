@@ -6,7 +6,7 @@ use sagd::hmc::HmcSettings;
 use sagd::langevin::{ChainSet, Kernel, LangevinSettings, Momentum, Scheme};
 use sagd::model::{AnchoredTarget, MaximumLikelihood, Problem};
 use sagd::parallel::add_parts;
-use sagd::rng::NormalStream;
+use sagd::rng::{NormalStream, Seed};
 use sagd::run::{decode, encode};
 use sagd::schedule::Schedule;
 use serde::{Deserialize, Serialize};
@@ -308,7 +308,7 @@ impl<'a> ChainEstimator<'a> {
             kernel,
             steps: steps.max(1),
             fresh_from_encoder: fresh,
-            stream: NormalStream::new(seed ^ 0xA5A5_5A5A_DEAD_BEEF),
+            stream: Seed::new(seed).stream("starts").normals(),
             pool: WorkspacePool::default(),
             grad: Vec::new(),
             acceptance: Vec::new(),

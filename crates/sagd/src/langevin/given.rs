@@ -40,8 +40,10 @@ impl<T: Real> Kernel<T> {
     /// state with ρ = 0).
     ///
     /// The target is evaluated once at the start and once per transition, but not after the last
-    /// move of the positions, which nothing here would read: K Euler steps evaluate it K times.
-    /// The same program on the same draws gives the same bits as a [`super::ChainSet`] step.
+    /// move of the positions, which nothing here would read: K Euler steps evaluate it K times
+    /// (`rho` is then left part-way through the last transition; [`Kernel::continue_with_noise`]
+    /// finishes it). The same program on the same draws gives the same bits as a
+    /// [`super::ChainSet`] step.
     pub fn run_with_noise<'n>(
         &self,
         target: &impl LogDensity<T>,
@@ -49,6 +51,32 @@ impl<T: Real> Kernel<T> {
         rho: &mut [T],
         steps: usize,
         draws: impl Fn(usize) -> &'n [T],
+    ) -> Result<usize> {
+        self.given(target, (x, rho), steps, draws, &self.to_last_move())
+    }
+
+    /// [`Kernel::run_with_noise`] with every transition whole: the last one's momentum too, at
+    /// one more evaluation of the target, so that `x` and `rho` are where the chains continue
+    /// from. K steps and then K more on the next draws give the bits of 2K steps at once.
+    pub fn continue_with_noise<'n>(
+        &self,
+        target: &impl LogDensity<T>,
+        x: &mut [T],
+        rho: &mut [T],
+        steps: usize,
+        draws: impl Fn(usize) -> &'n [T],
+    ) -> Result<usize> {
+        self.given(target, (x, rho), steps, draws, self)
+    }
+
+    /// The transitions of [`Kernel::run_with_noise`], the last one by the program `last`.
+    fn given<'n>(
+        &self,
+        target: &impl LogDensity<T>,
+        (x, rho): (&mut [T], &mut [T]),
+        steps: usize,
+        draws: impl Fn(usize) -> &'n [T],
+        last: &Kernel<T>,
     ) -> Result<usize> {
         if self.metropolis {
             return Err(SagdError::InvalidSetting {
@@ -72,7 +100,6 @@ impl<T: Real> Kernel<T> {
         if let Some(chain) = (0..rows).find(|&r| !row_finite(&xa, &ga, &la, r, d)) {
             return Err(SagdError::NonFiniteStart { chain });
         }
-        let last = self.to_last_move();
         let per_step = self.normals_per_step();
         let mut divergences = 0;
         for s in 0..steps {
@@ -95,7 +122,7 @@ impl<T: Real> Kernel<T> {
                 &mut [][..],
                 &mut [][..],
             );
-            let program = if s + 1 == steps { &last } else { self };
+            let program = if s + 1 == steps { last } else { self };
             let b = Block::new(0, parts).with_draws(&step);
             divergences += run_block(target, program, b, None)?.divergences;
             std::mem::swap(&mut xa, &mut xb);
@@ -142,6 +169,27 @@ mod tests {
         blocks
     }
 
+    /// `scheme`'s kernel at (γ, δ) = `gd`, a ChainSet of `seed` started at `x0` with momenta
+    /// `rho0` and run `steps` transitions on `target`, and the draws it took.
+    fn stepped(
+        target: &IsoGaussian,
+        scheme: Scheme,
+        (gamma, delta): (f64, f64),
+        (x0, rho0): (&[f64], &[f64]),
+        (steps, seed): (usize, u64),
+    ) -> (Kernel<f64>, ChainSet<f64>, Vec<Vec<f64>>) {
+        let kernel = LangevinSettings { scheme, gamma }
+            .kernel::<f64>(delta)
+            .unwrap();
+        let (d, rows) = (target.dim, x0.len() / target.dim);
+        let mut chains = ChainSet::new(rows, d, seed);
+        chains.init(target, x0, Momentum::Zero).unwrap();
+        chains.set_momenta(rho0).unwrap();
+        chains.burn_in(target, &kernel, steps).unwrap();
+        let blocks = streams_draws(&kernel, rows, d, steps, seed);
+        (kernel, chains, blocks)
+    }
+
     #[test]
     fn given_draws_step_as_the_chains_own_streams_bit_for_bit() {
         let target = IsoGaussian {
@@ -153,14 +201,8 @@ mod tests {
         let x0: Vec<f64> = (0..rows * d).map(|i| 0.3 * i as f64 - 1.0).collect();
         let rho0: Vec<f64> = (0..rows * d).map(|i| 0.1 * i as f64 - 0.4).collect();
         for scheme in Scheme::ALL {
-            let kernel = LangevinSettings { scheme, gamma: 1.3 }
-                .kernel::<f64>(0.2)
-                .unwrap();
-            let mut chains = ChainSet::new(rows, d, seed);
-            chains.init(&target, &x0, Momentum::Zero).unwrap();
-            chains.set_momenta(&rho0).unwrap();
-            chains.burn_in(&target, &kernel, steps).unwrap();
-            let blocks = streams_draws(&kernel, rows, d, steps, seed);
+            let (kernel, chains, blocks) =
+                stepped(&target, scheme, (1.3, 0.2), (&x0, &rho0), (steps, seed));
             assert_eq!(blocks.len(), steps * kernel.normals_per_step(), "{scheme}");
             let (mut x, mut rho) = (x0.clone(), rho0.clone());
             let draws = |i: usize| &blocks[i][..];
@@ -169,6 +211,40 @@ mod tests {
                 .unwrap();
             assert_eq!(div, 0);
             assert_eq!(x, chains.positions(), "{scheme}");
+        }
+    }
+
+    #[test]
+    fn continued_chains_are_the_chains_own_streams_and_split_runs_join_bit_for_bit() {
+        let target = IsoGaussian {
+            dim: 3,
+            mean: -0.5,
+            sd: 0.7,
+        };
+        let (rows, d, steps, seed) = (4, 3, 6, 5);
+        let x0: Vec<f64> = (0..rows * d).map(|i| 0.2 * i as f64 - 0.9).collect();
+        let rho0: Vec<f64> = (0..rows * d).map(|i| 0.4 - 0.05 * i as f64).collect();
+        for scheme in Scheme::ALL {
+            let (kernel, chains, blocks) =
+                stepped(&target, scheme, (1.1, 0.15), (&x0, &rho0), (steps, seed));
+            let (mut x, mut rho) = (x0.clone(), rho0.clone());
+            kernel
+                .continue_with_noise(&target, &mut x, &mut rho, steps, |i| &blocks[i][..])
+                .unwrap();
+            assert_eq!(x, chains.positions(), "{scheme}");
+            assert_eq!(rho, chains.momenta(), "{scheme}");
+            // Two visits of half the steps each, the second on the draws that follow.
+            let m = kernel.normals_per_step();
+            let (mut x2, mut rho2) = (x0.clone(), rho0.clone());
+            for half in 0..2 {
+                let first = half * (steps / 2) * m;
+                kernel
+                    .continue_with_noise(&target, &mut x2, &mut rho2, steps / 2, |i| {
+                        &blocks[first + i][..]
+                    })
+                    .unwrap();
+            }
+            assert_eq!((x2, rho2), (x, rho), "{scheme}");
         }
     }
 

@@ -5,6 +5,7 @@
 //! process); GPUs, one per process, each run their share of the minibatch's images whole
 //! ([`by_shares`]).
 
+use super::carry::ChainStore;
 use super::*;
 
 /// What a training phase of E3 optimises.
@@ -31,11 +32,21 @@ pub struct E3Estimator<'a> {
     /// Updates done (a chain schedule's t), and K_t's scale.
     update: usize,
     k_scale: f64,
+    /// Persistent chains between the images' visits.
+    carry: ChainStore,
 }
 
 /// The estimator's checkpointed state.
 #[derive(Serialize, Deserialize)]
 struct EstimatorRecord {
+    streams: Streams,
+    update: usize,
+    carry: ChainStore,
+}
+
+/// [`EstimatorRecord`] as checkpoints held it before chains could persist.
+#[derive(Deserialize)]
+struct CountedStreams {
     streams: Streams,
     update: usize,
 }
@@ -74,8 +85,8 @@ impl<'a> E3Estimator<'a> {
             images,
             objective,
             streams: Streams {
-                binarise: Xoshiro256PlusPlus::seed_from_u64(stream_seed(seed, 1)),
-                normals: NormalStream::new(stream_seed(seed, 2)),
+                binarise: Seed::new(seed).stream("binarise").rng(),
+                normals: Seed::new(seed).stream("noise").normals(),
             },
             engine: Engine::Cpu(Scratch::default()),
             x: Vec::new(),
@@ -86,6 +97,7 @@ impl<'a> E3Estimator<'a> {
                 Objective::Sagd(chains) => chains.k_scale(),
                 Objective::Vae => 1.0,
             },
+            carry: ChainStore::default(),
         }
     }
 
@@ -98,16 +110,8 @@ impl<'a> E3Estimator<'a> {
         objective: Objective,
         seed: u64,
     ) -> Result<Self> {
-        if let (Device::Cuda(_), Objective::Sagd(c)) = (device, &objective) {
-            if !matches!(c.scheme, Scheme::Euler | Scheme::Baoab) {
-                return Err(SagdError::InvalidSetting {
-                    name: "scheme",
-                    value: c.scheme.to_string(),
-                    fix:
-                        "E3's chains run euler or baoab on a GPU: run this scheme with --device cpu"
-                            .into(),
-                });
-            }
+        if let Objective::Sagd(c) = &objective {
+            c.runs_on(device)?;
         }
         let mut est = Self::new(model, images, objective, seed);
         if let Device::Cuda(i) = device {
@@ -266,6 +270,14 @@ impl GradientEstimator for E3Estimator<'_> {
                     Ok(gpu.vae_batch(m, p, x, noise, g_dec, g_enc)?)
                 })?
             }
+            (Objective::Sagd(chains), Engine::Cpu(scratch)) if chains.persist() => {
+                let images = self.images.len() / PIXELS;
+                let mut chain = self.carry.carried(images, batch, &chains, m.d);
+                let info =
+                    sagd_batch_continued(m, p, x, &chains, noise, &mut chain, g_dec, scratch)?;
+                self.carry.keep(batch, &chains, m.d, &chain);
+                info
+            }
             (Objective::Sagd(chains), Engine::Cpu(scratch)) => {
                 sagd_batch(m, p, x, &chains, noise, g_dec, scratch)?
             }
@@ -332,16 +344,31 @@ impl GradientEstimator for E3Estimator<'_> {
         encode(&EstimatorRecord {
             streams: self.streams.clone(),
             update: self.update,
+            carry: self.carry.clone(),
         })
     }
 
     fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
-        // A checkpoint from before the update count holds the streams alone (no schedule ran).
-        let r = decode::<EstimatorRecord>(bytes).or_else(|_| {
-            decode::<Streams>(bytes).map(|streams| EstimatorRecord { streams, update: 0 })
-        })?;
+        // Older checkpoints hold no persistent chains, or (before the update count) the streams
+        // alone (no schedule ran).
+        let r = decode::<EstimatorRecord>(bytes)
+            .or_else(|_| {
+                decode::<CountedStreams>(bytes).map(|r| EstimatorRecord {
+                    streams: r.streams,
+                    update: r.update,
+                    carry: ChainStore::default(),
+                })
+            })
+            .or_else(|_| {
+                decode::<Streams>(bytes).map(|streams| EstimatorRecord {
+                    streams,
+                    update: 0,
+                    carry: ChainStore::default(),
+                })
+            })?;
         self.streams = r.streams;
         self.update = r.update;
+        self.carry = r.carry;
         self.ahead = None;
         Ok(())
     }
@@ -372,7 +399,7 @@ mod tests {
         let model = E3::new(4);
         let p = model.init(3);
         let b = 5;
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(11);
+        let mut rng = sagd::rng::Seed::new(11).rng();
         let pixels: Vec<u8> = (0..b * PIXELS).map(|i| (i * 37 % 256) as u8).collect();
         let x = binarise(&pixels, &mut rng);
         let chains = Chains {
@@ -499,5 +526,71 @@ mod tests {
             // Its streams stay those of the draws used: what a checkpoint saves.
             assert_eq!(b.streams, turn[k].2);
         }
+    }
+
+    /// Each update's generator gradient at the same parameters `p`, on the minibatch of every
+    /// image, for `chains`; the estimator after them.
+    fn gradients<'a>(
+        model: &'a E3,
+        images: &'a [u8],
+        p: &VaeParams,
+        chains: Chains,
+        updates: usize,
+    ) -> (Vec<Vec<f32>>, E3Estimator<'a>) {
+        let mut est = E3Estimator::new(model, images, Objective::Sagd(chains), 5);
+        let batch: Vec<usize> = (0..images.len() / PIXELS).collect();
+        let grads = (0..updates)
+            .map(|_| {
+                let mut g = vec![0.0f32; p.dec.len()];
+                est.estimate(p, &batch, &mut g, &mut []).unwrap();
+                g
+            })
+            .collect();
+        (grads, est)
+    }
+
+    #[test]
+    fn persistent_chains_continue_between_visits_and_restart_every_r_th() {
+        let model = E3::new(3);
+        let images: Vec<u8> = (0..3 * PIXELS).map(|i| (i * 53 % 256) as u8).collect();
+        let p = model.init(2);
+        let fresh = Chains {
+            per_image: 2,
+            steps: 3,
+            ..Chains::default()
+        };
+        let persistent = Chains {
+            refresh_every: Some(2),
+            ..fresh
+        };
+        let (a, _) = gradients(&model, &images, &p, fresh, 3);
+        let (b, est) = gradients(&model, &images, &p, persistent, 3);
+        // Visits 1 and 3 start from the encoder on the same draws: the same gradient (whole
+        // transitions leave the positions as cut ones). Visit 2 continues the chains of visit 1.
+        assert_eq!(a[0], b[0]);
+        assert_ne!(a[1], b[1]);
+        assert_eq!(a[2], b[2]);
+        // The kept chains resume: a checkpoint's estimator takes the same fourth update.
+        let saved = est.save_state().unwrap();
+        let mut again = E3Estimator::new(&model, &images, Objective::Sagd(persistent), 9);
+        again.load_state(&saved).unwrap();
+        let (mut est, batch) = (est, [0, 1, 2]);
+        let (mut g1, mut g2) = (vec![0.0f32; p.dec.len()], vec![0.0f32; p.dec.len()]);
+        est.estimate(&p, &batch, &mut g1, &mut []).unwrap();
+        again.estimate(&p, &batch, &mut g2, &mut []).unwrap();
+        assert_eq!(g1, g2);
+        // A GPU refuses them by name, before it looks for a device.
+        let refused = E3Estimator::on(
+            Device::Cuda(0),
+            &model,
+            &images,
+            Objective::Sagd(persistent),
+            5,
+        );
+        let err = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            err.contains("refresh-every") && err.contains("--device cpu"),
+            "{err}"
+        );
     }
 }

@@ -7,19 +7,17 @@
 
 use std::path::PathBuf;
 
-use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::error::{Result, SagdError};
-use sagd::langevin::Scheme;
 use sagd::optim::Averaging;
-use sagd::rng::{stream_seed, NormalStream};
+use sagd::rng::{NormalStream, Seed};
 use sagd::run::{decode, encode, fnv1a, Control, Identity, Observer, Runner, FNV_OFFSET};
 use serde::{Deserialize, Serialize};
 
 use super::gpu::{E3Pass, GpuE3};
 use super::model::{
-    binarise, binarise_with, held_out, sagd_batch, sagd_noise_blocks, sagd_noise_len, uniforms,
-    vae_batch, BatchInfo, Chains, HeldOut, Scratch, E3,
+    binarise, binarise_with, held_out, sagd_batch, sagd_batch_continued, sagd_noise_blocks,
+    sagd_noise_len, uniforms, vae_batch, BatchInfo, Chains, HeldOut, Scratch, E3,
 };
 use super::{Mnist, PIXELS};
 use crate::debias::cache::PretrainedCache;
@@ -32,6 +30,7 @@ use sagd_nn::train::{
 use sagd_nn::vae::VaeParams;
 use sagd_nn::Device;
 
+mod carry;
 mod estimator;
 mod result;
 mod settings;
@@ -58,8 +57,14 @@ fn phase(
     opts: &E3Options,
     progress: Progress<'_>,
 ) -> Result<(VaeParams, Curve)> {
-    let seed = stream_seed(s.seed, name.bytes().map(u64::from).sum());
-    let mut est = E3Estimator::on(opts.device, model, images, objective, seed)?;
+    let seed = Seed::new(s.seed).stream(name);
+    let mut est = E3Estimator::on(
+        opts.device,
+        model,
+        images,
+        objective,
+        seed.stream("estimator").get(),
+    )?;
     let mut identity = key.clone().with("phase", name)?;
     // The start's fingerprint: the parameters themselves would make a 70 MB identity.
     let start_key = fnv1a(
@@ -99,7 +104,7 @@ fn phase(
         &ck,
         name,
         || format!("E3, {name}"),
-        |job| job.init(start, seed),
+        |job| job.init(start, seed.stream("minibatches").get()),
         |_| {},
     )?;
     let params = runner.solver.finish(&state);
@@ -214,7 +219,7 @@ pub fn train_phase(
     device: Device,
     progress: Progress<'_>,
 ) -> Result<VaeParams> {
-    let start = E3::new(s.latent).init(stream_seed(s.seed, 3));
+    let start = E3::new(s.latent).init(Seed::new(s.seed).stream("init").get());
     train_phase_from(s, images, objective, updates, start, device, progress)
 }
 
@@ -274,7 +279,7 @@ fn evaluate(
         &p.enc,
         x,
         s.eval_k,
-        stream_seed(s.seed, 77),
+        Seed::new(s.seed).stream("evaluation").get(),
         &mut Scratch::default(),
     )?;
     let lp: Vec<f64> = per_image.iter().map(|h| h.log_px).collect();
@@ -294,7 +299,7 @@ fn evaluate(
 /// `seed` (the same U for every generator), 100 × 784.
 pub fn figure_digits(model: &E3, gen: &[f32], seed: u64) -> Vec<f32> {
     let mut u = vec![0.0f32; 100 * model.d];
-    NormalStream::new(stream_seed(seed, 5)).fill(&mut u);
+    Seed::new(seed).stream("figure").normals().fill(&mut u);
     super::model::generate(model, gen, &u)
 }
 
@@ -306,12 +311,14 @@ pub fn run(
     progress: Progress<'_>,
 ) -> Result<E3Result> {
     s.validate(data.train.len(), data.test.len())?;
+    s.chains.runs_on(opts.device)?;
     let model = E3::new(s.latent);
     let images = &data.train.images[..s.train_n * PIXELS];
     let data_hash = fnv1a(FNV_OFFSET, images.iter().copied());
     let mut key = Identity::new()
         .with("settings", s)?
-        .with("data", &data_hash)?;
+        .with("data", &data_hash)?
+        .with("seed_streams", &crate::debias::SEED_STREAMS)?;
     // A GPU rounds otherwise: its checkpoints and cached networks are its own (the CPU's keys
     // stay as they were).
     let device = (opts.device != Device::Cpu).then(|| opts.device.to_string());
@@ -399,7 +406,7 @@ fn evaluated(
     s: &E3Settings,
     [pretrained, sagd, control]: [&VaeParams; 3],
 ) -> Result<(Vec<Evaluation>, Vec<Paired>)> {
-    let mut rng = Xoshiro256PlusPlus::seed_from_u64(stream_seed(s.seed, 4));
+    let mut rng = Seed::new(s.seed).stream("test-images").rng();
     let x = binarise(&data.test.images[..s.eval_n * PIXELS], &mut rng);
     let evaluations: Vec<Evaluation> = [
         ("pre-trained", pretrained),
@@ -434,6 +441,7 @@ fn pretrain(
     let mut pre_json = serde_json::json!({
         "experiment": "E3", "latent": s.latent, "train_n": s.train_n, "train": vae,
         "seed": s.seed, "sagd_nn_version": env!("CARGO_PKG_VERSION"),
+        "seed_streams": crate::debias::SEED_STREAMS,
     });
     if let Some(d) = device {
         pre_json["device"] = serde_json::json!(d);
@@ -469,7 +477,7 @@ fn pretrain(
         Objective::Vae,
         vae,
         s.vae_epochs * per_epoch,
-        model.init(stream_seed(s.seed, 3)),
+        model.init(Seed::new(s.seed).stream("init").get()),
         s,
         &pre_key,
         opts,

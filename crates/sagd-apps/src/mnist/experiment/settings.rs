@@ -117,6 +117,15 @@ impl E3Settings {
                 "use at least 1 chain per image (paper: 20)".into(),
             );
         }
+        if self.chains.refresh_every == Some(0) {
+            return bad(
+                "refresh-every",
+                "0".into(),
+                "use 1 (fresh chains at every visit of an image, the paper's) or more (chains \
+                 that persist between visits, restarted every so many)"
+                    .into(),
+            );
+        }
         // δ, γ and the scheme by the core's rules, where every sampler's are checked (δ_t only
         // shrinks, so δ's check covers the schedule's).
         self.chains.kernel()?;

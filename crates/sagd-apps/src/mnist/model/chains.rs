@@ -21,17 +21,37 @@ struct Minibatch<'a> {
     /// Images b, and chains (rows) C·b.
     images: usize,
     rows: usize,
+    /// Where persistent chains start instead of the encoder's draw and ρ₀ (their rows marked).
+    carried: Option<&'a Carried>,
+}
+
+/// The chains of a minibatch that an earlier visit of their images left, for chains that persist
+/// ([`Chains::refresh_every`]): row r (chain c·b + i, of image i) starts, where `from[r]`, at row
+/// r of `u` and `rho` instead of the encoder's draw and ρ₀. [`sagd_batch_continued`] writes every
+/// row's last position and momentum back.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Carried {
+    /// The rows that continue (C·b).
+    pub from: Vec<bool>,
+    /// Positions (C·b × d).
+    pub u: Vec<f32>,
+    /// Momenta (C·b × d).
+    pub rho: Vec<f32>,
 }
 
 impl Minibatch<'_> {
     /// The images of chains `s..e` (chain r belongs to image r mod b) into `xs`, and their starts
-    /// u₀ = μ + σ ε into `u`.
+    /// u₀ = μ + σ ε (or where a carried chain was left) into `u`.
     fn starts(&self, (s, e): (usize, usize), xs: &mut Vec<f32>, u: &mut [f32]) {
         let (b, d) = (self.images, self.m.d);
         xs.clear();
         for (k, row) in (s..e).enumerate() {
             let i = row % b;
             xs.extend_from_slice(&self.x[i * PIXELS..(i + 1) * PIXELS]);
+            if let Some(c) = self.carried.filter(|c| c.from[row]) {
+                u[k * d..(k + 1) * d].copy_from_slice(&c.u[row * d..(row + 1) * d]);
+                continue;
+            }
             for j in 0..d {
                 let (mu, lv) = (self.enc[i * 2 * d + j], self.enc[i * 2 * d + d + j]);
                 u[k * d + j] = mu + (0.5 * lv).exp() * self.eps[row * d + j];
@@ -39,29 +59,37 @@ impl Minibatch<'_> {
         }
     }
 
-    /// This process's blocks of [`SUB_ROWS`] chains from their starts and momenta `rho0`
-    /// through `steps` transitions of `kernel` on the draws `eta`, side by side; every process's
-    /// last states, in chain order.
+    /// This process's blocks of [`SUB_ROWS`] chains from their starts and momenta `rho0` (or
+    /// the carried ones) through `steps` transitions of `kernel` on the draws `eta`, side by
+    /// side; every process's last positions, in chain order, and where chains persist their
+    /// momenta after whole transitions.
     fn last_states(
         &self,
         kernel: &Kernel<f32>,
         steps: usize,
         (rho0, eta): (&[f32], &[f32]),
         pool: &WorkspacePool<Buffers>,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<(Vec<f32>, Option<Vec<f32>>)> {
         let (rows, d) = (self.rows, self.m.d);
         let blocks = sagd::share::mine(rows.div_ceil(SUB_ROWS));
         let my_rows = (blocks.end * SUB_ROWS).min(rows) - (blocks.start * SUB_ROWS).min(rows);
-        let mut u = vec![0.0f32; my_rows * d];
+        let (mut u, mut rho_out) = (vec![0.0f32; my_rows * d], vec![0.0f32; my_rows * d]);
         u.par_chunks_mut(SUB_ROWS * d)
+            .zip(rho_out.par_chunks_mut(SUB_ROWS * d))
             .enumerate()
-            .try_for_each(|(blk, u)| -> Result<()> {
+            .try_for_each(|(blk, (u, rho_out))| -> Result<()> {
                 let blk = blocks.start + blk;
                 let (s, e) = (blk * SUB_ROWS, (blk * SUB_ROWS + SUB_ROWS).min(rows));
                 pool.with(|bufs| {
                     let mut xs = Vec::with_capacity((e - s) * PIXELS);
                     self.starts((s, e), &mut xs, u);
                     let mut rho = rho0[s * d..e * d].to_vec();
+                    if let Some(c) = self.carried {
+                        for row in (s..e).filter(|&r| c.from[r]) {
+                            rho[(row - s) * d..(row - s + 1) * d]
+                                .copy_from_slice(&c.rho[row * d..(row + 1) * d]);
+                        }
+                    }
                     let posterior = Posterior {
                         m: self.m,
                         dec: self.dec,
@@ -71,12 +99,22 @@ impl Minibatch<'_> {
                     };
                     // Draw i of the block: its rows of the i-th η block.
                     let draws = |i: usize| &eta[(i * rows + s) * d..(i * rows + e) * d];
-                    kernel
-                        .run_with_noise(&posterior, u, &mut rho, steps, draws)
-                        .map(|_| ())
+                    if self.carried.is_some() {
+                        kernel.continue_with_noise(&posterior, u, &mut rho, steps, draws)?;
+                        rho_out.copy_from_slice(&rho);
+                        Ok(())
+                    } else {
+                        kernel
+                            .run_with_noise(&posterior, u, &mut rho, steps, draws)
+                            .map(|_| ())
+                    }
                 })
             })?;
-        sagd::share::gather(u)
+        let rho = match self.carried {
+            Some(_) => Some(sagd::share::gather(rho_out)?),
+            None => None,
+        };
+        Ok((sagd::share::gather(u)?, rho))
     }
 
     /// The gradient of the mean of −log p(x | u; θ) at the chains' last states `u` into
@@ -159,17 +197,66 @@ pub fn sagd_batch(
     grad_gen: &mut [f32],
     scratch: &mut Scratch,
 ) -> Result<BatchInfo> {
+    sagd_pass(m, p, x, chains, noise, None, grad_gen, scratch).map(|(info, _)| info)
+}
+
+/// [`sagd_batch`] on chains that persist between visits: the rows `carried` marks start where it
+/// holds them (their ε and ρ₀ in `noise` unused), every transition runs whole (one more
+/// evaluation of the posterior per chain than [`sagd_batch`]), and every row's last position and
+/// momentum go back into `carried` (all of its rows then marked), where the next visit of the
+/// images continues them.
+#[allow(clippy::too_many_arguments)]
+pub fn sagd_batch_continued(
+    m: &E3,
+    p: &VaeParams,
+    x: &[f32],
+    chains: &Chains,
+    noise: &[f32],
+    carried: &mut Carried,
+    grad_gen: &mut [f32],
+    scratch: &mut Scratch,
+) -> Result<BatchInfo> {
+    let rows = chains.per_image * (x.len() / PIXELS);
+    for (what, expected, got) in [
+        ("the carried chains' marks (C·b)", rows, carried.from.len()),
+        (
+            "the carried positions (C·b × d)",
+            rows * m.d,
+            carried.u.len(),
+        ),
+        (
+            "the carried momenta (C·b × d)",
+            rows * m.d,
+            carried.rho.len(),
+        ),
+    ] {
+        sized(what, expected, got)?;
+    }
+    let (info, last) = sagd_pass(m, p, x, chains, noise, Some(carried), grad_gen, scratch)?;
+    if let Some(last) = last {
+        *carried = last;
+    }
+    Ok(info)
+}
+
+/// [`sagd_batch`], from `carried` where given: the pass's measures, and then the chains' last
+/// positions and momenta (every row marked to continue).
+#[allow(clippy::too_many_arguments)]
+fn sagd_pass(
+    m: &E3,
+    p: &VaeParams,
+    x: &[f32],
+    chains: &Chains,
+    noise: &[f32],
+    carried: Option<&Carried>,
+    grad_gen: &mut [f32],
+    scratch: &mut Scratch,
+) -> Result<(BatchInfo, Option<Carried>)> {
     let d = m.d;
     let images = x.len() / PIXELS;
     let rows = chains.per_image * images;
     let expected = sagd_noise_len(m, chains, images);
-    if noise.len() != expected {
-        return Err(sagd::error::SagdError::Dimension {
-            what: "SAGD's noise (sagd_noise_len draws)",
-            expected,
-            got: noise.len(),
-        });
-    }
+    sized("SAGD's noise (sagd_noise_len draws)", expected, noise.len())?;
     let kernel = chains.kernel()?;
     let enc = encode(m, &p.enc, x, scratch);
     let (eps, rest) = noise.split_at(rows * d);
@@ -185,12 +272,33 @@ pub fn sagd_batch(
         eps,
         images,
         rows,
+        carried,
     };
-    let info = batch
+    let result = batch
         .last_states(&kernel, chains.steps, (rho0, eta), &scratch.pool)
-        .and_then(|u| batch.gradient_at(&u, grad_gen, scratch));
+        .and_then(|(u, rho)| {
+            let info = batch.gradient_at(&u, grad_gen, scratch)?;
+            let last = rho.map(|rho| Carried {
+                from: vec![true; rows],
+                u,
+                rho,
+            });
+            Ok((info, last))
+        });
     scratch.packed.0 = packed;
-    info
+    result
+}
+
+/// A buffer's length checked, with an error that names it.
+fn sized(what: &'static str, expected: usize, got: usize) -> Result<()> {
+    match expected == got {
+        true => Ok(()),
+        false => Err(sagd::error::SagdError::Dimension {
+            what,
+            expected,
+            got,
+        }),
+    }
 }
 
 /// Draws per image of [`sagd_batch`]'s `noise`: ε, ρ₀ and the steps' η.

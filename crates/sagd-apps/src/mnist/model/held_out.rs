@@ -37,7 +37,7 @@ pub fn held_out(
     m.gen.pack(gen, false, packed);
     let packed = &*packed;
     sagd::share::map(n, |i| {
-        let mut stream = NormalStream::new(sagd::rng::stream_seed(seed, i as u64));
+        let mut stream = sagd::rng::Seed::new(seed).index(i as u64).normals();
         let mut eps = vec![0.0f32; k * d];
         stream.fill(&mut eps);
         let (mu, lv) = (

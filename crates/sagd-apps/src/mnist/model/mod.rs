@@ -14,18 +14,18 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 use sagd::error::Result;
 use sagd::langevin::{Kernel, LangevinSettings, Scheme};
-use sagd::rng::NormalStream;
+use sagd::rng::Seed;
 use sagd_nn::train::ChainSchedule;
 
 use super::{encoder, generator, PIXELS};
 use sagd_nn::math::bernoulli_logits;
 use sagd_nn::vae::VaeParams;
-use sagd_nn::{PackedWeights, ParamGrads, Sequential, Workspace, WorkspacePool};
+use sagd_nn::{Device, PackedWeights, ParamGrads, Sequential, Workspace, WorkspacePool};
 
 mod chains;
 mod held_out;
 
-pub use chains::{sagd_batch, sagd_noise_blocks, sagd_noise_len};
+pub use chains::{sagd_batch, sagd_batch_continued, sagd_noise_blocks, sagd_noise_len, Carried};
 pub use held_out::{generate, held_out, HeldOut};
 
 /// One thread's buffers for E3's passes: the encoder's and the generator's.
@@ -174,9 +174,51 @@ pub struct Chains {
     /// to the phase's by the run. `None`: δ and K fixed, as the paper's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<ChainSchedule>,
+    /// Chains that persist between an image's visits (E2's `refresh_every` for E3): a visit
+    /// continues each of the image's chains where its last visit left it (position and
+    /// momentum), and every `refresh_every`-th visit starts them afresh from the encoder. `None`
+    /// (or 1): fresh from the encoder at every visit, as the paper's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_every: Option<usize>,
 }
 
 impl Chains {
+    /// Whether the chains persist between visits ([`Chains::refresh_every`] above 1).
+    pub fn persist(&self) -> bool {
+        self.refresh_every.is_some_and(|r| r > 1)
+    }
+
+    /// Refuses, by name, what `device` cannot run: a GPU's chains run Euler or BAOAB, afresh at
+    /// every visit.
+    pub fn runs_on(&self, device: Device) -> Result<()> {
+        if device == Device::Cpu {
+            return Ok(());
+        }
+        let refuse = |name, value: String, fix: &str| {
+            Err(sagd::error::SagdError::InvalidSetting {
+                name,
+                value,
+                fix: fix.into(),
+            })
+        };
+        if !matches!(self.scheme, Scheme::Euler | Scheme::Baoab) {
+            return refuse(
+                "scheme",
+                self.scheme.to_string(),
+                "E3's chains run euler or baoab on a GPU: run this scheme with --device cpu",
+            );
+        }
+        if self.persist() {
+            return refuse(
+                "refresh-every",
+                self.refresh_every.unwrap_or(1).to_string(),
+                "E3's chains persist between visits on the CPU alone: run with --device cpu, or \
+                 leave --refresh-every out (fresh chains at every visit)",
+            );
+        }
+        Ok(())
+    }
+
     /// The integrator and the friction, as the core's samplers take them.
     pub fn langevin(&self) -> LangevinSettings {
         LangevinSettings {
@@ -237,6 +279,7 @@ impl Default for Chains {
             gamma: 2.0,
             delta: 0.01,
             schedule: None,
+            refresh_every: None,
         }
     }
 }
@@ -264,8 +307,8 @@ impl E3 {
     /// (The generator's parameters are `dec`.)
     pub fn init(&self, seed: u64) -> VaeParams {
         VaeParams {
-            dec: self.gen.init(seed),
-            enc: self.enc.init(seed ^ 0x9E37_79B9_7F4A_7C15),
+            dec: self.gen.init(Seed::new(seed).stream("decoder").get()),
+            enc: self.enc.init(Seed::new(seed).stream("encoder").get()),
         }
     }
 }

@@ -10,7 +10,7 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaSlice, PushKernelArg};
 use sagd::error::{Result, SagdError};
 use sagd::langevin::{Kernel, Momentum};
-use sagd::rng::NormalStream;
+use sagd::rng::{NormalStream, Seed};
 use sagd::run::{decode, encode};
 use serde::{Deserialize, Serialize};
 
@@ -245,8 +245,8 @@ impl<'a> GpuChainEstimator<'a> {
             fresh_from_encoder: fresh,
             burn_in,
             momentum: Momentum::Normal,
-            stream: NormalStream::new(seed ^ 0xA5A5_5A5A_DEAD_BEEF),
-            rng: GpuRng::new(seed ^ 0x6A09_E667_F3BC_C908),
+            stream: Seed::new(seed).stream("starts").normals(),
+            rng: GpuRng::new(Seed::new(seed).stream("device").get()),
             started: false,
             divergences: 0,
             acceptance: Vec::new(),
