@@ -7,7 +7,7 @@ use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::rng::NormalStream;
 use sagd_apps::mnist::model::{
     binarise, held_out, sagd_batch, sagd_batch_continued, sagd_noise_len, vae_batch, BatchInfo,
-    Chains, Scratch, E3,
+    Carried, Chains, Scratch, E3,
 };
 use sagd_apps::mnist::{self, PIXELS};
 use sagd_nn::vae::VaeParams;
@@ -309,7 +309,7 @@ fn continued_chains_join_two_visits_into_one_run_bit_for_bit() {
         refresh_every: Some(10),
         ..Chains::default()
     };
-    let fresh = || sagd_apps::mnist::model::Carried {
+    let fresh = || Carried {
         from: vec![false; rows],
         u: vec![0.0; rows * d],
         rho: vec![0.0; rows * d],
@@ -466,4 +466,50 @@ fn the_passes_split_over_processes_give_one_processs_bits() {
         }
     }
     assert!(sagd::share::exchanged().since(&before).sent > 0, "split");
+}
+
+#[test]
+fn continued_passes_split_over_processes_give_one_processs_bits() {
+    // A third of the 240 chains carried in, the rest from the encoder: every process ends with
+    // one process's gradient and every chain's last position and momentum.
+    let Passes {
+        m,
+        p,
+        x,
+        chains,
+        noise,
+        ..
+    } = passes();
+    let (rows, d) = (12 * chains.per_image, m.d);
+    let run = || {
+        let mut carried = Carried {
+            from: (0..rows).map(|r| r % 3 == 0).collect(),
+            u: normals(rows * d, 10),
+            rho: normals(rows * d, 11),
+        };
+        let mut g = vec![f32::NAN; p.dec.len()];
+        let mut scratch = Scratch::default();
+        let info = sagd_batch_continued(
+            &m,
+            &p,
+            &x,
+            &chains,
+            &noise,
+            &mut carried,
+            &mut g,
+            &mut scratch,
+        )
+        .unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        (info, bits(&g), bits(&carried.u), bits(&carried.rho))
+    };
+    let one = run();
+    for processes in [2, 3] {
+        for (rank, got) in sagd::share::threads_as_processes(processes, run)
+            .into_iter()
+            .enumerate()
+        {
+            assert!(got == one, "process {rank} of {processes}");
+        }
+    }
 }
