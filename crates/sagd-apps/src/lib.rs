@@ -20,3 +20,8 @@ pub mod e1;
 pub mod gpu_check;
 mod laps;
 pub mod mnist;
+
+/// How E2's and E3's seeds are split into their parts' streams, in the keys of their checkpoints
+/// and cached pre-trainings: a run saved under another split is not resumed or reused. "named":
+/// by [`sagd::rng::Seed::stream`] (before, by numbered parts and offsets).
+pub const SEED_STREAMS: &str = "named";

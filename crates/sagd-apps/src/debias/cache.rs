@@ -29,7 +29,7 @@ impl PretrainedCache {
         let mut key = serde_json::json!({
             "seed": seed, "n": s.n, "p": s.p, "hidden": s.hidden, "batch_size": s.batch_size,
             "pretrain_epochs": s.pretrain_epochs, "lr": s.lr, "data_fnv1a": format!("{data_hash:016x}"),
-            "sagd_nn_version": env!("CARGO_PKG_VERSION"), "seed_streams": super::SEED_STREAMS,
+            "sagd_nn_version": env!("CARGO_PKG_VERSION"), "seed_streams": crate::SEED_STREAMS,
         });
         // A GPU's pre-training rounds differently: its networks are cached apart.
         if device != Device::Cpu {

@@ -60,11 +60,6 @@ pub fn part_seed(seed: u64, part: u64) -> u64 {
     sagd::rng::stream_seed(seed, part)
 }
 
-/// How the runs' seeds are split into their parts' streams, in the keys of checkpoints and
-/// caches: a run saved under another split is not resumed or reused. "named": by
-/// [`Seed::stream`] (before, by numbered parts and offsets).
-pub const SEED_STREAMS: &str = "named";
-
 /// n draws of Z with p independent coordinates from π, and X = Z + N(0, I) (row-major n × p).
 pub fn simulate(law: &Law, n: usize, p: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
     let mut rng = Seed::new(seed).stream("data").rng();

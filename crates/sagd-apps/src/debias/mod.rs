@@ -19,7 +19,6 @@ pub use deconvolve::{deconvolve, Deconvolution};
 pub use eval::part_seed;
 pub use eval::{
     evaluate, generate, log_likelihood_1d, log_likelihood_points_1d, simulate, Evaluation,
-    SEED_STREAMS,
 };
 pub use preset::{schedule, SagdPreset, SagdPresetValues};
 pub use replicate::{fit, replicate, MethodResult, Replication, RunOptions, TracePoint};

@@ -15,8 +15,9 @@ use sagd::run::{decode, encode, fnv1a, Control, Identity, Observer, Runner, FNV_
 use serde::{Deserialize, Serialize};
 
 use super::cache::PretrainedCache;
-use super::eval::{evaluate, generate, log_likelihood_1d, simulate, Evaluation, SEED_STREAMS};
+use super::eval::{evaluate, generate, log_likelihood_1d, simulate, Evaluation};
 use super::{E2Settings, Method};
+use crate::SEED_STREAMS;
 use sagd_nn::cuda::{Gpu, GpuBoundEstimator, GpuChainEstimator};
 use sagd_nn::train::{
     BoundEstimator, ChainEstimator, GradientEstimator, TrainInfo, TrainSettings, TrainState,
@@ -334,7 +335,8 @@ impl Fit<'_> {
             _ => {}
         }
         let t0 = Instant::now();
-        let (seed, streams) = (Seed::new(seed), Seed::new(seed).stream("pretrain"));
+        let seed = Seed::new(seed);
+        let streams = seed.stream("pretrain");
         let mut pre = bound_estimator(
             opts.device,
             self.vae,

@@ -318,7 +318,7 @@ pub fn run(
     let mut key = Identity::new()
         .with("settings", s)?
         .with("data", &data_hash)?
-        .with("seed_streams", &crate::debias::SEED_STREAMS)?;
+        .with("seed_streams", &crate::SEED_STREAMS)?;
     // A GPU rounds otherwise: its checkpoints and cached networks are its own (the CPU's keys
     // stay as they were).
     let device = (opts.device != Device::Cpu).then(|| opts.device.to_string());
@@ -441,7 +441,7 @@ fn pretrain(
     let mut pre_json = serde_json::json!({
         "experiment": "E3", "latent": s.latent, "train_n": s.train_n, "train": vae,
         "seed": s.seed, "sagd_nn_version": env!("CARGO_PKG_VERSION"),
-        "seed_streams": crate::debias::SEED_STREAMS,
+        "seed_streams": crate::SEED_STREAMS,
     });
     if let Some(d) = device {
         pre_json["device"] = serde_json::json!(d);
