@@ -1,5 +1,6 @@
 //! The CUDA backend, what can be checked without a GPU: devices parse and print, and every kernel
-//! the backend loads is defined in its source. Its agreement with the CPU engine on the
+//! the backend loads is defined in its source (the unit tests of `cuda` also compile the kernels
+//! with NVRTC where its library is found). Its agreement with the CPU engine on the
 //! experiments' networks is `sagd-apps`'s `gpu_check` test.
 
 use sagd_nn::Device;

@@ -194,6 +194,14 @@ pub fn libraries_present() -> GpuResult<()> {
 /// The kernels compiled once per process (NVRTC takes about a second).
 static PTX: OnceLock<Result<String, String>> = OnceLock::new();
 
+/// `kernels.cu` compiled to PTX by NVRTC, which needs no GPU (only its library): what
+/// [`Gpu::open`] loads, or NVRTC's log.
+fn compile_kernels() -> Result<String, String> {
+    cudarc::nvrtc::compile_ptx(include_str!("kernels.cu"))
+        .map(|p| p.to_src())
+        .map_err(|e| e.to_string())
+}
+
 impl Gpu {
     /// The number of GPUs this process sees (after checking the libraries).
     pub fn count() -> GpuResult<usize> {
@@ -232,11 +240,7 @@ impl Gpu {
             };
         }
         let src = PTX
-            .get_or_init(|| {
-                cudarc::nvrtc::compile_ptx(include_str!("kernels.cu"))
-                    .map(|p| p.to_src())
-                    .map_err(|e| e.to_string())
-            })
+            .get_or_init(compile_kernels)
             .clone()
             .map_err(GpuError::Compile)?;
         let module = ctx.load_module(Ptx::from_src(src))?;
@@ -406,7 +410,7 @@ impl GpuWorkspace {
 
 #[cfg(test)]
 mod tests {
-    use super::{process_ordinal, KERNELS};
+    use super::{compile_kernels, process_ordinal, KERNELS};
     use std::path::Path;
 
     #[test]
@@ -477,5 +481,28 @@ mod tests {
             }
         }
         assert!(launched >= KERNELS.len(), "only {launched} launches found");
+    }
+
+    /// The kernels compile: NVRTC runs without a GPU, so a kernel that would not compile fails
+    /// here rather than when a GPU opens. Where NVRTC's library is absent the test says so and
+    /// passes, unless `SAGD_REQUIRE_NVRTC=1` (CI installs the library from PyPI and sets it).
+    #[test]
+    fn kernels_compile_with_nvrtc() {
+        // SAFETY: only tries to open the library with `dlopen` and closes it again.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            assert!(
+                !std::env::var("SAGD_REQUIRE_NVRTC").is_ok_and(|v| v == "1"),
+                "SAGD_REQUIRE_NVRTC=1 but no libnvrtc.so was found: point LD_LIBRARY_PATH at \
+                 the folder of the nvidia-cuda-nvrtc wheel's library"
+            );
+            eprintln!("kernels_compile_with_nvrtc: no libnvrtc.so here, the kernels not compiled");
+            return;
+        }
+        let ptx = compile_kernels().unwrap_or_else(|log| panic!("kernels.cu: {log}"));
+        let mut entries = names_after(&ptx, ".entry ");
+        entries.sort_unstable();
+        let mut listed = KERNELS.to_vec();
+        listed.sort_unstable();
+        assert_eq!(entries, listed, "the PTX's entry points against KERNELS");
     }
 }

@@ -85,9 +85,13 @@ impl std::str::FromStr for Scheme {
     }
 }
 
-/// One operation of a splitting step, with its coefficients.
+/// One operation of a splitting step, with its coefficients: the program a [`Kernel`] runs, read
+/// by the workspace's other engine (the GPU's chains) through [`Kernel::ops`]. Operations may be
+/// added, so an engine names the ones it runs and refuses the rest.
+#[doc(hidden)]
+#[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Op<T> {
+pub enum Op<T> {
     /// ξ += h ρ.
     Drift(T),
     /// ρ = decay·ρ + grad·∇log π(ξ) + noise·η, η ~ N(0, I).
@@ -307,6 +311,13 @@ impl<T: Real> Kernel<T> {
     /// Whether a transition ends with a Metropolis test (HMC).
     pub fn metropolis(&self) -> bool {
         self.metropolis
+    }
+
+    /// The program of one transition, typed: for the workspace's other engine (the GPU's chains),
+    /// which runs the same operations. [`Kernel::table`] gives it as plain numbers.
+    #[doc(hidden)]
+    pub fn ops(&self) -> &[Op<T>] {
+        &self.ops
     }
 
     /// The coefficient table of the kernel as plain numbers (for tests, documentation and other

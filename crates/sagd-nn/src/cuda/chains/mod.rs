@@ -9,7 +9,7 @@
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaSlice, PushKernelArg};
 use sagd::error::{Result, SagdError};
-use sagd::langevin::{Kernel, Momentum};
+use sagd::langevin::{Kernel, Momentum, Op};
 use sagd::rng::{NormalStream, Seed};
 use sagd::run::{decode, encode};
 use serde::{Deserialize, Serialize};
@@ -24,38 +24,17 @@ mod update;
 /// change, whether it counts.
 const STATS: usize = 6;
 
-/// One operation of the kernel's program, in f32.
-#[derive(Clone, Copy, Debug)]
-enum Op {
-    Drift(f32),
-    Kick { decay: f32, grad: f32, noise: f32 },
-    Ou([f32; 5]),
-    Gradient,
-    Refresh,
-}
-
-fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Op>> {
+/// The kernel's program as the GPU runs it: its typed operations, each one checked to be one the
+/// elementwise kernels know.
+fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Op<f32>>> {
     kernel
-        .table()
-        .into_iter()
-        .map(|(name, c)| {
-            let c: Vec<f32> = c.iter().map(|v| *v as f32).collect();
-            Ok(match (name, &c[..]) {
-                ("drift", [h]) => Op::Drift(*h),
-                ("kick", [decay, grad, noise]) => Op::Kick {
-                    decay: *decay,
-                    grad: *grad,
-                    noise: *noise,
-                },
-                ("ou", [a, b, c, d, e]) => Op::Ou([*a, *b, *c, *d, *e]),
-                ("gradient", []) => Op::Gradient,
-                ("refresh", []) => Op::Refresh,
-                _ => {
-                    return Err(GpuError::Compile(format!(
-                        "the GPU chains do not know the kernel operation `{name}`"
-                    )))
-                }
-            })
+        .ops()
+        .iter()
+        .map(|&op| match op {
+            Op::Drift(_) | Op::Kick { .. } | Op::Ou { .. } | Op::Gradient | Op::Refresh => Ok(op),
+            other => Err(GpuError::Compile(format!(
+                "the GPU chains do not know the kernel operation {other:?}"
+            ))),
         })
         .collect()
 }
@@ -155,7 +134,10 @@ pub struct GpuChainEstimator<'a> {
     gpu: Gpu,
     vae: &'a Vae,
     x: &'a [f32],
-    ops: Vec<Op>,
+    ops: Vec<Op<f32>>,
+    /// Normal draws per coordinate per transition: the program's, and the fresh momenta of
+    /// diverged rows.
+    normals_per_coord: usize,
     metropolis: bool,
     fused: Option<FusedMlp>,
     steps: usize,
@@ -239,6 +221,7 @@ impl<'a> GpuChainEstimator<'a> {
             vae,
             x,
             ops: program(kernel)?,
+            normals_per_coord: 1 + kernel.normals_per_step(),
             metropolis: kernel.metropolis(),
             fused: FusedMlp::of(&vae.dec),
             steps: steps.max(1),
@@ -280,7 +263,7 @@ impl<'a> GpuChainEstimator<'a> {
             lb: z(n)?,
             rho: z(nd)?,
             eta: z(nd)?,
-            noise: z(self.steps.max(1) * self.normals_per_coord() * nd)?,
+            noise: z(self.steps.max(1) * self.normals_per_coord * nd)?,
             uni: z(self.steps.max(1) * n)?,
             h0: gpu.stream.alloc_zeros::<f64>(n.max(1))?,
             stats: z(STATS * n)?,
@@ -379,21 +362,6 @@ impl<'a> GpuChainEstimator<'a> {
         unsafe { l.launch(grid(nb * d)) }?;
         Ok(())
     }
-
-    /// Normal draws per coordinate per transition: the kernel's noisy operations, and the fresh
-    /// momenta of diverged rows.
-    fn normals_per_coord(&self) -> usize {
-        1 + self
-            .ops
-            .iter()
-            .map(|op| match op {
-                Op::Kick { noise, .. } if *noise != 0.0 => 1,
-                Op::Ou(_) => 2,
-                Op::Refresh => 1,
-                _ => 0,
-            })
-            .sum::<usize>()
-    }
 }
 
 impl GradientEstimator for GpuChainEstimator<'_> {
@@ -459,5 +427,31 @@ impl GradientEstimator for GpuChainEstimator<'_> {
             "divergences": self.divergences,
             "device": "cuda",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::program;
+    use sagd::hmc::HmcSettings;
+    use sagd::langevin::{LangevinSettings, Scheme};
+
+    /// Every scheme's program and HMC's run on the GPU's chains, operation for operation, with
+    /// the CPU's coefficients: an operation the core adds fails here, not on a GPU.
+    #[test]
+    fn the_gpu_chains_run_every_kernels_program() {
+        let mut kernels: Vec<_> = Scheme::ALL
+            .into_iter()
+            .map(|scheme| {
+                LangevinSettings { scheme, gamma: 2.0 }
+                    .kernel::<f32>(0.1)
+                    .expect("valid settings")
+            })
+            .collect();
+        kernels.push(HmcSettings::default().kernel::<f32>().expect("valid"));
+        for kernel in kernels {
+            let ops = program(&kernel).expect("every operation is known");
+            assert_eq!(ops, kernel.ops());
+        }
     }
 }

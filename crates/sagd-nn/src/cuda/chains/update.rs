@@ -7,7 +7,7 @@ impl<'a> GpuChainEstimator<'a> {
     /// Draws the noise of `transitions` transitions of nb chains into `noise` and `uni`.
     fn draw(&mut self, b: &mut Buffers, transitions: usize, nb: usize) -> GpuResult<()> {
         let len = nb * self.vae.d;
-        let normals = transitions * self.normals_per_coord() * len;
+        let normals = transitions * self.normals_per_coord * len;
         self.rng.fill(&self.gpu, &mut b.noise, normals, false)?;
         if self.metropolis {
             self.rng
@@ -23,7 +23,7 @@ impl<'a> GpuChainEstimator<'a> {
         let (gpu, vae, d) = (&self.gpu, self.vae, self.vae.d);
         let len = nb * d;
         let li = len as i32;
-        let mut at = t * self.normals_per_coord() * len;
+        let mut at = t * self.normals_per_coord * len;
         let mut take = |count: usize| {
             let v = at..at + count;
             at += count;
@@ -62,7 +62,13 @@ impl<'a> GpuChainEstimator<'a> {
                     // SAFETY: as above.
                     unsafe { l.launch(grid(len)) }?;
                 }
-                Op::Ou([decay, drift, v1, x1, x2]) => {
+                Op::Ou {
+                    decay,
+                    drift,
+                    v1,
+                    x1,
+                    x2,
+                } => {
                     let z = b.noise.slice(take(2 * len));
                     if !moved {
                         gpu.copy(&b.xa, &mut b.xb, len)?;
@@ -112,6 +118,11 @@ impl<'a> GpuChainEstimator<'a> {
                         .arg(&di);
                     // SAFETY: as above.
                     unsafe { l.launch(grid(nb)) }?;
+                }
+                other => {
+                    return Err(GpuError::Compile(format!(
+                        "the GPU chains do not know the kernel operation {other:?}"
+                    )))
                 }
             }
         }

@@ -190,32 +190,58 @@ impl<T: Real> ChainSet<T> {
             // Stepped before by other processes' blocks, or now whole: streams first.
             self.sync_streams()?;
         }
-        let bd = (rows * d).max(1);
-        let nb = (kernel.noise_per_coord().max(1) * rows * d).max(1);
-        let n_blocks = n.div_ceil(rows).max(1);
-        let cur = self.cur;
-        let [x0, x1] = &mut self.x;
-        let [g0, g1] = &mut self.g;
-        let [l0, l1] = &mut self.lp;
         let run = BlockRun {
             target,
             kernel,
             steps,
             with_aux,
             rows,
-            cur,
+            cur: self.cur,
             init: &init,
             fold: &fold,
         };
-        let block = |i: usize, parts: BlockBuffers<'_, T>| run.steps_of(i, parts);
-        // One noise buffer per block (empty for kernels that draw none).
-        let mut noise_chunks: Vec<&mut [T]> = self.scratch.0.chunks_mut(nb).collect();
-        noise_chunks.resize_with(n_blocks, Default::default);
+        let n_blocks = n.div_ceil(rows).max(1);
         let mine = group
             .as_ref()
             .map_or(0..n_blocks, |c| share::owned(n_blocks, c.rank(), c.size()));
-        let per_block: Vec<BlockResult<A>> = if n_blocks == 1 || rayon::current_num_threads() == 1 {
-            // No task overhead.
+        let per_block = self.each_block(kernel, rows, mine, |i, parts| run.steps_of(i, parts));
+        let per_block = match group {
+            None => per_block,
+            Some(group) => {
+                let last = if steps % 2 == 1 { 1 - run.cur } else { run.cur };
+                self.share_blocks(&*group, per_block, n_blocks, rows, last)?
+            }
+        };
+        let mut blocks = Vec::with_capacity(per_block.len());
+        for b in per_block {
+            blocks.push(b?);
+        }
+        let infos = self.record(&blocks, steps, kernel);
+        Ok((infos, blocks.into_iter().map(|(_, acc)| acc).collect()))
+    }
+
+    /// `block(i, buffers)` for every block `i` of `rows` rows in `mine`, each on its rows' states,
+    /// momenta, streams and noise buffer (sized for `kernel`), side by side on the thread pool
+    /// (in turn when there is one block or one thread, without the tasks' cost); results in
+    /// block order.
+    fn each_block<R: Send>(
+        &mut self,
+        kernel: &Kernel<T>,
+        rows: usize,
+        mine: std::ops::Range<usize>,
+        block: impl Fn(usize, BlockBuffers<'_, T>) -> R + Sync,
+    ) -> Vec<R> {
+        let d = self.d;
+        let bd = (rows * d).max(1);
+        let nb = (kernel.noise_per_coord().max(1) * rows * d).max(1);
+        let n_blocks = self.n.div_ceil(rows).max(1);
+        let [x0, x1] = &mut self.x;
+        let [g0, g1] = &mut self.g;
+        let [l0, l1] = &mut self.lp;
+        // One noise buffer per block (empty for kernels that draw none).
+        let mut noise_chunks: Vec<&mut [T]> = self.scratch.0.chunks_mut(nb).collect();
+        noise_chunks.resize_with(n_blocks, Default::default);
+        if n_blocks == 1 || rayon::current_num_threads() == 1 {
             x0.chunks_mut(bd)
                 .zip(x1.chunks_mut(bd))
                 .zip(g0.chunks_mut(bd).zip(g1.chunks_mut(bd)))
@@ -248,20 +274,7 @@ impl<T: Real> ChainSet<T> {
                     block(i, ((xa, xb), (ga, gb), (la, lb), rho, noise, rngs))
                 })
                 .collect()
-        };
-        let per_block = match group {
-            None => per_block,
-            Some(group) => {
-                let last = if steps % 2 == 1 { 1 - cur } else { cur };
-                self.share_blocks(&*group, per_block, n_blocks, rows, last)?
-            }
-        };
-        let mut blocks = Vec::with_capacity(per_block.len());
-        for b in per_block {
-            blocks.push(b?);
         }
-        let infos = self.record(&blocks, steps, kernel);
-        Ok((infos, blocks.into_iter().map(|(_, acc)| acc).collect()))
     }
 
     /// Each step's sums over the blocks (in block order) as its [`StepInfo`]; the divergences,
