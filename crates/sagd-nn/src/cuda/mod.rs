@@ -483,6 +483,108 @@ mod tests {
         assert!(launched >= KERNELS.len(), "only {launched} launches found");
     }
 
+    /// The text from the opening parenthesis at `open` to its match (both included).
+    fn parenthesised(text: &str, open: usize) -> &str {
+        let mut depth = 0;
+        for (i, c) in text[open..].char_indices() {
+            depth += match c {
+                '(' => 1,
+                ')' => -1,
+                _ => 0,
+            };
+            if depth == 0 {
+                return &text[open..=open + i];
+            }
+        }
+        panic!("unbalanced parentheses after {}", &text[open..]);
+    }
+
+    /// Each kernel of `kernels.cu` and how many parameters it takes.
+    fn parameter_counts(src: &str) -> std::collections::HashMap<&str, usize> {
+        let marker = "__global__ void ";
+        src.match_indices(marker)
+            .map(|(i, _)| {
+                let rest = &src[i + marker.len()..];
+                let open = rest.find('(').expect("a kernel's parameter list");
+                let params = parenthesised(rest, open);
+                let count = match params.trim_matches(['(', ')']).trim() {
+                    "" => 0,
+                    p => p.matches(',').count() + 1,
+                };
+                (rest[..open].trim(), count)
+            })
+            .collect()
+    }
+
+    /// Every launch in `text`: the kernels its builder may name (the quoted names in
+    /// `launch_builder(…)`) and the number of `.arg(` between the builder and its `.launch(`.
+    fn launches(text: &str) -> Vec<(Vec<String>, usize)> {
+        let code: String = text
+            .lines()
+            .map(|l| l.split("//").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        // Split so that this test's own source holds no launch.
+        let marker = concat!("launch_", "builder(");
+        code.match_indices(marker)
+            .map(|(i, _)| {
+                let open = i + marker.len() - 1;
+                let names = parenthesised(&code, open)
+                    .split('"')
+                    .skip(1)
+                    .step_by(2)
+                    .map(String::from)
+                    .collect();
+                let body = &code[open..];
+                let end = body.find(".launch(").expect("every builder is launched");
+                let body = &body[..end];
+                assert!(
+                    !body.contains(marker),
+                    "a builder launched after another builder: keep each launch one straight line"
+                );
+                (names, body.matches(".arg(").count())
+            })
+            .collect()
+    }
+
+    /// A launch with an argument too many or too few would read garbage on a GPU and pass every
+    /// other check: each launch's count of `.arg(` against its kernel's parameters, from the
+    /// sources.
+    #[test]
+    fn every_launch_passes_its_kernels_parameters() {
+        let params = parameter_counts(include_str!("kernels.cu"));
+        assert_eq!(params.len(), KERNELS.len(), "{params:?}");
+        let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = Vec::new();
+        sources(&crates, &mut files);
+        let mut checked = std::collections::BTreeSet::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f).expect("a source file is readable");
+            for (names, args) in launches(&text) {
+                assert!(
+                    !names.is_empty(),
+                    "{}: a launch names no kernel",
+                    f.display()
+                );
+                for name in names {
+                    let want = params.get(name.as_str()).copied();
+                    assert_eq!(
+                        Some(args),
+                        want,
+                        "{}: kernel {name:?} launched with {args} arguments",
+                        f.display()
+                    );
+                    checked.insert(name);
+                }
+            }
+        }
+        assert_eq!(
+            checked.len(),
+            KERNELS.len(),
+            "kernels launched: {checked:?}"
+        );
+    }
+
     /// The kernels compile: NVRTC runs without a GPU, so a kernel that would not compile fails
     /// here rather than when a GPU opens. Where NVRTC's library is absent the test says so and
     /// passes, unless `SAGD_REQUIRE_NVRTC=1` (CI installs the library from PyPI and sets it).

@@ -149,8 +149,9 @@ impl Gpu {
             win.channels,
         ]
         .map(|v| v as i32);
-        let name = if gather { "im2col" } else { "col2im" };
-        let mut lb = self.stream.launch_builder(self.k(name));
+        let mut lb = self
+            .stream
+            .launch_builder(self.k(if gather { "im2col" } else { "col2im" }));
         lb.arg(src)
             .arg(dst)
             .arg(&im)

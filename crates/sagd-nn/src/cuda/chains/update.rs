@@ -34,18 +34,18 @@ impl<'a> GpuChainEstimator<'a> {
         for &op in &self.ops {
             match op {
                 Op::Drift(h) => {
-                    let mut l = if moved {
+                    // xb += h ρ once the transition has moved, else xb = xa + h ρ.
+                    if moved {
                         let mut l = gpu.stream.launch_builder(gpu.k("chain_drift_add"));
-                        l.arg(&mut b.xb).arg(&b.rho);
-                        l
+                        l.arg(&mut b.xb).arg(&b.rho).arg(&h).arg(&li);
+                        // SAFETY: every buffer holds at least len elements.
+                        unsafe { l.launch(grid(len)) }?;
                     } else {
                         let mut l = gpu.stream.launch_builder(gpu.k("chain_drift"));
-                        l.arg(&mut b.xb).arg(&b.xa).arg(&b.rho);
-                        l
-                    };
-                    l.arg(&h).arg(&li);
-                    // SAFETY: every buffer holds at least len elements.
-                    unsafe { l.launch(grid(len)) }?;
+                        l.arg(&mut b.xb).arg(&b.xa).arg(&b.rho).arg(&h).arg(&li);
+                        // SAFETY: as above.
+                        unsafe { l.launch(grid(len)) }?;
+                    }
                     moved = true;
                 }
                 Op::Kick { decay, grad, noise } => {
