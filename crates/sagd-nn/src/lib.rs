@@ -11,7 +11,8 @@
 //!   vectorised activations of [`math`].
 //! * [`vae`]: the VAE's networks and the decoder's posterior as a `LatentModel`.
 //! * [`train`]: one training job for every method, differing only in the gradient estimator.
-//! * [`cuda`]: the same networks and estimators on an NVIDIA GPU, loaded at run time.
+//! * [`cuda`]: the CUDA backend, the same networks on an NVIDIA GPU, loaded at run time; the
+//!   estimators on it are [`train`]'s `Gpu*` twins of the CPU's.
 //!
 //! The paper's neural experiments (the debiased VAE, MNIST) are compositions of these parts in
 //! `sagd-apps`.

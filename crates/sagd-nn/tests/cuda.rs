@@ -19,3 +19,20 @@ fn devices_parse_and_print() {
         assert_eq!(d.to_string().parse::<Device>(), Ok(d));
     }
 }
+
+/// The GPU estimators moved beside the CPU's (`sagd_nn::train`); their old paths stay, deprecated,
+/// for a release.
+#[test]
+#[allow(deprecated)]
+fn the_gpu_estimators_old_paths_still_compile() {
+    let _bound = sagd_nn::cuda::GpuBoundEstimator::new;
+    let _sagd = sagd_nn::cuda::GpuChainEstimator::sagd;
+    let _hmc = sagd_nn::cuda::GpuChainEstimator::hmc;
+    let _step: sagd_nn::train::AdamStep = sagd_nn::cuda::AdamStep {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        t: (1, 1),
+    };
+}

@@ -18,11 +18,12 @@ use super::cache::PretrainedCache;
 use super::eval::{evaluate, generate, log_likelihood_1d, simulate, Evaluation};
 use super::{E2Settings, Method};
 use crate::SEED_STREAMS;
-use sagd_nn::cuda::{Gpu, GpuBoundEstimator, GpuChainEstimator};
+use sagd_nn::cuda::Gpu;
 use sagd_nn::train::{
     BoundEstimator, ChainEstimator, GradientEstimator, TrainInfo, TrainSettings, TrainState,
     Training,
 };
+use sagd_nn::train::{GpuBoundEstimator, GpuChainEstimator};
 use sagd_nn::vae::{Vae, VaeParams};
 use sagd_nn::Device;
 

@@ -56,7 +56,7 @@ pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Es
                 format!("vae, d = {d}"),
                 (
                     Box::new(BoundEstimator::new(&vae, &x, 1, seed)),
-                    Box::new(sagd_nn::cuda::GpuBoundEstimator::new(
+                    Box::new(sagd_nn::train::GpuBoundEstimator::new(
                         Gpu::open(ordinal)?,
                         &vae,
                         &x,
@@ -69,7 +69,7 @@ pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Es
                 format!("iwae k = 50, d = {d}"),
                 (
                     Box::new(BoundEstimator::new(&vae, &x, 50, seed)),
-                    Box::new(sagd_nn::cuda::GpuBoundEstimator::new(
+                    Box::new(sagd_nn::train::GpuBoundEstimator::new(
                         Gpu::open(ordinal)?,
                         &vae,
                         &x,
@@ -82,7 +82,7 @@ pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Es
                 format!("sagd chains (deterministic), d = {d}"),
                 (
                     Box::new(ChainEstimator::sagd(&vae, &x, &deterministic, seed)?),
-                    Box::new(sagd_nn::cuda::GpuChainEstimator::sagd(
+                    Box::new(sagd_nn::train::GpuChainEstimator::sagd(
                         Gpu::open(ordinal)?,
                         &vae,
                         &x,

@@ -4,7 +4,22 @@
 use cudarc::driver::{CudaSlice, PushKernelArg};
 
 use super::{grid, Gpu, GpuResult};
-use crate::train::AdamStep;
+
+/// One Adam step as a device takes it: θ ← θ − lr·m̂/(√v̂ + ε), m and v in f64, bias-corrected
+/// at the step's number `t` (from 1) of each network, rounded as the host's rule rounds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamStep {
+    /// Learning rate.
+    pub lr: f64,
+    /// First-moment decay.
+    pub beta1: f64,
+    /// Second-moment decay.
+    pub beta2: f64,
+    /// Added to √v̂.
+    pub eps: f64,
+    /// This step's number for the decoder (generator) and the encoder.
+    pub t: (u64, u64),
+}
 
 /// Adam's step `step` (number `t`) on the first `n` parameters `theta` with gradient `g` and
 /// moments `m`, `v`, as the host's rule takes it.

@@ -6,14 +6,18 @@
 //! without TF32, so results agree with the CPU engine to float rounding.
 
 mod adam;
-mod bound;
-mod chains;
 mod passes;
 mod products;
 
-pub use adam::adam;
-pub use bound::GpuBoundEstimator;
-pub use chains::GpuChainEstimator;
+pub use adam::{adam, AdamStep};
+
+/// Moved to [`crate::train::GpuBoundEstimator`], beside the CPU's estimators.
+#[deprecated(since = "0.1.0", note = "moved: use sagd_nn::train::GpuBoundEstimator")]
+pub type GpuBoundEstimator<'a> = crate::train::GpuBoundEstimator<'a>;
+
+/// Moved to [`crate::train::GpuChainEstimator`], beside the CPU's estimators.
+#[deprecated(since = "0.1.0", note = "moved: use sagd_nn::train::GpuChainEstimator")]
+pub type GpuChainEstimator<'a> = crate::train::GpuChainEstimator<'a>;
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};

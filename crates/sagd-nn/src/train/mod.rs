@@ -1,13 +1,17 @@
 //! Network training: one [`Training`] job for every method, driven by the project's runner; the
 //! methods differ only in their [`GradientEstimator`] — the bounds ([`BoundEstimator`]: VAE, IWAE)
-//! or chains on the decoder's posterior ([`ChainEstimator`]: HMC, SAGD). The update is the core
-//! crate's [`UpdateRule`] with Adam.
+//! or chains on the decoder's posterior ([`ChainEstimator`]: HMC, SAGD), and their twins on the
+//! CUDA backend ([`GpuBoundEstimator`], [`GpuChainEstimator`]). The update is the core crate's
+//! [`UpdateRule`] with Adam.
 
 mod bound;
 mod chain;
+mod gpu;
 
+pub use crate::cuda::AdamStep;
 pub use bound::BoundEstimator;
 pub use chain::{ChainEstimator, ChainSchedule, HmcChains, LangevinChains};
+pub use gpu::{GpuBoundEstimator, GpuChainEstimator};
 
 use std::path::PathBuf;
 
@@ -61,22 +65,6 @@ pub trait GradientEstimator {
     fn device_sync(&mut self, _st: &mut TrainState) -> Result<()> {
         Ok(())
     }
-}
-
-/// One Adam step as a device takes it: θ ← θ − lr·m̂/(√v̂ + ε), m and v in f64, bias-corrected
-/// at the step's number `t` (from 1) of each network, rounded as the host's rule rounds.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AdamStep {
-    /// Learning rate.
-    pub lr: f64,
-    /// First-moment decay.
-    pub beta1: f64,
-    /// Second-moment decay.
-    pub beta2: f64,
-    /// Added to √v̂.
-    pub eps: f64,
-    /// This step's number for the decoder (generator) and the encoder.
-    pub t: (u64, u64),
 }
 
 /// The rows `batch` of a row-major matrix with `d` columns, into `out`.

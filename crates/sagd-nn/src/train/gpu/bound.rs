@@ -8,7 +8,7 @@ use sagd::error::Result;
 use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 
-use super::{ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace};
+use crate::cuda::{ensure, graphs_enabled, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace};
 use crate::train::{gather_rows, GradientEstimator};
 use crate::vae::{Vae, VaeParams};
 
@@ -104,7 +104,7 @@ impl<'a> GpuBoundEstimator<'a> {
             _ => {
                 // Captured at the second update of a size: the first made every buffer, so the
                 // captured launches allocate nothing.
-                let capture = self.graph.is_none() && self.last_n == n && super::graphs_enabled();
+                let capture = self.graph.is_none() && self.last_n == n && graphs_enabled();
                 if capture {
                     gpu.stream
                         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;

@@ -14,7 +14,7 @@ use sagd::rng::{NormalStream, Seed};
 use sagd::run::{decode, encode};
 use serde::{Deserialize, Serialize};
 
-use super::{grid, Gpu, GpuError, GpuResult, GpuRng, GpuWorkspace};
+use crate::cuda::{act_code, grid, Gpu, GpuError, GpuResult, GpuRng, GpuWorkspace};
 use crate::train::{gather_rows, GradientEstimator, HmcChains, LangevinChains};
 use crate::vae::{Vae, VaeParams};
 
@@ -73,7 +73,7 @@ impl FusedMlp {
                         dec.offset(2) as i32,
                         dec.offset(4) as i32,
                     ],
-                    act: super::act_code(act),
+                    act: act_code(act),
                     hidden: h,
                 })
             }

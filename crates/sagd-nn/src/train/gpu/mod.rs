@@ -1,0 +1,9 @@
+//! The estimators on a GPU, over the CUDA backend ([`crate::cuda`]): the bounds' and the chains'
+//! [`GradientEstimator`](super::GradientEstimator)s, each the CPU's twin beside it in [`super`]
+//! step for step, driven by the same [`Training`](super::Training) job.
+
+mod bound;
+mod chains;
+
+pub use bound::GpuBoundEstimator;
+pub use chains::GpuChainEstimator;
