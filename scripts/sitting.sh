@@ -121,8 +121,8 @@ for x, y in zip(gpu["evaluations"], cpu["evaluations"]):
     gap = abs(x["log_px"] - y["log_px"]) / y["log_px_se"]
     print(f"E3 scheduled, {x['model']}: log p(x) {x['log_px']:.4f} on the GPU, {y['log_px']:.4f} on the CPU ({gap:.3f} se apart)")
 PY
-  $S mnist --device cuda --scheme obabo --quiet --out "$R/obabo" 2>&1 | grep -q "euler or baoab on a GPU" \
-    && echo "OBABO on the GPU: refused by name" || echo "OBABO on the GPU: NOT refused as expected"
+  $S mnist --device cuda --scheme ubu --quiet --out "$R/ubu" 2>&1 | grep -q "drifts and kicks on a GPU" \
+    && echo "UBU on the GPU: refused by name" || echo "UBU on the GPU: NOT refused as expected"
   rm -rf "$R"/cache-*
 }
 

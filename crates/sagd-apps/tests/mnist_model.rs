@@ -1,6 +1,6 @@
 //! E3's passes: the VAE's and SAGD's gradients against finite differences along random directions,
 //! the Euler step's first move, and the importance-sampling estimator's invariants, on a few
-//! real MNIST images.
+//! real MNIST images; and which schemes a GPU's chains take.
 
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
@@ -510,6 +510,31 @@ fn continued_passes_split_over_processes_give_one_processs_bits() {
             .enumerate()
         {
             assert!(got == one, "process {rank} of {processes}");
+        }
+    }
+}
+
+/// A GPU runs E3's chains whose program is drifts, kicks and evaluations (Euler, OBABO, BAOAB),
+/// and refuses UBU's exact flows by name before any work; the CPU runs every scheme.
+#[test]
+fn a_gpu_takes_the_schemes_of_drifts_and_kicks_and_refuses_the_rest_by_name() {
+    use sagd::langevin::Scheme;
+    use sagd_nn::Device;
+    for scheme in Scheme::ALL {
+        let chains = Chains {
+            scheme,
+            ..Chains::default()
+        };
+        assert!(chains.runs_on(Device::Cpu).is_ok(), "{scheme}");
+        let gpu = chains.runs_on(Device::Cuda(0));
+        if scheme == Scheme::Ubu {
+            let err = gpu.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                err.contains("drifts and kicks on a GPU") && err.contains("--device cpu"),
+                "{err}"
+            );
+        } else {
+            assert!(gpu.is_ok(), "{scheme}: {gpu:?}");
         }
     }
 }

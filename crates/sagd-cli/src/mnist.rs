@@ -102,7 +102,7 @@ pub struct MnistArgs {
     #[arg(long, default_value_t = spec().chains.steps)]
     steps: usize,
     /// SAGD's integrator: euler (the paper's), obabo, baoab (exact in position on Gaussian
-    /// posteriors) or ubu; a GPU runs euler and baoab. Each takes one gradient per step.
+    /// posteriors) or ubu; a GPU runs euler, obabo and baoab. Each takes one gradient per step.
     #[arg(long, default_value_t = spec().chains.scheme)]
     scheme: sagd::langevin::Scheme,
     /// SAGD friction γ.

@@ -97,13 +97,14 @@ pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Es
         }
     }
     // E3 on 400 synthetic grey images (strokes of varying intensity): the VAE's ELBO, and SAGD's
-    // chains (the spec's Euler and BAOAB) with the same binarisations and noise on both sides.
+    // chains (the spec's Euler, OBABO and BAOAB) with the same binarisations and noise on both
+    // sides.
     let model = E3::new(20);
     let images = synthetic_images(400);
     let params = model.init(seed);
     let batch: Vec<usize> = (0..200).collect();
-    let baoab = Chains {
-        scheme: Scheme::Baoab,
+    let scheme = |scheme| Chains {
+        scheme,
         ..Chains::default()
     };
     for (name, objective) in [
@@ -113,8 +114,12 @@ pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Es
             Objective::Sagd(Chains::default()),
         ),
         (
+            "E3 sagd obabo, 20 chains x 5 steps".into(),
+            Objective::Sagd(scheme(Scheme::Obabo)),
+        ),
+        (
             "E3 sagd baoab, 20 chains x 5 steps".into(),
-            Objective::Sagd(baoab),
+            Objective::Sagd(scheme(Scheme::Baoab)),
         ),
     ] {
         let mut cpu = E3Estimator::new(&model, &images, objective, seed);

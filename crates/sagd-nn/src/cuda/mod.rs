@@ -65,6 +65,16 @@ pub enum GpuError {
     /// A layer the GPU backend does not run yet.
     #[error("{0:?} runs on the CPU only for now: use --device cpu")]
     Unsupported(crate::net::Layer),
+    /// Settings a GPU pass cannot run, or that the core refused (runs check them before any
+    /// work, so a program that calls the passes itself meets this).
+    #[error("{0}")]
+    Settings(String),
+}
+
+impl From<sagd::error::SagdError> for GpuError {
+    fn from(e: sagd::error::SagdError) -> Self {
+        GpuError::Settings(e.to_string())
+    }
 }
 
 /// Results of the backend.

@@ -69,6 +69,27 @@ impl<T: Real> Kernel<T> {
         self.given(target, (x, rho), steps, draws, self)
     }
 
+    /// What [`Kernel::run_with_noise`] runs after its first evaluation of the target, as one
+    /// list: every operation of `steps` transitions (the last up to its last move of the
+    /// positions), each with the index of the block of draws it reads (an Ornstein-Uhlenbeck
+    /// flow that block and the next; `None`: it draws none). For an engine that runs the program
+    /// elsewhere (E3's chains on a GPU), without the divergence checks.
+    #[doc(hidden)]
+    pub fn unrolled(&self, steps: usize) -> Vec<(Op<T>, Option<usize>)> {
+        let (per_step, last) = (self.normals_per_step(), self.to_last_move());
+        let mut out = Vec::new();
+        for s in 0..steps {
+            let program = if s + 1 == steps { &last } else { self };
+            let mut next = s * per_step;
+            for &op in &program.ops {
+                let width = op.normals();
+                out.push((op, (width > 0).then_some(next)));
+                next += width;
+            }
+        }
+        out
+    }
+
     /// The transitions of [`Kernel::run_with_noise`], the last one by the program `last`.
     fn given<'n>(
         &self,
@@ -245,6 +266,79 @@ mod tests {
                     .unwrap();
             }
             assert_eq!((x2, rho2), (x, rho), "{scheme}");
+        }
+    }
+
+    /// The unrolled program, run op by op on whole arrays as another engine would (a drift, a
+    /// kick, an Ornstein-Uhlenbeck flow, an evaluation: one launch each), leaves the positions
+    /// of `run_with_noise` on the same draws, bit for bit, for every scheme.
+    #[test]
+    fn the_unrolled_program_runs_as_run_with_noise() {
+        let target = IsoGaussian {
+            dim: 2,
+            mean: 0.3,
+            sd: 0.8,
+        };
+        let (rows, d, seed) = (3, 2, 9);
+        let x0: Vec<f64> = (0..rows * d).map(|i| 0.25 * i as f64 - 0.6).collect();
+        let rho0: Vec<f64> = (0..rows * d).map(|i| 0.3 - 0.1 * i as f64).collect();
+        for scheme in Scheme::ALL {
+            for steps in [1, 4] {
+                let (kernel, _, blocks) =
+                    stepped(&target, scheme, (1.2, 0.25), (&x0, &rho0), (steps, seed));
+                let (mut x, mut rho) = (x0.clone(), rho0.clone());
+                let draws = |i: usize| &blocks[i][..];
+                kernel
+                    .run_with_noise(&target, &mut x, &mut rho, steps, draws)
+                    .unwrap();
+                let (mut u, mut p) = (x0.clone(), rho0.clone());
+                let (mut g, mut lp) = (vec![0.0; rows * d], vec![0.0; rows]);
+                target.logp_grad(0, &u, &mut lp, &mut g).unwrap();
+                let mut evaluations = 0;
+                for (op, block) in kernel.unrolled(steps) {
+                    let eta = |k: usize| &blocks[block.expect("a noisy operation's block") + k];
+                    match op {
+                        Op::Drift(h) => u.iter_mut().zip(&p).for_each(|(u, p)| *u += h * p),
+                        Op::Kick { decay, grad, noise } => {
+                            let zero = vec![0.0; rows * d];
+                            let e = if noise != 0.0 { eta(0) } else { &zero };
+                            for ((p, g), e) in p.iter_mut().zip(&g).zip(e) {
+                                *p = decay * *p + grad * g + noise * e;
+                            }
+                        }
+                        Op::Ou {
+                            decay,
+                            drift,
+                            v1,
+                            x1,
+                            x2,
+                        } => {
+                            let (z1, z2) = (eta(0), eta(1));
+                            for j in 0..rows * d {
+                                u[j] += drift * p[j] + x1 * z1[j] + x2 * z2[j];
+                                p[j] = decay * p[j] + v1 * z1[j];
+                            }
+                        }
+                        Op::Gradient => {
+                            target.logp_grad(0, &u, &mut lp, &mut g).unwrap();
+                            evaluations += 1;
+                        }
+                        Op::Refresh => p.copy_from_slice(eta(0)),
+                    }
+                }
+                assert_eq!(u, x, "{scheme}, {steps} steps");
+                // The last transition stops at its last move: after the first evaluation, K
+                // Euler steps evaluate K − 1 times.
+                let per = kernel
+                    .ops
+                    .iter()
+                    .filter(|o| matches!(o, Op::Gradient))
+                    .count();
+                assert!(evaluations <= per * steps, "{scheme}");
+                if scheme == Scheme::Euler {
+                    assert_eq!(evaluations, steps - 1);
+                }
+            }
         }
     }
 

@@ -59,26 +59,30 @@ impl GpuE3 {
                 .memcpy_dtod(&nz.slice(len..2 * len), &mut rho.slice_mut(..len))?;
         }
         let li = len as i32;
-        let (delta, gamma) = (chains.delta as f32, chains.gamma as f32);
-        let eta_at = |step: usize| (2 + step) * len..(3 + step) * len;
-        // ρ = decay ρ + grad g + s η, or u += h ρ.
-        let kick = |b: &mut Buffers, decay: f32, grad: f32, s: f32, step: usize| -> GpuResult<()> {
+        // ρ = decay ρ + grad g + noise η, η the noise's block `block` (none: noise is 0).
+        let kick = |b: &mut Buffers,
+                    (decay, grad, noise): (f32, f32, f32),
+                    block: Option<usize>|
+         -> GpuResult<()> {
             let (Some(rho), Some(g), Some(nz)) = (&mut b.rho, &b.gu, &b.noise) else {
                 unreachable!("made above");
             };
-            let eta = nz.slice(eta_at(step));
+            // A block of draws to read times 0 when the kick draws none (any len values do).
+            let at = block.map_or(0..len, |k| (2 + k) * len..(3 + k) * len);
+            let eta = nz.slice(at);
             let mut l = gpu.stream.launch_builder(gpu.k("chain_kick"));
             l.arg(rho)
                 .arg(g)
                 .arg(&eta)
                 .arg(&decay)
                 .arg(&grad)
-                .arg(&s)
+                .arg(&noise)
                 .arg(&li);
             // SAFETY: every buffer holds at least len values.
             unsafe { l.launch(grid(len)) }?;
             Ok(())
         };
+        // u += h ρ.
         let drift = |b: &mut Buffers, h: f32| -> GpuResult<()> {
             let (Some(u), Some(rho)) = (&mut b.u, &b.rho) else {
                 unreachable!("made above");
@@ -109,28 +113,23 @@ impl GpuE3 {
             unsafe { l.launch(grid(len)) }?;
             Ok(())
         };
-        if chains.scheme == Scheme::Baoab && chains.steps > 0 {
-            let (c1, c2) = (
-                (-chains.gamma * chains.delta).exp() as f32,
-                (1.0 - (-2.0 * chains.gamma * chains.delta).exp()).sqrt() as f32,
-            );
-            let half = 0.5 * delta;
+        // The core's program of the chains' steps, as the CPU's pass runs it
+        // (`Kernel::run_with_noise`): the target evaluated once, then each operation.
+        let program = chains.kernel()?.unrolled(chains.steps);
+        if !program.is_empty() {
             grad(b)?;
-            for step in 0..chains.steps {
-                kick(b, 1.0, half, 0.0, step)?;
-                drift(b, half)?;
-                kick(b, c1, 0.0, c2, step)?;
-                drift(b, half)?;
-                grad(b)?;
-                kick(b, 1.0, half, 0.0, step)?;
-            }
-        } else {
-            let decay = 1.0 - gamma * delta;
-            let noise_scale = (2.0 * chains.gamma * chains.delta).sqrt() as f32;
-            for step in 0..chains.steps {
-                grad(b)?;
-                drift(b, delta)?;
-                kick(b, decay, delta, noise_scale, step)?;
+        }
+        for (op, block) in program {
+            match op {
+                Op::Drift(h) => drift(b, h)?,
+                Op::Kick { decay, grad, noise } => kick(b, (decay, grad, noise), block)?,
+                Op::Gradient => grad(b)?,
+                other => {
+                    return Err(GpuError::Settings(format!(
+                        "E3's chains on a GPU run drifts, kicks and evaluations, not {other:?}: \
+                         run this scheme with --device cpu"
+                    )))
+                }
             }
         }
         // The generator's gradient of the mean of −log p(x | u) at the last states.

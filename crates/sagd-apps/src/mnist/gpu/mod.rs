@@ -5,11 +5,11 @@
 //! 20 chains of 200 images.
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
-use sagd::langevin::Scheme;
+use sagd::langevin::Op;
 
 use crate::mnist::model::{BatchInfo, Chains, E3};
 use crate::mnist::PIXELS;
-use sagd_nn::cuda::{adam, ensure, grid, put, Gpu, GpuResult, GpuWorkspace};
+use sagd_nn::cuda::{adam, ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace};
 use sagd_nn::train::{AdamStep, TrainState};
 use sagd_nn::vae::VaeParams;
 
