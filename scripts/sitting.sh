@@ -21,7 +21,7 @@
 #                              timed), BIN, BASE and the peer alternating for ROUNDS rounds
 #   e3-resume                  a GPU run interrupted every 4 updates and resumed, against it whole
 #   e3-schedule                e3-resume with E3's chain schedule (--delta-decay 0.5 --k-growth 1),
-#                              the CPU's run of it against the GPU's, and OBABO refused on the GPU
+#                              the CPU's run of it against the GPU's
 #   e3-default                 the default `sagd mnist` on the GPU, end to end
 #   e2-gpu                     one 1-D replication on the GPU against the PyTorch peer (and a JAX
 #                              one, JAX_PEER) on the same GPU, and the high-dimensional case
@@ -121,8 +121,6 @@ for x, y in zip(gpu["evaluations"], cpu["evaluations"]):
     gap = abs(x["log_px"] - y["log_px"]) / y["log_px_se"]
     print(f"E3 scheduled, {x['model']}: log p(x) {x['log_px']:.4f} on the GPU, {y['log_px']:.4f} on the CPU ({gap:.3f} se apart)")
 PY
-  $S mnist --device cuda --scheme ubu --quiet --out "$R/ubu" 2>&1 | grep -q "drifts and kicks on a GPU" \
-    && echo "UBU on the GPU: refused by name" || echo "UBU on the GPU: NOT refused as expected"
   rm -rf "$R"/cache-*
 }
 

@@ -514,10 +514,11 @@ fn continued_passes_split_over_processes_give_one_processs_bits() {
     }
 }
 
-/// A GPU runs E3's chains whose program is drifts, kicks and evaluations (Euler, OBABO, BAOAB),
-/// and refuses UBU's exact flows by name before any work; the CPU runs every scheme.
+/// A GPU runs E3's chains of every scheme (their programs are drifts, kicks, exact flows and
+/// evaluations) and refuses, by name and before any work, chains that persist between visits; the
+/// CPU runs them all.
 #[test]
-fn a_gpu_takes_the_schemes_of_drifts_and_kicks_and_refuses_the_rest_by_name() {
+fn a_gpu_takes_every_scheme_and_refuses_persistent_chains_by_name() {
     use sagd::langevin::Scheme;
     use sagd_nn::Device;
     for scheme in Scheme::ALL {
@@ -527,14 +528,20 @@ fn a_gpu_takes_the_schemes_of_drifts_and_kicks_and_refuses_the_rest_by_name() {
         };
         assert!(chains.runs_on(Device::Cpu).is_ok(), "{scheme}");
         let gpu = chains.runs_on(Device::Cuda(0));
-        if scheme == Scheme::Ubu {
-            let err = gpu.err().map(|e| e.to_string()).unwrap_or_default();
-            assert!(
-                err.contains("drifts and kicks on a GPU") && err.contains("--device cpu"),
-                "{err}"
-            );
-        } else {
-            assert!(gpu.is_ok(), "{scheme}: {gpu:?}");
-        }
+        assert!(gpu.is_ok(), "{scheme}: {gpu:?}");
+        let persistent = Chains {
+            refresh_every: Some(5),
+            ..chains
+        };
+        assert!(persistent.runs_on(Device::Cpu).is_ok(), "{scheme}");
+        let err = persistent
+            .runs_on(Device::Cuda(0))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("refresh-every") && err.contains("--device cpu"),
+            "{err}"
+        );
     }
 }

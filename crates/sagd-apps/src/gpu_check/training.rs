@@ -97,8 +97,7 @@ pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Es
         }
     }
     // E3 on 400 synthetic grey images (strokes of varying intensity): the VAE's ELBO, and SAGD's
-    // chains (the spec's Euler, OBABO and BAOAB) with the same binarisations and noise on both
-    // sides.
+    // chains (every scheme) with the same binarisations and noise on both sides.
     let model = E3::new(20);
     let images = synthetic_images(400);
     let params = model.init(seed);
@@ -120,6 +119,10 @@ pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Es
         (
             "E3 sagd baoab, 20 chains x 5 steps".into(),
             Objective::Sagd(scheme(Scheme::Baoab)),
+        ),
+        (
+            "E3 sagd ubu, 20 chains x 5 steps".into(),
+            Objective::Sagd(scheme(Scheme::Ubu)),
         ),
     ] {
         let mut cpu = E3Estimator::new(&model, &images, objective, seed);

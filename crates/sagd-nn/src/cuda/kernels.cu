@@ -209,16 +209,14 @@ extern "C" __global__ void chain_kick(float* rho, const float* g, const float* e
     rho[i] = v;
 }
 
-// The exact Ornstein-Uhlenbeck flow: x += drift ρ + x1 ζ1 + x2 ζ2, ρ = decay ρ + v1 ζ1, with the
-// row's 2d normals laid out (ζ1, ζ2).
-extern "C" __global__ void chain_ou(float* x, float* rho, const float* z, float decay, float drift,
-                                    float v1, float x1, float x2, int n, int d) {
+// The exact Ornstein-Uhlenbeck flow: x += drift ρ + x1 ζ1 + x2 ζ2, ρ = decay ρ + v1 ζ1, the draws
+// ζ1 and ζ2 in two blocks of n values (as the core's program reads given draws).
+extern "C" __global__ void chain_ou(float* x, float* rho, const float* z1, const float* z2,
+                                    float decay, float drift, float v1, float x1, float x2, int n) {
     int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= n * d) return;
-    int r = e / d, j = e % d;
-    float z1 = z[2 * r * d + j], z2 = z[2 * r * d + d + j];
-    x[e] += drift * rho[e] + x1 * z1 + x2 * z2;
-    rho[e] = decay * rho[e] + v1 * z1;
+    if (e >= n) return;
+    x[e] += drift * rho[e] + x1 * z1[e] + x2 * z2[e];
+    rho[e] = decay * rho[e] + v1 * z1[e];
 }
 
 // HMC's refresh: ρ = η, and the energy at the start −lp_old + ½‖ρ‖² per row.

@@ -82,6 +82,34 @@ impl GpuE3 {
             unsafe { l.launch(grid(len)) }?;
             Ok(())
         };
+        // The exact Ornstein-Uhlenbeck flow on (u, ρ), ζ1 and ζ2 the noise's blocks `block` and
+        // the next.
+        let ou = |b: &mut Buffers,
+                  [decay, drift, v1, x1, x2]: [f32; 5],
+                  block: usize|
+         -> GpuResult<()> {
+            let (Some(u), Some(rho), Some(nz)) = (&mut b.u, &mut b.rho, &b.noise) else {
+                unreachable!("made above");
+            };
+            let (z1, z2) = (
+                nz.slice((2 + block) * len..(3 + block) * len),
+                nz.slice((3 + block) * len..(4 + block) * len),
+            );
+            let mut l = gpu.stream.launch_builder(gpu.k("chain_ou"));
+            l.arg(u)
+                .arg(rho)
+                .arg(&z1)
+                .arg(&z2)
+                .arg(&decay)
+                .arg(&drift)
+                .arg(&v1)
+                .arg(&x1)
+                .arg(&x2)
+                .arg(&li);
+            // SAFETY: every buffer holds at least len values.
+            unsafe { l.launch(grid(len)) }?;
+            Ok(())
+        };
         // u += h ρ.
         let drift = |b: &mut Buffers, h: f32| -> GpuResult<()> {
             let (Some(u), Some(rho)) = (&mut b.u, &b.rho) else {
@@ -123,11 +151,23 @@ impl GpuE3 {
             match op {
                 Op::Drift(h) => drift(b, h)?,
                 Op::Kick { decay, grad, noise } => kick(b, (decay, grad, noise), block)?,
+                Op::Ou {
+                    decay,
+                    drift,
+                    v1,
+                    x1,
+                    x2,
+                } => {
+                    let block = block.ok_or_else(|| {
+                        GpuError::Settings("an Ornstein-Uhlenbeck flow without draws".into())
+                    })?;
+                    ou(b, [decay, drift, v1, x1, x2], block)?
+                }
                 Op::Gradient => grad(b)?,
                 other => {
                     return Err(GpuError::Settings(format!(
-                        "E3's chains on a GPU run drifts, kicks and evaluations, not {other:?}: \
-                         run this scheme with --device cpu"
+                        "E3's chains on a GPU run drifts, kicks, exact flows and evaluations, not \
+                         {other:?}: run this scheme with --device cpu"
                     )))
                 }
             }

@@ -155,7 +155,7 @@ pub struct E3 {
 /// The Langevin chains of SAGD's gradient, from u₀ ~ q_φ(u | x), ρ₀ ~ N(0, I), stepped by the
 /// core's program of any [`Scheme`]: the paper's Euler u ← u + δρ, ρ ← (1 − γδ)ρ + δ∇log p(u | x) +
 /// √(2γδ) η, or OBABO, BAOAB (exact in position on Gaussian posteriors) or UBU. Each evaluates the
-/// gradient once per step; the GPU's chains run Euler, OBABO and BAOAB.
+/// gradient once per step, on either device.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Chains {
     /// The integrator (default: the paper's Euler).
@@ -188,8 +188,8 @@ impl Chains {
         self.refresh_every.is_some_and(|r| r > 1)
     }
 
-    /// Refuses, by name, what `device` cannot run: a GPU's chains run programs of drifts, kicks
-    /// and evaluations (Euler, OBABO, BAOAB; not UBU's exact flows), afresh at every visit.
+    /// Refuses, by name, what `device` cannot run: a GPU's chains run every scheme's program, afresh
+    /// at every visit.
     pub fn runs_on(&self, device: Device) -> Result<()> {
         if device == Device::Cpu {
             return Ok(());
@@ -201,13 +201,19 @@ impl Chains {
                 fix: fix.into(),
             })
         };
-        let on_gpu = |op: &Op<f32>| matches!(op, Op::Drift(_) | Op::Kick { .. } | Op::Gradient);
+        // Every scheme's program is of these; an operation the core adds is refused here.
+        let on_gpu = |op: &Op<f32>| {
+            matches!(
+                op,
+                Op::Drift(_) | Op::Kick { .. } | Op::Ou { .. } | Op::Gradient
+            )
+        };
         if !self.kernel()?.ops().iter().all(on_gpu) {
             return refuse(
                 "scheme",
                 self.scheme.to_string(),
-                "E3's chains run drifts and kicks on a GPU (euler, obabo, baoab), not this \
-                 scheme's exact flows: run it with --device cpu",
+                "E3's chains on a GPU run drifts, kicks, exact flows and evaluations, and this \
+                 scheme's program has more: run it with --device cpu",
             );
         }
         if self.persist() {

@@ -69,24 +69,27 @@ impl<'a> GpuChainEstimator<'a> {
                     x1,
                     x2,
                 } => {
-                    let z = b.noise.slice(take(2 * len));
+                    let z = take(2 * len);
+                    let (z1, z2) = (
+                        b.noise.slice(z.start..z.start + len),
+                        b.noise.slice(z.start + len..z.end),
+                    );
                     if !moved {
                         gpu.copy(&b.xa, &mut b.xb, len)?;
                         moved = true;
                     }
-                    let (ni, di) = (nb as i32, d as i32);
                     let mut l = gpu.stream.launch_builder(gpu.k("chain_ou"));
                     l.arg(&mut b.xb)
                         .arg(&mut b.rho)
-                        .arg(&z)
+                        .arg(&z1)
+                        .arg(&z2)
                         .arg(&decay)
                         .arg(&drift)
                         .arg(&v1)
                         .arg(&x1)
                         .arg(&x2)
-                        .arg(&ni)
-                        .arg(&di);
-                    // SAFETY: z holds 2·len, the others len.
+                        .arg(&li);
+                    // SAFETY: every buffer holds at least len values.
                     unsafe { l.launch(grid(len)) }?;
                 }
                 Op::Gradient => {
