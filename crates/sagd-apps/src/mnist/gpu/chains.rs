@@ -1,7 +1,24 @@
 //! SAGD's pass on the device: the chains of every image in one pass over all their rows, as the
-//! CPU's `sagd_batch` steps them.
+//! CPU's `sagd_batch` steps them: started from the encoder's draws, stepped by the core's
+//! Langevin program (one launch per operation), and the generator's gradient at their last states.
 
 use super::*;
+
+/// The sizes of one SAGD pass: its images, its chains (rows: C per image) and the values of one
+/// block of the chains' state or draws (rows × d).
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    images: usize,
+    rows: usize,
+    len: usize,
+}
+
+impl Shape {
+    /// The values of the noise's draw block `k` (after ε and ρ₀).
+    fn block(self, k: usize) -> std::ops::Range<usize> {
+        (2 + k) * self.len..(3 + k) * self.len
+    }
+}
 
 impl GpuE3 {
     pub(crate) fn sagd_pass(
@@ -12,17 +29,21 @@ impl GpuE3 {
         noise: &[f32],
         n_gen: usize,
     ) -> GpuResult<BatchInfo> {
+        let program = chains.kernel()?.unrolled(chains.steps);
         let (gpu, b, d) = (&self.gpu, &mut self.b, m.d);
-        let n = x.len() / PIXELS;
-        let rows = chains.per_image * n;
-        let len = rows * d;
-        let scale = 1.0 / rows as f32;
+        let images = x.len() / PIXELS;
+        let rows = chains.per_image * images;
+        let s = Shape {
+            images,
+            rows,
+            len: rows * d,
+        };
         Self::encode_inputs(gpu, b, m, x, noise)?;
         for (slot, size) in [
-            (&mut b.u, len),
-            (&mut b.u0, len),
-            (&mut b.rho, len),
-            (&mut b.gu, len),
+            (&mut b.u, s.len),
+            (&mut b.u0, s.len),
+            (&mut b.rho, s.len),
+            (&mut b.gu, s.len),
             (&mut b.dl, rows * PIXELS),
             (&mut b.ll, rows),
             (&mut b.dist, rows),
@@ -30,127 +51,68 @@ impl GpuE3 {
         ] {
             ensure(gpu, slot, size)?;
         }
-        {
-            let Buffers {
-                noise: Some(nz),
-                u: Some(u),
-                u0: Some(u0),
-                rho: Some(rho),
-                ws_enc,
-                ..
-            } = b
-            else {
-                unreachable!("made above");
-            };
-            let enc_out = ws_enc.output().expect("forward ran");
-            let (ri, bi, di) = (rows as i32, n as i32, d as i32);
-            let eps = nz.slice(..len);
-            let mut l = gpu.stream.launch_builder(gpu.k("encoder_chain_starts"));
-            l.arg(enc_out)
-                .arg(&eps)
-                .arg(&mut *u)
-                .arg(&mut *u0)
-                .arg(&ri)
-                .arg(&bi)
-                .arg(&di);
-            // SAFETY: enc_out holds n × 2d values, the others rows × d.
-            unsafe { l.launch(grid(len)) }?;
-            gpu.stream
-                .memcpy_dtod(&nz.slice(len..2 * len), &mut rho.slice_mut(..len))?;
-        }
-        let li = len as i32;
-        // ρ = decay ρ + grad g + noise η, η the noise's block `block` (none: noise is 0).
-        let kick = |b: &mut Buffers,
-                    (decay, grad, noise): (f32, f32, f32),
-                    block: Option<usize>|
-         -> GpuResult<()> {
-            let (Some(rho), Some(g), Some(nz)) = (&mut b.rho, &b.gu, &b.noise) else {
-                unreachable!("made above");
-            };
-            // A block of draws to read times 0 when the kick draws none (any len values do).
-            let at = block.map_or(0..len, |k| (2 + k) * len..(3 + k) * len);
-            let eta = nz.slice(at);
-            let mut l = gpu.stream.launch_builder(gpu.k("chain_kick"));
-            l.arg(rho)
-                .arg(g)
-                .arg(&eta)
-                .arg(&decay)
-                .arg(&grad)
-                .arg(&noise)
-                .arg(&li);
-            // SAFETY: every buffer holds at least len values.
-            unsafe { l.launch(grid(len)) }?;
-            Ok(())
+        Self::chain_starts(gpu, b, s, d)?;
+        Self::run_program(gpu, b, m, s, &program)?;
+        Self::gradient_at_last_states(gpu, b, m, s)?;
+        let ll = sum(self.get(|b| &b.ll, rows)?);
+        let dist = sum(self.get(|b| &b.dist, rows)?);
+        Ok(BatchInfo {
+            loss: -ll / rows as f64,
+            displacement: dist / rows as f64,
+        })
+    }
+
+    /// u = u₀ = μ + σ ε for every chain (from the encoder's output in `ws_enc` and the noise's
+    /// first block), and ρ = ρ₀ (its second).
+    fn chain_starts(gpu: &Gpu, b: &mut Buffers, s: Shape, d: usize) -> GpuResult<()> {
+        let Buffers {
+            noise: Some(nz),
+            u: Some(u),
+            u0: Some(u0),
+            rho: Some(rho),
+            ws_enc,
+            ..
+        } = b
+        else {
+            unreachable!("made by the pass");
         };
-        // The exact Ornstein-Uhlenbeck flow on (u, ρ), ζ1 and ζ2 the noise's blocks `block` and
-        // the next.
-        let ou = |b: &mut Buffers,
-                  [decay, drift, v1, x1, x2]: [f32; 5],
-                  block: usize|
-         -> GpuResult<()> {
-            let (Some(u), Some(rho), Some(nz)) = (&mut b.u, &mut b.rho, &b.noise) else {
-                unreachable!("made above");
-            };
-            let (z1, z2) = (
-                nz.slice((2 + block) * len..(3 + block) * len),
-                nz.slice((3 + block) * len..(4 + block) * len),
-            );
-            let mut l = gpu.stream.launch_builder(gpu.k("chain_ou"));
-            l.arg(u)
-                .arg(rho)
-                .arg(&z1)
-                .arg(&z2)
-                .arg(&decay)
-                .arg(&drift)
-                .arg(&v1)
-                .arg(&x1)
-                .arg(&x2)
-                .arg(&li);
-            // SAFETY: every buffer holds at least len values.
-            unsafe { l.launch(grid(len)) }?;
-            Ok(())
-        };
-        // u += h ρ.
-        let drift = |b: &mut Buffers, h: f32| -> GpuResult<()> {
-            let (Some(u), Some(rho)) = (&mut b.u, &b.rho) else {
-                unreachable!("made above");
-            };
-            let mut l = gpu.stream.launch_builder(gpu.k("chain_drift_add"));
-            l.arg(u).arg(rho).arg(&h).arg(&li);
-            // SAFETY: as above.
-            unsafe { l.launch(grid(len)) }?;
-            Ok(())
-        };
-        // gu = ∇u log p(x | u) − u at the chains' states.
-        let grad = |b: &mut Buffers| -> GpuResult<()> {
-            {
-                let (Some(gen), Some(u)) = (&b.gen, &b.u) else {
-                    unreachable!("made above");
-                };
-                m.gen.forward_gpu(gpu, gen, u, rows, &mut b.ws_gen)?;
-            }
-            Self::bernoulli(gpu, b, rows, n, 1.0)?;
-            let (Some(gen), Some(u), Some(gu), Some(dl)) = (&b.gen, &b.u, &mut b.gu, &b.dl) else {
-                unreachable!("made above");
-            };
-            m.gen
-                .backward_gpu(gpu, gen, &mut b.ws_gen, dl, None, Some(&mut *gu))?;
-            let mut l = gpu.stream.launch_builder(gpu.k("posterior_grad"));
-            l.arg(gu).arg(u).arg(&li);
-            // SAFETY: as above.
-            unsafe { l.launch(grid(len)) }?;
-            Ok(())
-        };
-        // The core's program of the chains' steps, as the CPU's pass runs it
-        // (`Kernel::run_with_noise`): the target evaluated once, then each operation.
-        let program = chains.kernel()?.unrolled(chains.steps);
+        let enc_out = ws_enc.output().expect("forward ran");
+        let (ri, bi, di) = (s.rows as i32, s.images as i32, d as i32);
+        let eps = nz.slice(..s.len);
+        let mut l = gpu.stream.launch_builder(gpu.k("encoder_chain_starts"));
+        l.arg(enc_out)
+            .arg(&eps)
+            .arg(&mut *u)
+            .arg(&mut *u0)
+            .arg(&ri)
+            .arg(&bi)
+            .arg(&di);
+        // SAFETY: enc_out holds images × 2d values, the others rows × d.
+        unsafe { l.launch(grid(s.len)) }?;
+        gpu.stream
+            .memcpy_dtod(&nz.slice(s.len..2 * s.len), &mut rho.slice_mut(..s.len))?;
+        Ok(())
+    }
+
+    /// The core's program of the chains' steps ([`Kernel::unrolled`](sagd::langevin::Kernel)),
+    /// as the CPU's pass runs it (`Kernel::run_with_noise`): the posterior's gradient once, then
+    /// each operation on (u, ρ) in place, its draws from the noise's blocks.
+    fn run_program(
+        gpu: &Gpu,
+        b: &mut Buffers,
+        m: &E3,
+        s: Shape,
+        program: &[(Op<f32>, Option<usize>)],
+    ) -> GpuResult<()> {
         if !program.is_empty() {
-            grad(b)?;
+            Self::posterior_gradient(gpu, b, m, s)?;
         }
-        for (op, block) in program {
+        for &(op, block) in program {
             match op {
-                Op::Drift(h) => drift(b, h)?,
-                Op::Kick { decay, grad, noise } => kick(b, (decay, grad, noise), block)?,
+                Op::Drift(h) => Self::drift(gpu, b, s, h)?,
+                Op::Kick { decay, grad, noise } => {
+                    Self::kick(gpu, b, s, (decay, grad, noise), block)?
+                }
                 Op::Ou {
                     decay,
                     drift,
@@ -161,9 +123,9 @@ impl GpuE3 {
                     let block = block.ok_or_else(|| {
                         GpuError::Settings("an Ornstein-Uhlenbeck flow without draws".into())
                     })?;
-                    ou(b, [decay, drift, v1, x1, x2], block)?
+                    Self::ou(gpu, b, s, [decay, drift, v1, x1, x2], block)?
                 }
-                Op::Gradient => grad(b)?,
+                Op::Gradient => Self::posterior_gradient(gpu, b, m, s)?,
                 other => {
                     return Err(GpuError::Settings(format!(
                         "E3's chains on a GPU run drifts, kicks, exact flows and evaluations, not \
@@ -172,14 +134,111 @@ impl GpuE3 {
                 }
             }
         }
-        // The generator's gradient of the mean of −log p(x | u) at the last states.
+        Ok(())
+    }
+
+    /// ρ = decay ρ + grad gu + noise η, η the noise's draw block `block` (none: noise is 0).
+    fn kick(
+        gpu: &Gpu,
+        b: &mut Buffers,
+        s: Shape,
+        (decay, grad, noise): (f32, f32, f32),
+        block: Option<usize>,
+    ) -> GpuResult<()> {
+        let (Some(rho), Some(g), Some(nz)) = (&mut b.rho, &b.gu, &b.noise) else {
+            unreachable!("made by the pass");
+        };
+        // A kick that draws none reads any len values times 0: ε's.
+        let eta = nz.slice(block.map_or(0..s.len, |k| s.block(k)));
+        let li = s.len as i32;
+        let mut l = gpu.stream.launch_builder(gpu.k("chain_kick"));
+        l.arg(rho)
+            .arg(g)
+            .arg(&eta)
+            .arg(&decay)
+            .arg(&grad)
+            .arg(&noise)
+            .arg(&li);
+        // SAFETY: every buffer holds at least len values.
+        unsafe { l.launch(grid(s.len)) }?;
+        Ok(())
+    }
+
+    /// u += h ρ.
+    fn drift(gpu: &Gpu, b: &mut Buffers, s: Shape, h: f32) -> GpuResult<()> {
+        let (Some(u), Some(rho)) = (&mut b.u, &b.rho) else {
+            unreachable!("made by the pass");
+        };
+        let li = s.len as i32;
+        let mut l = gpu.stream.launch_builder(gpu.k("chain_drift_add"));
+        l.arg(u).arg(rho).arg(&h).arg(&li);
+        // SAFETY: both hold at least len values.
+        unsafe { l.launch(grid(s.len)) }?;
+        Ok(())
+    }
+
+    /// The exact Ornstein-Uhlenbeck flow on (u, ρ), ζ1 and ζ2 the noise's draw blocks `block`
+    /// and the next.
+    fn ou(
+        gpu: &Gpu,
+        b: &mut Buffers,
+        s: Shape,
+        [decay, drift, v1, x1, x2]: [f32; 5],
+        block: usize,
+    ) -> GpuResult<()> {
+        let (Some(u), Some(rho), Some(nz)) = (&mut b.u, &mut b.rho, &b.noise) else {
+            unreachable!("made by the pass");
+        };
+        let (z1, z2) = (nz.slice(s.block(block)), nz.slice(s.block(block + 1)));
+        let li = s.len as i32;
+        let mut l = gpu.stream.launch_builder(gpu.k("chain_ou"));
+        l.arg(u)
+            .arg(rho)
+            .arg(&z1)
+            .arg(&z2)
+            .arg(&decay)
+            .arg(&drift)
+            .arg(&v1)
+            .arg(&x1)
+            .arg(&x2)
+            .arg(&li);
+        // SAFETY: every buffer holds at least len values.
+        unsafe { l.launch(grid(s.len)) }?;
+        Ok(())
+    }
+
+    /// gu = ∇u log p(x | u) − u, the posterior's gradient at the chains' states.
+    fn posterior_gradient(gpu: &Gpu, b: &mut Buffers, m: &E3, s: Shape) -> GpuResult<()> {
         {
             let (Some(gen), Some(u)) = (&b.gen, &b.u) else {
-                unreachable!("made above");
+                unreachable!("made by the pass");
             };
-            m.gen.forward_gpu(gpu, gen, u, rows, &mut b.ws_gen)?;
+            m.gen.forward_gpu(gpu, gen, u, s.rows, &mut b.ws_gen)?;
         }
-        Self::bernoulli(gpu, b, rows, n, -scale)?;
+        Self::bernoulli(gpu, b, s.rows, s.images, 1.0)?;
+        let (Some(gen), Some(u), Some(gu), Some(dl)) = (&b.gen, &b.u, &mut b.gu, &b.dl) else {
+            unreachable!("made by the pass");
+        };
+        m.gen
+            .backward_gpu(gpu, gen, &mut b.ws_gen, dl, None, Some(&mut *gu))?;
+        let li = s.len as i32;
+        let mut l = gpu.stream.launch_builder(gpu.k("posterior_grad"));
+        l.arg(gu).arg(u).arg(&li);
+        // SAFETY: both hold at least len values.
+        unsafe { l.launch(grid(s.len)) }?;
+        Ok(())
+    }
+
+    /// The generator's gradient of the mean of −log p(x | u) at the chains' last states into
+    /// `g_gen`, each row's log-likelihood into `ll` and its distance from its start into `dist`.
+    fn gradient_at_last_states(gpu: &Gpu, b: &mut Buffers, m: &E3, s: Shape) -> GpuResult<()> {
+        {
+            let (Some(gen), Some(u)) = (&b.gen, &b.u) else {
+                unreachable!("made by the pass");
+            };
+            m.gen.forward_gpu(gpu, gen, u, s.rows, &mut b.ws_gen)?;
+        }
+        Self::bernoulli(gpu, b, s.rows, s.images, -1.0 / s.rows as f32)?;
         let Buffers {
             gen: Some(gen),
             u: Some(u),
@@ -191,21 +250,16 @@ impl GpuE3 {
             ..
         } = b
         else {
-            unreachable!("made above");
+            unreachable!("made by the pass");
         };
         gpu.zero(gg)?;
         m.gen
             .backward_gpu(gpu, gen, ws_gen, dl, Some(&mut *gg), None)?;
-        let (ri, di) = (rows as i32, d as i32);
+        let (ri, di) = (s.rows as i32, m.d as i32);
         let mut l = gpu.stream.launch_builder(gpu.k("row_distance"));
         l.arg(&*u).arg(&*u0).arg(&mut *dist).arg(&ri).arg(&di);
         // SAFETY: u and u0 hold rows × d values, dist rows.
-        unsafe { l.launch(grid(rows)) }?;
-        let ll = sum(self.get(|b| &b.ll, rows)?);
-        let dist = sum(self.get(|b| &b.dist, rows)?);
-        Ok(BatchInfo {
-            loss: -ll / rows as f64,
-            displacement: dist / rows as f64,
-        })
+        unsafe { l.launch(grid(s.rows)) }?;
+        Ok(())
     }
 }
