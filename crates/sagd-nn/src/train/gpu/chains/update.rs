@@ -20,6 +20,19 @@ impl<'a> GpuChainEstimator<'a> {
     /// [`GpuChainEstimator::draw`], its statistics added into `sums`. Launches only, so that an
     /// update's transitions can be captured in a graph.
     fn transition(&self, b: &mut Buffers, all: bool, nb: usize, t: usize) -> GpuResult<()> {
+        let fresh_rho = self.run_program(b, all, nb, t)?;
+        self.finish(b, nb, t, fresh_rho)
+    }
+
+    /// The kernel's program for transition `t` from state a into state b (what it leaves alone
+    /// carried over); the noise's range for the fresh momenta of the rows that diverge.
+    fn run_program(
+        &self,
+        b: &mut Buffers,
+        all: bool,
+        nb: usize,
+        t: usize,
+    ) -> GpuResult<std::ops::Range<usize>> {
         let (gpu, vae, d) = (&self.gpu, self.vae, self.vae.d);
         let len = nb * d;
         let li = len as i32;
@@ -136,7 +149,22 @@ impl<'a> GpuChainEstimator<'a> {
             gpu.copy(&b.ga, &mut b.gb, len)?;
             gpu.copy(&b.la, &mut b.lb, nb)?;
         }
-        let fresh_rho = b.noise.slice(take(len));
+        Ok(take(len))
+    }
+
+    /// The end of transition `t`, per row: divergence, the Metropolis test where the kernel has
+    /// one, a refused or diverged row back to state a (a diverged one with fresh momenta from
+    /// the noise's `fresh_rho`); the statistics added into `sums`, the new state copied into a.
+    fn finish(
+        &self,
+        b: &mut Buffers,
+        nb: usize,
+        t: usize,
+        fresh_rho: std::ops::Range<usize>,
+    ) -> GpuResult<()> {
+        let (gpu, d) = (&self.gpu, self.vae.d);
+        let len = nb * d;
+        let fresh_rho = b.noise.slice(fresh_rho);
         let uni = b.uni.slice(if self.metropolis {
             t * nb..(t + 1) * nb
         } else {
