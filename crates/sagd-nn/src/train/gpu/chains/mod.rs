@@ -1,7 +1,7 @@
 //! HMC and SAGD's chains on the GPU: the CPU's [`ChainEstimator`](crate::train::ChainEstimator)
-//! with the chains' state on the device. Each transition runs the kernel's own program
-//! ([`Kernel::table`]: drifts, kicks, Ornstein-Uhlenbeck flows, refreshes, evaluations of the
-//! decoder's posterior) and the CPU's end of a transition (divergences, the Metropolis test), as
+//! with the chains' state on the device. Each transition runs the kernel's own program (its
+//! typed operations, `Kernel::ops`: drifts, kicks, Ornstein-Uhlenbeck flows, refreshes,
+//! evaluations of the decoder's posterior) and the CPU's end of a transition (divergences, the Metropolis test), as
 //! elementwise kernels; the θ-gradient of an update is one pass over the K accepted states of every
 //! chain. Chain noise comes from a device stream ([`GpuRng`]): the same law as the CPU's per-chain
 //! streams, not the same draws; encoder draws use the CPU estimator's host stream.
@@ -32,7 +32,7 @@ fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Op<f32>>> {
         .iter()
         .map(|&op| match op {
             Op::Drift(_) | Op::Kick { .. } | Op::Ou { .. } | Op::Gradient | Op::Refresh => Ok(op),
-            other => Err(GpuError::Compile(format!(
+            other => Err(GpuError::Settings(format!(
                 "the GPU chains do not know the kernel operation {other:?}"
             ))),
         })

@@ -136,7 +136,7 @@ impl<'a> GpuChainEstimator<'a> {
                     unsafe { l.launch(grid(nb)) }?;
                 }
                 other => {
-                    return Err(GpuError::Compile(format!(
+                    return Err(GpuError::Settings(format!(
                         "the GPU chains do not know the kernel operation {other:?}"
                     )))
                 }
