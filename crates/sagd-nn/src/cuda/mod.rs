@@ -8,6 +8,7 @@
 mod adam;
 mod passes;
 mod products;
+mod steps;
 
 pub use adam::{adam, AdamStep};
 

@@ -142,7 +142,7 @@ impl GpuE3 {
         gpu: &Gpu,
         b: &mut Buffers,
         s: Shape,
-        (decay, grad, noise): (f32, f32, f32),
+        coefficients: (f32, f32, f32),
         block: Option<usize>,
     ) -> GpuResult<()> {
         let (Some(rho), Some(g), Some(nz)) = (&mut b.rho, &b.gu, &b.noise) else {
@@ -150,18 +150,7 @@ impl GpuE3 {
         };
         // A kick that draws none reads any len values times 0: ε's.
         let eta = nz.slice(block.map_or(0..s.len, |k| s.block(k)));
-        let li = s.len as i32;
-        let mut l = gpu.stream.launch_builder(gpu.k("chain_kick"));
-        l.arg(rho)
-            .arg(g)
-            .arg(&eta)
-            .arg(&decay)
-            .arg(&grad)
-            .arg(&noise)
-            .arg(&li);
-        // SAFETY: every buffer holds at least len values.
-        unsafe { l.launch(grid(s.len)) }?;
-        Ok(())
+        gpu.kick(rho, g, &eta, coefficients, s.len)
     }
 
     /// u += h ρ.
@@ -169,12 +158,7 @@ impl GpuE3 {
         let (Some(u), Some(rho)) = (&mut b.u, &b.rho) else {
             unreachable!("made by the pass");
         };
-        let li = s.len as i32;
-        let mut l = gpu.stream.launch_builder(gpu.k("chain_drift_add"));
-        l.arg(u).arg(rho).arg(&h).arg(&li);
-        // SAFETY: both hold at least len values.
-        unsafe { l.launch(grid(s.len)) }?;
-        Ok(())
+        gpu.drift(u, None, rho, h, s.len)
     }
 
     /// The exact Ornstein-Uhlenbeck flow on (u, ρ), ζ1 and ζ2 the noise's draw blocks `block`
@@ -183,28 +167,14 @@ impl GpuE3 {
         gpu: &Gpu,
         b: &mut Buffers,
         s: Shape,
-        [decay, drift, v1, x1, x2]: [f32; 5],
+        coefficients: [f32; 5],
         block: usize,
     ) -> GpuResult<()> {
         let (Some(u), Some(rho), Some(nz)) = (&mut b.u, &mut b.rho, &b.noise) else {
             unreachable!("made by the pass");
         };
         let (z1, z2) = (nz.slice(s.block(block)), nz.slice(s.block(block + 1)));
-        let li = s.len as i32;
-        let mut l = gpu.stream.launch_builder(gpu.k("chain_ou"));
-        l.arg(u)
-            .arg(rho)
-            .arg(&z1)
-            .arg(&z2)
-            .arg(&decay)
-            .arg(&drift)
-            .arg(&v1)
-            .arg(&x1)
-            .arg(&x2)
-            .arg(&li);
-        // SAFETY: every buffer holds at least len values.
-        unsafe { l.launch(grid(s.len)) }?;
-        Ok(())
+        gpu.ou((u, rho), (&z1, &z2), coefficients, s.len)
     }
 
     /// gu = ∇u log p(x | u) − u, the posterior's gradient at the chains' states.

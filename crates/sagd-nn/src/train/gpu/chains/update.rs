@@ -35,7 +35,6 @@ impl<'a> GpuChainEstimator<'a> {
     ) -> GpuResult<std::ops::Range<usize>> {
         let (gpu, vae, d) = (&self.gpu, self.vae, self.vae.d);
         let len = nb * d;
-        let li = len as i32;
         let mut at = t * self.normals_per_coord * len;
         let mut take = |count: usize| {
             let v = at..at + count;
@@ -48,32 +47,14 @@ impl<'a> GpuChainEstimator<'a> {
             match op {
                 Op::Drift(h) => {
                     // xb += h ρ once the transition has moved, else xb = xa + h ρ.
-                    if moved {
-                        let mut l = gpu.stream.launch_builder(gpu.k("chain_drift_add"));
-                        l.arg(&mut b.xb).arg(&b.rho).arg(&h).arg(&li);
-                        // SAFETY: every buffer holds at least len elements.
-                        unsafe { l.launch(grid(len)) }?;
-                    } else {
-                        let mut l = gpu.stream.launch_builder(gpu.k("chain_drift"));
-                        l.arg(&mut b.xb).arg(&b.xa).arg(&b.rho).arg(&h).arg(&li);
-                        // SAFETY: as above.
-                        unsafe { l.launch(grid(len)) }?;
-                    }
+                    let from = (!moved).then_some(&b.xa);
+                    gpu.drift(&mut b.xb, from, &b.rho, h, len)?;
                     moved = true;
                 }
                 Op::Kick { decay, grad, noise } => {
                     let eta = b.noise.slice(if noise != 0.0 { take(len) } else { 0..len });
                     let g = if fresh { &b.gb } else { &b.ga };
-                    let mut l = gpu.stream.launch_builder(gpu.k("chain_kick"));
-                    l.arg(&mut b.rho)
-                        .arg(g)
-                        .arg(&eta)
-                        .arg(&decay)
-                        .arg(&grad)
-                        .arg(&noise)
-                        .arg(&li);
-                    // SAFETY: as above.
-                    unsafe { l.launch(grid(len)) }?;
+                    gpu.kick(&mut b.rho, g, &eta, (decay, grad, noise), len)?;
                 }
                 Op::Ou {
                     decay,
@@ -91,19 +72,8 @@ impl<'a> GpuChainEstimator<'a> {
                         gpu.copy(&b.xa, &mut b.xb, len)?;
                         moved = true;
                     }
-                    let mut l = gpu.stream.launch_builder(gpu.k("chain_ou"));
-                    l.arg(&mut b.xb)
-                        .arg(&mut b.rho)
-                        .arg(&z1)
-                        .arg(&z2)
-                        .arg(&decay)
-                        .arg(&drift)
-                        .arg(&v1)
-                        .arg(&x1)
-                        .arg(&x2)
-                        .arg(&li);
-                    // SAFETY: every buffer holds at least len values.
-                    unsafe { l.launch(grid(len)) }?;
+                    let state = (&mut b.xb, &mut b.rho);
+                    gpu.ou(state, (&z1, &z2), [decay, drift, v1, x1, x2], len)?;
                 }
                 Op::Gradient => {
                     if !moved {

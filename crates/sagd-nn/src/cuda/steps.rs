@@ -1,0 +1,85 @@
+//! The Langevin program's elementwise operations as the backend's: a drift, a kick and the exact
+//! Ornstein-Uhlenbeck flow on the first `len` values of a chain state, one launch each. Every
+//! engine that runs the core's program on a GPU (E2's chains, E3's) runs them through these.
+
+use cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
+
+use super::{grid, Gpu, GpuResult};
+
+impl Gpu {
+    /// x += h ρ, or x = from + h ρ where `from` is given.
+    pub fn drift(
+        &self,
+        x: &mut CudaSlice<f32>,
+        from: Option<&CudaSlice<f32>>,
+        rho: &CudaSlice<f32>,
+        h: f32,
+        len: usize,
+    ) -> GpuResult<()> {
+        let li = len as i32;
+        match from {
+            None => {
+                let mut l = self.stream.launch_builder(self.k("chain_drift_add"));
+                l.arg(x).arg(rho).arg(&h).arg(&li);
+                // SAFETY: x and rho hold at least len values.
+                unsafe { l.launch(grid(len)) }?;
+            }
+            Some(from) => {
+                let mut l = self.stream.launch_builder(self.k("chain_drift"));
+                l.arg(x).arg(from).arg(rho).arg(&h).arg(&li);
+                // SAFETY: x, from and rho hold at least len values.
+                unsafe { l.launch(grid(len)) }?;
+            }
+        }
+        Ok(())
+    }
+
+    /// ρ = decay ρ + grad g + noise η (η read, times 0, when `noise` is 0).
+    pub fn kick(
+        &self,
+        rho: &mut CudaSlice<f32>,
+        g: &CudaSlice<f32>,
+        eta: &CudaView<'_, f32>,
+        (decay, grad, noise): (f32, f32, f32),
+        len: usize,
+    ) -> GpuResult<()> {
+        let li = len as i32;
+        let mut l = self.stream.launch_builder(self.k("chain_kick"));
+        l.arg(rho)
+            .arg(g)
+            .arg(eta)
+            .arg(&decay)
+            .arg(&grad)
+            .arg(&noise)
+            .arg(&li);
+        // SAFETY: every buffer holds at least len values.
+        unsafe { l.launch(grid(len)) }?;
+        Ok(())
+    }
+
+    /// The exact Ornstein-Uhlenbeck flow: x += drift ρ + x1 ζ1 + x2 ζ2, ρ = decay ρ + v1 ζ1, the
+    /// coefficients `[decay, drift, v1, x1, x2]` of the core's `Op::Ou`.
+    pub fn ou(
+        &self,
+        (x, rho): (&mut CudaSlice<f32>, &mut CudaSlice<f32>),
+        (z1, z2): (&CudaView<'_, f32>, &CudaView<'_, f32>),
+        [decay, drift, v1, x1, x2]: [f32; 5],
+        len: usize,
+    ) -> GpuResult<()> {
+        let li = len as i32;
+        let mut l = self.stream.launch_builder(self.k("chain_ou"));
+        l.arg(x)
+            .arg(rho)
+            .arg(z1)
+            .arg(z2)
+            .arg(&decay)
+            .arg(&drift)
+            .arg(&v1)
+            .arg(&x1)
+            .arg(&x2)
+            .arg(&li);
+        // SAFETY: every buffer holds at least len values.
+        unsafe { l.launch(grid(len)) }?;
+        Ok(())
+    }
+}
