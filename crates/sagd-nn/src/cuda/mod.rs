@@ -11,6 +11,7 @@ mod products;
 mod steps;
 
 pub use adam::{adam, AdamStep};
+pub use steps::Replay;
 
 /// Moved to [`crate::train::GpuBoundEstimator`], beside the CPU's estimators.
 #[deprecated(since = "0.1.0", note = "moved: use sagd_nn::train::GpuBoundEstimator")]

@@ -1,10 +1,12 @@
 //! The Langevin program's elementwise operations as the backend's: a drift, a kick and the exact
 //! Ornstein-Uhlenbeck flow on the first `len` values of a chain state, one launch each. Every
-//! engine that runs the core's program on a GPU (E2's chains, E3's) runs them through these.
+//! engine that runs the core's program on a GPU (E2's chains, E3's) runs them through these. And
+//! an update's launches replayed from a CUDA graph ([`Replay`]).
 
-use cudarc::driver::{CudaSlice, CudaView, PushKernelArg};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, CudaSlice, CudaView, PushKernelArg};
 
-use super::{grid, Gpu, GpuResult};
+use super::{graphs_enabled, grid, Gpu, GpuError, GpuResult};
 
 impl Gpu {
     /// x += h ρ, or x = from + h ρ where `from` is given.
@@ -80,6 +82,60 @@ impl Gpu {
             .arg(&li);
         // SAFETY: every buffer holds at least len values.
         unsafe { l.launch(grid(len)) }?;
+        Ok(())
+    }
+}
+
+/// An update's launches replayed from a CUDA graph: run as they are at the first update of a
+/// shape `K`, captured at the second (the first made every buffer, so the captured launches
+/// allocate nothing) and replayed from then on, one launch instead of dozens (the buffers, shapes
+/// and arguments are the same at every update of a shape). One graph, for the first shape seen
+/// twice in a row; other shapes run their launches as they are. `SAGD_GPU_GRAPHS=0` turns it off.
+pub struct Replay<K> {
+    graph: Option<(K, CudaGraph)>,
+    last: Option<K>,
+}
+
+impl<K> Default for Replay<K> {
+    fn default() -> Self {
+        Replay {
+            graph: None,
+            last: None,
+        }
+    }
+}
+
+impl<K: Copy + PartialEq> Replay<K> {
+    /// Runs `launches` (launches only, on `gpu`'s stream) for an update of shape `key`, or
+    /// replays them from the graph captured for it.
+    pub fn run(
+        &mut self,
+        gpu: &Gpu,
+        key: K,
+        launches: impl FnOnce() -> GpuResult<()>,
+    ) -> GpuResult<()> {
+        match &self.graph {
+            Some((k, graph)) if *k == key => graph.launch()?,
+            _ => {
+                let capture = self.graph.is_none() && self.last == Some(key) && graphs_enabled();
+                if capture {
+                    gpu.stream
+                        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+                }
+                let res = launches();
+                if capture {
+                    let graph = gpu.stream.end_capture(CUgraphInstantiate_flags(0));
+                    res?;
+                    let g =
+                        graph?.ok_or_else(|| GpuError::Compile("an empty CUDA graph".into()))?;
+                    g.launch()?;
+                    self.graph = Some((key, g));
+                } else {
+                    res?;
+                }
+            }
+        }
+        self.last = Some(key);
         Ok(())
     }
 }

@@ -2,13 +2,12 @@
 //! [`BoundEstimator`](crate::train::BoundEstimator) step for step, with its noise drawn from the
 //! same stream on the host, so both engines estimate from the same draws.
 
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, PushKernelArg};
 use sagd::error::Result;
 use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 
-use crate::cuda::{ensure, graphs_enabled, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace};
+use crate::cuda::{ensure, grid, put, Gpu, GpuResult, GpuWorkspace, Replay};
 use crate::train::{gather_rows, GradientEstimator};
 use crate::vae::{Vae, VaeParams};
 
@@ -42,10 +41,8 @@ pub struct GpuBoundEstimator<'a> {
     eps: Vec<f32>,
     host: Vec<f32>,
     b: Buffers,
-    /// The update's launches as a graph, for batches of this size.
-    graph: Option<(usize, CudaGraph)>,
-    /// The batch size of the last update (0 before the first).
-    last_n: usize,
+    /// The update's launches as a graph, by batch size.
+    replay: Replay<usize>,
 }
 
 impl<'a> GpuBoundEstimator<'a> {
@@ -62,8 +59,7 @@ impl<'a> GpuBoundEstimator<'a> {
             eps: Vec::new(),
             host: Vec::new(),
             b: Buffers::default(),
-            graph: None,
-            last_n: 0,
+            replay: Replay::default(),
         }
     }
 
@@ -97,35 +93,9 @@ impl<'a> GpuBoundEstimator<'a> {
         ] {
             ensure(gpu, slot, len)?;
         }
-        // The update's launches, replayed from a CUDA graph once captured: one launch instead of
-        // forty (the buffers, shapes and arguments are the same at every update of a batch size).
-        match &self.graph {
-            Some((gn, graph)) if *gn == n => graph.launch()?,
-            _ => {
-                // Captured at the second update of a size: the first made every buffer, so the
-                // captured launches allocate nothing.
-                let capture = self.graph.is_none() && self.last_n == n && graphs_enabled();
-                if capture {
-                    gpu.stream
-                        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-                }
-                let res = launches(gpu, vae, b, (n, k, d));
-                if capture {
-                    let graph = gpu.stream.end_capture(CUgraphInstantiate_flags(0));
-                    res?;
-                    match graph? {
-                        Some(g) => {
-                            g.launch()?;
-                            self.graph = Some((n, g));
-                        }
-                        None => return Err(GpuError::Compile("an empty CUDA graph".into())),
-                    }
-                } else {
-                    res?;
-                }
-            }
-        }
-        self.last_n = n;
+        // The update's launches, replayed from a CUDA graph once captured.
+        self.replay
+            .run(gpu, n, || launches(gpu, vae, b, (n, k, d)))?;
         let (Some(gd), Some(ge), Some(loss)) = (&b.g_dec, &b.g_enc, &b.loss) else {
             unreachable!("made above");
         };

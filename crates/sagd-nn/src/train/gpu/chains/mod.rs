@@ -6,15 +6,14 @@
 //! chain. Chain noise comes from a device stream ([`GpuRng`]): the same law as the CPU's per-chain
 //! streams, not the same draws; encoder draws use the CPU estimator's host stream.
 
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, PushKernelArg};
 use sagd::error::{Result, SagdError};
 use sagd::langevin::{Kernel, Momentum, Op};
 use sagd::rng::{NormalStream, Seed};
 use sagd::run::{decode, encode};
 use serde::{Deserialize, Serialize};
 
-use crate::cuda::{act_code, grid, Gpu, GpuError, GpuResult, GpuRng, GpuWorkspace};
+use crate::cuda::{act_code, grid, Gpu, GpuError, GpuResult, GpuRng, GpuWorkspace, Replay};
 use crate::train::{gather_rows, GradientEstimator, HmcChains, LangevinChains};
 use crate::vae::{Vae, VaeParams};
 
@@ -155,10 +154,8 @@ pub struct GpuChainEstimator<'a> {
     b: Option<Buffers>,
     /// Chain positions and momenta restored from a checkpoint before the buffers exist.
     pending: Option<(Vec<f32>, Vec<f32>)>,
-    /// An update's transitions and θ-gradient as a graph, for this (batch size, whole data).
-    graph: Option<((usize, bool), CudaGraph)>,
-    /// The (batch size, whole data) of the last update.
-    last: (usize, bool),
+    /// An update's transitions and θ-gradient as a graph, by (batch size, whole data).
+    replay: Replay<(usize, bool)>,
 }
 
 impl<'a> GpuChainEstimator<'a> {
@@ -238,8 +235,7 @@ impl<'a> GpuChainEstimator<'a> {
             eps: Vec::new(),
             b: None,
             pending: None,
-            graph: None,
-            last: (0, false),
+            replay: Replay::default(),
         })
     }
 

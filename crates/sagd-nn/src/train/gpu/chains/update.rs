@@ -327,33 +327,11 @@ impl<'a> GpuChainEstimator<'a> {
             nb,
         )?;
         self.draw(b, self.steps, nb)?;
-        // The K transitions and the θ-gradient, replayed from a CUDA graph once captured (the
-        // second update of a batch size: the first made every buffer).
-        let key = (nb, all);
-        match &self.graph {
-            Some((k, graph)) if *k == key => graph.launch()?,
-            _ => {
-                let capture =
-                    self.graph.is_none() && self.last == key && crate::cuda::graphs_enabled();
-                if capture {
-                    self.gpu
-                        .stream
-                        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-                }
-                let res = self.steps_and_gradient(b, all, nb);
-                if capture {
-                    let graph = self.gpu.stream.end_capture(CUgraphInstantiate_flags(0));
-                    res?;
-                    let g =
-                        graph?.ok_or_else(|| GpuError::Compile("an empty CUDA graph".into()))?;
-                    g.launch()?;
-                    self.graph = Some((key, g));
-                } else {
-                    res?;
-                }
-            }
-        }
-        self.last = key;
+        // The K transitions and the θ-gradient, replayed from a CUDA graph once captured.
+        let mut replay = std::mem::take(&mut self.replay);
+        let res = replay.run(&self.gpu, (nb, all), || self.steps_and_gradient(b, all, nb));
+        self.replay = replay;
+        res?;
         let sums = self.take_sums(b)?;
         let gpu = &self.gpu;
         let rows = self.steps * nb;
