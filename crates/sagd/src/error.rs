@@ -154,8 +154,9 @@ pub fn positive(name: &'static str, value: f64, fix: &str) -> Result<()> {
     }
 }
 
-/// Checks a buffer length.
-pub(crate) fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
+/// Checks a buffer length, with an error that names the buffer.
+#[doc(hidden)]
+pub fn check_len(what: &'static str, expected: usize, got: usize) -> Result<()> {
     if expected == got {
         Ok(())
     } else {

@@ -38,30 +38,38 @@ impl ChainStore {
             u: vec![0.0; per_image * b * d],
             rho: vec![0.0; per_image * b * d],
         };
-        for (i, &image) in batch.iter().enumerate() {
+        for (image, row, at) in slots(batch, per_image, d) {
             if self.visits[image].is_multiple_of(refresh) {
                 continue;
             }
-            for c in 0..per_image {
-                let (row, at) = (c * b + i, (image * per_image + c) * d);
-                out.from[row] = true;
-                out.u[row * d..(row + 1) * d].copy_from_slice(&self.u[at..at + d]);
-                out.rho[row * d..(row + 1) * d].copy_from_slice(&self.rho[at..at + d]);
-            }
+            out.from[row] = true;
+            out.u[row * d..(row + 1) * d].copy_from_slice(&self.u[at..at + d]);
+            out.rho[row * d..(row + 1) * d].copy_from_slice(&self.rho[at..at + d]);
         }
         out
     }
 
     /// Keeps the chains a pass over `batch` left in `last` and counts the images' visits.
     pub(super) fn keep(&mut self, batch: &[usize], chains: &Chains, d: usize, last: &Carried) {
-        let (per_image, b) = (chains.per_image, batch.len());
-        for (i, &image) in batch.iter().enumerate() {
+        for &image in batch {
             self.visits[image] += 1;
-            for c in 0..per_image {
-                let (row, at) = (c * b + i, (image * per_image + c) * d);
-                self.u[at..at + d].copy_from_slice(&last.u[row * d..(row + 1) * d]);
-                self.rho[at..at + d].copy_from_slice(&last.rho[row * d..(row + 1) * d]);
-            }
+        }
+        for (_, row, at) in slots(batch, chains.per_image, d) {
+            self.u[at..at + d].copy_from_slice(&last.u[row * d..(row + 1) * d]);
+            self.rho[at..at + d].copy_from_slice(&last.rho[row * d..(row + 1) * d]);
         }
     }
+}
+
+/// Each chain of the minibatch `batch` (C = `per_image` per image): its image, its row in the
+/// pass (chain c of the batch's i-th image is row c·b + i) and where the store keeps it.
+fn slots(
+    batch: &[usize],
+    per_image: usize,
+    d: usize,
+) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+    let b = batch.len();
+    batch.iter().enumerate().flat_map(move |(i, &image)| {
+        (0..per_image).map(move |c| (image, c * b + i, (image * per_image + c) * d))
+    })
 }

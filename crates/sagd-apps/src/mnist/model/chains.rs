@@ -4,7 +4,7 @@
 
 use std::sync::Mutex;
 
-use sagd::error::LogpError;
+use sagd::error::{check_len, LogpError};
 use sagd::model::LogDensity;
 
 use super::*;
@@ -230,7 +230,7 @@ pub fn sagd_batch_continued(
             carried.rho.len(),
         ),
     ] {
-        sized(what, expected, got)?;
+        check_len(what, expected, got)?;
     }
     let (info, last) = sagd_pass(m, p, x, chains, noise, Some(carried), grad_gen, scratch)?;
     if let Some(last) = last {
@@ -256,7 +256,7 @@ fn sagd_pass(
     let images = x.len() / PIXELS;
     let rows = chains.per_image * images;
     let expected = sagd_noise_len(m, chains, images);
-    sized("SAGD's noise (sagd_noise_len draws)", expected, noise.len())?;
+    check_len("SAGD's noise (sagd_noise_len draws)", expected, noise.len())?;
     let kernel = chains.kernel()?;
     let enc = encode(m, &p.enc, x, scratch);
     let (eps, rest) = noise.split_at(rows * d);
@@ -287,18 +287,6 @@ fn sagd_pass(
         });
     scratch.packed.0 = packed;
     result
-}
-
-/// A buffer's length checked, with an error that names it.
-fn sized(what: &'static str, expected: usize, got: usize) -> Result<()> {
-    match expected == got {
-        true => Ok(()),
-        false => Err(sagd::error::SagdError::Dimension {
-            what,
-            expected,
-            got,
-        }),
-    }
 }
 
 /// Draws per image of [`sagd_batch`]'s `noise`: ε, ρ₀ and the steps' η.
