@@ -17,6 +17,13 @@ use sagd::run::Control;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 60 groups of 8: log E[y] = 0.5 + 0.3 x + b0 + b1 x, sd(b0) = 0.5, sd(b1) = 0.3, cor 0.6.
     let (groups, per) = (60, 8);
+    let (x, y) = simulate(groups, per);
+    fit_from_columns(&x, &y, per)?;
+    fit_from_formula(x, y, per)
+}
+
+/// Counts of `groups` groups of `per`: the covariate x and the Poisson responses y.
+fn simulate(groups: usize, per: usize) -> (Vec<f64>, Vec<f64>) {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(3);
     let mut normal = || -> f64 { StandardNormal.sample(&mut rng) };
     let effects: Vec<(f64, f64)> = (0..groups)
@@ -34,15 +41,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Poisson::new(mean).map_or(0.0, |p| p.sample(&mut rng))
         })
         .collect();
+    (x, y)
+}
+
+/// The model from its design matrices, fitted by the exact likelihood (Poisson) and by REML
+/// (the same design with Gaussian responses).
+fn fit_from_columns(x: &[f64], y: &[f64], per: usize) -> Result<(), Box<dyn std::error::Error>> {
     let design: Vec<f64> = x.iter().flat_map(|&v| [1.0, v]).collect();
     let slopes = RandomTerm {
-        group: (0..groups * per).map(|i| i / per).collect(),
+        group: (0..y.len()).map(|i| i / per).collect(),
         z: design.clone(),
         correlated: true,
     };
     let model = Glmm::with_terms(
         Family::Poisson,
-        y.clone(),
+        y.to_vec(),
         design.clone(),
         vec![slopes.clone()],
         None,
@@ -85,19 +98,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         reml.reml.unwrap_or(f64::NAN),
         reml.log_likelihood
     );
+    Ok(())
+}
 
-    // From a table and a formula, as lme4: the columns' names come with the estimates.
+/// The same model from a table and lme4's formula, by [`Glmm::fit`], with the summary on lme4's
+/// scales: the columns' names come with the estimates.
+fn fit_from_formula(
+    x: Vec<f64>,
+    y: Vec<f64>,
+    per: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let groups: Vec<Option<String>> = (0..y.len())
+        .map(|i| Some(format!("g{}", i / per)))
+        .collect();
     let frame = Frame::new(
         vec!["y".into(), "x".into(), "g".into()],
-        vec![
-            Column::Number(y),
-            Column::Number(x),
-            Column::Text(
-                (0..groups * per)
-                    .map(|i| Some(format!("g{}", i / per)))
-                    .collect(),
-            ),
-        ],
+        vec![Column::Number(y), Column::Number(x), Column::Text(groups)],
     )?;
     let design = Formula::parse("y ~ x + (1 + x | g)")?.design(&frame)?;
     let model = design.glmm(Family::Poisson)?;

@@ -27,104 +27,83 @@ pub struct EstimatorCheck {
 /// it is compared in law (Table 1), not here. Then E3's passes on synthetic images: the VAE and
 /// SAGD's stochastic chains, whose noise both engines read from the same host stream.
 pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<EstimatorCheck>> {
+    let mut out = Vec::new();
+    for (d, hidden, n) in [(1usize, 64usize, 1000usize), (100, 256, 500)] {
+        out.extend(check_e2_estimators((d, hidden, n), seed, ordinal)?);
+    }
+    out.extend(check_e3_estimators(seed, ordinal)?);
+    Ok(out)
+}
+
+/// E2's VAE, IWAE and deterministic SAGD chains on `n` simulated points of dimension `d`, with a
+/// VAE of `hidden` units: the full batch on both engines.
+fn check_e2_estimators(
+    (d, hidden, n): (usize, usize, usize),
+    seed: u64,
+    ordinal: usize,
+) -> sagd::error::Result<Vec<EstimatorCheck>> {
     use crate::debias::simulate;
     use sagd::langevin::{LangevinSettings, Momentum, Scheme};
     use sagd::metrics::Law;
-    use sagd_nn::train::{BoundEstimator, ChainEstimator, LangevinChains};
+    use sagd_nn::train::LangevinChains;
+    use sagd_nn::train::{BoundEstimator, ChainEstimator, GpuBoundEstimator, GpuChainEstimator};
+    let vae = Vae::new(d, hidden);
+    let law = Law::Exponential { mean: 2.0 };
+    let (_, x) = simulate(&law, n, d, seed);
+    let x: Vec<f32> = x.iter().map(|v| *v as f32).collect();
+    let params = vae.init(seed);
+    let batch: Vec<usize> = (0..n).collect();
+    let deterministic = LangevinChains {
+        langevin: LangevinSettings {
+            scheme: Scheme::Baoab,
+            gamma: 1e-30,
+        },
+        initial_momentum: Momentum::Zero,
+        ..LangevinChains::default()
+    };
     let mut out = Vec::new();
-    for (d, hidden, n) in [(1usize, 64usize, 1000usize), (100, 256, 500)] {
-        let vae = Vae::new(d, hidden);
-        let law = Law::Exponential { mean: 2.0 };
-        let (_, x) = simulate(&law, n, d, seed);
-        let x: Vec<f32> = x.iter().map(|v| *v as f32).collect();
-        let params = vae.init(seed);
-        let batch: Vec<usize> = (0..n).collect();
-        let deterministic = LangevinChains {
-            langevin: LangevinSettings {
-                scheme: Scheme::Baoab,
-                gamma: 1e-30,
-            },
-            initial_momentum: Momentum::Zero,
-            ..LangevinChains::default()
+    for k in [1, 50] {
+        let name = match k {
+            1 => format!("vae, d = {d}"),
+            _ => format!("iwae k = {k}, d = {d}"),
         };
-        type Pair<'a> = (
-            Box<dyn GradientEstimator + 'a>,
-            Box<dyn GradientEstimator + 'a>,
-        );
-        let cases: Vec<(String, Pair<'_>)> = vec![
-            (
-                format!("vae, d = {d}"),
-                (
-                    Box::new(BoundEstimator::new(&vae, &x, 1, seed)),
-                    Box::new(sagd_nn::train::GpuBoundEstimator::new(
-                        Gpu::open(ordinal)?,
-                        &vae,
-                        &x,
-                        1,
-                        seed,
-                    )),
-                ),
-            ),
-            (
-                format!("iwae k = 50, d = {d}"),
-                (
-                    Box::new(BoundEstimator::new(&vae, &x, 50, seed)),
-                    Box::new(sagd_nn::train::GpuBoundEstimator::new(
-                        Gpu::open(ordinal)?,
-                        &vae,
-                        &x,
-                        50,
-                        seed,
-                    )),
-                ),
-            ),
-            (
-                format!("sagd chains (deterministic), d = {d}"),
-                (
-                    Box::new(ChainEstimator::sagd(&vae, &x, &deterministic, seed)?),
-                    Box::new(sagd_nn::train::GpuChainEstimator::sagd(
-                        Gpu::open(ordinal)?,
-                        &vae,
-                        &x,
-                        &deterministic,
-                        seed,
-                    )?),
-                ),
-            ),
-        ];
-        for (name, (mut cpu, mut gpu)) in cases {
-            out.push(compare(name, &mut *cpu, &mut *gpu, &params, &batch)?);
-        }
+        let mut cpu = BoundEstimator::new(&vae, &x, k, seed);
+        let mut gpu = GpuBoundEstimator::new(Gpu::open(ordinal)?, &vae, &x, k, seed);
+        out.push(compare(name, &mut cpu, &mut gpu, &params, &batch)?);
     }
-    // E3 on 400 synthetic grey images (strokes of varying intensity): the VAE's ELBO, and SAGD's
-    // chains (every scheme) with the same binarisations and noise on both sides.
+    let mut cpu = ChainEstimator::sagd(&vae, &x, &deterministic, seed)?;
+    let gpu = Gpu::open(ordinal)?;
+    let mut gpu = GpuChainEstimator::sagd(gpu, &vae, &x, &deterministic, seed)?;
+    let name = format!("sagd chains (deterministic), d = {d}");
+    out.push(compare(name, &mut cpu, &mut gpu, &params, &batch)?);
+    Ok(out)
+}
+
+/// E3 on 400 synthetic grey images (strokes of varying intensity): the VAE's ELBO, and SAGD's
+/// chains (every scheme) with the same binarisations and noise on both sides.
+fn check_e3_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<EstimatorCheck>> {
+    use sagd::langevin::Scheme;
     let model = E3::new(20);
     let images = synthetic_images(400);
     let params = model.init(seed);
     let batch: Vec<usize> = (0..200).collect();
-    let scheme = |scheme| Chains {
-        scheme,
-        ..Chains::default()
+    let sagd = |name: &str, scheme| {
+        let chains = Chains {
+            scheme,
+            ..Chains::default()
+        };
+        let name = format!("E3 sagd {name}, 20 chains x 5 steps");
+        (name, Objective::Sagd(chains))
     };
-    for (name, objective) in [
+    let cases = [
         ("E3 vae, batch 200".to_string(), Objective::Vae),
-        (
-            "E3 sagd euler, 20 chains x 5 steps".into(),
-            Objective::Sagd(Chains::default()),
-        ),
-        (
-            "E3 sagd obabo, 20 chains x 5 steps".into(),
-            Objective::Sagd(scheme(Scheme::Obabo)),
-        ),
-        (
-            "E3 sagd baoab, 20 chains x 5 steps".into(),
-            Objective::Sagd(scheme(Scheme::Baoab)),
-        ),
-        (
-            "E3 sagd ubu, 20 chains x 5 steps".into(),
-            Objective::Sagd(scheme(Scheme::Ubu)),
-        ),
-    ] {
+        sagd("euler", Scheme::Euler),
+        sagd("obabo", Scheme::Obabo),
+        sagd("baoab", Scheme::Baoab),
+        sagd("ubu", Scheme::Ubu),
+    ];
+    let mut out = Vec::new();
+    for (name, objective) in cases {
         let mut cpu = E3Estimator::new(&model, &images, objective, seed);
         let mut gpu = E3Estimator::on(Device::Cuda(ordinal), &model, &images, objective, seed)?;
         out.push(compare(name, &mut cpu, &mut gpu, &params, &batch)?);

@@ -112,8 +112,74 @@ impl Sequential {
         mut dparams: Option<&mut CudaSlice<f32>>,
         dx: Option<&mut CudaSlice<f32>>,
     ) -> GpuResult<()> {
-        let layers = self.layers();
         let rows = ws.rows;
+        self.ensure_backward_buffers(gpu, ws)?;
+        let GpuWorkspace {
+            acts,
+            derivs,
+            cols,
+            dcols,
+            grad,
+            grad2,
+            ones,
+            ..
+        } = ws;
+        let (mut grad, mut grad2) = (
+            grad.as_mut().expect("made above"),
+            grad2.as_mut().expect("made above"),
+        );
+        let ones = ones.as_ref().expect("made above");
+        let n_out = rows * self.output_dim();
+        gpu.stream
+            .memcpy_dtod(&dout.slice(..n_out), &mut grad.slice_mut(..n_out))?;
+        let need_dx = dx.is_some();
+        let mut width = self.output_dim();
+        for (i, l) in self.layers().iter().enumerate().rev() {
+            if let Layer::Act { .. } = l {
+                let d = derivs[i].as_ref().expect("forward_gpu ran");
+                let n = (rows * width) as i32;
+                let mut lb = gpu.stream.launch_builder(gpu.k("scale"));
+                lb.arg(&mut *grad).arg(d).arg(&n);
+                // SAFETY: both hold at least n elements.
+                unsafe { lb.launch(grid(n as usize)) }?;
+                continue;
+            }
+            let Some((in_width, _)) = l.widths() else {
+                continue;
+            };
+            let back = LayerBack {
+                layer: i,
+                rows,
+                xin: acts[i].as_ref().expect("forward_gpu ran"),
+                cols: cols[i].as_ref(),
+                ones,
+                input_grad: i > 0 || need_dx,
+            };
+            let grads = (&mut *grad, &mut *grad2);
+            if self.layer_backward_gpu(
+                gpu,
+                params,
+                back,
+                dparams.as_deref_mut(),
+                dcols.as_mut(),
+                grads,
+            )? {
+                std::mem::swap(&mut grad, &mut grad2);
+            }
+            width = in_width;
+        }
+        if let Some(dx) = dx {
+            let n = rows * self.input_dim();
+            gpu.stream
+                .memcpy_dtod(&grad.slice(..n), &mut dx.slice_mut(..n))?;
+        }
+        Ok(())
+    }
+
+    /// The buffers of a backward pass over the workspace's rows: two gradient buffers as wide as
+    /// the widest layer, the convolutions' window gradients, and ones for the bias sums.
+    fn ensure_backward_buffers(&self, gpu: &Gpu, ws: &mut GpuWorkspace) -> GpuResult<()> {
+        let (layers, rows) = (self.layers(), ws.rows);
         let widest = layers
             .iter()
             .filter_map(|l| l.widths())
@@ -122,7 +188,6 @@ impl Sequential {
             .unwrap_or(1)
             .max(self.input_dim())
             .max(self.output_dim());
-        let n_out = rows * self.output_dim();
         ensure(gpu, &mut ws.grad, rows * widest)?;
         ensure(gpu, &mut ws.grad2, rows * widest)?;
         let dcols_len = layers
@@ -140,102 +205,87 @@ impl Sequential {
             gpu.fill(&mut ones, 1.0)?;
             ws.ones = Some(ones);
         }
-        let GpuWorkspace {
-            acts,
-            derivs,
-            cols,
-            dcols,
-            grad,
-            grad2,
-            ones,
-            ..
-        } = ws;
-        let (mut grad, mut grad2) = (
-            grad.as_mut().expect("made above"),
-            grad2.as_mut().expect("made above"),
-        );
-        let ones = ones.as_ref().expect("made above");
-        gpu.stream
-            .memcpy_dtod(&dout.slice(..n_out), &mut grad.slice_mut(..n_out))?;
-        let need_dx = dx.is_some();
-        let mut width = self.output_dim();
-        for (i, l) in layers.iter().enumerate().rev() {
-            let xin = acts[i].as_ref().expect("forward_gpu ran");
-            if let Layer::Act { .. } = l {
-                let d = derivs[i].as_ref().expect("forward_gpu ran");
-                let n = (rows * width) as i32;
-                let mut lb = gpu.stream.launch_builder(gpu.k("scale"));
-                lb.arg(&mut *grad).arg(d).arg(&n);
-                // SAFETY: both hold at least n elements.
-                unsafe { lb.launch(grid(n as usize)) }?;
-                continue;
-            }
-            let Some((in_width, _)) = l.widths() else {
-                continue;
-            };
-            let (off, np) = (self.offset(i), l.n_params());
-            let input_grad = i > 0 || need_dx;
-            match (*l, l.windows()) {
-                (Layer::Linear { inp, out }, _) => {
-                    if let Some(dp) = dparams.as_deref_mut() {
-                        let dw = &mut dp.slice_mut(off..off + inp * out);
-                        gpu.weight_grad(xin, &*grad, dw, rows, (inp, out))?;
-                        let db = &mut dp.slice_mut(off + inp * out..off + np);
-                        gpu.bias_grad(&*grad, db, ones, rows, out)?;
-                    }
-                    if input_grad {
-                        let w = params.slice(off..off + inp * out);
-                        gpu.linear_input_grad(&w, &*grad, &mut *grad2, rows, (inp, out))?;
-                        std::mem::swap(&mut grad, &mut grad2);
-                    }
-                }
-                (Layer::Conv { c_out, .. }, Some(win)) => {
-                    let wrows = rows * win.count();
-                    let shape = (win.width(), c_out);
-                    let nw = np - c_out;
-                    if let Some(dp) = dparams.as_deref_mut() {
-                        let c = cols[i].as_ref().expect("forward_gpu ran");
-                        let dw = &mut dp.slice_mut(off..off + nw);
-                        gpu.weight_grad(c, &*grad, dw, wrows, shape)?;
-                        let db = &mut dp.slice_mut(off + nw..off + np);
-                        gpu.bias_grad(&*grad, db, ones, wrows, c_out)?;
-                    }
-                    if input_grad {
-                        let dc = dcols.as_mut().expect("made above");
-                        let w = params.slice(off..off + nw);
-                        gpu.linear_input_grad(&w, &*grad, dc, wrows, shape)?;
-                        gpu.windows(false, &win, rows, dc, grad2)?;
-                        std::mem::swap(&mut grad, &mut grad2);
-                    }
-                }
-                (Layer::ConvT { c_in, c_out, .. }, Some(win)) => {
-                    let prows = rows * win.count();
-                    let shape = (c_in, win.width());
-                    let nw = np - c_out;
-                    let dc = dcols.as_mut().expect("made above");
-                    gpu.windows(true, &win, rows, grad, dc)?;
-                    if let Some(dp) = dparams.as_deref_mut() {
-                        let dw = &mut dp.slice_mut(off..off + nw);
-                        gpu.weight_grad(xin, &*dc, dw, prows, shape)?;
-                        // db[c] += Σ over output pixels of ∂L/∂y[.., c].
-                        let db = &mut dp.slice_mut(off + nw..off + np);
-                        gpu.bias_grad(&*grad, db, ones, rows * win.big * win.big, c_out)?;
-                    }
-                    if input_grad {
-                        let w = params.slice(off..off + nw);
-                        gpu.linear_input_grad(&w, &*dc, &mut *grad2, prows, shape)?;
-                        std::mem::swap(&mut grad, &mut grad2);
-                    }
-                }
-                _ => return Err(GpuError::Unsupported(*l)),
-            }
-            width = in_width;
-        }
-        if let Some(dx) = dx {
-            let n = rows * self.input_dim();
-            gpu.stream
-                .memcpy_dtod(&grad.slice(..n), &mut dx.slice_mut(..n))?;
-        }
         Ok(())
     }
+
+    /// One product layer's backward step (Linear, Conv, ConvT): ∂L/∂params added into
+    /// `dparams` if given and, if the step asks, ∂L/∂(its input) written into the second of
+    /// `grads` from ∂L/∂(its output) in the first. Returns whether it wrote it (the caller then
+    /// swaps the two).
+    fn layer_backward_gpu(
+        &self,
+        gpu: &Gpu,
+        params: &CudaSlice<f32>,
+        b: LayerBack<'_>,
+        dparams: Option<&mut CudaSlice<f32>>,
+        dcols: Option<&mut CudaSlice<f32>>,
+        (grad, grad2): (&mut CudaSlice<f32>, &mut CudaSlice<f32>),
+    ) -> GpuResult<bool> {
+        let l = self.layers()[b.layer];
+        let (off, np, rows) = (self.offset(b.layer), l.n_params(), b.rows);
+        match (l, l.windows()) {
+            (Layer::Linear { inp, out }, _) => {
+                if let Some(dp) = dparams {
+                    let dw = &mut dp.slice_mut(off..off + inp * out);
+                    gpu.weight_grad(b.xin, &*grad, dw, rows, (inp, out))?;
+                    let db = &mut dp.slice_mut(off + inp * out..off + np);
+                    gpu.bias_grad(&*grad, db, b.ones, rows, out)?;
+                }
+                if b.input_grad {
+                    let w = params.slice(off..off + inp * out);
+                    gpu.linear_input_grad(&w, &*grad, grad2, rows, (inp, out))?;
+                }
+            }
+            (Layer::Conv { c_out, .. }, Some(win)) => {
+                let wrows = rows * win.count();
+                let shape = (win.width(), c_out);
+                let nw = np - c_out;
+                if let Some(dp) = dparams {
+                    let c = b.cols.expect("forward_gpu ran");
+                    let dw = &mut dp.slice_mut(off..off + nw);
+                    gpu.weight_grad(c, &*grad, dw, wrows, shape)?;
+                    let db = &mut dp.slice_mut(off + nw..off + np);
+                    gpu.bias_grad(&*grad, db, b.ones, wrows, c_out)?;
+                }
+                if b.input_grad {
+                    let dc = dcols.expect("made by ensure_backward_buffers");
+                    let w = params.slice(off..off + nw);
+                    gpu.linear_input_grad(&w, &*grad, dc, wrows, shape)?;
+                    gpu.windows(false, &win, rows, dc, grad2)?;
+                }
+            }
+            (Layer::ConvT { c_in, c_out, .. }, Some(win)) => {
+                let prows = rows * win.count();
+                let shape = (c_in, win.width());
+                let nw = np - c_out;
+                let dc = dcols.expect("made by ensure_backward_buffers");
+                gpu.windows(true, &win, rows, grad, dc)?;
+                if let Some(dp) = dparams {
+                    let dw = &mut dp.slice_mut(off..off + nw);
+                    gpu.weight_grad(b.xin, &*dc, dw, prows, shape)?;
+                    // db[c] += Σ over output pixels of ∂L/∂y[.., c].
+                    let db = &mut dp.slice_mut(off + nw..off + np);
+                    gpu.bias_grad(&*grad, db, b.ones, rows * win.big * win.big, c_out)?;
+                }
+                if b.input_grad {
+                    let w = params.slice(off..off + nw);
+                    gpu.linear_input_grad(&w, &*dc, grad2, prows, shape)?;
+                }
+            }
+            _ => return Err(GpuError::Unsupported(l)),
+        }
+        Ok(b.input_grad)
+    }
+}
+
+/// What one layer's backward step reads besides the gradients: which layer, the pass's rows, the
+/// layer's input and its windows (from the forward pass), ones for the bias sums, and whether
+/// ∂L/∂(its input) is wanted (always but at the first layer when ∂L/∂x is not).
+struct LayerBack<'a> {
+    layer: usize,
+    rows: usize,
+    xin: &'a CudaSlice<f32>,
+    cols: Option<&'a CudaSlice<f32>>,
+    ones: &'a CudaSlice<f32>,
+    input_grad: bool,
 }
