@@ -26,6 +26,8 @@
 #   e2-gpu                     one 1-D replication on the GPU against the PyTorch peer (and a JAX
 #                              one, JAX_PEER) on the same GPU, and the high-dimensional case
 #   e2-table-gpu               Table 1's statistics (exp, 8 replications) on the GPU against the CPU
+#   e2-options                 E2's SAGD with each chain option on the GPU (presets theorem3,
+#                              refresh, refresh2), end to end, beside the CPU's run of each
 #   e2-cpu                     one 1-D replication on 16 and 2 threads, whole and phase by phase
 #   bits                       the same replication on 1, 2 and 16 threads, compared bit for bit
 #   paths                      E2 (2 threads, with the peer) and E3 (e3-cpu:2,20,2) with both sides
@@ -157,6 +159,17 @@ for k in sorted(g):
     z = (a["mean"] - b["mean"]) / se if se > 0 else float("nan")
     print(f"| {k} | {a['mean']:.4f} ({a['se']:.4f}) | {b['mean']:.4f} ({b['se']:.4f}) | {z:+.2f} |")
 PY
+}
+
+check_e2_options() {
+  local preset dev
+  for preset in theorem3 refresh refresh2; do
+    for dev in cuda cpu; do
+      echo "-- $preset on $dev"
+      time $S debias --dist exp --device $dev --sagd-preset $preset --quiet --out "$R/opt-$preset-$dev" > /dev/null \
+        && grep -E '^\| (D|W) \| this run' "$R/opt-$preset-$dev/table1.md"
+    done
+  done
 }
 
 check_e2_cpu() {

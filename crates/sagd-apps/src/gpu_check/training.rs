@@ -45,8 +45,8 @@ fn check_e2_estimators(
     use crate::debias::simulate;
     use sagd::langevin::{LangevinSettings, Momentum, Scheme};
     use sagd::metrics::Law;
-    use sagd_nn::train::LangevinChains;
     use sagd_nn::train::{BoundEstimator, ChainEstimator, GpuBoundEstimator, GpuChainEstimator};
+    use sagd_nn::train::{ChainSchedule, LangevinChains};
     let vae = Vae::new(d, hidden);
     let law = Law::Exponential { mean: 2.0 };
     let (_, x) = simulate(&law, n, d, seed);
@@ -71,11 +71,44 @@ fn check_e2_estimators(
         let mut gpu = GpuBoundEstimator::new(Gpu::open(ordinal)?, &vae, &x, k, seed);
         out.push(compare(name, &mut cpu, &mut gpu, &params, &batch)?);
     }
-    let mut cpu = ChainEstimator::sagd(&vae, &x, &deterministic, seed)?;
-    let gpu = Gpu::open(ordinal)?;
-    let mut gpu = GpuChainEstimator::sagd(gpu, &vae, &x, &deterministic, seed)?;
-    let name = format!("sagd chains (deterministic), d = {d}");
-    out.push(compare(name, &mut cpu, &mut gpu, &params, &batch)?);
+    // The chain options on the paper's chains: refreshes (the third update starts again from the
+    // encoder), two chains per point, and δ_t, K_t = 5, 10, 15 (so the device's buffers grow).
+    let schedule = ChainSchedule {
+        decay: 0.5,
+        growth: 1.0,
+        updates: 3,
+    };
+    let chain_cases = [
+        ("", deterministic),
+        (
+            ", refresh every 2",
+            LangevinChains {
+                refresh_every: Some(2),
+                ..deterministic
+            },
+        ),
+        (
+            ", 2 chains per point",
+            LangevinChains {
+                chains_per_point: Some(2),
+                ..deterministic
+            },
+        ),
+        (
+            ", schedule",
+            LangevinChains {
+                schedule: Some(schedule),
+                ..deterministic
+            },
+        ),
+    ];
+    for (what, chains) in chain_cases {
+        let mut cpu = ChainEstimator::sagd(&vae, &x, &chains, seed)?;
+        let gpu = Gpu::open(ordinal)?;
+        let mut gpu = GpuChainEstimator::sagd(gpu, &vae, &x, &chains, seed)?;
+        let name = format!("sagd chains (deterministic{what}), d = {d}");
+        out.push(compare(name, &mut cpu, &mut gpu, &params, &batch)?);
+    }
     Ok(out)
 }
 

@@ -2,120 +2,18 @@
 //! at every update, or SAGD's persistent underdamped Langevin chains.
 
 use sagd::error::{LogpError, Result, SagdError};
-use sagd::hmc::HmcSettings;
-use sagd::langevin::{ChainSet, Kernel, LangevinSettings, Momentum, Scheme};
+use sagd::langevin::{ChainSet, Kernel, Momentum};
 use sagd::model::{AnchoredTarget, MaximumLikelihood, Problem};
 use sagd::parallel::add_parts;
 use sagd::rng::{NormalStream, Seed};
 use sagd::run::{decode, encode};
-use sagd::schedule::Schedule;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
+use super::chain_settings::{ChainPlan, HmcChains, LangevinChains};
 use super::{encoder_draw, gather_rows, GradientEstimator};
 use crate::net::WorkspacePool;
 use crate::vae::{DecoderPosterior, Vae, VaeParams};
-
-/// SAGD's chains: persistent underdamped Langevin chains on u, one per data point. The defaults
-/// are experiment E2's, except BAOAB for the paper's Euler scheme (less bias at the same cost).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LangevinChains {
-    /// The integrator and the friction γ.
-    pub langevin: LangevinSettings,
-    /// The Langevin step δ.
-    pub step_size: f64,
-    /// Steps per update K.
-    pub steps: usize,
-    /// Burn-in steps before the first update.
-    pub burn_in: usize,
-    /// How momenta start.
-    pub initial_momentum: Momentum,
-    /// δ_t and K_t along the run (the paper's Theorems 3-4); `None`: δ and K fixed.
-    #[serde(default)]
-    pub schedule: Option<ChainSchedule>,
-    /// Every so many updates, every chain starts again from an encoder draw and burns in (at the
-    /// current decoder); `None`: the chains persist for the whole run, as the paper's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refresh_every: Option<usize>,
-    /// Chains per data point M, each started from its own encoder draw; the gradient averages
-    /// them (M times the cost, 1/M the chains' share of its variance). `None`: one, as the paper.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chains_per_point: Option<usize>,
-}
-
-/// δ_t = δ (1 + t)^−`decay` and K_t ∝ (1 + t)^`growth` over the `updates` of a run, K_t scaled so
-/// that the run takes as many Langevin steps in all as K fixed would (cost-matched): the shrinking
-/// step and lengthening chains that Theorems 3-4 prescribe, at today's price.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ChainSchedule {
-    /// The exponent of δ_t's decay (0: δ fixed).
-    pub decay: f64,
-    /// The exponent of K_t's growth (0: K fixed).
-    pub growth: f64,
-    /// The run's updates (K_t's scale depends on them).
-    pub updates: usize,
-}
-
-impl ChainSchedule {
-    /// The factor of K_t = round(scale (1 + t)^growth) that makes the run's steps those of K
-    /// fixed (computed once per run: it sums over every update).
-    pub fn k_scale(&self, k: usize) -> f64 {
-        let total: f64 = (0..self.updates.max(1))
-            .map(|t| ((1 + t) as f64).powf(self.growth))
-            .sum();
-        (k * self.updates.max(1)) as f64 / total
-    }
-
-    /// (δ_t, K_t) at update `t` (from 0) for the base δ and the run's [`ChainSchedule::k_scale`]:
-    /// δ_t by the core's power law ([`Schedule::power`]), K_t rounded to the nearest step.
-    pub fn at(&self, t: usize, delta: f64, k_scale: f64) -> (f64, usize) {
-        let k_t = (k_scale * ((1 + t) as f64).powf(self.growth))
-            .round()
-            .max(1.0) as usize;
-        (Schedule::power(delta, self.decay).at(1 + t), k_t)
-    }
-
-    /// Checks the exponents: finite and ≥ 0.
-    pub fn validate(&self) -> Result<()> {
-        let fine = |v: f64| v.is_finite() && v >= 0.0;
-        if fine(self.decay) && fine(self.growth) {
-            return Ok(());
-        }
-        Err(SagdError::InvalidSetting {
-            name: "sagd schedule",
-            value: format!("decay {}, growth {}", self.decay, self.growth),
-            fix: "use exponents ≥ 0 (δ_t may only shrink, K_t only grow)".into(),
-        })
-    }
-}
-
-impl Default for LangevinChains {
-    fn default() -> Self {
-        LangevinChains {
-            langevin: LangevinSettings {
-                scheme: Scheme::Baoab,
-                gamma: 2.0,
-            },
-            step_size: 0.02,
-            steps: 10,
-            burn_in: 50,
-            initial_momentum: Momentum::Normal,
-            schedule: None,
-            refresh_every: None,
-            chains_per_point: None,
-        }
-    }
-}
-
-/// HMC's chains: from an encoder draw at every update, `transitions` Metropolis-tested
-/// trajectories.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct HmcChains {
-    /// Leapfrog step and steps per proposal.
-    pub hmc: HmcSettings,
-    /// Transitions per update.
-    pub transitions: usize,
-}
 
 /// What a chain run returns to the estimator: each step's summary, and each block's sum of ∇θ f
 /// (or the target's error).
@@ -128,9 +26,9 @@ type StepsRun = (
 /// decoder's posterior; the gradient is the chain average of ∇θ of −log p(x | u; θ).
 pub struct ChainEstimator<'a> {
     vae: &'a Vae,
-    /// The data points, each `copies` times (copy m of point i is row m n + i): one chain per row.
+    /// The data points, each `chains_per_point` times (copy m of point i is row m n + i): one
+    /// chain per row.
     x: Cow<'a, [f32]>,
-    copies: usize,
     /// A batch of points as rows of `x` (every copy of each).
     rows: Vec<usize>,
     chains: ChainSet<f32>,
@@ -150,12 +48,10 @@ pub struct ChainEstimator<'a> {
     reused: usize,
     /// The blocks' gradient sums of the last update, reused as the next one's buffers.
     spare: Vec<Vec<f32>>,
-    /// SAGD with δ_t and K_t along the run: the base chains, the schedule, K_t's scale; and the
-    /// updates done.
-    scheduled: Option<(LangevinChains, ChainSchedule, f64)>,
+    /// SAGD's settings along the run (copies, restarts, δ_t and K_t); `None`: HMC.
+    plan: Option<ChainPlan>,
+    /// The updates done.
     update: usize,
-    /// SAGD's chains started again from the encoder every so many updates.
-    refresh_every: Option<usize>,
 }
 
 impl<'a> ChainEstimator<'a> {
@@ -175,60 +71,30 @@ impl<'a> ChainEstimator<'a> {
 
     /// SAGD: persistent underdamped Langevin chains started from an encoder draw, burn-in once.
     pub fn sagd(vae: &'a Vae, x: &'a [f32], s: &LangevinChains, seed: u64) -> Result<Self> {
-        s.langevin.validate(s.step_size)?;
-        if let Some(p) = s.schedule {
-            p.validate()?;
-        }
-        if s.refresh_every == Some(0) {
-            return Err(SagdError::InvalidSetting {
-                name: "sagd refresh_every",
-                value: "0".into(),
-                fix: "refresh the chains every 1 update or more, or never (leave it out)".into(),
-            });
-        }
-        let copies = s.chains_per_point.unwrap_or(1);
-        if copies == 0 {
-            return Err(SagdError::InvalidSetting {
-                name: "sagd chains_per_point",
-                value: "0".into(),
-                fix: "run 1 chain per data point or more".into(),
-            });
-        }
-        // Each copy of the data is a chain of the data's (and the latent's) dimension d.
-        let rows = (x.len() / vae.d.max(1)).saturating_mul(copies);
-        sagd::langevin::check_chains_fit(rows, vae.d, 4, "sagd chains_per_point")?;
-        let kernel = s.langevin.kernel::<f32>(s.step_size)?;
+        let plan = ChainPlan::new(s)?;
+        let x = plan.chain_rows(x, vae.d)?;
+        let kernel = plan.base_kernel()?;
         // Schemes that end a step at their last evaluation return the θ-gradient with it.
         let fused = kernel.ends_at_gradient();
-        let x: Cow<'a, [f32]> = if copies == 1 {
-            Cow::Borrowed(x)
-        } else {
-            Cow::Owned(x.repeat(copies))
-        };
         let mut e = Self::with(vae, x, kernel, s.steps, false, s.burn_in, seed);
-        e.copies = copies;
         e.momentum = s.initial_momentum;
         e.fused = fused;
-        e.scheduled = s.schedule.map(|p| (*s, p, p.k_scale(s.steps)));
-        e.refresh_every = s.refresh_every;
+        e.plan = Some(plan);
         Ok(e)
     }
 
     /// The chains (re)started where due, this update's δ_t and K_t (burn-in ran at the base δ),
     /// and the update counted.
     fn begin_update(&mut self, p: &VaeParams) -> Result<()> {
-        if self
-            .refresh_every
-            .is_some_and(|r| self.update > 0 && self.update.is_multiple_of(r))
-        {
+        if self.plan.is_some_and(|plan| plan.restarts_at(self.update)) {
             self.started = false;
         }
         if !self.started {
             self.start_chains(p)?;
         }
-        if let Some((c, plan, k_scale)) = self.scheduled {
-            let (delta, k) = plan.at(self.update, c.step_size, k_scale);
-            self.kernel = c.langevin.kernel::<f32>(delta)?;
+        let scheduled = self.plan.map(|plan| plan.scheduled_at(self.update));
+        if let Some((_, kernel, k)) = scheduled.transpose()?.flatten() {
+            self.kernel = kernel;
             self.steps = k;
         }
         self.update += 1;
@@ -274,8 +140,8 @@ impl<'a> ChainEstimator<'a> {
             problem: &all_problem,
             anchor: &p.dec[..],
         };
-        if let Some((c, _, _)) = self.scheduled {
-            self.kernel = c.langevin.kernel::<f32>(c.step_size)?;
+        if let Some(plan) = self.plan {
+            self.kernel = plan.base_kernel()?;
         }
         let u0 = encoder_draw(self.vae, p, &self.x, &mut self.stream, &mut self.pool);
         self.chains.init(&all_target, &u0, self.momentum)?;
@@ -302,7 +168,6 @@ impl<'a> ChainEstimator<'a> {
         ChainEstimator {
             vae,
             x,
-            copies: 1,
             rows: Vec::new(),
             chains,
             kernel,
@@ -320,9 +185,8 @@ impl<'a> ChainEstimator<'a> {
             fused: false,
             reused: 0,
             spare: Vec::new(),
-            scheduled: None,
+            plan: None,
             update: 0,
-            refresh_every: None,
         }
     }
 }
@@ -380,16 +244,11 @@ impl GradientEstimator for ChainEstimator<'_> {
     ) -> Result<f64> {
         self.begin_update(p)?;
         let d = self.vae.d;
-        let points = self.x.len() / (d * self.copies);
-        let batch = if self.copies == 1 {
-            batch
-        } else {
-            // Every copy of the batch's points, copy by copy.
-            self.rows.clear();
-            for m in 0..self.copies {
-                self.rows.extend(batch.iter().map(|&i| m * points + i));
-            }
-            &self.rows[..]
+        let copies = self.plan.map_or(1, |plan| plan.copies());
+        let points = self.x.len() / (d * copies);
+        let batch = match self.plan {
+            Some(plan) => plan.batch_rows(batch, points, &mut self.rows),
+            None => batch,
         };
         let full =
             batch.len() == self.chains.n_chains() && batch.iter().enumerate().all(|(k, &i)| k == i);
@@ -480,6 +339,7 @@ impl GradientEstimator for ChainEstimator<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::train::ChainSchedule;
 
     /// A VAE with `hidden` units initialised from `seed`, `n` points of smooth 1-D data, and the
     /// batch of all of them.

@@ -6,11 +6,13 @@
 
 mod bound;
 mod chain;
+mod chain_settings;
 mod gpu;
 
 pub use crate::cuda::AdamStep;
 pub use bound::BoundEstimator;
-pub use chain::{ChainEstimator, ChainSchedule, HmcChains, LangevinChains};
+pub use chain::ChainEstimator;
+pub use chain_settings::{ChainSchedule, HmcChains, LangevinChains};
 pub use gpu::{GpuBoundEstimator, GpuChainEstimator};
 
 use std::path::PathBuf;

@@ -4,7 +4,9 @@
 //! evaluations of the decoder's posterior) and the CPU's end of a transition (divergences, the Metropolis test), as
 //! elementwise kernels; the θ-gradient of an update is one pass over the K accepted states of every
 //! chain. Chain noise comes from a device stream ([`GpuRng`]): the same law as the CPU's per-chain
-//! streams, not the same draws; encoder draws use the CPU estimator's host stream.
+//! streams, not the same draws; encoder draws use the CPU estimator's host stream. SAGD's chain
+//! options (several chains per point, restarts from the encoder, δ_t and K_t) follow the CPU's
+//! plan ([`ChainPlan`]).
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use sagd::error::{Result, SagdError};
@@ -14,8 +16,10 @@ use sagd::run::{decode, encode};
 use serde::{Deserialize, Serialize};
 
 use crate::cuda::{act_code, grid, Gpu, GpuError, GpuResult, GpuRng, GpuWorkspace, Replay};
+use crate::train::chain_settings::ChainPlan;
 use crate::train::{gather_rows, GradientEstimator, HmcChains, LangevinChains};
 use crate::vae::{Vae, VaeParams};
+use std::borrow::Cow;
 
 mod update;
 
@@ -125,6 +129,8 @@ struct Record {
     started: bool,
     divergences: usize,
     acceptance: Vec<f64>,
+    #[serde(default)]
+    update: usize,
 }
 
 /// HMC (fresh chains from an encoder draw at every update) or SAGD (persistent chains) on the
@@ -132,7 +138,8 @@ struct Record {
 pub struct GpuChainEstimator<'a> {
     gpu: Gpu,
     vae: &'a Vae,
-    x: &'a [f32],
+    /// The data points, each `chains_per_point` times, as the CPU's: one chain per row.
+    x: Cow<'a, [f32]>,
     ops: Vec<Op<f32>>,
     /// Normal draws per coordinate per transition: the program's, and the fresh momenta of
     /// diverged rows.
@@ -154,14 +161,24 @@ pub struct GpuChainEstimator<'a> {
     b: Option<Buffers>,
     /// Chain positions and momenta restored from a checkpoint before the buffers exist.
     pending: Option<(Vec<f32>, Vec<f32>)>,
-    /// An update's transitions and θ-gradient as a graph, by (batch size, whole data).
-    replay: Replay<(usize, bool)>,
+    /// An update's transitions and θ-gradient as a graph, by (batch size, whole data, K, the
+    /// bits of δ: a schedule changes the last two).
+    replay: Replay<(usize, bool, usize, u64)>,
+    /// SAGD's settings along the run (copies, restarts, δ_t and K_t); `None`: HMC.
+    plan: Option<ChainPlan>,
+    /// The updates done.
+    update: usize,
+    /// The bits of this update's δ_t (0 without a schedule).
+    delta_bits: u64,
+    /// A batch of points as rows of `x` (every copy of each).
+    rows: Vec<usize>,
 }
 
 impl<'a> GpuChainEstimator<'a> {
     /// HMC as [`ChainEstimator::hmc`](crate::train::ChainEstimator::hmc), on `gpu`.
     pub fn hmc(gpu: Gpu, vae: &'a Vae, x: &'a [f32], s: &HmcChains, seed: u64) -> Result<Self> {
         let kernel = s.hmc.kernel::<f32>()?;
+        let x = Cow::Borrowed(x);
         Self::with(gpu, vae, x, &kernel, (s.transitions, true, 0), seed)
     }
 
@@ -173,42 +190,26 @@ impl<'a> GpuChainEstimator<'a> {
         s: &LangevinChains,
         seed: u64,
     ) -> Result<Self> {
-        s.langevin.validate(s.step_size)?;
-        // What the CPU's chains offer beyond the paper's and these do not.
-        let cpu_only = [
-            (
-                s.schedule.is_some(),
-                "sagd schedule",
-                "δ_t and K_t along the run",
-            ),
-            (
-                s.refresh_every.is_some(),
-                "sagd refresh_every",
-                "chains started again from the encoder",
-            ),
-            (
-                s.chains_per_point.is_some_and(|m| m != 1),
-                "sagd chains_per_point",
-                "several chains per data point",
-            ),
-        ];
-        if let Some(&(_, name, what)) = cpu_only.iter().find(|c| c.0) {
-            return Err(SagdError::InvalidSetting {
-                name,
-                value: what.into(),
-                fix: format!("run {what} on the CPU (--device cpu), or the paper's chains here"),
-            });
-        }
-        let kernel = s.langevin.kernel::<f32>(s.step_size)?;
+        let plan = ChainPlan::new(s)?;
+        let x = plan.chain_rows(x, vae.d)?;
+        let kernel = plan.base_kernel()?;
         let mut e = Self::with(gpu, vae, x, &kernel, (s.steps, false, s.burn_in), seed)?;
         e.momentum = s.initial_momentum;
+        e.plan = Some(plan);
         Ok(e)
+    }
+
+    /// Sets the kernel the transitions run (its program; the scheme's noise per step and
+    /// Metropolis test do not change along a run).
+    fn set_kernel(&mut self, kernel: &Kernel<f32>) -> Result<()> {
+        self.ops = program(kernel)?;
+        Ok(())
     }
 
     fn with(
         gpu: Gpu,
         vae: &'a Vae,
-        x: &'a [f32],
+        x: Cow<'a, [f32]>,
         kernel: &Kernel<f32>,
         (steps, fresh, burn_in): (usize, bool, usize),
         seed: u64,
@@ -236,6 +237,10 @@ impl<'a> GpuChainEstimator<'a> {
             b: None,
             pending: None,
             replay: Replay::default(),
+            plan: None,
+            update: 0,
+            delta_bits: 0,
+            rows: Vec::new(),
         })
     }
 
@@ -247,7 +252,7 @@ impl<'a> GpuChainEstimator<'a> {
         Ok(Buffers {
             dec: z(n_dec)?,
             enc: z(n_enc)?,
-            x_all: gpu.upload(self.x)?,
+            x_all: gpu.upload(&self.x)?,
             x_batch: z(nd)?,
             pos: z(nd)?,
             rho_all: z(nd)?,
@@ -382,6 +387,7 @@ impl GradientEstimator for GpuChainEstimator<'_> {
             started: self.started,
             divergences: self.divergences,
             acceptance: self.acceptance.clone(),
+            update: self.update,
         })
     }
 
@@ -397,6 +403,7 @@ impl GradientEstimator for GpuChainEstimator<'_> {
         self.started = r.started;
         self.divergences = r.divergences;
         self.acceptance = r.acceptance;
+        self.update = r.update;
         match &mut self.b {
             Some(b) => {
                 self.gpu.upload_into(&r.pos, &mut b.pos)?;

@@ -272,9 +272,55 @@ impl<'a> GpuChainEstimator<'a> {
             self.gpu.upload_into(&pos, &mut b.pos)?;
             self.gpu.upload_into(&rho, &mut b.rho_all)?;
         }
+        // Every copy of the batch's points, copy by copy, as the CPU's.
+        let mut rows = std::mem::take(&mut self.rows);
+        let points = self.x.len() / (self.vae.d * self.plan.map_or(1, |plan| plan.copies()));
+        let batch = match self.plan {
+            Some(plan) => plan.batch_rows(batch, points, &mut rows),
+            None => batch,
+        };
         let out = self.update(&mut b, p, batch, g_dec);
+        self.rows = rows;
         self.b = Some(b);
         out
+    }
+
+    /// The chains restarted where due (the burn-in at the base δ) and this update's δ_t and
+    /// K_t, as the CPU's `begin_update`; then the update counted.
+    fn begin_update(&mut self, b: &mut Buffers) -> GpuResult<()> {
+        if !self.started {
+            if let Some(plan) = self.plan {
+                self.set_kernel(&plan.base_kernel()?)?;
+            }
+            self.start(b)?;
+        }
+        let scheduled = self.plan.map(|plan| plan.scheduled_at(self.update));
+        if let Some((delta, kernel, k)) = scheduled.transpose()?.flatten() {
+            self.set_kernel(&kernel)?;
+            self.steps = k;
+            self.delta_bits = delta.to_bits();
+            self.fit_steps(b)?;
+        }
+        self.update += 1;
+        Ok(())
+    }
+
+    /// Grows the buffers of an update's transitions (noise, uniforms, accepted states and their
+    /// residuals) to K_t when a schedule lengthened the chains; a captured graph, which names
+    /// the old buffers, is dropped.
+    fn fit_steps(&mut self, b: &mut Buffers) -> GpuResult<()> {
+        let (n, d) = (self.x.len() / self.vae.d, self.vae.d);
+        let steps = self.steps.max(1);
+        if b.store.len() >= steps * n * d {
+            return Ok(());
+        }
+        let gpu = &self.gpu;
+        b.noise = gpu.zeros(steps * self.normals_per_coord * n * d)?;
+        b.uni = gpu.zeros(steps * n)?;
+        b.store = gpu.zeros(steps * n * d)?;
+        b.resid = gpu.zeros(steps * n * d)?;
+        self.replay = Replay::default();
+        Ok(())
     }
 
     fn update(
@@ -288,21 +334,22 @@ impl<'a> GpuChainEstimator<'a> {
         let nb = batch.len();
         let len = nb * d;
         let all = nb == n && batch.iter().enumerate().all(|(k, &i)| k == i);
+        if self.plan.is_some_and(|plan| plan.restarts_at(self.update)) {
+            self.started = false;
+        }
         self.gpu.upload_into(&p.dec, &mut b.dec)?;
         // The encoder draws the chains' start (and HMC's at every update).
         if !self.started || self.fresh_from_encoder {
             self.gpu.upload_into(&p.enc, &mut b.enc)?;
         }
-        if !self.started {
-            self.start(b)?;
-        }
+        self.begin_update(b)?;
         let gpu = &self.gpu;
         // The batch's chains into state a.
         if all {
             gpu.copy(&b.pos, &mut b.xa, len)?;
             gpu.copy(&b.rho_all, &mut b.rho, len)?;
         } else {
-            gather_rows(self.x, d, batch, &mut self.xb);
+            gather_rows(&self.x, d, batch, &mut self.xb);
             gpu.upload_into(&self.xb, &mut b.x_batch)?;
             let idx: Vec<i32> = batch.iter().map(|&i| i as i32).collect();
             gpu.stream.memcpy_htod(&idx, &mut b.idx.slice_mut(..nb))?;
@@ -329,7 +376,8 @@ impl<'a> GpuChainEstimator<'a> {
         self.draw(b, self.steps, nb)?;
         // The K transitions and the θ-gradient, replayed from a CUDA graph once captured.
         let mut replay = std::mem::take(&mut self.replay);
-        let res = replay.run(&self.gpu, (nb, all), || self.steps_and_gradient(b, all, nb));
+        let key = (nb, all, self.steps, self.delta_bits);
+        let res = replay.run(&self.gpu, key, || self.steps_and_gradient(b, all, nb));
         self.replay = replay;
         res?;
         let sums = self.take_sums(b)?;

@@ -1,0 +1,277 @@
+//! The chains' settings (SAGD's Langevin chains, HMC's, the schedule of δ_t and K_t) and what
+//! they change along a run, shared by the chain estimators of both devices ([`ChainPlan`]).
+
+use sagd::error::{Result, SagdError};
+use sagd::hmc::HmcSettings;
+use sagd::langevin::{Kernel, LangevinSettings, Momentum, Scheme};
+use sagd::schedule::Schedule;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+
+/// SAGD's chains: persistent underdamped Langevin chains on u, one per data point. The defaults
+/// are experiment E2's, except BAOAB for the paper's Euler scheme (less bias at the same cost).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LangevinChains {
+    /// The integrator and the friction γ.
+    pub langevin: LangevinSettings,
+    /// The Langevin step δ.
+    pub step_size: f64,
+    /// Steps per update K.
+    pub steps: usize,
+    /// Burn-in steps before the first update.
+    pub burn_in: usize,
+    /// How momenta start.
+    pub initial_momentum: Momentum,
+    /// δ_t and K_t along the run (the paper's Theorems 3-4); `None`: δ and K fixed.
+    #[serde(default)]
+    pub schedule: Option<ChainSchedule>,
+    /// Every so many updates, every chain starts again from an encoder draw and burns in (at the
+    /// current decoder); `None`: the chains persist for the whole run, as the paper's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_every: Option<usize>,
+    /// Chains per data point M, each started from its own encoder draw; the gradient averages
+    /// them (M times the cost, 1/M the chains' share of its variance). `None`: one, as the paper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chains_per_point: Option<usize>,
+}
+
+/// δ_t = δ (1 + t)^−`decay` and K_t ∝ (1 + t)^`growth` over the `updates` of a run, K_t scaled so
+/// that the run takes as many Langevin steps in all as K fixed would (cost-matched): the shrinking
+/// step and lengthening chains that Theorems 3-4 prescribe, at today's price.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChainSchedule {
+    /// The exponent of δ_t's decay (0: δ fixed).
+    pub decay: f64,
+    /// The exponent of K_t's growth (0: K fixed).
+    pub growth: f64,
+    /// The run's updates (K_t's scale depends on them).
+    pub updates: usize,
+}
+
+impl ChainSchedule {
+    /// The factor of K_t = round(scale (1 + t)^growth) that makes the run's steps those of K
+    /// fixed (computed once per run: it sums over every update).
+    pub fn k_scale(&self, k: usize) -> f64 {
+        let total: f64 = (0..self.updates.max(1))
+            .map(|t| ((1 + t) as f64).powf(self.growth))
+            .sum();
+        (k * self.updates.max(1)) as f64 / total
+    }
+
+    /// (δ_t, K_t) at update `t` (from 0) for the base δ and the run's [`ChainSchedule::k_scale`]:
+    /// δ_t by the core's power law ([`Schedule::power`]), K_t rounded to the nearest step.
+    pub fn at(&self, t: usize, delta: f64, k_scale: f64) -> (f64, usize) {
+        let k_t = (k_scale * ((1 + t) as f64).powf(self.growth))
+            .round()
+            .max(1.0) as usize;
+        (Schedule::power(delta, self.decay).at(1 + t), k_t)
+    }
+
+    /// Checks the exponents: finite and ≥ 0.
+    pub fn validate(&self) -> Result<()> {
+        let fine = |v: f64| v.is_finite() && v >= 0.0;
+        if fine(self.decay) && fine(self.growth) {
+            return Ok(());
+        }
+        Err(SagdError::InvalidSetting {
+            name: "sagd schedule",
+            value: format!("decay {}, growth {}", self.decay, self.growth),
+            fix: "use exponents ≥ 0 (δ_t may only shrink, K_t only grow)".into(),
+        })
+    }
+}
+
+impl Default for LangevinChains {
+    fn default() -> Self {
+        LangevinChains {
+            langevin: LangevinSettings {
+                scheme: Scheme::Baoab,
+                gamma: 2.0,
+            },
+            step_size: 0.02,
+            steps: 10,
+            burn_in: 50,
+            initial_momentum: Momentum::Normal,
+            schedule: None,
+            refresh_every: None,
+            chains_per_point: None,
+        }
+    }
+}
+
+/// HMC's chains: from an encoder draw at every update, `transitions` Metropolis-tested
+/// trajectories.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HmcChains {
+    /// Leapfrog step and steps per proposal.
+    pub hmc: HmcSettings,
+    /// Transitions per update.
+    pub transitions: usize,
+}
+
+/// What SAGD's chain settings change along a run, the same on either device: the data's rows
+/// (each point `chains_per_point` times), restarts from the encoder every `refresh_every`
+/// updates, and δ_t and K_t by the schedule (a (re)start burns in at the base δ). Made from
+/// settings checked once, here.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ChainPlan {
+    chains: LangevinChains,
+    /// K_t's scale over the run, when scheduled.
+    k_scale: f64,
+}
+
+impl ChainPlan {
+    /// The plan of `s`, every setting checked, with messages that say what to change.
+    pub(crate) fn new(s: &LangevinChains) -> Result<ChainPlan> {
+        s.langevin.validate(s.step_size)?;
+        if let Some(p) = s.schedule {
+            p.validate()?;
+        }
+        if s.refresh_every == Some(0) {
+            return Err(SagdError::InvalidSetting {
+                name: "sagd refresh_every",
+                value: "0".into(),
+                fix: "refresh the chains every 1 update or more, or never (leave it out)".into(),
+            });
+        }
+        if s.chains_per_point == Some(0) {
+            return Err(SagdError::InvalidSetting {
+                name: "sagd chains_per_point",
+                value: "0".into(),
+                fix: "run 1 chain per data point or more".into(),
+            });
+        }
+        Ok(ChainPlan {
+            chains: *s,
+            k_scale: s.schedule.map_or(1.0, |p| p.k_scale(s.steps)),
+        })
+    }
+
+    /// Chains per data point.
+    pub(crate) fn copies(&self) -> usize {
+        self.chains.chains_per_point.unwrap_or(1)
+    }
+
+    /// One chain per row: the data `x` (points of dimension `d`) each [`ChainPlan::copies`]
+    /// times, copy m of point i as row m n + i; refused if the chains would not fit in memory.
+    pub(crate) fn chain_rows<'x>(&self, x: &'x [f32], d: usize) -> Result<Cow<'x, [f32]>> {
+        let copies = self.copies();
+        let rows = (x.len() / d.max(1)).saturating_mul(copies);
+        sagd::langevin::check_chains_fit(rows, d, 4, "sagd chains_per_point")?;
+        Ok(if copies == 1 {
+            Cow::Borrowed(x)
+        } else {
+            Cow::Owned(x.repeat(copies))
+        })
+    }
+
+    /// The rows of a batch of `points`' indices: every copy of them, copy by copy (the batch
+    /// itself with one copy), in `rows`.
+    pub(crate) fn batch_rows<'b>(
+        &self,
+        batch: &'b [usize],
+        points: usize,
+        rows: &'b mut Vec<usize>,
+    ) -> &'b [usize] {
+        if self.copies() == 1 {
+            return batch;
+        }
+        rows.clear();
+        for m in 0..self.copies() {
+            rows.extend(batch.iter().map(|&i| m * points + i));
+        }
+        rows
+    }
+
+    /// Whether the chains start again from the encoder before update `t` (from 0).
+    pub(crate) fn restarts_at(&self, t: usize) -> bool {
+        self.chains
+            .refresh_every
+            .is_some_and(|r| t > 0 && t.is_multiple_of(r))
+    }
+
+    /// The kernel at the base δ: the burn-in's, and every update's without a schedule.
+    pub(crate) fn base_kernel(&self) -> Result<Kernel<f32>> {
+        self.chains.langevin.kernel(self.chains.step_size)
+    }
+
+    /// Update `t`'s δ_t, its kernel and K_t, when scheduled.
+    pub(crate) fn scheduled_at(&self, t: usize) -> Result<Option<(f64, Kernel<f32>, usize)>> {
+        let Some(plan) = self.chains.schedule else {
+            return Ok(None);
+        };
+        let (delta, k) = plan.at(t, self.chains.step_size, self.k_scale);
+        Ok(Some((delta, self.chains.langevin.kernel(delta)?, k)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan both devices follow: restarts at every r-th update after the first, every copy
+    /// of a batch copy by copy, K_t growing under a schedule, and bad settings refused by name.
+    #[test]
+    fn the_plan_restarts_copies_and_schedules_as_the_settings_say() {
+        let chains = LangevinChains {
+            refresh_every: Some(3),
+            chains_per_point: Some(2),
+            schedule: Some(ChainSchedule {
+                decay: 0.5,
+                growth: 1.0,
+                updates: 3,
+            }),
+            ..LangevinChains::default()
+        };
+        let plan = ChainPlan::new(&chains).expect("valid settings");
+        let restarts: Vec<usize> = (0..10).filter(|&t| plan.restarts_at(t)).collect();
+        assert_eq!(restarts, [3, 6, 9]);
+        let mut rows = Vec::new();
+        assert_eq!(plan.batch_rows(&[4, 1], 5, &mut rows), [4, 1, 9, 6]);
+        let x = [1.0f32, 2.0, 3.0];
+        assert_eq!(
+            &*plan.chain_rows(&x, 1).expect("fits"),
+            [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
+        );
+        // K = 10 over 3 updates, K_t ∝ 1 + t: 5, 10, 15 (30 steps, as K fixed); δ_t shrinks.
+        let at: Vec<(f64, usize)> = (0..3)
+            .map(|t| {
+                let (delta, _, k) = plan.scheduled_at(t).expect("valid").expect("scheduled");
+                (delta, k)
+            })
+            .collect();
+        assert_eq!(at.iter().map(|a| a.1).collect::<Vec<_>>(), [5, 10, 15]);
+        assert!(at[0].0 > at[1].0 && at[1].0 > at[2].0, "{at:?}");
+        let fixed = ChainPlan::new(&LangevinChains::default()).expect("valid");
+        assert!(fixed.scheduled_at(7).expect("valid").is_none());
+        assert!(!(0..10).any(|t| fixed.restarts_at(t)));
+        for (bad, name) in [
+            (
+                LangevinChains {
+                    refresh_every: Some(0),
+                    ..chains
+                },
+                "sagd refresh_every",
+            ),
+            (
+                LangevinChains {
+                    chains_per_point: Some(0),
+                    ..chains
+                },
+                "sagd chains_per_point",
+            ),
+            (
+                LangevinChains {
+                    step_size: -1.0,
+                    ..chains
+                },
+                "delta",
+            ),
+        ] {
+            match ChainPlan::new(&bad) {
+                Err(SagdError::InvalidSetting { name: got, .. }) => assert_eq!(got, name),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+}
