@@ -1,5 +1,6 @@
 //! A replication of the debiased VAE (E2): deterministic and independent of the thread count,
-//! split into chunks on wide networks, the same from a cached pre-training, and its trace.
+//! split into chunks on wide networks, the same from a cached pre-training, and its trace; bad
+//! chain settings refused before any work.
 
 use sagd_apps::debias::RunOptions;
 use sagd_nn::vae::Vae;
@@ -249,6 +250,54 @@ fn replications_split_over_processes_are_those_of_one_process() {
                 assert_eq!(a.decoders, b.decoders, "{at}");
                 assert_eq!(a.x, b.x, "{at}");
             }
+        }
+    }
+}
+
+/// Every chain setting SAGD's estimators would refuse is refused by the settings' check, which
+/// runs before the pre-training: a bad `--sagd-refresh-every` must not cost the other methods'
+/// work first.
+#[test]
+fn bad_chain_settings_are_refused_before_any_work() {
+    use sagd::error::SagdError;
+    use sagd_apps::debias::E2Settings;
+    use sagd_nn::train::ChainSchedule;
+    let base = E2Settings::default();
+    assert!(base.validate().is_ok());
+    let mut cases = Vec::new();
+    for (name, change) in [
+        (
+            "sagd refresh_every",
+            Box::new(|s: &mut E2Settings| s.method.sagd.refresh_every = Some(0))
+                as Box<dyn Fn(&mut E2Settings)>,
+        ),
+        (
+            "sagd chains_per_point",
+            Box::new(|s: &mut E2Settings| s.method.sagd.chains_per_point = Some(0)),
+        ),
+        (
+            "sagd schedule",
+            Box::new(|s: &mut E2Settings| {
+                s.method.sagd.schedule = Some(ChainSchedule {
+                    decay: -1.0,
+                    growth: 0.0,
+                    updates: 10,
+                })
+            }),
+        ),
+        (
+            "delta",
+            Box::new(|s: &mut E2Settings| s.method.sagd.step_size = 0.0),
+        ),
+    ] {
+        let mut s = base.clone();
+        change(&mut s);
+        cases.push((name, s.validate()));
+    }
+    for (name, got) in cases {
+        match got {
+            Err(SagdError::InvalidSetting { name: n, .. }) => assert_eq!(n, name),
+            other => panic!("{name}: {other:?}"),
         }
     }
 }

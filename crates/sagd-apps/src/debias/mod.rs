@@ -426,9 +426,9 @@ impl E2Settings {
                 fix: "use a fraction in [0, 1] (0: the last iterate)".into(),
             });
         }
-        m.sagd.langevin.validate(m.sagd.step_size)?;
-        // SAGD's chains run on every data point at once: too many are refused before the
-        // pre-training, not after it.
+        // SAGD's chain settings and their number (they run on every data point at once) are
+        // refused before the pre-training, not after it.
+        m.sagd.validate()?;
         let chains = self.n.saturating_mul(m.sagd.chains_per_point.unwrap_or(1));
         sagd::langevin::check_chains_fit(chains, self.p, 4, "sagd chains_per_point")?;
         m.hmc().hmc.kernel::<f32>().map(|_| ())

@@ -44,7 +44,7 @@ pub struct MnistBenchArgs {
     /// SAGD minibatches timed (after one that warms up).
     #[arg(long, default_value_t = 3)]
     sagd_batches: usize,
-    /// SAGD's integrator: euler (the paper's), obabo, baoab or ubu (a GPU: euler, obabo or baoab).
+    /// SAGD's integrator: euler (the paper's), obabo, baoab or ubu (on either device).
     #[arg(long, default_value_t = sagd::langevin::Scheme::Euler)]
     scheme: sagd::langevin::Scheme,
     /// SAGD chains that persist between an image's visits, restarted every R-th (as `sagd mnist

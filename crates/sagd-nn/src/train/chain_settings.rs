@@ -81,6 +81,34 @@ impl ChainSchedule {
     }
 }
 
+impl LangevinChains {
+    /// Checks every setting, with messages that say what to change: γ and δ for the scheme, the
+    /// schedule's exponents, and at least one update between restarts and one chain per point.
+    /// The chain estimators of both devices check it when built; a caller that has work to do
+    /// first (pre-training) checks it before.
+    pub fn validate(&self) -> Result<()> {
+        self.langevin.validate(self.step_size)?;
+        if let Some(p) = self.schedule {
+            p.validate()?;
+        }
+        if self.refresh_every == Some(0) {
+            return Err(SagdError::InvalidSetting {
+                name: "sagd refresh_every",
+                value: "0".into(),
+                fix: "refresh the chains every 1 update or more, or never (leave it out)".into(),
+            });
+        }
+        if self.chains_per_point == Some(0) {
+            return Err(SagdError::InvalidSetting {
+                name: "sagd chains_per_point",
+                value: "0".into(),
+                fix: "run 1 chain per data point or more".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 impl Default for LangevinChains {
     fn default() -> Self {
         LangevinChains {
@@ -121,26 +149,9 @@ pub(crate) struct ChainPlan {
 }
 
 impl ChainPlan {
-    /// The plan of `s`, every setting checked, with messages that say what to change.
+    /// The plan of `s`, every setting checked ([`LangevinChains::validate`]).
     pub(crate) fn new(s: &LangevinChains) -> Result<ChainPlan> {
-        s.langevin.validate(s.step_size)?;
-        if let Some(p) = s.schedule {
-            p.validate()?;
-        }
-        if s.refresh_every == Some(0) {
-            return Err(SagdError::InvalidSetting {
-                name: "sagd refresh_every",
-                value: "0".into(),
-                fix: "refresh the chains every 1 update or more, or never (leave it out)".into(),
-            });
-        }
-        if s.chains_per_point == Some(0) {
-            return Err(SagdError::InvalidSetting {
-                name: "sagd chains_per_point",
-                value: "0".into(),
-                fix: "run 1 chain per data point or more".into(),
-            });
-        }
+        s.validate()?;
         Ok(ChainPlan {
             chains: *s,
             k_scale: s.schedule.map_or(1.0, |p| p.k_scale(s.steps)),
