@@ -18,12 +18,9 @@ use super::cache::PretrainedCache;
 use super::eval::{evaluate, generate, log_likelihood_1d, simulate, Evaluation};
 use super::{E2Settings, Method};
 use crate::SEED_STREAMS;
-use sagd_nn::cuda::Gpu;
 use sagd_nn::train::{
-    BoundEstimator, ChainEstimator, GradientEstimator, TrainInfo, TrainSettings, TrainState,
-    Training,
+    Estimator, GradientEstimator, TrainInfo, TrainSettings, TrainState, Training,
 };
-use sagd_nn::train::{GpuBoundEstimator, GpuChainEstimator};
 use sagd_nn::vae::{Vae, VaeParams};
 use sagd_nn::Device;
 
@@ -91,20 +88,6 @@ pub struct RunOptions {
     /// Raised by a host (Python's Ctrl-C), it stops the phase in progress after its current
     /// update: the run returns [`SagdError::Interrupted`](sagd::error::SagdError::Interrupted).
     pub stop: Option<Arc<AtomicBool>>,
-}
-
-/// A bound estimator (k = 1: the ELBO; k > 1: IWAE) on `device`.
-fn bound_estimator<'a>(
-    device: Device,
-    vae: &'a Vae,
-    x: &'a [f32],
-    k: usize,
-    seed: u64,
-) -> Result<Box<dyn GradientEstimator + 'a>> {
-    Ok(match device {
-        Device::Cpu => Box::new(BoundEstimator::new(vae, x, k, seed)),
-        Device::Cuda(i) => Box::new(GpuBoundEstimator::new(Gpu::open(i)?, vae, x, k, seed)),
-    })
 }
 
 /// A training phase of a replication as the runner sees it: its name, settings and identity.
@@ -338,13 +321,8 @@ impl Fit<'_> {
         let t0 = Instant::now();
         let seed = Seed::new(seed);
         let streams = seed.stream("pretrain");
-        let mut pre = bound_estimator(
-            opts.device,
-            self.vae,
-            self.x,
-            1,
-            streams.stream("estimator").get(),
-        )?;
+        let pre_seed = streams.stream("estimator").get();
+        let mut pre = Estimator::Bound { k: 1 }.on(opts.device, self.vae, self.x, pre_seed)?;
         let phase = Phase {
             name: "pretrain",
             settings: TrainSettings {
@@ -391,19 +369,10 @@ impl Fit<'_> {
     /// Method `m`'s gradient estimator on the run's device, from its own seed.
     fn estimator(&self, m: Method, mseed: u64) -> Result<Box<dyn GradientEstimator + '_>> {
         let (s, vae, x, device) = (self.s, self.vae, self.x, self.opts.device);
-        Ok(match m {
-            Method::Vae => bound_estimator(device, vae, x, 1, mseed)?,
-            Method::Iwae => bound_estimator(device, vae, x, s.method.iwae_k, mseed)?,
-            Method::Hmc => match device {
-                Device::Cpu => Box::new(ChainEstimator::hmc(vae, x, &s.method.hmc(), mseed)?),
-                Device::Cuda(i) => Box::new(GpuChainEstimator::hmc(
-                    Gpu::open(i)?,
-                    vae,
-                    x,
-                    &s.method.hmc(),
-                    mseed,
-                )?),
-            },
+        let estimator = match m {
+            Method::Vae => Estimator::Bound { k: 1 },
+            Method::Iwae => Estimator::Bound { k: s.method.iwae_k },
+            Method::Hmc => Estimator::Hmc(s.method.hmc()),
             Method::Sagd | Method::SagdPaper => {
                 let mut chains = match m {
                     Method::SagdPaper => s.method.sagd_paper(),
@@ -412,18 +381,10 @@ impl Fit<'_> {
                 if let Some(plan) = chains.schedule.as_mut() {
                     plan.updates = s.finetune_epochs * self.per_epoch;
                 }
-                match device {
-                    Device::Cpu => Box::new(ChainEstimator::sagd(vae, x, &chains, mseed)?),
-                    Device::Cuda(i) => Box::new(GpuChainEstimator::sagd(
-                        Gpu::open(i)?,
-                        vae,
-                        x,
-                        &chains,
-                        mseed,
-                    )?),
-                }
+                Estimator::Sagd(chains)
             }
-        })
+        };
+        estimator.on(device, vae, x, mseed)
     }
 
     /// Method `m`'s fine-tuning settings. SAGD has its own learning rate, its decay, and returns

@@ -45,8 +45,7 @@ fn check_e2_estimators(
     use crate::debias::simulate;
     use sagd::langevin::{LangevinSettings, Momentum, Scheme};
     use sagd::metrics::Law;
-    use sagd_nn::train::{BoundEstimator, ChainEstimator, GpuBoundEstimator, GpuChainEstimator};
-    use sagd_nn::train::{ChainSchedule, LangevinChains};
+    use sagd_nn::train::{ChainSchedule, Estimator, LangevinChains};
     let vae = Vae::new(d, hidden);
     let law = Law::Exponential { mean: 2.0 };
     let (_, x) = simulate(&law, n, d, seed);
@@ -61,16 +60,6 @@ fn check_e2_estimators(
         initial_momentum: Momentum::Zero,
         ..LangevinChains::default()
     };
-    let mut out = Vec::new();
-    for k in [1, 50] {
-        let name = match k {
-            1 => format!("vae, d = {d}"),
-            _ => format!("iwae k = {k}, d = {d}"),
-        };
-        let mut cpu = BoundEstimator::new(&vae, &x, k, seed);
-        let mut gpu = GpuBoundEstimator::new(Gpu::open(ordinal)?, &vae, &x, k, seed);
-        out.push(compare(name, &mut cpu, &mut gpu, &params, &batch)?);
-    }
     // The chain options on the paper's chains: refreshes (the third update starts again from the
     // encoder), two chains per point, and δ_t, K_t = 5, 10, 15 (so the device's buffers grow).
     let schedule = ChainSchedule {
@@ -102,12 +91,19 @@ fn check_e2_estimators(
             },
         ),
     ];
+    let mut cases = vec![
+        (format!("vae, d = {d}"), Estimator::Bound { k: 1 }),
+        (format!("iwae k = 50, d = {d}"), Estimator::Bound { k: 50 }),
+    ];
     for (what, chains) in chain_cases {
-        let mut cpu = ChainEstimator::sagd(&vae, &x, &chains, seed)?;
-        let gpu = Gpu::open(ordinal)?;
-        let mut gpu = GpuChainEstimator::sagd(gpu, &vae, &x, &chains, seed)?;
         let name = format!("sagd chains (deterministic{what}), d = {d}");
-        out.push(compare(name, &mut cpu, &mut gpu, &params, &batch)?);
+        cases.push((name, Estimator::Sagd(chains)));
+    }
+    let mut out = Vec::new();
+    for (name, estimator) in cases {
+        let mut cpu = estimator.on(Device::Cpu, &vae, &x, seed)?;
+        let mut gpu = estimator.on(Device::Cuda(ordinal), &vae, &x, seed)?;
+        out.push(compare(name, &mut *cpu, &mut *gpu, &params, &batch)?);
     }
     Ok(out)
 }

@@ -1,18 +1,20 @@
 //! Network training: one [`Training`] job for every method, driven by the project's runner; the
 //! methods differ only in their [`GradientEstimator`] — the bounds ([`BoundEstimator`]: VAE, IWAE)
 //! or chains on the decoder's posterior ([`ChainEstimator`]: HMC, SAGD), and their twins on the
-//! CUDA backend ([`GpuBoundEstimator`], [`GpuChainEstimator`]). The update is the core crate's
-//! [`UpdateRule`] with Adam.
+//! CUDA backend ([`GpuBoundEstimator`], [`GpuChainEstimator`]), each built on the device chosen
+//! once by [`Estimator::on`]. The update is the core crate's [`UpdateRule`] with Adam.
 
 mod bound;
 mod chain;
 mod chain_settings;
+mod estimator;
 mod gpu;
 
 pub use crate::cuda::AdamStep;
 pub use bound::BoundEstimator;
 pub use chain::ChainEstimator;
 pub use chain_settings::{ChainSchedule, HmcChains, LangevinChains};
+pub use estimator::Estimator;
 pub use gpu::{GpuBoundEstimator, GpuChainEstimator};
 
 use std::path::PathBuf;
