@@ -48,6 +48,12 @@ fn bad_flags_fail_with_a_message() {
     );
     let err = refused(sagd().args(["--threads", "0", "bench", "kernel"]));
     assert!(err.contains("--threads must be at least 1"));
+    // A chain too large for any machine's memory is refused before the allocator meets it.
+    let err = refused(sagd().args(["bench", "kernel", "--dims", "100000000000000"]));
+    assert!(
+        err.contains("`--dims`") && err.contains("more than this machine"),
+        "{err}"
+    );
     for (args, says) in [
         (
             &["bench", "debias", "--dist", "gamma"][..],

@@ -214,6 +214,10 @@ fn kernel(a: KernelArgs) -> Result<()> {
     if a.dims.contains(&0) {
         anyhow::bail!("--dims: dimensions must be at least 1");
     }
+    // One chain of each dimension in f64: refused here, not by the allocator, if it cannot fit.
+    for &d in &a.dims {
+        sagd::langevin::check_chains_fit(1, d, 8, "--dims")?;
+    }
     // One thread, whatever --threads says: the table is per core.
     let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
     let rows = pool.install(|| -> Result<Vec<KernelTiming>> {
