@@ -1,5 +1,7 @@
 //! `sagd bench gpu`: the GPU engine against the CPU engine (networks, estimators, Adam, training)
 //! with the tolerances each must meet, and the networks' timings.
+// `sagd_apps::gpu_check` is deprecated as a library module; its checks move here next release.
+#![allow(deprecated)]
 
 use super::*;
 use sagd_apps::gpu_check::{
