@@ -285,9 +285,17 @@ impl<'a> GpuChainEstimator<'a> {
         out
     }
 
-    /// The chains restarted where due (the burn-in at the base δ) and this update's δ_t and
-    /// K_t, as the CPU's `begin_update`; then the update counted.
-    fn begin_update(&mut self, b: &mut Buffers) -> GpuResult<()> {
+    /// This update's parameters on the device, the chains restarted where due (the burn-in at
+    /// the base δ) and its δ_t and K_t, as the CPU's `begin_update`; then the update counted.
+    fn begin_update(&mut self, b: &mut Buffers, p: &VaeParams) -> GpuResult<()> {
+        if self.plan.is_some_and(|plan| plan.restarts_at(self.update)) {
+            self.started = false;
+        }
+        self.gpu.upload_into(&p.dec, &mut b.dec)?;
+        // The encoder draws the chains' start (and HMC's at every update).
+        if !self.started || self.fresh_from_encoder {
+            self.gpu.upload_into(&p.enc, &mut b.enc)?;
+        }
         if !self.started {
             if let Some(plan) = self.plan {
                 self.set_kernel(&plan.base_kernel()?)?;
@@ -334,15 +342,7 @@ impl<'a> GpuChainEstimator<'a> {
         let nb = batch.len();
         let len = nb * d;
         let all = nb == n && batch.iter().enumerate().all(|(k, &i)| k == i);
-        if self.plan.is_some_and(|plan| plan.restarts_at(self.update)) {
-            self.started = false;
-        }
-        self.gpu.upload_into(&p.dec, &mut b.dec)?;
-        // The encoder draws the chains' start (and HMC's at every update).
-        if !self.started || self.fresh_from_encoder {
-            self.gpu.upload_into(&p.enc, &mut b.enc)?;
-        }
-        self.begin_update(b)?;
+        self.begin_update(b, p)?;
         let gpu = &self.gpu;
         // The batch's chains into state a.
         if all {
