@@ -341,9 +341,10 @@ fn minimize<'py>(
 /// Deconvolution of `x` = Z + N(0, noise_sd²) by E2's methods (see `sagd.deconvolve`): per fitted
 /// model (`pretrained` and each method) the draws of Z (sorted), in the data's units, and the mean
 /// log-likelihood per observation on the unit-noise scale. SAGD runs with the named settings
-/// `preset` ([`sagd_apps::debias::SagdPreset`]).
+/// `preset` ([`sagd_apps::debias::SagdPreset`]); the networks train on `device` (cpu, cuda,
+/// cuda:N).
 #[pyfunction]
-#[pyo3(signature = (*, x, noise_sd, holdout, methods, seed=0, threads=None, pretrain_epochs=None, finetune_epochs=None, progress=None, preset = "default"))]
+#[pyo3(signature = (*, x, noise_sd, holdout, methods, seed=0, threads=None, pretrain_epochs=None, finetune_epochs=None, progress=None, preset = "default", device = "cpu"))]
 #[allow(clippy::too_many_arguments)]
 fn deconvolve<'py>(
     py: Python<'py>,
@@ -357,9 +358,13 @@ fn deconvolve<'py>(
     finetune_epochs: Option<usize>,
     progress: Option<Py<PyAny>>,
     preset: &str,
+    device: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
     use sagd_apps::debias::{deconvolve as fit, E2Settings, Method, RunOptions, SagdPreset};
     let preset: SagdPreset = preset.parse().map_err(py_error)?;
+    let device: sagd_nn::Device = device
+        .parse()
+        .map_err(|e| PyValueError::new_err(format!("device: {e}")))?;
     let x = x.as_array().to_vec();
     let methods = methods
         .iter()
@@ -384,6 +389,7 @@ fn deconvolve<'py>(
     let opts = RunOptions {
         keep_samples: true,
         stop: Some(stop.clone()),
+        device,
         ..RunOptions::default()
     };
     // Ctrl-C raises `stop` itself, which the phases read.

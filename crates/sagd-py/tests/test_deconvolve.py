@@ -74,6 +74,21 @@ def test_bad_inputs_are_named():
         sagd.deconvolve(x, np.float32(0.5), holdout=0.7)
 
 
+def test_a_device_by_name():
+    with pytest.raises(ValueError, match="unknown device `tpu`: use cpu, cuda or cuda:N"):
+        sagd.deconvolve([1.0, 2.0, 3.0], 0.5, device="tpu")
+    # A GPU asked for where none opens is a clear error that names CUDA, at once; where one
+    # opens, the fit runs there.
+    x = np.random.default_rng(3).normal(0.0, 1.2, size=200)
+    try:
+        r = sagd.deconvolve(x, 0.5, methods=["vae"], pretrain_epochs=20, finetune_epochs=5,
+                            holdout=0.0, device="cuda")
+    except RuntimeError as e:
+        assert "CUDA" in str(e), e
+    else:
+        assert set(r.draws) == {"pretrained", "vae"}
+
+
 def test_ctrl_c_ends_a_deconvolution_promptly():
     # Pre-training alone would take minutes; SIGINT a second in.
     script = textwrap.dedent(

@@ -254,6 +254,7 @@ def deconvolve(
     holdout: float = 0.2,
     progress: bool = False,
     preset: str = "default",
+    device: str = "cpu",
 ) -> Deconvolution:
     """Fits the law of Z from observations X = Z + N(0, noise_sd^2): the paper's E2 on your data.
 
@@ -266,11 +267,15 @@ def deconvolve(
     them best, and how sure that is. ``preset`` names SAGD's settings, as ``sagd debias
     --sagd-preset`` does: ``"default"`` (the paper's chains), ``"theorem3"``, ``"decay"``,
     ``"refresh"`` (chains restarted from the encoder every 20 updates) or ``"refresh2"``
-    (refresh with two chains per point); ``docs/results/table1.md`` compares them.
+    (refresh with two chains per point); ``docs/results/table1.md`` compares them. ``device``
+    is where the networks train: ``"cpu"``, or ``"cuda"`` (``"cuda:N"``) for an NVIDIA GPU, with
+    CUDA 13's libraries loaded when asked (the evaluation stays on the CPU).
 
     Raises:
         ValueError: fewer than 2 observations, values that are not finite, a noise sd that is not
-            a positive number, an unknown method or preset, a holdout outside [0, 0.5].
+            a positive number, an unknown method, preset or device, a holdout outside [0, 0.5].
+        RuntimeError: ``device="cuda"`` where no GPU or CUDA library can be opened (the message
+            says which).
     """
     xv = _vector("x", x)
     # numpy's scalars (float32 included) are numbers too; bool is not.
@@ -284,7 +289,8 @@ def deconvolve(
         d = _core.deconvolve(x=xv, noise_sd=float(noise_sd), holdout=float(holdout),
                              methods=list(methods), seed=_whole("seed", seed),
                              threads=_threads(threads), pretrain_epochs=pretrain_epochs,
-                             finetune_epochs=finetune_epochs, progress=show, preset=str(preset))
+                             finetune_epochs=finetune_epochs, progress=show, preset=str(preset),
+                             device=str(device))
     finally:
         close()
     return Deconvolution(draws={k: np.asarray(v) for k, v in d["draws"].items()},

@@ -1,5 +1,6 @@
-"""Type stubs of the extension module `sagd._core` (the Rust side; use `sagd.glmm` and
-`sagd.fit`, which check their arguments and wrap these results)."""
+"""Type stubs of the extension module `sagd._core` (the Rust side; use `sagd.glmm`, `sagd.fit`,
+`sagd.minimize` and `sagd.deconvolve`, which check their arguments and wrap these results). Every
+argument is by name; `tests/test_core_stub.py` holds these stubs to the extension's signatures."""
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -9,6 +10,7 @@ import numpy.typing as npt
 __version__: str
 
 def fit_glmm(
+    *,
     family: str,
     y: npt.NDArray[np.float64],
     x: npt.NDArray[np.float64],
@@ -16,15 +18,18 @@ def fit_glmm(
     zs: List[npt.NDArray[np.float64]],
     correlated: List[bool],
     trials: Optional[npt.NDArray[np.float64]],
-    seed: int,
-    threads: Optional[int],
-    max_msteps: Optional[int],
-    progress: Optional[Callable[[int], Any]],
+    x_names: List[str],
+    terms: List[Tuple[str, List[str]]],
+    seed: int = ...,
+    threads: Optional[int] = ...,
+    max_msteps: Optional[int] = ...,
+    progress: Optional[Callable[[int], Any]] = ...,
     method: str = ...,
     reml: bool = ...,
     nodes: Optional[int] = ...,
 ) -> Dict[str, Any]: ...
 def glmm_loglik(
+    *,
     family: str,
     y: npt.NDArray[np.float64],
     x: npt.NDArray[np.float64],
@@ -36,36 +41,48 @@ def glmm_loglik(
     seed: int = ...,
 ) -> Tuple[float, float, str]: ...
 def fit_function(
+    *,
     f: Callable[[np.ndarray, np.ndarray, np.ndarray], Tuple[Any, Any, Any]],
     theta0: npt.NDArray[np.float64],
     n_points: int,
     latent_dim: int,
-    seed: int,
-    threads: Optional[int],
-    max_msteps: Optional[int],
-    progress: Optional[Callable[[int], Any]],
+    seed: int = ...,
+    threads: Optional[int] = ...,
+    max_msteps: Optional[int] = ...,
+    progress: Optional[Callable[[int], Any]] = ...,
 ) -> Dict[str, Any]: ...
 def minimize(
+    *,
     f: Callable[[np.ndarray, np.ndarray], Tuple[Any, Any, Any]],
     theta0: npt.NDArray[np.float64],
     xi0: npt.NDArray[np.float64],
     n_chains: int,
-    schedules: Tuple[str, float, float, float, float],
     iterations: int,
-    scheme: str,
-    gamma: float,
-    seed: int,
-    threads: Optional[int],
-    progress: Optional[Callable[[int], Any]],
+    schedule: str = ...,
+    c1: float = ...,
+    c2: float = ...,
+    c: float = ...,
+    alpha0: float = ...,
+    step_size: Optional[float] = ...,
+    chain_length: Optional[int] = ...,
+    learning_rate: Optional[float] = ...,
+    scheme: str = ...,
+    gamma: float = ...,
+    seed: int = ...,
+    threads: Optional[int] = ...,
+    progress: Optional[Callable[[int], Any]] = ...,
 ) -> Dict[str, Any]: ...
 def deconvolve(
+    *,
     x: npt.NDArray[np.float64],
     noise_sd: float,
     holdout: float,
     methods: List[str],
-    seed: int,
-    threads: Optional[int],
-    pretrain_epochs: Optional[int],
-    finetune_epochs: Optional[int],
-    progress: Optional[Callable[[int], Any]],
+    seed: int = ...,
+    threads: Optional[int] = ...,
+    pretrain_epochs: Optional[int] = ...,
+    finetune_epochs: Optional[int] = ...,
+    progress: Optional[Callable[[int], Any]] = ...,
+    preset: str = ...,
+    device: str = ...,
 ) -> Dict[str, Any]: ...
