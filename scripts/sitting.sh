@@ -13,6 +13,8 @@
 #   JAX_PEER     a JAX script of E2 to time beside it in e2-gpu (none is in the repository yet),
 #                run by JAX_PY (default python3)
 #   ROUNDS       rounds of alternating timings (default 2)
+#   WHEEL        the Python package for py-gpu (default .dev/sagd-*.whl; build it here with
+#                `pip wheel ./crates/sagd-py --no-deps -w .dev`: abi3, any Python ≥ 3.9)
 #
 # Checks (a check with arguments takes them after a colon, comma-separated):
 #   gpu-check[:REPEATS]        the CUDA engine against the CPU engine (sagd bench gpu)
@@ -29,6 +31,8 @@
 #   e2-options                 E2's SAGD with each chain option on the GPU (presets theorem3,
 #                              refresh, refresh2), end to end, beside the CPU's run of each
 #   e2-cpu                     one 1-D replication on 16 and 2 threads, whole and phase by phase
+#   py-gpu                     Python's sagd.deconvolve with device="cuda" and "cpu" on the same
+#                              data (WHEEL installed into a venv over PEER_PY's numpy)
 #   bits                       the same replication on 1, 2 and 16 threads, compared bit for bit
 #   paths                      E2 (2 threads, with the peer) and E3 (e3-cpu:2,20,2) with both sides
 #                              forced onto AVX2 (SAGD_CPU_CAPABILITY, and PyTorch's ATEN/MKL/oneDNN
@@ -47,7 +51,7 @@
 #   BIN=target/release/sagd PEER_PY=.venv-peer/bin/python OUT=docs/results/archive \
 #     scripts/sitting.sh local-e3 e3-cpu:2,40,2
 set -u
-[ $# -ge 2 ] || { sed -n '2,41p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,52p' "$0"; exit 2; }
 NAME=$1; shift
 OUT=${OUT:-/tmp/sagd-sitting}
 R=$OUT/$NAME
@@ -170,6 +174,31 @@ check_e2_options() {
         && grep -E '^\| (D|W) \| this run' "$R/opt-$preset-$dev/table1.md"
     done
   done
+}
+
+check_py_gpu() {
+  local venv=$R/pyvenv wheel
+  wheel=$(ls ${WHEEL:-.dev/sagd-*.whl} 2>/dev/null | head -1)
+  [ -n "$wheel" ] || { echo "no wheel (WHEEL unset and none in .dev): skipped"; return; }
+  ${PEER_PY:-python3} -m venv --system-site-packages "$venv" &&
+    "$venv/bin/pip" install -q --no-deps --no-index "$wheel" || return
+  "$venv/bin/python" - <<'PY'
+import time
+import numpy as np
+import sagd
+rng = np.random.default_rng(1)
+x = rng.normal(2.0, 1.0, 1000) + rng.normal(0.0, 0.5, 1000)
+for device in ("cuda", "cpu"):
+    t = time.time()
+    try:
+        r = sagd.deconvolve(x, 0.5, methods=["vae", "sagd"], seed=1, pretrain_epochs=1000,
+                            finetune_epochs=200, device=device)
+    except Exception as e:  # a sitting reports every device's outcome, whatever it is
+        print(device, "failed:", e)
+        continue
+    laws = {k: (round(float(v.mean()), 3), round(float(v.std()), 3)) for k, v in r.draws.items()}
+    print(device, f"{time.time() - t:.1f} s", "mean, sd of Z:", laws, "loglik:", r.loglik_per_point)
+PY
 }
 
 check_e2_cpu() {
