@@ -157,18 +157,22 @@ fn log_likelihood(vae: &Vae, dec: &[f32], x: &[f32]) -> f64 {
     let mut ws = Workspace::default();
     vae.dec.forward(dec, &u, u.len(), &mut ws);
     let h = ws.output();
-    let log_norm = -0.5 * (2.0 * std::f64::consts::PI).ln();
+    // ∫ f(u) N(u; 0, 1) du = Σ_j w_j f(√2 t_j) / √π, and N(x; h, 1)'s constant: per node, once.
+    let log_w: Vec<f64> = gh
+        .weights
+        .iter()
+        .map(|w| w.ln() - 0.5 * std::f64::consts::PI.ln() - 0.5 * (2.0 * std::f64::consts::PI).ln())
+        .collect();
     let total: f64 = x
         .iter()
         .map(|&xi| {
-            // ∫ f(u) N(u; 0, 1) du = Σ_j w_j f(√2 t_j) / √π, summed in log space.
-            let terms: Vec<f64> = gh
-                .weights
+            // log Σ_j exp(log w_j − ½ (x − h_j)²), summed in log space.
+            let terms: Vec<f64> = log_w
                 .iter()
                 .zip(h)
-                .map(|(w, hj)| {
+                .map(|(lw, hj)| {
                     let r = (xi - hj) as f64;
-                    w.ln() - 0.5 * std::f64::consts::PI.ln() + log_norm - 0.5 * r * r
+                    lw - 0.5 * r * r
                 })
                 .collect();
             let m = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);

@@ -244,10 +244,8 @@ impl GradientEstimator for ChainEstimator<'_> {
     ) -> Result<f64> {
         self.begin_update(p)?;
         let d = self.vae.d;
-        let copies = self.plan.map_or(1, |plan| plan.copies());
-        let points = self.x.len() / (d * copies);
         let batch = match self.plan {
-            Some(plan) => plan.batch_rows(batch, points, &mut self.rows),
+            Some(plan) => plan.batch_rows(batch, self.x.len() / d, &mut self.rows),
             None => batch,
         };
         let full =

@@ -176,17 +176,19 @@ impl ChainPlan {
         })
     }
 
-    /// The rows of a batch of `points`' indices: every copy of them, copy by copy (the batch
-    /// itself with one copy), in `rows`.
+    /// The rows of a batch of points' indices among `chains` chains (the rows of
+    /// [`ChainPlan::chain_rows`]): every copy of them, copy by copy (the batch itself with one
+    /// copy), in `rows`.
     pub(crate) fn batch_rows<'b>(
         &self,
         batch: &'b [usize],
-        points: usize,
+        chains: usize,
         rows: &'b mut Vec<usize>,
     ) -> &'b [usize] {
         if self.copies() == 1 {
             return batch;
         }
+        let points = chains / self.copies();
         rows.clear();
         for m in 0..self.copies() {
             rows.extend(batch.iter().map(|&i| m * points + i));
@@ -238,7 +240,7 @@ mod tests {
         let restarts: Vec<usize> = (0..10).filter(|&t| plan.restarts_at(t)).collect();
         assert_eq!(restarts, [3, 6, 9]);
         let mut rows = Vec::new();
-        assert_eq!(plan.batch_rows(&[4, 1], 5, &mut rows), [4, 1, 9, 6]);
+        assert_eq!(plan.batch_rows(&[4, 1], 10, &mut rows), [4, 1, 9, 6]);
         let x = [1.0f32, 2.0, 3.0];
         assert_eq!(
             &*plan.chain_rows(&x, 1).expect("fits"),

@@ -1,16 +1,102 @@
-//! The estimators by what they estimate, each built on a device chosen once, here: the training
-//! job and everything above it run the same on either device, so a network of the engine's
-//! layers trains on a GPU with no GPU code of its own (`examples/own_decoder.rs`).
+//! What a gradient estimator is to the training job ([`GradientEstimator`]), the helpers its
+//! implementations share, and the estimators by what they estimate, each built on a device
+//! chosen once, here: the training job and everything above it run the same on either device, so
+//! a network of the engine's layers trains on a GPU with no GPU code of its own
+//! (`examples/own_decoder.rs`).
 
 use sagd::error::Result;
+use sagd::rng::NormalStream;
 
 use super::{
-    BoundEstimator, ChainEstimator, GpuBoundEstimator, GpuChainEstimator, GradientEstimator,
-    HmcChains, LangevinChains,
+    AdamStep, BoundEstimator, ChainEstimator, GpuBoundEstimator, GpuChainEstimator, HmcChains,
+    LangevinChains, TrainState,
 };
 use crate::cuda::Gpu;
-use crate::vae::Vae;
+use crate::net::WorkspacePool;
+use crate::vae::{Vae, VaeParams};
 use crate::Device;
+
+/// A gradient estimate of the training loss at the current parameters.
+pub trait GradientEstimator {
+    /// Whether the encoder is trained too.
+    fn trains_encoder(&self) -> bool;
+    /// Adds the gradient of the loss on the data points `batch` into `g_dec` (and `g_enc`), and
+    /// returns the loss estimate.
+    fn estimate(
+        &mut self,
+        p: &VaeParams,
+        batch: &[usize],
+        g_dec: &mut [f32],
+        g_enc: &mut [f32],
+    ) -> Result<f64>;
+    /// The estimator's own state (random streams, chains), for checkpoints.
+    fn save_state(&self) -> Result<Vec<u8>>;
+    /// Restores [`GradientEstimator::save_state`].
+    fn load_state(&mut self, bytes: &[u8]) -> Result<()>;
+    /// Method diagnostics (acceptance rates, chain states), as JSON.
+    fn diagnostics(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+    /// Takes the whole update on the estimator's device where it can: the gradient on `batch`
+    /// and Adam's `step` on parameters and moments kept there between updates, returning the
+    /// loss; `None` (the default) leaves the step to the host. `st` is the state before the
+    /// update: a device whose copy is not of `st.updates` loads it first (after a resume).
+    fn device_update(
+        &mut self,
+        _st: &TrainState,
+        _batch: &[usize],
+        _step: AdamStep,
+    ) -> Option<Result<f64>> {
+        None
+    }
+    /// Writes the device's parameters and Adam moments into `st` (before a checkpoint, at the
+    /// end of a run); nothing where the host keeps them.
+    fn device_sync(&mut self, _st: &mut TrainState) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The rows `batch` of a row-major matrix with `d` columns, into `out`.
+pub fn gather_rows(x: &[f32], d: usize, batch: &[usize], out: &mut Vec<f32>) {
+    out.clear();
+    for &i in batch {
+        out.extend_from_slice(&x[i * d..(i + 1) * d]);
+    }
+}
+
+/// One reparameterised draw u = μ + σ ε per data point (n × d), from the current encoder: the
+/// noise drawn in one stream, the encoder run on pieces of rows in parallel.
+pub fn encoder_draw(
+    vae: &Vae,
+    p: &VaeParams,
+    x: &[f32],
+    stream: &mut NormalStream,
+    pool: &mut WorkspacePool,
+) -> Vec<f32> {
+    use rayon::prelude::*;
+    let d = vae.d;
+    let n = x.len() / d;
+    let mut u = vec![0.0f32; n * d];
+    stream.fill(&mut u);
+    pool.ensure(rayon::current_num_threads());
+    let rows = vae.enc.piece_rows(n);
+    let pool = &*pool;
+    x.par_chunks(rows * d)
+        .zip(u.par_chunks_mut(rows * d))
+        .for_each(|(xp, up)| {
+            pool.with(|ws| {
+                vae.enc.forward(&p.enc, xp, xp.len() / d, ws);
+                let out = ws.output();
+                for (i, ui) in up.chunks_exact_mut(d).enumerate() {
+                    for (j, v) in ui.iter_mut().enumerate() {
+                        let (mu, lv) = (out[i * 2 * d + j], out[i * 2 * d + d + j]);
+                        *v = mu + (0.5 * lv).exp() * *v;
+                    }
+                }
+            })
+        });
+    u
+}
 
 /// A gradient estimator by what it estimates: a bound through both networks (the ELBO, or the
 /// importance-weighted bound), or chains on the decoder's posterior for the decoder alone (HMC

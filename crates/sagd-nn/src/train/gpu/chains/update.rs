@@ -274,9 +274,8 @@ impl<'a> GpuChainEstimator<'a> {
         }
         // Every copy of the batch's points, copy by copy, as the CPU's.
         let mut rows = std::mem::take(&mut self.rows);
-        let points = self.x.len() / (self.vae.d * self.plan.map_or(1, |plan| plan.copies()));
         let batch = match self.plan {
-            Some(plan) => plan.batch_rows(batch, points, &mut rows),
+            Some(plan) => plan.batch_rows(batch, self.x.len() / self.vae.d, &mut rows),
             None => batch,
         };
         let out = self.update(&mut b, p, batch, g_dec);
