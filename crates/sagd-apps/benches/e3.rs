@@ -39,11 +39,11 @@ fn e3_networks(c: &mut Criterion) {
 /// One minibatch of E3's VAE training and of its SAGD refinement at the spec's sizes (200 images;
 /// 20 chains of 5 steps each), on all threads: × 300 is an epoch of 60000 images.
 fn e3_batches(c: &mut Criterion) {
-    use sagd_apps::mnist::model::{sagd_batch, sagd_noise_len, vae_batch, Chains, E3};
+    use sagd_apps::mnist::model::{sagd_batch, sagd_noise_len, vae_batch, Chains};
     use sagd_nn::vae::VaeParams;
     let mut group = c.benchmark_group("e3_minibatch200");
     group.sample_size(10);
-    let m = E3::new(20);
+    let m = sagd_apps::mnist::e3(20);
     let p = m.init(1);
     let b = 200;
     let x: Vec<f32> = (0..b * 784)

@@ -12,8 +12,7 @@ use sagd_nn::Device;
 #[test]
 fn e3_on_the_gpu_starts_or_fails_clearly() {
     use sagd_apps::mnist::experiment::{E3Estimator, Objective};
-    use sagd_apps::mnist::model::E3;
-    let m = E3::new(20);
+    let m = sagd_apps::mnist::e3(20);
     let images = vec![0u8; 2 * 784];
     let e3 = E3Estimator::on(Device::Cuda(0), &m, &images, Objective::Vae, 1);
     match Gpu::open(0) {

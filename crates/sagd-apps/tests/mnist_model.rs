@@ -52,7 +52,7 @@ fn directional(
 fn the_vae_gradient_is_that_of_its_loss() {
     // Smooth enough along a random direction at a small step; ReLU kinks move the loss by
     // O(h²) per crossing.
-    let m = E3::new(4);
+    let m = sagd_apps::mnist::e3(4);
     let p = m.init(3);
     let x = images(6);
     let eps = normals(6 * 4, 9);
@@ -89,7 +89,7 @@ fn the_vae_gradient_is_that_of_its_loss() {
 
 #[test]
 fn sagd_without_steps_is_the_gradient_at_the_encoders_draws() {
-    let m = E3::new(4);
+    let m = sagd_apps::mnist::e3(4);
     let p = m.init(4);
     let x = images(3);
     let chains = Chains {
@@ -136,7 +136,7 @@ fn sagd_without_steps_is_the_gradient_at_the_encoders_draws() {
 #[test]
 fn the_first_euler_step_moves_by_delta_rho() {
     // u₁ = u₀ + δ ρ₀: the mean displacement after one step is δ times the mean ‖ρ₀‖.
-    let m = E3::new(4);
+    let m = sagd_apps::mnist::e3(4);
     let p = m.init(5);
     let x = images(2);
     let chains = Chains {
@@ -173,7 +173,7 @@ fn the_first_euler_step_moves_by_delta_rho() {
 
 #[test]
 fn held_out_estimates_bound_the_elbo_and_repeat_with_their_seed() {
-    let m = E3::new(4);
+    let m = sagd_apps::mnist::e3(4);
     let p = m.init(6);
     let x = images(3);
     let mut pool = Scratch::default();
@@ -192,7 +192,7 @@ fn held_out_estimates_bound_the_elbo_and_repeat_with_their_seed() {
 /// log σ² = 0) and the likelihood does not depend on u, so the posterior is N(0, I) and
 /// ∇u log p(u | x) = −u. The pass's result and its noise (drawn from `seed`).
 fn on_a_flat_likelihood(chains: &Chains, seed: u64) -> (BatchInfo, Vec<f32>) {
-    let m = E3::new(4);
+    let m = sagd_apps::mnist::e3(4);
     let p = m.init(1);
     let p = VaeParams {
         dec: vec![0.0; p.dec.len()],
@@ -298,7 +298,7 @@ fn continued_chains_join_two_visits_into_one_run_bit_for_bit() {
     // K steps, kept, then K more on the next draws: the positions, momenta and generator
     // gradient of one run of 2K steps on the same draws (a pass that dropped the carried
     // momenta, or restarted a carried chain from the encoder, would differ).
-    let m = E3::new(5);
+    let m = sagd_apps::mnist::e3(5);
     let p = m.init(4);
     let x = images(3);
     let (k, d, rows) = (3, 5, 2 * 3);
@@ -369,7 +369,7 @@ struct Passes {
 }
 
 fn passes() -> Passes {
-    let m = E3::new(20);
+    let m = sagd_apps::mnist::e3(20);
     let p = m.init(4);
     let chains = Chains::default();
     let noise = normals(sagd_noise_len(&m, &chains, 12), 8);

@@ -8,7 +8,6 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use clap::Args;
 use sagd_apps::mnist::experiment::{figure_digits, run as run_e3, E3Options, E3Result, E3Settings};
-use sagd_apps::mnist::model::E3;
 use serde::Serialize;
 
 use crate::output::{progress_bar, Staging};
@@ -310,7 +309,7 @@ pub fn write(
     let t0 = Instant::now();
     let r = run_e3(s, data, opts, &progress)?;
     bar.finish_and_clear();
-    let model = E3::new(s.latent);
+    let model = sagd_apps::mnist::e3(s.latent);
     let top = figure_digits(&model, &r.pretrained.dec, s.seed);
     let bottom = figure_digits(&model, &r.sagd.dec, s.seed);
     plot::save(

@@ -11,14 +11,17 @@
 //!   vectorised activations of [`math`].
 //! * [`vae`]: the VAE's networks and the decoder's posterior as a `LatentModel`.
 //! * [`train`]: one training job for every method, differing only in the gradient estimator.
+//! * [`bernoulli`]: the VAE of binary images (E3's model, any networks) and its minibatch passes
+//!   (ELBO, SAGD's chains, the held-out likelihood) on either device.
 //! * [`cuda`]: the CUDA backend, the same networks on an NVIDIA GPU, loaded at run time; the
 //!   estimators on it are [`train`]'s `Gpu*` twins of the CPU's.
 //!
 //! The paper's neural experiments (the debiased VAE, MNIST) are compositions of these parts in
-//! `sagd-apps`.
+//! `sagd-apps`, which holds their data, networks' shapes and runs, and no device code.
 
 #![warn(missing_docs)]
 
+pub mod bernoulli;
 mod conv;
 pub mod cuda;
 mod device;

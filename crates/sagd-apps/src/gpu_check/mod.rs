@@ -8,7 +8,7 @@ use sagd::rng::NormalStream;
 use serde::Serialize;
 
 use crate::mnist::experiment::{E3Estimator, Objective};
-use crate::mnist::model::{Chains, E3};
+use crate::mnist::model::Chains;
 use sagd_nn::cuda::{Gpu, GpuError, GpuResult, GpuWorkspace};
 use sagd_nn::math::Activation;
 use sagd_nn::train::GradientEstimator;
@@ -60,7 +60,7 @@ pub struct NetworkTiming {
 fn cases() -> Vec<(String, Sequential, usize)> {
     let one = Vae::new(1, 64);
     let high = Vae::new(100, 256);
-    let mnist = E3::new(20);
+    let mnist = crate::mnist::e3(20);
     vec![
         ("1-D decoder".into(), one.dec.clone(), 1000),
         ("1-D encoder".into(), one.enc.clone(), 1000),

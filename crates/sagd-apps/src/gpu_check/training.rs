@@ -112,7 +112,7 @@ fn check_e2_estimators(
 /// chains (every scheme) with the same binarisations and noise on both sides.
 fn check_e3_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<EstimatorCheck>> {
     use sagd::langevin::Scheme;
-    let model = E3::new(20);
+    let model = crate::mnist::e3(20);
     let images = synthetic_images(400);
     let params = model.init(seed);
     let batch: Vec<usize> = (0..200).collect();
@@ -223,7 +223,7 @@ pub fn check_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Trai
         seed,
         ..E3Settings::default()
     };
-    let model = E3::new(s.latent);
+    let model = crate::mnist::e3(s.latent);
     let p0 = model.init(sagd::rng::Seed::new(seed).stream("init").get());
     let mut nudged = p0.clone();
     for v in nudged

@@ -1,11 +1,21 @@
 //! MNIST (experiment E3): the data set. The four IDX files ship with the project in `data/mnist`
 //! ([`shipped_dir`]); `--data DIR` reads any folder with the same four files, gzipped or not
-//! (Fashion-MNIST has the same format).
+//! (Fashion-MNIST has the same format). E3's networks ([`e3`]), and its run ([`experiment`]); the
+//! model's passes on either device are sagd-nn's ([`sagd_nn::bernoulli`]).
 
 pub mod experiment;
-pub mod gpu;
 pub mod idx;
 pub mod model;
+
+/// E3's passes on the GPU, now [`sagd_nn::bernoulli::gpu`]'s (an application holds no device code).
+#[deprecated(
+    note = "E3's GPU passes moved to sagd-nn: use sagd_nn::bernoulli::gpu::{GpuPasses, Pass} \
+            (the names GpuE3 and E3Pass leave in the next release)"
+)]
+#[doc(hidden)]
+pub mod gpu {
+    pub use sagd_nn::bernoulli::gpu::{GpuPasses as GpuE3, Pass as E3Pass};
+}
 
 use std::path::{Path, PathBuf};
 
@@ -165,6 +175,17 @@ pub fn generator(d: usize) -> Sequential {
     ])
 }
 
+/// E3's model for latent dimension `d`: the VAE of binary images with [`generator`] and
+/// [`encoder`] (which fit together for any `d`; `d` = 0 is refused when a run's settings are
+/// checked).
+pub fn e3(d: usize) -> model::E3 {
+    model::E3 {
+        d,
+        gen: generator(d),
+        enc: encoder(d),
+    }
+}
+
 /// E3's encoder q_φ(u | x) = N(μ, diag e^(log σ²)): convolutions 1 → 32 (28 → 14) and 32 → 64
 /// (14 → 7), kernel 4, stride 2, padding 1, ReLU after each; FC 7·7·64 → 1024, ReLU, → 2d
 /// (μ, then log σ²).
@@ -189,6 +210,25 @@ pub fn encoder(d: usize) -> Sequential {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// E3's networks fit together as sagd-nn's checks require, and the deprecated GPU names
+    /// are the moved types.
+    #[test]
+    #[allow(deprecated)]
+    fn e3_is_a_bernoulli_vae_and_the_old_gpu_names_resolve() {
+        use std::any::TypeId;
+        let m = e3(20);
+        let checked = model::BernoulliVae::new(m.gen.clone(), m.enc.clone()).expect("they fit");
+        assert_eq!((checked, m.pixels()), (m, PIXELS));
+        assert_eq!(
+            TypeId::of::<gpu::GpuE3>(),
+            TypeId::of::<sagd_nn::bernoulli::gpu::GpuPasses>()
+        );
+        assert_eq!(
+            TypeId::of::<gpu::E3Pass<'static>>(),
+            TypeId::of::<sagd_nn::bernoulli::gpu::Pass<'static>>()
+        );
+    }
 
     #[test]
     fn the_networks_have_the_spec_shapes() {

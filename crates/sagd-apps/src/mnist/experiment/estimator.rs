@@ -66,7 +66,7 @@ enum Engine {
     /// The CPU engine, its buffers.
     Cpu(Scratch),
     /// A GPU.
-    Gpu(Box<GpuE3>),
+    Gpu(Box<GpuPasses>),
 }
 
 /// The estimator's random streams (its checkpointed state).
@@ -115,7 +115,7 @@ impl<'a> E3Estimator<'a> {
         }
         let mut est = Self::new(model, images, objective, seed);
         if let Device::Cuda(i) = device {
-            est.engine = Engine::Gpu(Box::new(GpuE3::new(Gpu::open(i)?)));
+            est.engine = Engine::Gpu(Box::new(GpuPasses::new(Gpu::open(i)?)));
         }
         Ok(est)
     }
@@ -303,8 +303,8 @@ impl GradientEstimator for E3Estimator<'_> {
         }
         let objective = self.next_update(batch);
         let what = match &objective {
-            Objective::Vae => E3Pass::Vae,
-            Objective::Sagd(chains) => E3Pass::Sagd(chains),
+            Objective::Vae => Pass::Vae,
+            Objective::Sagd(chains) => Pass::Sagd(chains),
         };
         // A second thread draws the next update's binarisation and noise while the GPU runs
         // this one from this thread (where its context is current).
@@ -396,7 +396,7 @@ mod tests {
     /// few thousand terms: a relative gap near 1e-6, bounded here by 1e-4.
     #[test]
     fn a_pass_split_by_images_is_the_whole_pass_to_rounding() {
-        let model = E3::new(4);
+        let model = crate::mnist::e3(4);
         let p = model.init(3);
         let b = 5;
         let mut rng = sagd::rng::Seed::new(11).rng();
@@ -471,7 +471,7 @@ mod tests {
 
     #[test]
     fn a_schedule_sets_each_update_s_chains_and_its_count_is_checkpointed() {
-        let model = E3::new(4);
+        let model = crate::mnist::e3(4);
         let images: Vec<u8> = (0..2 * PIXELS).map(|i| (i * 37 % 256) as u8).collect();
         let chains = Chains {
             schedule: crate::debias::schedule(0.5, 1.0),
@@ -499,7 +499,7 @@ mod tests {
 
     #[test]
     fn draws_made_ahead_are_the_draws_in_turn() {
-        let model = E3::new(20);
+        let model = crate::mnist::e3(20);
         let images: Vec<u8> = (0..4 * PIXELS).map(|i| (i * 37 % 256) as u8).collect();
         let objective = Objective::Sagd(Chains::default());
         let batches: [&[usize]; 4] = [&[0, 1], &[2, 3], &[1], &[3]];
@@ -551,7 +551,7 @@ mod tests {
 
     #[test]
     fn persistent_chains_continue_between_visits_and_restart_every_r_th() {
-        let model = E3::new(3);
+        let model = crate::mnist::e3(3);
         let images: Vec<u8> = (0..3 * PIXELS).map(|i| (i * 53 % 256) as u8).collect();
         let p = model.init(2);
         let fresh = Chains {

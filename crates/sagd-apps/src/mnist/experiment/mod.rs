@@ -14,7 +14,6 @@ use sagd::rng::{NormalStream, Seed};
 use sagd::run::{decode, encode, fnv1a, Control, Identity, Observer, Runner, FNV_OFFSET};
 use serde::{Deserialize, Serialize};
 
-use super::gpu::{E3Pass, GpuE3};
 use super::model::{
     binarise, binarise_with, held_out, sagd_batch, sagd_batch_continued, sagd_noise_blocks,
     sagd_noise_len, uniforms, vae_batch, BatchInfo, Chains, HeldOut, Scratch, E3,
@@ -22,6 +21,7 @@ use super::model::{
 use super::{Mnist, PIXELS};
 use crate::debias::cache::PretrainedCache;
 use crate::laps::Laps;
+use sagd_nn::bernoulli::gpu::{GpuPasses, Pass};
 use sagd_nn::cuda::Gpu;
 use sagd_nn::train::{
     drive_phase, AdamStep, GradientEstimator, PhaseCheckpoint, TrainInfo, TrainSettings,
@@ -219,7 +219,7 @@ pub fn train_phase(
     device: Device,
     progress: Progress<'_>,
 ) -> Result<VaeParams> {
-    let start = E3::new(s.latent).init(Seed::new(s.seed).stream("init").get());
+    let start = crate::mnist::e3(s.latent).init(Seed::new(s.seed).stream("init").get());
     train_phase_from(s, images, objective, updates, start, device, progress)
 }
 
@@ -233,7 +233,7 @@ pub fn train_phase_from(
     device: Device,
     progress: Progress<'_>,
 ) -> Result<VaeParams> {
-    let model = E3::new(s.latent);
+    let model = crate::mnist::e3(s.latent);
     let lr = match objective {
         Objective::Vae => s.vae_lr,
         Objective::Sagd(_) => s.sagd_lr,
@@ -312,7 +312,7 @@ pub fn run(
 ) -> Result<E3Result> {
     s.validate(data.train.len(), data.test.len())?;
     s.chains.runs_on(opts.device)?;
-    let model = E3::new(s.latent);
+    let model = crate::mnist::e3(s.latent);
     let images = &data.train.images[..s.train_n * PIXELS];
     let data_hash = fnv1a(FNV_OFFSET, images.iter().copied());
     let mut key = Identity::new()

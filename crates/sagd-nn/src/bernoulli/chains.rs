@@ -12,7 +12,7 @@ use super::*;
 /// What both of SAGD's passes over a minibatch read: the networks, the images, the encoder's
 /// output on them and the chains' start draws ε.
 struct Minibatch<'a> {
-    m: &'a E3,
+    m: &'a BernoulliVae,
     dec: &'a [f32],
     packed: &'a PackedWeights,
     x: &'a [f32],
@@ -43,11 +43,11 @@ impl Minibatch<'_> {
     /// The images of chains `s..e` (chain r belongs to image r mod b) into `xs`, and their starts
     /// u₀ = μ + σ ε (or where a carried chain was left) into `u`.
     fn starts(&self, (s, e): (usize, usize), xs: &mut Vec<f32>, u: &mut [f32]) {
-        let (b, d) = (self.images, self.m.d);
+        let (b, d, px) = (self.images, self.m.d, self.m.pixels());
         xs.clear();
         for (k, row) in (s..e).enumerate() {
             let i = row % b;
-            xs.extend_from_slice(&self.x[i * PIXELS..(i + 1) * PIXELS]);
+            xs.extend_from_slice(&self.x[i * px..(i + 1) * px]);
             if let Some(c) = self.carried.filter(|c| c.from[row]) {
                 u[k * d..(k + 1) * d].copy_from_slice(&c.u[row * d..(row + 1) * d]);
                 continue;
@@ -81,7 +81,7 @@ impl Minibatch<'_> {
                 let blk = blocks.start + blk;
                 let (s, e) = (blk * SUB_ROWS, (blk * SUB_ROWS + SUB_ROWS).min(rows));
                 pool.with(|bufs| {
-                    let mut xs = Vec::with_capacity((e - s) * PIXELS);
+                    let mut xs = Vec::with_capacity((e - s) * self.m.pixels());
                     self.starts((s, e), &mut xs, u);
                     let mut rho = rho0[s * d..e * d].to_vec();
                     if let Some(c) = self.carried {
@@ -95,7 +95,7 @@ impl Minibatch<'_> {
                         dec: self.dec,
                         packed: self.packed,
                         xs: &xs,
-                        work: Mutex::new((&mut bufs.gen, vec![0.0f32; (e - s) * PIXELS])),
+                        work: Mutex::new((&mut bufs.gen, vec![0.0f32; (e - s) * self.m.pixels()])),
                     };
                     // Draw i of the block: its rows of the i-th η block.
                     let draws = |i: usize| &eta[(i * rows + s) * d..(i * rows + e) * d];
@@ -140,11 +140,11 @@ impl Minibatch<'_> {
                         let e = (s + SUB_ROWS).min(r.end);
                         let n = e - s;
                         let (mut xs, mut u0) =
-                            (Vec::with_capacity(n * PIXELS), vec![0.0f32; n * d]);
+                            (Vec::with_capacity(n * self.m.pixels()), vec![0.0f32; n * d]);
                         self.starts((s, e), &mut xs, &mut u0);
                         let ue = &u[s * d..e * d];
                         self.m.gen.forward_packed(self.dec, self.packed, ue, n, ws);
-                        let mut dl = vec![0.0f32; n * PIXELS];
+                        let mut dl = vec![0.0f32; n * self.m.pixels()];
                         loss -= bernoulli_logits(ws.output(), &xs, &mut dl);
                         dl.iter_mut().for_each(|g| *g *= -scale);
                         let (gg, _) = piece.sinks(s);
@@ -176,7 +176,7 @@ impl Minibatch<'_> {
     }
 }
 
-/// SAGD's gradient for the generator on the binarised images `x` (b × 784), encoder frozen:
+/// SAGD's gradient for the generator on the binarised images `x` (b × pixels), encoder frozen:
 /// `chains.per_image` chains per image from u₀ = μ + σ ε, ρ₀, run `chains.steps` steps of the
 /// core's Langevin program ([`Kernel::run_with_noise`]) on p(u | x; θ); the gradient of the mean
 /// of −log p(x | u; θ) at their last states goes into `grad_gen` (overwritten). `noise` holds, in
@@ -189,7 +189,7 @@ impl Minibatch<'_> {
 /// order. Both split over processes (same bits): each runs its share of the blocks and of the
 /// pieces; the chains' last states are gathered, the gradients relayed in piece order.
 pub fn sagd_batch(
-    m: &E3,
+    m: &BernoulliVae,
     p: &VaeParams,
     x: &[f32],
     chains: &Chains,
@@ -207,7 +207,7 @@ pub fn sagd_batch(
 /// images continues them.
 #[allow(clippy::too_many_arguments)]
 pub fn sagd_batch_continued(
-    m: &E3,
+    m: &BernoulliVae,
     p: &VaeParams,
     x: &[f32],
     chains: &Chains,
@@ -216,7 +216,7 @@ pub fn sagd_batch_continued(
     grad_gen: &mut [f32],
     scratch: &mut Scratch,
 ) -> Result<BatchInfo> {
-    let rows = chains.per_image * (x.len() / PIXELS);
+    let rows = chains.per_image * (x.len() / m.pixels());
     for (what, expected, got) in [
         ("the carried chains' marks (C·b)", rows, carried.from.len()),
         (
@@ -243,7 +243,7 @@ pub fn sagd_batch_continued(
 /// positions and momenta (every row marked to continue).
 #[allow(clippy::too_many_arguments)]
 fn sagd_pass(
-    m: &E3,
+    m: &BernoulliVae,
     p: &VaeParams,
     x: &[f32],
     chains: &Chains,
@@ -253,7 +253,7 @@ fn sagd_pass(
     scratch: &mut Scratch,
 ) -> Result<(BatchInfo, Option<Carried>)> {
     let d = m.d;
-    let images = x.len() / PIXELS;
+    let images = x.len() / m.pixels();
     let rows = chains.per_image * images;
     let expected = sagd_noise_len(m, chains, images);
     check_len("SAGD's noise (sagd_noise_len draws)", expected, noise.len())?;
@@ -290,7 +290,7 @@ fn sagd_pass(
 }
 
 /// Draws per image of [`sagd_batch`]'s `noise`: ε, ρ₀ and the steps' η.
-pub fn sagd_noise_len(m: &E3, chains: &Chains, images: usize) -> usize {
+pub fn sagd_noise_len(m: &BernoulliVae, chains: &Chains, images: usize) -> usize {
     sagd_noise_blocks(chains) * images * m.d
 }
 
@@ -307,7 +307,7 @@ pub fn sagd_noise_blocks(chains: &Chains) -> usize {
 /// image `xs[r]`), as the core's Langevin program reads a target. The block's task is its only
 /// user: the lock is never contended.
 struct Posterior<'a> {
-    m: &'a E3,
+    m: &'a BernoulliVae,
     dec: &'a [f32],
     packed: &'a PackedWeights,
     xs: &'a [f32],
@@ -333,16 +333,13 @@ impl LogDensity<f32> for Posterior<'_> {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let (ws, dl) = &mut *work;
-        let (gen, n, d) = (&self.m.gen, logp.len(), self.m.d);
+        let (gen, n, d, px) = (&self.m.gen, logp.len(), self.m.d, self.m.pixels());
         gen.forward_packed(self.dec, self.packed, u, n, ws);
-        let rows = ws
-            .output()
-            .chunks_exact(PIXELS)
-            .zip(self.xs.chunks_exact(PIXELS));
+        let rows = ws.output().chunks_exact(px).zip(self.xs.chunks_exact(px));
         for (((lp, (logits, x)), dl), ur) in logp
             .iter_mut()
             .zip(rows)
-            .zip(dl.chunks_exact_mut(PIXELS))
+            .zip(dl.chunks_exact_mut(px))
             .zip(u.chunks_exact(d))
         {
             let prior: f64 = ur.iter().map(|v| (v * v) as f64).sum();

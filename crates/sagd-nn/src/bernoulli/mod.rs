@@ -1,41 +1,42 @@
-//! E3's model and its three passes over a minibatch: the VAE's negative ELBO with its gradients,
-//! SAGD's generator gradient from Langevin chains warm-started by the frozen encoder, and the
-//! held-out log-likelihood by importance sampling from the encoder.
+//! The VAE of binary data (experiment E3's model, for any image size and any networks) and its
+//! three passes over a minibatch: the negative ELBO with its gradients, SAGD's generator gradient
+//! from Langevin chains warm-started by the frozen encoder, and the held-out log-likelihood by
+//! importance sampling from the encoder; on the CPU here, on a GPU in [`gpu`].
 //!
 //! Images are dynamically binarised: pixel j of an image is 1 with probability (its grey level)/255,
-//! drawn afresh for every minibatch. The generator's 784 outputs are Bernoulli logits.
+//! drawn afresh for every minibatch. The generator's outputs, one per pixel, are Bernoulli logits.
 //!
 //! Every pass cuts its rows into a fixed number of pieces (fixed by the shapes, never by the
 //! threads), each summed in f64 and the pieces added in order: the same bits on any number of
 //! threads.
 
+use crate::train::ChainSchedule;
 use rand::RngExt;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 use sagd::error::Result;
 use sagd::langevin::{Kernel, LangevinSettings, Op, Scheme};
 use sagd::rng::Seed;
-use sagd_nn::train::ChainSchedule;
 
-use super::{encoder, generator, PIXELS};
-use sagd_nn::math::bernoulli_logits;
-use sagd_nn::vae::VaeParams;
-use sagd_nn::{Device, PackedWeights, ParamGrads, Sequential, Workspace, WorkspacePool};
+use crate::math::bernoulli_logits;
+use crate::vae::VaeParams;
+use crate::{Device, PackedWeights, ParamGrads, Sequential, Workspace, WorkspacePool};
 
 mod chains;
+pub mod gpu;
 mod held_out;
 
 pub use chains::{sagd_batch, sagd_batch_continued, sagd_noise_blocks, sagd_noise_len, Carried};
 pub use held_out::{generate, held_out, HeldOut};
 
-/// One thread's buffers for E3's passes: the encoder's and the generator's.
+/// One thread's buffers for the passes: the encoder's and the generator's.
 #[derive(Debug, Default)]
 pub struct Buffers {
     enc: Workspace,
     gen: Workspace,
 }
 
-/// What E3's passes keep between minibatches: each thread's network buffers and the gradients
+/// What the passes keep between minibatches: each thread's network buffers and the gradients
 /// of each piece after the first (reused: fresh ones would cost page faults on every minibatch).
 #[derive(Debug, Default)]
 pub struct Scratch {
@@ -141,12 +142,14 @@ pub const FINAL_PIECES: usize = 16;
 /// of images at a time whatever the rows).
 pub const SUB_ROWS: usize = 100;
 
-/// E3's networks for latent dimension `d`.
+/// A VAE of binary images: its latent dimension and its two networks (E3's are
+/// `sagd_apps::mnist::e3`'s). Build one with [`BernoulliVae::new`], which checks that the
+/// networks fit together.
 #[derive(Clone, Debug, PartialEq)]
-pub struct E3 {
+pub struct BernoulliVae {
     /// Latent dimension.
     pub d: usize,
-    /// h_θ: u → 784 logits.
+    /// h_θ: u → one logit per pixel.
     pub gen: Sequential,
     /// q_φ: image → (μ, log σ²).
     pub enc: Sequential,
@@ -174,7 +177,7 @@ pub struct Chains {
     /// to the phase's by the run. `None`: δ and K fixed, as the paper's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<ChainSchedule>,
-    /// Chains that persist between an image's visits (E2's `refresh_every` for E3): a visit
+    /// Chains that persist between an image's visits (E2's `refresh_every` for BernoulliVae): a visit
     /// continues each of the image's chains where its last visit left it (position and
     /// momentum), and every `refresh_every`-th visit starts them afresh from the encoder. `None`
     /// (or 1): fresh from the encoder at every visit, as the paper's.
@@ -212,7 +215,7 @@ impl Chains {
             return refuse(
                 "scheme",
                 self.scheme.to_string(),
-                "E3's chains on a GPU run drifts, kicks, exact flows and evaluations, and this \
+                "SAGD's chains on a GPU run drifts, kicks, exact flows and evaluations, and this \
                  scheme's program has more: run it with --device cpu",
             );
         }
@@ -220,7 +223,7 @@ impl Chains {
             return refuse(
                 "refresh-every",
                 self.refresh_every.unwrap_or(1).to_string(),
-                "E3's chains persist between visits on the CPU alone: run with --device cpu, or \
+                "SAGD's chains persist between visits on the CPU alone: run with --device cpu, or \
                  leave --refresh-every out (fresh chains at every visit)",
             );
         }
@@ -255,13 +258,13 @@ impl Chains {
     }
 
     /// K_t's scale under the schedule (1 without one).
-    pub(crate) fn k_scale(&self) -> f64 {
+    pub fn k_scale(&self) -> f64 {
         self.schedule.map_or(1.0, |plan| plan.k_scale(self.steps))
     }
 
     /// [`Chains::at`] with K_t's scale given ([`ChainSchedule::k_scale`] sums over the run's
     /// updates: a run computes it once).
-    pub(crate) fn at_scaled(&self, t: usize, k_scale: f64) -> Chains {
+    pub fn at_scaled(&self, t: usize, k_scale: f64) -> Chains {
         match self.schedule {
             None => *self,
             Some(plan) => {
@@ -301,14 +304,45 @@ pub struct BatchInfo {
     pub displacement: f64,
 }
 
-impl E3 {
-    /// The spec's networks.
-    pub fn new(d: usize) -> Self {
-        E3 {
-            d,
-            gen: generator(d),
-            enc: encoder(d),
+impl BernoulliVae {
+    /// The VAE of the generator `gen` (u → one logit per pixel) and the encoder `enc` (image →
+    /// μ, then log σ²), its latent dimension `gen`'s input width; refused, by name, unless the
+    /// encoder reads the generator's images and gives two numbers per latent dimension.
+    pub fn new(gen: Sequential, enc: Sequential) -> Result<Self> {
+        let d = gen.input_dim();
+        let refuse = |name, value: String, fix: String| {
+            Err(sagd::error::SagdError::InvalidSetting { name, value, fix })
+        };
+        if d == 0 || gen.output_dim() == 0 {
+            return refuse(
+                "generator",
+                format!("{d} → {}", gen.output_dim()),
+                "give the generator at least one latent input and one pixel out".into(),
+            );
         }
+        if enc.input_dim() != gen.output_dim() {
+            return refuse(
+                "encoder",
+                format!("{} inputs", enc.input_dim()),
+                format!(
+                    "the encoder reads the generator's images: give it {} inputs",
+                    gen.output_dim()
+                ),
+            );
+        }
+        if enc.output_dim() != 2 * d {
+            return refuse(
+                "encoder",
+                format!("{} outputs", enc.output_dim()),
+                format!("the encoder gives μ and log σ² for {d} latent dimensions: 2·{d} outputs"),
+            );
+        }
+        Ok(BernoulliVae { d, gen, enc })
+    }
+
+    /// Pixels per image: the generator's outputs.
+    pub fn pixels(&self) -> usize {
+        self.gen.output_dim()
     }
 
     /// Initial parameters (PyTorch's default law) from a seed.
@@ -348,11 +382,11 @@ fn pieces(n: usize, count: usize) -> Vec<std::ops::Range<usize>> {
     (0..n).step_by(per).map(|a| a..(a + per).min(n)).collect()
 }
 
-/// The VAE's mean negative ELBO over the binarised images `x` (b × 784) with one reparameterised
+/// The VAE's mean negative ELBO over the binarised images `x` (b × pixels) with one reparameterised
 /// draw per image from the noise `eps` (b × d), and its gradients into `g_dec` (the generator's)
 /// and `g_enc` (overwritten). Split over processes by its pieces (same bits).
 pub fn vae_batch(
-    m: &E3,
+    m: &BernoulliVae,
     p: &VaeParams,
     x: &[f32],
     eps: &[f32],
@@ -361,7 +395,8 @@ pub fn vae_batch(
     scratch: &mut Scratch,
 ) -> Result<BatchInfo> {
     let d = m.d;
-    let b = x.len() / PIXELS;
+    let px = m.pixels();
+    let b = x.len() / px;
     let scale = 1.0 / b as f32;
     let (mut pk_gen, mut pk_enc) = std::mem::take(&mut scratch.packed);
     m.gen.pack(&p.dec, true, &mut pk_gen);
@@ -377,7 +412,7 @@ pub fn vae_batch(
                 for s in (r.start..r.end).step_by(SUB_ROWS) {
                     let e = (s + SUB_ROWS).min(r.end);
                     let n = e - s;
-                    let xs = &x[s * PIXELS..e * PIXELS];
+                    let xs = &x[s * px..e * px];
                     m.enc.forward_packed(&p.enc, &pk_enc, xs, n, ws);
                     let out = ws.output().to_vec();
                     let mut u = vec![0.0f32; n * d];
@@ -389,7 +424,7 @@ pub fn vae_batch(
                         }
                     }
                     m.gen.forward_packed(&p.dec, &pk_gen, &u, n, wg);
-                    let mut dl = vec![0.0f32; n * PIXELS];
+                    let mut dl = vec![0.0f32; n * px];
                     loss -= bernoulli_logits(wg.output(), xs, &mut dl);
                     // ∂(−log p)/∂logits = −(x − σ), averaged over the batch.
                     dl.iter_mut().for_each(|g| *g *= -scale);
@@ -424,8 +459,9 @@ pub fn vae_batch(
 }
 
 /// The encoder's (μ, log σ²) for the images `x`, n × 2d, at its parameters `enc`.
-pub fn encode(m: &E3, enc: &[f32], x: &[f32], scratch: &mut Scratch) -> Vec<f32> {
-    let n = x.len() / PIXELS;
+pub fn encode(m: &BernoulliVae, enc: &[f32], x: &[f32], scratch: &mut Scratch) -> Vec<f32> {
+    let px = m.pixels();
+    let n = x.len() / px;
     scratch.pool.ensure(rayon::current_num_threads());
     let pool = &scratch.pool;
     let packed = &mut scratch.packed.1;
@@ -438,13 +474,8 @@ pub fn encode(m: &E3, enc: &[f32], x: &[f32], scratch: &mut Scratch) -> Vec<f32>
             pool.with(|bufs| {
                 for s in (r.start..r.end).step_by(SUB_ROWS) {
                     let e = (s + SUB_ROWS).min(r.end);
-                    m.enc.forward_packed(
-                        enc,
-                        packed,
-                        &x[s * PIXELS..e * PIXELS],
-                        e - s,
-                        &mut bufs.enc,
-                    );
+                    m.enc
+                        .forward_packed(enc, packed, &x[s * px..e * px], e - s, &mut bufs.enc);
                     out.extend_from_slice(bufs.enc.output());
                 }
             });
@@ -453,3 +484,6 @@ pub fn encode(m: &E3, enc: &[f32], x: &[f32], scratch: &mut Scratch) -> Vec<f32>
         .collect();
     parts.concat()
 }
+
+#[cfg(test)]
+mod tests;

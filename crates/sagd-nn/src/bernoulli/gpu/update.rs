@@ -3,21 +3,21 @@
 
 use super::*;
 
-impl GpuE3 {
+impl GpuPasses {
     /// One whole training update on the device: the pass `what` on `x` and `noise` at the
     /// parameters it holds (loaded from `st` when it holds another state), then Adam's `step`
     /// on the generator (and the encoder for the VAE), parameters and moments staying there.
     /// Returns the pass and whether every gradient was finite (if not, nothing moved).
     pub fn train_step(
         &mut self,
-        m: &E3,
+        m: &BernoulliVae,
         st: &TrainState,
         x: &[f32],
         noise: &[f32],
-        what: E3Pass<'_>,
+        what: Pass<'_>,
         step: AdamStep,
     ) -> GpuResult<(BatchInfo, bool)> {
-        let encoder = matches!(what, E3Pass::Vae);
+        let encoder = matches!(what, Pass::Vae);
         let want = Held {
             updates: st.updates,
             encoder,

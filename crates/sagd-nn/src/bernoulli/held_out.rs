@@ -21,7 +21,7 @@ pub struct HeldOut {
 /// see the same draws (common random numbers: their difference is paired). The images are split
 /// over processes ([`sagd::share::map`]).
 pub fn held_out(
-    m: &E3,
+    m: &BernoulliVae,
     gen: &[f32],
     enc: &[f32],
     x: &[f32],
@@ -30,7 +30,8 @@ pub fn held_out(
     scratch: &mut Scratch,
 ) -> Result<Vec<HeldOut>> {
     let d = m.d;
-    let n = x.len() / PIXELS;
+    let px = m.pixels();
+    let n = x.len() / px;
     let q = encode(m, enc, x, scratch);
     let pool = &scratch.pool;
     let packed = &mut scratch.packed.0;
@@ -44,12 +45,12 @@ pub fn held_out(
             &q[i * 2 * d..i * 2 * d + d],
             &q[i * 2 * d + d..(i + 1) * 2 * d],
         );
-        let xi = &x[i * PIXELS..(i + 1) * PIXELS];
+        let xi = &x[i * px..(i + 1) * px];
         let mut lw = Vec::with_capacity(k);
         let mut ll_sum = 0.0f64;
         pool.with(|bufs| {
             let ws = &mut bufs.gen;
-            let mut dl = vec![0.0f32; PIXELS];
+            let mut dl = vec![0.0f32; px];
             for s in (0..k).step_by(SUB_ROWS) {
                 let e = (s + SUB_ROWS).min(k);
                 let mut u = vec![0.0f32; (e - s) * d];
@@ -67,7 +68,7 @@ pub fn held_out(
                     lpq.push(v);
                 }
                 m.gen.forward_packed(gen, packed, &u, e - s, ws);
-                for (r, logits) in ws.output().chunks_exact(PIXELS).enumerate() {
+                for (r, logits) in ws.output().chunks_exact(px).enumerate() {
                     let ll = bernoulli_logits(logits, xi, &mut dl);
                     ll_sum += ll;
                     lw.push(ll + lpq[r]);
@@ -90,11 +91,11 @@ pub fn held_out(
     })
 }
 
-/// The generator's pixel probabilities σ(h_θ(u)) for the latents `u` (n × d), n × 784.
-pub fn generate(m: &E3, gen: &[f32], u: &[f32]) -> Vec<f32> {
+/// The generator's pixel probabilities σ(h_θ(u)) for the latents `u` (n × d), n × pixels.
+pub fn generate(m: &BernoulliVae, gen: &[f32], u: &[f32]) -> Vec<f32> {
     let n = u.len() / m.d.max(1);
     let mut ws = Workspace::default();
-    let mut out = Vec::with_capacity(n * PIXELS);
+    let mut out = Vec::with_capacity(n * m.pixels());
     for s in (0..n).step_by(SUB_ROWS) {
         let e = (s + SUB_ROWS).min(n);
         m.gen.forward(gen, &u[s * m.d..e * m.d], e - s, &mut ws);

@@ -20,10 +20,10 @@ impl Shape {
     }
 }
 
-impl GpuE3 {
+impl GpuPasses {
     pub(crate) fn sagd_pass(
         &mut self,
-        m: &E3,
+        m: &BernoulliVae,
         x: &[f32],
         chains: &Chains,
         noise: &[f32],
@@ -31,7 +31,7 @@ impl GpuE3 {
     ) -> GpuResult<BatchInfo> {
         let program = chains.kernel()?.unrolled(chains.steps);
         let (gpu, b, d) = (&self.gpu, &mut self.b, m.d);
-        let images = x.len() / PIXELS;
+        let images = x.len() / m.pixels();
         let rows = chains.per_image * images;
         let s = Shape {
             images,
@@ -44,7 +44,7 @@ impl GpuE3 {
             (&mut b.u0, s.len),
             (&mut b.rho, s.len),
             (&mut b.gu, s.len),
-            (&mut b.dl, rows * PIXELS),
+            (&mut b.dl, rows * m.pixels()),
             (&mut b.ll, rows),
             (&mut b.dist, rows),
             (&mut b.g_gen, n_gen),
@@ -100,7 +100,7 @@ impl GpuE3 {
     fn run_program(
         gpu: &Gpu,
         b: &mut Buffers,
-        m: &E3,
+        m: &BernoulliVae,
         s: Shape,
         program: &[(Op<f32>, Option<usize>)],
     ) -> GpuResult<()> {
@@ -128,9 +128,9 @@ impl GpuE3 {
                 Op::Gradient => Self::posterior_gradient(gpu, b, m, s)?,
                 other => {
                     return Err(GpuError::Settings(format!(
-                        "E3's chains on a GPU run drifts, kicks, exact flows and evaluations, not \
+                    "SAGD's chains on a GPU run drifts, kicks, exact flows and evaluations, not \
                          {other:?}: run this scheme with --device cpu"
-                    )))
+                )))
                 }
             }
         }
@@ -178,14 +178,14 @@ impl GpuE3 {
     }
 
     /// gu = ∇u log p(x | u) − u, the posterior's gradient at the chains' states.
-    fn posterior_gradient(gpu: &Gpu, b: &mut Buffers, m: &E3, s: Shape) -> GpuResult<()> {
+    fn posterior_gradient(gpu: &Gpu, b: &mut Buffers, m: &BernoulliVae, s: Shape) -> GpuResult<()> {
         {
             let (Some(gen), Some(u)) = (&b.gen, &b.u) else {
                 unreachable!("made by the pass");
             };
             m.gen.forward_gpu(gpu, gen, u, s.rows, &mut b.ws_gen)?;
         }
-        Self::bernoulli(gpu, b, s.rows, s.images, 1.0)?;
+        Self::bernoulli(gpu, b, s.rows, (s.images, m.pixels()), 1.0)?;
         let (Some(gen), Some(u), Some(gu), Some(dl)) = (&b.gen, &b.u, &mut b.gu, &b.dl) else {
             unreachable!("made by the pass");
         };
@@ -201,14 +201,19 @@ impl GpuE3 {
 
     /// The generator's gradient of the mean of −log p(x | u) at the chains' last states into
     /// `g_gen`, each row's log-likelihood into `ll` and its distance from its start into `dist`.
-    fn gradient_at_last_states(gpu: &Gpu, b: &mut Buffers, m: &E3, s: Shape) -> GpuResult<()> {
+    fn gradient_at_last_states(
+        gpu: &Gpu,
+        b: &mut Buffers,
+        m: &BernoulliVae,
+        s: Shape,
+    ) -> GpuResult<()> {
         {
             let (Some(gen), Some(u)) = (&b.gen, &b.u) else {
                 unreachable!("made by the pass");
             };
             m.gen.forward_gpu(gpu, gen, u, s.rows, &mut b.ws_gen)?;
         }
-        Self::bernoulli(gpu, b, s.rows, s.images, -1.0 / s.rows as f32)?;
+        Self::bernoulli(gpu, b, s.rows, (s.images, m.pixels()), -1.0 / s.rows as f32)?;
         let Buffers {
             gen: Some(gen),
             u: Some(u),

@@ -1,22 +1,21 @@
-//! E3's minibatch passes on the GPU (MNIST): the CPU's [`vae_batch`](crate::mnist::model::vae_batch)
-//! and [`sagd_batch`](crate::mnist::model::sagd_batch) step for step, from the same binarised
+//! The passes of a VAE of binary images on the GPU: the CPU's [`vae_batch`](crate::bernoulli::vae_batch)
+//! and [`sagd_batch`](crate::bernoulli::sagd_batch) step for step, from the same binarised
 //! images and the same noise drawn on the host, so both engines compute the same gradients to
-//! float rounding. A whole minibatch is one pass over all its rows: 4000 chain states for SAGD's
-//! 20 chains of 200 images.
+//! float rounding. A whole minibatch is one pass over all its rows (E3: 4000 chain states for SAGD's
+//! 20 chains of 200 images).
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use sagd::langevin::Op;
 
-use crate::mnist::model::{BatchInfo, Chains, E3};
-use crate::mnist::PIXELS;
-use sagd_nn::cuda::{adam, ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace};
-use sagd_nn::train::{AdamStep, TrainState};
-use sagd_nn::vae::VaeParams;
+use crate::bernoulli::{BatchInfo, BernoulliVae, Chains};
+use crate::cuda::{adam, ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace};
+use crate::train::{AdamStep, TrainState};
+use crate::vae::VaeParams;
 
 mod chains;
 mod update;
 
-/// Device buffers of E3's passes, kept between minibatches.
+/// Device buffers of the passes, kept between minibatches.
 #[derive(Default)]
 struct Buffers {
     gen: Option<CudaSlice<f32>>,
@@ -50,8 +49,8 @@ struct Held {
     encoder: bool,
 }
 
-/// E3's passes on one GPU.
-pub struct GpuE3 {
+/// The passes of a [`BernoulliVae`] on one GPU.
+pub struct GpuPasses {
     gpu: Gpu,
     b: Buffers,
     host: Vec<f32>,
@@ -60,7 +59,7 @@ pub struct GpuE3 {
 
 /// What a minibatch pass computes: the VAE's ELBO, or SAGD's chains.
 #[derive(Clone, Copy, Debug)]
-pub enum E3Pass<'c> {
+pub enum Pass<'c> {
     /// The negative ELBO; both networks' gradients.
     Vae,
     /// SAGD's generator gradient from these chains.
@@ -72,10 +71,10 @@ fn sum(v: &[f32]) -> f64 {
     v.iter().map(|x| *x as f64).sum()
 }
 
-impl GpuE3 {
-    /// E3's passes on `gpu`.
+impl GpuPasses {
+    /// The passes on `gpu`.
     pub fn new(gpu: Gpu) -> Self {
-        GpuE3 {
+        GpuPasses {
             gpu,
             b: Buffers::default(),
             host: Vec::new(),
@@ -95,7 +94,7 @@ impl GpuE3 {
     fn encode_inputs(
         gpu: &Gpu,
         b: &mut Buffers,
-        m: &E3,
+        m: &BernoulliVae,
         x: &[f32],
         noise: &[f32],
     ) -> GpuResult<()> {
@@ -105,7 +104,7 @@ impl GpuE3 {
             unreachable!("parameters loaded, images put above");
         };
         m.enc
-            .forward_gpu(gpu, enc, xd, x.len() / PIXELS, &mut b.ws_enc)
+            .forward_gpu(gpu, enc, xd, x.len() / m.pixels(), &mut b.ws_enc)
     }
 
     /// The first `n` values of the device buffer `slot`.
@@ -122,12 +121,12 @@ impl GpuE3 {
     }
 
     /// ll[r] = log p(x_{r mod b} | logits_r) and dl = gscale ∂ll/∂logits for the first `rows`
-    /// rows of the generator's last output.
+    /// rows of the generator's last output, over `images` images of `pixels` pixels.
     fn bernoulli(
         gpu: &Gpu,
         b: &mut Buffers,
         rows: usize,
-        images: usize,
+        (images, pixels): (usize, usize),
         gscale: f32,
     ) -> GpuResult<()> {
         let Buffers {
@@ -141,7 +140,7 @@ impl GpuE3 {
             unreachable!("made by the caller");
         };
         let logits = ws_gen.output().expect("forward ran");
-        let (bi, px) = (images as i32, PIXELS as i32);
+        let (bi, px) = (images as i32, pixels as i32);
         let mut l = gpu.stream.launch_builder(gpu.k("bernoulli_rows"));
         l.arg(logits)
             .arg(&*x)
@@ -155,17 +154,17 @@ impl GpuE3 {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: logits and dl hold rows × 784 values, x images × 784, ll rows.
+        // SAFETY: logits and dl hold rows × pixels values, x images × pixels, ll rows.
         unsafe { l.launch(cfg) }?;
         Ok(())
     }
 
-    /// The VAE's mean negative ELBO over the binarised images `x` (b × 784) with the noise `eps`
+    /// The VAE's mean negative ELBO over the binarised images `x` (b × pixels) with the noise `eps`
     /// (b × d), its gradients written into `g_dec` (the generator's) and `g_enc`: the CPU's
-    /// [`vae_batch`](crate::mnist::model::vae_batch).
+    /// [`vae_batch`](crate::bernoulli::vae_batch).
     pub fn vae_batch(
         &mut self,
-        m: &E3,
+        m: &BernoulliVae,
         p: &VaeParams,
         x: &[f32],
         eps: &[f32],
@@ -173,7 +172,7 @@ impl GpuE3 {
         g_enc: &mut [f32],
     ) -> GpuResult<BatchInfo> {
         self.load_params(p)?;
-        let info = self.pass(m, x, eps, E3Pass::Vae, p.dec.len(), p.enc.len())?;
+        let info = self.pass(m, x, eps, Pass::Vae, p.dec.len(), p.enc.len())?;
         let (Some(gg), Some(ge)) = (&self.b.g_gen, &self.b.g_enc) else {
             unreachable!("made by the pass");
         };
@@ -185,35 +184,35 @@ impl GpuE3 {
     /// A pass on the parameters on the device; its gradients stay there (`g_gen`, `g_enc`).
     fn pass(
         &mut self,
-        m: &E3,
+        m: &BernoulliVae,
         x: &[f32],
         noise: &[f32],
-        what: E3Pass<'_>,
+        what: Pass<'_>,
         n_gen: usize,
         n_enc: usize,
     ) -> GpuResult<BatchInfo> {
         match what {
-            E3Pass::Vae => self.vae_pass(m, x, noise, n_gen, n_enc),
-            E3Pass::Sagd(chains) => self.sagd_pass(m, x, chains, noise, n_gen),
+            Pass::Vae => self.vae_pass(m, x, noise, n_gen, n_enc),
+            Pass::Sagd(chains) => self.sagd_pass(m, x, chains, noise, n_gen),
         }
     }
 
     fn vae_pass(
         &mut self,
-        m: &E3,
+        m: &BernoulliVae,
         x: &[f32],
         eps: &[f32],
         n_gen: usize,
         n_enc: usize,
     ) -> GpuResult<BatchInfo> {
         let (gpu, b, d) = (&self.gpu, &mut self.b, m.d);
-        let n = x.len() / PIXELS;
+        let n = x.len() / m.pixels();
         let scale = 1.0 / n as f32;
         Self::encode_inputs(gpu, b, m, x, eps)?;
         for (slot, len) in [
             (&mut b.u, n * d),
             (&mut b.gu, n * d),
-            (&mut b.dl, n * PIXELS),
+            (&mut b.dl, n * m.pixels()),
             (&mut b.ll, n),
             (&mut b.kl, n),
             (&mut b.dout, n * 2 * d),
@@ -247,7 +246,7 @@ impl GpuE3 {
             unsafe { l.launch(grid(n * d)) }?;
             m.gen.forward_gpu(gpu, gen, u, n, ws_gen)?;
         }
-        Self::bernoulli(gpu, b, n, n, -scale)?;
+        Self::bernoulli(gpu, b, n, (n, m.pixels()), -scale)?;
         let Buffers {
             gen: Some(gen),
             enc: Some(enc),
@@ -292,12 +291,12 @@ impl GpuE3 {
         })
     }
 
-    /// SAGD's generator gradient on the binarised images `x` (b × 784), encoder frozen, from
-    /// `noise` laid out as the CPU's [`sagd_batch`](crate::mnist::model::sagd_batch) reads it
+    /// SAGD's generator gradient on the binarised images `x` (b × pixels), encoder frozen, from
+    /// `noise` laid out as the CPU's [`sagd_batch`](crate::bernoulli::sagd_batch) reads it
     /// (ε, ρ₀, then each step's η); written into `g_dec`.
     pub fn sagd_batch(
         &mut self,
-        m: &E3,
+        m: &BernoulliVae,
         p: &VaeParams,
         x: &[f32],
         chains: &Chains,
