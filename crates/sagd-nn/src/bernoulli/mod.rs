@@ -22,11 +22,14 @@ use crate::math::bernoulli_logits;
 use crate::vae::VaeParams;
 use crate::{Device, PackedWeights, ParamGrads, Sequential, Workspace, WorkspacePool};
 
+mod carry;
 mod chains;
+mod estimator;
 pub mod gpu;
 mod held_out;
 
 pub use chains::{sagd_batch, sagd_batch_continued, sagd_noise_blocks, sagd_noise_len, Carried};
+pub use estimator::{BernoulliEstimator, Objective};
 pub use held_out::{generate, held_out, HeldOut};
 
 /// One thread's buffers for the passes: the encoder's and the generator's.

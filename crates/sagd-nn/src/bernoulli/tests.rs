@@ -5,13 +5,18 @@ use crate::math::Activation;
 use sagd::error::SagdError;
 
 /// Pixels of the small images.
-const PX: usize = 6;
+pub(super) const PX: usize = 6;
 
 /// A VAE of 6-pixel images with a one-dimensional latent.
 fn small() -> BernoulliVae {
+    small_vae(1)
+}
+
+/// A VAE of 6-pixel images with a `d`-dimensional latent: MLPs of one hidden layer.
+pub(super) fn small_vae(d: usize) -> BernoulliVae {
     BernoulliVae::new(
-        Sequential::mlp(&[1, 8, PX], Activation::Tanh),
-        Sequential::mlp(&[PX, 8, 2], Activation::Tanh),
+        Sequential::mlp(&[d, 8, PX], Activation::Tanh),
+        Sequential::mlp(&[PX, 8, 2 * d], Activation::Tanh),
     )
     .expect("the networks fit")
 }

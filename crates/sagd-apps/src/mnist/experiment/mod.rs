@@ -7,35 +7,29 @@
 
 use std::path::PathBuf;
 
-use rand_xoshiro::Xoshiro256PlusPlus;
 use sagd::error::{Result, SagdError};
 use sagd::optim::Averaging;
-use sagd::rng::{NormalStream, Seed};
+use sagd::rng::Seed;
 use sagd::run::{decode, encode, fnv1a, Control, Identity, Observer, Runner, FNV_OFFSET};
 use serde::{Deserialize, Serialize};
 
-use super::model::{
-    binarise, binarise_with, held_out, sagd_batch, sagd_batch_continued, sagd_noise_blocks,
-    sagd_noise_len, uniforms, vae_batch, BatchInfo, Chains, HeldOut, Scratch, E3,
-};
+use super::model::{binarise, held_out, Chains, HeldOut, Scratch, E3};
 use super::{Mnist, PIXELS};
 use crate::debias::cache::PretrainedCache;
 use crate::laps::Laps;
-use sagd_nn::bernoulli::gpu::{GpuPasses, Pass};
-use sagd_nn::cuda::Gpu;
 use sagd_nn::train::{
-    drive_phase, AdamStep, GradientEstimator, PhaseCheckpoint, TrainInfo, TrainSettings,
-    TrainState, Training,
+    drive_phase, PhaseCheckpoint, TrainInfo, TrainSettings, TrainState, Training,
 };
 use sagd_nn::vae::VaeParams;
 use sagd_nn::Device;
 
-mod carry;
-mod estimator;
 mod result;
 mod settings;
 
-pub use estimator::{E3Estimator, Objective};
+pub use sagd_nn::bernoulli::Objective;
+
+/// E3's gradient estimator: that of a VAE of binary images, on MNIST's.
+pub type E3Estimator<'a> = sagd_nn::bernoulli::BernoulliEstimator<'a>;
 pub use result::{Curve, E3Result, Evaluation, Paired};
 pub use settings::{E3Options, E3Settings};
 

@@ -1,8 +1,9 @@
 //! Chains that persist between an image's visits (`Chains::refresh_every`): each image's chains
 //! kept where its last visit left them, restarted from the encoder every `refresh_every`-th visit.
 
-use super::*;
-use crate::mnist::model::Carried;
+use serde::{Deserialize, Serialize};
+
+use super::{Carried, Chains};
 
 /// Every training image's chains (C per image, d values each) where its last visit left them,
 /// and its visits so far: part of the estimator's checkpointed state. Empty until chains persist.

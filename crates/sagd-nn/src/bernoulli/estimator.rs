@@ -1,14 +1,29 @@
-//! E3's gradient estimator: the VAE's or SAGD's minibatch pass on either engine, with each
+//! The gradient estimator of a VAE of binary images (E3's): the VAE's or SAGD's minibatch pass on
+//! either engine, with each
 //! update's binarised images and noise drawn from per-purpose streams (ahead, on a second thread,
 //! when a GPU runs the pass), and the whole update on the device where the rule allows it. In a
 //! run split over processes the CPU's passes split by their own pieces (the same bits as one
 //! process); GPUs, one per process, each run their share of the minibatch's images whole
 //! ([`by_shares`]).
 
-use super::carry::ChainStore;
-use super::*;
+use rand_xoshiro::Xoshiro256PlusPlus;
+use sagd::error::{Result, SagdError};
+use sagd::rng::{NormalStream, Seed};
+use sagd::run::{decode, encode};
+use serde::{Deserialize, Serialize};
 
-/// What a training phase of E3 optimises.
+use super::carry::ChainStore;
+use super::gpu::{GpuPasses, Pass};
+use super::{
+    binarise_with, sagd_batch, sagd_batch_continued, sagd_noise_blocks, sagd_noise_len, uniforms,
+    vae_batch, BatchInfo, BernoulliVae, Chains, Scratch,
+};
+use crate::cuda::Gpu;
+use crate::train::{AdamStep, GradientEstimator, TrainState};
+use crate::vae::VaeParams;
+use crate::Device;
+
+/// What a training phase of a VAE of binary images optimises.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Objective {
@@ -18,9 +33,10 @@ pub enum Objective {
     Sagd(Chains),
 }
 
-/// The gradient of an E3 phase on minibatches of training images, freshly binarised each time.
-pub struct E3Estimator<'a> {
-    model: &'a E3,
+/// The gradient of a training phase on minibatches of grey-level images, freshly binarised each
+/// time (E3's phases are its instances).
+pub struct BernoulliEstimator<'a> {
+    model: &'a BernoulliVae,
     images: &'a [u8],
     objective: Objective,
     streams: Streams,
@@ -76,11 +92,11 @@ struct Streams {
     normals: NormalStream,
 }
 
-impl<'a> E3Estimator<'a> {
-    /// The estimator of `objective` on `images` (n × 784 grey levels), its streams from `seed`,
-    /// on the CPU engine.
-    pub fn new(model: &'a E3, images: &'a [u8], objective: Objective, seed: u64) -> Self {
-        E3Estimator {
+impl<'a> BernoulliEstimator<'a> {
+    /// The estimator of `objective` on `images` (n images of `model.pixels()` grey levels,
+    /// 0-255, row by row), its streams from `seed`, on the CPU engine.
+    pub fn new(model: &'a BernoulliVae, images: &'a [u8], objective: Objective, seed: u64) -> Self {
+        BernoulliEstimator {
             model,
             images,
             objective,
@@ -102,14 +118,25 @@ impl<'a> E3Estimator<'a> {
     }
 
     /// The same estimator on `device` (the same draws: a GPU computes the CPU's gradients to
-    /// float rounding).
+    /// float rounding); images that are not whole rows of the model's pixels, and chains the
+    /// device cannot run, are refused by name before any work.
     pub fn on(
         device: Device,
-        model: &'a E3,
+        model: &'a BernoulliVae,
         images: &'a [u8],
         objective: Objective,
         seed: u64,
     ) -> Result<Self> {
+        if !images.len().is_multiple_of(model.pixels()) {
+            return Err(SagdError::InvalidSetting {
+                name: "images",
+                value: format!("{} grey levels", images.len()),
+                fix: format!(
+                    "give whole images of the generator's {} pixels each",
+                    model.pixels()
+                ),
+            });
+        }
         if let Objective::Sagd(c) = &objective {
             c.runs_on(device)?;
         }
@@ -121,18 +148,19 @@ impl<'a> E3Estimator<'a> {
     }
 }
 
-impl E3Estimator<'_> {
+impl BernoulliEstimator<'_> {
     /// The minibatch's fresh binarisation into `x` and the pass's noise into `noise`, from the
     /// estimator's streams (the same draws for either engine).
     fn draw(&mut self, batch: &[usize]) {
-        let mut pixels = Vec::with_capacity(batch.len() * PIXELS);
+        let px = self.model.pixels();
+        let mut pixels = Vec::with_capacity(batch.len() * px);
         for &i in batch {
-            pixels.extend_from_slice(&self.images[i * PIXELS..(i + 1) * PIXELS]);
+            pixels.extend_from_slice(&self.images[i * px..(i + 1) * px]);
         }
         let len = self.noise_len(batch.len(), self.update);
         let draws = match self.ahead.take() {
             Some(a) if a.uniforms.len() == pixels.len() && a.normals.len() == len => a,
-            _ => Ahead::draw(&self.streams, batch.len(), len),
+            _ => Ahead::draw(&self.streams, pixels.len(), len),
         };
         self.streams = draws.after;
         self.x = binarise_with(&pixels, &draws.uniforms);
@@ -165,11 +193,11 @@ impl E3Estimator<'_> {
 }
 
 impl Ahead {
-    /// The draws of an update over `images` images with `normals` normals, from a copy of
-    /// `streams` (which do not move).
-    fn draw(streams: &Streams, images: usize, normals: usize) -> Self {
+    /// The draws of an update over images of `pixels` pixels in all with `normals` normals,
+    /// from a copy of `streams` (which do not move).
+    fn draw(streams: &Streams, pixels: usize, normals: usize) -> Self {
         let mut after = streams.clone();
-        let uniforms = uniforms(&mut after.binarise, images * PIXELS);
+        let uniforms = uniforms(&mut after.binarise, pixels);
         let mut z = vec![0.0f32; normals];
         after.normals.fill(&mut z);
         Ahead {
@@ -181,7 +209,7 @@ impl Ahead {
 }
 
 /// A minibatch pass that runs whole on one device (a GPU's), split over the processes of a split
-/// run by images: `pass` runs on this process's contiguous share of the images of `x` (b × 784)
+/// run by images: `pass` runs on this process's contiguous share of the images of `x` (b × `pixels`)
 /// and their rows of `noise` alone, and writes the share's mean gradients; each is weighted by
 /// the share's images over b and the weighted gradients added in rank order along the processes
 /// ([`sagd::share::relay_sum`]), the losses likewise. Every process ends with the same bits, the
@@ -190,7 +218,7 @@ impl Ahead {
 /// b rows, row i of each block belonging to image i (one block of ε for the VAE;
 /// [`sagd_noise_blocks`] for SAGD). Outside a split run, `pass` on the whole minibatch.
 fn by_shares(
-    x: &[f32],
+    (x, pixels): (&[f32], usize),
     noise: &[f32],
     groups: usize,
     g_dec: &mut [f32],
@@ -200,10 +228,10 @@ fn by_shares(
     if sagd::share::current().is_none() {
         return pass(x, noise, g_dec, g_enc);
     }
-    let b = x.len() / PIXELS;
+    let b = x.len() / pixels;
     let mine = sagd::share::mine(b);
     let row = noise.len() / (groups * b).max(1);
-    let xs = &x[mine.start * PIXELS..mine.end * PIXELS];
+    let xs = &x[mine.start * pixels..mine.end * pixels];
     let ns: Vec<f32> = noise
         .chunks_exact((b * row).max(1))
         .flat_map(|block| &block[mine.start * row..mine.end * row])
@@ -247,7 +275,7 @@ fn finite_loss(loss: f64) -> Result<f64> {
     }
 }
 
-impl GradientEstimator for E3Estimator<'_> {
+impl GradientEstimator for BernoulliEstimator<'_> {
     fn trains_encoder(&self) -> bool {
         self.objective == Objective::Vae
     }
@@ -265,13 +293,16 @@ impl GradientEstimator for E3Estimator<'_> {
             (Objective::Vae, Engine::Cpu(scratch)) => {
                 vae_batch(m, p, x, noise, g_dec, g_enc, scratch)?
             }
-            (Objective::Vae, Engine::Gpu(gpu)) => {
-                by_shares(x, noise, 1, g_dec, g_enc, |x, noise, g_dec, g_enc| {
-                    Ok(gpu.vae_batch(m, p, x, noise, g_dec, g_enc)?)
-                })?
-            }
+            (Objective::Vae, Engine::Gpu(gpu)) => by_shares(
+                (x, m.pixels()),
+                noise,
+                1,
+                g_dec,
+                g_enc,
+                |x, noise, g_dec, g_enc| Ok(gpu.vae_batch(m, p, x, noise, g_dec, g_enc)?),
+            )?,
             (Objective::Sagd(chains), Engine::Cpu(scratch)) if chains.persist() => {
-                let images = self.images.len() / PIXELS;
+                let images = self.images.len() / m.pixels();
                 let mut chain = self.carry.carried(images, batch, &chains, m.d);
                 let info =
                     sagd_batch_continued(m, p, x, &chains, noise, &mut chain, g_dec, scratch)?;
@@ -283,9 +314,14 @@ impl GradientEstimator for E3Estimator<'_> {
             }
             (Objective::Sagd(chains), Engine::Gpu(gpu)) => {
                 let groups = sagd_noise_blocks(&chains);
-                by_shares(x, noise, groups, g_dec, &mut [], |x, noise, g_dec, _| {
-                    Ok(gpu.sagd_batch(m, p, x, &chains, noise, g_dec)?)
-                })?
+                by_shares(
+                    (x, m.pixels()),
+                    noise,
+                    groups,
+                    g_dec,
+                    &mut [],
+                    |x, noise, g_dec, _| Ok(gpu.sagd_batch(m, p, x, &chains, noise, g_dec)?),
+                )?
             }
         };
         finite_loss(info.loss)
@@ -316,7 +352,7 @@ impl GradientEstimator for E3Estimator<'_> {
             let (model, x, noise) = (self.model, &self.x, &self.noise);
             let streams = &self.streams;
             std::thread::scope(|s| {
-                let ahead = s.spawn(|| Ahead::draw(streams, batch.len(), len));
+                let ahead = s.spawn(|| Ahead::draw(streams, batch.len() * model.pixels(), len));
                 let result = gpu.train_step(model, st, x, noise, what, step);
                 (result, ahead.join())
             })
@@ -376,6 +412,8 @@ impl GradientEstimator for E3Estimator<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{small_vae, PX};
+    use super::super::{binarise, sagd_batch};
     use super::*;
 
     /// The largest difference between `a` and `b`, over the largest magnitude of `b`.
@@ -396,11 +434,11 @@ mod tests {
     /// few thousand terms: a relative gap near 1e-6, bounded here by 1e-4.
     #[test]
     fn a_pass_split_by_images_is_the_whole_pass_to_rounding() {
-        let model = crate::mnist::e3(4);
+        let model = small_vae(4);
         let p = model.init(3);
         let b = 5;
         let mut rng = sagd::rng::Seed::new(11).rng();
-        let pixels: Vec<u8> = (0..b * PIXELS).map(|i| (i * 37 % 256) as u8).collect();
+        let pixels: Vec<u8> = (0..b * PX).map(|i| (i * 37 % 256) as u8).collect();
         let x = binarise(&pixels, &mut rng);
         let chains = Chains {
             per_image: 3,
@@ -428,7 +466,7 @@ mod tests {
             };
             let split = || {
                 let (mut gd, mut ge) = (vec![0.0f32; p.dec.len()], vec![0.0f32; enc_len]);
-                let info = by_shares(&x, &noise, blocks, &mut gd, &mut ge, run).unwrap();
+                let info = by_shares((&x, PX), &noise, blocks, &mut gd, &mut ge, run).unwrap();
                 (info, gd, ge)
             };
             let whole = split();
@@ -471,10 +509,14 @@ mod tests {
 
     #[test]
     fn a_schedule_sets_each_update_s_chains_and_its_count_is_checkpointed() {
-        let model = crate::mnist::e3(4);
-        let images: Vec<u8> = (0..2 * PIXELS).map(|i| (i * 37 % 256) as u8).collect();
+        let model = small_vae(4);
+        let images: Vec<u8> = (0..2 * PX).map(|i| (i * 37 % 256) as u8).collect();
         let chains = Chains {
-            schedule: crate::debias::schedule(0.5, 1.0),
+            schedule: Some(crate::train::ChainSchedule {
+                decay: 0.5,
+                growth: 1.0,
+                updates: 0,
+            }),
             ..Chains::default()
         }
         .over(100);
@@ -485,10 +527,10 @@ mod tests {
         assert!((total as i64 - 500).abs() <= 50, "{total}");
         assert!(at.windows(2).all(|w| w[1].steps >= w[0].steps) && at[99].steps == 10);
         assert_eq!(Chains::default().at(7), Chains::default());
-        let mut est = E3Estimator::new(&model, &images, Objective::Sagd(chains), 3);
+        let mut est = BernoulliEstimator::new(&model, &images, Objective::Sagd(chains), 3);
         est.update = 7;
         let saved = est.save_state().unwrap();
-        let mut again = E3Estimator::new(&model, &images, Objective::Sagd(chains), 3);
+        let mut again = BernoulliEstimator::new(&model, &images, Objective::Sagd(chains), 3);
         again.load_state(&saved).unwrap();
         assert_eq!((again.update, &again.streams), (7, &est.streams));
         // A checkpoint from before the count: the streams alone, at update 0.
@@ -499,12 +541,12 @@ mod tests {
 
     #[test]
     fn draws_made_ahead_are_the_draws_in_turn() {
-        let model = crate::mnist::e3(20);
-        let images: Vec<u8> = (0..4 * PIXELS).map(|i| (i * 37 % 256) as u8).collect();
+        let model = small_vae(20);
+        let images: Vec<u8> = (0..4 * PX).map(|i| (i * 37 % 256) as u8).collect();
         let objective = Objective::Sagd(Chains::default());
         let batches: [&[usize]; 4] = [&[0, 1], &[2, 3], &[1], &[3]];
         // In turn.
-        let mut a = E3Estimator::new(&model, &images, objective, 7);
+        let mut a = BernoulliEstimator::new(&model, &images, objective, 7);
         let turn: Vec<_> = batches
             .iter()
             .map(|b| {
@@ -514,7 +556,7 @@ mod tests {
             .collect();
         // Each update's draws made ahead for the next update's size: taken where the sizes
         // agree (the second and fourth), dropped where they do not (the third).
-        let mut b = E3Estimator::new(&model, &images, objective, 7);
+        let mut b = BernoulliEstimator::new(&model, &images, objective, 7);
         for (k, batch) in batches.iter().enumerate() {
             b.draw(batch);
             assert_eq!(
@@ -522,7 +564,7 @@ mod tests {
                 (&turn[k].0, &turn[k].1, &turn[k].2)
             );
             let len = b.noise_len(batch.len(), b.update);
-            b.ahead = Some(Ahead::draw(&b.streams, batch.len(), len));
+            b.ahead = Some(Ahead::draw(&b.streams, batch.len() * PX, len));
             // Its streams stay those of the draws used: what a checkpoint saves.
             assert_eq!(b.streams, turn[k].2);
         }
@@ -531,14 +573,14 @@ mod tests {
     /// Each update's generator gradient at the same parameters `p`, on the minibatch of every
     /// image, for `chains`; the estimator after them.
     fn gradients<'a>(
-        model: &'a E3,
+        model: &'a BernoulliVae,
         images: &'a [u8],
         p: &VaeParams,
         chains: Chains,
         updates: usize,
-    ) -> (Vec<Vec<f32>>, E3Estimator<'a>) {
-        let mut est = E3Estimator::new(model, images, Objective::Sagd(chains), 5);
-        let batch: Vec<usize> = (0..images.len() / PIXELS).collect();
+    ) -> (Vec<Vec<f32>>, BernoulliEstimator<'a>) {
+        let mut est = BernoulliEstimator::new(model, images, Objective::Sagd(chains), 5);
+        let batch: Vec<usize> = (0..images.len() / model.pixels()).collect();
         let grads = (0..updates)
             .map(|_| {
                 let mut g = vec![0.0f32; p.dec.len()];
@@ -551,8 +593,8 @@ mod tests {
 
     #[test]
     fn persistent_chains_continue_between_visits_and_restart_every_r_th() {
-        let model = crate::mnist::e3(3);
-        let images: Vec<u8> = (0..3 * PIXELS).map(|i| (i * 53 % 256) as u8).collect();
+        let model = small_vae(3);
+        let images: Vec<u8> = (0..3 * PX).map(|i| (i * 53 % 256) as u8).collect();
         let p = model.init(2);
         let fresh = Chains {
             per_image: 2,
@@ -572,7 +614,7 @@ mod tests {
         assert_eq!(a[2], b[2]);
         // The kept chains resume: a checkpoint's estimator takes the same fourth update.
         let saved = est.save_state().unwrap();
-        let mut again = E3Estimator::new(&model, &images, Objective::Sagd(persistent), 9);
+        let mut again = BernoulliEstimator::new(&model, &images, Objective::Sagd(persistent), 9);
         again.load_state(&saved).unwrap();
         let (mut est, batch) = (est, [0, 1, 2]);
         let (mut g1, mut g2) = (vec![0.0f32; p.dec.len()], vec![0.0f32; p.dec.len()]);
@@ -580,7 +622,7 @@ mod tests {
         again.estimate(&p, &batch, &mut g2, &mut []).unwrap();
         assert_eq!(g1, g2);
         // A GPU refuses them by name, before it looks for a device.
-        let refused = E3Estimator::on(
+        let refused = BernoulliEstimator::on(
             Device::Cuda(0),
             &model,
             &images,
@@ -592,5 +634,14 @@ mod tests {
             err.contains("refresh-every") && err.contains("--device cpu"),
             "{err}"
         );
+        // Images that are not whole rows of the model's pixels, on either device.
+        for device in [Device::Cpu, Device::Cuda(0)] {
+            let cut = BernoulliEstimator::on(device, &model, &images[1..], Objective::Vae, 5);
+            let err = cut.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                err.contains("whole images of the generator's 6 pixels"),
+                "{err}"
+            );
+        }
     }
 }
