@@ -94,7 +94,8 @@ struct Streams {
 
 impl<'a> BernoulliEstimator<'a> {
     /// The estimator of `objective` on `images` (n images of `model.pixels()` grey levels,
-    /// 0-255, row by row), its streams from `seed`, on the CPU engine.
+    /// 0-255, row by row), its streams from `seed`, on the CPU engine. [`Self::on`] also checks
+    /// the images and the chains; a minibatch beyond the images is refused when it comes.
     pub fn new(model: &'a BernoulliVae, images: &'a [u8], objective: Objective, seed: u64) -> Self {
         BernoulliEstimator {
             model,
@@ -150,9 +151,22 @@ impl<'a> BernoulliEstimator<'a> {
 
 impl BernoulliEstimator<'_> {
     /// The minibatch's fresh binarisation into `x` and the pass's noise into `noise`, from the
-    /// estimator's streams (the same draws for either engine).
-    fn draw(&mut self, batch: &[usize]) {
+    /// estimator's streams (the same draws for either engine); a minibatch that names an image
+    /// beyond the estimator's is refused by name (a training job told of more points than there
+    /// are images), the streams untouched.
+    fn draw(&mut self, batch: &[usize]) -> Result<()> {
         let px = self.model.pixels();
+        let images = self.images.len() / px;
+        if let Some(&i) = batch.iter().find(|&&i| i >= images) {
+            return Err(SagdError::InvalidSetting {
+                name: "minibatch",
+                value: format!("image {i}"),
+                fix: format!(
+                    "the estimator holds {images} images: build the training job on that many \
+                     points"
+                ),
+            });
+        }
         let mut pixels = Vec::with_capacity(batch.len() * px);
         for &i in batch {
             pixels.extend_from_slice(&self.images[i * px..(i + 1) * px]);
@@ -165,14 +179,15 @@ impl BernoulliEstimator<'_> {
         self.streams = draws.after;
         self.x = binarise_with(&pixels, &draws.uniforms);
         self.noise = draws.normals;
+        Ok(())
     }
 
     /// The next update's draws (see [`Self::draw`]) and what it computes; the update counted.
-    fn next_update(&mut self, batch: &[usize]) -> Objective {
-        self.draw(batch);
+    fn next_update(&mut self, batch: &[usize]) -> Result<Objective> {
+        self.draw(batch)?;
         let objective = self.objective_at(self.update);
         self.update += 1;
-        objective
+        Ok(objective)
     }
 
     /// Normals per pass of update `t` over `images` images.
@@ -287,7 +302,7 @@ impl GradientEstimator for BernoulliEstimator<'_> {
         g_dec: &mut [f32],
         g_enc: &mut [f32],
     ) -> Result<f64> {
-        let objective = self.next_update(batch);
+        let objective = self.next_update(batch)?;
         let (m, x, noise) = (self.model, &self.x, &self.noise);
         let info = match (objective, &mut self.engine) {
             (Objective::Vae, Engine::Cpu(scratch)) => {
@@ -337,7 +352,10 @@ impl GradientEstimator for BernoulliEstimator<'_> {
         if matches!(self.engine, Engine::Cpu(_)) || sagd::share::current().is_some() {
             return None;
         }
-        let objective = self.next_update(batch);
+        let objective = match self.next_update(batch) {
+            Ok(objective) => objective,
+            Err(e) => return Some(Err(e)),
+        };
         let what = match &objective {
             Objective::Vae => Pass::Vae,
             Objective::Sagd(chains) => Pass::Sagd(chains),
@@ -550,7 +568,7 @@ mod tests {
         let turn: Vec<_> = batches
             .iter()
             .map(|b| {
-                a.draw(b);
+                a.draw(b).unwrap();
                 (a.x.clone(), a.noise.clone(), a.streams.clone())
             })
             .collect();
@@ -558,7 +576,7 @@ mod tests {
         // agree (the second and fourth), dropped where they do not (the third).
         let mut b = BernoulliEstimator::new(&model, &images, objective, 7);
         for (k, batch) in batches.iter().enumerate() {
-            b.draw(batch);
+            b.draw(batch).unwrap();
             assert_eq!(
                 (&b.x, &b.noise, &b.streams),
                 (&turn[k].0, &turn[k].1, &turn[k].2)
@@ -643,5 +661,13 @@ mod tests {
                 "{err}"
             );
         }
+        // A minibatch beyond the images (a job told of more points than there are) is refused
+        // by name, and the estimator's streams do not move.
+        let mut est = BernoulliEstimator::new(&model, &images, Objective::Vae, 5);
+        let before = est.streams.clone();
+        let mut g = (vec![0.0f32; p.dec.len()], vec![0.0f32; p.enc.len()]);
+        let err = est.estimate(&p, &[0, 3], &mut g.0, &mut g.1).unwrap_err();
+        assert!(err.to_string().contains("holds 3 images"), "{err}");
+        assert_eq!((est.streams, est.update), (before, 0));
     }
 }
