@@ -15,6 +15,8 @@
 #   ROUNDS       rounds of alternating timings (default 2)
 #   WHEEL        the Python package for py-gpu (default .dev/sagd-*.whl; build it here with
 #                `pip wheel ./crates/sagd-py --no-deps -w .dev`: abi3, any Python ≥ 3.9)
+#   EXAMPLES     the folder of the example binaries for examples-gpu (default .dev/examples; copy
+#                them there from target/release/examples after `cargo build --release --examples`)
 #
 # Checks (a check with arguments takes them after a colon, comma-separated):
 #   gpu-check[:REPEATS]        the CUDA engine against the CPU engine (sagd bench gpu)
@@ -33,6 +35,8 @@
 #   e2-cpu                     one 1-D replication on 16 and 2 threads, whole and phase by phase
 #   py-gpu                     Python's sagd.deconvolve with device="cuda" and "cpu" on the same
 #                              data (WHEEL installed into a venv over PEER_PY's numpy)
+#   examples-gpu               the examples of one's own networks (own_decoder, binary_images)
+#                              with --device cuda and cpu: each phase's exact log-likelihood
 #   bits                       the same replication on 1, 2 and 16 threads, compared bit for bit
 #   paths                      E2 (2 threads, with the peer) and E3 (e3-cpu:2,20,2) with both sides
 #                              forced onto AVX2 (SAGD_CPU_CAPABILITY, and PyTorch's ATEN/MKL/oneDNN
@@ -51,7 +55,7 @@
 #   BIN=target/release/sagd PEER_PY=.venv-peer/bin/python OUT=docs/results/archive \
 #     scripts/sitting.sh local-e3 e3-cpu:2,40,2
 set -u
-[ $# -ge 2 ] || { sed -n '2,52p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,56p' "$0"; exit 2; }
 NAME=$1; shift
 OUT=${OUT:-/tmp/sagd-sitting}
 R=$OUT/$NAME
@@ -199,6 +203,17 @@ for device in ("cuda", "cpu"):
     laws = {k: (round(float(v.mean()), 3), round(float(v.std()), 3)) for k, v in r.draws.items()}
     print(device, f"{time.time() - t:.1f} s", "mean, sd of Z:", laws, "loglik:", r.loglik_per_point)
 PY
+}
+
+check_examples_gpu() {
+  local ex dev dir=${EXAMPLES:-.dev/examples}
+  for ex in own_decoder binary_images; do
+    [ -x "$dir/$ex" ] || { echo "no $dir/$ex: skipped"; continue; }
+    for dev in cuda cpu; do
+      echo "-- $ex on $dev"
+      time "$dir/$ex" --device $dev
+    done
+  done
 }
 
 check_e2_cpu() {
