@@ -27,6 +27,7 @@ mod chains;
 mod estimator;
 pub mod gpu;
 mod held_out;
+mod shares;
 
 pub use chains::{sagd_batch, sagd_batch_continued, sagd_noise_blocks, sagd_noise_len, Carried};
 pub use estimator::{BernoulliEstimator, Objective};
