@@ -10,6 +10,8 @@
 //! * The engine: [`Sequential`] networks of [`Layer`]s with their [`Workspace`]s, and the
 //!   vectorised activations of [`math`].
 //! * [`vae`]: the VAE's networks and the decoder's posterior as a `LatentModel`.
+//! * [`likelihood`]: the decoder's likelihood p(x | h), a parameter of the posterior and of every
+//!   estimator (the paper's Gaussian by default; Bernoulli, Poisson, or a user's own).
 //! * [`train`]: one training job for every method, differing only in the gradient estimator.
 //! * [`bernoulli`]: the VAE of binary images (E3's model, any networks) and its minibatch passes
 //!   (ELBO, SAGD's chains, the held-out likelihood) on either device.
@@ -26,6 +28,7 @@ mod conv;
 pub mod cuda;
 mod device;
 mod gemm;
+pub mod likelihood;
 mod linear;
 pub mod math;
 mod net;

@@ -85,7 +85,7 @@ fn log1p_unit(y: f32) -> f32 {
 
 /// (softplus(a), σ(a)) from one exponential.
 #[inline(always)]
-fn softplus_sigmoid(a: f32) -> (f32, f32) {
+pub(crate) fn softplus_sigmoid(a: f32) -> (f32, f32) {
     let e = exp_neg(-a.abs());
     let sp = a.max(0.0) + log1p_unit(e);
     let inv = 1.0 / (1.0 + e);

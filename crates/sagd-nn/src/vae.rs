@@ -1,6 +1,7 @@
 //! The debiased VAE of the paper: U ~ N(0, I), Z = h_θ(U), X | U ~ N(h_θ(U), I), with an encoder
-//! q_φ(u | x) = N(μ_φ(x), diag σ²_φ(x)). The decoder's posterior p(u | x; θ) is a [`LatentModel`]
-//! whose ∇u and ∇θ come from the engine, so the core crate's chains, HMC and SAGD run on it.
+//! q_φ(u | x) = N(μ_φ(x), diag σ²_φ(x)); or X | U from another [`Likelihood`] of the decoder's
+//! output. The decoder's posterior p(u | x; θ) is a [`LatentModel`] whose ∇u and ∇θ come from the
+//! engine, so the core crate's chains, HMC and SAGD run on it.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,17 +11,19 @@ use sagd::error::LogpError;
 use sagd::model::LatentModel;
 use sagd::rng::Seed;
 
+use crate::likelihood::{self, Likelihood, UnitGaussian};
 use crate::math::Activation;
 use crate::net::{Sequential, Workspace, WorkspacePool};
 
 /// Decoder and encoder shapes: MLPs d → h → h → d and d → h → h → 2d with softplus hidden layers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Vae {
-    /// Latent and data dimension.
+    /// Latent dimension (the data's too, for the paper's networks; in general the data's is the
+    /// decoder's output, [`Vae::data_dim`]).
     pub d: usize,
-    /// h_θ.
+    /// h_θ: d latent values in, [`Vae::data_dim`] out.
     pub dec: Sequential,
-    /// (μ_φ, log σ²_φ).
+    /// (μ_φ, log σ²_φ): a data point in, 2d out.
     pub enc: Sequential,
 }
 
@@ -41,6 +44,17 @@ impl Vae {
             dec: Sequential::mlp(&[d, hidden, hidden, d], Activation::Softplus),
             enc: Sequential::mlp(&[d, hidden, hidden, 2 * d], Activation::Softplus),
         }
+    }
+
+    /// Values per data point: the decoder's outputs (d for the paper's networks).
+    pub fn data_dim(&self) -> usize {
+        self.dec.output_dim()
+    }
+
+    /// Refused, by name, unless the networks fit: the decoder reads d latent values, the encoder
+    /// reads the decoder's outputs and gives μ and log σ² for each latent dimension.
+    pub fn check(&self) -> sagd::error::Result<()> {
+        check_networks(self.d, "decoder", &self.dec, &self.enc)
     }
 
     /// Rows (decoder rows, or points through the encoder) per chunk of a parallel pass: the
@@ -64,6 +78,45 @@ impl Vae {
     }
 }
 
+/// Refused, by name, unless a decoder `dec` (called `name`) and an encoder `enc` make a VAE of
+/// `d` latent dimensions: the decoder reads d values and gives at least one, the encoder reads the
+/// decoder's outputs and gives μ and log σ² for each latent dimension.
+pub(crate) fn check_networks(
+    d: usize,
+    name: &'static str,
+    dec: &Sequential,
+    enc: &Sequential,
+) -> sagd::error::Result<()> {
+    let refuse = |name, value: String, fix: String| {
+        Err(sagd::error::SagdError::InvalidSetting { name, value, fix })
+    };
+    if d == 0 || dec.input_dim() != d || dec.output_dim() == 0 {
+        return refuse(
+            name,
+            format!("{} → {}", dec.input_dim(), dec.output_dim()),
+            format!("give the {name} d = {d} latent inputs (at least one) and at least one output"),
+        );
+    }
+    if enc.input_dim() != dec.output_dim() {
+        return refuse(
+            "encoder",
+            format!("{} inputs", enc.input_dim()),
+            format!(
+                "the encoder reads the {name}'s outputs (the data points): give it {} inputs",
+                dec.output_dim()
+            ),
+        );
+    }
+    if enc.output_dim() != 2 * d {
+        return refuse(
+            "encoder",
+            format!("{} outputs", enc.output_dim()),
+            format!("the encoder gives μ and log σ² for {d} latent dimensions: 2·{d} outputs"),
+        );
+    }
+    Ok(())
+}
+
 /// A forward pass kept for a later θ-gradient at the same points.
 struct LastPass {
     theta: Vec<f32>,
@@ -73,13 +126,17 @@ struct LastPass {
     r: Vec<f32>,
 }
 
-/// The posterior p(u | x_i; θ) ∝ N(u; 0, I) N(x_i; h_θ(u), I) over a data set, as a [`LatentModel`]
-/// (constants dropped): log p = −½‖u‖² − ½‖x_i − h_θ(u)‖².
-pub struct DecoderPosterior<'a> {
+/// The posterior p(u | x_i; θ) ∝ N(u; 0, I) p(x_i | h_θ(u)) over a data set, as a [`LatentModel`]
+/// (constants dropped); by default the paper's p(x | h) = N(x; h, I), so that log p = −½‖u‖² −
+/// ½‖x_i − h_θ(u)‖², or any [`Likelihood`] ([`DecoderPosterior::with_likelihood`]).
+pub struct DecoderPosterior<'a, L: Likelihood + ?Sized = UnitGaussian> {
     dec: &'a Sequential,
+    lik: &'a L,
     x: &'a [f32],
+    /// Latent values and data values per point.
     d: usize,
-    /// Each worker thread's forward-pass buffers and residuals.
+    px: usize,
+    /// Each worker thread's forward-pass buffers and ∂ log p(x | h)/∂h.
     pool: WorkspacePool<(Workspace, Vec<f32>)>,
     remember: bool,
     reused: AtomicUsize,
@@ -90,14 +147,25 @@ pub struct DecoderPosterior<'a> {
 }
 
 impl<'a> DecoderPosterior<'a> {
-    /// The posterior of decoder `dec` for data `x` (n × d, row-major).
+    /// The posterior of decoder `dec` for data `x` (n × d, row-major) under the paper's
+    /// likelihood, N(x; h, I).
     pub fn new(dec: &'a Sequential, x: &'a [f32]) -> Self {
+        DecoderPosterior::with_likelihood(dec, &UnitGaussian, x)
+    }
+}
+
+impl<'a, L: Likelihood + ?Sized> DecoderPosterior<'a, L> {
+    /// The posterior of decoder `dec` for data `x` (n points of the decoder's outputs,
+    /// row-major) under the likelihood `lik`.
+    pub fn with_likelihood(dec: &'a Sequential, lik: &'a L, x: &'a [f32]) -> Self {
         let mut pool = WorkspacePool::default();
         pool.ensure(rayon::current_num_threads());
         DecoderPosterior {
             dec,
+            lik,
             x,
             d: dec.input_dim(),
+            px: dec.output_dim(),
             pool,
             remember: false,
             reused: AtomicUsize::new(0),
@@ -113,7 +181,7 @@ impl<'a> DecoderPosterior<'a> {
     /// same bits either way.)
     pub fn keeping_passes(mut self, on: bool) -> Self {
         self.remember = on;
-        let n = if on { self.x.len() / self.d.max(1) } else { 0 };
+        let n = if on { self.x.len() / self.px.max(1) } else { 0 };
         self.last = (0..n).map(|_| Mutex::new(None)).collect();
         self
     }
@@ -173,7 +241,7 @@ impl<'a> DecoderPosterior<'a> {
         u: &[f32],
         grad_theta: &mut [f32],
     ) -> Option<Vec<usize>> {
-        let d = self.d;
+        let (d, px) = (self.d, self.px);
         let slot = self.slot(data)?;
         // Out of its slot while in use; compared outside the lock.
         let mut kept = slot.lock().ok()?.take()?;
@@ -183,7 +251,7 @@ impl<'a> DecoderPosterior<'a> {
         let mut stale = Vec::new();
         let mut r = kept.r.clone();
         for (k, ((rr, now), then)) in r
-            .chunks_exact_mut(d)
+            .chunks_exact_mut(px)
             .zip(u.chunks_exact(d))
             .zip(kept.u.chunks_exact(d))
             .enumerate()
@@ -221,17 +289,14 @@ impl<'a> DecoderPosterior<'a> {
     ) -> Result<(), LogpError> {
         let d = self.d;
         self.pool.with(|(ws, r)| {
-            self.residuals(theta, data, u, ws, r);
-            for ((lp, rr), uu) in logp
-                .iter_mut()
-                .zip(r.chunks_exact(d))
-                .zip(u.chunks_exact(d))
-            {
-                let s: f32 =
-                    rr.iter().map(|v| v * v).sum::<f32>() + uu.iter().map(|v| v * v).sum::<f32>();
-                *lp = -0.5 * s;
+            self.residuals(theta, data, u, ws, r, Some(&mut *logp));
+            for (lp, uu) in logp.iter_mut().zip(u.chunks_exact(d)) {
+                // log p(x | h) − ½‖u‖² (for N(x; h, I), −½ (‖x − h‖² + ‖u‖²) to the bit: halving is
+                // exact).
+                *lp += -0.5 * uu.iter().map(|v| v * v).sum::<f32>();
             }
-            // ∇u = J_hᵀ (x − h) − u; ∇θ = Σ J_θᵀ (x − h) from the same pass.
+            // With r = ∂ log p(x | h)/∂h (x − h for N(x; h, I)): ∇u = J_hᵀ r − u; ∇θ = Σ J_θᵀ r
+            // from the same pass.
             self.dec.backward(theta, ws, r, grad_theta, Some(grad_u));
             for (g, uu) in grad_u.iter_mut().zip(u) {
                 *g -= uu;
@@ -243,7 +308,8 @@ impl<'a> DecoderPosterior<'a> {
         Ok(())
     }
 
-    /// Forward pass at u; leaves the residuals x − h(u) in `r`.
+    /// Forward pass at u; leaves ∂ log p(x | h)/∂h in `r` (the residuals x − h(u) for N(x; h, I))
+    /// and, where asked, each row's log p(x | h) in `logp`.
     fn residuals(
         &self,
         theta: &[f32],
@@ -251,26 +317,26 @@ impl<'a> DecoderPosterior<'a> {
         u: &[f32],
         ws: &mut Workspace,
         r: &mut Vec<f32>,
+        logp: Option<&mut [f32]>,
     ) {
-        let d = self.d;
+        let px = self.px;
         let rows = data.len();
         self.dec.forward(theta, u, rows, ws);
-        r.resize(rows * d, 0.0);
-        for ((rr, h), &i) in r
-            .chunks_exact_mut(d)
-            .zip(ws.output().chunks_exact(d))
-            .zip(data)
-        {
-            for j in 0..d {
-                rr[j] = self.x[i * d + j] - h[j];
+        r.resize(rows * px, 0.0);
+        let rows = r.chunks_exact_mut(px).zip(ws.output().chunks_exact(px));
+        let mut logp = logp.map(|l| l.iter_mut());
+        for ((rr, h), &i) in rows.zip(data) {
+            let l = likelihood::row(self.lik, h, &self.x[i * px..(i + 1) * px], rr);
+            if let Some(lp) = logp.as_mut().and_then(|l| l.next()) {
+                *lp = l;
             }
         }
     }
 }
 
-impl LatentModel<f32> for DecoderPosterior<'_> {
+impl<L: Likelihood + ?Sized> LatentModel<f32> for DecoderPosterior<'_, L> {
     fn n_data(&self) -> usize {
-        self.x.len() / self.d.max(1)
+        self.x.len() / self.px.max(1)
     }
     fn latent_dim(&self) -> usize {
         self.d
@@ -326,8 +392,8 @@ impl LatentModel<f32> for DecoderPosterior<'_> {
             None => (Cow::Borrowed(data), Cow::Borrowed(u)),
         };
         self.pool.with(|(ws, r)| {
-            self.residuals(theta, &data, &u, ws, r);
-            // ∇θ Σ log p = Σ J_θᵀ (x − h).
+            self.residuals(theta, &data, &u, ws, r, None);
+            // ∇θ Σ log p = Σ J_θᵀ ∂ log p(x | h)/∂h.
             self.dec.backward(theta, ws, r, Some(grad_theta), None);
         });
         Ok(())

@@ -314,33 +314,7 @@ impl BernoulliVae {
     /// encoder reads the generator's images and gives two numbers per latent dimension.
     pub fn new(gen: Sequential, enc: Sequential) -> Result<Self> {
         let d = gen.input_dim();
-        let refuse = |name, value: String, fix: String| {
-            Err(sagd::error::SagdError::InvalidSetting { name, value, fix })
-        };
-        if d == 0 || gen.output_dim() == 0 {
-            return refuse(
-                "generator",
-                format!("{d} → {}", gen.output_dim()),
-                "give the generator at least one latent input and one pixel out".into(),
-            );
-        }
-        if enc.input_dim() != gen.output_dim() {
-            return refuse(
-                "encoder",
-                format!("{} inputs", enc.input_dim()),
-                format!(
-                    "the encoder reads the generator's images: give it {} inputs",
-                    gen.output_dim()
-                ),
-            );
-        }
-        if enc.output_dim() != 2 * d {
-            return refuse(
-                "encoder",
-                format!("{} outputs", enc.output_dim()),
-                format!("the encoder gives μ and log σ² for {d} latent dimensions: 2·{d} outputs"),
-            );
-        }
+        crate::vae::check_networks(d, "generator", &gen, &enc)?;
         Ok(BernoulliVae { d, gen, enc })
     }
 

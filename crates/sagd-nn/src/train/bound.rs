@@ -1,5 +1,6 @@
 //! The evidence lower bound (k = 1) and the importance-weighted bound (k > 1) as gradient
-//! estimators: reparameterised, through encoder and decoder.
+//! estimators: reparameterised, through encoder and decoder, under any [`Likelihood`] of the
+//! decoder's output.
 
 use sagd::error::Result;
 use sagd::parallel::{add_parts, piece_rows, PIECES};
@@ -7,13 +8,16 @@ use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 
 use super::{gather_rows, GradientEstimator};
+use crate::likelihood::{Likelihood, UnitGaussian};
 use crate::math;
 use crate::net::{ParamGrads, ParamTerms, Workspace, WorkspacePool, MIN_PIECE_ROWS};
 use crate::vae::{Vae, VaeParams};
 
-/// The ELBO (k = 1) or the IWAE bound (k > 1), reparameterised, encoder and decoder.
-pub struct BoundEstimator<'a> {
+/// The ELBO (k = 1) or the IWAE bound (k > 1), reparameterised, encoder and decoder; the data's
+/// likelihood N(x; h, I) by default ([`BoundEstimator::with_likelihood`] for another).
+pub struct BoundEstimator<'a, L: Likelihood = UnitGaussian> {
     vae: &'a Vae,
+    lik: L,
     x: &'a [f32],
     k: usize,
     stream: NormalStream,
@@ -43,10 +47,20 @@ struct BoundScratch {
 const CACHE_BYTES: usize = 8 << 20;
 
 impl<'a> BoundEstimator<'a> {
-    /// k = 1: the VAE's ELBO; k > 1: the IWAE bound with k samples.
+    /// k = 1: the VAE's ELBO; k > 1: the IWAE bound with k samples; the paper's likelihood,
+    /// N(x; h, I).
     pub fn new(vae: &'a Vae, x: &'a [f32], k: usize, seed: u64) -> Self {
+        BoundEstimator::with_likelihood(vae, UnitGaussian, x, k, seed)
+    }
+}
+
+impl<'a, L: Likelihood> BoundEstimator<'a, L> {
+    /// [`BoundEstimator::new`] under the likelihood `lik`, the data `x` points of
+    /// [`Vae::data_dim`] values.
+    pub fn with_likelihood(vae: &'a Vae, lik: L, x: &'a [f32], k: usize, seed: u64) -> Self {
         BoundEstimator {
             vae,
+            lik,
             x,
             k: k.max(1),
             stream: NormalStream::new(seed),
@@ -68,15 +82,16 @@ impl<'a> BoundEstimator<'a> {
         s: &mut BoundScratch,
         (gd, ge): (ParamGrads<'_>, ParamGrads<'_>),
     ) -> f64 {
-        let (d, k) = (self.vae.d, self.k);
-        let np = x.len() / d;
+        let (d, px, k) = (self.vae.d, self.vae.data_dim(), self.k);
+        let np = x.len() / px;
         let rows = np * k;
         self.vae.enc.forward(&p.enc, x, np, &mut s.ws_enc);
         reparameterise(s.ws_enc.output(), eps, (np, d, k), &mut s.sd, &mut s.u);
         self.vae.dec.forward(&p.dec, &s.u, rows, &mut s.ws_dec);
         let shape = (np, d, k, nf);
         let (enc, h) = (s.ws_enc.output(), s.ws_dec.output());
-        let loss = bound_and_dh((x, eps, &s.u), enc, h, shape, (&mut s.dh, &mut s.wts));
+        let data = (&self.lik, x, eps, &s.u[..]);
+        let loss = bound_and_dh(data, enc, h, shape, (&mut s.dh, &mut s.wts));
         s.du.resize(rows * d, 0.0);
         self.vae
             .dec
@@ -114,43 +129,67 @@ fn reparameterise(
     }
 }
 
-/// The chunk's bound (−ELBO for k = 1, the IWAE bound's negative for k > 1) at the decoder's
-/// outputs `h`, with its gradient with respect to them (`dh`, each point's share divided by
-/// `nf`) and, for k > 1, each sample's normalised weight (`wts`).
-fn bound_and_dh(
-    (x, eps, u): (&[f32], &[f32], &[f32]),
+/// The chunk's bound (−ELBO for k = 1, the IWAE bound's negative for k > 1) under the likelihood
+/// `lik` at the decoder's outputs `h`, with its gradient with respect to them (`dh`, each point's
+/// share divided by `nf`) and, for k > 1, each sample's normalised weight (`wts`).
+///
+/// Each point's terms are summed coordinate by coordinate, the data's (p of them) beside the
+/// latent's (d): where p = d (the paper's VAE) in the order of the sums before the likelihood was a
+/// parameter, and so to the same bits.
+fn bound_and_dh<L: Likelihood>(
+    (lik, x, eps, u): (&L, &[f32], &[f32], &[f32]),
     enc: &[f32],
     h: &[f32],
     (np, d, k, nf): (usize, usize, usize, f32),
     (dh, wts): (&mut Vec<f32>, &mut Vec<f32>),
 ) -> f64 {
-    dh.resize(np * k * d, 0.0);
+    let px = x.len() / np.max(1);
+    dh.resize(np * k * px, 0.0);
     wts.resize(np * k, 0.0);
     let mut loss = 0.0f64;
     for i in 0..np {
-        let xi = &x[i * d..(i + 1) * d];
+        let xi = &x[i * px..(i + 1) * px];
         let lv = &enc[i * 2 * d + d..(i + 1) * 2 * d];
+        // The data's coordinates beside the latent's, j < both, then the rest of either.
+        let both = px.min(d);
         if k == 1 {
-            // −ELBO per point: ½‖x − h‖² + KL(N(μ, σ²) ‖ N(0, I)).
-            for j in 0..d {
-                let (res, mu) = (xi[j] - h[i * d + j], enc[i * 2 * d + j]);
-                loss +=
-                    0.5 * (res * res) as f64 + 0.5 * (mu * mu + lv[j].exp() - lv[j] - 1.0) as f64;
-                dh[i * d + j] = -res / nf;
+            // −ELBO per point: −log p(x | h) + KL(N(μ, σ²) ‖ N(0, I)).
+            let mut nll = |j: usize| {
+                let (l, g) = lik.log_density(h[i * px + j], xi[j]);
+                dh[i * px + j] = -g / nf;
+                -(l as f64)
+            };
+            let kl = |j: usize| {
+                let mu = enc[i * 2 * d + j];
+                0.5 * (mu * mu + lv[j].exp() - lv[j] - 1.0) as f64
+            };
+            for j in 0..both {
+                loss += nll(j) + kl(j);
             }
+            (both..px).for_each(|j| loss += nll(j));
+            (both..d).for_each(|j| loss += kl(j));
             continue;
         }
-        // log w = −½‖x − h‖² − ½‖u‖² + ½‖ε‖² + ½ Σ log σ²; loss = −Σ_i log mean_s w.
+        // log w = log p(x | h) − ½‖u‖² + ½‖ε‖² + ½ Σ log σ²; loss = −Σ_i log mean_s w.
         let w = &mut wts[i * k..(i + 1) * k];
         for (sm, lw) in w.iter_mut().enumerate() {
-            let r = (i * k + sm) * d;
+            let (rh, ru) = ((i * k + sm) * px, (i * k + sm) * d);
+            // ℓ_j, with ∂ℓ_j/∂h kept in dh to be weighted below.
+            let mut ell = |j: usize| {
+                let (l, g) = lik.log_density(h[rh + j], xi[j]);
+                dh[rh + j] = g;
+                l
+            };
+            // The latent's terms after `t`.
+            let latent = |j: usize, t: f32| {
+                t - 0.5 * u[ru + j] * u[ru + j] + 0.5 * eps[ru + j] * eps[ru + j] + 0.5 * lv[j]
+            };
             let mut acc = 0.0f32;
-            for j in 0..d {
-                let res = xi[j] - h[r + j];
-                acc += -0.5 * res * res - 0.5 * u[r + j] * u[r + j]
-                    + 0.5 * eps[r + j] * eps[r + j]
-                    + 0.5 * lv[j];
+            for j in 0..both {
+                acc += latent(j, ell(j));
             }
+            (both..px).for_each(|j| acc += ell(j));
+            (both..d).for_each(|j| acc += latent(j, 0.0));
             *lw = acc;
         }
         let m = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -160,9 +199,9 @@ fn bound_and_dh(
         // The normalised weight w̃ enters as a constant factor of each sample's gradient.
         for (sm, lw) in w.iter_mut().enumerate() {
             *lw = (*lw as f64 / sum) as f32;
-            let r = (i * k + sm) * d;
-            for j in 0..d {
-                dh[r + j] = -*lw * (xi[j] - h[r + j]) / nf;
+            let rh = (i * k + sm) * px;
+            for g in &mut dh[rh..rh + px] {
+                *g = -*lw * *g / nf;
             }
         }
     }
@@ -202,7 +241,7 @@ fn to_encoder(
     }
 }
 
-impl GradientEstimator for BoundEstimator<'_> {
+impl<L: Likelihood> GradientEstimator for BoundEstimator<'_, L> {
     fn trains_encoder(&self) -> bool {
         true
     }
@@ -224,9 +263,9 @@ impl GradientEstimator for BoundEstimator<'_> {
         g_enc: &mut [f32],
     ) -> Result<f64> {
         use rayon::prelude::*;
-        let (d, k) = (self.vae.d, self.k);
+        let (d, px, k) = (self.vae.d, self.vae.data_dim(), self.k);
         let n = batch.len();
-        gather_rows(self.x, d, batch, &mut self.xb);
+        gather_rows(self.x, px, batch, &mut self.xb);
         // The noise, drawn in one stream before the parallel part.
         self.eps.resize(k * n * d, 0.0);
         self.stream.fill(&mut self.eps);
@@ -256,7 +295,7 @@ impl GradientEstimator for BoundEstimator<'_> {
         let this = &*self;
         let run = |c: usize, s: &mut BoundScratch, g: (ParamGrads<'_>, ParamGrads<'_>)| {
             let (i0, i1) = (c * per_chunk, ((c + 1) * per_chunk).min(n));
-            let x = &this.xb[i0 * d..i1 * d];
+            let x = &this.xb[i0 * px..i1 * px];
             let eps = &this.eps[i0 * k * d..i1 * k * d];
             this.chunk(p, (x, eps, n as f32), s, g)
         };

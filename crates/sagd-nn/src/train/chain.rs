@@ -1,5 +1,6 @@
 //! Chains on the decoder's posterior p(u | x; θ) as gradient estimators: HMC from an encoder draw
-//! at every update, or SAGD's persistent underdamped Langevin chains.
+//! at every update, or SAGD's persistent underdamped Langevin chains; under any [`Likelihood`] of
+//! the decoder's output.
 
 use sagd::error::{LogpError, Result, SagdError};
 use sagd::langevin::{ChainSet, Kernel, Momentum};
@@ -12,6 +13,7 @@ use std::borrow::Cow;
 
 use super::chain_settings::{ChainPlan, HmcChains, LangevinChains};
 use super::{encoder_draw, gather_rows, GradientEstimator};
+use crate::likelihood::{Likelihood, UnitGaussian};
 use crate::net::WorkspacePool;
 use crate::vae::{DecoderPosterior, Vae, VaeParams};
 
@@ -23,9 +25,12 @@ type StepsRun = (
 );
 
 /// HMC (fresh chains from an encoder draw at every update) or SAGD (persistent chains) on the
-/// decoder's posterior; the gradient is the chain average of ∇θ of −log p(x | u; θ).
-pub struct ChainEstimator<'a> {
+/// decoder's posterior; the gradient is the chain average of ∇θ of −log p(x | u; θ). The data's
+/// likelihood N(x; h, I) by default ([`ChainEstimator::hmc_with`], [`ChainEstimator::sagd_with`]
+/// for another).
+pub struct ChainEstimator<'a, L: Likelihood = UnitGaussian> {
     vae: &'a Vae,
+    lik: L,
     /// The data points, each `chains_per_point` times (copy m of point i is row m n + i): one
     /// chain per row.
     x: Cow<'a, [f32]>,
@@ -55,11 +60,26 @@ pub struct ChainEstimator<'a> {
 }
 
 impl<'a> ChainEstimator<'a> {
-    /// HMC: K transitions of L leapfrog steps of size ε from an encoder draw, every update.
+    /// HMC: K transitions of L leapfrog steps of size ε from an encoder draw, every update; the
+    /// paper's likelihood, N(x; h, I).
     pub fn hmc(vae: &'a Vae, x: &'a [f32], s: &HmcChains, seed: u64) -> Result<Self> {
+        Self::hmc_with(vae, UnitGaussian, x, s, seed)
+    }
+
+    /// SAGD: persistent underdamped Langevin chains started from an encoder draw, burn-in once;
+    /// the paper's likelihood, N(x; h, I).
+    pub fn sagd(vae: &'a Vae, x: &'a [f32], s: &LangevinChains, seed: u64) -> Result<Self> {
+        Self::sagd_with(vae, UnitGaussian, x, s, seed)
+    }
+}
+
+impl<'a, L: Likelihood> ChainEstimator<'a, L> {
+    /// [`ChainEstimator::hmc`] under the likelihood `lik`, the data `x` points of
+    /// [`Vae::data_dim`] values.
+    pub fn hmc_with(vae: &'a Vae, lik: L, x: &'a [f32], s: &HmcChains, seed: u64) -> Result<Self> {
         let kernel = s.hmc.kernel::<f32>()?;
         Ok(Self::with(
-            vae,
+            (vae, lik),
             Cow::Borrowed(x),
             kernel,
             s.transitions,
@@ -69,14 +89,21 @@ impl<'a> ChainEstimator<'a> {
         ))
     }
 
-    /// SAGD: persistent underdamped Langevin chains started from an encoder draw, burn-in once.
-    pub fn sagd(vae: &'a Vae, x: &'a [f32], s: &LangevinChains, seed: u64) -> Result<Self> {
+    /// [`ChainEstimator::sagd`] under the likelihood `lik`, the data `x` points of
+    /// [`Vae::data_dim`] values.
+    pub fn sagd_with(
+        vae: &'a Vae,
+        lik: L,
+        x: &'a [f32],
+        s: &LangevinChains,
+        seed: u64,
+    ) -> Result<Self> {
         let plan = ChainPlan::new(s)?;
-        let x = plan.chain_rows(x, vae.d)?;
+        let x = plan.chain_rows(x, (vae.data_dim(), vae.d))?;
         let kernel = plan.base_kernel()?;
         // Schemes that end a step at their last evaluation return the θ-gradient with it.
         let fused = kernel.ends_at_gradient();
-        let mut e = Self::with(vae, x, kernel, s.steps, false, s.burn_in, seed);
+        let mut e = Self::with((vae, lik), x, kernel, s.steps, false, s.burn_in, seed);
         e.momentum = s.initial_momentum;
         e.fused = fused;
         e.plan = Some(plan);
@@ -134,7 +161,7 @@ impl<'a> ChainEstimator<'a> {
     /// pre-trained one, or the current one when refreshed), at the base δ: a schedule's late δ_t
     /// would leave the chains near the encoder's draws.
     fn start_chains(&mut self, p: &VaeParams) -> Result<()> {
-        let all = DecoderPosterior::new(&self.vae.dec, &self.x);
+        let all = DecoderPosterior::with_likelihood(&self.vae.dec, &self.lik, &self.x);
         let all_problem = MaximumLikelihood::new(&all, 1);
         let all_target = AnchoredTarget {
             problem: &all_problem,
@@ -153,7 +180,7 @@ impl<'a> ChainEstimator<'a> {
     }
 
     fn with(
-        vae: &'a Vae,
+        (vae, lik): (&'a Vae, L),
         x: Cow<'a, [f32]>,
         kernel: Kernel<f32>,
         steps: usize,
@@ -161,12 +188,13 @@ impl<'a> ChainEstimator<'a> {
         burn_in: usize,
         seed: u64,
     ) -> Self {
-        let n = x.len() / vae.d;
+        let n = x.len() / vae.data_dim().max(1);
         let mut chains = ChainSet::new(n, vae.d, seed);
         // Blocks of rows step in parallel; the block boundaries, not the threads, fix the results.
         chains.set_rows_per_block(vae.dec.piece_rows(n));
         ChainEstimator {
             vae,
+            lik,
             x,
             rows: Vec::new(),
             chains,
@@ -204,7 +232,7 @@ struct ChainRecord {
     update: usize,
 }
 
-impl GradientEstimator for ChainEstimator<'_> {
+impl<L: Likelihood> GradientEstimator for ChainEstimator<'_, L> {
     fn trains_encoder(&self) -> bool {
         false
     }
@@ -243,17 +271,18 @@ impl GradientEstimator for ChainEstimator<'_> {
         _g_enc: &mut [f32],
     ) -> Result<f64> {
         self.begin_update(p)?;
-        let d = self.vae.d;
+        let (d, px) = (self.vae.d, self.vae.data_dim());
         let batch = match self.plan {
-            Some(plan) => plan.batch_rows(batch, self.x.len() / d, &mut self.rows),
+            Some(plan) => plan.batch_rows(batch, self.x.len() / px, &mut self.rows),
             None => batch,
         };
         let full =
             batch.len() == self.chains.n_chains() && batch.iter().enumerate().all(|(k, &i)| k == i);
-        gather_rows(&self.x, d, batch, &mut self.xb);
+        gather_rows(&self.x, px, batch, &mut self.xb);
         // Without fusion, each step's θ-gradient reuses the forward pass at the step's last
         // evaluation for the chains that stayed there (HMC: the accepted proposals).
-        let model = DecoderPosterior::new(&self.vae.dec, &self.xb).keeping_passes(!self.fused);
+        let model = DecoderPosterior::with_likelihood(&self.vae.dec, &self.lik, &self.xb)
+            .keeping_passes(!self.fused);
         let problem = MaximumLikelihood::new(&model, 1);
         let target = AnchoredTarget {
             problem: &problem,

@@ -163,11 +163,16 @@ impl ChainPlan {
         self.chains.chains_per_point.unwrap_or(1)
     }
 
-    /// One chain per row: the data `x` (points of dimension `d`) each [`ChainPlan::copies`]
-    /// times, copy m of point i as row m n + i; refused if the chains would not fit in memory.
-    pub(crate) fn chain_rows<'x>(&self, x: &'x [f32], d: usize) -> Result<Cow<'x, [f32]>> {
+    /// One chain per row: the data `x` (points of `px` values, latents of `d`) each
+    /// [`ChainPlan::copies`] times, copy m of point i as row m n + i; refused if the chains would
+    /// not fit in memory.
+    pub(crate) fn chain_rows<'x>(
+        &self,
+        x: &'x [f32],
+        (px, d): (usize, usize),
+    ) -> Result<Cow<'x, [f32]>> {
         let copies = self.copies();
-        let rows = (x.len() / d.max(1)).saturating_mul(copies);
+        let rows = (x.len() / px.max(1)).saturating_mul(copies);
         sagd::langevin::check_chains_fit(rows, d, 4, "sagd chains_per_point")?;
         Ok(if copies == 1 {
             Cow::Borrowed(x)
@@ -243,7 +248,7 @@ mod tests {
         assert_eq!(plan.batch_rows(&[4, 1], 10, &mut rows), [4, 1, 9, 6]);
         let x = [1.0f32, 2.0, 3.0];
         assert_eq!(
-            &*plan.chain_rows(&x, 1).expect("fits"),
+            &*plan.chain_rows(&x, (1, 1)).expect("fits"),
             [1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
         );
         // K = 10 over 3 updates, K_t ∝ 1 + t: 5, 10, 15 (30 steps, as K fixed); δ_t shrinks.

@@ -4,7 +4,9 @@
 //! a network of the engine's layers trains on a GPU with no GPU code of its own
 //! (`examples/own_decoder.rs`).
 
-use sagd::error::Result;
+use std::any::{type_name, TypeId};
+
+use sagd::error::{Result, SagdError};
 use sagd::rng::NormalStream;
 
 use super::{
@@ -12,6 +14,7 @@ use super::{
     LangevinChains, TrainState,
 };
 use crate::cuda::Gpu;
+use crate::likelihood::{Likelihood, UnitGaussian};
 use crate::net::WorkspacePool;
 use crate::vae::{Vae, VaeParams};
 use crate::Device;
@@ -64,8 +67,9 @@ pub fn gather_rows(x: &[f32], d: usize, batch: &[usize], out: &mut Vec<f32>) {
     }
 }
 
-/// One reparameterised draw u = μ + σ ε per data point (n × d), from the current encoder: the
-/// noise drawn in one stream, the encoder run on pieces of rows in parallel.
+/// One reparameterised draw u = μ + σ ε per data point (n × d; the points n × [`Vae::data_dim`]),
+/// from the current encoder: the noise drawn in one stream, the encoder run on pieces of rows in
+/// parallel.
 pub fn encoder_draw(
     vae: &Vae,
     p: &VaeParams,
@@ -74,18 +78,18 @@ pub fn encoder_draw(
     pool: &mut WorkspacePool,
 ) -> Vec<f32> {
     use rayon::prelude::*;
-    let d = vae.d;
-    let n = x.len() / d;
+    let (d, px) = (vae.d, vae.data_dim());
+    let n = x.len() / px.max(1);
     let mut u = vec![0.0f32; n * d];
     stream.fill(&mut u);
     pool.ensure(rayon::current_num_threads());
     let rows = vae.enc.piece_rows(n);
     let pool = &*pool;
-    x.par_chunks(rows * d)
+    x.par_chunks(rows * px)
         .zip(u.par_chunks_mut(rows * d))
         .for_each(|(xp, up)| {
             pool.with(|ws| {
-                vae.enc.forward(&p.enc, xp, xp.len() / d, ws);
+                vae.enc.forward(&p.enc, xp, xp.len() / px, ws);
                 let out = ws.output();
                 for (i, ui) in up.chunks_exact_mut(d).enumerate() {
                     for (j, v) in ui.iter_mut().enumerate() {
@@ -118,7 +122,8 @@ impl Estimator {
     /// The estimator of `vae` on the data `x` (n points of `vae.d` values, row-major), its
     /// draws from `seed`, on `device`: the CPU engine, or the CUDA backend (opened here, with an
     /// error that names what is missing where there is no GPU). Either takes the same settings
-    /// and the same encoder draws; the settings are checked before any work.
+    /// and the same encoder draws; the settings are checked before any work. The data's
+    /// likelihood is the paper's, N(x; h, I) ([`Estimator::on_with`] for another).
     pub fn on<'a>(
         &self,
         device: Device,
@@ -126,16 +131,59 @@ impl Estimator {
         x: &'a [f32],
         seed: u64,
     ) -> Result<Box<dyn GradientEstimator + 'a>> {
+        self.on_with(device, vae, UnitGaussian, x, seed)
+    }
+
+    /// [`Estimator::on`] under the likelihood `lik` of the decoder's output (binary data:
+    /// [`crate::likelihood::Bernoulli`], counts: [`crate::likelihood::Poisson`], or a user's own),
+    /// the data `x` points of [`Vae::data_dim`] values. Refused, by name and before any work,
+    /// where the networks do not fit each other ([`Vae::check`]) or `x` is not whole points; the
+    /// CUDA backend's passes compute the paper's likelihood with data of the latent's dimension
+    /// only, and refuse others.
+    pub fn on_with<'a, L: Likelihood + 'static>(
+        &self,
+        device: Device,
+        vae: &'a Vae,
+        lik: L,
+        x: &'a [f32],
+        seed: u64,
+    ) -> Result<Box<dyn GradientEstimator + 'a>> {
+        vae.check()?;
+        let px = vae.data_dim();
+        if !x.len().is_multiple_of(px) {
+            return Err(SagdError::InvalidSetting {
+                name: "x",
+                value: format!("{} values", x.len()),
+                fix: format!("give whole data points of {px} values (the decoder's outputs)"),
+            });
+        }
+        let paper = TypeId::of::<L>() == TypeId::of::<UnitGaussian>() && px == vae.d;
+        if let (Device::Cuda(_), false) = (device, paper) {
+            return Err(SagdError::InvalidSetting {
+                name: "device",
+                value: format!("{device} for {} with {px} values per point", type_name::<L>()),
+                fix: format!(
+                    "the CUDA backend's passes compute N(x; h, I) with data of the latent's dimension ({}) only: run this model on the CPU",
+                    vae.d
+                ),
+            });
+        }
         Ok(match (*self, device) {
-            (Estimator::Bound { k }, Device::Cpu) => Box::new(BoundEstimator::new(vae, x, k, seed)),
+            (Estimator::Bound { k }, Device::Cpu) => {
+                Box::new(BoundEstimator::with_likelihood(vae, lik, x, k, seed))
+            }
             (Estimator::Bound { k }, Device::Cuda(i)) => {
                 Box::new(GpuBoundEstimator::new(Gpu::open(i)?, vae, x, k, seed))
             }
-            (Estimator::Hmc(s), Device::Cpu) => Box::new(ChainEstimator::hmc(vae, x, &s, seed)?),
+            (Estimator::Hmc(s), Device::Cpu) => {
+                Box::new(ChainEstimator::hmc_with(vae, lik, x, &s, seed)?)
+            }
             (Estimator::Hmc(s), Device::Cuda(i)) => {
                 Box::new(GpuChainEstimator::hmc(Gpu::open(i)?, vae, x, &s, seed)?)
             }
-            (Estimator::Sagd(s), Device::Cpu) => Box::new(ChainEstimator::sagd(vae, x, &s, seed)?),
+            (Estimator::Sagd(s), Device::Cpu) => {
+                Box::new(ChainEstimator::sagd_with(vae, lik, x, &s, seed)?)
+            }
             (Estimator::Sagd(s), Device::Cuda(i)) => {
                 Box::new(GpuChainEstimator::sagd(Gpu::open(i)?, vae, x, &s, seed)?)
             }

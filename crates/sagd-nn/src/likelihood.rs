@@ -1,0 +1,66 @@
+//! The decoder's likelihood p(x | h), h = h_θ(u) the decoder's output for a data point: how the
+//! point's coordinates follow from it, one coordinate at a time. The bound estimators (ELBO, IWAE)
+//! and the chain estimators (HMC, SAGD) of [`crate::train`] and the posterior
+//! [`crate::vae::DecoderPosterior`] read it as a parameter, so a VAE of real values, binary pixels
+//! or counts trains through the same estimators; a user's own law is one small `impl`.
+
+/// A likelihood that factorises over the data's coordinates: log p(x | h) = Σ_j ℓ(h_j; x_j).
+///
+/// Constants that depend on neither θ nor u may be dropped (the estimators' gradients do not
+/// see them; their losses then differ from the log-likelihood by them).
+pub trait Likelihood: Send + Sync {
+    /// ℓ(h; x) for one coordinate, and its derivative ∂ℓ/∂h.
+    fn log_density(&self, h: f32, x: f32) -> (f32, f32);
+}
+
+/// X | U ~ N(h_θ(U), I), the paper's debiased VAE: ℓ = −½ (x − h)², ∂ℓ/∂h = x − h (the
+/// constant −½ log 2π dropped). The default of every estimator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnitGaussian;
+
+impl Likelihood for UnitGaussian {
+    #[inline(always)]
+    fn log_density(&self, h: f32, x: f32) -> (f32, f32) {
+        let r = x - h;
+        (-0.5 * r * r, r)
+    }
+}
+
+/// X_j | U ~ Bernoulli(σ(h_j)), h the logits (E3's model of binary images): ℓ = x h −
+/// softplus(h), stable for any logit, ∂ℓ/∂h = x − σ(h).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Bernoulli;
+
+impl Likelihood for Bernoulli {
+    #[inline(always)]
+    fn log_density(&self, h: f32, x: f32) -> (f32, f32) {
+        let (sp, sg) = crate::math::softplus_sigmoid(h);
+        (x * h - sp, x - sg)
+    }
+}
+
+/// X_j | U ~ Poisson(e^{h_j}), h the log-rates (counts): ℓ = x h − e^h, ∂ℓ/∂h = x − e^h (the
+/// constant −log x! dropped).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Poisson;
+
+impl Likelihood for Poisson {
+    #[inline(always)]
+    fn log_density(&self, h: f32, x: f32) -> (f32, f32) {
+        let rate = h.exp();
+        (x * h - rate, x - rate)
+    }
+}
+
+/// Σ_j ℓ(h_j; x_j) over one point's coordinates (summed in order, in f32), with each ∂ℓ/∂h_j
+/// written into `grad`.
+pub(crate) fn row<L: Likelihood + ?Sized>(lik: &L, h: &[f32], x: &[f32], grad: &mut [f32]) -> f32 {
+    // From −0.0, as f32's `Sum`: the same bits as a sum of the terms.
+    let mut total = -0.0f32;
+    for ((g, &h), &x) in grad.iter_mut().zip(h).zip(x) {
+        let (l, d) = lik.log_density(h, x);
+        total += l;
+        *g = d;
+    }
+    total
+}
