@@ -364,3 +364,70 @@ fn sagd_chains_under_a_count_likelihood_estimate_the_posterior_mean_gradient() {
         );
     }
 }
+
+#[test]
+fn kept_passes_give_the_same_theta_gradient_with_data_wider_than_the_latent() {
+    let v = vae();
+    let (x, p) = (data("bernoulli"), params("bernoulli"));
+    let rows = [0usize, 1, 2, 3];
+    let u = [0.1f32, -0.7, 1.3, 0.4, -1.9, 0.8, 0.05, -0.3];
+    let plain = DecoderPosterior::with_likelihood(&v.dec, &Bernoulli, &x);
+    let fresh = |uu: &[f32]| {
+        let mut g = vec![0.0f32; p.dec.len()];
+        plain.add_grad_theta(&p.dec, &rows, uu, &mut g).unwrap();
+        g
+    };
+    let kept = DecoderPosterior::with_likelihood(&v.dec, &Bernoulli, &x).keeping_passes(true);
+    let (mut lp, mut gu) = (vec![0.0f32; 4], vec![0.0f32; 8]);
+    // The same latents (the kept pass alone), then point 2's moved (the kept pass for the other
+    // three, a pass of its own for it).
+    let mut moved = u;
+    moved[4] = 0.9;
+    for uu in [&u, &moved] {
+        kept.log_joint(&p.dec, &rows, &u, &mut lp, &mut gu).unwrap();
+        let mut g = vec![0.0f32; p.dec.len()];
+        kept.add_grad_theta(&p.dec, &rows, uu, &mut g).unwrap();
+        for (a, b) in g.iter().zip(&fresh(uu)) {
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
+    assert_eq!(kept.reused_passes(), 2);
+}
+
+#[test]
+fn training_under_a_likelihood_is_the_same_bits_on_any_number_of_threads() {
+    use sagd::run::{Identity, Runner};
+    use sagd_nn::train::{LangevinChains, TrainSettings, Training};
+    let v = vae();
+    let x: Vec<f32> = data("poisson").into_iter().cycle().take(P * 300).collect();
+    let p0 = params("poisson");
+    let s = TrainSettings {
+        epochs: 3,
+        batch_size: 100,
+        lr: 1e-3,
+        lr_decay: 0.0,
+        averaging: sagd::optim::Averaging::None,
+    };
+    let run = |threads: usize, est: Estimator| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut e = est.on_with(Device::Cpu, &v, Poisson, &x, 5).unwrap();
+            let job = Training::new(&v, &mut *e, &s, 300, Identity::new()).unwrap();
+            let mut st = job.init(p0.clone(), 1);
+            let mut runner = Runner::new(job);
+            runner.run(&mut st).unwrap();
+            runner.solver.finish(&st)
+        })
+    };
+    for est in [
+        Estimator::Bound { k: 3 },
+        Estimator::Sagd(LangevinChains::default()),
+    ] {
+        let one = run(1, est);
+        assert_ne!(one.dec, p0.dec);
+        assert_eq!(one, run(3, est), "{est:?}");
+    }
+}
