@@ -11,7 +11,8 @@
 //!   vectorised activations of [`math`].
 //! * [`vae`]: the VAE's networks and the decoder's posterior as a `LatentModel`.
 //! * [`likelihood`]: the decoder's likelihood p(x | h), a parameter of the posterior and of every
-//!   estimator (the paper's Gaussian by default; Bernoulli, Poisson, or a user's own).
+//!   estimator (the paper's Gaussian by default; a Gaussian of known sd, Bernoulli, Poisson, or a user's
+//!   own).
 //! * [`train`]: one training job for every method, differing only in the gradient estimator.
 //! * [`bernoulli`]: the VAE of binary images (E3's model, any networks) and its minibatch passes
 //!   (ELBO, SAGD's chains, the held-out likelihood) on either device.

@@ -26,6 +26,40 @@ impl Likelihood for UnitGaussian {
     }
 }
 
+/// X | U ~ N(h_θ(U), σ² I) for a known noise sd σ: ℓ = −(x − h)²/(2σ²), ∂ℓ/∂h = (x − h)/σ² (the
+/// constant −log σ − ½ log 2π dropped). Built by [`Gaussian::new`], which refuses an sd that is not
+/// positive and finite.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Gaussian {
+    /// 1/σ².
+    precision: f32,
+}
+
+impl Gaussian {
+    /// The likelihood of noise sd `sd`; refused, by name, unless `sd` is positive and finite (and
+    /// 1/σ² is too, in f32).
+    pub fn new(sd: f64) -> sagd::error::Result<Self> {
+        let precision = (1.0 / (sd * sd)) as f32;
+        if sd > 0.0 && sd.is_finite() && precision.is_finite() && precision > 0.0 {
+            return Ok(Gaussian { precision });
+        }
+        Err(sagd::error::SagdError::InvalidSetting {
+            name: "Gaussian sd",
+            value: sd.to_string(),
+            fix: "give the noise's standard deviation, positive and finite (between about 1e-19 and 1e19)".into(),
+        })
+    }
+}
+
+impl Likelihood for Gaussian {
+    #[inline(always)]
+    fn log_density(&self, h: f32, x: f32) -> (f32, f32) {
+        let r = x - h;
+        let g = self.precision * r;
+        (-0.5 * g * r, g)
+    }
+}
+
 /// X_j | U ~ Bernoulli(σ(h_j)), h the logits (E3's model of binary images): ℓ = x h −
 /// softplus(h), stable for any logit, ∂ℓ/∂h = x − σ(h).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 
 use sagd::error::SagdError;
 use sagd::model::LatentModel;
-use sagd_nn::likelihood::{Bernoulli, Likelihood, Poisson, UnitGaussian};
+use sagd_nn::likelihood::{Bernoulli, Gaussian, Likelihood, Poisson, UnitGaussian};
 use sagd_nn::math::Activation;
 use sagd_nn::train::{BoundEstimator, Estimator, GradientEstimator, HmcChains};
 use sagd_nn::vae::{DecoderPosterior, Vae, VaeParams};
@@ -55,6 +55,8 @@ fn exact(which: &str, h: f64, x: f64) -> f64 {
             x * s.ln() + (1.0 - x) * (1.0 - s).ln()
         }
         "poisson" => x * h - h.exp(),
+        // σ = 0.3.
+        "gaussian-sd" => -0.5 * (x - h) * (x - h) / 0.09,
         _ => -0.5 * (x - h) * (x - h),
     }
 }
@@ -63,6 +65,7 @@ fn each(f: impl Fn(&str, &dyn Likelihood)) {
     f("bernoulli", &Bernoulli);
     f("poisson", &Poisson);
     f("gaussian", &UnitGaussian);
+    f("gaussian-sd", &Gaussian::new(0.3).unwrap());
 }
 
 #[test]
@@ -176,6 +179,7 @@ fn elbo_and_iwae_gradients_match_finite_differences_under_every_likelihood() {
         check_bound("bernoulli", Bernoulli, k);
         check_bound("poisson", Poisson, k);
         check_bound("gaussian", UnitGaussian, k);
+        check_bound("gaussian-sd", Gaussian::new(0.3).unwrap(), k);
     }
 }
 
@@ -224,6 +228,20 @@ fn the_elbo_under_a_likelihood_is_its_closed_form() {
             (got - want).abs() < 1e-5 * (1.0 + want.abs()),
             "{which}: {got} vs {want}"
         );
+    }
+}
+
+#[test]
+fn a_gaussian_of_sd_one_is_the_papers_and_bad_sds_are_refused() {
+    let one = Gaussian::new(1.0).unwrap();
+    for (h, x) in [(0.3f32, -1.2f32), (2.5, 2.5), (-4.0, 7.5)] {
+        assert_eq!(one.log_density(h, x), UnitGaussian.log_density(h, x));
+    }
+    for sd in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-30] {
+        match Gaussian::new(sd) {
+            Err(SagdError::InvalidSetting { name, .. }) => assert_eq!(name, "Gaussian sd"),
+            other => panic!("sd {sd}: expected a refusal, got {other:?}"),
+        }
     }
 }
 
