@@ -4,6 +4,9 @@
 //! what the estimators refuse.
 #![allow(clippy::needless_range_loop)]
 
+mod common;
+
+use common::check_posterior_gradients;
 use sagd::error::SagdError;
 use sagd::model::LatentModel;
 use sagd_nn::likelihood::{Bernoulli, Gaussian, Likelihood, Poisson, UnitGaussian};
@@ -97,38 +100,7 @@ fn the_posterior_is_its_closed_form_and_its_gradients_match_finite_differences()
                 lp[i]
             );
         }
-        let total = |th: &[f32], uu: &[f32]| -> f64 {
-            let (mut l, mut g) = (vec![0.0f32; 4], vec![0.0f32; 8]);
-            post.log_joint(th, &rows, uu, &mut l, &mut g).unwrap();
-            l.iter().map(|v| *v as f64).sum()
-        };
-        // The posterior's sums are not averaged over points: rounding 4 times the bound's, so
-        // the larger step serves every likelihood.
-        let h = 1e-2f32;
-        for r in 0..8 {
-            let (mut up, mut um) = (u.to_vec(), u.to_vec());
-            up[r] += h;
-            um[r] -= h;
-            let fd = (total(&p.dec, &up) - total(&p.dec, &um)) / (2.0 * h as f64);
-            assert!(
-                (gu[r] as f64 - fd).abs() < 3e-3 * (1.0 + fd.abs()),
-                "{which}, ∂u[{r}]: {} vs {fd}",
-                gu[r]
-            );
-        }
-        let mut gt = vec![0.0f32; p.dec.len()];
-        post.add_grad_theta(&p.dec, &rows, &u, &mut gt).unwrap();
-        for j in 0..p.dec.len() {
-            let (mut tp, mut tm) = (p.dec.clone(), p.dec.clone());
-            tp[j] += h;
-            tm[j] -= h;
-            let fd = (total(&tp, &u) - total(&tm, &u)) / (2.0 * h as f64);
-            assert!(
-                (gt[j] as f64 - fd).abs() < 3e-3 * (1.0 + fd.abs()),
-                "{which}, ∂θ[{j}]: {} vs {fd}",
-                gt[j]
-            );
-        }
+        check_posterior_gradients(which, &post, &p.dec, (&rows, &u), (1e-2, 3e-3));
     });
 }
 

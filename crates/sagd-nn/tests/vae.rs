@@ -2,6 +2,9 @@
 //! against central differences of the same (fixed-noise) estimates; passes kept for ∇θ.
 #![allow(clippy::needless_range_loop)]
 
+mod common;
+
+use common::check_posterior_gradients;
 use sagd::model::LatentModel;
 use sagd_nn::train::{BoundEstimator, GradientEstimator};
 use sagd_nn::vae::{DecoderPosterior, Vae, VaeParams};
@@ -22,40 +25,7 @@ fn posterior_gradients_match_finite_differences() {
     let (vae, p, rows, u) = posterior_case();
     let x = data();
     let post = DecoderPosterior::new(&vae.dec, &x);
-    let mut lp = vec![0.0f32; 5];
-    let mut gu = vec![0.0f32; 5];
-    post.log_joint(&p.dec, &rows, &u, &mut lp, &mut gu).unwrap();
-    let total = |th: &[f32], uu: &[f32]| -> f64 {
-        let mut l = vec![0.0f32; 5];
-        let mut g = vec![0.0f32; 5];
-        post.log_joint(th, &rows, uu, &mut l, &mut g).unwrap();
-        l.iter().map(|v| *v as f64).sum()
-    };
-    let h = 1e-2f32;
-    for r in 0..5 {
-        let (mut up, mut um) = (u.clone(), u.clone());
-        up[r] += h;
-        um[r] -= h;
-        let fd = (total(&p.dec, &up) - total(&p.dec, &um)) / (2.0 * h as f64);
-        assert!(
-            (gu[r] as f64 - fd).abs() < 2e-3 * (1.0 + fd.abs()),
-            "∂u[{r}]: {} vs {fd}",
-            gu[r]
-        );
-    }
-    let mut gt = vec![0.0f32; p.dec.len()];
-    post.add_grad_theta(&p.dec, &rows, &u, &mut gt).unwrap();
-    for j in 0..p.dec.len() {
-        let (mut tp, mut tm) = (p.dec.clone(), p.dec.clone());
-        tp[j] += h;
-        tm[j] -= h;
-        let fd = (total(&tp, &u) - total(&tm, &u)) / (2.0 * h as f64);
-        assert!(
-            (gt[j] as f64 - fd).abs() < 2e-3 * (1.0 + fd.abs()),
-            "∂θ[{j}]: {} vs {fd}",
-            gt[j]
-        );
-    }
+    check_posterior_gradients("N(x; h, 1)", &post, &p.dec, (&rows, &u), (1e-2, 2e-3));
 }
 
 /// The estimator's gradient against central differences of its loss, with the noise fixed by
