@@ -76,6 +76,8 @@ pub mod optim;
 #[doc(hidden)]
 pub mod parallel;
 pub mod quadrature;
+// `Real` is the prelude's (one trait; the path stays for programs that name it).
+#[doc(hidden)]
 pub mod real;
 #[doc(hidden)]
 pub mod rng;
@@ -91,7 +93,9 @@ pub mod prelude {
     };
     pub use crate::error::{LogpError, Result, SagdError};
     pub use crate::hmc::HmcSettings;
-    pub use crate::langevin::{ChainSet, Kernel, LangevinSettings, Momentum, Scheme, StepInfo};
+    pub use crate::langevin::{
+        ChainSet, Kernel, LangevinSettings, LangevinStep, Momentum, Scheme, StepInfo,
+    };
     pub use crate::model::{
         Derived, LatentModel, LogDensity, LogJoint, MaximumLikelihood, Problem, Scalar,
     };

@@ -408,3 +408,67 @@ fn blocks_running_several_steps_match_single_steps() {
         }
     }
 }
+
+/// A checked step is made only of valid settings, whether built or read from a file, writes
+/// itself as `{scheme, gamma, delta}`, and gives the kernel the settings give at its δ, to the bit.
+#[test]
+fn a_langevin_step_holds_only_valid_settings() {
+    use sagd::error::SagdError;
+    use sagd::langevin::LangevinStep;
+    let baoab = LangevinSettings {
+        scheme: Scheme::Baoab,
+        gamma: 2.0,
+    };
+    let step = LangevinStep::new(baoab, 0.1).expect("valid");
+    assert_eq!(
+        (step.scheme(), step.gamma(), step.delta()),
+        (Scheme::Baoab, 2.0, 0.1)
+    );
+    assert_eq!(step.langevin(), baoab);
+    for scheme in Scheme::ALL {
+        let s = LangevinSettings { scheme, gamma: 1.5 };
+        let table = LangevinStep::new(s, 0.3)
+            .expect("valid")
+            .kernel::<f64>()
+            .table();
+        assert_eq!(
+            table,
+            s.kernel::<f64>(0.3).expect("valid").table(),
+            "{scheme:?}"
+        );
+    }
+    let json = serde_json::to_value(step).expect("writes");
+    assert_eq!(
+        json,
+        serde_json::json!({"scheme": "baoab", "gamma": 2.0, "delta": 0.1})
+    );
+    let back: LangevinStep = serde_json::from_value(json).expect("reads");
+    assert_eq!(back, step);
+    // Each rule refused by name: when built, when read, and at a schedule's δ_t.
+    let euler = LangevinSettings {
+        scheme: Scheme::Euler,
+        gamma: 2.0,
+    };
+    let name = |r: sagd::error::Result<LangevinStep>| match r {
+        Err(SagdError::InvalidSetting { name, .. }) => name,
+        other => panic!("accepted: {other:?}"),
+    };
+    assert_eq!(name(LangevinStep::new(euler, 0.5)), "delta"); // γδ = 1
+    assert_eq!(name(LangevinStep::new(baoab, 0.0)), "delta");
+    assert_eq!(name(LangevinStep::new(baoab, f64::NAN)), "delta");
+    let frictionless = LangevinSettings {
+        gamma: -1.0,
+        ..baoab
+    };
+    assert_eq!(name(LangevinStep::new(frictionless, 0.1)), "gamma");
+    assert_eq!(name(step.with_delta(-0.1)), "delta");
+    assert_eq!(step.with_delta(0.05).expect("valid").delta(), 0.05);
+    assert!(LangevinStep::new(euler, 0.49).is_ok());
+    for bad in [
+        r#"{"scheme": "euler", "gamma": 2.0, "delta": 0.5}"#,
+        r#"{"scheme": "baoab", "gamma": 0.0, "delta": 0.1}"#,
+    ] {
+        let err = serde_json::from_str::<LangevinStep>(bad).expect_err(bad);
+        assert!(err.to_string().contains("gamma"), "{err}");
+    }
+}

@@ -119,8 +119,9 @@ impl<'a> BernoulliEstimator<'a> {
     }
 
     /// The same estimator on `device` (the same draws: a GPU computes the CPU's gradients to
-    /// float rounding); images that are not whole rows of the model's pixels, and chains the
-    /// device cannot run, are refused by name before any work.
+    /// float rounding); images that are not whole rows of the model's pixels, invalid chains
+    /// ([`Chains::validate`]) and chains the device cannot run are refused by name before any
+    /// work.
     pub fn on(
         device: Device,
         model: &'a BernoulliVae,
@@ -139,6 +140,7 @@ impl<'a> BernoulliEstimator<'a> {
             });
         }
         if let Objective::Sagd(c) = &objective {
+            c.validate()?;
             c.runs_on(device)?;
         }
         let mut est = Self::new(model, images, objective, seed);
@@ -519,5 +521,63 @@ mod tests {
         let err = est.estimate(&p, &[0, 3], &mut g.0, &mut g.1).unwrap_err();
         assert!(err.to_string().contains("holds 3 images"), "{err}");
         assert_eq!((est.streams, est.update), (before, 0));
+    }
+
+    /// Chains that no pass could run are refused by `on`, by name, on either device (a GPU's
+    /// before it looks for a device), where the CPU's first pass used to find them.
+    #[test]
+    fn invalid_chains_are_refused_before_any_work() {
+        let model = small_vae(3);
+        let images: Vec<u8> = (0..3 * PX).map(|i| (i * 37 % 256) as u8).collect();
+        let base = Chains::default();
+        let schedule = crate::train::ChainSchedule {
+            decay: -1.0,
+            growth: 0.0,
+            updates: 10,
+        };
+        for (bad, name) in [
+            (Chains { delta: 0.5, ..base }, "delta"), // Euler at γδ = 1
+            (
+                Chains {
+                    gamma: f64::NAN,
+                    ..base
+                },
+                "gamma",
+            ),
+            (Chains { steps: 0, ..base }, "steps"),
+            (
+                Chains {
+                    per_image: 0,
+                    ..base
+                },
+                "chains",
+            ),
+            (
+                Chains {
+                    refresh_every: Some(0),
+                    ..base
+                },
+                "refresh-every",
+            ),
+            (
+                Chains {
+                    schedule: Some(schedule),
+                    ..base
+                },
+                "sagd schedule",
+            ),
+        ] {
+            assert!(bad.validate().is_err(), "{name}");
+            for device in [Device::Cpu, Device::Cuda(0)] {
+                let r = BernoulliEstimator::on(device, &model, &images, Objective::Sagd(bad), 5);
+                match r.err() {
+                    Some(SagdError::InvalidSetting { name: got, .. }) => assert_eq!(got, name),
+                    other => panic!("{name} on {device:?}: {other:?}"),
+                }
+            }
+        }
+        assert!(base.validate().is_ok());
+        let step = base.step().expect("valid");
+        assert_eq!((step.gamma(), step.delta()), (base.gamma, base.delta));
     }
 }

@@ -15,7 +15,7 @@ use rand::RngExt;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 use sagd::error::Result;
-use sagd::langevin::{Kernel, LangevinSettings, Op, Scheme};
+use sagd::langevin::{Kernel, LangevinSettings, LangevinStep, Op, Scheme};
 use sagd::rng::Seed;
 
 use crate::math::bernoulli_logits;
@@ -195,6 +195,42 @@ impl Chains {
         self.refresh_every.is_some_and(|r| r > 1)
     }
 
+    /// Checks every setting, with messages that say what to change: at least one step and one
+    /// chain per image, at least one visit between restarts, γ and δ by the core's rules
+    /// ([`Chains::step`]; δ_t only shrinks, so δ's check covers the schedule's) and the
+    /// schedule's exponents. [`BernoulliEstimator::on`] checks them before any work.
+    pub fn validate(&self) -> Result<()> {
+        let refuse = |name, fix: &str| {
+            Err(sagd::error::SagdError::InvalidSetting {
+                name,
+                value: "0".into(),
+                fix: fix.into(),
+            })
+        };
+        if self.steps == 0 {
+            return refuse(
+                "steps",
+                "take at least 1 Langevin step per chain (paper: 5): with none the chains stay at \
+                 the encoder's draws and the refinement is not SAGD",
+            );
+        }
+        if self.per_image == 0 {
+            return refuse("chains", "use at least 1 chain per image (paper: 20)");
+        }
+        if self.refresh_every == Some(0) {
+            return refuse(
+                "refresh-every",
+                "use 1 (fresh chains at every visit of an image, the paper's) or more (chains \
+                 that persist between visits, restarted every so many)",
+            );
+        }
+        self.step()?;
+        match self.schedule {
+            Some(plan) => plan.validate(),
+            None => Ok(()),
+        }
+    }
+
     /// Refuses, by name, what `device` cannot run: a GPU's chains run every scheme's program, afresh
     /// at every visit.
     pub fn runs_on(&self, device: Device) -> Result<()> {
@@ -242,10 +278,15 @@ impl Chains {
         }
     }
 
-    /// The program of one step, once γ and δ are checked (the core's rules: both > 0, γδ < 1 for
-    /// Euler).
+    /// The integrator, γ and δ, checked by the core's rules (both > 0, γδ < 1 for Euler;
+    /// [`LangevinStep::new`]).
+    pub fn step(&self) -> Result<LangevinStep> {
+        self.langevin().step(self.delta)
+    }
+
+    /// The program of one step, once γ and δ are checked ([`Chains::step`]).
     pub fn kernel(&self) -> Result<Kernel<f32>> {
-        self.langevin().kernel(self.delta)
+        Ok(self.step()?.kernel())
     }
 
     /// These chains with a schedule over `updates` updates (K_t's scale depends on them).

@@ -100,7 +100,7 @@ impl<'a, L: Likelihood> ChainEstimator<'a, L> {
     ) -> Result<Self> {
         let plan = ChainPlan::new(s)?;
         let x = plan.chain_rows(x, (vae.data_dim(), vae.d))?;
-        let kernel = plan.base_kernel()?;
+        let kernel = plan.base_kernel();
         // Schemes that end a step at their last evaluation return the θ-gradient with it.
         let fused = kernel.ends_at_gradient();
         let mut e = Self::with((vae, lik), x, kernel, s.steps, false, s.burn_in, seed);
@@ -168,7 +168,7 @@ impl<'a, L: Likelihood> ChainEstimator<'a, L> {
             anchor: &p.dec[..],
         };
         if let Some(plan) = self.plan {
-            self.kernel = plan.base_kernel()?;
+            self.kernel = plan.base_kernel();
         }
         let u0 = encoder_draw(self.vae, p, &self.x, &mut self.stream, &mut self.pool);
         self.chains.init(&all_target, &u0, self.momentum)?;

@@ -3,7 +3,7 @@
 
 use sagd::error::{Result, SagdError};
 use sagd::hmc::HmcSettings;
-use sagd::langevin::{Kernel, LangevinSettings, Momentum, Scheme};
+use sagd::langevin::{Kernel, LangevinSettings, LangevinStep, Momentum, Scheme};
 use sagd::schedule::Schedule;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -87,7 +87,7 @@ impl LangevinChains {
     /// The chain estimators of both devices check it when built; a caller that has work to do
     /// first (pre-training) checks it before.
     pub fn validate(&self) -> Result<()> {
-        self.langevin.validate(self.step_size)?;
+        self.step()?;
         if let Some(p) = self.schedule {
             p.validate()?;
         }
@@ -106,6 +106,14 @@ impl LangevinChains {
             });
         }
         Ok(())
+    }
+}
+
+impl LangevinChains {
+    /// The integrator, γ and the base δ, checked ([`LangevinStep::new`]): what the chains'
+    /// estimators keep.
+    pub fn step(&self) -> Result<LangevinStep> {
+        self.langevin.step(self.step_size)
     }
 }
 
@@ -144,6 +152,8 @@ pub struct HmcChains {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ChainPlan {
     chains: LangevinChains,
+    /// The integrator, γ and the base δ, checked once.
+    base: LangevinStep,
     /// K_t's scale over the run, when scheduled.
     k_scale: f64,
 }
@@ -154,6 +164,7 @@ impl ChainPlan {
         s.validate()?;
         Ok(ChainPlan {
             chains: *s,
+            base: s.step()?,
             k_scale: s.schedule.map_or(1.0, |p| p.k_scale(s.steps)),
         })
     }
@@ -209,8 +220,8 @@ impl ChainPlan {
     }
 
     /// The kernel at the base δ: the burn-in's, and every update's without a schedule.
-    pub(crate) fn base_kernel(&self) -> Result<Kernel<f32>> {
-        self.chains.langevin.kernel(self.chains.step_size)
+    pub(crate) fn base_kernel(&self) -> Kernel<f32> {
+        self.base.kernel()
     }
 
     /// Update `t`'s δ_t, its kernel and K_t, when scheduled.
@@ -218,8 +229,8 @@ impl ChainPlan {
         let Some(plan) = self.chains.schedule else {
             return Ok(None);
         };
-        let (delta, k) = plan.at(t, self.chains.step_size, self.k_scale);
-        Ok(Some((delta, self.chains.langevin.kernel(delta)?, k)))
+        let (delta, k) = plan.at(t, self.base.delta(), self.k_scale);
+        Ok(Some((delta, self.base.with_delta(delta)?.kernel(), k)))
     }
 }
 

@@ -221,11 +221,72 @@ impl Default for LangevinSettings {
 }
 
 impl LangevinSettings {
-    /// Checks γ and a step size δ, with messages that say what to change.
+    /// Checks γ and a step size δ, with messages that say what to change (the check of
+    /// [`LangevinStep::new`]).
     pub fn validate(&self, delta: f64) -> Result<()> {
+        LangevinStep::new(*self, delta).map(|_| ())
+    }
+
+    /// The kernel of one Langevin step of size `delta`, once checked ([`LangevinStep::new`]).
+    pub fn kernel<T: Real>(&self, delta: f64) -> Result<Kernel<T>> {
+        Ok(LangevinStep::new(*self, delta)?.kernel())
+    }
+
+    /// These settings at the step δ, checked once: what a sampler keeps.
+    pub fn step(&self, delta: f64) -> Result<LangevinStep> {
+        LangevinStep::new(*self, delta)
+    }
+}
+
+/// One Langevin step's settings, checked: the scheme, the friction γ and the step δ. Made only by
+/// [`LangevinStep::new`] (or read from a file through it), so every value is one a kernel can be
+/// made of, and the samplers that hold one check nothing again. Written to files as `{scheme,
+/// gamma, delta}`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(into = "UncheckedStep")]
+pub struct LangevinStep {
+    langevin: LangevinSettings,
+    delta: f64,
+}
+
+/// [`LangevinStep`]'s fields as a file holds them, before the check.
+#[derive(Clone, Copy, Serialize, Deserialize)]
+struct UncheckedStep {
+    #[serde(default)]
+    scheme: Scheme,
+    gamma: f64,
+    delta: f64,
+}
+
+impl<'de> Deserialize<'de> for LangevinStep {
+    /// Read through [`LangevinStep::new`]: a file's invalid settings are refused as it is read.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let u = UncheckedStep::deserialize(d)?;
+        let langevin = LangevinSettings {
+            scheme: u.scheme,
+            gamma: u.gamma,
+        };
+        LangevinStep::new(langevin, u.delta).map_err(serde::de::Error::custom)
+    }
+}
+
+impl From<LangevinStep> for UncheckedStep {
+    fn from(s: LangevinStep) -> Self {
+        UncheckedStep {
+            scheme: s.langevin.scheme,
+            gamma: s.langevin.gamma,
+            delta: s.delta,
+        }
+    }
+}
+
+impl LangevinStep {
+    /// The scheme and friction of `langevin` at the step `delta`, refused by name unless γ and δ
+    /// are finite and > 0 and, for the paper's Euler scheme, γδ < 1.
+    pub fn new(langevin: LangevinSettings, delta: f64) -> Result<Self> {
         positive(
             "gamma",
-            self.gamma,
+            langevin.gamma,
             "the friction must be a finite number > 0 (the paper uses 1 or 2)",
         )?;
         positive(
@@ -233,25 +294,49 @@ impl LangevinSettings {
             delta,
             "the Langevin step size must be a finite number > 0",
         )?;
-        if self.scheme == Scheme::Euler && self.gamma * delta >= 1.0 {
+        if langevin.scheme == Scheme::Euler && langevin.gamma * delta >= 1.0 {
             return Err(SagdError::InvalidSetting {
                 name: "delta",
                 value: delta.to_string(),
                 fix: format!(
                     "the Euler scheme needs gamma*delta < 1 (here gamma = {}): use delta < {}, or another scheme (baoab, ubu)",
-                    self.gamma,
-                    1.0 / self.gamma
+                    langevin.gamma,
+                    1.0 / langevin.gamma
                 ),
             });
         }
-        Ok(())
+        Ok(LangevinStep { langevin, delta })
     }
 
-    /// The kernel of one Langevin step of size `delta`.
-    pub fn kernel<T: Real>(&self, delta: f64) -> Result<Kernel<T>> {
-        self.validate(delta)?;
-        let (g, h) = (self.gamma, delta);
-        let ops = match self.scheme {
+    /// The same scheme and friction at another step (a schedule's δ_t), checked.
+    pub fn with_delta(self, delta: f64) -> Result<Self> {
+        LangevinStep::new(self.langevin, delta)
+    }
+
+    /// The scheme and the friction.
+    pub fn langevin(&self) -> LangevinSettings {
+        self.langevin
+    }
+
+    /// The discretisation.
+    pub fn scheme(&self) -> Scheme {
+        self.langevin.scheme
+    }
+
+    /// The friction γ.
+    pub fn gamma(&self) -> f64 {
+        self.langevin.gamma
+    }
+
+    /// The step δ.
+    pub fn delta(&self) -> f64 {
+        self.delta
+    }
+
+    /// The kernel of one step: the scheme's program at γ and δ.
+    pub fn kernel<T: Real>(&self) -> Kernel<T> {
+        let (g, h) = (self.langevin.gamma, self.delta);
+        let ops = match self.langevin.scheme {
             Scheme::Euler => vec![
                 Op::Drift(h),
                 Op::Kick {
@@ -279,10 +364,10 @@ impl LangevinSettings {
             ],
             Scheme::Ubu => vec![ou(g, h / 2.0), Op::Gradient, kick(h), ou(g, h / 2.0)],
         };
-        Ok(Kernel {
+        Kernel {
             ops: ops.into_iter().map(Op::cast).collect(),
             metropolis: false,
-        })
+        }
     }
 }
 

@@ -103,35 +103,8 @@ impl E3Settings {
                     .into(),
             );
         }
-        if self.chains.steps == 0 {
-            return bad(
-                "steps",
-                "0".into(),
-                "take at least 1 Langevin step per chain (paper: 5): with none the chains stay at the encoder's draws and the refinement is not SAGD".into(),
-            );
-        }
-        if self.chains.per_image == 0 {
-            return bad(
-                "chains",
-                "0".into(),
-                "use at least 1 chain per image (paper: 20)".into(),
-            );
-        }
-        if self.chains.refresh_every == Some(0) {
-            return bad(
-                "refresh-every",
-                "0".into(),
-                "use 1 (fresh chains at every visit of an image, the paper's) or more (chains \
-                 that persist between visits, restarted every so many)"
-                    .into(),
-            );
-        }
-        // δ, γ and the scheme by the core's rules, where every sampler's are checked (δ_t only
-        // shrinks, so δ's check covers the schedule's).
-        self.chains.kernel()?;
-        if let Some(plan) = self.chains.schedule {
-            plan.validate()?;
-        }
+        // The chains' own rules, where the estimator checks them too.
+        self.chains.validate()?;
         sagd::error::positive(
             "vae_lr",
             self.vae_lr,

@@ -192,7 +192,7 @@ impl<'a> GpuChainEstimator<'a> {
     ) -> Result<Self> {
         let plan = ChainPlan::new(s)?;
         let x = plan.chain_rows(x, (vae.d, vae.d))?;
-        let kernel = plan.base_kernel()?;
+        let kernel = plan.base_kernel();
         let mut e = Self::with(gpu, vae, x, &kernel, (s.steps, false, s.burn_in), seed)?;
         e.momentum = s.initial_momentum;
         e.plan = Some(plan);

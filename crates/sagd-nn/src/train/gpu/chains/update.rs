@@ -297,7 +297,7 @@ impl<'a> GpuChainEstimator<'a> {
         }
         if !self.started {
             if let Some(plan) = self.plan {
-                self.set_kernel(&plan.base_kernel()?)?;
+                self.set_kernel(&plan.base_kernel())?;
             }
             self.start(b)?;
         }
