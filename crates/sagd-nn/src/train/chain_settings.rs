@@ -87,7 +87,18 @@ impl LangevinChains {
     /// The chain estimators of both devices check it when built; a caller that has work to do
     /// first (pre-training) checks it before.
     pub fn validate(&self) -> Result<()> {
-        self.step()?;
+        self.checked().map(|_| ())
+    }
+
+    /// The integrator, γ and the base δ, checked ([`LangevinStep::new`]): what the chains'
+    /// estimators keep.
+    pub fn step(&self) -> Result<LangevinStep> {
+        self.langevin.step(self.step_size)
+    }
+
+    /// [`LangevinChains::validate`]'s checks, giving the checked step.
+    fn checked(&self) -> Result<LangevinStep> {
+        let step = self.step()?;
         if let Some(p) = self.schedule {
             p.validate()?;
         }
@@ -105,15 +116,7 @@ impl LangevinChains {
                 fix: "run 1 chain per data point or more".into(),
             });
         }
-        Ok(())
-    }
-}
-
-impl LangevinChains {
-    /// The integrator, γ and the base δ, checked ([`LangevinStep::new`]): what the chains'
-    /// estimators keep.
-    pub fn step(&self) -> Result<LangevinStep> {
-        self.langevin.step(self.step_size)
+        Ok(step)
     }
 }
 
@@ -161,10 +164,9 @@ pub(crate) struct ChainPlan {
 impl ChainPlan {
     /// The plan of `s`, every setting checked ([`LangevinChains::validate`]).
     pub(crate) fn new(s: &LangevinChains) -> Result<ChainPlan> {
-        s.validate()?;
         Ok(ChainPlan {
             chains: *s,
-            base: s.step()?,
+            base: s.checked()?,
             k_scale: s.schedule.map_or(1.0, |p| p.k_scale(s.steps)),
         })
     }
