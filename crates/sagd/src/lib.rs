@@ -59,6 +59,8 @@
 
 #[doc(hidden)]
 pub mod bench;
+// Which kernels this CPU runs: for the workspace's reports and benches, not a model's user.
+#[doc(hidden)]
 pub mod cpu;
 pub mod diagnostics;
 pub mod em;

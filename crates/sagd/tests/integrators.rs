@@ -472,3 +472,95 @@ fn a_langevin_step_holds_only_valid_settings() {
         assert!(err.to_string().contains("gamma"), "{err}");
     }
 }
+
+/// Each scheme's and HMC's instructions place every operation as worked out by hand from the
+/// programs: which draw it reads, where the positions first move, which gradient a kick reads.
+/// Every engine (the CPU's blocks, the GPU's chains) carries out these, so a mistake here would
+/// move every scheme's chains.
+#[test]
+fn the_instructions_place_each_operation_on_the_transitions_states() {
+    use sagd::langevin::{Kernel, Op};
+    // (operation, draw, first move, new gradient); "k" a kick, "kn" a noisy one.
+    fn placed(k: &Kernel<f64>) -> Vec<(&'static str, Option<usize>, bool, bool)> {
+        k.instructions()
+            .map(|i| {
+                let name = match i.op {
+                    Op::Drift(_) => "drift",
+                    Op::Kick { noise, .. } if noise != 0.0 => "kn",
+                    Op::Kick { .. } => "k",
+                    Op::Ou { .. } => "ou",
+                    Op::Gradient => "grad",
+                    Op::Refresh => "refresh",
+                    _ => "other",
+                };
+                (name, i.draw, i.first_move, i.new_gradient)
+            })
+            .collect()
+    }
+    let (t, f) = (true, false);
+    let expected = [
+        (
+            Scheme::Euler,
+            vec![
+                ("drift", None, t, f),
+                ("kn", Some(0), f, f),
+                ("grad", None, f, f),
+            ],
+        ),
+        (
+            Scheme::Obabo,
+            vec![
+                ("kn", Some(0), f, f),
+                ("k", None, f, f),
+                ("drift", None, t, f),
+                ("grad", None, f, f),
+                ("k", None, f, t),
+                ("kn", Some(1), f, t),
+            ],
+        ),
+        (
+            Scheme::Baoab,
+            vec![
+                ("k", None, f, f),
+                ("drift", None, t, f),
+                ("kn", Some(0), f, f),
+                ("drift", None, f, f),
+                ("grad", None, f, f),
+                ("k", None, f, t),
+            ],
+        ),
+        (
+            Scheme::Ubu,
+            vec![
+                ("ou", Some(0), t, f),
+                ("grad", None, f, f),
+                ("k", None, f, t),
+                ("ou", Some(2), f, f),
+            ],
+        ),
+    ];
+    for (scheme, want) in expected {
+        let k = kernel(scheme, 1.5, 0.2);
+        assert_eq!(placed(&k), want, "{scheme}");
+        assert!(k.instructions().map(|i| i.op).eq(k.ops().iter().copied()));
+    }
+    let hmc = sagd::hmc::HmcSettings {
+        step_size: 0.1,
+        n_leapfrog: 2,
+    }
+    .kernel::<f64>()
+    .expect("valid");
+    let leapfrog = [
+        ("k", None, f, f),
+        ("drift", None, t, f),
+        ("grad", None, f, f),
+        ("k", None, f, t),
+        ("k", None, f, t),
+        ("drift", None, f, f),
+        ("grad", None, f, f),
+        ("k", None, f, t),
+    ];
+    let mut want = vec![("refresh", Some(0), f, f)];
+    want.extend(leapfrog);
+    assert_eq!(placed(&hmc), want);
+}

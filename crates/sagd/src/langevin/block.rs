@@ -2,7 +2,7 @@
 //! Ornstein-Uhlenbeck flows and target evaluations, then the Metropolis test or the recovery of
 //! diverged rows. The hot loop of every sampler in the crate.
 
-use super::{Kernel, Op};
+use super::{Instruction, Kernel, Op};
 use crate::error::{LogpError, Result, SagdError};
 use crate::model::LogDensity;
 use crate::real::{sum_sq, Real};
@@ -145,19 +145,22 @@ crate::vectorized! {
     ) -> Result<BlockStats> {
         let mut aux = aux;
         let mut t = Transition::new(b);
-        for op in &kernel.ops {
-            match *op {
+        for step in kernel.instructions() {
+            if step.first_move {
+                t.start_moving(matches!(step.op, Op::Drift(_)));
+            }
+            match step.op {
                 Op::Drift(h) => t.drift(h),
-                Op::Kick { decay, grad, noise } => t.kick(decay, grad, noise),
+                Op::Kick { decay, grad, noise } => t.kick((decay, grad, noise), step),
                 Op::Ou {
                     decay,
                     drift,
                     v1,
                     x1,
                     x2,
-                } => t.ou((decay, drift, v1, x1, x2)),
+                } => t.ou((decay, drift, v1, x1, x2), step.draw),
                 Op::Gradient => t.gradient(target, aux.as_deref_mut())?,
-                Op::Refresh => t.refresh(),
+                Op::Refresh => t.refresh(step.draw),
             }
         }
         t.finish();
@@ -171,11 +174,11 @@ struct Transition<'a, T> {
     rows: usize,
     d: usize,
     /// Whether the positions moved yet (the new buffer holds them), and whether the target was
-    /// evaluated there (the new gradient is current).
+    /// evaluated there (the new gradient is current): what [`Kernel::instructions`] said so far.
     moved: bool,
     fresh: bool,
-    /// The given draws taken so far.
-    taken: usize,
+    /// A drift that moves first writes ξ′ = ξ + hρ itself, instead of a copy and an add.
+    drift_from_start: bool,
     /// HMC: the energy at the start, once momenta are drawn.
     h0: Vec<f64>,
 }
@@ -191,51 +194,54 @@ impl<'a, T: Real> Transition<'a, T> {
             d,
             moved: false,
             fresh: false,
-            taken: 0,
+            drift_from_start: false,
             h0: Vec::new(),
         }
     }
 
-    /// The positions in the new buffer (copied from the old at the first move).
+    /// The positions' first move (an instruction's `first_move`): the new buffer takes the start's
+    /// positions, copied now unless a drift writes them.
     #[inline(always)]
-    fn start_moving(&mut self) {
-        if !self.moved {
+    fn start_moving(&mut self, by_drift: bool) {
+        if by_drift {
+            self.drift_from_start = true;
+        } else {
             self.b.x_new.copy_from_slice(self.b.x_old);
-            self.moved = true;
         }
+        self.moved = true;
     }
 
     /// ξ += h ρ.
     #[inline(always)]
     fn drift(&mut self, h: T) {
         let b = &mut self.b;
-        if self.moved {
-            b.x_new
-                .iter_mut()
-                .zip(b.rho.iter())
-                .for_each(|(x, r)| *x += h * *r);
-        } else {
+        if std::mem::take(&mut self.drift_from_start) {
             b.x_new
                 .iter_mut()
                 .zip(b.x_old.iter().zip(b.rho.iter()))
                 .for_each(|(x, (xo, r))| *x = *xo + h * *r);
-            self.moved = true;
+        } else {
+            b.x_new
+                .iter_mut()
+                .zip(b.rho.iter())
+                .for_each(|(x, r)| *x += h * *r);
         }
     }
 
-    /// ρ = decay·ρ + grad·∇log π(ξ) + noise·η.
+    /// ρ = decay·ρ + grad·∇log π(ξ) + noise·η, the gradient and the draw where `step` says.
     #[inline(always)]
-    fn kick(&mut self, decay: T, grad: T, s: T) {
+    fn kick(&mut self, (decay, grad, s): (T, T, T), step: Instruction<T>) {
         let b = &mut self.b;
-        let g = if self.fresh { &b.g_new[..] } else { b.g_old };
+        let g = if step.new_gradient {
+            &b.g_new[..]
+        } else {
+            b.g_old
+        };
         let len = self.rows * self.d;
-        let eta: Option<&[T]> = match (s != T::zero(), b.given) {
-            (false, _) => None,
-            (true, Some(draws)) => {
-                self.taken += 1;
-                Some(draws[self.taken - 1])
-            }
-            (true, None) => {
+        let eta: Option<&[T]> = match (step.draw, b.given) {
+            (None, _) => None,
+            (Some(k), Some(draws)) => Some(draws[k]),
+            (Some(_), None) => {
                 let eta = &mut b.noise[..len];
                 fill_noise(eta, b.rngs, self.d);
                 Some(eta)
@@ -244,10 +250,10 @@ impl<'a, T: Real> Transition<'a, T> {
         kick(b.rho, g, eta, (decay, grad, s));
     }
 
-    /// The exact Ornstein-Uhlenbeck flow, on two blocks of draws.
+    /// The exact Ornstein-Uhlenbeck flow, on two blocks of draws (given: blocks `draw` and the
+    /// next).
     #[inline(always)]
-    fn ou(&mut self, coefficients: (T, T, T, T, T)) {
-        self.start_moving();
+    fn ou(&mut self, coefficients: (T, T, T, T, T), draw: Option<usize>) {
         let (rows, d) = (self.rows, self.d);
         let b = &mut self.b;
         let eta = &mut b.noise[..if b.given.is_some() { 0 } else { 2 * rows * d }];
@@ -259,13 +265,12 @@ impl<'a, T: Real> Transition<'a, T> {
             rng.normal.fill(row);
         }
         let given = b.given;
-        let taken = self.taken + if given.is_some() { 2 } else { 0 };
-        self.taken = taken;
+        let first = draw.unwrap_or(0);
         // Row r's two draws: from the given blocks, or its stream's 2d in a row.
         let z = |r: usize| match given {
             Some(draws) => {
                 let span = r * d..(r + 1) * d;
-                (&draws[taken - 2][span.clone()], &draws[taken - 1][span])
+                (&draws[first][span.clone()], &draws[first + 1][span])
             }
             None => eta[2 * r * d..2 * (r + 1) * d].split_at(d),
         };
@@ -275,7 +280,6 @@ impl<'a, T: Real> Transition<'a, T> {
     /// log π and its gradient at the current positions (and the target's auxiliary output).
     #[inline(always)]
     fn gradient<D: LogDensity<T>>(&mut self, target: &D, aux: Option<&mut [T]>) -> Result<()> {
-        self.start_moving();
         let b = &mut self.b;
         let res = match aux {
             Some(a) => {
@@ -291,15 +295,12 @@ impl<'a, T: Real> Transition<'a, T> {
 
     /// ρ ~ N(0, I), and the energy at the start (HMC).
     #[inline(always)]
-    fn refresh(&mut self) {
+    fn refresh(&mut self, draw: Option<usize>) {
         let (rows, d) = (self.rows, self.d);
         let b = &mut self.b;
-        match b.given {
-            Some(draws) => {
-                self.taken += 1;
-                b.rho.copy_from_slice(draws[self.taken - 1]);
-            }
-            None => fill_noise(b.rho, b.rngs, d),
+        match (b.given, draw) {
+            (Some(draws), Some(k)) => b.rho.copy_from_slice(draws[k]),
+            _ => fill_noise(b.rho, b.rngs, d),
         }
         self.h0 = (0..rows)
             .map(|r| -b.lp_old[r].f64() + half_sq(&b.rho[r * d..(r + 1) * d]))
@@ -310,7 +311,9 @@ impl<'a, T: Real> Transition<'a, T> {
     /// the energies at the start.
     #[inline(always)]
     fn finish(&mut self) {
-        self.start_moving();
+        if !self.moved {
+            self.b.x_new.copy_from_slice(self.b.x_old);
+        }
         let b = &mut self.b;
         if !self.fresh {
             b.g_new.copy_from_slice(b.g_old);

@@ -3,7 +3,7 @@
 //! draws) and need only the chains' last positions.
 
 use super::block::{evaluated, row_finite, run_block, Block};
-use super::{Kernel, Op};
+use super::{Instruction, Kernel, Op};
 use crate::error::{check_len, Result, SagdError};
 use crate::model::LogDensity;
 use crate::real::Real;
@@ -70,22 +70,20 @@ impl<T: Real> Kernel<T> {
     }
 
     /// What [`Kernel::run_with_noise`] runs after its first evaluation of the target, as one
-    /// list: every operation of `steps` transitions (the last up to its last move of the
-    /// positions), each with the index of the block of draws it reads (an Ornstein-Uhlenbeck
-    /// flow that block and the next; `None`: it draws none). For an engine that runs the program
-    /// elsewhere (E3's chains on a GPU), without the divergence checks.
+    /// list: the [`Kernel::instructions`] of `steps` transitions (the last up to its last move of
+    /// the positions), each draw numbered from the run's first block (transition s's from
+    /// s·[`Kernel::normals_per_step`]). For an engine that runs the whole program in place on one
+    /// state (E3's chains on a GPU), without the divergence checks.
     #[doc(hidden)]
-    pub fn unrolled(&self, steps: usize) -> Vec<(Op<T>, Option<usize>)> {
+    pub fn unrolled(&self, steps: usize) -> Vec<Instruction<T>> {
         let (per_step, last) = (self.normals_per_step(), self.to_last_move());
         let mut out = Vec::new();
         for s in 0..steps {
             let program = if s + 1 == steps { &last } else { self };
-            let mut next = s * per_step;
-            for &op in &program.ops {
-                let width = op.normals();
-                out.push((op, (width > 0).then_some(next)));
-                next += width;
-            }
+            out.extend(program.instructions().map(|i| Instruction {
+                draw: i.draw.map(|k| s * per_step + k),
+                ..i
+            }));
         }
         out
     }
@@ -295,7 +293,10 @@ mod tests {
                 let (mut g, mut lp) = (vec![0.0; rows * d], vec![0.0; rows]);
                 target.logp_grad(0, &u, &mut lp, &mut g).unwrap();
                 let mut evaluations = 0;
-                for (op, block) in kernel.unrolled(steps) {
+                for Instruction {
+                    op, draw: block, ..
+                } in kernel.unrolled(steps)
+                {
                     let eta = |k: usize| &blocks[block.expect("a noisy operation's block") + k];
                     match op {
                         Op::Drift(h) => u.iter_mut().zip(&p).for_each(|(u, p)| *u += h * p),

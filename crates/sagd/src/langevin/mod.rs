@@ -85,24 +85,36 @@ impl std::str::FromStr for Scheme {
     }
 }
 
-/// One operation of a splitting step, with its coefficients: the program a [`Kernel`] runs, read
-/// by the workspace's other engine (the GPU's chains) through [`Kernel::ops`]. Operations may be
-/// added, so an engine names the ones it runs and refuses the rest.
-#[doc(hidden)]
+/// One operation of a splitting step, with its coefficients: the program a [`Kernel`] runs
+/// ([`Kernel::ops`]), which every engine reads, the CPU's blocks of chains and the GPU's (through
+/// [`Kernel::instructions`]). Operations may be added, so an engine names the ones it runs and
+/// refuses the rest.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Op<T> {
     /// ξ += h ρ.
     Drift(T),
     /// ρ = decay·ρ + grad·∇log π(ξ) + noise·η, η ~ N(0, I).
-    Kick { decay: T, grad: T, noise: T },
+    Kick {
+        /// The momentum's factor.
+        decay: T,
+        /// The gradient's factor.
+        grad: T,
+        /// The draw's factor (0: no draw).
+        noise: T,
+    },
     /// The exact flow of dξ = ρ dt, dρ = −γρ dt + √(2γ) dB over a time h:
     /// ξ += drift·ρ + x1·ζ1 + x2·ζ2, ρ = decay·ρ + v1·ζ1.
     Ou {
+        /// The momentum's factor e^(−γh).
         decay: T,
+        /// The momentum's factor in the position's move.
         drift: T,
+        /// The first draw's factor in the momentum.
         v1: T,
+        /// The first draw's factor in the position.
         x1: T,
+        /// The second draw's factor in the position.
         x2: T,
     },
     /// Evaluates log π and its gradient at the current position.
@@ -149,6 +161,28 @@ impl Op<f64> {
             Op::Refresh => Op::Refresh,
         }
     }
+}
+
+/// One operation of a transition as an engine carries it out on two states, the transition's
+/// start (ξ, ∇log π(ξ), log π(ξ)) and its new state (ξ′, ∇′, log π′): the operation, the block
+/// of normal draws it reads, and which state it reads. [`Kernel::instructions`] works them out
+/// once for every engine, so that an engine only carries out the operations, and every engine
+/// reads the same draw for the same operation.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Instruction<T> {
+    /// The operation and its coefficients.
+    pub op: Op<T>,
+    /// The first block of normal draws it reads (one value per coordinate of every chain),
+    /// counted from the transition's first: a noisy kick and a refresh read one block, an
+    /// Ornstein-Uhlenbeck flow this block and the next; `None`: it draws none.
+    pub draw: Option<usize>,
+    /// Whether the positions move here for the first time in the transition, so that ξ′ starts
+    /// as ξ: a drift writes ξ′ = ξ + hρ, a flow or an evaluation copies ξ into ξ′ first.
+    pub first_move: bool,
+    /// For a kick: whether it reads the gradient at ξ′ (evaluated earlier in the transition),
+    /// else the start's.
+    pub new_gradient: bool,
 }
 
 /// The O step over time h: exact friction and noise on ρ.
@@ -398,11 +432,32 @@ impl<T: Real> Kernel<T> {
         self.metropolis
     }
 
-    /// The program of one transition, typed: for the workspace's other engine (the GPU's chains),
-    /// which runs the same operations. [`Kernel::table`] gives it as plain numbers.
-    #[doc(hidden)]
+    /// The program of one transition, typed ([`Kernel::table`] gives it as plain numbers).
     pub fn ops(&self) -> &[Op<T>] {
         &self.ops
+    }
+
+    /// The program of one transition as an engine carries it out on the transition's start and
+    /// its new state ([`Instruction`]): the CPU's blocks of chains run it, and so do the GPU's.
+    /// What no instruction writes carries over from the start: the positions when none has
+    /// `first_move`, the gradient and log density when none is an [`Op::Gradient`]. The draws
+    /// number [`Kernel::normals_per_step`] blocks in all.
+    pub fn instructions(&self) -> impl Iterator<Item = Instruction<T>> + '_ {
+        let (mut moved, mut fresh, mut next) = (false, false, 0);
+        self.ops.iter().map(move |&op| {
+            let width = op.normals();
+            let first_move = !moved && !matches!(op, Op::Kick { .. } | Op::Refresh);
+            let step = Instruction {
+                op,
+                draw: (width > 0).then_some(next),
+                first_move,
+                new_gradient: fresh && matches!(op, Op::Kick { .. }),
+            };
+            moved |= first_move;
+            fresh |= matches!(op, Op::Gradient);
+            next += width;
+            step
+        })
     }
 
     /// The coefficient table of the kernel as plain numbers (for tests, documentation and other

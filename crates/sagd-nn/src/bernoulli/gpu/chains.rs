@@ -96,18 +96,22 @@ impl GpuPasses {
 
     /// The core's program of the chains' steps ([`Kernel::unrolled`](sagd::langevin::Kernel)),
     /// as the CPU's pass runs it (`Kernel::run_with_noise`): the posterior's gradient once, then
-    /// each operation on (u, ρ) in place, its draws from the noise's blocks.
+    /// each operation on (u, ρ) in place (one state: no instruction needs the start's), its
+    /// draws from the noise's blocks.
     fn run_program(
         gpu: &Gpu,
         b: &mut Buffers,
         m: &BernoulliVae,
         s: Shape,
-        program: &[(Op<f32>, Option<usize>)],
+        program: &[Instruction<f32>],
     ) -> GpuResult<()> {
         if !program.is_empty() {
             Self::posterior_gradient(gpu, b, m, s)?;
         }
-        for &(op, block) in program {
+        for &Instruction {
+            op, draw: block, ..
+        } in program
+        {
             match op {
                 Op::Drift(h) => Self::drift(gpu, b, s, h)?,
                 Op::Kick { decay, grad, noise } => {

@@ -5,7 +5,7 @@
 //! 20 chains of 200 images).
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
-use sagd::langevin::Op;
+use sagd::langevin::{Instruction, Op};
 
 use crate::bernoulli::{BatchInfo, BernoulliVae, Chains};
 use crate::cuda::{adam, ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace};

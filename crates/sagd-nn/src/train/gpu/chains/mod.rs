@@ -1,6 +1,6 @@
 //! HMC and SAGD's chains on the GPU: the CPU's [`ChainEstimator`](crate::train::ChainEstimator)
 //! with the chains' state on the device. Each transition runs the kernel's own program (its
-//! typed operations, `Kernel::ops`: drifts, kicks, Ornstein-Uhlenbeck flows, refreshes,
+//! typed instructions, `Kernel::instructions`: drifts, kicks, Ornstein-Uhlenbeck flows, refreshes,
 //! evaluations of the decoder's posterior) and the CPU's end of a transition (divergences, the Metropolis test), as
 //! elementwise kernels; the θ-gradient of an update is one pass over the K accepted states of every
 //! chain. Chain noise comes from a device stream ([`GpuRng`]): the same law as the CPU's per-chain
@@ -10,7 +10,7 @@
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use sagd::error::{Result, SagdError};
-use sagd::langevin::{Kernel, Momentum, Op};
+use sagd::langevin::{Instruction, Kernel, Momentum, Op};
 use sagd::rng::{NormalStream, Seed};
 use sagd::run::{decode, encode};
 use serde::{Deserialize, Serialize};
@@ -27,14 +27,13 @@ mod update;
 /// change, whether it counts.
 const STATS: usize = 6;
 
-/// The kernel's program as the GPU runs it: its typed operations, each one checked to be one the
-/// elementwise kernels know.
-fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Op<f32>>> {
+/// The kernel's program as the GPU runs it: the core's instructions, each operation checked
+/// to be one the elementwise kernels know.
+fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Instruction<f32>>> {
     kernel
-        .ops()
-        .iter()
-        .map(|&op| match op {
-            Op::Drift(_) | Op::Kick { .. } | Op::Ou { .. } | Op::Gradient | Op::Refresh => Ok(op),
+        .instructions()
+        .map(|step| match step.op {
+            Op::Drift(_) | Op::Kick { .. } | Op::Ou { .. } | Op::Gradient | Op::Refresh => Ok(step),
             other => Err(GpuError::Settings(format!(
                 "the GPU chains do not know the kernel operation {other:?}"
             ))),
@@ -140,7 +139,7 @@ pub struct GpuChainEstimator<'a> {
     vae: &'a Vae,
     /// The data points, each `chains_per_point` times, as the CPU's: one chain per row.
     x: Cow<'a, [f32]>,
-    ops: Vec<Op<f32>>,
+    program: Vec<Instruction<f32>>,
     /// Normal draws per coordinate per transition: the program's, and the fresh momenta of
     /// diverged rows.
     normals_per_coord: usize,
@@ -202,7 +201,7 @@ impl<'a> GpuChainEstimator<'a> {
     /// Sets the kernel the transitions run (its program; the scheme's noise per step and
     /// Metropolis test do not change along a run).
     fn set_kernel(&mut self, kernel: &Kernel<f32>) -> Result<()> {
-        self.ops = program(kernel)?;
+        self.program = program(kernel)?;
         Ok(())
     }
 
@@ -218,7 +217,7 @@ impl<'a> GpuChainEstimator<'a> {
             gpu,
             vae,
             x,
-            ops: program(kernel)?,
+            program: program(kernel)?,
             normals_per_coord: 1 + kernel.normals_per_step(),
             metropolis: kernel.metropolis(),
             fused: FusedMlp::of(&vae.dec),
@@ -453,8 +452,12 @@ mod tests {
             .collect();
         kernels.push(HmcSettings::default().kernel::<f32>().expect("valid"));
         for kernel in kernels {
-            let ops = program(&kernel).expect("every operation is known");
-            assert_eq!(ops, kernel.ops());
+            let program = program(&kernel).expect("every operation is known");
+            assert!(program
+                .iter()
+                .map(|step| step.op)
+                .eq(kernel.ops().iter().copied()));
+            assert!(program.into_iter().eq(kernel.instructions()));
         }
     }
 }

@@ -24,8 +24,9 @@ impl<'a> GpuChainEstimator<'a> {
         self.finish(b, nb, t, fresh_rho)
     }
 
-    /// The kernel's program for transition `t` from state a into state b (what it leaves alone
-    /// carried over); the noise's range for the fresh momenta of the rows that diverge.
+    /// The kernel's program for transition `t` from state a into state b, as the core's
+    /// [`Kernel::instructions`](sagd::langevin::Kernel::instructions) place it (what it leaves
+    /// alone carried over); the noise's range for the fresh momenta of the rows that diverge.
     fn run_program(
         &self,
         b: &mut Buffers,
@@ -35,25 +36,30 @@ impl<'a> GpuChainEstimator<'a> {
     ) -> GpuResult<std::ops::Range<usize>> {
         let (gpu, vae, d) = (&self.gpu, self.vae, self.vae.d);
         let len = nb * d;
-        let mut at = t * self.normals_per_coord * len;
-        let mut take = |count: usize| {
-            let v = at..at + count;
-            at += count;
-            v
+        // Draw block k of transition t (after its normals_per_step blocks, the fresh momenta).
+        let block = |k: usize| {
+            let at = (t * self.normals_per_coord + k) * len;
+            at..at + len
         };
-        let (mut moved, mut fresh) = (false, false);
+        let drawn = |step: &Instruction<f32>| {
+            step.draw
+                .ok_or_else(|| GpuError::Settings(format!("{:?} without its draws", step.op)))
+        };
         let data = if all { &b.x_all } else { &b.x_batch };
-        for &op in &self.ops {
-            match op {
+        for step in &self.program {
+            if step.first_move && !matches!(step.op, Op::Drift(_)) {
+                gpu.copy(&b.xa, &mut b.xb, len)?;
+            }
+            match step.op {
+                // xb = xa + h ρ at the first move, else xb += h ρ.
                 Op::Drift(h) => {
-                    // xb += h ρ once the transition has moved, else xb = xa + h ρ.
-                    let from = (!moved).then_some(&b.xa);
+                    let from = step.first_move.then_some(&b.xa);
                     gpu.drift(&mut b.xb, from, &b.rho, h, len)?;
-                    moved = true;
                 }
                 Op::Kick { decay, grad, noise } => {
-                    let eta = b.noise.slice(if noise != 0.0 { take(len) } else { 0..len });
-                    let g = if fresh { &b.gb } else { &b.ga };
+                    // A kick that draws none reads any len values times 0.
+                    let eta = b.noise.slice(step.draw.map_or(0..len, block));
+                    let g = if step.new_gradient { &b.gb } else { &b.ga };
                     gpu.kick(&mut b.rho, g, &eta, (decay, grad, noise), len)?;
                 }
                 Op::Ou {
@@ -63,23 +69,12 @@ impl<'a> GpuChainEstimator<'a> {
                     x1,
                     x2,
                 } => {
-                    let z = take(2 * len);
-                    let (z1, z2) = (
-                        b.noise.slice(z.start..z.start + len),
-                        b.noise.slice(z.start + len..z.end),
-                    );
-                    if !moved {
-                        gpu.copy(&b.xa, &mut b.xb, len)?;
-                        moved = true;
-                    }
+                    let k = drawn(step)?;
+                    let (z1, z2) = (b.noise.slice(block(k)), b.noise.slice(block(k + 1)));
                     let state = (&mut b.xb, &mut b.rho);
                     gpu.ou(state, (&z1, &z2), [decay, drift, v1, x1, x2], len)?;
                 }
                 Op::Gradient => {
-                    if !moved {
-                        gpu.copy(&b.xa, &mut b.xb, len)?;
-                        moved = true;
-                    }
                     Self::evaluate(
                         gpu,
                         (vae, self.fused),
@@ -90,10 +85,9 @@ impl<'a> GpuChainEstimator<'a> {
                         &mut b.ws,
                         nb,
                     )?;
-                    fresh = true;
                 }
                 Op::Refresh => {
-                    let eta = b.noise.slice(take(len));
+                    let eta = b.noise.slice(block(drawn(step)?));
                     let (ni, di) = (nb as i32, d as i32);
                     let mut l = gpu.stream.launch_builder(gpu.k("chain_refresh"));
                     l.arg(&mut b.rho)
@@ -112,14 +106,14 @@ impl<'a> GpuChainEstimator<'a> {
                 }
             }
         }
-        if !moved {
+        if !self.program.iter().any(|step| step.first_move) {
             gpu.copy(&b.xa, &mut b.xb, len)?;
         }
-        if !fresh {
+        if !self.program.iter().any(|step| step.op == Op::Gradient) {
             gpu.copy(&b.ga, &mut b.gb, len)?;
             gpu.copy(&b.la, &mut b.lb, nb)?;
         }
-        Ok(take(len))
+        Ok(block(self.normals_per_coord - 1))
     }
 
     /// The end of transition `t`, per row: divergence, the Metropolis test where the kernel has
