@@ -442,6 +442,20 @@ impl<T: Real> Kernel<T> {
     /// What no instruction writes carries over from the start: the positions when none has
     /// `first_move`, the gradient and log density when none is an [`Op::Gradient`]. The draws
     /// number [`Kernel::normals_per_step`] blocks in all.
+    ///
+    /// ```
+    /// use sagd::langevin::{LangevinSettings, Op, Scheme};
+    ///
+    /// // The paper's Euler step: ξ′ = ξ + δρ, a kick with the start's gradient and one draw, and
+    /// // the target evaluated at ξ′ for the next transition.
+    /// let euler = LangevinSettings { scheme: Scheme::Euler, gamma: 1.0 };
+    /// let kernel = euler.kernel::<f64>(0.1).unwrap();
+    /// let steps: Vec<_> = kernel.instructions().collect();
+    /// assert!(matches!(steps[0].op, Op::Drift(_)) && steps[0].first_move);
+    /// assert!(matches!(steps[1].op, Op::Kick { .. }));
+    /// assert_eq!((steps[1].draw, steps[1].new_gradient), (Some(0), false));
+    /// assert_eq!(steps[2].op, Op::Gradient);
+    /// ```
     pub fn instructions(&self) -> impl Iterator<Item = Instruction<T>> + '_ {
         let (mut moved, mut fresh, mut next) = (false, false, 0);
         self.ops.iter().map(move |&op| {
