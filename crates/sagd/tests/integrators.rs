@@ -475,8 +475,7 @@ fn a_langevin_step_holds_only_valid_settings() {
 
 /// Each scheme's and HMC's instructions place every operation as worked out by hand from the
 /// programs: which draw it reads, where the positions first move, which gradient a kick reads.
-/// Every engine (the CPU's blocks, the GPU's chains) carries out these, so a mistake here would
-/// move every scheme's chains.
+/// The GPU's chains carry these out, so a mistake here would move every scheme's chains there.
 #[test]
 fn the_instructions_place_each_operation_on_the_transitions_states() {
     use sagd::langevin::{Kernel, Op};

@@ -2,7 +2,7 @@
 //! Ornstein-Uhlenbeck flows and target evaluations, then the Metropolis test or the recovery of
 //! diverged rows. The hot loop of every sampler in the crate.
 
-use super::{Instruction, Kernel, Op};
+use super::{Kernel, Op};
 use crate::error::{LogpError, Result, SagdError};
 use crate::model::LogDensity;
 use crate::real::{sum_sq, Real};
@@ -145,22 +145,19 @@ crate::vectorized! {
     ) -> Result<BlockStats> {
         let mut aux = aux;
         let mut t = Transition::new(b);
-        for step in kernel.instructions() {
-            if step.first_move {
-                t.start_moving(matches!(step.op, Op::Drift(_)));
-            }
-            match step.op {
+        for op in &kernel.ops {
+            match *op {
                 Op::Drift(h) => t.drift(h),
-                Op::Kick { decay, grad, noise } => t.kick((decay, grad, noise), step),
+                Op::Kick { decay, grad, noise } => t.kick(decay, grad, noise),
                 Op::Ou {
                     decay,
                     drift,
                     v1,
                     x1,
                     x2,
-                } => t.ou((decay, drift, v1, x1, x2), step.draw),
+                } => t.ou((decay, drift, v1, x1, x2)),
                 Op::Gradient => t.gradient(target, aux.as_deref_mut())?,
-                Op::Refresh => t.refresh(step.draw),
+                Op::Refresh => t.refresh(),
             }
         }
         t.finish();
@@ -174,11 +171,11 @@ struct Transition<'a, T> {
     rows: usize,
     d: usize,
     /// Whether the positions moved yet (the new buffer holds them), and whether the target was
-    /// evaluated there (the new gradient is current): what [`Kernel::instructions`] said so far.
+    /// evaluated there (the new gradient is current).
     moved: bool,
     fresh: bool,
-    /// A drift that moves first writes ξ′ = ξ + hρ itself, instead of a copy and an add.
-    drift_from_start: bool,
+    /// The given draws taken so far.
+    taken: usize,
     /// HMC: the energy at the start, once momenta are drawn.
     h0: Vec<f64>,
 }
@@ -194,54 +191,51 @@ impl<'a, T: Real> Transition<'a, T> {
             d,
             moved: false,
             fresh: false,
-            drift_from_start: false,
+            taken: 0,
             h0: Vec::new(),
         }
     }
 
-    /// The positions' first move (an instruction's `first_move`): the new buffer takes the start's
-    /// positions, copied now unless a drift writes them.
+    /// The positions in the new buffer (copied from the old at the first move).
     #[inline(always)]
-    fn start_moving(&mut self, by_drift: bool) {
-        if by_drift {
-            self.drift_from_start = true;
-        } else {
+    fn start_moving(&mut self) {
+        if !self.moved {
             self.b.x_new.copy_from_slice(self.b.x_old);
+            self.moved = true;
         }
-        self.moved = true;
     }
 
     /// ξ += h ρ.
     #[inline(always)]
     fn drift(&mut self, h: T) {
         let b = &mut self.b;
-        if std::mem::take(&mut self.drift_from_start) {
-            b.x_new
-                .iter_mut()
-                .zip(b.x_old.iter().zip(b.rho.iter()))
-                .for_each(|(x, (xo, r))| *x = *xo + h * *r);
-        } else {
+        if self.moved {
             b.x_new
                 .iter_mut()
                 .zip(b.rho.iter())
                 .for_each(|(x, r)| *x += h * *r);
+        } else {
+            b.x_new
+                .iter_mut()
+                .zip(b.x_old.iter().zip(b.rho.iter()))
+                .for_each(|(x, (xo, r))| *x = *xo + h * *r);
+            self.moved = true;
         }
     }
 
-    /// ρ = decay·ρ + grad·∇log π(ξ) + noise·η, the gradient and the draw where `step` says.
+    /// ρ = decay·ρ + grad·∇log π(ξ) + noise·η.
     #[inline(always)]
-    fn kick(&mut self, (decay, grad, s): (T, T, T), step: Instruction<T>) {
+    fn kick(&mut self, decay: T, grad: T, s: T) {
         let b = &mut self.b;
-        let g = if step.new_gradient {
-            &b.g_new[..]
-        } else {
-            b.g_old
-        };
+        let g = if self.fresh { &b.g_new[..] } else { b.g_old };
         let len = self.rows * self.d;
-        let eta: Option<&[T]> = match (step.draw, b.given) {
-            (None, _) => None,
-            (Some(k), Some(draws)) => Some(draws[k]),
-            (Some(_), None) => {
+        let eta: Option<&[T]> = match (s != T::zero(), b.given) {
+            (false, _) => None,
+            (true, Some(draws)) => {
+                self.taken += 1;
+                Some(draws[self.taken - 1])
+            }
+            (true, None) => {
                 let eta = &mut b.noise[..len];
                 fill_noise(eta, b.rngs, self.d);
                 Some(eta)
@@ -250,10 +244,10 @@ impl<'a, T: Real> Transition<'a, T> {
         kick(b.rho, g, eta, (decay, grad, s));
     }
 
-    /// The exact Ornstein-Uhlenbeck flow, on two blocks of draws (given: blocks `draw` and the
-    /// next).
+    /// The exact Ornstein-Uhlenbeck flow, on two blocks of draws.
     #[inline(always)]
-    fn ou(&mut self, coefficients: (T, T, T, T, T), draw: Option<usize>) {
+    fn ou(&mut self, coefficients: (T, T, T, T, T)) {
+        self.start_moving();
         let (rows, d) = (self.rows, self.d);
         let b = &mut self.b;
         let eta = &mut b.noise[..if b.given.is_some() { 0 } else { 2 * rows * d }];
@@ -265,12 +259,13 @@ impl<'a, T: Real> Transition<'a, T> {
             rng.normal.fill(row);
         }
         let given = b.given;
-        let first = draw.unwrap_or(0);
+        let taken = self.taken + if given.is_some() { 2 } else { 0 };
+        self.taken = taken;
         // Row r's two draws: from the given blocks, or its stream's 2d in a row.
         let z = |r: usize| match given {
             Some(draws) => {
                 let span = r * d..(r + 1) * d;
-                (&draws[first][span.clone()], &draws[first + 1][span])
+                (&draws[taken - 2][span.clone()], &draws[taken - 1][span])
             }
             None => eta[2 * r * d..2 * (r + 1) * d].split_at(d),
         };
@@ -280,6 +275,7 @@ impl<'a, T: Real> Transition<'a, T> {
     /// log π and its gradient at the current positions (and the target's auxiliary output).
     #[inline(always)]
     fn gradient<D: LogDensity<T>>(&mut self, target: &D, aux: Option<&mut [T]>) -> Result<()> {
+        self.start_moving();
         let b = &mut self.b;
         let res = match aux {
             Some(a) => {
@@ -295,12 +291,15 @@ impl<'a, T: Real> Transition<'a, T> {
 
     /// ρ ~ N(0, I), and the energy at the start (HMC).
     #[inline(always)]
-    fn refresh(&mut self, draw: Option<usize>) {
+    fn refresh(&mut self) {
         let (rows, d) = (self.rows, self.d);
         let b = &mut self.b;
-        match (b.given, draw) {
-            (Some(draws), Some(k)) => b.rho.copy_from_slice(draws[k]),
-            _ => fill_noise(b.rho, b.rngs, d),
+        match b.given {
+            Some(draws) => {
+                self.taken += 1;
+                b.rho.copy_from_slice(draws[self.taken - 1]);
+            }
+            None => fill_noise(b.rho, b.rngs, d),
         }
         self.h0 = (0..rows)
             .map(|r| -b.lp_old[r].f64() + half_sq(&b.rho[r * d..(r + 1) * d]))
@@ -311,9 +310,7 @@ impl<'a, T: Real> Transition<'a, T> {
     /// the energies at the start.
     #[inline(always)]
     fn finish(&mut self) {
-        if !self.moved {
-            self.b.x_new.copy_from_slice(self.b.x_old);
-        }
+        self.start_moving();
         let b = &mut self.b;
         if !self.fresh {
             b.g_new.copy_from_slice(b.g_old);

@@ -343,6 +343,80 @@ mod tests {
         }
     }
 
+    /// A two-state engine written from [`Kernel::instructions`] alone (the transition's start a,
+    /// its new state b, each instruction's draw and state as it says, then b kept as the next
+    /// start), as the GPU's chains run it, gives the bits of the CPU's blocks, which keep their
+    /// own account of moves, gradients and draws: the instructions place every operation as the
+    /// CPU does, for every scheme, over several transitions.
+    #[test]
+    fn the_instructions_run_as_the_cpu_s_blocks_bit_for_bit() {
+        let target = IsoGaussian {
+            dim: 2,
+            mean: -0.2,
+            sd: 0.7,
+        };
+        let (rows, d, seed) = (3, 2, 5);
+        let len = rows * d;
+        let x0: Vec<f64> = (0..len).map(|i| 0.2 * i as f64 - 0.5).collect();
+        let rho0: Vec<f64> = (0..len).map(|i| 0.4 - 0.15 * i as f64).collect();
+        let zero = vec![0.0; len];
+        for scheme in Scheme::ALL {
+            let steps = 3;
+            let (kernel, _, blocks) =
+                stepped(&target, scheme, (0.9, 0.3), (&x0, &rho0), (steps, seed));
+            let (mut x, mut rho) = (x0.clone(), rho0.clone());
+            kernel
+                .continue_with_noise(&target, &mut x, &mut rho, steps, |i| &blocks[i][..])
+                .unwrap();
+            let m = kernel.normals_per_step();
+            let (mut xa, mut p) = (x0.clone(), rho0.clone());
+            let (mut ga, mut la) = (vec![0.0; len], vec![0.0; rows]);
+            target.logp_grad(0, &xa, &mut la, &mut ga).unwrap();
+            for t in 0..steps {
+                let (mut xb, mut gb, mut lb) = (xa.clone(), ga.clone(), la.clone());
+                let program: Vec<_> = kernel.instructions().collect();
+                let eta = |k: usize| &blocks[t * m + k];
+                for step in &program {
+                    if step.first_move && !matches!(step.op, Op::Drift(_)) {
+                        xb.copy_from_slice(&xa);
+                    }
+                    match step.op {
+                        Op::Drift(h) => {
+                            for j in 0..len {
+                                xb[j] = if step.first_move { xa[j] } else { xb[j] } + h * p[j];
+                            }
+                        }
+                        Op::Kick { decay, grad, noise } => {
+                            let g = if step.new_gradient { &gb } else { &ga };
+                            let e = step.draw.map_or(&zero, eta);
+                            for j in 0..len {
+                                p[j] = decay * p[j] + grad * g[j] + noise * e[j];
+                            }
+                        }
+                        Op::Ou {
+                            decay,
+                            drift,
+                            v1,
+                            x1,
+                            x2,
+                        } => {
+                            let k = step.draw.expect("a flow's draws");
+                            let (z1, z2) = (eta(k), eta(k + 1));
+                            for j in 0..len {
+                                xb[j] += drift * p[j] + x1 * z1[j] + x2 * z2[j];
+                                p[j] = decay * p[j] + v1 * z1[j];
+                            }
+                        }
+                        Op::Gradient => target.logp_grad(0, &xb, &mut lb, &mut gb).unwrap(),
+                        Op::Refresh => p.copy_from_slice(eta(step.draw.expect("a draw"))),
+                    }
+                }
+                (xa, ga, la) = (xb, gb, lb);
+            }
+            assert_eq!((xa, p), (x, rho), "{scheme}");
+        }
+    }
+
     #[test]
     fn the_draws_per_step_are_counted_per_scheme() {
         let per = |scheme| {

@@ -86,8 +86,8 @@ impl std::str::FromStr for Scheme {
 }
 
 /// One operation of a splitting step, with its coefficients: the program a [`Kernel`] runs
-/// ([`Kernel::ops`]), which every engine reads, the CPU's blocks of chains and the GPU's (through
-/// [`Kernel::instructions`]). Operations may be added, so an engine names the ones it runs and
+/// ([`Kernel::ops`]), which every engine reads: the CPU's blocks of chains, and the GPU's through
+/// [`Kernel::instructions`]. Operations may be added, so an engine names the ones it runs and
 /// refuses the rest.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -166,8 +166,9 @@ impl Op<f64> {
 /// One operation of a transition as an engine carries it out on two states, the transition's
 /// start (ξ, ∇log π(ξ), log π(ξ)) and its new state (ξ′, ∇′, log π′): the operation, the block
 /// of normal draws it reads, and which state it reads. [`Kernel::instructions`] works them out
-/// once for every engine, so that an engine only carries out the operations, and every engine
-/// reads the same draw for the same operation.
+/// for any engine (the GPU's chains), so that it only carries out the operations and reads the
+/// same draw for the same operation as the CPU's blocks, whose fused loops keep this account
+/// themselves (a test holds the two to the same bits).
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Instruction<T> {
@@ -438,7 +439,8 @@ impl<T: Real> Kernel<T> {
     }
 
     /// The program of one transition as an engine carries it out on the transition's start and
-    /// its new state ([`Instruction`]): the CPU's blocks of chains run it, and so do the GPU's.
+    /// its new state ([`Instruction`]): the GPU's chains run it, and it gives the bits of the
+    /// CPU's blocks.
     /// What no instruction writes carries over from the start: the positions when none has
     /// `first_move`, the gradient and log density when none is an [`Op::Gradient`]. The draws
     /// number [`Kernel::normals_per_step`] blocks in all.
