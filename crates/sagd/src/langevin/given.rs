@@ -209,6 +209,41 @@ mod tests {
         (kernel, chains, blocks)
     }
 
+    /// One operation but an evaluation on whole arrays in place, as an engine that launches a
+    /// kernel per operation does: positions `x`, momenta `p`, the gradient `g` it reads, `eta(k)`
+    /// the operation's k-th block of draws.
+    fn carry_out<'b>(
+        op: Op<f64>,
+        (x, p, g): (&mut [f64], &mut [f64], &[f64]),
+        eta: impl Fn(usize) -> &'b [f64],
+    ) {
+        match op {
+            Op::Drift(h) => x.iter_mut().zip(&*p).for_each(|(x, p)| *x += h * p),
+            Op::Kick { decay, grad, noise } => {
+                let zero = vec![0.0; p.len()];
+                let e = if noise != 0.0 { eta(0) } else { &zero };
+                for ((p, g), e) in p.iter_mut().zip(g).zip(e) {
+                    *p = decay * *p + grad * g + noise * e;
+                }
+            }
+            Op::Ou {
+                decay,
+                drift,
+                v1,
+                x1,
+                x2,
+            } => {
+                let (z1, z2) = (eta(0), eta(1));
+                for j in 0..x.len() {
+                    x[j] += drift * p[j] + x1 * z1[j] + x2 * z2[j];
+                    p[j] = decay * p[j] + v1 * z1[j];
+                }
+            }
+            Op::Refresh => p.copy_from_slice(eta(0)),
+            other => panic!("{other:?} is the caller's"),
+        }
+    }
+
     #[test]
     fn given_draws_step_as_the_chains_own_streams_bit_for_bit() {
         let target = IsoGaussian {
@@ -293,38 +328,14 @@ mod tests {
                 let (mut g, mut lp) = (vec![0.0; rows * d], vec![0.0; rows]);
                 target.logp_grad(0, &u, &mut lp, &mut g).unwrap();
                 let mut evaluations = 0;
-                for Instruction {
-                    op, draw: block, ..
-                } in kernel.unrolled(steps)
-                {
-                    let eta = |k: usize| &blocks[block.expect("a noisy operation's block") + k];
-                    match op {
-                        Op::Drift(h) => u.iter_mut().zip(&p).for_each(|(u, p)| *u += h * p),
-                        Op::Kick { decay, grad, noise } => {
-                            let zero = vec![0.0; rows * d];
-                            let e = if noise != 0.0 { eta(0) } else { &zero };
-                            for ((p, g), e) in p.iter_mut().zip(&g).zip(e) {
-                                *p = decay * *p + grad * g + noise * e;
-                            }
-                        }
-                        Op::Ou {
-                            decay,
-                            drift,
-                            v1,
-                            x1,
-                            x2,
-                        } => {
-                            let (z1, z2) = (eta(0), eta(1));
-                            for j in 0..rows * d {
-                                u[j] += drift * p[j] + x1 * z1[j] + x2 * z2[j];
-                                p[j] = decay * p[j] + v1 * z1[j];
-                            }
-                        }
-                        Op::Gradient => {
-                            target.logp_grad(0, &u, &mut lp, &mut g).unwrap();
-                            evaluations += 1;
-                        }
-                        Op::Refresh => p.copy_from_slice(eta(0)),
+                for step in kernel.unrolled(steps) {
+                    let eta =
+                        |k: usize| &blocks[step.draw.expect("a noisy operation's block") + k][..];
+                    if step.op == Op::Gradient {
+                        target.logp_grad(0, &u, &mut lp, &mut g).unwrap();
+                        evaluations += 1;
+                    } else {
+                        carry_out(step.op, (&mut u, &mut p, &g), eta);
                     }
                 }
                 assert_eq!(u, x, "{scheme}, {steps} steps");
@@ -359,7 +370,6 @@ mod tests {
         let len = rows * d;
         let x0: Vec<f64> = (0..len).map(|i| 0.2 * i as f64 - 0.5).collect();
         let rho0: Vec<f64> = (0..len).map(|i| 0.4 - 0.15 * i as f64).collect();
-        let zero = vec![0.0; len];
         for scheme in Scheme::ALL {
             let steps = 3;
             let (kernel, _, blocks) =
@@ -374,41 +384,17 @@ mod tests {
             target.logp_grad(0, &xa, &mut la, &mut ga).unwrap();
             for t in 0..steps {
                 let (mut xb, mut gb, mut lb) = (xa.clone(), ga.clone(), la.clone());
-                let program: Vec<_> = kernel.instructions().collect();
-                let eta = |k: usize| &blocks[t * m + k];
-                for step in &program {
-                    if step.first_move && !matches!(step.op, Op::Drift(_)) {
+                for step in kernel.instructions() {
+                    // ξ′ starts as ξ at the first move (a drift's ξ + hρ is then the same bits).
+                    if step.first_move {
                         xb.copy_from_slice(&xa);
                     }
-                    match step.op {
-                        Op::Drift(h) => {
-                            for j in 0..len {
-                                xb[j] = if step.first_move { xa[j] } else { xb[j] } + h * p[j];
-                            }
-                        }
-                        Op::Kick { decay, grad, noise } => {
-                            let g = if step.new_gradient { &gb } else { &ga };
-                            let e = step.draw.map_or(&zero, eta);
-                            for j in 0..len {
-                                p[j] = decay * p[j] + grad * g[j] + noise * e[j];
-                            }
-                        }
-                        Op::Ou {
-                            decay,
-                            drift,
-                            v1,
-                            x1,
-                            x2,
-                        } => {
-                            let k = step.draw.expect("a flow's draws");
-                            let (z1, z2) = (eta(k), eta(k + 1));
-                            for j in 0..len {
-                                xb[j] += drift * p[j] + x1 * z1[j] + x2 * z2[j];
-                                p[j] = decay * p[j] + v1 * z1[j];
-                            }
-                        }
-                        Op::Gradient => target.logp_grad(0, &xb, &mut lb, &mut gb).unwrap(),
-                        Op::Refresh => p.copy_from_slice(eta(step.draw.expect("a draw"))),
+                    let g = if step.new_gradient { &gb } else { &ga };
+                    let eta = |k: usize| &blocks[t * m + step.draw.expect("a draw") + k][..];
+                    if step.op == Op::Gradient {
+                        target.logp_grad(0, &xb, &mut lb, &mut gb).unwrap();
+                    } else {
+                        carry_out(step.op, (&mut xb, &mut p, g), eta);
                     }
                 }
                 (xa, ga, la) = (xb, gb, lb);
