@@ -67,8 +67,21 @@ fn check_e2_estimators(
         growth: 1.0,
         updates: 3,
     };
+    // The other schemes, as deterministic at γ → 0: every operation of the program (Euler's
+    // kick on the start's gradient, OBABO's and BAOAB's on the new one, UBU's exact flows) as the
+    // GPU's chains place it from the core's instructions.
+    let scheme = |scheme| LangevinChains {
+        langevin: LangevinSettings {
+            scheme,
+            gamma: 1e-30,
+        },
+        ..deterministic
+    };
     let chain_cases = [
         ("", deterministic),
+        (", euler", scheme(Scheme::Euler)),
+        (", obabo", scheme(Scheme::Obabo)),
+        (", ubu", scheme(Scheme::Ubu)),
         (
             ", refresh every 2",
             LangevinChains {
