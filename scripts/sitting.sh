@@ -35,7 +35,7 @@
 #   e2-cpu                     one 1-D replication on 16 and 2 threads, whole and phase by phase
 #   py-gpu                     Python's sagd.deconvolve with device="cuda" and "cpu" on the same
 #                              data (WHEEL installed into a venv over PEER_PY's numpy)
-#   examples-gpu               the examples of one's own networks (own_decoder, binary_images)
+#   examples-gpu               the examples of one's own networks (own_decoder, binary_images, counts)
 #                              with --device cuda and cpu: each phase's exact log-likelihood
 #   bits                       the same replication on 1, 2 and 16 threads, compared bit for bit
 #   paths                      E2 (2 threads, with the peer) and E3 (e3-cpu:2,20,2) with both sides
@@ -207,7 +207,7 @@ PY
 
 check_examples_gpu() {
   local ex dev dir=${EXAMPLES:-.dev/examples}
-  for ex in own_decoder binary_images; do
+  for ex in own_decoder binary_images counts; do
     [ -x "$dir/$ex" ] || { echo "no $dir/$ex: skipped"; continue; }
     for dev in cuda cpu; do
       echo "-- $ex on $dev"

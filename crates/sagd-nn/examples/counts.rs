@@ -10,8 +10,9 @@
 //! pass the law that made the data), and compared with a control that trains by the ELBO for as
 //! many more updates, and with that law.
 //!
-//! Run: `cargo run --release -p sagd-nn --example counts` (the CUDA backend computes the paper's
-//! Gaussian likelihood only, so this one runs on the CPU).
+//! Run: `cargo run --release -p sagd-nn --example counts` (add `-- --device cuda` on a machine
+//! with an NVIDIA GPU: the CUDA backend computes the Poisson law too, so the same program trains
+//! there).
 
 use rand::SeedableRng;
 use rand_distr::{Distribution, Poisson as PoissonLaw, StandardNormal};
@@ -40,6 +41,11 @@ fn main() {
 
 /// Both phases, the control, and the log-likelihood per point after each.
 fn run() -> Result<(), Error> {
+    let device = match std::env::args().skip(1).collect::<Vec<_>>().as_slice() {
+        [] => Device::Cpu,
+        [flag, value] if flag == "--device" => value.parse()?,
+        _ => return Err("usage: counts [--device cpu|cuda|cuda:N]".into()),
+    };
     let x = simulate(1000, 5);
     let linear = |inp, out| Layer::Linear { inp, out };
     let act = |act| Layer::Act { act };
@@ -66,20 +72,22 @@ fn run() -> Result<(), Error> {
         lr_decay: 0.0,
         averaging,
     };
+    let train = |estimator, x: &[f32], start, settings: &TrainSettings| {
+        train(&vae, estimator, device, x, start, settings)
+    };
     let pre = train(
-        &vae,
         Estimator::Bound { k: 1 },
         &x,
         vae.init(1),
         &full_batch(3000, Averaging::None),
     )?;
-    println!("log-likelihood per point, exact");
+    println!("{device}: log-likelihood per point, exact");
     println!(
         "  after the ELBO's 3000 updates          {:.4}",
         log_likelihood(&vae, &pre.dec, &x)
     );
     let more = full_batch(1000, Averaging::Tail { fraction: 0.5 });
-    let control = train(&vae, Estimator::Bound { k: 1 }, &x, pre.clone(), &more)?;
+    let control = train(Estimator::Bound { k: 1 }, &x, pre.clone(), &more)?;
     println!(
         "  the ELBO's 1000 more (the control)     {:.4}",
         log_likelihood(&vae, &control.dec, &x)
@@ -87,7 +95,7 @@ fn run() -> Result<(), Error> {
     // SAGD refines the decoder alone, on persistent chains of its posterior p(u | x; θ)
     // started from the encoder's draws.
     let chains = Estimator::Sagd(LangevinChains::default());
-    let sagd = train(&vae, chains, &x, pre, &more)?;
+    let sagd = train(chains, &x, pre, &more)?;
     println!(
         "  SAGD's 1000                            {:.4}",
         log_likelihood(&vae, &sagd.dec, &x)
@@ -114,16 +122,17 @@ fn simulate(n: usize, seed: u64) -> Vec<f32> {
     x
 }
 
-/// The networks trained from `start` by `estimator` on the CPU, as `settings` say, under the
+/// The networks trained from `start` by `estimator` on `device`, as `settings` say, under the
 /// Poisson likelihood.
 fn train(
     vae: &Vae,
     estimator: Estimator,
+    device: Device,
     x: &[f32],
     start: VaeParams,
     settings: &TrainSettings,
 ) -> Result<VaeParams, Error> {
-    let mut est = estimator.on_with(Device::Cpu, vae, Poisson, x, 11)?;
+    let mut est = estimator.on_with(device, vae, Poisson, x, 11)?;
     let job = Training::new(vae, &mut *est, settings, x.len() / P, Identity::new())?;
     let mut state = job.init(start, 3);
     let mut runner = Runner::new(job);

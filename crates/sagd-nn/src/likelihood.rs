@@ -11,6 +11,46 @@
 pub trait Likelihood: Send + Sync {
     /// ℓ(h; x) for one coordinate, and its derivative ∂ℓ/∂h.
     fn log_density(&self, h: f32, x: f32) -> (f32, f32);
+
+    /// The same law as the CUDA backend's kernels compute it, where they know it: every law of
+    /// this module has one, so its estimators run on a GPU too. `None` (the default, a law of
+    /// one's own): the estimators run on the CPU alone, and a GPU refuses the law by name.
+    fn device_law(&self) -> Option<DeviceLaw> {
+        None
+    }
+}
+
+/// A likelihood as the CUDA backend computes it, one coordinate per thread: the laws of this
+/// module, by [`Likelihood::device_law`]. New laws may be added.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum DeviceLaw {
+    /// N(h, σ² I), given by 1/σ² ([`UnitGaussian`]: 1, [`Gaussian`]).
+    Gaussian {
+        /// 1/σ².
+        precision: f32,
+    },
+    /// Bernoulli(σ(h)), h the logits ([`Bernoulli`]).
+    Bernoulli,
+    /// Poisson(e^h), h the log-rates ([`Poisson`]).
+    Poisson,
+}
+
+impl DeviceLaw {
+    /// The kernels' code of the law and its one parameter (1/σ², or 0).
+    pub(crate) fn code(self) -> (i32, f32) {
+        match self {
+            DeviceLaw::Gaussian { precision } => (0, precision),
+            DeviceLaw::Bernoulli => (1, 0.0),
+            DeviceLaw::Poisson => (2, 0.0),
+        }
+    }
+
+    /// Whether this is the paper's N(h, I), which the fused kernel of a small decoder's
+    /// posterior computes.
+    pub(crate) fn is_unit_gaussian(self) -> bool {
+        self == DeviceLaw::Gaussian { precision: 1.0 }
+    }
 }
 
 /// X | U ~ N(h_θ(U), I), the paper's debiased VAE: ℓ = −½ (x − h)², ∂ℓ/∂h = x − h (the
@@ -23,6 +63,10 @@ impl Likelihood for UnitGaussian {
     fn log_density(&self, h: f32, x: f32) -> (f32, f32) {
         let r = x - h;
         (-0.5 * r * r, r)
+    }
+
+    fn device_law(&self) -> Option<DeviceLaw> {
+        Some(DeviceLaw::Gaussian { precision: 1.0 })
     }
 }
 
@@ -58,6 +102,12 @@ impl Likelihood for Gaussian {
         let g = self.precision * r;
         (-0.5 * g * r, g)
     }
+
+    fn device_law(&self) -> Option<DeviceLaw> {
+        Some(DeviceLaw::Gaussian {
+            precision: self.precision,
+        })
+    }
 }
 
 /// X_j | U ~ Bernoulli(σ(h_j)), h the logits (E3's model of binary images): ℓ = x h −
@@ -71,6 +121,10 @@ impl Likelihood for Bernoulli {
         let (sp, sg) = crate::math::softplus_sigmoid(h);
         (x * h - sp, x - sg)
     }
+
+    fn device_law(&self) -> Option<DeviceLaw> {
+        Some(DeviceLaw::Bernoulli)
+    }
 }
 
 /// X_j | U ~ Poisson(e^{h_j}), h the log-rates (counts): ℓ = x h − e^h, ∂ℓ/∂h = x − e^h (the
@@ -83,6 +137,10 @@ impl Likelihood for Poisson {
     fn log_density(&self, h: f32, x: f32) -> (f32, f32) {
         let rate = h.exp();
         (x * h - rate, x - rate)
+    }
+
+    fn device_law(&self) -> Option<DeviceLaw> {
+        Some(DeviceLaw::Poisson)
     }
 }
 

@@ -226,14 +226,37 @@ fn the_estimators_refuse_what_they_cannot_compute_by_name() {
         Err(e) => panic!("expected a setting refused, got {e}"),
         Ok(_) => panic!("expected a setting refused, got an estimator"),
     };
-    // The CUDA backend computes N(x; h, I) with data of the latent's dimension only: refused
-    // before any device is opened (so this runs on any machine).
-    let (name, fix) =
-        refused(Estimator::Bound { k: 1 }.on_with(Device::Cuda(0), &v, Bernoulli, &x, 1));
-    assert_eq!(name, "device");
-    assert!(fix.contains("on the CPU"), "{fix}");
-    let (name, _) = refused(Estimator::Bound { k: 1 }.on(Device::Cuda(0), &v, &x, 1));
-    assert_eq!(name, "device");
+    // The CUDA backend computes the laws of sagd_nn::likelihood only: a law of one's own is
+    // refused before any device is opened (so this runs on any machine), on every estimator.
+    struct Own;
+    impl Likelihood for Own {
+        fn log_density(&self, h: f32, x: f32) -> (f32, f32) {
+            (-(x - h).abs(), (x - h).signum())
+        }
+    }
+    let chains = [
+        Estimator::Bound { k: 1 },
+        Estimator::Hmc(HmcChains {
+            hmc: Default::default(),
+            transitions: 3,
+        }),
+        Estimator::Sagd(Default::default()),
+    ];
+    for est in chains {
+        let (name, fix) = refused(est.on_with(Device::Cuda(0), &v, Own, &x, 1));
+        assert_eq!(name, "device");
+        assert!(fix.contains("on the CPU"), "{fix}");
+    }
+    // The backend's laws, and data wider than the latent, are not refused as settings (where no
+    // GPU is found, opening it fails instead).
+    for est in chains {
+        if let Err(SagdError::InvalidSetting { name, fix, .. }) =
+            est.on_with(Device::Cuda(0), &v, Bernoulli, &x, 1)
+        {
+            panic!("Bernoulli on the GPU refused: {name}: {fix}");
+        }
+    }
+    assert!(Own.device_law().is_none());
     // Data that are not whole points.
     let (name, fix) =
         refused(Estimator::Bound { k: 1 }.on_with(Device::Cpu, &v, Bernoulli, &x[..5], 1));

@@ -20,7 +20,8 @@ pub struct EstimatorCheck {
     pub loss: f64,
 }
 
-/// The GPU estimators against the CPU's on simulated E2 data (1-D and 100-D): VAE, IWAE with the
+/// The GPU estimators against the CPU's on simulated E2 data (1-D and 100-D), and under the
+/// backend's other laws on data wider than the latent ([`check_laws`]): VAE, IWAE with the
 /// same noise, and SAGD's chains with a friction of 1e-30 and momenta starting at zero (so that
 /// the dynamics, and hence both engines, are deterministic to rounding: 50 burn-in and 10 steps
 /// per update). HMC draws its momenta and Metropolis uniforms from each engine's own streams, so
@@ -31,7 +32,107 @@ pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Es
     for (d, hidden, n) in [(1usize, 64usize, 1000usize), (100, 256, 500)] {
         out.extend(check_e2_estimators((d, hidden, n), seed, ordinal)?);
     }
+    out.extend(check_laws(seed, ordinal)?);
     out.extend(check_e3_estimators(seed, ordinal)?);
+    Ok(out)
+}
+
+/// E2's estimators under the backend's other laws, on data wider than the latent: a VAE of 2
+/// latent dimensions and 12 values per point, 300 points simulated under each of Bernoulli,
+/// Poisson and N(h, 0.5²); the ELBO, IWAE with 8 samples and SAGD's deterministic chains (as
+/// [`check_estimators`]'), the full batch on both engines.
+fn check_laws(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<EstimatorCheck>> {
+    use sagd_nn::likelihood::{Bernoulli, Gaussian, Poisson};
+    let (d, px, n) = (2usize, 12usize, 300usize);
+    let vae = Vae {
+        d,
+        dec: Sequential::mlp(&[d, 32, 32, px], Activation::Tanh),
+        enc: Sequential::mlp(&[px, 32, 2 * d], Activation::Softplus),
+    };
+    let params = vae.init(seed);
+    let batch: Vec<usize> = (0..n).collect();
+    // Each point's values from its latent: a_j · z through the law's link.
+    let mut normals = sagd::rng::Seed::new(seed).stream("law data").normals();
+    let mut z = vec![0.0f32; n * (d + px)];
+    normals.fill(&mut z);
+    let link = |i: usize, j: usize| {
+        let (zi, e) = (&z[i * (d + px)..i * (d + px) + d], z[i * (d + px) + d + j]);
+        (zi[0] * (j as f32 / 6.0 - 1.0) + zi[1] * 0.5, e)
+    };
+    let points = |value: &dyn Fn(f32, f32) -> f32| -> Vec<f32> {
+        (0..n * px)
+            .map(|e| {
+                let (a, noise) = link(e / px, e % px);
+                value(a, noise)
+            })
+            .collect()
+    };
+    let binary = points(&|a, e| f32::from(e < a));
+    let counts = points(&|a, e| (1.5 + a + 0.3 * e).exp().round());
+    let real = points(&|a, e| a + 0.5 * e);
+    let mut out = Vec::new();
+    out.extend(law_cases(
+        "bernoulli",
+        Bernoulli,
+        (&vae, &params),
+        &binary,
+        &batch,
+        (seed, ordinal),
+    )?);
+    out.extend(law_cases(
+        "poisson",
+        Poisson,
+        (&vae, &params),
+        &counts,
+        &batch,
+        (seed, ordinal),
+    )?);
+    let gaussian = Gaussian::new(0.5)?;
+    out.extend(law_cases(
+        "gaussian sd 0.5",
+        gaussian,
+        (&vae, &params),
+        &real,
+        &batch,
+        (seed, ordinal),
+    )?);
+    Ok(out)
+}
+
+/// [`check_laws`]' estimators under one law.
+fn law_cases<L: sagd_nn::likelihood::Likelihood + Copy + 'static>(
+    law: &str,
+    lik: L,
+    (vae, params): (&Vae, &VaeParams),
+    x: &[f32],
+    batch: &[usize],
+    (seed, ordinal): (u64, usize),
+) -> sagd::error::Result<Vec<EstimatorCheck>> {
+    use sagd::langevin::{LangevinSettings, Momentum, Scheme};
+    use sagd_nn::train::{Estimator, LangevinChains};
+    let deterministic = LangevinChains {
+        langevin: LangevinSettings {
+            scheme: Scheme::Baoab,
+            gamma: 1e-30,
+        },
+        initial_momentum: Momentum::Zero,
+        ..LangevinChains::default()
+    };
+    let cases = [
+        ("vae", Estimator::Bound { k: 1 }),
+        ("iwae k = 8", Estimator::Bound { k: 8 }),
+        (
+            "sagd chains (deterministic)",
+            Estimator::Sagd(deterministic),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (what, estimator) in cases {
+        let mut cpu = estimator.on_with(Device::Cpu, vae, lik, x, seed)?;
+        let mut gpu = estimator.on_with(Device::Cuda(ordinal), vae, lik, x, seed)?;
+        let name = format!("{what}, {law}, d = 2, 12 values per point");
+        out.push(compare(name, &mut *cpu, &mut *gpu, params, batch)?);
+    }
     Ok(out)
 }
 

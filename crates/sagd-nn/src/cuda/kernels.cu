@@ -78,6 +78,66 @@ extern "C" __global__ void fill_random(float* out, int n, unsigned int k0, unsig
     if (i < n) out[i] = (i & 1) ? r * sinf(t) : r * cosf(t);
 }
 
+// ---- The decoder's likelihood p(x | h), by law (likelihood.rs's DeviceLaw codes) ----
+
+// ℓ(h; x) of one coordinate under law 0 (N(h, 1/prec)), 1 (Bernoulli, h the logit) or 2
+// (Poisson, h the log-rate), the constants dropped as the host's laws drop them; ∂ℓ/∂h into g.
+__device__ __forceinline__ float law_density(int law, float prec, float h, float x, float* g) {
+    if (law == 1) {
+        float e = expf(-fabsf(h));
+        float inv = 1.0f / (1.0f + e);
+        float sp = fmaxf(h, 0.0f) + log1pf(e);
+        *g = x - (h >= 0.0f ? inv : e * inv);
+        return x * h - sp;
+    }
+    if (law == 2) {
+        float rate = expf(h);
+        *g = x - rate;
+        return x * h - rate;
+    }
+    float r = x - h, gr = prec * r;
+    *g = gr;
+    return -0.5f * gr * r;
+}
+
+// Per row r of h (rows × px), its data point x[(r / per) mod n] (a bound's row i k + s: per = k; a
+// chain's c n + i: per = 1): ll[r] = Σ_j ℓ (summed in double; not written where ll is null) and
+// dl = gscale ∂ℓ/∂h. by_thread: one thread per row (short rows); else one block per row, its
+// threads a power of two of at most 256 over the row's coordinates.
+extern "C" __global__ void likelihood_rows(int law, float prec, const float* h, const float* x,
+                                           int rows, int n, int per, int px, float* dl,
+                                           float* ll, float gscale, int by_thread) {
+    __shared__ double part[256];
+    if (by_thread) {
+        long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+        if (r >= rows) return;
+        const float* xr = x + ((r / per) % n) * px;
+        double acc = 0.0;
+        for (int j = 0; j < px; ++j) {
+            float g;
+            acc += (double)law_density(law, prec, h[r * px + j], xr[j], &g);
+            dl[r * px + j] = gscale * g;
+        }
+        if (ll) ll[r] = (float)acc;
+        return;
+    }
+    long long r = blockIdx.x;
+    const float* xr = x + ((r / per) % n) * px;
+    double acc = 0.0;
+    for (int j = threadIdx.x; j < px; j += blockDim.x) {
+        float g;
+        acc += (double)law_density(law, prec, h[r * px + j], xr[j], &g);
+        dl[r * px + j] = gscale * g;
+    }
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0 && ll) ll[r] = (float)part[0];
+}
+
 // ---- The bounds (VAE, IWAE) ----
 
 // u[r, j] = mu[i, j] + exp(lv[i, j] / 2) eps[r, j] for row r = i k + s; enc rows are (mu, lv).
@@ -88,34 +148,32 @@ extern "C" __global__ void reparam(const float* enc, const float* eps, float* u,
     u[e] = enc[i * 2 * d + j] + expf(0.5f * enc[i * 2 * d + d + j]) * eps[e];
 }
 
-// Per point i: its loss and ∂loss/∂h of its k rows (scaled by 1/nf), and for k > 1 the
-// normalised importance weights. One thread per point.
-extern "C" __global__ void bound_loss(const float* x, const float* enc, const float* u,
-                                      const float* eps, const float* h, float* dh, float* wts,
-                                      float* loss, int n, int k, int d, float nf) {
+// Per point i of a bound, from its k rows' log-likelihoods ll: its loss (−ELBO with the analytic
+// KL for k = 1; for k > 1 the IWAE bound's negative, log w = ℓ − ½‖u‖² + ½‖ε‖² + ½ Σ log σ²) and
+// the factor of each row's ∂ℓ/∂h (1 for k = 1, the normalised weight w̃ for k > 1). One thread
+// per point.
+extern "C" __global__ void bound_weights(const float* enc, const float* u, const float* eps,
+                                         const float* ll, float* wts, float* loss, int n, int k,
+                                         int d) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float* xi = x + i * d;
     const float* lv = enc + i * 2 * d + d;
     if (k == 1) {
-        double l = 0.0;
+        double kl = 0.0;
         for (int j = 0; j < d; ++j) {
-            float res = xi[j] - h[i * d + j], mu = enc[i * 2 * d + j];
-            l += 0.5 * (double)(res * res) + 0.5 * (double)(mu * mu + expf(lv[j]) - lv[j] - 1.0f);
-            dh[i * d + j] = -res / nf;
+            float mu = enc[i * 2 * d + j];
+            kl += 0.5 * (double)(mu * mu + expf(lv[j]) - lv[j] - 1.0f);
         }
-        loss[i] = (float)l;
+        loss[i] = (float)(kl - (double)ll[i]);
+        wts[i] = 1.0f;
         return;
     }
     float m = __int_as_float(0xff800000);  // −∞
     for (int s = 0; s < k; ++s) {
         int r = (i * k + s) * d;
-        float acc = 0.0f;
-        for (int j = 0; j < d; ++j) {
-            float res = xi[j] - h[r + j];
-            acc += -0.5f * res * res - 0.5f * u[r + j] * u[r + j] + 0.5f * eps[r + j] * eps[r + j]
-                   + 0.5f * lv[j];
-        }
+        float acc = ll[i * k + s];
+        for (int j = 0; j < d; ++j)
+            acc += -0.5f * u[r + j] * u[r + j] + 0.5f * eps[r + j] * eps[r + j] + 0.5f * lv[j];
         wts[i * k + s] = acc;
         m = fmaxf(m, acc);
     }
@@ -126,12 +184,14 @@ extern "C" __global__ void bound_loss(const float* x, const float* enc, const fl
         sum += (double)w;
     }
     loss[i] = (float)(-((double)m + log(sum) - log((double)k)));
-    for (int s = 0; s < k; ++s) {
-        float w = (float)((double)wts[i * k + s] / sum);
-        wts[i * k + s] = w;
-        int r = (i * k + s) * d;
-        for (int j = 0; j < d; ++j) dh[r + j] = -w * (xi[j] - h[r + j]) / nf;
-    }
+    for (int s = 0; s < k; ++s) wts[i * k + s] = (float)((double)wts[i * k + s] / sum);
+}
+
+// dl[r, j] *= c w[r] over rows × px values.
+extern "C" __global__ void scale_rows(float* dl, const float* w, float c, int rows, int px) {
+    long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (long long)rows * px) return;
+    dl[e] *= c * w[e / px];
 }
 
 // ∂loss/∂(mu, lv) of the encoder's outputs: back through the reparameterisation, plus the KL
@@ -162,27 +222,21 @@ extern "C" __global__ void bound_enc_grad(const float* enc, const float* u, cons
     dout[i * 2 * d + d + j] = dlv;
 }
 
-// ---- The decoder's posterior p(u | x; θ) ∝ N(u; 0, I) N(x; h(u), I) ----
+// ---- The decoder's posterior p(u | x; θ) ∝ N(u; 0, I) p(x | h(u)) ----
 
-// r = x[row mod n] − h; lp = −½ (‖r‖² + ‖u‖²). One thread per row.
-extern "C" __global__ void posterior_residual(const float* x, const float* h, const float* u,
-                                              float* r, float* lp, int rows, int n, int d) {
-    int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= rows) return;
-    const float* xi = x + (row % n) * d;
+// The prior's part of each of the rows' posterior, after likelihood_rows (log p(x | u) into lp)
+// and the decoder's backward pass (g = ∇u log p(x | u)): g −= u, and lp −= ½‖u‖² where lp is
+// given. One thread per row.
+extern "C" __global__ void posterior_prior(float* g, const float* u, float* lp, int rows, int d) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
     float s = 0.0f;
     for (int j = 0; j < d; ++j) {
-        float v = xi[j] - h[row * d + j];
-        r[row * d + j] = v;
-        s += v * v + u[row * d + j] * u[row * d + j];
+        float v = u[r * d + j];
+        g[r * d + j] -= v;
+        s += v * v;
     }
-    if (lp) lp[row] = -0.5f * s;
-}
-
-// g = J_hᵀ r − u (in place on g).
-extern "C" __global__ void posterior_grad(float* g, const float* u, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) g[i] -= u[i];
+    if (lp) lp[r] -= 0.5f * s;
 }
 
 // Finite (neither infinite nor NaN), without the math headers' macros.
@@ -445,51 +499,7 @@ extern "C" __global__ void col2im(const float* cols, float* img, int images, int
     img[e] = acc;
 }
 
-// ---- Bernoulli outputs with logits, a Gaussian encoder's gradient, chains started from it ----
-
-// Per row r of logits (rows × pixels), its image x[r mod b]: ll[r] = Σ_j x l − softplus(l) (summed in
-// double), dl = gscale (x − σ(l)). One block of 256 threads per row.
-extern "C" __global__ void bernoulli_rows(const float* logits, const float* x, int b, int pixels,
-                                          float* dl, float* ll, float gscale) {
-    __shared__ double part[256];
-    long long r = blockIdx.x;
-    const float* l = logits + r * pixels;
-    const float* xr = x + (r % b) * pixels;
-    double acc = 0.0;
-    for (int j = threadIdx.x; j < pixels; j += blockDim.x) {
-        float a = l[j], xv = xr[j];
-        float e = expf(-fabsf(a));
-        float inv = 1.0f / (1.0f + e);
-        float sp = fmaxf(a, 0.0f) + log1pf(e);
-        float sg = a >= 0.0f ? inv : e * inv;
-        acc += (double)(xv * a - sp);
-        dl[r * pixels + j] = gscale * (xv - sg);
-    }
-    part[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) ll[r] = (float)part[0];
-}
-
-// A Gaussian encoder's ∂loss/∂(μ, log σ²) from ∂loss/∂u = du (u = μ + σ ε) and the KL term's,
-// scaled by 1/b; kl[i] = KL(q(u | x_i) ‖ N(0, I)). One thread per data point.
-extern "C" __global__ void gaussian_encoder_grad(const float* enc, const float* eps, const float* du,
-                                       float* dout, float* kl, int n, int d, float scale) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    double k = 0.0;
-    for (int j = 0; j < d; ++j) {
-        float mu = enc[i * 2 * d + j], lv = enc[i * 2 * d + d + j];
-        float sd = expf(0.5f * lv), g = du[i * d + j];
-        dout[i * 2 * d + j] = g + mu * scale;
-        dout[i * 2 * d + d + j] = g * eps[i * d + j] * 0.5f * sd + 0.5f * (expf(lv) - 1.0f) * scale;
-        k += 0.5 * (double)(mu * mu + expf(lv) - lv - 1.0f);
-    }
-    kl[i] = (float)k;
-}
+// ---- Chains started from a Gaussian encoder ----
 
 // Chains started from a Gaussian encoder: u = u0 = μ + σ ε for chain r of data point r mod b.
 extern "C" __global__ void encoder_chain_starts(const float* enc, const float* eps, float* u, float* u0,

@@ -6,11 +6,13 @@
 //! without TF32, so results agree with the CPU engine to float rounding.
 
 mod adam;
+mod likelihood;
 mod passes;
 mod products;
 mod steps;
 
 pub use adam::{adam, AdamStep};
+pub use likelihood::LikelihoodRows;
 pub use steps::Replay;
 
 /// Moved to [`crate::train::GpuBoundEstimator`], beside the CPU's estimators.
@@ -89,17 +91,18 @@ impl From<GpuError> for sagd::error::SagdError {
 }
 
 /// The kernels of `kernels.cu`, by name.
-const KERNELS: [&str; 27] = [
+const KERNELS: [&str; 26] = [
     "act_forward",
     "add_bias",
     "scale",
     "fill",
     "fill_random",
     "reparam",
-    "bound_loss",
+    "likelihood_rows",
+    "bound_weights",
+    "scale_rows",
     "bound_enc_grad",
-    "posterior_residual",
-    "posterior_grad",
+    "posterior_prior",
     "chain_drift",
     "chain_drift_add",
     "chain_kick",
@@ -111,8 +114,6 @@ const KERNELS: [&str; 27] = [
     "posterior_mlp",
     "im2col",
     "col2im",
-    "bernoulli_rows",
-    "gaussian_encoder_grad",
     "encoder_chain_starts",
     "row_distance",
     "adam_step",

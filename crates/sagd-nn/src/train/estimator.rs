@@ -4,7 +4,7 @@
 //! a network of the engine's layers trains on a GPU with no GPU code of its own
 //! (`examples/own_decoder.rs`).
 
-use std::any::{type_name, TypeId};
+use std::any::type_name;
 
 use sagd::error::{Result, SagdError};
 use sagd::rng::NormalStream;
@@ -14,7 +14,7 @@ use super::{
     LangevinChains, TrainState,
 };
 use crate::cuda::Gpu;
-use crate::likelihood::{Likelihood, UnitGaussian};
+use crate::likelihood::{DeviceLaw, Likelihood, UnitGaussian};
 use crate::net::WorkspacePool;
 use crate::vae::{Vae, VaeParams};
 use crate::Device;
@@ -137,9 +137,10 @@ impl Estimator {
     /// [`Estimator::on`] under the likelihood `lik` of the decoder's output (binary data:
     /// [`crate::likelihood::Bernoulli`], counts: [`crate::likelihood::Poisson`], or a user's own),
     /// the data `x` points of [`Vae::data_dim`] values. Refused, by name and before any work,
-    /// where the networks do not fit each other ([`Vae::check`]) or `x` is not whole points; the
-    /// CUDA backend's passes compute the paper's likelihood with data of the latent's dimension
-    /// only, and refuse others.
+    /// where the networks do not fit each other ([`Vae::check`]) or `x` is not whole points. The
+    /// CUDA backend computes every law of [`crate::likelihood`] (those with a
+    /// [`Likelihood::device_law`]) for data of any dimension, and refuses a law of one's own by
+    /// name.
     pub fn on_with<'a, L: Likelihood + 'static>(
         &self,
         device: Device,
@@ -157,36 +158,51 @@ impl Estimator {
                 fix: format!("give whole data points of {px} values (the decoder's outputs)"),
             });
         }
-        let paper = TypeId::of::<L>() == TypeId::of::<UnitGaussian>() && px == vae.d;
-        if let (Device::Cuda(_), false) = (device, paper) {
-            return Err(SagdError::InvalidSetting {
-                name: "device",
-                value: format!("{device} for {} with {px} values per point", type_name::<L>()),
-                fix: format!(
-                    "the CUDA backend's passes compute N(x; h, I) with data of the latent's dimension ({}) only: run this model on the CPU",
-                    vae.d
-                ),
-            });
-        }
+        let law = match (device, lik.device_law()) {
+            (Device::Cuda(_), None) => {
+                return Err(SagdError::InvalidSetting {
+                    name: "device",
+                    value: format!("{device} for {}", type_name::<L>()),
+                    fix: "the CUDA backend computes the likelihoods of sagd_nn::likelihood                           (UnitGaussian, Gaussian, Bernoulli, Poisson), not a law of one's own:                           run this model on the CPU, or give a law the backend knows"
+                        .into(),
+                });
+            }
+            (_, law) => law.unwrap_or(DeviceLaw::Gaussian { precision: 1.0 }),
+        };
         Ok(match (*self, device) {
             (Estimator::Bound { k }, Device::Cpu) => {
                 Box::new(BoundEstimator::with_likelihood(vae, lik, x, k, seed))
             }
-            (Estimator::Bound { k }, Device::Cuda(i)) => {
-                Box::new(GpuBoundEstimator::new(Gpu::open(i)?, vae, x, k, seed))
-            }
+            (Estimator::Bound { k }, Device::Cuda(i)) => Box::new(GpuBoundEstimator::with_law(
+                Gpu::open(i)?,
+                vae,
+                law,
+                x,
+                k,
+                seed,
+            )),
             (Estimator::Hmc(s), Device::Cpu) => {
                 Box::new(ChainEstimator::hmc_with(vae, lik, x, &s, seed)?)
             }
-            (Estimator::Hmc(s), Device::Cuda(i)) => {
-                Box::new(GpuChainEstimator::hmc(Gpu::open(i)?, vae, x, &s, seed)?)
-            }
+            (Estimator::Hmc(s), Device::Cuda(i)) => Box::new(GpuChainEstimator::hmc_with(
+                Gpu::open(i)?,
+                vae,
+                law,
+                x,
+                &s,
+                seed,
+            )?),
             (Estimator::Sagd(s), Device::Cpu) => {
                 Box::new(ChainEstimator::sagd_with(vae, lik, x, &s, seed)?)
             }
-            (Estimator::Sagd(s), Device::Cuda(i)) => {
-                Box::new(GpuChainEstimator::sagd(Gpu::open(i)?, vae, x, &s, seed)?)
-            }
+            (Estimator::Sagd(s), Device::Cuda(i)) => Box::new(GpuChainEstimator::sagd_with(
+                Gpu::open(i)?,
+                vae,
+                law,
+                x,
+                &s,
+                seed,
+            )?),
         })
     }
 }

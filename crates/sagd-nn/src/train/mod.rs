@@ -15,6 +15,7 @@ pub use bound::BoundEstimator;
 pub use chain::ChainEstimator;
 pub use chain_settings::{ChainSchedule, HmcChains, LangevinChains};
 pub use estimator::{encoder_draw, gather_rows, Estimator, GradientEstimator};
+pub(crate) use gpu::{BoundInputs, BoundPass};
 pub use gpu::{GpuBoundEstimator, GpuChainEstimator};
 
 use std::path::PathBuf;

@@ -181,7 +181,8 @@ impl GpuPasses {
         gpu.ou((u, rho), (&z1, &z2), coefficients, s.len)
     }
 
-    /// gu = ∇u log p(x | u) − u, the posterior's gradient at the chains' states.
+    /// gu = ∇u log p(x | u) − u, the posterior's gradient at the chains' states (no Metropolis
+    /// test reads its log density).
     fn posterior_gradient(gpu: &Gpu, b: &mut Buffers, m: &BernoulliVae, s: Shape) -> GpuResult<()> {
         {
             let (Some(gen), Some(u)) = (&b.gen, &b.u) else {
@@ -195,12 +196,7 @@ impl GpuPasses {
         };
         m.gen
             .backward_gpu(gpu, gen, &mut b.ws_gen, dl, None, Some(&mut *gu))?;
-        let li = s.len as i32;
-        let mut l = gpu.stream.launch_builder(gpu.k("posterior_grad"));
-        l.arg(gu).arg(u).arg(&li);
-        // SAFETY: both hold at least len values.
-        unsafe { l.launch(grid(s.len)) }?;
-        Ok(())
+        gpu.posterior_prior(gu, u, None, (s.rows, m.d))
     }
 
     /// The generator's gradient of the mean of −log p(x | u) at the chains' last states into

@@ -2,14 +2,18 @@
 //! and [`sagd_batch`](crate::bernoulli::sagd_batch) step for step, from the same binarised
 //! images and the same noise drawn on the host, so both engines compute the same gradients to
 //! float rounding. A whole minibatch is one pass over all its rows (E3: 4000 chain states for SAGD's
-//! 20 chains of 200 images).
+//! 20 chains of 200 images). The VAE's pass is the device's one bound pass (E2's too) under
+//! the Bernoulli law; SAGD's chains read the same law's rows.
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use sagd::langevin::{Instruction, Op};
 
 use crate::bernoulli::{BatchInfo, BernoulliVae, Chains};
-use crate::cuda::{adam, ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace};
-use crate::train::{AdamStep, TrainState};
+use crate::cuda::{
+    adam, ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows,
+};
+use crate::likelihood::DeviceLaw;
+use crate::train::{AdamStep, BoundInputs, BoundPass, TrainState};
 use crate::vae::VaeParams;
 
 mod chains;
@@ -25,13 +29,11 @@ struct Buffers {
     u: Option<CudaSlice<f32>>,
     u0: Option<CudaSlice<f32>>,
     rho: Option<CudaSlice<f32>>,
-    /// ∇u log p(u | x) (or ∂loss/∂u in the VAE's pass).
+    /// ∇u log p(u | x) at the chains' states.
     gu: Option<CudaSlice<f32>>,
     dl: Option<CudaSlice<f32>>,
     ll: Option<CudaSlice<f32>>,
-    kl: Option<CudaSlice<f32>>,
     dist: Option<CudaSlice<f32>>,
-    dout: Option<CudaSlice<f32>>,
     g_gen: Option<CudaSlice<f32>>,
     g_enc: Option<CudaSlice<f32>>,
     /// Adam's moments of the generator and the encoder, when the device takes the updates.
@@ -39,6 +41,8 @@ struct Buffers {
     flag: Option<CudaSlice<f32>>,
     ws_enc: GpuWorkspace,
     ws_gen: GpuWorkspace,
+    /// The VAE's pass.
+    bound: BoundPass,
 }
 
 /// The training state a device holds between updates: of which update count, and whether the
@@ -140,23 +144,20 @@ impl GpuPasses {
             unreachable!("made by the caller");
         };
         let logits = ws_gen.output().expect("forward ran");
-        let (bi, px) = (images as i32, pixels as i32);
-        let mut l = gpu.stream.launch_builder(gpu.k("bernoulli_rows"));
-        l.arg(logits)
-            .arg(&*x)
-            .arg(&bi)
-            .arg(&px)
-            .arg(dl)
-            .arg(ll)
-            .arg(&gscale);
-        let cfg = cudarc::driver::LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
+        let shape = LikelihoodRows {
+            rows,
+            n: images,
+            per: 1,
+            px: pixels,
         };
-        // SAFETY: logits and dl hold rows × pixels values, x images × pixels, ll rows.
-        unsafe { l.launch(cfg) }?;
-        Ok(())
+        gpu.likelihood_rows(
+            DeviceLaw::Bernoulli,
+            (logits, x),
+            shape,
+            dl,
+            Some(ll),
+            gscale,
+        )
     }
 
     /// The VAE's mean negative ELBO over the binarised images `x` (b × pixels) with the noise `eps`
@@ -197,6 +198,7 @@ impl GpuPasses {
         }
     }
 
+    /// The device's bound pass (k = 1) under the Bernoulli law: the CPU's `vae_batch`.
     fn vae_pass(
         &mut self,
         m: &BernoulliVae,
@@ -205,88 +207,38 @@ impl GpuPasses {
         n_gen: usize,
         n_enc: usize,
     ) -> GpuResult<BatchInfo> {
-        let (gpu, b, d) = (&self.gpu, &mut self.b, m.d);
+        let (gpu, b) = (&self.gpu, &mut self.b);
         let n = x.len() / m.pixels();
-        let scale = 1.0 / n as f32;
-        Self::encode_inputs(gpu, b, m, x, eps)?;
-        for (slot, len) in [
-            (&mut b.u, n * d),
-            (&mut b.gu, n * d),
-            (&mut b.dl, n * m.pixels()),
-            (&mut b.ll, n),
-            (&mut b.kl, n),
-            (&mut b.dout, n * 2 * d),
-            (&mut b.g_gen, n_gen),
-            (&mut b.g_enc, n_enc),
-        ] {
-            ensure(gpu, slot, len)?;
-        }
-        {
-            let Buffers {
-                gen: Some(gen),
-                noise: Some(noise),
-                u: Some(u),
-                ws_enc,
-                ws_gen,
-                ..
-            } = b
-            else {
-                unreachable!("made above");
-            };
-            let enc_out = ws_enc.output().expect("forward ran");
-            let (ni, one, di) = (n as i32, 1i32, d as i32);
-            let mut l = gpu.stream.launch_builder(gpu.k("reparam"));
-            l.arg(enc_out)
-                .arg(&*noise)
-                .arg(&mut *u)
-                .arg(&ni)
-                .arg(&one)
-                .arg(&di);
-            // SAFETY: enc_out holds n × 2d values, noise and u n × d.
-            unsafe { l.launch(grid(n * d)) }?;
-            m.gen.forward_gpu(gpu, gen, u, n, ws_gen)?;
-        }
-        Self::bernoulli(gpu, b, n, (n, m.pixels()), -scale)?;
+        put(gpu, &mut b.x, x)?;
+        put(gpu, &mut b.noise, eps)?;
+        ensure(gpu, &mut b.g_gen, n_gen)?;
+        ensure(gpu, &mut b.g_enc, n_enc)?;
+        b.bound.ensure(gpu, (n, 1, m.d, m.pixels()))?;
         let Buffers {
             gen: Some(gen),
             enc: Some(enc),
+            x: Some(xd),
             noise: Some(noise),
-            gu: Some(du),
-            dl: Some(dl),
-            kl: Some(kl),
-            dout: Some(dout),
             g_gen: Some(gg),
             g_enc: Some(ge),
-            ws_enc,
-            ws_gen,
+            bound,
             ..
         } = b
         else {
-            unreachable!("made above");
+            unreachable!("parameters loaded, the rest made above");
         };
-        gpu.zero(gg)?;
-        m.gen
-            .backward_gpu(gpu, gen, ws_gen, dl, Some(&mut *gg), Some(&mut *du))?;
-        let enc_out = ws_enc.output().expect("forward ran");
-        let (ni, di) = (n as i32, d as i32);
-        let mut l = gpu.stream.launch_builder(gpu.k("gaussian_encoder_grad"));
-        l.arg(enc_out)
-            .arg(&*noise)
-            .arg(&*du)
-            .arg(&mut *dout)
-            .arg(&mut *kl)
-            .arg(&ni)
-            .arg(&di)
-            .arg(&scale);
-        // SAFETY: enc_out and dout hold n × 2d values, noise and du n × d, kl n.
-        unsafe { l.launch(grid(n)) }?;
-        gpu.zero(ge)?;
-        m.enc
-            .backward_gpu(gpu, enc, ws_enc, dout, Some(&mut *ge), None)?;
-        let kl = sum(self.get(|b| &b.kl, n)?);
-        let ll = sum(self.get(|b| &b.ll, n)?);
+        let input = BoundInputs {
+            enc: (&m.enc, enc),
+            dec: (&m.gen, gen),
+            law: DeviceLaw::Bernoulli,
+            x: xd,
+            eps: noise,
+        };
+        bound.launches(gpu, input, (gg, ge), (n, 1))?;
+        self.host.resize(n, 0.0);
+        gpu.download_into(self.b.bound.loss(), &mut self.host)?;
         Ok(BatchInfo {
-            loss: (kl - ll) / n as f64,
+            loss: sum(&self.host) / n as f64,
             displacement: 0.0,
         })
     }

@@ -1,39 +1,180 @@
-//! The ELBO (k = 1) and IWAE (k > 1) gradient estimators on the GPU: the CPU's
-//! [`BoundEstimator`](crate::train::BoundEstimator) step for step, with its noise drawn from the
-//! same stream on the host, so both engines estimate from the same draws.
+//! The ELBO (k = 1) and IWAE (k > 1) gradient on the GPU, under any likelihood the backend knows
+//! ([`DeviceLaw`]): the CPU's [`BoundEstimator`](crate::train::BoundEstimator) step for step, with
+//! its noise drawn from the same stream on the host, so both engines estimate from the same
+//! draws. One pass ([`BoundPass`]) for every bound on the device: E2's estimator here, E3's VAE
+//! minibatches ([`crate::bernoulli::gpu`]).
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use sagd::error::Result;
 use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 
-use crate::cuda::{ensure, grid, put, Gpu, GpuResult, GpuWorkspace, Replay};
+use crate::cuda::{ensure, grid, put, Gpu, GpuResult, GpuWorkspace, LikelihoodRows, Replay};
+use crate::likelihood::DeviceLaw;
+use crate::net::Sequential;
 use crate::train::{gather_rows, GradientEstimator};
 use crate::vae::{Vae, VaeParams};
 
-/// Device buffers of the bound estimator.
+/// The device buffers of a bound's pass, kept between updates.
+#[derive(Default)]
+pub(crate) struct BoundPass {
+    u: Option<CudaSlice<f32>>,
+    dh: Option<CudaSlice<f32>>,
+    ll: Option<CudaSlice<f32>>,
+    wts: Option<CudaSlice<f32>>,
+    loss: Option<CudaSlice<f32>>,
+    du: Option<CudaSlice<f32>>,
+    dout: Option<CudaSlice<f32>>,
+    ws_enc: GpuWorkspace,
+    ws_dec: GpuWorkspace,
+}
+
+/// What a bound's pass reads on the device: the networks and the law, their parameters, the
+/// points and their draws ε (n·k × d).
+pub(crate) struct BoundInputs<'a> {
+    pub enc: (&'a Sequential, &'a CudaSlice<f32>),
+    pub dec: (&'a Sequential, &'a CudaSlice<f32>),
+    pub law: DeviceLaw,
+    pub x: &'a CudaSlice<f32>,
+    pub eps: &'a CudaSlice<f32>,
+}
+
+impl BoundPass {
+    /// Makes (or keeps) the buffers of a pass over `n` points with `k` samples each, latent `d`
+    /// and data `px` values per point; a pass makes none of its own, so that its launches can be
+    /// captured in a graph.
+    pub(crate) fn ensure(
+        &mut self,
+        gpu: &Gpu,
+        (n, k, d, px): (usize, usize, usize, usize),
+    ) -> GpuResult<()> {
+        let rows = n * k;
+        for (slot, len) in [
+            (&mut self.u, rows * d),
+            (&mut self.dh, rows * px),
+            (&mut self.ll, rows),
+            (&mut self.wts, rows),
+            (&mut self.loss, n),
+            (&mut self.du, rows * d),
+            (&mut self.dout, n * 2 * d),
+        ] {
+            ensure(gpu, slot, len)?;
+        }
+        Ok(())
+    }
+
+    /// Each point's loss of the last pass (n values).
+    pub(crate) fn loss(&self) -> &CudaSlice<f32> {
+        self.loss.as_ref().expect("made by ensure")
+    }
+
+    /// The launches of one pass over `n` points, `k` samples each (after [`BoundPass::ensure`]):
+    /// the encoder, the reparameterised draws, the decoder, the law's rows and the bound's
+    /// weights, then both backward passes; the mean bound's gradients written into `gd` and
+    /// `ge`, each point's loss into [`BoundPass::loss`]. No allocation, no host work.
+    pub(crate) fn launches(
+        &mut self,
+        gpu: &Gpu,
+        input: BoundInputs<'_>,
+        (gd, ge): (&mut CudaSlice<f32>, &mut CudaSlice<f32>),
+        (n, k): (usize, usize),
+    ) -> GpuResult<()> {
+        let BoundPass {
+            u: Some(u),
+            dh: Some(dh),
+            ll: Some(ll),
+            wts: Some(wts),
+            loss: Some(loss),
+            du: Some(du),
+            dout: Some(dout),
+            ws_enc,
+            ws_dec,
+        } = self
+        else {
+            unreachable!("made by ensure");
+        };
+        let ((enc_net, enc), (dec_net, dec)) = (input.enc, input.dec);
+        let (d, px) = (dec_net.input_dim(), dec_net.output_dim());
+        let (ni, ki, di, nf) = (n as i32, k as i32, d as i32, n as f32);
+        let rows = n * k;
+        enc_net.forward_gpu(gpu, enc, input.x, n, ws_enc)?;
+        let enc_out = ws_enc.output().expect("forward ran");
+        let mut l = gpu.stream.launch_builder(gpu.k("reparam"));
+        l.arg(enc_out)
+            .arg(input.eps)
+            .arg(&mut *u)
+            .arg(&ni)
+            .arg(&ki)
+            .arg(&di);
+        // SAFETY: every buffer holds what the shapes ask.
+        unsafe { l.launch(grid(rows * d)) }?;
+        dec_net.forward_gpu(gpu, dec, u, rows, ws_dec)?;
+        let h = ws_dec.output().expect("forward ran");
+        // k = 1: dh = −∂ℓ/∂h / n at once; k > 1: scaled by each row's weight below.
+        let gscale = if k == 1 { -1.0 / nf } else { 1.0 };
+        let shape = LikelihoodRows {
+            rows,
+            n,
+            per: k,
+            px,
+        };
+        gpu.likelihood_rows(input.law, (h, input.x), shape, dh, Some(&mut *ll), gscale)?;
+        let mut l = gpu.stream.launch_builder(gpu.k("bound_weights"));
+        l.arg(enc_out)
+            .arg(&*u)
+            .arg(input.eps)
+            .arg(&*ll)
+            .arg(&mut *wts)
+            .arg(&mut *loss)
+            .arg(&ni)
+            .arg(&ki)
+            .arg(&di);
+        // SAFETY: as above.
+        unsafe { l.launch(grid(n)) }?;
+        if k > 1 {
+            let (ri, pi, c) = (rows as i32, px as i32, -1.0 / nf);
+            let mut l = gpu.stream.launch_builder(gpu.k("scale_rows"));
+            l.arg(&mut *dh).arg(&*wts).arg(&c).arg(&ri).arg(&pi);
+            // SAFETY: dh holds rows × px values, wts rows.
+            unsafe { l.launch(grid(rows * px)) }?;
+        }
+        gpu.zero(gd)?;
+        dec_net.backward_gpu(gpu, dec, ws_dec, dh, Some(&mut *gd), Some(&mut *du))?;
+        let enc_out = ws_enc.output().expect("forward ran");
+        let mut l = gpu.stream.launch_builder(gpu.k("bound_enc_grad"));
+        l.arg(enc_out)
+            .arg(&*u)
+            .arg(input.eps)
+            .arg(&*du)
+            .arg(&*wts)
+            .arg(&mut *dout)
+            .arg(&ni)
+            .arg(&ki)
+            .arg(&di)
+            .arg(&nf);
+        // SAFETY: as above.
+        unsafe { l.launch(grid(n * d)) }?;
+        gpu.zero(ge)?;
+        enc_net.backward_gpu(gpu, enc, ws_enc, dout, Some(&mut *ge), None)
+    }
+}
+
+/// The estimator's uploads: parameters, the batch's points and their noise, and the gradients.
 #[derive(Default)]
 struct Buffers {
     dec: Option<CudaSlice<f32>>,
     enc: Option<CudaSlice<f32>>,
     xb: Option<CudaSlice<f32>>,
     eps: Option<CudaSlice<f32>>,
-    u: Option<CudaSlice<f32>>,
-    dh: Option<CudaSlice<f32>>,
-    wts: Option<CudaSlice<f32>>,
-    loss: Option<CudaSlice<f32>>,
-    du: Option<CudaSlice<f32>>,
-    dout: Option<CudaSlice<f32>>,
     g_dec: Option<CudaSlice<f32>>,
     g_enc: Option<CudaSlice<f32>>,
-    ws_enc: GpuWorkspace,
-    ws_dec: GpuWorkspace,
 }
 
 /// The ELBO (k = 1) or the IWAE bound (k > 1) on the GPU, encoder and decoder.
 pub struct GpuBoundEstimator<'a> {
     gpu: Gpu,
     vae: &'a Vae,
+    law: DeviceLaw,
     x: &'a [f32],
     k: usize,
     stream: NormalStream,
@@ -41,17 +182,35 @@ pub struct GpuBoundEstimator<'a> {
     eps: Vec<f32>,
     host: Vec<f32>,
     b: Buffers,
+    pass: BoundPass,
     /// The update's launches as a graph, by batch size.
     replay: Replay<usize>,
 }
 
 impl<'a> GpuBoundEstimator<'a> {
     /// The estimator of [`BoundEstimator::new`](crate::train::BoundEstimator::new) (same
-    /// arguments, same noise) on `gpu`.
+    /// arguments, same noise) on `gpu`: the paper's likelihood, N(x; h, I).
     pub fn new(gpu: Gpu, vae: &'a Vae, x: &'a [f32], k: usize, seed: u64) -> Self {
+        let law = DeviceLaw::Gaussian { precision: 1.0 };
+        GpuBoundEstimator::with_law(gpu, vae, law, x, k, seed)
+    }
+
+    /// [`GpuBoundEstimator::new`] under the likelihood `law` (a law's
+    /// [`Likelihood::device_law`](crate::likelihood::Likelihood::device_law)), the data `x`
+    /// points of [`Vae::data_dim`] values: the estimator of
+    /// [`BoundEstimator::with_likelihood`](crate::train::BoundEstimator::with_likelihood).
+    pub fn with_law(
+        gpu: Gpu,
+        vae: &'a Vae,
+        law: DeviceLaw,
+        x: &'a [f32],
+        k: usize,
+        seed: u64,
+    ) -> Self {
         GpuBoundEstimator {
             gpu,
             vae,
+            law,
             x,
             k: k.max(1),
             stream: NormalStream::new(seed),
@@ -59,6 +218,7 @@ impl<'a> GpuBoundEstimator<'a> {
             eps: Vec::new(),
             host: Vec::new(),
             b: Buffers::default(),
+            pass: BoundPass::default(),
             replay: Replay::default(),
         }
     }
@@ -71,123 +231,43 @@ impl<'a> GpuBoundEstimator<'a> {
         g_enc: &mut [f32],
     ) -> GpuResult<f64> {
         let (vae, gpu, d, k) = (self.vae, &self.gpu, self.vae.d, self.k);
-        let n = batch.len();
-        let rows = n * k;
-        gather_rows(self.x, d, batch, &mut self.xb);
-        self.eps.resize(rows * d, 0.0);
+        let (n, px) = (batch.len(), vae.data_dim());
+        gather_rows(self.x, px, batch, &mut self.xb);
+        self.eps.resize(n * k * d, 0.0);
         self.stream.fill(&mut self.eps);
         let b = &mut self.b;
         put(gpu, &mut b.dec, &p.dec)?;
         put(gpu, &mut b.enc, &p.enc)?;
         put(gpu, &mut b.xb, &self.xb)?;
         put(gpu, &mut b.eps, &self.eps)?;
-        for (slot, len) in [
-            (&mut b.u, rows * d),
-            (&mut b.dh, rows * d),
-            (&mut b.du, rows * d),
-            (&mut b.wts, rows),
-            (&mut b.loss, n),
-            (&mut b.dout, n * 2 * d),
-            (&mut b.g_dec, p.dec.len()),
-            (&mut b.g_enc, p.enc.len()),
-        ] {
-            ensure(gpu, slot, len)?;
-        }
-        // The update's launches, replayed from a CUDA graph once captured.
-        self.replay
-            .run(gpu, n, || launches(gpu, vae, b, (n, k, d)))?;
-        let (Some(gd), Some(ge), Some(loss)) = (&b.g_dec, &b.g_enc, &b.loss) else {
+        ensure(gpu, &mut b.g_dec, p.dec.len())?;
+        ensure(gpu, &mut b.g_enc, p.enc.len())?;
+        self.pass.ensure(gpu, (n, k, d, px))?;
+        let (Some(dec), Some(enc), Some(xb), Some(eps), Some(gd), Some(ge)) =
+            (&b.dec, &b.enc, &b.xb, &b.eps, &mut b.g_dec, &mut b.g_enc)
+        else {
             unreachable!("made above");
         };
-        for (dev, out) in [(gd, g_dec), (ge, g_enc)] {
+        let input = BoundInputs {
+            enc: (&vae.enc, enc),
+            dec: (&vae.dec, dec),
+            law: self.law,
+            x: xb,
+            eps,
+        };
+        // The update's launches, replayed from a CUDA graph once captured.
+        let pass = &mut self.pass;
+        self.replay
+            .run(gpu, n, || pass.launches(gpu, input, (gd, ge), (n, k)))?;
+        for (dev, out) in [(&*gd, g_dec), (&*ge, g_enc)] {
             self.host.resize(out.len(), 0.0);
             gpu.download_into(dev, &mut self.host)?;
             out.iter_mut().zip(&self.host).for_each(|(a, b)| *a += b);
         }
         self.host.resize(n, 0.0);
-        gpu.download_into(loss, &mut self.host)?;
+        gpu.download_into(self.pass.loss(), &mut self.host)?;
         Ok(self.host.iter().map(|v| *v as f64).sum::<f64>() / n as f64)
     }
-}
-
-/// The kernel launches of one update, between the uploads and the downloads: no allocation, no
-/// host work, so that they can be captured in a graph.
-fn launches(
-    gpu: &Gpu,
-    vae: &Vae,
-    b: &mut Buffers,
-    (n, k, d): (usize, usize, usize),
-) -> GpuResult<()> {
-    let Buffers {
-        dec: Some(dec),
-        enc: Some(enc),
-        xb: Some(xb),
-        eps: Some(eps),
-        u: Some(u),
-        dh: Some(dh),
-        wts: Some(wts),
-        loss: Some(loss),
-        du: Some(du),
-        dout: Some(dout),
-        g_dec: Some(gd),
-        g_enc: Some(ge),
-        ws_enc,
-        ws_dec,
-    } = b
-    else {
-        unreachable!("every buffer was made above");
-    };
-    let (ni, ki, di, nf) = (n as i32, k as i32, d as i32, n as f32);
-    let rows = n * k;
-    vae.enc.forward_gpu(gpu, enc, xb, n, ws_enc)?;
-    let enc_out = ws_enc.output().expect("forward ran");
-    let mut l = gpu.stream.launch_builder(gpu.k("reparam"));
-    l.arg(enc_out)
-        .arg(&*eps)
-        .arg(&mut *u)
-        .arg(&ni)
-        .arg(&ki)
-        .arg(&di);
-    // SAFETY: every buffer holds what the shapes ask.
-    unsafe { l.launch(grid(rows * d)) }?;
-    vae.dec.forward_gpu(gpu, dec, u, rows, ws_dec)?;
-    let h = ws_dec.output().expect("forward ran");
-    let mut l = gpu.stream.launch_builder(gpu.k("bound_loss"));
-    l.arg(&*xb)
-        .arg(enc_out)
-        .arg(&*u)
-        .arg(&*eps)
-        .arg(h)
-        .arg(&mut *dh)
-        .arg(&mut *wts)
-        .arg(&mut *loss)
-        .arg(&ni)
-        .arg(&ki)
-        .arg(&di)
-        .arg(&nf);
-    // SAFETY: as above.
-    unsafe { l.launch(grid(n)) }?;
-    gpu.zero(gd)?;
-    vae.dec
-        .backward_gpu(gpu, dec, ws_dec, dh, Some(&mut *gd), Some(&mut *du))?;
-    let enc_out = ws_enc.output().expect("forward ran");
-    let mut l = gpu.stream.launch_builder(gpu.k("bound_enc_grad"));
-    l.arg(enc_out)
-        .arg(&*u)
-        .arg(&*eps)
-        .arg(&*du)
-        .arg(&*wts)
-        .arg(&mut *dout)
-        .arg(&ni)
-        .arg(&ki)
-        .arg(&di)
-        .arg(&nf);
-    // SAFETY: as above.
-    unsafe { l.launch(grid(n * d)) }?;
-    gpu.zero(ge)?;
-    vae.enc
-        .backward_gpu(gpu, enc, ws_enc, dout, Some(&mut *ge), None)?;
-    Ok(())
 }
 
 impl GradientEstimator for GpuBoundEstimator<'_> {

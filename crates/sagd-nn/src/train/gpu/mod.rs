@@ -6,4 +6,5 @@ mod bound;
 mod chains;
 
 pub use bound::GpuBoundEstimator;
+pub(crate) use bound::{BoundInputs, BoundPass};
 pub use chains::GpuChainEstimator;

@@ -15,13 +15,19 @@ use sagd::rng::{NormalStream, Seed};
 use sagd::run::{decode, encode};
 use serde::{Deserialize, Serialize};
 
-use crate::cuda::{act_code, grid, Gpu, GpuError, GpuResult, GpuRng, GpuWorkspace, Replay};
+use crate::cuda::{
+    act_code, grid, Gpu, GpuError, GpuResult, GpuRng, GpuWorkspace, LikelihoodRows, Replay,
+};
+use crate::likelihood::DeviceLaw;
 use crate::train::chain_settings::ChainPlan;
 use crate::train::{gather_rows, GradientEstimator, HmcChains, LangevinChains};
 use crate::vae::{Vae, VaeParams};
 use std::borrow::Cow;
 
 mod update;
+
+/// The paper's likelihood, N(x; h, I).
+const UNIT: DeviceLaw = DeviceLaw::Gaussian { precision: 1.0 };
 
 /// Columns of the per-row statistics of `chain_finish`: diverged, acceptance, log π, ρ², energy
 /// change, whether it counts.
@@ -110,7 +116,8 @@ struct Buffers {
     stats: CudaSlice<f32>,
     sums: CudaSlice<f64>,
     idx: CudaSlice<i32>,
-    /// The accepted states of an update's K transitions, step-major, and their residuals.
+    /// The accepted states of an update's K transitions, step-major, and ∂ log p(x | h)/∂h at
+    /// them (K·n rows of the data's values; the first n rows serve an evaluation too).
     store: CudaSlice<f32>,
     resid: CudaSlice<f32>,
     g_theta: CudaSlice<f32>,
@@ -137,6 +144,9 @@ struct Record {
 pub struct GpuChainEstimator<'a> {
     gpu: Gpu,
     vae: &'a Vae,
+    /// The decoder's likelihood, and the data's values per point.
+    law: DeviceLaw,
+    px: usize,
     /// The data points, each `chains_per_point` times, as the CPU's: one chain per row.
     x: Cow<'a, [f32]>,
     program: Vec<Instruction<f32>>,
@@ -176,9 +186,22 @@ pub struct GpuChainEstimator<'a> {
 impl<'a> GpuChainEstimator<'a> {
     /// HMC as [`ChainEstimator::hmc`](crate::train::ChainEstimator::hmc), on `gpu`.
     pub fn hmc(gpu: Gpu, vae: &'a Vae, x: &'a [f32], s: &HmcChains, seed: u64) -> Result<Self> {
+        Self::hmc_with(gpu, vae, UNIT, x, s, seed)
+    }
+
+    /// HMC as [`ChainEstimator::hmc_with`](crate::train::ChainEstimator::hmc_with) under the
+    /// likelihood `law`, the data `x` points of [`Vae::data_dim`] values, on `gpu`.
+    pub fn hmc_with(
+        gpu: Gpu,
+        vae: &'a Vae,
+        law: DeviceLaw,
+        x: &'a [f32],
+        s: &HmcChains,
+        seed: u64,
+    ) -> Result<Self> {
         let kernel = s.hmc.kernel::<f32>()?;
         let x = Cow::Borrowed(x);
-        Self::with(gpu, vae, x, &kernel, (s.transitions, true, 0), seed)
+        Self::with(gpu, (vae, law), x, &kernel, (s.transitions, true, 0), seed)
     }
 
     /// SAGD as [`ChainEstimator::sagd`](crate::train::ChainEstimator::sagd), on `gpu`.
@@ -189,13 +212,38 @@ impl<'a> GpuChainEstimator<'a> {
         s: &LangevinChains,
         seed: u64,
     ) -> Result<Self> {
+        Self::sagd_with(gpu, vae, UNIT, x, s, seed)
+    }
+
+    /// SAGD as [`ChainEstimator::sagd_with`](crate::train::ChainEstimator::sagd_with) under
+    /// the likelihood `law`, the data `x` points of [`Vae::data_dim`] values, on `gpu`.
+    pub fn sagd_with(
+        gpu: Gpu,
+        vae: &'a Vae,
+        law: DeviceLaw,
+        x: &'a [f32],
+        s: &LangevinChains,
+        seed: u64,
+    ) -> Result<Self> {
         let plan = ChainPlan::new(s)?;
-        let x = plan.chain_rows(x, (vae.d, vae.d))?;
+        let x = plan.chain_rows(x, (vae.data_dim(), vae.d))?;
         let kernel = plan.base_kernel();
-        let mut e = Self::with(gpu, vae, x, &kernel, (s.steps, false, s.burn_in), seed)?;
+        let mut e = Self::with(
+            gpu,
+            (vae, law),
+            x,
+            &kernel,
+            (s.steps, false, s.burn_in),
+            seed,
+        )?;
         e.momentum = s.initial_momentum;
         e.plan = Some(plan);
         Ok(e)
+    }
+
+    /// The chains: one per row of `x`.
+    fn chains(&self) -> usize {
+        self.x.len() / self.px
     }
 
     /// Sets the kernel the transitions run (its program; the scheme's noise per step and
@@ -207,7 +255,7 @@ impl<'a> GpuChainEstimator<'a> {
 
     fn with(
         gpu: Gpu,
-        vae: &'a Vae,
+        (vae, law): (&'a Vae, DeviceLaw),
         x: Cow<'a, [f32]>,
         kernel: &Kernel<f32>,
         (steps, fresh, burn_in): (usize, bool, usize),
@@ -216,11 +264,13 @@ impl<'a> GpuChainEstimator<'a> {
         Ok(GpuChainEstimator {
             gpu,
             vae,
+            law,
+            px: vae.data_dim(),
             x,
             program: program(kernel)?,
             normals_per_coord: 1 + kernel.normals_per_step(),
             metropolis: kernel.metropolis(),
-            fused: FusedMlp::of(&vae.dec),
+            fused: FusedMlp::of(&vae.dec).filter(|_| law.is_unit_gaussian()),
             steps: steps.max(1),
             fresh_from_encoder: fresh,
             burn_in,
@@ -244,15 +294,15 @@ impl<'a> GpuChainEstimator<'a> {
     }
 
     fn alloc(&self, n_dec: usize, n_enc: usize) -> GpuResult<Buffers> {
-        let (gpu, d) = (&self.gpu, self.vae.d);
-        let n = self.x.len() / d;
+        let (gpu, d, px) = (&self.gpu, self.vae.d, self.px);
+        let n = self.chains();
         let nd = n * d;
         let z = |len: usize| gpu.zeros(len);
         Ok(Buffers {
             dec: z(n_dec)?,
             enc: z(n_enc)?,
             x_all: gpu.upload(&self.x)?,
-            x_batch: z(nd)?,
+            x_batch: z(n * px)?,
             pos: z(nd)?,
             rho_all: z(nd)?,
             xa: z(nd)?,
@@ -270,7 +320,7 @@ impl<'a> GpuChainEstimator<'a> {
             sums: gpu.stream.alloc_zeros::<f64>(STATS)?,
             idx: gpu.stream.alloc_zeros::<i32>(n.max(1))?,
             store: z(self.steps * nd)?,
-            resid: z(self.steps * nd)?,
+            resid: z(self.steps * n * px)?,
             g_theta: z(n_dec)?,
             ws: GpuWorkspace::default(),
             ws_theta: GpuWorkspace::default(),
@@ -300,11 +350,12 @@ impl<'a> GpuChainEstimator<'a> {
         Ok(())
     }
 
-    /// log π and ∇log π of the batch's posterior at `x` (nb rows) into `g`, `lp`.
+    /// log π and ∇log π of the batch's posterior at `x` (nb rows) into `g`, `lp`; ∂ log p(x | h)
+    /// /∂h in `resid`.
     #[allow(clippy::too_many_arguments)]
     fn evaluate(
         gpu: &Gpu,
-        (vae, fused): (&Vae, Option<FusedMlp>),
+        (vae, law, fused): (&Vae, DeviceLaw, Option<FusedMlp>),
         dec: &CudaSlice<f32>,
         data: &CudaSlice<f32>,
         (x, g, lp): (&CudaSlice<f32>, &mut CudaSlice<f32>, &mut CudaSlice<f32>),
@@ -341,26 +392,16 @@ impl<'a> GpuChainEstimator<'a> {
         }
         vae.dec.forward_gpu(gpu, dec, x, nb, ws)?;
         let h = ws.output().expect("forward ran");
-        let (ni, di) = (nb as i32, d as i32);
-        let mut l = gpu.stream.launch_builder(gpu.k("posterior_residual"));
-        l.arg(data)
-            .arg(h)
-            .arg(x)
-            .arg(&mut *resid)
-            .arg(&mut *lp)
-            .arg(&ni)
-            .arg(&ni)
-            .arg(&di);
-        // SAFETY: every buffer holds nb rows.
-        unsafe { l.launch(grid(nb)) }?;
+        let shape = LikelihoodRows {
+            rows: nb,
+            n: nb,
+            per: 1,
+            px: vae.data_dim(),
+        };
+        gpu.likelihood_rows(law, (h, data), shape, resid, Some(&mut *lp), 1.0)?;
         vae.dec
             .backward_gpu(gpu, dec, ws, resid, None, Some(&mut *g))?;
-        let nd = (nb * d) as i32;
-        let mut l = gpu.stream.launch_builder(gpu.k("posterior_grad"));
-        l.arg(&mut *g).arg(x).arg(&nd);
-        // SAFETY: as above.
-        unsafe { l.launch(grid(nb * d)) }?;
-        Ok(())
+        gpu.posterior_prior(g, x, Some(lp), (nb, d))
     }
 }
 
@@ -370,7 +411,7 @@ impl GradientEstimator for GpuChainEstimator<'_> {
     }
 
     fn save_state(&self) -> Result<Vec<u8>> {
-        let nd = self.x.len();
+        let nd = self.chains() * self.vae.d;
         let (mut pos, mut rho) = (vec![0.0f32; nd], vec![0.0f32; nd]);
         if let Some(b) = &self.b {
             self.gpu.download_into(&b.pos, &mut pos)?;
@@ -392,7 +433,8 @@ impl GradientEstimator for GpuChainEstimator<'_> {
 
     fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
         let r: Record = decode(bytes)?;
-        if r.pos.len() != self.x.len() || r.rho.len() != self.x.len() {
+        let nd = self.chains() * self.vae.d;
+        if r.pos.len() != nd || r.rho.len() != nd {
             return Err(SagdError::Device(
                 "the checkpoint's chains do not match the data: resume with the same data".into(),
             ));

@@ -77,7 +77,7 @@ impl<'a> GpuChainEstimator<'a> {
                 Op::Gradient => {
                     Self::evaluate(
                         gpu,
-                        (vae, self.fused),
+                        (vae, self.law, self.fused),
                         &b.dec,
                         data,
                         (&b.xb, &mut b.gb, &mut b.lb),
@@ -188,20 +188,13 @@ impl<'a> GpuChainEstimator<'a> {
             .dec
             .forward_gpu(gpu, &b.dec, &b.store, rows, &mut b.ws_theta)?;
         let h = b.ws_theta.output().expect("forward ran");
-        let (ri, ni, di) = (rows as i32, nb as i32, d as i32);
-        // A null device pointer: the kernel writes no log densities.
-        let null: u64 = 0;
-        let mut l = gpu.stream.launch_builder(gpu.k("posterior_residual"));
-        l.arg(data)
-            .arg(h)
-            .arg(&b.store)
-            .arg(&mut b.resid)
-            .arg(&null)
-            .arg(&ri)
-            .arg(&ni)
-            .arg(&di);
-        // SAFETY: store and resid hold K·nb rows; a null lp is not written.
-        unsafe { l.launch(grid(rows)) }?;
+        let shape = LikelihoodRows {
+            rows,
+            n: nb,
+            per: 1,
+            px: self.px,
+        };
+        gpu.likelihood_rows(self.law, (h, data), shape, &mut b.resid, None, 1.0)?;
         gpu.zero(&mut b.g_theta)?;
         self.vae.dec.backward_gpu(
             gpu,
@@ -223,7 +216,7 @@ impl<'a> GpuChainEstimator<'a> {
 
     /// Starts every chain from an encoder draw and burns it in under the current decoder.
     fn start(&mut self, b: &mut Buffers) -> GpuResult<()> {
-        let (n, d) = (self.x.len() / self.vae.d, self.vae.d);
+        let (n, d) = (self.chains(), self.vae.d);
         self.encoder_draw(b, true, n)?;
         let gpu = &self.gpu;
         match self.momentum {
@@ -232,7 +225,7 @@ impl<'a> GpuChainEstimator<'a> {
         }
         Self::evaluate(
             gpu,
-            (self.vae, self.fused),
+            (self.vae, self.law, self.fused),
             &b.dec,
             &b.x_all,
             (&b.xa, &mut b.ga, &mut b.la),
@@ -269,7 +262,7 @@ impl<'a> GpuChainEstimator<'a> {
         // Every copy of the batch's points, copy by copy, as the CPU's.
         let mut rows = std::mem::take(&mut self.rows);
         let batch = match self.plan {
-            Some(plan) => plan.batch_rows(batch, self.x.len() / self.vae.d, &mut rows),
+            Some(plan) => plan.batch_rows(batch, self.chains(), &mut rows),
             None => batch,
         };
         let out = self.update(&mut b, p, batch, g_dec);
@@ -310,7 +303,7 @@ impl<'a> GpuChainEstimator<'a> {
     /// residuals) to K_t when a schedule lengthened the chains; a captured graph, which names
     /// the old buffers, is dropped.
     fn fit_steps(&mut self, b: &mut Buffers) -> GpuResult<()> {
-        let (n, d) = (self.x.len() / self.vae.d, self.vae.d);
+        let (n, d) = (self.chains(), self.vae.d);
         let steps = self.steps.max(1);
         if b.store.len() >= steps * n * d {
             return Ok(());
@@ -319,7 +312,7 @@ impl<'a> GpuChainEstimator<'a> {
         b.noise = gpu.zeros(steps * self.normals_per_coord * n * d)?;
         b.uni = gpu.zeros(steps * n)?;
         b.store = gpu.zeros(steps * n * d)?;
-        b.resid = gpu.zeros(steps * n * d)?;
+        b.resid = gpu.zeros(steps * n * self.px)?;
         self.replay = Replay::default();
         Ok(())
     }
@@ -331,7 +324,7 @@ impl<'a> GpuChainEstimator<'a> {
         batch: &[usize],
         g_dec: &mut [f32],
     ) -> GpuResult<f64> {
-        let (d, n) = (self.vae.d, self.x.len() / self.vae.d);
+        let (d, n) = (self.vae.d, self.chains());
         let nb = batch.len();
         let len = nb * d;
         let all = nb == n && batch.iter().enumerate().all(|(k, &i)| k == i);
@@ -342,7 +335,7 @@ impl<'a> GpuChainEstimator<'a> {
             gpu.copy(&b.pos, &mut b.xa, len)?;
             gpu.copy(&b.rho_all, &mut b.rho, len)?;
         } else {
-            gather_rows(&self.x, d, batch, &mut self.xb);
+            gather_rows(&self.x, self.px, batch, &mut self.xb);
             gpu.upload_into(&self.xb, &mut b.x_batch)?;
             let idx: Vec<i32> = batch.iter().map(|&i| i as i32).collect();
             gpu.stream.memcpy_htod(&idx, &mut b.idx.slice_mut(..nb))?;
@@ -358,7 +351,7 @@ impl<'a> GpuChainEstimator<'a> {
         // θ moved since the chains' gradients were computed (or the chains are new).
         Self::evaluate(
             gpu,
-            (self.vae, self.fused),
+            (self.vae, self.law, self.fused),
             &b.dec,
             data,
             (&b.xa, &mut b.ga, &mut b.la),

@@ -1,0 +1,116 @@
+//! The decoder's likelihood on the GPU, for every estimator that reads it (the bounds, E2's and
+//! E3's chains): each row's log p(x | h) and ∂/∂h under any law the backend knows
+//! ([`DeviceLaw`]), and the prior's part of the decoder's posterior.
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+use super::{grid, Gpu, GpuResult};
+use crate::likelihood::DeviceLaw;
+
+/// Rows shorter than this take one thread each; longer ones a block each, its threads over the
+/// row's coordinates.
+const BLOCK_ROW: usize = 64;
+
+/// The shape of [`Gpu::likelihood_rows`]: `rows` rows of `px` values, row r of data point
+/// (r / `per`) mod `n`.
+#[derive(Clone, Copy, Debug)]
+pub struct LikelihoodRows {
+    /// Rows of the decoder's output.
+    pub rows: usize,
+    /// Data points.
+    pub n: usize,
+    /// Consecutive rows per data point (a bound's k samples); 1 where row r is point r mod n.
+    pub per: usize,
+    /// Values per row (the data's dimension).
+    pub px: usize,
+}
+
+impl Gpu {
+    /// For each row r of the decoder's output `h` (`shape.rows` × `shape.px`) under `law`, its
+    /// data point's log-likelihood into `ll[r]` (summed in f64; where `ll` is given) and
+    /// `gscale` ∂ℓ/∂h into `dl`.
+    pub fn likelihood_rows(
+        &self,
+        law: DeviceLaw,
+        (h, x): (&CudaSlice<f32>, &CudaSlice<f32>),
+        shape: LikelihoodRows,
+        dl: &mut CudaSlice<f32>,
+        ll: Option<&mut CudaSlice<f32>>,
+        gscale: f32,
+    ) -> GpuResult<()> {
+        let (code, prec) = law.code();
+        let LikelihoodRows { rows, n, per, px } = shape;
+        let by_thread = px < BLOCK_ROW;
+        let cfg = if by_thread {
+            grid(rows)
+        } else {
+            LaunchConfig {
+                grid_dim: (rows.max(1) as u32, 1, 1),
+                block_dim: (px.next_power_of_two().min(256) as u32, 1, 1),
+                shared_mem_bytes: 0,
+            }
+        };
+        let (ri, ni, pi, xi) = (rows as i32, n as i32, per.max(1) as i32, px as i32);
+        let bt = by_thread as i32;
+        // A null device pointer: the kernel writes no log-likelihoods.
+        let null: u64 = 0;
+        match ll {
+            Some(ll) => {
+                let mut l = self.stream.launch_builder(self.k("likelihood_rows"));
+                l.arg(&code)
+                    .arg(&prec)
+                    .arg(h)
+                    .arg(x)
+                    .arg(&ri)
+                    .arg(&ni)
+                    .arg(&pi);
+                l.arg(&xi).arg(dl).arg(ll).arg(&gscale).arg(&bt);
+                // SAFETY: h and dl hold rows × px values, x n × px, ll rows.
+                unsafe { l.launch(cfg) }?;
+            }
+            None => {
+                let mut l = self.stream.launch_builder(self.k("likelihood_rows"));
+                l.arg(&code)
+                    .arg(&prec)
+                    .arg(h)
+                    .arg(x)
+                    .arg(&ri)
+                    .arg(&ni)
+                    .arg(&pi);
+                l.arg(&xi).arg(dl).arg(&null).arg(&gscale).arg(&bt);
+                // SAFETY: as above; a null ll is not written.
+                unsafe { l.launch(cfg) }?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The prior N(u; 0, I)'s part of the decoder's posterior at the rows `u` (rows × d), after
+    /// [`Gpu::likelihood_rows`] and the decoder's backward pass: `g` −= u, and `lp` −= ½‖u‖²
+    /// where given.
+    pub fn posterior_prior(
+        &self,
+        g: &mut CudaSlice<f32>,
+        u: &CudaSlice<f32>,
+        lp: Option<&mut CudaSlice<f32>>,
+        (rows, d): (usize, usize),
+    ) -> GpuResult<()> {
+        let (ri, di) = (rows as i32, d as i32);
+        let null: u64 = 0;
+        match lp {
+            Some(lp) => {
+                let mut l = self.stream.launch_builder(self.k("posterior_prior"));
+                l.arg(g).arg(u).arg(lp).arg(&ri).arg(&di);
+                // SAFETY: g and u hold rows × d values, lp rows.
+                unsafe { l.launch(grid(rows)) }?;
+            }
+            None => {
+                let mut l = self.stream.launch_builder(self.k("posterior_prior"));
+                l.arg(g).arg(u).arg(&null).arg(&ri).arg(&di);
+                // SAFETY: as above; a null lp is not written.
+                unsafe { l.launch(grid(rows)) }?;
+            }
+        }
+        Ok(())
+    }
+}
