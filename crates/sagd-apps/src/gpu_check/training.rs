@@ -22,11 +22,12 @@ pub struct EstimatorCheck {
 
 /// The GPU estimators against the CPU's on simulated E2 data (1-D and 100-D), and under the
 /// backend's other laws on data wider than the latent (Bernoulli, Poisson and Gaussian of sd
-/// 0.5, 12 values per point from 2 latent dimensions): VAE, IWAE with the same noise, and SAGD's chains with a friction of 1e-30 and momenta starting at zero (so that
-/// the dynamics, and hence both engines, are deterministic to rounding: 50 burn-in and 10 steps
-/// per update). HMC draws its momenta and Metropolis uniforms from each engine's own streams, so
-/// it is compared in law (Table 1), not here. Then E3's passes on synthetic images: the VAE and
-/// SAGD's stochastic chains, whose noise both engines read from the same host stream.
+/// 0.5, 12 values per point from 2 latent dimensions): VAE, IWAE with the same noise, and
+/// SAGD's chains with a friction of 1e-30 and momenta starting at zero (so that the dynamics,
+/// and hence both engines, are deterministic to rounding: 50 burn-in and 10 steps per update).
+/// HMC draws its momenta and Metropolis uniforms from each engine's own streams, so it is
+/// compared in law (Table 1), not here. Then E3's passes on synthetic images: the VAE and SAGD's
+/// stochastic chains, whose noise both engines read from the same host stream.
 pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<EstimatorCheck>> {
     let mut out = Vec::new();
     for (d, hidden, n) in [(1usize, 64usize, 1000usize), (100, 256, 500)] {
