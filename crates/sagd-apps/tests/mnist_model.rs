@@ -515,10 +515,11 @@ fn continued_passes_split_over_processes_give_one_processs_bits() {
 }
 
 /// A GPU runs E3's chains of every scheme (their programs are drifts, kicks, exact flows and
-/// evaluations) and refuses, by name and before any work, chains that persist between visits; the
-/// CPU runs them all.
+/// evaluations) and chains that persist between visits in a run of one process; it refuses, by
+/// name and before any work, persistent chains in a run split over processes. The CPU runs them
+/// all.
 #[test]
-fn a_gpu_takes_every_scheme_and_refuses_persistent_chains_by_name() {
+fn a_gpu_takes_every_scheme_and_refuses_persistent_chains_only_when_split() {
     use sagd::langevin::Scheme;
     use sagd_nn::Device;
     for scheme in Scheme::ALL {
@@ -534,14 +535,20 @@ fn a_gpu_takes_every_scheme_and_refuses_persistent_chains_by_name() {
             ..chains
         };
         assert!(persistent.runs_on(Device::Cpu).is_ok(), "{scheme}");
-        let err = persistent
-            .runs_on(Device::Cuda(0))
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(
-            err.contains("refresh-every") && err.contains("--device cpu"),
-            "{err}"
-        );
+        let gpu = persistent.runs_on(Device::Cuda(0));
+        assert!(gpu.is_ok(), "{scheme}: {gpu:?}");
+        // Split over two processes: the CPU still runs them, a GPU refuses them by name.
+        let split = sagd::share::threads_as_processes(2, || {
+            let cpu = persistent.runs_on(Device::Cpu).is_ok();
+            let gpu = persistent.runs_on(Device::Cuda(0));
+            (cpu, gpu.err().map(|e| e.to_string()).unwrap_or_default())
+        });
+        for (cpu, err) in split {
+            assert!(cpu, "{scheme}");
+            assert!(
+                err.contains("refresh-every") && err.contains("one GPU's process"),
+                "{scheme}: {err}"
+            );
+        }
     }
 }

@@ -224,7 +224,8 @@ fn check_e2_estimators(
 }
 
 /// E3 on 400 synthetic grey images (strokes of varying intensity): the VAE's ELBO, and SAGD's
-/// chains (every scheme) with the same binarisations and noise on both sides.
+/// chains (every scheme, and chains that persist between visits) with the same binarisations and
+/// noise on both sides.
 fn check_e3_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<EstimatorCheck>> {
     use sagd::langevin::Scheme;
     let model = crate::mnist::e3(20);
@@ -245,6 +246,14 @@ fn check_e3_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Est
         sagd("obabo", Scheme::Obabo),
         sagd("baoab", Scheme::Baoab),
         sagd("ubu", Scheme::Ubu),
+        // Chains that persist: the second of the three updates continues the first's chains.
+        (
+            "E3 sagd euler, persistent (refresh every 2), 20 chains x 5 steps".to_string(),
+            Objective::Sagd(Chains {
+                refresh_every: Some(2),
+                ..Chains::default()
+            }),
+        ),
     ];
     let mut out = Vec::new();
     for (name, objective) in cases {

@@ -39,6 +39,20 @@ pub struct Carried {
     pub rho: Vec<f32>,
 }
 
+impl Carried {
+    /// Refuses, by name, carried chains that are not `rows` rows (C·b) of `d` values.
+    pub(crate) fn check(&self, rows: usize, d: usize) -> Result<()> {
+        for (what, expected, got) in [
+            ("the carried chains' marks (C·b)", rows, self.from.len()),
+            ("the carried positions (C·b × d)", rows * d, self.u.len()),
+            ("the carried momenta (C·b × d)", rows * d, self.rho.len()),
+        ] {
+            check_len(what, expected, got)?;
+        }
+        Ok(())
+    }
+}
+
 impl Minibatch<'_> {
     /// The images of chains `s..e` (chain r belongs to image r mod b) into `xs`, and their starts
     /// u₀ = μ + σ ε (or where a carried chain was left) into `u`.
@@ -216,22 +230,7 @@ pub fn sagd_batch_continued(
     grad_gen: &mut [f32],
     scratch: &mut Scratch,
 ) -> Result<BatchInfo> {
-    let rows = chains.per_image * (x.len() / m.pixels());
-    for (what, expected, got) in [
-        ("the carried chains' marks (C·b)", rows, carried.from.len()),
-        (
-            "the carried positions (C·b × d)",
-            rows * m.d,
-            carried.u.len(),
-        ),
-        (
-            "the carried momenta (C·b × d)",
-            rows * m.d,
-            carried.rho.len(),
-        ),
-    ] {
-        check_len(what, expected, got)?;
-    }
+    carried.check(chains.per_image * (x.len() / m.pixels()), m.d)?;
     let (info, last) = sagd_pass(m, p, x, chains, noise, Some(carried), grad_gen, scratch)?;
     if let Some(last) = last {
         *carried = last;

@@ -271,6 +271,14 @@ impl GradientEstimator for BernoulliEstimator<'_> {
             (Objective::Sagd(chains), Engine::Cpu(scratch)) => {
                 sagd_batch(m, p, x, &chains, noise, g_dec, scratch)?
             }
+            (Objective::Sagd(chains), Engine::Gpu(gpu)) if chains.persist() => {
+                // One process's whole minibatch (`Chains::runs_on` refuses a split run).
+                let images = self.images.len() / m.pixels();
+                let mut chain = self.carry.carried(images, batch, &chains, m.d);
+                let info = gpu.sagd_batch_continued(m, p, x, &chains, noise, &mut chain, g_dec)?;
+                self.carry.keep(batch, &chains, m.d, &chain);
+                info
+            }
             (Objective::Sagd(chains), Engine::Gpu(gpu)) => {
                 let groups = sagd_noise_blocks(&chains);
                 by_shares(
@@ -307,6 +315,13 @@ impl GradientEstimator for BernoulliEstimator<'_> {
         // A second thread draws the next update's binarisation and noise while the GPU runs
         // this one from this thread (where its context is current).
         let len = self.noise_len(batch.len(), self.update);
+        let images = self.images.len() / self.model.pixels();
+        let mut chain = match &objective {
+            Objective::Sagd(chains) if chains.persist() => {
+                Some(self.carry.carried(images, batch, chains, self.model.d))
+            }
+            _ => None,
+        };
         let (result, ahead) = {
             let Engine::Gpu(gpu) = &mut self.engine else {
                 return None;
@@ -315,10 +330,18 @@ impl GradientEstimator for BernoulliEstimator<'_> {
             let streams = &self.streams;
             std::thread::scope(|s| {
                 let ahead = s.spawn(|| Ahead::draw(streams, batch.len() * model.pixels(), len));
-                let result = gpu.train_step(model, st, x, noise, what, step);
+                let result = match (what, chain.as_mut()) {
+                    (Pass::Sagd(chains), Some(c)) => {
+                        gpu.train_step_continued(model, st, (x, noise), (chains, c), step)
+                    }
+                    _ => gpu.train_step(model, st, x, noise, what, step),
+                };
                 (result, ahead.join())
             })
         };
+        if let (Objective::Sagd(chains), Some(c), Ok(_)) = (&objective, &chain, &result) {
+            self.carry.keep(batch, chains, self.model.d, c);
+        }
         // A draw that failed to finish is simply made again in turn.
         self.ahead = ahead.ok();
         Some(match result {
@@ -491,19 +514,26 @@ mod tests {
         est.estimate(&p, &batch, &mut g1, &mut []).unwrap();
         again.estimate(&p, &batch, &mut g2, &mut []).unwrap();
         assert_eq!(g1, g2);
-        // A GPU refuses them by name, before it looks for a device.
-        let refused = BernoulliEstimator::on(
-            Device::Cuda(0),
-            &model,
-            &images,
-            Objective::Sagd(persistent),
-            5,
-        );
-        let err = refused.err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(
-            err.contains("refresh-every") && err.contains("--device cpu"),
-            "{err}"
-        );
+        // A GPU takes them in a run of one process (where none opens, it fails to open, not
+        // on the chains), and refuses them by name, before it looks for a device, in a split run.
+        let on_gpu = || {
+            let est = BernoulliEstimator::on(
+                Device::Cuda(0),
+                &model,
+                &images,
+                Objective::Sagd(persistent),
+                5,
+            );
+            est.err().map(|e| e.to_string()).unwrap_or_default()
+        };
+        let alone = on_gpu();
+        assert!(!alone.contains("refresh-every"), "{alone}");
+        for err in sagd::share::threads_as_processes(2, on_gpu) {
+            assert!(
+                err.contains("refresh-every") && err.contains("one GPU's process"),
+                "{err}"
+            );
+        }
         // Images that are not whole rows of the model's pixels, on either device.
         for device in [Device::Cpu, Device::Cuda(0)] {
             let cut = BernoulliEstimator::on(device, &model, &images[1..], Objective::Vae, 5);

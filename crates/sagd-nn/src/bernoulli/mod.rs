@@ -231,8 +231,9 @@ impl Chains {
         }
     }
 
-    /// Refuses, by name, what `device` cannot run: a GPU's chains run every scheme's program, afresh
-    /// at every visit.
+    /// Refuses, by name, what `device` cannot run: a GPU's chains run every scheme's program, and
+    /// chains that persist between visits in a run of one process (a run split over processes
+    /// cuts a GPU's minibatch by images, and the chains kept between visits are not cut with it).
     pub fn runs_on(&self, device: Device) -> Result<()> {
         if device == Device::Cpu {
             return Ok(());
@@ -259,12 +260,13 @@ impl Chains {
                  scheme's program has more: run it with --device cpu",
             );
         }
-        if self.persist() {
+        if self.persist() && sagd::share::current().is_some() {
             return refuse(
                 "refresh-every",
                 self.refresh_every.unwrap_or(1).to_string(),
-                "SAGD's chains persist between visits on the CPU alone: run with --device cpu, or \
-                 leave --refresh-every out (fresh chains at every visit)",
+                "SAGD's chains persist between visits on one GPU's process, not on GPUs split \
+                 over processes: run one process, or with --device cpu, or leave \
+                 --refresh-every out (fresh chains at every visit)",
             );
         }
         Ok(())

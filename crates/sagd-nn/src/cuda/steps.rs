@@ -1,7 +1,8 @@
 //! The Langevin program's elementwise operations as the backend's: a drift, a kick and the exact
 //! Ornstein-Uhlenbeck flow on the first `len` values of a chain state, one launch each. Every
-//! engine that runs the core's program on a GPU (E2's chains, E3's) runs them through these. And
-//! an update's launches replayed from a CUDA graph ([`Replay`]).
+//! engine that runs the core's program on a GPU (E2's chains, E3's) runs them through these, and
+//! gathers or scatters chains by rows ([`Gpu::rows_copy`]). And an update's launches replayed
+//! from a CUDA graph ([`Replay`]).
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaSlice, CudaView, PushKernelArg};
@@ -82,6 +83,26 @@ impl Gpu {
             .arg(&li);
         // SAFETY: every buffer holds at least len values.
         unsafe { l.launch(grid(len)) }?;
+        Ok(())
+    }
+}
+
+impl Gpu {
+    /// Gathers the rows `idx` (n of them) of `src` into the first n rows of `dst`, or with
+    /// `scatter` the first n rows of `src` into the rows `idx` of `dst`; rows of d values.
+    pub fn rows_copy(
+        &self,
+        dst: &mut CudaSlice<f32>,
+        src: &CudaSlice<f32>,
+        idx: &CudaSlice<i32>,
+        (n, d): (usize, usize),
+        scatter: bool,
+    ) -> GpuResult<()> {
+        let (ni, di, si) = (n as i32, d as i32, scatter as i32);
+        let mut l = self.stream.launch_builder(self.k("rows_copy"));
+        l.arg(dst).arg(src).arg(idx).arg(&ni).arg(&di).arg(&si);
+        // SAFETY: idx holds n valid row numbers of the buffers it indexes.
+        unsafe { l.launch(grid(n * d)) }?;
         Ok(())
     }
 }

@@ -76,10 +76,22 @@ impl<T: Real> Kernel<T> {
     /// state (E3's chains on a GPU), without the divergence checks.
     #[doc(hidden)]
     pub fn unrolled(&self, steps: usize) -> Vec<Instruction<T>> {
-        let (per_step, last) = (self.normals_per_step(), self.to_last_move());
+        self.unrolled_to(steps, &self.to_last_move())
+    }
+
+    /// [`Kernel::unrolled`] with every transition whole, as [`Kernel::continue_with_noise`]
+    /// runs them: for chains that persist, their momenta where the next run continues them.
+    #[doc(hidden)]
+    pub fn unrolled_whole(&self, steps: usize) -> Vec<Instruction<T>> {
+        self.unrolled_to(steps, self)
+    }
+
+    /// The instructions of `steps` transitions, the last one by the program `last`.
+    fn unrolled_to(&self, steps: usize, last: &Kernel<T>) -> Vec<Instruction<T>> {
+        let per_step = self.normals_per_step();
         let mut out = Vec::new();
         for s in 0..steps {
-            let program = if s + 1 == steps { &last } else { self };
+            let program = if s + 1 == steps { last } else { self };
             out.extend(program.instructions().map(|i| Instruction {
                 draw: i.draw.map(|k| s * per_step + k),
                 ..i
@@ -304,7 +316,8 @@ mod tests {
 
     /// The unrolled program, run op by op on whole arrays as another engine would (a drift, a
     /// kick, an Ornstein-Uhlenbeck flow, an evaluation: one launch each), leaves the positions
-    /// of `run_with_noise` on the same draws, bit for bit, for every scheme.
+    /// of `run_with_noise` on the same draws, bit for bit, for every scheme; unrolled whole, the
+    /// positions and momenta of `continue_with_noise`.
     #[test]
     fn the_unrolled_program_runs_as_run_with_noise() {
         let target = IsoGaussian {
@@ -316,19 +329,24 @@ mod tests {
         let x0: Vec<f64> = (0..rows * d).map(|i| 0.25 * i as f64 - 0.6).collect();
         let rho0: Vec<f64> = (0..rows * d).map(|i| 0.3 - 0.1 * i as f64).collect();
         for scheme in Scheme::ALL {
-            for steps in [1, 4] {
+            for (steps, whole) in [(1, false), (4, false), (1, true), (4, true)] {
                 let (kernel, _, blocks) =
                     stepped(&target, scheme, (1.2, 0.25), (&x0, &rho0), (steps, seed));
                 let (mut x, mut rho) = (x0.clone(), rho0.clone());
                 let draws = |i: usize| &blocks[i][..];
-                kernel
-                    .run_with_noise(&target, &mut x, &mut rho, steps, draws)
-                    .unwrap();
+                let (run, program) = if whole {
+                    let run = kernel.continue_with_noise(&target, &mut x, &mut rho, steps, draws);
+                    (run, kernel.unrolled_whole(steps))
+                } else {
+                    let run = kernel.run_with_noise(&target, &mut x, &mut rho, steps, draws);
+                    (run, kernel.unrolled(steps))
+                };
+                run.unwrap();
                 let (mut u, mut p) = (x0.clone(), rho0.clone());
                 let (mut g, mut lp) = (vec![0.0; rows * d], vec![0.0; rows]);
                 target.logp_grad(0, &u, &mut lp, &mut g).unwrap();
                 let mut evaluations = 0;
-                for step in kernel.unrolled(steps) {
+                for step in program {
                     let eta =
                         |k: usize| &blocks[step.draw.expect("a noisy operation's block") + k][..];
                     if step.op == Op::Gradient {
@@ -338,17 +356,24 @@ mod tests {
                         carry_out(step.op, (&mut u, &mut p, &g), eta);
                     }
                 }
-                assert_eq!(u, x, "{scheme}, {steps} steps");
-                // The last transition stops at its last move: after the first evaluation, K
-                // Euler steps evaluate K − 1 times.
+                let what = format!("{scheme}, {steps} steps, whole {whole}");
+                assert_eq!(u, x, "{what}");
                 let per = kernel
                     .ops
                     .iter()
                     .filter(|o| matches!(o, Op::Gradient))
                     .count();
-                assert!(evaluations <= per * steps, "{scheme}");
-                if scheme == Scheme::Euler {
-                    assert_eq!(evaluations, steps - 1);
+                if whole {
+                    // Every transition whole: its momenta too, at K evaluations per K steps.
+                    assert_eq!(p, rho, "{what}");
+                    assert_eq!(evaluations, per * steps, "{what}");
+                } else {
+                    // The last transition stops at its last move: after the first evaluation,
+                    // K Euler steps evaluate K − 1 times.
+                    assert!(evaluations <= per * steps, "{what}");
+                    if scheme == Scheme::Euler {
+                        assert_eq!(evaluations, steps - 1);
+                    }
                 }
             }
         }

@@ -1,5 +1,6 @@
 //! SAGD's pass on the device: the chains of every image in one pass over all their rows, as the
-//! CPU's `sagd_batch` steps them: started from the encoder's draws, stepped by the core's
+//! CPU's `sagd_batch` steps them: started from the encoder's draws (or, for chains that persist,
+//! where the image's last visit left them, as `sagd_batch_continued`), stepped by the core's
 //! Langevin program (one launch per operation), and the generator's gradient at their last states.
 
 use super::*;
@@ -27,9 +28,15 @@ impl GpuPasses {
         x: &[f32],
         chains: &Chains,
         noise: &[f32],
+        carried: Option<&mut Carried>,
         n_gen: usize,
     ) -> GpuResult<BatchInfo> {
-        let program = chains.kernel()?.unrolled(chains.steps);
+        let kernel = chains.kernel()?;
+        // Chains that persist run every transition whole, their momenta where they continue.
+        let program = match carried {
+            Some(_) => kernel.unrolled_whole(chains.steps),
+            None => kernel.unrolled(chains.steps),
+        };
         let (gpu, b, d) = (&self.gpu, &mut self.b, m.d);
         let images = x.len() / m.pixels();
         let rows = chains.per_image * images;
@@ -52,8 +59,22 @@ impl GpuPasses {
             ensure(gpu, slot, size)?;
         }
         Self::chain_starts(gpu, b, s, d)?;
+        if let Some(c) = carried.as_deref() {
+            c.check(rows, d)?;
+            Self::continue_carried(gpu, b, c, s, d)?;
+        }
         Self::run_program(gpu, b, m, s, &program)?;
         Self::gradient_at_last_states(gpu, b, m, s)?;
+        if let Some(c) = carried {
+            let (Some(u), Some(rho)) = (&b.u, &b.rho) else {
+                unreachable!("made by the pass");
+            };
+            c.u.resize(s.len, 0.0);
+            c.rho.resize(s.len, 0.0);
+            gpu.download_into(u, &mut c.u)?;
+            gpu.download_into(rho, &mut c.rho)?;
+            c.from = vec![true; rows];
+        }
         let ll = sum(self.get(|b| &b.ll, rows)?);
         let dist = sum(self.get(|b| &b.dist, rows)?);
         Ok(BatchInfo {
@@ -92,6 +113,47 @@ impl GpuPasses {
         gpu.stream
             .memcpy_dtod(&nz.slice(s.len..2 * s.len), &mut rho.slice_mut(..s.len))?;
         Ok(())
+    }
+
+    /// The rows `carried` marks start where it holds them: their positions (and u₀, the start
+    /// their displacement is measured from) and momenta scattered over the encoder's starts.
+    fn continue_carried(
+        gpu: &Gpu,
+        b: &mut Buffers,
+        carried: &Carried,
+        s: Shape,
+        d: usize,
+    ) -> GpuResult<()> {
+        let rows: Vec<usize> = (0..s.rows).filter(|&r| carried.from[r]).collect();
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let pick = |v: &[f32]| -> Vec<f32> {
+            rows.iter()
+                .flat_map(|&r| &v[r * d..(r + 1) * d])
+                .copied()
+                .collect()
+        };
+        let idx: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
+        put(gpu, &mut b.carried_rows, &idx)?;
+        put(gpu, &mut b.carried_u, &pick(&carried.u))?;
+        put(gpu, &mut b.carried_rho, &pick(&carried.rho))?;
+        let Buffers {
+            u: Some(u),
+            u0: Some(u0),
+            rho: Some(rho),
+            carried_rows: Some(idx),
+            carried_u: Some(cu),
+            carried_rho: Some(crho),
+            ..
+        } = b
+        else {
+            unreachable!("made by the pass and above");
+        };
+        let shape = (rows.len(), d);
+        gpu.rows_copy(u, cu, idx, shape, true)?;
+        gpu.rows_copy(u0, cu, idx, shape, true)?;
+        gpu.rows_copy(rho, crho, idx, shape, true)
     }
 
     /// The core's program of the chains' steps ([`Kernel::unrolled`](sagd::langevin::Kernel)),

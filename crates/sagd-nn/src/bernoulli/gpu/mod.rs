@@ -8,7 +8,7 @@
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use sagd::langevin::{Instruction, Op};
 
-use crate::bernoulli::{BatchInfo, BernoulliVae, Chains};
+use crate::bernoulli::{BatchInfo, BernoulliVae, Carried, Chains};
 use crate::cuda::{
     adam, ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows,
 };
@@ -36,6 +36,10 @@ struct Buffers {
     dist: Option<CudaSlice<f32>>,
     g_gen: Option<CudaSlice<f32>>,
     g_enc: Option<CudaSlice<f32>>,
+    /// The rows of a pass's chains that continue (numbers), and where (positions, momenta).
+    carried_rows: Option<CudaSlice<i32>>,
+    carried_u: Option<CudaSlice<f32>>,
+    carried_rho: Option<CudaSlice<f32>>,
     /// Adam's moments of the generator and the encoder, when the device takes the updates.
     moments: [Option<CudaSlice<f64>>; 4],
     flag: Option<CudaSlice<f32>>,
@@ -173,7 +177,7 @@ impl GpuPasses {
         g_enc: &mut [f32],
     ) -> GpuResult<BatchInfo> {
         self.load_params(p)?;
-        let info = self.pass(m, x, eps, Pass::Vae, p.dec.len(), p.enc.len())?;
+        let info = self.vae_pass(m, x, eps, p.dec.len(), p.enc.len())?;
         let (Some(gg), Some(ge)) = (&self.b.g_gen, &self.b.g_enc) else {
             unreachable!("made by the pass");
         };
@@ -183,18 +187,21 @@ impl GpuPasses {
     }
 
     /// A pass on the parameters on the device; its gradients stay there (`g_gen`, `g_enc`).
+    /// SAGD's chains continue from `carried` where given, and leave their last states there.
+    #[allow(clippy::too_many_arguments)]
     fn pass(
         &mut self,
         m: &BernoulliVae,
         x: &[f32],
         noise: &[f32],
         what: Pass<'_>,
+        carried: Option<&mut Carried>,
         n_gen: usize,
         n_enc: usize,
     ) -> GpuResult<BatchInfo> {
         match what {
             Pass::Vae => self.vae_pass(m, x, noise, n_gen, n_enc),
-            Pass::Sagd(chains) => self.sagd_pass(m, x, chains, noise, n_gen),
+            Pass::Sagd(chains) => self.sagd_pass(m, x, chains, noise, carried, n_gen),
         }
     }
 
@@ -255,8 +262,40 @@ impl GpuPasses {
         noise: &[f32],
         g_dec: &mut [f32],
     ) -> GpuResult<BatchInfo> {
+        self.sagd_batch_from(m, p, x, chains, noise, None, g_dec)
+    }
+
+    /// [`GpuPasses::sagd_batch`] on chains that persist between visits, as the CPU's
+    /// [`sagd_batch_continued`](crate::bernoulli::sagd_batch_continued): the rows `carried`
+    /// marks start where it holds them, every transition runs whole, and every row's last
+    /// position and momentum go back into `carried`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sagd_batch_continued(
+        &mut self,
+        m: &BernoulliVae,
+        p: &VaeParams,
+        x: &[f32],
+        chains: &Chains,
+        noise: &[f32],
+        carried: &mut Carried,
+        g_dec: &mut [f32],
+    ) -> GpuResult<BatchInfo> {
+        self.sagd_batch_from(m, p, x, chains, noise, Some(carried), g_dec)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn sagd_batch_from(
+        &mut self,
+        m: &BernoulliVae,
+        p: &VaeParams,
+        x: &[f32],
+        chains: &Chains,
+        noise: &[f32],
+        carried: Option<&mut Carried>,
+        g_dec: &mut [f32],
+    ) -> GpuResult<BatchInfo> {
         self.load_params(p)?;
-        let info = self.sagd_pass(m, x, chains, noise, p.dec.len())?;
+        let info = self.sagd_pass(m, x, chains, noise, carried, p.dec.len())?;
         let Some(gg) = &self.b.g_gen else {
             unreachable!("made by the pass");
         };

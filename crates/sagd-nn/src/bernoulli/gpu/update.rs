@@ -17,6 +17,32 @@ impl GpuPasses {
         what: Pass<'_>,
         step: AdamStep,
     ) -> GpuResult<(BatchInfo, bool)> {
+        self.train_step_from(m, st, (x, noise), what, None, step)
+    }
+
+    /// [`GpuPasses::train_step`] of SAGD's `chains` that persist between visits: they continue
+    /// from `carried` and leave their last states there
+    /// ([`GpuPasses::sagd_batch_continued`]).
+    pub fn train_step_continued(
+        &mut self,
+        m: &BernoulliVae,
+        st: &TrainState,
+        (x, noise): (&[f32], &[f32]),
+        (chains, carried): (&Chains, &mut Carried),
+        step: AdamStep,
+    ) -> GpuResult<(BatchInfo, bool)> {
+        self.train_step_from(m, st, (x, noise), Pass::Sagd(chains), Some(carried), step)
+    }
+
+    fn train_step_from(
+        &mut self,
+        m: &BernoulliVae,
+        st: &TrainState,
+        (x, noise): (&[f32], &[f32]),
+        what: Pass<'_>,
+        carried: Option<&mut Carried>,
+        step: AdamStep,
+    ) -> GpuResult<(BatchInfo, bool)> {
         let encoder = matches!(what, Pass::Vae);
         let want = Held {
             updates: st.updates,
@@ -35,7 +61,7 @@ impl GpuPasses {
             self.held = Some(want);
         }
         let (n_gen, n_enc) = (st.params.dec.len(), st.params.enc.len());
-        let info = self.pass(m, x, noise, what, n_gen, n_enc)?;
+        let info = self.pass(m, x, noise, what, carried, n_gen, n_enc)?;
         let gpu = &self.gpu;
         let b = &mut self.b;
         let flag = ensure(gpu, &mut b.flag, 1)?;

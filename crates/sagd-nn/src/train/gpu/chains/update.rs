@@ -340,7 +340,7 @@ impl<'a> GpuChainEstimator<'a> {
             let idx: Vec<i32> = batch.iter().map(|&i| i as i32).collect();
             gpu.stream.memcpy_htod(&idx, &mut b.idx.slice_mut(..nb))?;
             for (dst, src) in [(&mut b.xa, &b.pos), (&mut b.rho, &b.rho_all)] {
-                rows_copy(gpu, dst, src, &b.idx, nb, d, false)?;
+                gpu.rows_copy(dst, src, &b.idx, (nb, d), false)?;
             }
         }
         if self.fresh_from_encoder {
@@ -382,7 +382,7 @@ impl<'a> GpuChainEstimator<'a> {
             gpu.copy(&b.rho, &mut b.rho_all, len)?;
         } else {
             for (dst, src) in [(&mut b.pos, &b.xa), (&mut b.rho_all, &b.rho)] {
-                rows_copy(gpu, dst, src, &b.idx, nb, d, true)?;
+                gpu.rows_copy(dst, src, &b.idx, (nb, d), true)?;
             }
         }
         self.divergences += sums[0] as usize;
@@ -391,22 +391,4 @@ impl<'a> GpuChainEstimator<'a> {
         }
         Ok(-sums[2] / rows as f64)
     }
-}
-
-/// Gathers rows `idx` of `src` into `dst` (or scatters `src` into rows `idx` of `dst`).
-fn rows_copy(
-    gpu: &Gpu,
-    dst: &mut CudaSlice<f32>,
-    src: &CudaSlice<f32>,
-    idx: &CudaSlice<i32>,
-    nb: usize,
-    d: usize,
-    scatter: bool,
-) -> GpuResult<()> {
-    let (ni, di, si) = (nb as i32, d as i32, scatter as i32);
-    let mut l = gpu.stream.launch_builder(gpu.k("rows_copy"));
-    l.arg(dst).arg(src).arg(idx).arg(&ni).arg(&di).arg(&si);
-    // SAFETY: idx holds nb valid row numbers of the n-row buffers.
-    unsafe { l.launch(grid(nb * d)) }?;
-    Ok(())
 }
