@@ -40,12 +40,15 @@ impl Gpu {
     ) -> GpuResult<()> {
         let (code, prec) = law.code();
         let LikelihoodRows { rows, n, per, px } = shape;
+        if rows == 0 {
+            return Ok(());
+        }
         let by_thread = px < BLOCK_ROW;
         let cfg = if by_thread {
             grid(rows)
         } else {
             LaunchConfig {
-                grid_dim: (rows.max(1) as u32, 1, 1),
+                grid_dim: (rows as u32, 1, 1),
                 block_dim: (px.next_power_of_two().min(256) as u32, 1, 1),
                 shared_mem_bytes: 0,
             }
