@@ -208,12 +208,18 @@ fn persistent_chains_change_the_refinement_and_resume_where_they_stopped() {
     let w = json(&resumed.join("result.json"));
     assert_eq!(w["evaluations"], v["evaluations"]);
     assert_eq!(w["curves"], v["curves"]);
-    // Refused by name on a GPU, and 0 refused.
-    let err = failed(&mnist_small(
+    // Taken on one GPU's process: where the run fails, it fails for the device (none here),
+    // never for the setting. (Refused on GPUs split over processes: tested in sagd-apps.)
+    let o = mnist_small(
         &dir.path().join("gpu"),
         &[&plan[..], &["--device", "cuda"]].concat(),
-    ));
-    assert!(err.contains("refresh-every"), "{err}");
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() || !err.contains("refresh-every"),
+        "{err}"
+    );
+    // 0 refused.
     let err = failed(&mnist_small(
         &dir.path().join("zero"),
         &["--refresh-every", "0"],
