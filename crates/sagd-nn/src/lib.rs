@@ -33,6 +33,7 @@ pub mod likelihood;
 mod linear;
 pub mod math;
 mod net;
+mod program;
 pub mod train;
 pub mod vae;
 

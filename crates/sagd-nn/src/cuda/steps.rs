@@ -1,13 +1,16 @@
 //! The Langevin program's elementwise operations as the backend's: a drift, a kick and the exact
-//! Ornstein-Uhlenbeck flow on the first `len` values of a chain state, one launch each. Every
-//! engine that runs the core's program on a GPU (E2's chains, E3's) runs them through these, and
-//! gathers or scatters chains by rows ([`Gpu::rows_copy`]). And an update's launches replayed
-//! from a CUDA graph ([`Replay`]).
+//! Ornstein-Uhlenbeck flow on the first `len` values of a chain state, one launch each: the
+//! backend of the program's one interpreter ([`crate::program`]), which E2's and E3's chains on a
+//! GPU run. Chains gathered or scattered by rows ([`Gpu::rows_copy`]), and an update's launches
+//! replayed from a CUDA graph ([`Replay`]).
 
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaSlice, CudaView, PushKernelArg};
 
+use std::ops::Range;
+
 use super::{graphs_enabled, grid, Gpu, GpuError, GpuResult};
+use crate::program::Elementwise;
 
 impl Gpu {
     /// x += h ρ, or x = from + h ρ where `from` is given.
@@ -84,6 +87,51 @@ impl Gpu {
         // SAFETY: every buffer holds at least len values.
         unsafe { l.launch(grid(len)) }?;
         Ok(())
+    }
+}
+
+/// The backend of the program's interpreter ([`crate::program`]): these launches.
+impl Elementwise for Gpu {
+    type Buf = CudaSlice<f32>;
+    type View<'a> = CudaView<'a, f32>;
+    type Error = GpuError;
+    fn view<'a>(&'a self, buf: &'a CudaSlice<f32>, at: Range<usize>) -> CudaView<'a, f32> {
+        buf.slice(at)
+    }
+    fn copy(&self, from: &Self::Buf, to: &mut Self::Buf, len: usize) -> GpuResult<()> {
+        Gpu::copy(self, from, to, len)
+    }
+    fn drift(
+        &self,
+        x: &mut Self::Buf,
+        from: Option<&Self::Buf>,
+        rho: &Self::Buf,
+        h: f32,
+        len: usize,
+    ) -> GpuResult<()> {
+        Gpu::drift(self, x, from, rho, h, len)
+    }
+    fn kick(
+        &self,
+        rho: &mut Self::Buf,
+        g: &Self::Buf,
+        eta: &CudaView<'_, f32>,
+        coefficients: (f32, f32, f32),
+        len: usize,
+    ) -> GpuResult<()> {
+        Gpu::kick(self, rho, g, eta, coefficients, len)
+    }
+    fn ou(
+        &self,
+        state: (&mut Self::Buf, &mut Self::Buf),
+        z: (&CudaView<'_, f32>, &CudaView<'_, f32>),
+        coefficients: [f32; 5],
+        len: usize,
+    ) -> GpuResult<()> {
+        Gpu::ou(self, state, z, coefficients, len)
+    }
+    fn refuse(&self, what: String) -> GpuError {
+        GpuError::Settings(what)
     }
 }
 

@@ -4,6 +4,49 @@
 //! Langevin program (one launch per operation), and the generator's gradient at their last states.
 
 use super::*;
+use crate::program::{carry_out, ChainBuffers, Parts};
+
+/// The pass's chains, one state stepped in place, as the program's interpreter reads them.
+struct InPlace<'a> {
+    gpu: &'a Gpu,
+    b: &'a mut Buffers,
+    m: &'a BernoulliVae,
+    s: Shape,
+}
+
+impl ChainBuffers<Gpu> for InPlace<'_> {
+    fn parts(&mut self) -> Parts<'_, CudaSlice<f32>> {
+        let Buffers {
+            u: Some(u),
+            gu: Some(gu),
+            rho: Some(rho),
+            noise: Some(noise),
+            ..
+        } = &mut *self.b
+        else {
+            unreachable!("made by the pass");
+        };
+        Parts {
+            start: None,
+            x: u,
+            g: gu,
+            rho,
+            noise,
+        }
+    }
+
+    fn evaluate(&mut self) -> GpuResult<()> {
+        GpuPasses::posterior_gradient(self.gpu, self.b, self.m, self.s)
+    }
+
+    fn refresh(&mut self, _: std::ops::Range<usize>) -> GpuResult<()> {
+        Err(GpuError::Settings(
+            "SAGD's chains on a GPU run drifts, kicks, exact flows and evaluations, not a \
+             refresh of the momenta: run this scheme with --device cpu"
+                .into(),
+        ))
+    }
+}
 
 /// The sizes of one SAGD pass: its images, its chains (rows: C per image) and the values of one
 /// block of the chains' state or draws (rows × d).
@@ -158,8 +201,8 @@ impl GpuPasses {
 
     /// The core's program of the chains' steps ([`Kernel::unrolled`](sagd::langevin::Kernel)),
     /// as the CPU's pass runs it (`Kernel::run_with_noise`): the posterior's gradient once, then
-    /// each operation on (u, ρ) in place (one state: no instruction needs the start's), its
-    /// draws from the noise's blocks.
+    /// the program's one interpreter (`program::carry_out`) on (u, ρ) in place, its draws from
+    /// the noise's blocks.
     fn run_program(
         gpu: &Gpu,
         b: &mut Buffers,
@@ -170,77 +213,8 @@ impl GpuPasses {
         if !program.is_empty() {
             Self::posterior_gradient(gpu, b, m, s)?;
         }
-        for &Instruction {
-            op, draw: block, ..
-        } in program
-        {
-            match op {
-                Op::Drift(h) => Self::drift(gpu, b, s, h)?,
-                Op::Kick { decay, grad, noise } => {
-                    Self::kick(gpu, b, s, (decay, grad, noise), block)?
-                }
-                Op::Ou {
-                    decay,
-                    drift,
-                    v1,
-                    x1,
-                    x2,
-                } => {
-                    let block = block.ok_or_else(|| {
-                        GpuError::Settings("an Ornstein-Uhlenbeck flow without draws".into())
-                    })?;
-                    Self::ou(gpu, b, s, [decay, drift, v1, x1, x2], block)?
-                }
-                Op::Gradient => Self::posterior_gradient(gpu, b, m, s)?,
-                other => {
-                    return Err(GpuError::Settings(format!(
-                    "SAGD's chains on a GPU run drifts, kicks, exact flows and evaluations, not \
-                         {other:?}: run this scheme with --device cpu"
-                )))
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// ρ = decay ρ + grad gu + noise η, η the noise's draw block `block` (none: noise is 0).
-    fn kick(
-        gpu: &Gpu,
-        b: &mut Buffers,
-        s: Shape,
-        coefficients: (f32, f32, f32),
-        block: Option<usize>,
-    ) -> GpuResult<()> {
-        let (Some(rho), Some(g), Some(nz)) = (&mut b.rho, &b.gu, &b.noise) else {
-            unreachable!("made by the pass");
-        };
-        // A kick that draws none reads any len values times 0: ε's.
-        let eta = nz.slice(block.map_or(0..s.len, |k| s.block(k)));
-        gpu.kick(rho, g, &eta, coefficients, s.len)
-    }
-
-    /// u += h ρ.
-    fn drift(gpu: &Gpu, b: &mut Buffers, s: Shape, h: f32) -> GpuResult<()> {
-        let (Some(u), Some(rho)) = (&mut b.u, &b.rho) else {
-            unreachable!("made by the pass");
-        };
-        gpu.drift(u, None, rho, h, s.len)
-    }
-
-    /// The exact Ornstein-Uhlenbeck flow on (u, ρ), ζ1 and ζ2 the noise's draw blocks `block`
-    /// and the next.
-    fn ou(
-        gpu: &Gpu,
-        b: &mut Buffers,
-        s: Shape,
-        coefficients: [f32; 5],
-        block: usize,
-    ) -> GpuResult<()> {
-        let (Some(u), Some(rho), Some(nz)) = (&mut b.u, &mut b.rho, &b.noise) else {
-            unreachable!("made by the pass");
-        };
-        let (z1, z2) = (nz.slice(s.block(block)), nz.slice(s.block(block + 1)));
-        gpu.ou((u, rho), (&z1, &z2), coefficients, s.len)
+        let mut chains = InPlace { gpu, b, m, s };
+        carry_out(gpu, &mut chains, program, s.len, |k| s.block(k))
     }
 
     /// gu = ∇u log p(x | u) − u, the posterior's gradient at the chains' states (no Metropolis

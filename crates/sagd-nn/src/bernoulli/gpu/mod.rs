@@ -6,7 +6,7 @@
 //! the Bernoulli law; SAGD's chains read the same law's rows.
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
-use sagd::langevin::{Instruction, Op};
+use sagd::langevin::Instruction;
 
 use crate::bernoulli::{BatchInfo, BernoulliVae, Carried, Chains};
 use crate::cuda::{

@@ -1,7 +1,8 @@
-// The kernels of the likelihood, the bounds' weights and the posterior's prior, run on the CPU
-// (shim.h) against their closed forms computed here in double: every law and row shape
-// likelihood_rows takes (one thread per row and one block per row), the ELBO's and IWAE's losses
-// and weights, scale_rows and posterior_prior. Built and run by scripts/kernels_on_cpu.sh; exits
+// The kernels of the likelihood, the bounds' weights, the posterior's prior and the Langevin
+// program's steps, run on the CPU (shim.h) against their closed forms computed here in double:
+// every law and row shape likelihood_rows takes (one thread per row and one block per row), the
+// ELBO's and IWAE's losses and weights, scale_rows, posterior_prior, and the chains' drifts,
+// kicks and exact Ornstein-Uhlenbeck flows. Built and run by scripts/kernels_on_cpu.sh; exits
 // non-zero on any mismatch.
 #include "shim.h"
 #include KERNELS
@@ -87,6 +88,30 @@ int main() {
         std::vector<float> g1 = g0;
         launch(1, 256, false, [&] { posterior_prior(g1.data(), u.data(), nullptr, rows, d); });
         for (int e = 0; e < rows * d; ++e) check("prior g (no lp)", g1[e], g0[e] - u[e], 1e-7);
+    }
+    // The Langevin program's elementwise operations (crate::program's backend on a GPU).
+    {
+        int n = 300;
+        std::vector<float> x(n), src(n), rho(n), g(n), z1(n), z2(n);
+        for (int e = 0; e < n; ++e) { x[e] = N(rng); src[e] = N(rng); rho[e] = N(rng); g[e] = N(rng); z1[e] = N(rng); z2[e] = N(rng); }
+        auto x0 = x, rho0 = rho;
+        unsigned grid = (n + 255) / 256;
+        launch(grid, 256, false, [&] { chain_drift(x.data(), src.data(), rho.data(), 0.3f, n); });
+        for (int e = 0; e < n; ++e) check("chain_drift", x[e], src[e] + 0.3 * rho[e], 1e-6);
+        x = x0;
+        launch(grid, 256, false, [&] { chain_drift_add(x.data(), rho.data(), 0.3f, n); });
+        for (int e = 0; e < n; ++e) check("chain_drift_add", x[e], x0[e] + 0.3 * rho[e], 1e-6);
+        for (float s : {0.0f, 0.7f}) {
+            rho = rho0;
+            launch(grid, 256, false, [&] { chain_kick(rho.data(), g.data(), z1.data(), 0.9f, 0.2f, s, n); });
+            for (int e = 0; e < n; ++e) check("chain_kick", rho[e], 0.9 * rho0[e] + 0.2 * g[e] + s * z1[e], 1e-6);
+        }
+        x = x0; rho = rho0;
+        launch(grid, 256, false, [&] { chain_ou(x.data(), rho.data(), z1.data(), z2.data(), 0.8f, 0.1f, 0.4f, 0.05f, 0.02f, n); });
+        for (int e = 0; e < n; ++e) {
+            check("chain_ou x", x[e], x0[e] + 0.1 * rho0[e] + 0.05 * z1[e] + 0.02 * z2[e], 1e-6);
+            check("chain_ou rho", rho[e], 0.8 * rho0[e] + 0.4 * z1[e], 1e-6);
+        }
     }
     std::printf(fails ? "%d FAILED\n" : "all kernel checks passed\n", fails);
     return fails != 0;

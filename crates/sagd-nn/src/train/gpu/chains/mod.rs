@@ -34,9 +34,10 @@ const UNIT: DeviceLaw = DeviceLaw::Gaussian { precision: 1.0 };
 const STATS: usize = 6;
 
 /// The kernel's program as the GPU runs it: the core's instructions, each operation checked
-/// to be one the elementwise kernels know.
+/// to be one the elementwise kernels know, and the transition checked to move the positions
+/// and evaluate the target (so that the new state is whole).
 fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Instruction<f32>>> {
-    kernel
+    let program: Vec<_> = kernel
         .instructions()
         .map(|step| match step.op {
             Op::Drift(_) | Op::Kick { .. } | Op::Ou { .. } | Op::Gradient | Op::Refresh => Ok(step),
@@ -44,7 +45,14 @@ fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Instruction<f32>>> {
                 "the GPU chains do not know the kernel operation {other:?}"
             ))),
         })
-        .collect()
+        .collect::<GpuResult<_>>()?;
+    let moves = program.iter().any(|step| step.first_move);
+    if !moves || !program.iter().any(|step| step.op == Op::Gradient) {
+        return Err(GpuError::Settings(
+            "a transition on the GPU moves the positions and evaluates the target".into(),
+        ));
+    }
+    Ok(program)
 }
 
 /// A decoder d → H → H → d (one activation) small enough for `posterior_mlp`, which evaluates

@@ -2,6 +2,60 @@
 //! chains' steps and the θ-gradient over their accepted states, and the update's bookkeeping.
 
 use super::*;
+use crate::program::{carry_out, ChainBuffers, Parts};
+
+/// The batch's nb chains on a transition's two states, as the program's interpreter reads them.
+struct TwoStates<'e, 'a, 'b> {
+    e: &'e GpuChainEstimator<'a>,
+    b: &'b mut Buffers,
+    all: bool,
+    nb: usize,
+}
+
+impl ChainBuffers<Gpu> for TwoStates<'_, '_, '_> {
+    fn parts(&mut self) -> Parts<'_, CudaSlice<f32>> {
+        let b = &mut *self.b;
+        Parts {
+            start: Some((&b.xa, &b.ga)),
+            x: &mut b.xb,
+            g: &b.gb,
+            rho: &mut b.rho,
+            noise: &b.noise,
+        }
+    }
+
+    fn evaluate(&mut self) -> GpuResult<()> {
+        let (e, b) = (self.e, &mut *self.b);
+        let data = if self.all { &b.x_all } else { &b.x_batch };
+        GpuChainEstimator::evaluate(
+            &e.gpu,
+            (e.vae, e.law, e.fused),
+            &b.dec,
+            data,
+            (&b.xb, &mut b.gb, &mut b.lb),
+            &mut b.resid,
+            &mut b.ws,
+            self.nb,
+        )
+    }
+
+    fn refresh(&mut self, at: std::ops::Range<usize>) -> GpuResult<()> {
+        let (gpu, b) = (&self.e.gpu, &mut *self.b);
+        let eta = b.noise.slice(at);
+        let (ni, di) = (self.nb as i32, self.e.vae.d as i32);
+        let mut l = gpu.stream.launch_builder(gpu.k("chain_refresh"));
+        l.arg(&mut b.rho)
+            .arg(&eta)
+            .arg(&b.la)
+            .arg(&mut b.h0)
+            .arg(&ni)
+            .arg(&di);
+        // SAFETY: rho and the draws hold nb × d values, la and h0 nb.
+        unsafe { l.launch(grid(self.nb)) }?;
+        Ok(())
+    }
+
+}
 
 impl<'a> GpuChainEstimator<'a> {
     /// Draws the noise of `transitions` transitions of nb chains into `noise` and `uni`.
@@ -25,8 +79,9 @@ impl<'a> GpuChainEstimator<'a> {
     }
 
     /// The kernel's program for transition `t` from state a into state b, as the core's
-    /// [`Kernel::instructions`](sagd::langevin::Kernel::instructions) place it (what it leaves
-    /// alone carried over); the noise's range for the fresh momenta of the rows that diverge.
+    /// [`Kernel::instructions`](sagd::langevin::Kernel::instructions) place it (the program's
+    /// one interpreter, `program::carry_out`); the noise's range for the fresh momenta of the
+    /// rows that diverge.
     fn run_program(
         &self,
         b: &mut Buffers,
@@ -34,85 +89,19 @@ impl<'a> GpuChainEstimator<'a> {
         nb: usize,
         t: usize,
     ) -> GpuResult<std::ops::Range<usize>> {
-        let (gpu, vae, d) = (&self.gpu, self.vae, self.vae.d);
-        let len = nb * d;
+        let len = nb * self.vae.d;
         // Draw block k of transition t (after its normals_per_step blocks, the fresh momenta).
         let block = |k: usize| {
             let at = (t * self.normals_per_coord + k) * len;
             at..at + len
         };
-        let drawn = |step: &Instruction<f32>| {
-            step.draw
-                .ok_or_else(|| GpuError::Settings(format!("{:?} without its draws", step.op)))
+        let mut chains = TwoStates {
+            e: self,
+            b,
+            all,
+            nb,
         };
-        let data = if all { &b.x_all } else { &b.x_batch };
-        for step in &self.program {
-            if step.first_move && !matches!(step.op, Op::Drift(_)) {
-                gpu.copy(&b.xa, &mut b.xb, len)?;
-            }
-            match step.op {
-                // xb = xa + h ρ at the first move, else xb += h ρ.
-                Op::Drift(h) => {
-                    let from = step.first_move.then_some(&b.xa);
-                    gpu.drift(&mut b.xb, from, &b.rho, h, len)?;
-                }
-                Op::Kick { decay, grad, noise } => {
-                    // A kick that draws none reads any len values times 0.
-                    let eta = b.noise.slice(step.draw.map_or(0..len, block));
-                    let g = if step.new_gradient { &b.gb } else { &b.ga };
-                    gpu.kick(&mut b.rho, g, &eta, (decay, grad, noise), len)?;
-                }
-                Op::Ou {
-                    decay,
-                    drift,
-                    v1,
-                    x1,
-                    x2,
-                } => {
-                    let k = drawn(step)?;
-                    let (z1, z2) = (b.noise.slice(block(k)), b.noise.slice(block(k + 1)));
-                    let state = (&mut b.xb, &mut b.rho);
-                    gpu.ou(state, (&z1, &z2), [decay, drift, v1, x1, x2], len)?;
-                }
-                Op::Gradient => {
-                    Self::evaluate(
-                        gpu,
-                        (vae, self.law, self.fused),
-                        &b.dec,
-                        data,
-                        (&b.xb, &mut b.gb, &mut b.lb),
-                        &mut b.resid,
-                        &mut b.ws,
-                        nb,
-                    )?;
-                }
-                Op::Refresh => {
-                    let eta = b.noise.slice(block(drawn(step)?));
-                    let (ni, di) = (nb as i32, d as i32);
-                    let mut l = gpu.stream.launch_builder(gpu.k("chain_refresh"));
-                    l.arg(&mut b.rho)
-                        .arg(&eta)
-                        .arg(&b.la)
-                        .arg(&mut b.h0)
-                        .arg(&ni)
-                        .arg(&di);
-                    // SAFETY: as above.
-                    unsafe { l.launch(grid(nb)) }?;
-                }
-                other => {
-                    return Err(GpuError::Settings(format!(
-                        "the GPU chains do not know the kernel operation {other:?}"
-                    )))
-                }
-            }
-        }
-        if !self.program.iter().any(|step| step.first_move) {
-            gpu.copy(&b.xa, &mut b.xb, len)?;
-        }
-        if !self.program.iter().any(|step| step.op == Op::Gradient) {
-            gpu.copy(&b.ga, &mut b.gb, len)?;
-            gpu.copy(&b.la, &mut b.lb, nb)?;
-        }
+        carry_out(&self.gpu, &mut chains, &self.program, len, block)?;
         Ok(block(self.normals_per_coord - 1))
     }
 
