@@ -237,7 +237,9 @@ mod tests {
         fn evaluate(&mut self) -> Result<(), String> {
             self.evaluations += 1;
             let (x, lp, g) = (&self.xb, &mut self.lb, &mut self.gb);
-            self.target.logp_grad(0, x, lp, g).map_err(|e| e.to_string())
+            self.target
+                .logp_grad(0, x, lp, g)
+                .map_err(|e| e.to_string())
         }
         fn refresh(&mut self, _: Range<usize>) -> Result<(), String> {
             Err("no refresh in a Langevin scheme".into())

@@ -19,7 +19,7 @@ use super::{
     vae_batch, BernoulliVae, Chains, Scratch,
 };
 use crate::cuda::Gpu;
-use crate::train::{AdamStep, GradientEstimator, TrainState};
+use crate::train::{AdamStep, DeviceParams, GradientEstimator, TrainState};
 use crate::vae::VaeParams;
 use crate::Device;
 
@@ -294,70 +294,11 @@ impl GradientEstimator for BernoulliEstimator<'_> {
         finite_loss(info.loss)
     }
 
-    fn device_update(
-        &mut self,
-        st: &TrainState,
-        batch: &[usize],
-        step: AdamStep,
-    ) -> Option<Result<f64>> {
+    fn device_params(&mut self) -> Option<&mut dyn DeviceParams> {
         // Split over processes, the shares' gradients meet on the host, and so does the update.
-        if matches!(self.engine, Engine::Cpu(_)) || sagd::share::current().is_some() {
-            return None;
-        }
-        let objective = match self.next_update(batch) {
-            Ok(objective) => objective,
-            Err(e) => return Some(Err(e)),
-        };
-        let what = match &objective {
-            Objective::Vae => Pass::Vae,
-            Objective::Sagd(chains) => Pass::Sagd(chains),
-        };
-        // A second thread draws the next update's binarisation and noise while the GPU runs
-        // this one from this thread (where its context is current).
-        let len = self.noise_len(batch.len(), self.update);
-        let images = self.images.len() / self.model.pixels();
-        let mut chain = match &objective {
-            Objective::Sagd(chains) if chains.persist() => {
-                Some(self.carry.carried(images, batch, chains, self.model.d))
-            }
+        match self.engine {
+            Engine::Gpu(_) if sagd::share::current().is_none() => Some(self),
             _ => None,
-        };
-        let (result, ahead) = {
-            let Engine::Gpu(gpu) = &mut self.engine else {
-                return None;
-            };
-            let (model, x, noise) = (self.model, &self.x, &self.noise);
-            let streams = &self.streams;
-            std::thread::scope(|s| {
-                let ahead = s.spawn(|| Ahead::draw(streams, batch.len() * model.pixels(), len));
-                let result = match (what, chain.as_mut()) {
-                    (Pass::Sagd(chains), Some(c)) => {
-                        gpu.train_step_continued(model, st, (x, noise), (chains, c), step)
-                    }
-                    _ => gpu.train_step(model, st, x, noise, what, step),
-                };
-                (result, ahead.join())
-            })
-        };
-        if let (Objective::Sagd(chains), Some(c), Ok(_)) = (&objective, &chain, &result) {
-            self.carry.keep(batch, chains, self.model.d, c);
-        }
-        // A draw that failed to finish is simply made again in turn.
-        self.ahead = ahead.ok();
-        Some(match result {
-            Err(e) => Err(e.into()),
-            Ok((info, _)) if !info.loss.is_finite() => finite_loss(info.loss),
-            Ok((_, false)) => Err(SagdError::NonFiniteUpdate {
-                iteration: st.updates + 1,
-            }),
-            Ok((info, true)) => Ok(info.loss),
-        })
-    }
-
-    fn device_sync(&mut self, st: &mut TrainState) -> Result<()> {
-        match &mut self.engine {
-            Engine::Cpu(_) => Ok(()),
-            Engine::Gpu(gpu) => Ok(gpu.sync(st)?),
         }
     }
 
@@ -392,6 +333,87 @@ impl GradientEstimator for BernoulliEstimator<'_> {
         self.carry = r.carry;
         self.ahead = None;
         Ok(())
+    }
+}
+
+/// The training state on the GPU, for the training job to drive: `device_params` lends it only
+/// where the passes run on one (and not split over processes).
+impl DeviceParams for BernoulliEstimator<'_> {
+    fn held(&self, encoder: bool) -> Option<usize> {
+        match &self.engine {
+            Engine::Gpu(gpu) => gpu.held(encoder),
+            Engine::Cpu(_) => None,
+        }
+    }
+
+    fn load(&mut self, st: &TrainState, encoder: bool) -> Result<()> {
+        Ok(self.gpu()?.load(st, encoder)?)
+    }
+
+    fn gradient(&mut self, batch: &[usize]) -> Result<f64> {
+        let objective = self.next_update(batch)?;
+        let what = match &objective {
+            Objective::Vae => Pass::Vae,
+            Objective::Sagd(chains) => Pass::Sagd(chains),
+        };
+        // A second thread draws the next update's binarisation and noise while the GPU runs
+        // this one from this thread (where its context is current).
+        let len = self.noise_len(batch.len(), self.update);
+        let images = self.images.len() / self.model.pixels();
+        let mut chain = match &objective {
+            Objective::Sagd(chains) if chains.persist() => {
+                Some(self.carry.carried(images, batch, chains, self.model.d))
+            }
+            _ => None,
+        };
+        let (result, ahead) = {
+            let Engine::Gpu(gpu) = &mut self.engine else {
+                return Err(no_gpu());
+            };
+            let (model, x, noise) = (self.model, &self.x, &self.noise);
+            let streams = &self.streams;
+            std::thread::scope(|s| {
+                let ahead = s.spawn(|| Ahead::draw(streams, batch.len() * model.pixels(), len));
+                let result = gpu.pass_on_held(model, (x, noise), what, chain.as_mut());
+                (result, ahead.join())
+            })
+        };
+        if let (Objective::Sagd(chains), Some(c), Ok(_)) = (&objective, &chain, &result) {
+            self.carry.keep(batch, chains, self.model.d, c);
+        }
+        // A draw that failed to finish is simply made again in turn.
+        self.ahead = ahead.ok();
+        finite_loss(result?.loss)
+    }
+
+    fn finite(&mut self) -> Result<bool> {
+        Ok(self.gpu()?.finite()?)
+    }
+
+    fn step(&mut self, step: AdamStep) -> Result<()> {
+        Ok(self.gpu()?.step(step)?)
+    }
+
+    fn sync(&mut self, st: &mut TrainState) -> Result<()> {
+        match &mut self.engine {
+            Engine::Gpu(gpu) => Ok(gpu.sync(st)?),
+            Engine::Cpu(_) => Ok(()),
+        }
+    }
+}
+
+/// The error of a device operation asked of an estimator on the CPU.
+fn no_gpu() -> SagdError {
+    SagdError::Device("the training state is on the host: this estimator runs on the CPU".into())
+}
+
+impl BernoulliEstimator<'_> {
+    /// The passes' GPU.
+    fn gpu(&mut self) -> Result<&mut GpuPasses> {
+        match &mut self.engine {
+            Engine::Gpu(gpu) => Ok(gpu),
+            Engine::Cpu(_) => Err(no_gpu()),
+        }
     }
 }
 

@@ -40,10 +40,23 @@ pub trait GradientEstimator {
     fn diagnostics(&self) -> serde_json::Value {
         serde_json::Value::Null
     }
+    /// The device that keeps the training state between updates, where the estimator's
+    /// updates are taken there ([`DeviceParams`]: the training job loads it, asks for the
+    /// gradient and takes the update rule's step on the device); `None` (the default): the
+    /// host takes each step from [`GradientEstimator::estimate`]'s gradient.
+    fn device_params(&mut self) -> Option<&mut dyn DeviceParams> {
+        None
+    }
     /// Takes the whole update on the estimator's device where it can: the gradient on `batch`
     /// and Adam's `step` on parameters and moments kept there between updates, returning the
     /// loss; `None` (the default) leaves the step to the host. `st` is the state before the
     /// update: a device whose copy is not of `st.updates` loads it first (after a resume).
+    /// Asked only where [`GradientEstimator::device_params`] is `None`.
+    #[deprecated(
+        since = "0.1.0",
+        note = "implement GradientEstimator::device_params: the training job then takes the \
+                update rule's step on the device itself"
+    )]
     fn device_update(
         &mut self,
         _st: &TrainState,
@@ -53,10 +66,42 @@ pub trait GradientEstimator {
         None
     }
     /// Writes the device's parameters and Adam moments into `st` (before a checkpoint, at the
-    /// end of a run); nothing where the host keeps them.
+    /// end of a run); nothing where the host keeps them. Asked only where
+    /// [`GradientEstimator::device_params`] is `None`.
+    #[deprecated(
+        since = "0.1.0",
+        note = "implement GradientEstimator::device_params, whose DeviceParams::sync the \
+                training job calls"
+    )]
     fn device_sync(&mut self, _st: &mut TrainState) -> Result<()> {
         Ok(())
     }
+}
+
+/// The networks' parameters and Adam's moments kept on an estimator's device between updates,
+/// and the device's operations on them. The training job ([`super::Training`]) drives them: it
+/// loads the state where the device's copy is not of the update it is at (the first update, a
+/// resume), asks for a minibatch's gradient, which stays on the device, and takes the update
+/// rule's step there (the backend's Adam, rounded as the host's rule) when every value of it is
+/// finite; before a checkpoint and at the end it brings the host's state up to date.
+pub trait DeviceParams {
+    /// The update count of the state the device holds for the networks `encoder` says (the
+    /// encoder too, or the decoder alone); `None`: none.
+    fn held(&self, encoder: bool) -> Option<usize>;
+    /// Puts `st`'s parameters and moments on the device (the encoder's too with `encoder`);
+    /// the device then holds the state of `st.updates`.
+    fn load(&mut self, st: &TrainState, encoder: bool) -> Result<()>;
+    /// The loss on the data points `batch` at the parameters the device holds, its gradient
+    /// kept there.
+    fn gradient(&mut self, batch: &[usize]) -> Result<f64>;
+    /// Whether every value of the kept gradient is finite.
+    fn finite(&mut self) -> Result<bool>;
+    /// The update rule's `step` from the kept gradient, on the device, which then holds the
+    /// state of the next update.
+    fn step(&mut self, step: AdamStep) -> Result<()>;
+    /// Writes the device's parameters and moments into `st` where they are of its update count
+    /// (else there is nothing newer on the device).
+    fn sync(&mut self, st: &mut TrainState) -> Result<()>;
 }
 
 /// The rows `batch` of a row-major matrix with `d` columns, into `out`.

@@ -14,7 +14,7 @@ pub use crate::cuda::AdamStep;
 pub use bound::BoundEstimator;
 pub use chain::ChainEstimator;
 pub use chain_settings::{ChainSchedule, HmcChains, LangevinChains};
-pub use estimator::{encoder_draw, gather_rows, Estimator, GradientEstimator};
+pub use estimator::{encoder_draw, gather_rows, DeviceParams, Estimator, GradientEstimator};
 pub(crate) use gpu::{BoundInputs, BoundPass};
 pub use gpu::{GpuBoundEstimator, GpuChainEstimator};
 
@@ -198,7 +198,13 @@ impl<'a> Training<'a> {
             eps,
             t: (st.dec.opt.count + 1, st.enc.opt.count + 1),
         };
-        let loss = self.est.device_update(st, &st.order[batch], step)?;
+        let encoder = self.est.trains_encoder();
+        let batch = &st.order[batch];
+        let loss = match self.est.device_params() {
+            Some(dev) => on_device(dev, st, batch, step, encoder),
+            #[allow(deprecated)]
+            None => self.est.device_update(st, batch, step)?,
+        };
         if loss.is_ok() {
             // The counts the host's rule would keep; the device holds θ and the moments.
             let enc = self.est.trains_encoder();
@@ -293,8 +299,35 @@ impl Solver for Training<'_> {
     }
 
     fn sync(&mut self, st: &mut TrainState) -> Result<()> {
-        self.est.device_sync(st)
+        match self.est.device_params() {
+            Some(dev) => dev.sync(st),
+            #[allow(deprecated)]
+            None => self.est.device_sync(st),
+        }
     }
+}
+
+/// One update on the device that keeps the training state: the state loaded where the device's
+/// copy is not of `st` (the first update, a resume), the gradient on `batch`, and the update
+/// rule's `step` there when every value of it is finite. Returns the loss.
+fn on_device(
+    dev: &mut dyn DeviceParams,
+    st: &TrainState,
+    batch: &[usize],
+    step: AdamStep,
+    encoder: bool,
+) -> Result<f64> {
+    if dev.held(encoder) != Some(st.updates) {
+        dev.load(st, encoder)?;
+    }
+    let loss = dev.gradient(batch)?;
+    if !dev.finite()? {
+        return Err(SagdError::NonFiniteUpdate {
+            iteration: st.updates + 1,
+        });
+    }
+    dev.step(step)?;
+    Ok(loss)
 }
 
 /// Elements per task of the elementwise passes over a gradient (MNIST's networks have millions).
@@ -454,16 +487,79 @@ mod tests {
         }
     }
 
-    /// The quadratic loss ½‖θ − ½‖² on the decoder: gradient θ − ½. With `device`, the
-    /// estimator takes the whole update on a pretend device (its own copies of θ and Adam's
-    /// moments, the step computed from [`AdamStep`] alone, as the GPU's kernel does).
+    /// The quadratic loss ½‖θ − ½‖² on the decoder: gradient θ − ½. On a pretend device
+    /// ([`Where`]), its own copies of θ and Adam's moments, the step computed from [`AdamStep`]
+    /// alone, as the GPU's kernel does.
     /// What the pretend device holds: of which update, θ, m and v.
     type Held = (usize, Vec<f32>, Vec<f64>, Vec<f64>);
 
+    /// Where the quadratic's updates are taken.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Where {
+        Host,
+        /// The device, driven by the training job ([`GradientEstimator::device_params`]).
+        Device,
+        /// The device, the estimator taking the whole update itself (the deprecated
+        /// `device_update`), as [`on_device`] would.
+        WholeUpdate,
+    }
+
     struct Quadratic {
-        device: bool,
+        at: Where,
         held: Option<Held>,
+        grad: Vec<f32>,
         loads: usize,
+    }
+    impl DeviceParams for Quadratic {
+        fn held(&self, _encoder: bool) -> Option<usize> {
+            self.held.as_ref().map(|h| h.0)
+        }
+        fn load(&mut self, st: &TrainState, _encoder: bool) -> Result<()> {
+            self.loads += 1;
+            let o = &st.dec.opt;
+            self.held = Some((st.updates, st.params.dec.clone(), o.m.clone(), o.v.clone()));
+            Ok(())
+        }
+        fn gradient(&mut self, _b: &[usize]) -> Result<f64> {
+            let (_, th, _, _) = self.held.as_ref().expect("loaded");
+            self.grad = th.iter().map(|t| t - 0.5).collect();
+            Ok(0.0)
+        }
+        fn finite(&mut self) -> Result<bool> {
+            Ok(self.grad.iter().all(|g| g.is_finite()))
+        }
+        fn step(&mut self, s: AdamStep) -> Result<()> {
+            let (n, th, m, v) = self.held.as_mut().expect("loaded");
+            let (c1, c2) = (
+                1.0 - s.beta1.powi(s.t.0 as i32),
+                1.0 - s.beta2.powi(s.t.0 as i32),
+            );
+            for (((t, m), v), g) in th
+                .iter_mut()
+                .zip(m.iter_mut())
+                .zip(v.iter_mut())
+                .zip(&self.grad)
+            {
+                let g = *g as f64;
+                *m = s.beta1 * *m + (1.0 - s.beta1) * g;
+                *v = s.beta2 * *v + (1.0 - s.beta2) * g * g;
+                // The host's Adam: the direction in f32 from the moments rounded to f32.
+                let d = (*m as f32 / c1 as f32) / ((*v as f32 / c2 as f32).sqrt() + s.eps as f32);
+                *t -= (s.lr * d as f64) as f32;
+            }
+            *n += 1;
+            Ok(())
+        }
+        fn sync(&mut self, st: &mut TrainState) -> Result<()> {
+            if let Some((n, th, m, v)) = &self.held {
+                if *n == st.updates {
+                    st.params.dec.clone_from(th);
+                    st.dec.opt.m.clone_from(m);
+                    st.dec.opt.v.clone_from(v);
+                }
+            }
+            Ok(())
+        }
     }
     impl GradientEstimator for Quadratic {
         fn trains_encoder(&self) -> bool {
@@ -485,45 +581,22 @@ mod tests {
         fn load_state(&mut self, _: &[u8]) -> Result<()> {
             Ok(())
         }
+        fn device_params(&mut self) -> Option<&mut dyn DeviceParams> {
+            match self.at {
+                Where::Device => Some(self),
+                _ => None,
+            }
+        }
         fn device_update(
             &mut self,
             st: &TrainState,
-            _b: &[usize],
+            b: &[usize],
             s: AdamStep,
         ) -> Option<Result<f64>> {
-            if !self.device {
-                return None;
-            }
-            if self.held.as_ref().is_none_or(|h| h.0 != st.updates) {
-                self.loads += 1;
-                let o = &st.dec.opt;
-                self.held = Some((st.updates, st.params.dec.clone(), o.m.clone(), o.v.clone()));
-            }
-            let (n, th, m, v) = self.held.as_mut().expect("loaded");
-            let (c1, c2) = (
-                1.0 - s.beta1.powi(s.t.0 as i32),
-                1.0 - s.beta2.powi(s.t.0 as i32),
-            );
-            for ((t, m), v) in th.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()) {
-                let g = (*t - 0.5) as f64;
-                *m = s.beta1 * *m + (1.0 - s.beta1) * g;
-                *v = s.beta2 * *v + (1.0 - s.beta2) * g * g;
-                // The host's Adam: the direction in f32 from the moments rounded to f32.
-                let d = (*m as f32 / c1 as f32) / ((*v as f32 / c2 as f32).sqrt() + s.eps as f32);
-                *t -= (s.lr * d as f64) as f32;
-            }
-            *n += 1;
-            Some(Ok(0.0))
+            (self.at == Where::WholeUpdate).then(|| on_device(self, st, b, s, false))
         }
         fn device_sync(&mut self, st: &mut TrainState) -> Result<()> {
-            if let Some((n, th, m, v)) = &self.held {
-                if *n == st.updates {
-                    st.params.dec.clone_from(th);
-                    st.dec.opt.m.clone_from(m);
-                    st.dec.opt.v.clone_from(v);
-                }
-            }
-            Ok(())
+            DeviceParams::sync(self, st)
         }
     }
 
@@ -541,13 +614,15 @@ mod tests {
         };
         let dir = tempfile::tempdir().unwrap();
         // stop_at: an observer stops the run there (checkpointed), and the run is resumed.
-        let run = |device: bool, stop_at: Option<usize>| {
-            let mut est = Quadratic {
-                device,
-                held: None,
-                loads: 0,
-            };
-            let path = dir.path().join(format!("{device}-{stop_at:?}.ckpt"));
+        let quadratic = |at: Where| Quadratic {
+            at,
+            held: None,
+            grad: Vec::new(),
+            loads: 0,
+        };
+        let run = |at: Where, stop_at: Option<usize>| {
+            let mut est = quadratic(at);
+            let path = dir.path().join(format!("{at:?}-{stop_at:?}.ckpt"));
             let mut st = {
                 let job = Training::new(&vae, &mut est, &s, 4, Identity::new()).unwrap();
                 let st = job.init(p0.clone(), 0);
@@ -563,11 +638,7 @@ mod tests {
             let mut loads = est.loads;
             if stop_at.is_some() {
                 // A new process: a fresh device, loaded from the checkpoint's state.
-                let mut est = Quadratic {
-                    device,
-                    held: None,
-                    loads: 0,
-                };
+                let mut est = quadratic(at);
                 let job = Training::new(&vae, &mut est, &s, 4, Identity::new()).unwrap();
                 let mut go = |_: &TrainState, _: &TrainInfo| Control::Continue;
                 let mut runner = Runner::new(job).checkpoint(&path, 100).observe(&mut go);
@@ -578,13 +649,17 @@ mod tests {
             }
             (st, loads)
         };
-        let (host, _) = run(false, None);
-        let (dev, loads) = run(true, None);
-        let (resumed, loads_resumed) = run(true, Some(4));
+        let (host, _) = run(Where::Host, None);
+        let mut ends = Vec::new();
+        for at in [Where::Device, Where::WholeUpdate] {
+            // Loaded once, and once more after the resume: the job keeps the device's copy.
+            let (dev, loads) = run(at, None);
+            let (resumed, loads_resumed) = run(at, Some(4));
+            assert_eq!((loads, loads_resumed), (1, 2), "{at:?}");
+            ends.extend([dev, resumed]);
+        }
         assert_eq!(host.updates, 9);
-        assert_eq!(loads, 1);
-        assert_eq!(loads_resumed, 2);
-        for st in [&dev, &resumed] {
+        for st in &ends {
             assert_eq!(st.params, host.params);
             assert_eq!((st.dec.count, st.dec.opt.count), (9, 9));
             assert_eq!(st.dec.opt.m, host.dec.opt.m);

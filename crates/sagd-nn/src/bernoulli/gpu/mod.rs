@@ -55,6 +55,8 @@ struct Buffers {
 struct Held {
     updates: usize,
     encoder: bool,
+    /// The generator's and the encoder's parameters.
+    sizes: (usize, usize),
 }
 
 /// The passes of a [`BernoulliVae`] on one GPU.

@@ -1,5 +1,7 @@
-//! A whole training update on the device (the pass, then Adam on the parameters and moments it
-//! keeps there), and the host's state brought up to date from it.
+//! The training state on the device: the networks' parameters and Adam's moments kept there
+//! between updates, loaded where stale, the pass's gradients checked finite and Adam's step taken
+//! there (the pieces the training job drives, `train::DeviceParams`, and their composition, one
+//! whole update), and the host's state brought up to date from it.
 
 use super::*;
 
@@ -7,7 +9,8 @@ impl GpuPasses {
     /// One whole training update on the device: the pass `what` on `x` and `noise` at the
     /// parameters it holds (loaded from `st` when it holds another state), then Adam's `step`
     /// on the generator (and the encoder for the VAE), parameters and moments staying there.
-    /// Returns the pass and whether every gradient was finite (if not, nothing moved).
+    /// Returns the pass and whether every gradient was finite (if not, nothing moved). The
+    /// training job takes the same steps through `train::DeviceParams`.
     pub fn train_step(
         &mut self,
         m: &BernoulliVae,
@@ -17,57 +20,78 @@ impl GpuPasses {
         what: Pass<'_>,
         step: AdamStep,
     ) -> GpuResult<(BatchInfo, bool)> {
-        self.train_step_from(m, st, (x, noise), what, None, step)
+        let encoder = matches!(what, Pass::Vae);
+        if self.held(encoder) != Some(st.updates) {
+            self.load(st, encoder)?;
+        }
+        let info = self.pass_on_held(m, (x, noise), what, None)?;
+        if !self.finite()? {
+            return Ok((info, false));
+        }
+        self.step(step)?;
+        Ok((info, true))
     }
 
-    /// [`GpuPasses::train_step`] of SAGD's `chains` that persist between visits: they continue
-    /// from `carried` and leave their last states there
-    /// ([`GpuPasses::sagd_batch_continued`]).
-    pub fn train_step_continued(
-        &mut self,
-        m: &BernoulliVae,
-        st: &TrainState,
-        (x, noise): (&[f32], &[f32]),
-        (chains, carried): (&Chains, &mut Carried),
-        step: AdamStep,
-    ) -> GpuResult<(BatchInfo, bool)> {
-        self.train_step_from(m, st, (x, noise), Pass::Sagd(chains), Some(carried), step)
+    /// The update count of the training state the device holds for the networks `encoder`
+    /// says (the encoder too, or the generator alone); `None`: none.
+    pub fn held(&self, encoder: bool) -> Option<usize> {
+        self.held
+            .filter(|h| h.encoder == encoder)
+            .map(|h| h.updates)
     }
 
-    fn train_step_from(
+    /// Puts `st`'s parameters and Adam's moments (the encoder's too with `encoder`) on the
+    /// device, which then holds the state of `st.updates`.
+    pub fn load(&mut self, st: &TrainState, encoder: bool) -> GpuResult<()> {
+        self.load_params(&st.params)?;
+        let gpu = &self.gpu;
+        let [mg, vg, me, ve] = &mut self.b.moments;
+        put(gpu, mg, &st.dec.opt.m)?;
+        put(gpu, vg, &st.dec.opt.v)?;
+        if encoder {
+            put(gpu, me, &st.enc.opt.m)?;
+            put(gpu, ve, &st.enc.opt.v)?;
+        }
+        self.held = Some(Held {
+            updates: st.updates,
+            encoder,
+            sizes: (st.params.dec.len(), st.params.enc.len()),
+        });
+        Ok(())
+    }
+
+    /// The pass `what` at the parameters the device holds ([`GpuPasses::load`]), its gradients
+    /// kept there for [`GpuPasses::finite`] and [`GpuPasses::step`]; SAGD's chains continue
+    /// from `carried` where given.
+    pub fn pass_on_held(
         &mut self,
         m: &BernoulliVae,
-        st: &TrainState,
         (x, noise): (&[f32], &[f32]),
         what: Pass<'_>,
         carried: Option<&mut Carried>,
-        step: AdamStep,
-    ) -> GpuResult<(BatchInfo, bool)> {
-        let encoder = matches!(what, Pass::Vae);
-        let want = Held {
-            updates: st.updates,
-            encoder,
+    ) -> GpuResult<BatchInfo> {
+        let Some(held) = self.held else {
+            return Err(GpuError::Settings(
+                "a pass on the held parameters before any were loaded".into(),
+            ));
         };
-        if self.held != Some(want) {
-            self.load_params(&st.params)?;
-            let gpu = &self.gpu;
-            let [mg, vg, me, ve] = &mut self.b.moments;
-            put(gpu, mg, &st.dec.opt.m)?;
-            put(gpu, vg, &st.dec.opt.v)?;
-            if encoder {
-                put(gpu, me, &st.enc.opt.m)?;
-                put(gpu, ve, &st.enc.opt.v)?;
-            }
-            self.held = Some(want);
-        }
-        let (n_gen, n_enc) = (st.params.dec.len(), st.params.enc.len());
-        let info = self.pass(m, x, noise, what, carried, n_gen, n_enc)?;
+        let (n_gen, n_enc) = held.sizes;
+        self.pass(m, x, noise, what, carried, n_gen, n_enc)
+    }
+
+    /// Whether every value of the last pass's gradients (the generator's, and the encoder's
+    /// where the device holds its state) is finite.
+    pub fn finite(&mut self) -> GpuResult<bool> {
+        let Some(held) = self.held else {
+            return Ok(true);
+        };
+        let (n_gen, n_enc) = held.sizes;
         let gpu = &self.gpu;
         let b = &mut self.b;
         let flag = ensure(gpu, &mut b.flag, 1)?;
         gpu.zero(flag)?;
         let grads: Vec<(&CudaSlice<f32>, usize)> = match (&b.g_gen, &b.g_enc) {
-            (Some(g), Some(e)) if encoder => vec![(g, n_gen), (e, n_enc)],
+            (Some(g), Some(e)) if held.encoder => vec![(g, n_gen), (e, n_enc)],
             (Some(g), _) => vec![(g, n_gen)],
             _ => unreachable!("made by the pass"),
         };
@@ -80,9 +104,19 @@ impl GpuPasses {
         }
         let mut f = [0.0f32];
         gpu.download_into(flag, &mut f)?;
-        if f[0] != 0.0 {
-            return Ok((info, false));
-        }
+        Ok(f[0] == 0.0)
+    }
+
+    /// Adam's `step` on the parameters and moments the device holds, from the last pass's
+    /// gradients; it then holds the state of the next update.
+    pub fn step(&mut self, step: AdamStep) -> GpuResult<()> {
+        let Some(held) = self.held else {
+            return Err(GpuError::Settings(
+                "an update on the device before its state was loaded".into(),
+            ));
+        };
+        let (n_gen, n_enc) = held.sizes;
+        let gpu = &self.gpu;
         let Buffers {
             gen: Some(gen),
             enc: Some(enc),
@@ -90,22 +124,22 @@ impl GpuPasses {
             g_enc,
             moments: [Some(mg), Some(vg), me, ve],
             ..
-        } = b
+        } = &mut self.b
         else {
-            unreachable!("loaded above");
+            unreachable!("loaded, and made by the pass");
         };
         adam(gpu, gen, gg, mg, vg, n_gen, step, step.t.0)?;
-        if encoder {
+        if held.encoder {
             let (Some(ge), Some(me), Some(ve)) = (g_enc, me, ve) else {
-                unreachable!("loaded above");
+                unreachable!("loaded, and made by the pass");
             };
             adam(gpu, enc, ge, me, ve, n_enc, step, step.t.1)?;
         }
         self.held = Some(Held {
-            updates: st.updates + 1,
-            encoder,
+            updates: held.updates + 1,
+            ..held
         });
-        Ok((info, true))
+        Ok(())
     }
 
     /// Writes the parameters and moments the device holds into `st`, if they are of its update

@@ -54,7 +54,6 @@ impl ChainBuffers<Gpu> for TwoStates<'_, '_, '_> {
         unsafe { l.launch(grid(self.nb)) }?;
         Ok(())
     }
-
 }
 
 impl<'a> GpuChainEstimator<'a> {
