@@ -221,13 +221,14 @@ impl GpuPasses {
     /// test reads its log density).
     fn posterior_gradient(gpu: &Gpu, b: &mut Buffers, m: &BernoulliVae, s: Shape) -> GpuResult<()> {
         {
-            let (Some(gen), Some(u)) = (&b.gen, &b.u) else {
+            let (Some(gen), Some(u)) = (&b.state.dec, &b.u) else {
                 unreachable!("made by the pass");
             };
             m.gen.forward_gpu(gpu, gen, u, s.rows, &mut b.ws_gen)?;
         }
         Self::bernoulli(gpu, b, s.rows, (s.images, m.pixels()), 1.0)?;
-        let (Some(gen), Some(u), Some(gu), Some(dl)) = (&b.gen, &b.u, &mut b.gu, &b.dl) else {
+        let (Some(gen), Some(u), Some(gu), Some(dl)) = (&b.state.dec, &b.u, &mut b.gu, &b.dl)
+        else {
             unreachable!("made by the pass");
         };
         m.gen
@@ -244,14 +245,14 @@ impl GpuPasses {
         s: Shape,
     ) -> GpuResult<()> {
         {
-            let (Some(gen), Some(u)) = (&b.gen, &b.u) else {
+            let (Some(gen), Some(u)) = (&b.state.dec, &b.u) else {
                 unreachable!("made by the pass");
             };
             m.gen.forward_gpu(gpu, gen, u, s.rows, &mut b.ws_gen)?;
         }
         Self::bernoulli(gpu, b, s.rows, (s.images, m.pixels()), -1.0 / s.rows as f32)?;
         let Buffers {
-            gen: Some(gen),
+            state: DeviceState { dec: Some(gen), .. },
             u: Some(u),
             u0: Some(u0),
             dl: Some(dl),

@@ -9,11 +9,9 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 use sagd::langevin::Instruction;
 
 use crate::bernoulli::{BatchInfo, BernoulliVae, Carried, Chains};
-use crate::cuda::{
-    adam, ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows,
-};
+use crate::cuda::{ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows};
 use crate::likelihood::DeviceLaw;
-use crate::train::{AdamStep, BoundInputs, BoundPass, TrainState};
+use crate::train::{AdamStep, BoundInputs, BoundPass, DeviceState, TrainState};
 use crate::vae::VaeParams;
 
 mod chains;
@@ -22,8 +20,9 @@ mod update;
 /// Device buffers of the passes, kept between minibatches.
 #[derive(Default)]
 struct Buffers {
-    gen: Option<CudaSlice<f32>>,
-    enc: Option<CudaSlice<f32>>,
+    /// The generator's and the encoder's parameters (`dec`, `enc`), and, when the device takes
+    /// the updates, Adam's moments.
+    state: DeviceState,
     x: Option<CudaSlice<f32>>,
     noise: Option<CudaSlice<f32>>,
     u: Option<CudaSlice<f32>>,
@@ -40,23 +39,10 @@ struct Buffers {
     carried_rows: Option<CudaSlice<i32>>,
     carried_u: Option<CudaSlice<f32>>,
     carried_rho: Option<CudaSlice<f32>>,
-    /// Adam's moments of the generator and the encoder, when the device takes the updates.
-    moments: [Option<CudaSlice<f64>>; 4],
-    flag: Option<CudaSlice<f32>>,
     ws_enc: GpuWorkspace,
     ws_gen: GpuWorkspace,
     /// The VAE's pass.
     bound: BoundPass,
-}
-
-/// The training state a device holds between updates: of which update count, and whether the
-/// encoder's moments are there too.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Held {
-    updates: usize,
-    encoder: bool,
-    /// The generator's and the encoder's parameters.
-    sizes: (usize, usize),
 }
 
 /// The passes of a [`BernoulliVae`] on one GPU.
@@ -64,7 +50,6 @@ pub struct GpuPasses {
     gpu: Gpu,
     b: Buffers,
     host: Vec<f32>,
-    held: Option<Held>,
 }
 
 /// What a minibatch pass computes: the VAE's ELBO, or SAGD's chains.
@@ -88,15 +73,12 @@ impl GpuPasses {
             gpu,
             b: Buffers::default(),
             host: Vec::new(),
-            held: None,
         }
     }
 
     /// Puts the networks' parameters `p` on the device (any training state it held is gone).
     fn load_params(&mut self, p: &VaeParams) -> GpuResult<()> {
-        self.held = None;
-        put(&self.gpu, &mut self.b.gen, &p.dec)?;
-        put(&self.gpu, &mut self.b.enc, &p.enc)
+        self.b.state.put_params(&self.gpu, p)
     }
 
     /// Uploads a pass's images `x` and noise, and runs the encoder on the images (its output in
@@ -110,7 +92,7 @@ impl GpuPasses {
     ) -> GpuResult<()> {
         put(gpu, &mut b.x, x)?;
         put(gpu, &mut b.noise, noise)?;
-        let (Some(enc), Some(xd)) = (&b.enc, &b.x) else {
+        let (Some(enc), Some(xd)) = (&b.state.enc, &b.x) else {
             unreachable!("parameters loaded, images put above");
         };
         m.enc
@@ -224,8 +206,12 @@ impl GpuPasses {
         ensure(gpu, &mut b.g_enc, n_enc)?;
         b.bound.ensure(gpu, (n, 1, m.d, m.pixels()))?;
         let Buffers {
-            gen: Some(gen),
-            enc: Some(enc),
+            state:
+                DeviceState {
+                    dec: Some(gen),
+                    enc: Some(enc),
+                    ..
+                },
             x: Some(xd),
             noise: Some(noise),
             g_gen: Some(gg),

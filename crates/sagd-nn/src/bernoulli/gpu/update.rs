@@ -35,29 +35,13 @@ impl GpuPasses {
     /// The update count of the training state the device holds for the networks `encoder`
     /// says (the encoder too, or the generator alone); `None`: none.
     pub fn held(&self, encoder: bool) -> Option<usize> {
-        self.held
-            .filter(|h| h.encoder == encoder)
-            .map(|h| h.updates)
+        self.b.state.held(encoder)
     }
 
     /// Puts `st`'s parameters and Adam's moments (the encoder's too with `encoder`) on the
     /// device, which then holds the state of `st.updates`.
     pub fn load(&mut self, st: &TrainState, encoder: bool) -> GpuResult<()> {
-        self.load_params(&st.params)?;
-        let gpu = &self.gpu;
-        let [mg, vg, me, ve] = &mut self.b.moments;
-        put(gpu, mg, &st.dec.opt.m)?;
-        put(gpu, vg, &st.dec.opt.v)?;
-        if encoder {
-            put(gpu, me, &st.enc.opt.m)?;
-            put(gpu, ve, &st.enc.opt.v)?;
-        }
-        self.held = Some(Held {
-            updates: st.updates,
-            encoder,
-            sizes: (st.params.dec.len(), st.params.enc.len()),
-        });
-        Ok(())
+        self.b.state.load(&self.gpu, st, encoder)
     }
 
     /// The pass `what` at the parameters the device holds ([`GpuPasses::load`]), its gradients
@@ -70,105 +54,48 @@ impl GpuPasses {
         what: Pass<'_>,
         carried: Option<&mut Carried>,
     ) -> GpuResult<BatchInfo> {
-        let Some(held) = self.held else {
+        let (n_gen, n_enc) = (m.gen.n_params(), m.enc.n_params());
+        if self.b.state.held(matches!(what, Pass::Vae)).is_none() {
             return Err(GpuError::Settings(
                 "a pass on the held parameters before any were loaded".into(),
             ));
-        };
-        let (n_gen, n_enc) = held.sizes;
+        }
         self.pass(m, x, noise, what, carried, n_gen, n_enc)
     }
 
     /// Whether every value of the last pass's gradients (the generator's, and the encoder's
     /// where the device holds its state) is finite.
     pub fn finite(&mut self) -> GpuResult<bool> {
-        let Some(held) = self.held else {
-            return Ok(true);
+        let Buffers {
+            state,
+            g_gen,
+            g_enc,
+            ..
+        } = &mut self.b;
+        let Some(g) = g_gen else {
+            return Err(GpuError::Settings("a training step before any pass".into()));
         };
-        let (n_gen, n_enc) = held.sizes;
-        let gpu = &self.gpu;
-        let b = &mut self.b;
-        let flag = ensure(gpu, &mut b.flag, 1)?;
-        gpu.zero(flag)?;
-        let grads: Vec<(&CudaSlice<f32>, usize)> = match (&b.g_gen, &b.g_enc) {
-            (Some(g), Some(e)) if held.encoder => vec![(g, n_gen), (e, n_enc)],
-            (Some(g), _) => vec![(g, n_gen)],
-            _ => unreachable!("made by the pass"),
-        };
-        for (g, n) in grads {
-            let ni = n as i32;
-            let mut l = gpu.stream.launch_builder(gpu.k("flag_nonfinite"));
-            l.arg(g).arg(&ni).arg(&mut *flag);
-            // SAFETY: g holds n values, flag one.
-            unsafe { l.launch(grid(n)) }?;
-        }
-        let mut f = [0.0f32];
-        gpu.download_into(flag, &mut f)?;
-        Ok(f[0] == 0.0)
+        state.finite(&self.gpu, (g, g_enc.as_ref()))
     }
 
     /// Adam's `step` on the parameters and moments the device holds, from the last pass's
     /// gradients; it then holds the state of the next update.
     pub fn step(&mut self, step: AdamStep) -> GpuResult<()> {
-        let Some(held) = self.held else {
-            return Err(GpuError::Settings(
-                "an update on the device before its state was loaded".into(),
-            ));
-        };
-        let (n_gen, n_enc) = held.sizes;
-        let gpu = &self.gpu;
         let Buffers {
-            gen: Some(gen),
-            enc: Some(enc),
-            g_gen: Some(gg),
+            state,
+            g_gen,
             g_enc,
-            moments: [Some(mg), Some(vg), me, ve],
             ..
-        } = &mut self.b
-        else {
-            unreachable!("loaded, and made by the pass");
+        } = &mut self.b;
+        let Some(g) = g_gen else {
+            return Err(GpuError::Settings("a training step before any pass".into()));
         };
-        adam(gpu, gen, gg, mg, vg, n_gen, step, step.t.0)?;
-        if held.encoder {
-            let (Some(ge), Some(me), Some(ve)) = (g_enc, me, ve) else {
-                unreachable!("loaded, and made by the pass");
-            };
-            adam(gpu, enc, ge, me, ve, n_enc, step, step.t.1)?;
-        }
-        self.held = Some(Held {
-            updates: held.updates + 1,
-            ..held
-        });
-        Ok(())
+        state.step(&self.gpu, (g, g_enc.as_ref()), step)
     }
 
     /// Writes the parameters and moments the device holds into `st`, if they are of its update
     /// count (else there is nothing newer on the device).
     pub fn sync(&mut self, st: &mut TrainState) -> GpuResult<()> {
-        let Some(held) = self.held else {
-            return Ok(());
-        };
-        if held.updates != st.updates {
-            return Ok(());
-        }
-        let (gpu, b) = (&self.gpu, &self.b);
-        let (Some(gen), Some(enc)) = (&b.gen, &b.enc) else {
-            return Ok(());
-        };
-        gpu.download_into(gen, &mut st.params.dec)?;
-        gpu.download_into(enc, &mut st.params.enc)?;
-        let [mg, vg, me, ve] = &b.moments;
-        let mut pairs = vec![(mg, &mut st.dec.opt.m), (vg, &mut st.dec.opt.v)];
-        if held.encoder {
-            pairs.push((me, &mut st.enc.opt.m));
-            pairs.push((ve, &mut st.enc.opt.v));
-        }
-        for (dev, host) in pairs {
-            if let Some(dev) = dev {
-                gpu.stream
-                    .memcpy_dtoh(&dev.slice(..host.len()), &mut host[..])?;
-            }
-        }
-        Ok(())
+        self.b.state.sync(&self.gpu, st)
     }
 }

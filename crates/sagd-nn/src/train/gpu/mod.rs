@@ -4,7 +4,9 @@
 
 mod bound;
 mod chains;
+mod state;
 
 pub use bound::GpuBoundEstimator;
 pub(crate) use bound::{BoundInputs, BoundPass};
 pub use chains::GpuChainEstimator;
+pub(crate) use state::DeviceState;

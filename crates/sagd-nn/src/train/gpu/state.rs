@@ -1,0 +1,158 @@
+//! The training state on a GPU: the networks' parameters, and Adam's moments of those trained,
+//! kept there between updates, with the update rule's step as the backend's operation
+//! ([`adam`]), for every estimator that takes its updates on the device (its
+//! [`DeviceParams`](crate::train::DeviceParams) are these).
+
+use cudarc::driver::{CudaSlice, PushKernelArg};
+
+use crate::cuda::{adam, ensure, grid, put, AdamStep, Gpu, GpuError, GpuResult};
+use crate::train::TrainState;
+use crate::vae::VaeParams;
+
+/// Which training state a device holds: of which update count, whether the encoder is trained
+/// (its moments there too), and the networks' sizes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Held {
+    updates: usize,
+    encoder: bool,
+    sizes: (usize, usize),
+}
+
+/// The parameters of a decoder (or generator) and an encoder on a GPU, and, while training on
+/// the device, Adam's moments of the networks trained.
+#[derive(Default)]
+pub(crate) struct DeviceState {
+    /// The decoder's parameters.
+    pub(crate) dec: Option<CudaSlice<f32>>,
+    /// The encoder's parameters.
+    pub(crate) enc: Option<CudaSlice<f32>>,
+    /// Adam's m and v of the decoder, then of the encoder.
+    moments: [Option<CudaSlice<f64>>; 4],
+    flag: Option<CudaSlice<f32>>,
+    held: Option<Held>,
+}
+
+impl DeviceState {
+    /// Puts the parameters `p` on the device for a pass whose update the host takes: any
+    /// training state held is gone.
+    pub(crate) fn put_params(&mut self, gpu: &Gpu, p: &VaeParams) -> GpuResult<()> {
+        self.held = None;
+        put(gpu, &mut self.dec, &p.dec)?;
+        put(gpu, &mut self.enc, &p.enc)
+    }
+
+    /// The update count of the training state held for the networks `encoder` says (the
+    /// encoder too, or the decoder alone); `None`: none.
+    pub(crate) fn held(&self, encoder: bool) -> Option<usize> {
+        self.held
+            .filter(|h| h.encoder == encoder)
+            .map(|h| h.updates)
+    }
+
+    /// Puts `st`'s parameters and the moments of the networks trained (the encoder's too with
+    /// `encoder`) on the device, which then holds the state of `st.updates`.
+    pub(crate) fn load(&mut self, gpu: &Gpu, st: &TrainState, encoder: bool) -> GpuResult<()> {
+        self.put_params(gpu, &st.params)?;
+        let [mg, vg, me, ve] = &mut self.moments;
+        put(gpu, mg, &st.dec.opt.m)?;
+        put(gpu, vg, &st.dec.opt.v)?;
+        if encoder {
+            put(gpu, me, &st.enc.opt.m)?;
+            put(gpu, ve, &st.enc.opt.v)?;
+        }
+        self.held = Some(Held {
+            updates: st.updates,
+            encoder,
+            sizes: (st.params.dec.len(), st.params.enc.len()),
+        });
+        Ok(())
+    }
+
+    /// The state held, or the error of a training step asked before any was loaded.
+    fn holding(&self) -> GpuResult<Held> {
+        self.held.ok_or_else(|| {
+            GpuError::Settings("a training step on the device before its state was loaded".into())
+        })
+    }
+
+    /// Whether every value of the gradients `grads` (the decoder's, and the encoder's where it
+    /// is trained) is finite.
+    pub(crate) fn finite(
+        &mut self,
+        gpu: &Gpu,
+        grads: (&CudaSlice<f32>, Option<&CudaSlice<f32>>),
+    ) -> GpuResult<bool> {
+        let held = self.holding()?;
+        let (n_dec, n_enc) = held.sizes;
+        let flag = ensure(gpu, &mut self.flag, 1)?;
+        gpu.zero(flag)?;
+        let enc = grads.1.filter(|_| held.encoder).map(|g| (g, n_enc));
+        for (g, n) in std::iter::once((grads.0, n_dec)).chain(enc) {
+            let ni = n as i32;
+            let mut l = gpu.stream.launch_builder(gpu.k("flag_nonfinite"));
+            l.arg(g).arg(&ni).arg(&mut *flag);
+            // SAFETY: g holds n values, flag one.
+            unsafe { l.launch(grid(n)) }?;
+        }
+        let mut f = [0.0f32];
+        gpu.download_into(flag, &mut f)?;
+        Ok(f[0] == 0.0)
+    }
+
+    /// Adam's `step` on the parameters and moments held, from the gradients `grads` (as
+    /// [`DeviceState::finite`]); the device then holds the state of the next update.
+    pub(crate) fn step(
+        &mut self,
+        gpu: &Gpu,
+        (g_dec, g_enc): (&CudaSlice<f32>, Option<&CudaSlice<f32>>),
+        step: AdamStep,
+    ) -> GpuResult<()> {
+        let held = self.holding()?;
+        let (n_dec, n_enc) = held.sizes;
+        let (Some(dec), Some(enc), [Some(mg), Some(vg), me, ve]) =
+            (&mut self.dec, &mut self.enc, &mut self.moments)
+        else {
+            unreachable!("loaded with the state");
+        };
+        adam(gpu, dec, g_dec, mg, vg, n_dec, step, step.t.0)?;
+        if held.encoder {
+            let (Some(ge), Some(me), Some(ve)) = (g_enc, me, ve) else {
+                return Err(GpuError::Settings(
+                    "the encoder is trained, but its gradient is not on the device".into(),
+                ));
+            };
+            adam(gpu, enc, ge, me, ve, n_enc, step, step.t.1)?;
+        }
+        self.held = Some(Held {
+            updates: held.updates + 1,
+            ..held
+        });
+        Ok(())
+    }
+
+    /// Writes the parameters and moments held into `st`, if they are of its update count (else
+    /// there is nothing newer on the device).
+    pub(crate) fn sync(&self, gpu: &Gpu, st: &mut TrainState) -> GpuResult<()> {
+        let Some(held) = self.held.filter(|h| h.updates == st.updates) else {
+            return Ok(());
+        };
+        let (Some(dec), Some(enc)) = (&self.dec, &self.enc) else {
+            return Ok(());
+        };
+        gpu.download_into(dec, &mut st.params.dec)?;
+        gpu.download_into(enc, &mut st.params.enc)?;
+        let [mg, vg, me, ve] = &self.moments;
+        let mut pairs = vec![(mg, &mut st.dec.opt.m), (vg, &mut st.dec.opt.v)];
+        if held.encoder {
+            pairs.push((me, &mut st.enc.opt.m));
+            pairs.push((ve, &mut st.enc.opt.v));
+        }
+        for (dev, host) in pairs {
+            if let Some(dev) = dev {
+                gpu.stream
+                    .memcpy_dtoh(&dev.slice(..host.len()), &mut host[..])?;
+            }
+        }
+        Ok(())
+    }
+}
