@@ -5,6 +5,9 @@
 
 use super::*;
 
+/// A pass's gradients on the device: the generator's, and the encoder's where it made one.
+type Grads<'a> = (&'a CudaSlice<f32>, Option<&'a CudaSlice<f32>>);
+
 impl GpuPasses {
     /// One whole training update on the device: the pass `what` on `x` and `noise` at the
     /// parameters it holds (loaded from `st` when it holds another state), then Adam's `step`
@@ -66,21 +69,20 @@ impl GpuPasses {
     /// Whether every value of the last pass's gradients (the generator's, and the encoder's
     /// where the device holds its state) is finite.
     pub fn finite(&mut self) -> GpuResult<bool> {
-        let Buffers {
-            state,
-            g_gen,
-            g_enc,
-            ..
-        } = &mut self.b;
-        let Some(g) = g_gen else {
-            return Err(GpuError::Settings("a training step before any pass".into()));
-        };
-        state.finite(&self.gpu, (g, g_enc.as_ref()))
+        self.on_grads(|gpu, state, grads| state.finite(gpu, grads))
     }
 
     /// Adam's `step` on the parameters and moments the device holds, from the last pass's
     /// gradients; it then holds the state of the next update.
     pub fn step(&mut self, step: AdamStep) -> GpuResult<()> {
+        self.on_grads(|gpu, state, grads| state.step(gpu, grads, step))
+    }
+
+    /// `f` on the device's training state and the last pass's gradients.
+    fn on_grads<R>(
+        &mut self,
+        f: impl FnOnce(&Gpu, &mut DeviceState, Grads<'_>) -> GpuResult<R>,
+    ) -> GpuResult<R> {
         let Buffers {
             state,
             g_gen,
@@ -90,7 +92,7 @@ impl GpuPasses {
         let Some(g) = g_gen else {
             return Err(GpuError::Settings("a training step before any pass".into()));
         };
-        state.step(&self.gpu, (g, g_enc.as_ref()), step)
+        f(&self.gpu, state, (g, g_enc.as_ref()))
     }
 
     /// Writes the parameters and moments the device holds into `st`, if they are of its update
