@@ -225,12 +225,13 @@ impl Ahead {
     }
 }
 
-/// A pass's loss, or the error that stops a run whose networks overflowed.
-fn finite_loss(loss: f64) -> Result<f64> {
+/// A pass's loss, or the error that stops a run whose networks overflowed at its `iteration`
+/// (1-based).
+fn finite_loss(loss: f64, iteration: usize) -> Result<f64> {
     if loss.is_finite() {
         Ok(loss)
     } else {
-        Err(SagdError::NonFiniteUpdate { iteration: 0 })
+        Err(SagdError::NonFiniteUpdate { iteration })
     }
 }
 
@@ -291,7 +292,7 @@ impl GradientEstimator for BernoulliEstimator<'_> {
                 )?
             }
         };
-        finite_loss(info.loss)
+        finite_loss(info.loss, self.update)
     }
 
     fn device_params(&mut self) -> Option<&mut dyn DeviceParams> {
@@ -383,7 +384,7 @@ impl DeviceParams for BernoulliEstimator<'_> {
         }
         // A draw that failed to finish is simply made again in turn.
         self.ahead = ahead.ok();
-        finite_loss(result?.loss)
+        finite_loss(result?.loss, self.update)
     }
 
     fn finite(&mut self) -> Result<bool> {
@@ -452,6 +453,22 @@ mod tests {
         again.load_state(&encode(&est.streams).unwrap()).unwrap();
         assert_eq!((again.update, &again.streams), (0, &est.streams));
         assert!(again.load_state(&[1, 2, 3]).is_err());
+    }
+
+    /// A pass whose loss overflows stops the run with the error naming its update (1-based).
+    #[test]
+    fn a_non_finite_loss_names_its_update() {
+        let model = small_vae(2);
+        let images: Vec<u8> = (0..4 * PX).map(|i| (i * 37 % 256) as u8).collect();
+        let mut p = model.init(1);
+        let mut est = BernoulliEstimator::new(&model, &images, Objective::Vae, 3);
+        let (mut gd, mut ge) = (vec![0.0; p.dec.len()], vec![0.0; p.enc.len()]);
+        est.estimate(&p, &[0, 1], &mut gd, &mut ge).expect("finite");
+        p.dec.iter_mut().for_each(|w| *w = f32::INFINITY);
+        match est.estimate(&p, &[2, 3], &mut gd, &mut ge) {
+            Err(SagdError::NonFiniteUpdate { iteration }) => assert_eq!(iteration, 2),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
