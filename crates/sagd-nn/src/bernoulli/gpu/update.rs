@@ -12,8 +12,12 @@ impl GpuPasses {
     /// One whole training update on the device: the pass `what` on `x` and `noise` at the
     /// parameters it holds (loaded from `st` when it holds another state), then Adam's `step`
     /// on the generator (and the encoder for the VAE), parameters and moments staying there.
-    /// Returns the pass and whether every gradient was finite (if not, nothing moved). The
-    /// training job takes the same steps through `train::DeviceParams`.
+    /// Returns the pass and whether every gradient was finite (if not, nothing moved).
+    #[deprecated(
+        since = "0.1.0",
+        note = "the training job takes these steps itself: lend the passes through \
+                train::DeviceParams (held, load, pass_on_held, finite, step)"
+    )]
     pub fn train_step(
         &mut self,
         m: &BernoulliVae,
