@@ -101,7 +101,7 @@ pub struct MnistArgs {
     #[arg(long, default_value_t = spec().chains.steps)]
     steps: usize,
     /// SAGD's integrator: euler (the paper's), obabo, baoab (exact in position on Gaussian
-    /// posteriors) or ubu; a GPU runs euler, obabo and baoab. Each takes one gradient per step.
+    /// posteriors) or ubu, on either device. Each takes one gradient per step.
     #[arg(long, default_value_t = spec().chains.scheme)]
     scheme: sagd::langevin::Scheme,
     /// SAGD friction γ.
@@ -120,7 +120,8 @@ pub struct MnistArgs {
     /// SAGD chains that persist between an image's visits (one per epoch): each visit continues
     /// the image's chains where the last left them, and every R-th visit starts them afresh from
     /// the encoder (with --chains 2, E2's refresh2 preset). Each visit then takes one more
-    /// gradient per chain. Default: fresh chains at every visit, as the paper's. CPU only.
+    /// gradient per chain. Default: fresh chains at every visit, as the paper's. On a GPU, in a
+    /// run of one process.
     #[arg(long, value_name = "R")]
     refresh_every: Option<usize>,
     /// Test images evaluated (the first ones, binarised once).

@@ -107,12 +107,17 @@ struct Tracer<'a> {
     points: Vec<TracePoint>,
 }
 
+impl Tracer<'_> {
+    /// The epoch `info` completed, if the curve has a point there.
+    fn point_at(&self, info: &TrainInfo) -> Option<usize> {
+        info.epoch_done
+            .filter(|e| self.every > 0 && e % self.every == 0)
+    }
+}
+
 impl Observer<TrainState, TrainInfo> for Tracer<'_> {
     fn observe(&mut self, st: &TrainState, info: &TrainInfo) -> Control {
-        if let Some(epoch) = info
-            .epoch_done
-            .filter(|e| self.every > 0 && e % self.every == 0)
-        {
+        if let Some(epoch) = self.point_at(info) {
             let e = (self.assess)(&st.params);
             self.points.push(TracePoint {
                 epoch,
@@ -125,6 +130,10 @@ impl Observer<TrainState, TrainInfo> for Tracer<'_> {
             });
         }
         Control::Continue
+    }
+    /// Its points read the parameters: a GPU that keeps them brings the host's copy up to date.
+    fn reads_state(&self, info: &TrainInfo) -> bool {
+        self.point_at(info).is_some()
     }
     fn snapshot(&self) -> Result<Vec<u8>> {
         encode(&self.points)
@@ -517,4 +526,31 @@ pub fn fit(
         x: x64,
         decoders,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The learning curve asks for the current parameters at its points and only there (a GPU
+    /// that keeps them then syncs once per point, not at every update).
+    #[test]
+    fn the_learning_curve_reads_the_state_at_its_points() {
+        let assess = |_: &VaeParams| -> Evaluation { unreachable!("not observed here") };
+        let at = |every, epoch_done| {
+            let tracer = Tracer {
+                every,
+                assess: &assess,
+                points: Vec::new(),
+            };
+            let info = TrainInfo {
+                update: 7,
+                epoch_done,
+                loss: 0.0,
+            };
+            tracer.reads_state(&info)
+        };
+        assert!(at(2, Some(2)) && at(2, Some(4)) && at(1, Some(3)));
+        assert!(!at(2, Some(3)) && !at(2, None) && !at(0, Some(2)));
+    }
 }

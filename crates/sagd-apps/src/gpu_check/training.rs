@@ -302,8 +302,9 @@ fn compare(
     })
 }
 
-/// E3's training on the GPU, where the device takes the whole update (Adam's moments there too),
-/// against the CPU engine's, from the same initial networks and draws.
+/// Training on the GPU, where the device takes the whole update (Adam's moments there too),
+/// against the CPU engine's, from the same initial networks and draws: E3's phases, and E2's
+/// estimators whose draws both engines share.
 #[derive(Clone, Debug, Serialize)]
 pub struct TrainingCheck {
     /// Which phase.
@@ -337,8 +338,88 @@ fn moves_apart(a: &VaeParams, b: &VaeParams, p0: &VaeParams, encoder: bool) -> (
     ((num / den.max(f64::MIN_POSITIVE)).sqrt(), pairs.len())
 }
 
+/// `p` nudged by one unit in the last place in every third parameter.
+fn nudged(p: &VaeParams) -> VaeParams {
+    let mut q = p.clone();
+    for v in q.dec.iter_mut().chain(q.enc.iter_mut()).step_by(3) {
+        *v = f32::from_bits(v.to_bits() + 1);
+    }
+    q
+}
+
+/// E2's estimators through the training job, 3 updates of minibatches of 100 of 1000 simulated
+/// points (d = 1), on the CPU (the host's Adam) and on GPU `ordinal` (the device's, which the
+/// job takes there for every estimator that lends it): the ELBO, IWAE with 50 samples (the same
+/// noise on both engines) and SAGD's chains made deterministic as in [`check_estimators`].
+fn check_e2_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<TrainingCheck>> {
+    use crate::debias::simulate;
+    use sagd::langevin::{LangevinSettings, Momentum, Scheme};
+    use sagd::metrics::Law;
+    use sagd::optim::Averaging;
+    use sagd::run::{Identity, Runner};
+    use sagd_nn::train::{Estimator, LangevinChains, TrainSettings, Training};
+    let (d, n, updates) = (1, 1000, 3);
+    let vae = Vae::new(d, 64);
+    let (_, x) = simulate(&Law::Exponential { mean: 2.0 }, n, d, seed);
+    let x: Vec<f32> = x.iter().map(|v| *v as f32).collect();
+    let p0 = vae.init(seed);
+    let deterministic = LangevinChains {
+        langevin: LangevinSettings {
+            scheme: Scheme::Baoab,
+            gamma: 1e-30,
+        },
+        initial_momentum: Momentum::Zero,
+        ..LangevinChains::default()
+    };
+    let settings = TrainSettings {
+        epochs: 1,
+        batch_size: 100,
+        lr: 1e-3,
+        lr_decay: 0.0,
+        averaging: Averaging::None,
+    };
+    let train = |estimator: &Estimator, device, start: &VaeParams| {
+        let mut est = estimator.on(device, &vae, &x, seed)?;
+        let sizes = (vae.dec.n_params(), vae.enc.n_params());
+        let job = Training::with_sizes(
+            sizes,
+            &mut *est,
+            &settings,
+            n,
+            Some(updates),
+            Identity::new(),
+        )?;
+        let mut st = job.init(start.clone(), seed);
+        Runner::new(job).run(&mut st)?;
+        Ok::<_, sagd::error::SagdError>(st.params)
+    };
+    let cases = [
+        ("E2 vae", Estimator::Bound { k: 1 }),
+        ("E2 iwae k = 50", Estimator::Bound { k: 50 }),
+        ("E2 sagd (deterministic)", Estimator::Sagd(deterministic)),
+    ];
+    let mut out = Vec::new();
+    for (phase, estimator) in cases {
+        let cpu = train(&estimator, Device::Cpu, &p0)?;
+        let cpu_nudged = train(&estimator, Device::Cpu, &nudged(&p0))?;
+        let gpu = train(&estimator, Device::Cuda(ordinal), &p0)?;
+        let encoder = matches!(estimator, Estimator::Bound { .. });
+        let (rel_err, params) = moves_apart(&cpu, &gpu, &p0, encoder);
+        let (rounding_floor, _) = moves_apart(&cpu, &cpu_nudged, &p0, encoder);
+        out.push(TrainingCheck {
+            phase: phase.into(),
+            updates,
+            params,
+            rel_err,
+            rounding_floor,
+        });
+    }
+    Ok(out)
+}
+
 /// E3's VAE and SAGD phases, 3 updates each of minibatches of 200 synthetic images, on the
-/// CPU (the host's Adam) and on GPU `ordinal` (the device's), with the CPU's own rounding floor.
+/// CPU (the host's Adam) and on GPU `ordinal` (the device's), with the CPU's own rounding floor;
+/// then E2's estimators ([`check_e2_training`]).
 pub fn check_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<TrainingCheck>> {
     use crate::mnist::experiment::{train_phase_from, E3Settings};
     let images = synthetic_images(400);
@@ -349,15 +430,7 @@ pub fn check_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Trai
     };
     let model = crate::mnist::e3(s.latent);
     let p0 = model.init(sagd::rng::Seed::new(seed).stream("init").get());
-    let mut nudged = p0.clone();
-    for v in nudged
-        .dec
-        .iter_mut()
-        .chain(nudged.enc.iter_mut())
-        .step_by(3)
-    {
-        *v = f32::from_bits(v.to_bits() + 1);
-    }
+    let nudged = nudged(&p0);
     let none = |_: &str, _: usize, _: usize| {};
     let mut out = Vec::new();
     for objective in [Objective::Vae, Objective::Sagd(Chains::default())] {
@@ -390,6 +463,7 @@ pub fn check_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Trai
             rounding_floor,
         });
     }
+    out.extend(check_e2_training(seed, ordinal)?);
     Ok(out)
 }
 

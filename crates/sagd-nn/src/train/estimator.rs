@@ -83,9 +83,9 @@ pub trait GradientEstimator {
 /// loads the state where the device's copy is not of the update it is at (the first update, a
 /// resume), asks for a minibatch's gradient, which stays on the device, and takes the update
 /// rule's step there (the backend's Adam, rounded as the host's rule) when every value of it is
-/// finite; before a checkpoint and at the end it brings the host's state up to date. Between
-/// those, the run's observers see the parameters of the last synchronisation, so an estimator
-/// whose run is watched through its parameters (a learning curve) leaves the step to the host.
+/// finite; before a checkpoint, before an observer that reads the parameters (a learning curve:
+/// [`Observer::reads_state`](sagd::run::Observer::reads_state)) and at the end it brings the
+/// host's state up to date. Other observers see the parameters of the last synchronisation.
 pub trait DeviceParams {
     /// The update count of the state the device holds for the networks `encoder` says (the
     /// encoder too, or the decoder alone); `None`: none.

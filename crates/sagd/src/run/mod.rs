@@ -66,8 +66,9 @@ pub trait Solver {
         Ok(())
     }
     /// Brings `state` up to date where the solver keeps its working copy elsewhere (a GPU's
-    /// memory): called by [`Runner::run`] before each checkpoint and before it returns. Until
-    /// then observers may see the state as of the last synchronisation (their `Info` is current).
+    /// memory): called by [`Runner::run`] before each checkpoint, before an observer that
+    /// [reads the state](Observer::reads_state) sees it, and before it returns. Other observers
+    /// may see the state as of the last synchronisation (their `Info` is current).
     fn sync(&mut self, _state: &mut Self::State) -> Result<()> {
         Ok(())
     }
@@ -118,6 +119,13 @@ impl Identity {
 pub trait Observer<S, I> {
     /// Sees the state after the iteration.
     fn observe(&mut self, state: &S, info: &I) -> Control;
+    /// Whether this observer reads the state after the iteration `info` describes (a learning
+    /// curve at its points): the runner then brings the state up to date first
+    /// ([`Solver::sync`]). `false` (the default): it may see the state of the last
+    /// synchronisation where the solver keeps its working copy elsewhere (its `info` is current).
+    fn reads_state(&self, _info: &I) -> bool {
+        false
+    }
     /// What the observer has gathered (a trace, a history), saved in checkpoints.
     fn snapshot(&self) -> Result<Vec<u8>> {
         Ok(Vec::new())
@@ -190,6 +198,9 @@ impl<'a, S: Solver> Runner<'a, S> {
     pub fn run(&mut self, state: &mut S::State) -> Result<Outcome> {
         while !self.solver.terminate(state) {
             let info = self.solver.next_iter(state)?;
+            if self.observers.iter().any(|o| o.reads_state(&info)) {
+                self.solver.sync(state)?;
+            }
             let mut stop = false;
             for o in self.observers.iter_mut() {
                 stop |= o.observe(state, &info) == Control::Stop;
@@ -453,6 +464,78 @@ mod tests {
                 assert_eq!(read_framed_bytes(&bad), None, "byte {i}, bit {bit}");
             }
         }
+    }
+
+    /// A job whose working copy lives elsewhere (a device): `next_iter` counts there, `sync`
+    /// brings the state up to it.
+    struct Elsewhere<'c> {
+        working: usize,
+        syncs: &'c std::cell::Cell<usize>,
+    }
+
+    impl Solver for Elsewhere<'_> {
+        type State = usize;
+        type Info = usize;
+        fn identity(&self) -> Result<Identity> {
+            Ok(Identity::default())
+        }
+        fn next_iter(&mut self, _state: &mut usize) -> Result<usize> {
+            self.working += 1;
+            Ok(self.working)
+        }
+        fn terminate(&self, _state: &usize) -> bool {
+            self.working >= 6
+        }
+        fn iterations(&self, _state: &usize) -> usize {
+            self.working
+        }
+        fn sync(&mut self, state: &mut usize) -> Result<()> {
+            self.syncs.set(self.syncs.get() + 1);
+            *state = self.working;
+            Ok(())
+        }
+    }
+
+    /// A learning curve at every third iteration.
+    struct EveryThird(Vec<(usize, usize)>);
+
+    impl Observer<usize, usize> for EveryThird {
+        fn observe(&mut self, state: &usize, info: &usize) -> Control {
+            if info.is_multiple_of(3) {
+                self.0.push((*info, *state));
+            }
+            Control::Continue
+        }
+        fn reads_state(&self, info: &usize) -> bool {
+            info.is_multiple_of(3)
+        }
+    }
+
+    /// An observer that reads the state sees it current at its points, synchronised only
+    /// there (and at the end); one that does not sees the last synchronisation.
+    #[test]
+    fn observers_that_read_the_state_see_it_current() {
+        let mut curve = EveryThird(Vec::new());
+        let mut seen = Vec::new();
+        let mut plain = |state: &usize, _: &usize| {
+            seen.push(*state);
+            Control::Continue
+        };
+        let syncs = std::cell::Cell::new(0);
+        let job = Elsewhere {
+            working: 0,
+            syncs: &syncs,
+        };
+        let mut state = 0;
+        let outcome = Runner::new(job)
+            .observe(&mut curve)
+            .observe(&mut plain)
+            .run(&mut state)
+            .unwrap();
+        assert_eq!(outcome, Outcome::Finished);
+        assert_eq!(curve.0, vec![(3, 3), (6, 6)]);
+        assert_eq!(seen, vec![0, 0, 3, 3, 3, 6]);
+        assert_eq!((state, syncs.get()), (6, 3));
     }
 
     fn read_framed_bytes(bytes: &[u8]) -> Option<Vec<u8>> {

@@ -9,10 +9,13 @@ use sagd::error::Result;
 use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 
-use crate::cuda::{ensure, grid, put, Gpu, GpuResult, GpuWorkspace, LikelihoodRows, Replay};
+use crate::cuda::{
+    ensure, grid, put, AdamStep, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows, Replay,
+};
 use crate::likelihood::DeviceLaw;
 use crate::net::Sequential;
-use crate::train::{gather_rows, GradientEstimator};
+use crate::train::gpu::DeviceState;
+use crate::train::{gather_rows, DeviceParams, GradientEstimator, TrainState};
 use crate::vae::{Vae, VaeParams};
 
 /// The device buffers of a bound's pass, kept between updates.
@@ -159,18 +162,27 @@ impl BoundPass {
     }
 }
 
-/// The estimator's uploads: parameters, the batch's points and their noise, and the gradients.
+/// The estimator's uploads: the batch's points and their noise, and the gradients.
 #[derive(Default)]
 struct Buffers {
-    dec: Option<CudaSlice<f32>>,
-    enc: Option<CudaSlice<f32>>,
     xb: Option<CudaSlice<f32>>,
     eps: Option<CudaSlice<f32>>,
     g_dec: Option<CudaSlice<f32>>,
     g_enc: Option<CudaSlice<f32>>,
 }
 
-/// The ELBO (k = 1) or the IWAE bound (k > 1) on the GPU, encoder and decoder.
+impl Buffers {
+    /// The last pass's gradients, for the device's training state.
+    fn grads(&self) -> GpuResult<(&CudaSlice<f32>, Option<&CudaSlice<f32>>)> {
+        match &self.g_dec {
+            Some(g) => Ok((g, self.g_enc.as_ref())),
+            None => Err(GpuError::Settings("a training step before any pass".into())),
+        }
+    }
+}
+
+/// The ELBO (k = 1) or the IWAE bound (k > 1) on the GPU, encoder and decoder. The training
+/// job takes its updates on the device ([`DeviceParams`]) where its rule is plain Adam.
 pub struct GpuBoundEstimator<'a> {
     gpu: Gpu,
     vae: &'a Vae,
@@ -181,6 +193,8 @@ pub struct GpuBoundEstimator<'a> {
     xb: Vec<f32>,
     eps: Vec<f32>,
     host: Vec<f32>,
+    /// The networks' parameters (and Adam's moments while the device takes the updates).
+    state: DeviceState,
     b: Buffers,
     pass: BoundPass,
     /// The update's launches as a graph, by batch size.
@@ -217,34 +231,33 @@ impl<'a> GpuBoundEstimator<'a> {
             xb: Vec::new(),
             eps: Vec::new(),
             host: Vec::new(),
+            state: DeviceState::default(),
             b: Buffers::default(),
             pass: BoundPass::default(),
             replay: Replay::default(),
         }
     }
 
-    fn run(
-        &mut self,
-        p: &VaeParams,
-        batch: &[usize],
-        g_dec: &mut [f32],
-        g_enc: &mut [f32],
-    ) -> GpuResult<f64> {
+    /// The pass on `batch` at the parameters the device holds, its gradients left in the
+    /// estimator's buffers; the mean loss.
+    fn pass_on_held(&mut self, batch: &[usize]) -> GpuResult<f64> {
         let (vae, gpu, d, k) = (self.vae, &self.gpu, self.vae.d, self.k);
         let (n, px) = (batch.len(), vae.data_dim());
         gather_rows(self.x, px, batch, &mut self.xb);
         self.eps.resize(n * k * d, 0.0);
         self.stream.fill(&mut self.eps);
         let b = &mut self.b;
-        put(gpu, &mut b.dec, &p.dec)?;
-        put(gpu, &mut b.enc, &p.enc)?;
         put(gpu, &mut b.xb, &self.xb)?;
         put(gpu, &mut b.eps, &self.eps)?;
-        ensure(gpu, &mut b.g_dec, p.dec.len())?;
-        ensure(gpu, &mut b.g_enc, p.enc.len())?;
+        ensure(gpu, &mut b.g_dec, vae.dec.n_params())?;
+        ensure(gpu, &mut b.g_enc, vae.enc.n_params())?;
         self.pass.ensure(gpu, (n, k, d, px))?;
-        let (Some(dec), Some(enc), Some(xb), Some(eps), Some(gd), Some(ge)) =
-            (&b.dec, &b.enc, &b.xb, &b.eps, &mut b.g_dec, &mut b.g_enc)
+        let (Some(dec), Some(enc)) = (&self.state.dec, &self.state.enc) else {
+            return Err(GpuError::Settings(
+                "a pass on the device's parameters before any were put there".into(),
+            ));
+        };
+        let (Some(xb), Some(eps), Some(gd), Some(ge)) = (&b.xb, &b.eps, &mut b.g_dec, &mut b.g_enc)
         else {
             unreachable!("made above");
         };
@@ -259,14 +272,30 @@ impl<'a> GpuBoundEstimator<'a> {
         let pass = &mut self.pass;
         self.replay
             .run(gpu, n, || pass.launches(gpu, input, (gd, ge), (n, k)))?;
-        for (dev, out) in [(&*gd, g_dec), (&*ge, g_enc)] {
-            self.host.resize(out.len(), 0.0);
-            gpu.download_into(dev, &mut self.host)?;
-            out.iter_mut().zip(&self.host).for_each(|(a, b)| *a += b);
-        }
         self.host.resize(n, 0.0);
         gpu.download_into(self.pass.loss(), &mut self.host)?;
         Ok(self.host.iter().map(|v| *v as f64).sum::<f64>() / n as f64)
+    }
+
+    /// The pass at the host's parameters `p`, its gradients added into `g_dec` and `g_enc`.
+    fn run(
+        &mut self,
+        p: &VaeParams,
+        batch: &[usize],
+        g_dec: &mut [f32],
+        g_enc: &mut [f32],
+    ) -> GpuResult<f64> {
+        self.state.put_params(&self.gpu, p)?;
+        let loss = self.pass_on_held(batch)?;
+        let (Some(gd), Some(ge)) = (&self.b.g_dec, &self.b.g_enc) else {
+            unreachable!("made by the pass");
+        };
+        for (dev, out) in [(gd, g_dec), (ge, g_enc)] {
+            self.host.resize(out.len(), 0.0);
+            self.gpu.download_into(dev, &mut self.host)?;
+            out.iter_mut().zip(&self.host).for_each(|(a, b)| *a += b);
+        }
+        Ok(loss)
     }
 }
 
@@ -292,5 +321,37 @@ impl GradientEstimator for GpuBoundEstimator<'_> {
         g_enc: &mut [f32],
     ) -> Result<f64> {
         Ok(self.run(p, batch, g_dec, g_enc)?)
+    }
+
+    fn device_params(&mut self) -> Option<&mut dyn DeviceParams> {
+        Some(self)
+    }
+}
+
+impl DeviceParams for GpuBoundEstimator<'_> {
+    fn held(&self, encoder: bool) -> Option<usize> {
+        self.state.held(encoder)
+    }
+
+    fn load(&mut self, st: &TrainState, encoder: bool) -> Result<()> {
+        Ok(self.state.load(&self.gpu, st, encoder)?)
+    }
+
+    fn gradient(&mut self, batch: &[usize]) -> Result<f64> {
+        Ok(self.pass_on_held(batch)?)
+    }
+
+    fn finite(&mut self) -> Result<bool> {
+        let grads = self.b.grads()?;
+        Ok(self.state.finite(&self.gpu, grads)?)
+    }
+
+    fn step(&mut self, step: AdamStep) -> Result<()> {
+        let grads = self.b.grads()?;
+        Ok(self.state.step(&self.gpu, grads, step)?)
+    }
+
+    fn sync(&mut self, st: &mut TrainState) -> Result<()> {
+        Ok(self.state.sync(&self.gpu, st)?)
     }
 }

@@ -20,7 +20,10 @@ use crate::cuda::{
 };
 use crate::likelihood::DeviceLaw;
 use crate::train::chain_settings::ChainPlan;
-use crate::train::{gather_rows, GradientEstimator, HmcChains, LangevinChains};
+use crate::train::gpu::DeviceState;
+use crate::train::{
+    gather_rows, AdamStep, DeviceParams, GradientEstimator, HmcChains, LangevinChains, TrainState,
+};
 use crate::vae::{Vae, VaeParams};
 use std::borrow::Cow;
 
@@ -53,6 +56,23 @@ fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Instruction<f32>>> {
         ));
     }
     Ok(program)
+}
+
+/// Parameters a pass reads, put on the device by the update before any launch reads them.
+fn placed(params: &Option<CudaSlice<f32>>) -> &CudaSlice<f32> {
+    params
+        .as_ref()
+        .expect("put on the device when the update began")
+}
+
+/// The last update's estimate of the decoder's gradient, on the device.
+fn estimate_on_device(b: &Option<Buffers>) -> GpuResult<&CudaSlice<f32>> {
+    match b {
+        Some(b) => Ok(&b.g_theta),
+        None => Err(GpuError::Settings(
+            "a training step before any update".into(),
+        )),
+    }
 }
 
 /// A decoder d → H → H → d (one activation) small enough for `posterior_mlp`, which evaluates
@@ -100,8 +120,6 @@ impl FusedMlp {
 
 /// The device buffers, sized for all n chains (the largest batch).
 struct Buffers {
-    dec: CudaSlice<f32>,
-    enc: CudaSlice<f32>,
     /// All data rows, and the batch's rows.
     x_all: CudaSlice<f32>,
     x_batch: CudaSlice<f32>,
@@ -175,6 +193,9 @@ pub struct GpuChainEstimator<'a> {
     host: Vec<f32>,
     xb: Vec<f32>,
     eps: Vec<f32>,
+    /// The decoder's and the encoder's parameters (and the decoder's Adam moments while the
+    /// device takes the updates).
+    state: DeviceState,
     b: Option<Buffers>,
     /// Chain positions and momenta restored from a checkpoint before the buffers exist.
     pending: Option<(Vec<f32>, Vec<f32>)>,
@@ -291,6 +312,7 @@ impl<'a> GpuChainEstimator<'a> {
             host: Vec::new(),
             xb: Vec::new(),
             eps: Vec::new(),
+            state: DeviceState::default(),
             b: None,
             pending: None,
             replay: Replay::default(),
@@ -301,14 +323,12 @@ impl<'a> GpuChainEstimator<'a> {
         })
     }
 
-    fn alloc(&self, n_dec: usize, n_enc: usize) -> GpuResult<Buffers> {
+    fn alloc(&self) -> GpuResult<Buffers> {
         let (gpu, d, px) = (&self.gpu, self.vae.d, self.px);
         let n = self.chains();
         let nd = n * d;
         let z = |len: usize| gpu.zeros(len);
         Ok(Buffers {
-            dec: z(n_dec)?,
-            enc: z(n_enc)?,
             x_all: gpu.upload(&self.x)?,
             x_batch: z(n * px)?,
             pos: z(nd)?,
@@ -329,7 +349,7 @@ impl<'a> GpuChainEstimator<'a> {
             idx: gpu.stream.alloc_zeros::<i32>(n.max(1))?,
             store: z(self.steps * nd)?,
             resid: z(self.steps * n * px)?,
-            g_theta: z(n_dec)?,
+            g_theta: z(self.vae.dec.n_params())?,
             ws: GpuWorkspace::default(),
             ws_theta: GpuWorkspace::default(),
         })
@@ -343,7 +363,8 @@ impl<'a> GpuChainEstimator<'a> {
         self.stream.fill(&mut self.eps);
         gpu.upload_into(&self.eps, &mut b.eta)?;
         let x = if all { &b.x_all } else { &b.x_batch };
-        vae.enc.forward_gpu(gpu, &b.enc, x, nb, &mut b.ws)?;
+        vae.enc
+            .forward_gpu(gpu, placed(&self.state.enc), x, nb, &mut b.ws)?;
         let enc_out = b.ws.output().expect("forward ran");
         let (ni, one, di) = (nb as i32, 1i32, d as i32);
         let mut l = gpu.stream.launch_builder(gpu.k("reparam"));
@@ -470,7 +491,11 @@ impl GradientEstimator for GpuChainEstimator<'_> {
         g_dec: &mut [f32],
         _g_enc: &mut [f32],
     ) -> Result<f64> {
-        Ok(self.run(p, batch, g_dec)?)
+        Ok(self.run(Some(p), batch, Some(g_dec))?)
+    }
+
+    fn device_params(&mut self) -> Option<&mut dyn DeviceParams> {
+        Some(self)
     }
 
     fn diagnostics(&self) -> serde_json::Value {
@@ -479,6 +504,34 @@ impl GradientEstimator for GpuChainEstimator<'_> {
             "divergences": self.divergences,
             "device": "cuda",
         })
+    }
+}
+
+impl DeviceParams for GpuChainEstimator<'_> {
+    fn held(&self, encoder: bool) -> Option<usize> {
+        self.state.held(encoder)
+    }
+
+    fn load(&mut self, st: &TrainState, encoder: bool) -> Result<()> {
+        Ok(self.state.load(&self.gpu, st, encoder)?)
+    }
+
+    fn gradient(&mut self, batch: &[usize]) -> Result<f64> {
+        Ok(self.run(None, batch, None)?)
+    }
+
+    fn finite(&mut self) -> Result<bool> {
+        let g = estimate_on_device(&self.b)?;
+        Ok(self.state.finite(&self.gpu, (g, None))?)
+    }
+
+    fn step(&mut self, step: AdamStep) -> Result<()> {
+        let g = estimate_on_device(&self.b)?;
+        Ok(self.state.step(&self.gpu, (g, None), step)?)
+    }
+
+    fn sync(&mut self, st: &mut TrainState) -> Result<()> {
+        Ok(self.state.sync(&self.gpu, st)?)
     }
 }
 

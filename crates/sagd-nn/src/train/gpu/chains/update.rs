@@ -30,7 +30,7 @@ impl ChainBuffers<Gpu> for TwoStates<'_, '_, '_> {
         GpuChainEstimator::evaluate(
             &e.gpu,
             (e.vae, e.law, e.fused),
-            &b.dec,
+            placed(&e.state.dec),
             data,
             (&b.xb, &mut b.gb, &mut b.lb),
             &mut b.resid,
@@ -157,8 +157,9 @@ impl<'a> GpuChainEstimator<'a> {
         Ok(())
     }
 
-    /// An update's K transitions, each accepted state kept in `store`, then Σ ∇θ log p over
-    /// all of them into `g_theta`: launches only (see [`GpuChainEstimator::transition`]).
+    /// An update's K transitions, each accepted state kept in `store`, then the estimate
+    /// −Σ ∇θ log p / (K nb) over all of them into `g_theta`: launches only (see
+    /// [`GpuChainEstimator::transition`]; the scale is fixed by the replay's key).
     fn steps_and_gradient(&self, b: &mut Buffers, all: bool, nb: usize) -> GpuResult<()> {
         let (gpu, d) = (&self.gpu, self.vae.d);
         let len = nb * d;
@@ -172,9 +173,10 @@ impl<'a> GpuChainEstimator<'a> {
         // ∇θ Σ log p over the K accepted states of every chain, in one pass.
         let rows = self.steps * nb;
         let data = if all { &b.x_all } else { &b.x_batch };
+        let dec = placed(&self.state.dec);
         self.vae
             .dec
-            .forward_gpu(gpu, &b.dec, &b.store, rows, &mut b.ws_theta)?;
+            .forward_gpu(gpu, dec, &b.store, rows, &mut b.ws_theta)?;
         let h = b.ws_theta.output().expect("forward ran");
         let shape = LikelihoodRows {
             rows,
@@ -182,11 +184,13 @@ impl<'a> GpuChainEstimator<'a> {
             per: 1,
             px: self.px,
         };
-        gpu.likelihood_rows(self.law, (h, data), shape, &mut b.resid, None, 1.0)?;
+        // f = −log p: the estimate's scale on ∂ log p/∂h.
+        let gscale = -1.0 / rows as f32;
+        gpu.likelihood_rows(self.law, (h, data), shape, &mut b.resid, None, gscale)?;
         gpu.zero(&mut b.g_theta)?;
         self.vae.dec.backward_gpu(
             gpu,
-            &b.dec,
+            dec,
             &mut b.ws_theta,
             &b.resid,
             Some(&mut b.g_theta),
@@ -214,7 +218,7 @@ impl<'a> GpuChainEstimator<'a> {
         Self::evaluate(
             gpu,
             (self.vae, self.law, self.fused),
-            &b.dec,
+            placed(&self.state.dec),
             &b.x_all,
             (&b.xa, &mut b.ga, &mut b.la),
             &mut b.resid,
@@ -233,15 +237,27 @@ impl<'a> GpuChainEstimator<'a> {
         Ok(())
     }
 
+    /// An update on `batch`: at the host's parameters `p` (its estimate added into `g_dec`), or,
+    /// with `None`, at those the device holds (its estimate left in `g_theta`). Returns the
+    /// loss.
     pub(crate) fn run(
         &mut self,
-        p: &VaeParams,
+        p: Option<&VaeParams>,
         batch: &[usize],
-        g_dec: &mut [f32],
+        g_dec: Option<&mut [f32]>,
     ) -> GpuResult<f64> {
+        match p {
+            Some(p) => self.state.put_params(&self.gpu, p)?,
+            None if self.state.held(false).is_none() => {
+                return Err(GpuError::Settings(
+                    "an update on the device's parameters before any were loaded".into(),
+                ))
+            }
+            None => {}
+        }
         let mut b = match self.b.take() {
             Some(b) => b,
-            None => self.alloc(p.dec.len(), p.enc.len())?,
+            None => self.alloc()?,
         };
         if let Some((pos, rho)) = self.pending.take() {
             self.gpu.upload_into(&pos, &mut b.pos)?;
@@ -253,22 +269,17 @@ impl<'a> GpuChainEstimator<'a> {
             Some(plan) => plan.batch_rows(batch, self.chains(), &mut rows),
             None => batch,
         };
-        let out = self.update(&mut b, p, batch, g_dec);
+        let out = self.update(&mut b, batch, g_dec);
         self.rows = rows;
         self.b = Some(b);
         out
     }
 
-    /// This update's parameters on the device, the chains restarted where due (the burn-in at
-    /// the base δ) and its δ_t and K_t, as the CPU's `begin_update`; then the update counted.
-    fn begin_update(&mut self, b: &mut Buffers, p: &VaeParams) -> GpuResult<()> {
+    /// The chains restarted where due (the burn-in at the base δ) and this update's δ_t and
+    /// K_t, as the CPU's `begin_update`; then the update counted.
+    fn begin_update(&mut self, b: &mut Buffers) -> GpuResult<()> {
         if self.plan.is_some_and(|plan| plan.restarts_at(self.update)) {
             self.started = false;
-        }
-        self.gpu.upload_into(&p.dec, &mut b.dec)?;
-        // The encoder draws the chains' start (and HMC's at every update).
-        if !self.started || self.fresh_from_encoder {
-            self.gpu.upload_into(&p.enc, &mut b.enc)?;
         }
         if !self.started {
             if let Some(plan) = self.plan {
@@ -308,15 +319,14 @@ impl<'a> GpuChainEstimator<'a> {
     fn update(
         &mut self,
         b: &mut Buffers,
-        p: &VaeParams,
         batch: &[usize],
-        g_dec: &mut [f32],
+        g_dec: Option<&mut [f32]>,
     ) -> GpuResult<f64> {
         let (d, n) = (self.vae.d, self.chains());
         let nb = batch.len();
         let len = nb * d;
         let all = nb == n && batch.iter().enumerate().all(|(k, &i)| k == i);
-        self.begin_update(b, p)?;
+        self.begin_update(b)?;
         let gpu = &self.gpu;
         // The batch's chains into state a.
         if all {
@@ -340,7 +350,7 @@ impl<'a> GpuChainEstimator<'a> {
         Self::evaluate(
             gpu,
             (self.vae, self.law, self.fused),
-            &b.dec,
+            placed(&self.state.dec),
             data,
             (&b.xa, &mut b.ga, &mut b.la),
             &mut b.resid,
@@ -357,12 +367,10 @@ impl<'a> GpuChainEstimator<'a> {
         let sums = self.take_sums(b)?;
         let gpu = &self.gpu;
         let rows = self.steps * nb;
-        self.host.resize(g_dec.len(), 0.0);
-        gpu.download_into(&b.g_theta, &mut self.host)?;
-        // f = −log p: the estimate is −Σ ∇θ log p / (K nb).
-        let scale = -1.0 / rows as f64;
-        for (g, v) in g_dec.iter_mut().zip(&self.host) {
-            *g += (*v as f64 * scale) as f32;
+        if let Some(g_dec) = g_dec {
+            self.host.resize(g_dec.len(), 0.0);
+            gpu.download_into(&b.g_theta, &mut self.host)?;
+            g_dec.iter_mut().zip(&self.host).for_each(|(g, v)| *g += v);
         }
         // The chains back in place.
         if all {
