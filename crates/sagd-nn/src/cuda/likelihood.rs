@@ -1,11 +1,14 @@
 //! The decoder's likelihood on the GPU, for every estimator that reads it (the bounds, E2's and
 //! E3's chains): each row's log p(x | h) and ∂/∂h under any law the backend knows
-//! ([`DeviceLaw`]), and the prior's part of the decoder's posterior.
+//! ([`DeviceLaw`]), the prior's part of the decoder's posterior, and the two passes both chain
+//! engines make through a decoder ([`DeviceDecoder`]): the posterior's gradient at the chains'
+//! states, and ∇θ of the log-likelihood there.
 
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
-use super::{grid, Gpu, GpuResult};
+use super::{grid, Gpu, GpuResult, GpuWorkspace};
 use crate::likelihood::DeviceLaw;
+use crate::net::Sequential;
 
 /// Rows shorter than this take one thread each; longer ones a block each, its threads over the
 /// row's coordinates.
@@ -115,5 +118,56 @@ impl Gpu {
             }
         }
         Ok(())
+    }
+}
+
+/// A decoder on the device under a law, and the data its rows are scored against (`shape`: row
+/// r of the states reads point r mod n): what the chains' passes evaluate.
+pub(crate) struct DeviceDecoder<'a> {
+    pub net: &'a Sequential,
+    pub params: &'a CudaSlice<f32>,
+    pub law: DeviceLaw,
+    pub data: &'a CudaSlice<f32>,
+    pub shape: LikelihoodRows,
+}
+
+impl DeviceDecoder<'_> {
+    /// ∇u log p(u | x) = ∇u log p(x | u) − u at the states `u` (rows × d) into `g`, and log p(x |
+    /// u) − ½‖u‖² into `lp` where given; `dl` (rows × px) and `ws` are the pass's scratch.
+    pub(crate) fn posterior(
+        &self,
+        gpu: &Gpu,
+        u: &CudaSlice<f32>,
+        (g, mut lp): (&mut CudaSlice<f32>, Option<&mut CudaSlice<f32>>),
+        dl: &mut CudaSlice<f32>,
+        ws: &mut GpuWorkspace,
+    ) -> GpuResult<()> {
+        let rows = self.shape.rows;
+        self.net.forward_gpu(gpu, self.params, u, rows, ws)?;
+        let h = ws.output().expect("forward ran");
+        let ll = lp.as_deref_mut();
+        gpu.likelihood_rows(self.law, (h, self.data), self.shape, dl, ll, 1.0)?;
+        self.net
+            .backward_gpu(gpu, self.params, ws, dl, None, Some(&mut *g))?;
+        gpu.posterior_prior(g, u, lp, (rows, self.net.input_dim()))
+    }
+
+    /// `gscale` ∇θ Σ_r log p(x | u_r) over the states `u` into `g` (overwritten), and each row's
+    /// log-likelihood into `ll` where given; `dl` and `ws` as [`DeviceDecoder::posterior`]'s.
+    pub(crate) fn theta_gradient(
+        &self,
+        gpu: &Gpu,
+        u: &CudaSlice<f32>,
+        (g, ll, gscale): (&mut CudaSlice<f32>, Option<&mut CudaSlice<f32>>, f32),
+        dl: &mut CudaSlice<f32>,
+        ws: &mut GpuWorkspace,
+    ) -> GpuResult<()> {
+        self.net
+            .forward_gpu(gpu, self.params, u, self.shape.rows, ws)?;
+        let h = ws.output().expect("forward ran");
+        gpu.likelihood_rows(self.law, (h, self.data), self.shape, dl, ll, gscale)?;
+        gpu.zero(g)?;
+        self.net
+            .backward_gpu(gpu, self.params, ws, dl, Some(g), None)
     }
 }

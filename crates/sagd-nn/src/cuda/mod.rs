@@ -12,6 +12,7 @@ mod products;
 mod steps;
 
 pub use adam::{adam, AdamStep};
+pub(crate) use likelihood::DeviceDecoder;
 pub use likelihood::LikelihoodRows;
 pub use steps::Replay;
 

@@ -4,6 +4,7 @@
 //! Langevin program (one launch per operation), and the generator's gradient at their last states.
 
 use super::*;
+use crate::cuda::DeviceDecoder;
 use crate::program::{carry_out, ChainBuffers, Parts};
 
 /// The pass's chains, one state stepped in place, as the program's interpreter reads them.
@@ -217,23 +218,43 @@ impl GpuPasses {
         carry_out(gpu, &mut chains, program, s.len, |k| s.block(k))
     }
 
+    /// The generator under the Bernoulli law, on the pass's images (chain r of image r mod b).
+    fn generator<'a>(
+        m: &'a BernoulliVae,
+        gen: &'a CudaSlice<f32>,
+        x: &'a CudaSlice<f32>,
+        s: Shape,
+    ) -> DeviceDecoder<'a> {
+        DeviceDecoder {
+            net: &m.gen,
+            params: gen,
+            law: DeviceLaw::Bernoulli,
+            data: x,
+            shape: LikelihoodRows {
+                rows: s.rows,
+                n: s.images,
+                per: 1,
+                px: m.pixels(),
+            },
+        }
+    }
+
     /// gu = ∇u log p(x | u) − u, the posterior's gradient at the chains' states (no Metropolis
     /// test reads its log density).
     fn posterior_gradient(gpu: &Gpu, b: &mut Buffers, m: &BernoulliVae, s: Shape) -> GpuResult<()> {
-        {
-            let (Some(gen), Some(u)) = (&b.state.dec, &b.u) else {
-                unreachable!("made by the pass");
-            };
-            m.gen.forward_gpu(gpu, gen, u, s.rows, &mut b.ws_gen)?;
-        }
-        Self::bernoulli(gpu, b, s.rows, (s.images, m.pixels()), 1.0)?;
-        let (Some(gen), Some(u), Some(gu), Some(dl)) = (&b.state.dec, &b.u, &mut b.gu, &b.dl)
+        let Buffers {
+            state: DeviceState { dec: Some(gen), .. },
+            x: Some(x),
+            u: Some(u),
+            gu: Some(gu),
+            dl: Some(dl),
+            ws_gen,
+            ..
+        } = b
         else {
             unreachable!("made by the pass");
         };
-        m.gen
-            .backward_gpu(gpu, gen, &mut b.ws_gen, dl, None, Some(&mut *gu))?;
-        gpu.posterior_prior(gu, u, None, (s.rows, m.d))
+        Self::generator(m, gen, x, s).posterior(gpu, u, (gu, None), dl, ws_gen)
     }
 
     /// The generator's gradient of the mean of −log p(x | u) at the chains' last states into
@@ -244,18 +265,13 @@ impl GpuPasses {
         m: &BernoulliVae,
         s: Shape,
     ) -> GpuResult<()> {
-        {
-            let (Some(gen), Some(u)) = (&b.state.dec, &b.u) else {
-                unreachable!("made by the pass");
-            };
-            m.gen.forward_gpu(gpu, gen, u, s.rows, &mut b.ws_gen)?;
-        }
-        Self::bernoulli(gpu, b, s.rows, (s.images, m.pixels()), -1.0 / s.rows as f32)?;
         let Buffers {
             state: DeviceState { dec: Some(gen), .. },
+            x: Some(x),
             u: Some(u),
             u0: Some(u0),
             dl: Some(dl),
+            ll: Some(ll),
             dist: Some(dist),
             g_gen: Some(gg),
             ws_gen,
@@ -264,9 +280,8 @@ impl GpuPasses {
         else {
             unreachable!("made by the pass");
         };
-        gpu.zero(gg)?;
-        m.gen
-            .backward_gpu(gpu, gen, ws_gen, dl, Some(&mut *gg), None)?;
+        let g = (&mut *gg, Some(&mut *ll), -1.0 / s.rows as f32);
+        Self::generator(m, gen, x, s).theta_gradient(gpu, u, g, dl, ws_gen)?;
         let (ri, di) = (s.rows as i32, m.d as i32);
         let mut l = gpu.stream.launch_builder(gpu.k("row_distance"));
         l.arg(&*u).arg(&*u0).arg(&mut *dist).arg(&ri).arg(&di);

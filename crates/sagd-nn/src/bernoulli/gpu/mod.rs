@@ -112,42 +112,6 @@ impl GpuPasses {
         Ok(&self.host)
     }
 
-    /// ll[r] = log p(x_{r mod b} | logits_r) and dl = gscale ∂ll/∂logits for the first `rows`
-    /// rows of the generator's last output, over `images` images of `pixels` pixels.
-    fn bernoulli(
-        gpu: &Gpu,
-        b: &mut Buffers,
-        rows: usize,
-        (images, pixels): (usize, usize),
-        gscale: f32,
-    ) -> GpuResult<()> {
-        let Buffers {
-            x: Some(x),
-            dl: Some(dl),
-            ll: Some(ll),
-            ws_gen,
-            ..
-        } = b
-        else {
-            unreachable!("made by the caller");
-        };
-        let logits = ws_gen.output().expect("forward ran");
-        let shape = LikelihoodRows {
-            rows,
-            n: images,
-            per: 1,
-            px: pixels,
-        };
-        gpu.likelihood_rows(
-            DeviceLaw::Bernoulli,
-            (logits, x),
-            shape,
-            dl,
-            Some(ll),
-            gscale,
-        )
-    }
-
     /// The VAE's mean negative ELBO over the binarised images `x` (b × pixels) with the noise `eps`
     /// (b × d), its gradients written into `g_dec` (the generator's) and `g_enc`: the CPU's
     /// [`vae_batch`](crate::bernoulli::vae_batch).

@@ -16,7 +16,8 @@ use sagd::run::{decode, encode};
 use serde::{Deserialize, Serialize};
 
 use crate::cuda::{
-    act_code, grid, Gpu, GpuError, GpuResult, GpuRng, GpuWorkspace, LikelihoodRows, Replay,
+    act_code, grid, DeviceDecoder, Gpu, GpuError, GpuResult, GpuRng, GpuWorkspace, LikelihoodRows,
+    Replay,
 };
 use crate::likelihood::DeviceLaw;
 use crate::train::chain_settings::ChainPlan;
@@ -419,18 +420,20 @@ impl<'a> GpuChainEstimator<'a> {
             unsafe { l.launch(cfg) }?;
             return Ok(());
         }
-        vae.dec.forward_gpu(gpu, dec, x, nb, ws)?;
-        let h = ws.output().expect("forward ran");
         let shape = LikelihoodRows {
             rows: nb,
             n: nb,
             per: 1,
             px: vae.data_dim(),
         };
-        gpu.likelihood_rows(law, (h, data), shape, resid, Some(&mut *lp), 1.0)?;
-        vae.dec
-            .backward_gpu(gpu, dec, ws, resid, None, Some(&mut *g))?;
-        gpu.posterior_prior(g, x, Some(lp), (nb, d))
+        let decoder = DeviceDecoder {
+            net: &vae.dec,
+            params: dec,
+            law,
+            data,
+            shape,
+        };
+        decoder.posterior(gpu, x, (g, Some(lp)), resid, ws)
     }
 }
 

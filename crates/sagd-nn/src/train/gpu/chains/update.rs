@@ -173,29 +173,21 @@ impl<'a> GpuChainEstimator<'a> {
         // ∇θ Σ log p over the K accepted states of every chain, in one pass.
         let rows = self.steps * nb;
         let data = if all { &b.x_all } else { &b.x_batch };
-        let dec = placed(&self.state.dec);
-        self.vae
-            .dec
-            .forward_gpu(gpu, dec, &b.store, rows, &mut b.ws_theta)?;
-        let h = b.ws_theta.output().expect("forward ran");
-        let shape = LikelihoodRows {
-            rows,
-            n: nb,
-            per: 1,
-            px: self.px,
+        let decoder = DeviceDecoder {
+            net: &self.vae.dec,
+            params: placed(&self.state.dec),
+            law: self.law,
+            data,
+            shape: LikelihoodRows {
+                rows,
+                n: nb,
+                per: 1,
+                px: self.px,
+            },
         };
         // f = −log p: the estimate's scale on ∂ log p/∂h.
-        let gscale = -1.0 / rows as f32;
-        gpu.likelihood_rows(self.law, (h, data), shape, &mut b.resid, None, gscale)?;
-        gpu.zero(&mut b.g_theta)?;
-        self.vae.dec.backward_gpu(
-            gpu,
-            dec,
-            &mut b.ws_theta,
-            &b.resid,
-            Some(&mut b.g_theta),
-            None,
-        )
+        let g = (&mut b.g_theta, None, -1.0 / rows as f32);
+        decoder.theta_gradient(gpu, &b.store, g, &mut b.resid, &mut b.ws_theta)
     }
 
     /// Reads and clears the summed statistics (zero when allocated; only transitions add to them).
