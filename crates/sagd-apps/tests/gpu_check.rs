@@ -3,7 +3,9 @@
 
 // The checks' library module is deprecated (it moves to `sagd bench gpu` next release).
 #![allow(deprecated)]
-use sagd_apps::gpu_check::{check_adam, check_estimators, check_networks, check_training};
+use sagd_apps::gpu_check::{
+    check_adam, check_e2, check_estimators, check_networks, check_training,
+};
 use sagd_nn::cuda::{Gpu, GpuError};
 use sagd_nn::Device;
 
@@ -54,6 +56,28 @@ fn the_gpu_agrees_with_the_cpu() {
     assert_eq!((adam.theta, adam.m, adam.v), (0.0, 0.0, 0.0), "{adam:?}");
     for c in check_training(5, 0).unwrap() {
         // The plumbing fails by O(1); rounding spreads the moves by up to about 1e-2.
+        assert!(c.rel_err < 0.05, "{c:?}");
+    }
+}
+
+/// E2's part of [`the_gpu_agrees_with_the_cpu`] (every network, E2's estimators and training,
+/// Adam): what CI runs on the CPU's stand-in for a GPU (`scripts/gpu_on_cpu.sh`), where E3's
+/// networks would take too long. Ignored where no GPU is, as that test.
+#[test]
+#[ignore = "needs an NVIDIA GPU (or scripts/gpu_on_cpu.sh): run with --include-ignored"]
+fn e2_on_a_gpu_matches_the_cpu_engine() {
+    let gpu = Gpu::open(0).unwrap_or_else(|e| panic!("no GPU to check: {e}"));
+    for c in check_networks(&gpu, 5).unwrap() {
+        assert!(c.all_finite, "{c:?}");
+        assert!(c.output.max(c.dparams).max(c.dx) < 1e-4, "{c:?}");
+    }
+    let (estimators, training) = check_e2(5, 0).unwrap();
+    for c in estimators {
+        assert!(c.g_dec.max(c.g_enc).max(c.loss) < 1e-3, "{c:?}");
+    }
+    let adam = check_adam(&gpu, 5).unwrap();
+    assert_eq!((adam.theta, adam.m, adam.v), (0.0, 0.0, 0.0), "{adam:?}");
+    for c in training {
         assert!(c.rel_err < 0.05, "{c:?}");
     }
 }

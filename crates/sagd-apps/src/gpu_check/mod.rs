@@ -20,7 +20,8 @@ use sagd_nn::{Layer, Sequential, Workspace};
 mod training;
 
 pub use training::{
-    check_adam, check_estimators, check_training, AdamCheck, EstimatorCheck, TrainingCheck,
+    check_adam, check_e2, check_estimators, check_training, AdamCheck, EstimatorCheck,
+    TrainingCheck,
 };
 
 /// One network's agreement between the engines: ‖gpu − cpu‖ / ‖cpu‖ of each output.

@@ -38,6 +38,35 @@ pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Es
     Ok(out)
 }
 
+/// SAGD's chains made deterministic, so that both engines follow them to rounding: BAOAB with a
+/// friction of 1e-30 and momenta starting at zero.
+fn deterministic_chains() -> sagd_nn::train::LangevinChains {
+    use sagd::langevin::{LangevinSettings, Momentum, Scheme};
+    sagd_nn::train::LangevinChains {
+        langevin: LangevinSettings {
+            scheme: Scheme::Baoab,
+            gamma: 1e-30,
+        },
+        initial_momentum: Momentum::Zero,
+        ..sagd_nn::train::LangevinChains::default()
+    }
+}
+
+/// E2's part of [`check_estimators`] and [`check_training`] alone: its estimators (d = 1 and 100,
+/// and the other laws) and its training, without E3's, whose networks take many minutes where
+/// the device is the CPU's stand-in (`scripts/gpu_on_cpu.sh`, which CI runs).
+pub fn check_e2(
+    seed: u64,
+    ordinal: usize,
+) -> sagd::error::Result<(Vec<EstimatorCheck>, Vec<TrainingCheck>)> {
+    let mut estimators = Vec::new();
+    for (d, hidden, n) in [(1usize, 64usize, 1000usize), (100, 256, 500)] {
+        estimators.extend(check_e2_estimators((d, hidden, n), seed, ordinal)?);
+    }
+    estimators.extend(check_laws(seed, ordinal)?);
+    Ok((estimators, check_e2_training(seed, ordinal)?))
+}
+
 /// E2's estimators under the backend's other laws, on data wider than the latent: a VAE of 2
 /// latent dimensions and 12 values per point, 300 points simulated under each of Bernoulli,
 /// Poisson and N(h, 0.5²); the ELBO, IWAE with 8 samples and SAGD's deterministic chains (as
@@ -109,16 +138,8 @@ fn law_cases<L: sagd_nn::likelihood::Likelihood + Copy + 'static>(
     batch: &[usize],
     (seed, ordinal): (u64, usize),
 ) -> sagd::error::Result<Vec<EstimatorCheck>> {
-    use sagd::langevin::{LangevinSettings, Momentum, Scheme};
-    use sagd_nn::train::{Estimator, LangevinChains};
-    let deterministic = LangevinChains {
-        langevin: LangevinSettings {
-            scheme: Scheme::Baoab,
-            gamma: 1e-30,
-        },
-        initial_momentum: Momentum::Zero,
-        ..LangevinChains::default()
-    };
+    use sagd_nn::train::Estimator;
+    let deterministic = deterministic_chains();
     let cases = [
         ("vae", Estimator::Bound { k: 1 }),
         ("iwae k = 8", Estimator::Bound { k: 8 }),
@@ -145,7 +166,7 @@ fn check_e2_estimators(
     ordinal: usize,
 ) -> sagd::error::Result<Vec<EstimatorCheck>> {
     use crate::debias::simulate;
-    use sagd::langevin::{LangevinSettings, Momentum, Scheme};
+    use sagd::langevin::{LangevinSettings, Scheme};
     use sagd::metrics::Law;
     use sagd_nn::train::{ChainSchedule, Estimator, LangevinChains};
     let vae = Vae::new(d, hidden);
@@ -154,14 +175,7 @@ fn check_e2_estimators(
     let x: Vec<f32> = x.iter().map(|v| *v as f32).collect();
     let params = vae.init(seed);
     let batch: Vec<usize> = (0..n).collect();
-    let deterministic = LangevinChains {
-        langevin: LangevinSettings {
-            scheme: Scheme::Baoab,
-            gamma: 1e-30,
-        },
-        initial_momentum: Momentum::Zero,
-        ..LangevinChains::default()
-    };
+    let deterministic = deterministic_chains();
     // The chain options on the paper's chains: refreshes (the third update starts again from the
     // encoder), two chains per point, and δ_t, K_t = 5, 10, 15 (so the device's buffers grow).
     let schedule = ChainSchedule {
@@ -353,24 +367,16 @@ fn nudged(p: &VaeParams) -> VaeParams {
 /// noise on both engines) and SAGD's chains made deterministic as in [`check_estimators`].
 fn check_e2_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<TrainingCheck>> {
     use crate::debias::simulate;
-    use sagd::langevin::{LangevinSettings, Momentum, Scheme};
     use sagd::metrics::Law;
     use sagd::optim::Averaging;
     use sagd::run::{Identity, Runner};
-    use sagd_nn::train::{Estimator, LangevinChains, TrainSettings, Training};
+    use sagd_nn::train::{Estimator, TrainSettings, Training};
     let (d, n, updates) = (1, 1000, 3);
     let vae = Vae::new(d, 64);
     let (_, x) = simulate(&Law::Exponential { mean: 2.0 }, n, d, seed);
     let x: Vec<f32> = x.iter().map(|v| *v as f32).collect();
     let p0 = vae.init(seed);
-    let deterministic = LangevinChains {
-        langevin: LangevinSettings {
-            scheme: Scheme::Baoab,
-            gamma: 1e-30,
-        },
-        initial_momentum: Momentum::Zero,
-        ..LangevinChains::default()
-    };
+    let deterministic = deterministic_chains();
     let settings = TrainSettings {
         epochs: 1,
         batch_size: 100,
@@ -419,7 +425,7 @@ fn check_e2_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Train
 
 /// E3's VAE and SAGD phases, 3 updates each of minibatches of 200 synthetic images, on the
 /// CPU (the host's Adam) and on GPU `ordinal` (the device's), with the CPU's own rounding floor;
-/// then E2's estimators ([`check_e2_training`]).
+/// then E2's estimators through the training job (the ELBO, IWAE and deterministic chains).
 pub fn check_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<TrainingCheck>> {
     use crate::mnist::experiment::{train_phase_from, E3Settings};
     let images = synthetic_images(400);

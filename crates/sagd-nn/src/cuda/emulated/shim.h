@@ -16,7 +16,9 @@ struct D3 { unsigned x = 1, y = 1, z = 1; };
 thread_local D3 threadIdx;
 D3 blockIdx, blockDim, gridDim;
 std::barrier<>* g_bar;
-inline void __syncthreads() { g_bar->arrive_and_wait(); }
+// Where a driver runs a block's threads as fibers of one OS thread, __syncthreads is its switch.
+inline void (*g_fiber_sync)() = nullptr;
+inline void __syncthreads() { if (g_fiber_sync) g_fiber_sync(); else g_bar->arrive_and_wait(); }
 #define __global__
 #define __device__
 #define __forceinline__ inline
