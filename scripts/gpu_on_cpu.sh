@@ -3,7 +3,7 @@
 # (crates/sagd-nn/src/cuda/emulated/driver.cpp, with kernels.cu compiled in as C++ over shim.h)
 # built as one library under the three names cudarc loads, then the commands given run with it
 # first on LD_LIBRARY_PATH (default: the GPU-against-CPU checks of every network, E2's estimators
-# and training, and Adam's step).
+# and training, Adam's step, and E3's passes and training on a small convolutional model).
 # It checks the host code's logic (buffers, shapes, launches, graphs), not a GPU's arithmetic,
 # memory model or speed: the sittings on a GPU still do that. Needs a C++20 compiler.
 set -euo pipefail
@@ -26,7 +26,8 @@ ln -s libcuda.so "$work/lib/libnvrtc.so"
 ln -s libcuda.so "$work/lib/libcublas.so"
 export LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ $# -eq 0 ]; then
-  # E3's full checks (the_gpu_agrees_with_the_cpu) take about 15 minutes here: run them by name.
+  # E3's checks on its own networks (the_gpu_agrees_with_the_cpu) take about 15 minutes here:
+  # run them by name.
   set -- cargo test --release -p sagd-apps --test gpu_check -- --include-ignored \
     --skip the_gpu_agrees_with_the_cpu
 fi

@@ -4,7 +4,7 @@
 // The checks' library module is deprecated (it moves to `sagd bench gpu` next release).
 #![allow(deprecated)]
 use sagd_apps::gpu_check::{
-    check_adam, check_e2, check_estimators, check_networks, check_training,
+    check_adam, check_e2, check_e3_small, check_estimators, check_networks, check_training,
 };
 use sagd_nn::cuda::{Gpu, GpuError};
 use sagd_nn::Device;
@@ -77,6 +77,21 @@ fn e2_on_a_gpu_matches_the_cpu_engine() {
     }
     let adam = check_adam(&gpu, 5).unwrap();
     assert_eq!((adam.theta, adam.m, adam.v), (0.0, 0.0, 0.0), "{adam:?}");
+    for c in training {
+        assert!(c.rel_err < 0.05, "{c:?}");
+    }
+}
+
+/// E3's passes and training on a small convolutional VAE of 8 × 8 images (every scheme, chains
+/// that persist, the VAE; the device taking Adam's steps): what CI runs of E3 on the CPU's
+/// stand-in for a GPU (`scripts/gpu_on_cpu.sh`). Ignored where no GPU is, as the others.
+#[test]
+#[ignore = "needs an NVIDIA GPU (or scripts/gpu_on_cpu.sh): run with --include-ignored"]
+fn e3_on_a_gpu_matches_the_cpu_engine_on_small_images() {
+    let (estimators, training) = check_e3_small(5, 0).unwrap();
+    for c in estimators {
+        assert!(c.g_dec.max(c.g_enc).max(c.loss) < 1e-3, "{c:?}");
+    }
     for c in training {
         assert!(c.rel_err < 0.05, "{c:?}");
     }

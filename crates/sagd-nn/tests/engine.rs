@@ -135,6 +135,53 @@ fn convolutions_match_finite_differences() {
     check(&conv_net(Activation::Relu), 1e-3, 1e-2, true);
 }
 
+/// A network whose first layer is a convolution wider than every layer above it (an encoder of
+/// E3's shape, in miniature): its parameter gradient without ∂L/∂input is the one with it, on a
+/// fresh workspace (where nothing above had made the lower buffer as wide as the input).
+#[test]
+fn a_first_convolution_wider_than_the_layers_above_needs_no_input_gradient() {
+    let (k, stride, pad) = (4, 2, 1);
+    let relu = Layer::Act {
+        act: Activation::Relu,
+    };
+    let net = Sequential::new(vec![
+        Layer::Conv {
+            c_in: 1,
+            c_out: 4,
+            side: 8,
+            k,
+            stride,
+            pad,
+        },
+        relu,
+        Layer::Conv {
+            c_in: 4,
+            c_out: 8,
+            side: 4,
+            k,
+            stride,
+            pad,
+        },
+        relu,
+        Layer::Linear { inp: 32, out: 4 },
+    ]);
+    let rows = 5;
+    let p = net.init(2);
+    let x = normals(rows * net.input_dim(), 3);
+    let dout = normals(rows * net.output_dim(), 4);
+    let grads = |dx: Option<&mut [f32]>| {
+        let mut ws = Workspace::default();
+        net.forward(&p, &x, rows, &mut ws);
+        let mut dp = vec![0.0f32; p.len()];
+        net.backward(&p, &mut ws, &dout, Some(&mut dp), dx);
+        dp
+    };
+    let mut dx = vec![0.0f32; x.len()];
+    let with_dx = grads(Some(&mut dx));
+    assert!(dx.iter().any(|v| *v != 0.0));
+    assert_eq!(grads(None), with_dx);
+}
+
 #[test]
 fn a_convolution_is_the_sum_over_its_window() {
     // One 4 × 4 two-channel image, a 3 × 3 kernel, stride 1, padding 1: output pixel (y, x) of

@@ -1,6 +1,6 @@
 //! The GPU engine against the CPU engine: every layer of the experiments' networks forward and
 //! backward on fresh random inputs, and their speed; the estimators, training and Adam's step in
-//! the checks of `training.rs`.
+//! the checks of `training.rs` (E2's, and what they share) and `images.rs` (E3's).
 
 use std::time::Instant;
 
@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::mnist::experiment::{E3Estimator, Objective};
 use crate::mnist::model::Chains;
+use sagd_nn::bernoulli::BernoulliVae;
 use sagd_nn::cuda::{Gpu, GpuError, GpuResult, GpuWorkspace};
 use sagd_nn::math::Activation;
 use sagd_nn::train::GradientEstimator;
@@ -17,12 +18,38 @@ use sagd_nn::vae::VaeParams;
 use sagd_nn::Device;
 use sagd_nn::{Layer, Sequential, Workspace};
 
+mod images;
 mod training;
 
-pub use training::{
-    check_adam, check_e2, check_estimators, check_training, AdamCheck, EstimatorCheck,
-    TrainingCheck,
-};
+pub use images::check_e3_small;
+pub use training::{check_adam, check_e2, AdamCheck, EstimatorCheck, TrainingCheck};
+
+/// The GPU estimators against the CPU's on simulated E2 data (1-D and 100-D), and under the
+/// backend's other laws on data wider than the latent (Bernoulli, Poisson and Gaussian of sd
+/// 0.5, 12 values per point from 2 latent dimensions): VAE, IWAE with the same noise, and
+/// SAGD's chains with a friction of 1e-30 and momenta starting at zero (so that the dynamics,
+/// and hence both engines, are deterministic to rounding: 50 burn-in and 10 steps per update).
+/// HMC draws its momenta and Metropolis uniforms from each engine's own streams, so it is
+/// compared in law (Table 1), not here. Then E3's passes on synthetic images: the VAE and SAGD's
+/// stochastic chains, whose noise both engines read from the same host stream; and the same on
+/// a small convolutional model ([`check_e3_small`]).
+pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<EstimatorCheck>> {
+    let mut out = training::e2_estimators(seed, ordinal)?;
+    out.extend(images::check_e3_estimators(seed, ordinal)?);
+    out.extend(images::e3_small_estimators(seed, ordinal)?);
+    Ok(out)
+}
+
+/// E3's VAE and SAGD phases, 3 updates each of minibatches of 200 synthetic images, on the
+/// CPU (the host's Adam) and on GPU `ordinal` (the device's), with the CPU's own rounding floor;
+/// the same on a small convolutional model ([`check_e3_small`]); then E2's estimators through
+/// the training job (the ELBO, IWAE and deterministic chains).
+pub fn check_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<TrainingCheck>> {
+    let mut out = images::e3_training(seed, ordinal)?;
+    out.extend(images::e3_small_training(seed, ordinal)?);
+    out.extend(training::check_e2_training(seed, ordinal)?);
+    Ok(out)
+}
 
 /// One network's agreement between the engines: ‖gpu − cpu‖ / ‖cpu‖ of each output.
 #[derive(Clone, Debug, Serialize)]

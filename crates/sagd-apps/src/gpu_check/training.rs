@@ -1,5 +1,6 @@
 //! The estimators, training and Adam's step on the GPU against the CPU: E2's estimators on the
-//! same minibatch, E3's training phases side by side, and one Adam step to the bit.
+//! same minibatch and through the training job, what every training check shares, and one Adam
+//! step to the bit.
 
 use super::*;
 
@@ -20,22 +21,8 @@ pub struct EstimatorCheck {
     pub loss: f64,
 }
 
-/// The GPU estimators against the CPU's on simulated E2 data (1-D and 100-D), and under the
-/// backend's other laws on data wider than the latent (Bernoulli, Poisson and Gaussian of sd
-/// 0.5, 12 values per point from 2 latent dimensions): VAE, IWAE with the same noise, and
-/// SAGD's chains with a friction of 1e-30 and momenta starting at zero (so that the dynamics,
-/// and hence both engines, are deterministic to rounding: 50 burn-in and 10 steps per update).
-/// HMC draws its momenta and Metropolis uniforms from each engine's own streams, so it is
-/// compared in law (Table 1), not here. Then E3's passes on synthetic images: the VAE and SAGD's
-/// stochastic chains, whose noise both engines read from the same host stream.
-pub fn check_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<EstimatorCheck>> {
-    let mut out = e2_estimators(seed, ordinal)?;
-    out.extend(check_e3_estimators(seed, ordinal)?);
-    Ok(out)
-}
-
 /// E2's estimators of [`check_estimators`]: d = 1 and 100, then the other laws.
-fn e2_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<EstimatorCheck>> {
+pub(super) fn e2_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<EstimatorCheck>> {
     let mut out = Vec::new();
     for (d, hidden, n) in [(1usize, 64usize, 1000usize), (100, 256, 500)] {
         out.extend(check_e2_estimators((d, hidden, n), seed, ordinal)?);
@@ -241,50 +228,9 @@ fn check_e2_estimators(
     Ok(out)
 }
 
-/// E3 on 400 synthetic grey images (strokes of varying intensity): the VAE's ELBO, and SAGD's
-/// chains (every scheme, and chains that persist between visits) with the same binarisations and
-/// noise on both sides.
-fn check_e3_estimators(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<EstimatorCheck>> {
-    use sagd::langevin::Scheme;
-    let model = crate::mnist::e3(20);
-    let images = synthetic_images(400);
-    let params = model.init(seed);
-    let batch: Vec<usize> = (0..200).collect();
-    let sagd = |name: &str, scheme| {
-        let chains = Chains {
-            scheme,
-            ..Chains::default()
-        };
-        let name = format!("E3 sagd {name}, 20 chains x 5 steps");
-        (name, Objective::Sagd(chains))
-    };
-    let cases = [
-        ("E3 vae, batch 200".to_string(), Objective::Vae),
-        sagd("euler", Scheme::Euler),
-        sagd("obabo", Scheme::Obabo),
-        sagd("baoab", Scheme::Baoab),
-        sagd("ubu", Scheme::Ubu),
-        // Chains that persist: the second of the three updates continues the first's chains.
-        (
-            "E3 sagd euler, persistent (refresh every 2), 20 chains x 5 steps".to_string(),
-            Objective::Sagd(Chains {
-                refresh_every: Some(2),
-                ..Chains::default()
-            }),
-        ),
-    ];
-    let mut out = Vec::new();
-    for (name, objective) in cases {
-        let mut cpu = E3Estimator::new(&model, &images, objective, seed);
-        let mut gpu = E3Estimator::on(Device::Cuda(ordinal), &model, &images, objective, seed)?;
-        out.push(compare(name, &mut cpu, &mut gpu, &params, &batch)?);
-    }
-    Ok(out)
-}
-
 /// Three updates of the two estimators from the same parameters, each followed by the same plain
 /// step (so that the next update sees new θ), and their largest disagreements.
-fn compare(
+pub(super) fn compare(
     name: String,
     cpu: &mut dyn GradientEstimator,
     gpu: &mut dyn GradientEstimator,
@@ -365,22 +311,18 @@ fn nudged(p: &VaeParams) -> VaeParams {
     q
 }
 
-/// E2's estimators through the training job, 3 updates of minibatches of 100 of 1000 simulated
-/// points (d = 1), on the CPU (the host's Adam) and on GPU `ordinal` (the device's, which the
-/// job takes there for every estimator that lends it): the ELBO, IWAE with 50 samples (the same
-/// noise on both engines) and SAGD's chains made deterministic as in [`check_estimators`].
-fn check_e2_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<TrainingCheck>> {
-    use crate::debias::simulate;
-    use sagd::metrics::Law;
+/// The updates of a training check: 3 of minibatches of 100 of the `n` points at a rate of
+/// 1e-3, through the training job (the device taking Adam's steps where `est` lends one).
+pub(super) fn train_updates(
+    est: &mut dyn GradientEstimator,
+    sizes: (usize, usize),
+    n: usize,
+    start: &VaeParams,
+    seed: u64,
+) -> sagd::error::Result<VaeParams> {
     use sagd::optim::Averaging;
     use sagd::run::{Identity, Runner};
-    use sagd_nn::train::{Estimator, TrainSettings, Training};
-    let (d, n, updates) = (1, 1000, 3);
-    let vae = Vae::new(d, 64);
-    let (_, x) = simulate(&Law::Exponential { mean: 2.0 }, n, d, seed);
-    let x: Vec<f32> = x.iter().map(|v| *v as f32).collect();
-    let p0 = vae.init(seed);
-    let deterministic = deterministic_chains();
+    use sagd_nn::train::{TrainSettings, Training};
     let settings = TrainSettings {
         epochs: 1,
         batch_size: 100,
@@ -388,92 +330,73 @@ fn check_e2_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<Train
         lr_decay: 0.0,
         averaging: Averaging::None,
     };
-    let train = |estimator: &Estimator, device, start: &VaeParams| {
-        let mut est = estimator.on(device, &vae, &x, seed)?;
-        let sizes = (vae.dec.n_params(), vae.enc.n_params());
-        let job = Training::with_sizes(
-            sizes,
-            &mut *est,
-            &settings,
-            n,
-            Some(updates),
-            Identity::new(),
-        )?;
-        let mut st = job.init(start.clone(), seed);
-        Runner::new(job).run(&mut st)?;
-        Ok::<_, sagd::error::SagdError>(st.params)
-    };
+    let updates = Some(TRAINING_UPDATES);
+    let job = Training::with_sizes(sizes, est, &settings, n, updates, Identity::new())?;
+    let mut st = job.init(start.clone(), seed);
+    Runner::new(job).run(&mut st)?;
+    Ok(st.params)
+}
+
+/// Updates each engine takes in a training check.
+pub(super) const TRAINING_UPDATES: usize = 3;
+
+/// One phase's training check: `train` from `p0` on the CPU and on GPU `ordinal`, and again on
+/// the CPU from `p0` nudged (the rounding floor); the encoder's moves compared with `encoder`.
+pub(super) fn training_check(
+    phase: &str,
+    encoder: bool,
+    p0: &VaeParams,
+    train: impl Fn(Device, &VaeParams) -> sagd::error::Result<VaeParams>,
+    ordinal: usize,
+) -> sagd::error::Result<TrainingCheck> {
+    let cpu = train(Device::Cpu, p0)?;
+    let cpu_nudged = train(Device::Cpu, &nudged(p0))?;
+    let gpu = train(Device::Cuda(ordinal), p0)?;
+    let (rel_err, params) = moves_apart(&cpu, &gpu, p0, encoder);
+    let (rounding_floor, _) = moves_apart(&cpu, &cpu_nudged, p0, encoder);
+    Ok(TrainingCheck {
+        phase: phase.into(),
+        updates: TRAINING_UPDATES,
+        params,
+        rel_err,
+        rounding_floor,
+    })
+}
+
+/// E2's estimators through the training job, 3 updates of minibatches of 100 of 1000 simulated
+/// points (d = 1), on the CPU (the host's Adam) and on GPU `ordinal` (the device's, which the
+/// job takes there for every estimator that lends it): the ELBO, IWAE with 50 samples (the same
+/// noise on both engines) and SAGD's chains made deterministic as in [`check_estimators`].
+pub(super) fn check_e2_training(
+    seed: u64,
+    ordinal: usize,
+) -> sagd::error::Result<Vec<TrainingCheck>> {
+    use crate::debias::simulate;
+    use sagd::metrics::Law;
+    use sagd_nn::train::Estimator;
+    let (d, n) = (1, 1000);
+    let vae = Vae::new(d, 64);
+    let (_, x) = simulate(&Law::Exponential { mean: 2.0 }, n, d, seed);
+    let x: Vec<f32> = x.iter().map(|v| *v as f32).collect();
+    let p0 = vae.init(seed);
+    let sizes = (vae.dec.n_params(), vae.enc.n_params());
     let cases = [
         ("E2 vae", Estimator::Bound { k: 1 }),
         ("E2 iwae k = 50", Estimator::Bound { k: 50 }),
-        ("E2 sagd (deterministic)", Estimator::Sagd(deterministic)),
+        (
+            "E2 sagd (deterministic)",
+            Estimator::Sagd(deterministic_chains()),
+        ),
     ];
     let mut out = Vec::new();
     for (phase, estimator) in cases {
-        let cpu = train(&estimator, Device::Cpu, &p0)?;
-        let cpu_nudged = train(&estimator, Device::Cpu, &nudged(&p0))?;
-        let gpu = train(&estimator, Device::Cuda(ordinal), &p0)?;
-        let encoder = matches!(estimator, Estimator::Bound { .. });
-        let (rel_err, params) = moves_apart(&cpu, &gpu, &p0, encoder);
-        let (rounding_floor, _) = moves_apart(&cpu, &cpu_nudged, &p0, encoder);
-        out.push(TrainingCheck {
-            phase: phase.into(),
-            updates,
-            params,
-            rel_err,
-            rounding_floor,
-        });
-    }
-    Ok(out)
-}
-
-/// E3's VAE and SAGD phases, 3 updates each of minibatches of 200 synthetic images, on the
-/// CPU (the host's Adam) and on GPU `ordinal` (the device's), with the CPU's own rounding floor;
-/// then E2's estimators through the training job (the ELBO, IWAE and deterministic chains).
-pub fn check_training(seed: u64, ordinal: usize) -> sagd::error::Result<Vec<TrainingCheck>> {
-    use crate::mnist::experiment::{train_phase_from, E3Settings};
-    let images = synthetic_images(400);
-    let s = E3Settings {
-        train_n: 400,
-        seed,
-        ..E3Settings::default()
-    };
-    let model = crate::mnist::e3(s.latent);
-    let p0 = model.init(sagd::rng::Seed::new(seed).stream("init").get());
-    let nudged = nudged(&p0);
-    let none = |_: &str, _: usize, _: usize| {};
-    let mut out = Vec::new();
-    for objective in [Objective::Vae, Objective::Sagd(Chains::default())] {
-        let updates = 3;
-        let run = |start: &VaeParams, device| {
-            train_phase_from(
-                &s,
-                &images,
-                objective,
-                updates,
-                start.clone(),
-                device,
-                &none,
-            )
+        let train = |device, start: &VaeParams| {
+            let mut est = estimator.on(device, &vae, &x, seed)?;
+            train_updates(&mut *est, sizes, n, start, seed)
         };
-        let cpu = run(&p0, Device::Cpu)?;
-        let cpu_nudged = run(&nudged, Device::Cpu)?;
-        let gpu = run(&p0, Device::Cuda(ordinal))?;
-        let encoder = objective == Objective::Vae;
-        let (rel_err, params) = moves_apart(&cpu, &gpu, &p0, encoder);
-        let (rounding_floor, _) = moves_apart(&cpu, &cpu_nudged, &p0, encoder);
-        out.push(TrainingCheck {
-            phase: match objective {
-                Objective::Vae => "E3 vae".into(),
-                Objective::Sagd(_) => "E3 sagd (euler)".into(),
-            },
-            updates,
-            params,
-            rel_err,
-            rounding_floor,
-        });
+        let encoder = matches!(estimator, Estimator::Bound { .. });
+        out.push(training_check(phase, encoder, &p0, train, ordinal)?);
     }
-    out.extend(check_e2_training(seed, ordinal)?);
     Ok(out)
 }
 
@@ -548,20 +471,4 @@ pub fn check_adam(gpu: &Gpu, seed: u64) -> sagd::error::Result<AdamCheck> {
         m: worst(&m_g, &st.opt.m),
         v: worst(&v_g, &st.opt.v),
     })
-}
-
-/// `n` grey 28 × 28 images of vertical strokes of varying place and intensity.
-fn synthetic_images(n: usize) -> Vec<u8> {
-    let px = crate::mnist::PIXELS;
-    (0..n * px)
-        .map(|i| {
-            let (img, p) = (i / px, i % px);
-            let (y, x) = (p / 28, p % 28);
-            if (x + img) % 7 < 3 && (4..24).contains(&y) {
-                (128 + (img * 13 + p) % 128) as u8
-            } else {
-                0
-            }
-        })
-        .collect()
 }

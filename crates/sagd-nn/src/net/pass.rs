@@ -419,7 +419,8 @@ impl Backward<'_, '_> {
         if want_dx {
             self.grad2.resize(inp, 0.0);
         }
-        let dx_buf = want_dx.then_some(&mut self.grad2[..inp]);
+        // Lazily: below the first layer grad2 may be shorter than its input.
+        let dx_buf = want_dx.then(|| &mut self.grad2[..inp]);
         let (dwb, keep) = match &mut self.sink {
             ParamGrads::Add(dp) | ParamGrads::Set(dp) => {
                 (Some((&mut dp[off..off + np], self.lands)), None)

@@ -136,9 +136,14 @@ void* fresh_stack(std::vector<char>& stack) {
     return slot;
 }
 
+// One kernel at a time in the process: block indices, shared memory and the fibers are globals
+// here, and tests open the device from several threads at once.
+std::mutex g_device;
+
 // grid × block threads of `k` on `args`: blocks in turn, each block's threads in turn, or, for a
 // kernel that meets at __syncthreads, as fibers.
 void run(const Kernel& k, unsigned grid, unsigned block, void** args) {
+    std::lock_guard<std::mutex> one_at_a_time(g_device);
     blockDim.x = block;
     gridDim.x = grid;
     if (!k.sync) {
