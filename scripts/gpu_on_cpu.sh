@@ -3,7 +3,8 @@
 # (crates/sagd-nn/src/cuda/emulated/driver.cpp, with kernels.cu compiled in as C++ over shim.h)
 # built as one library under the three names cudarc loads, then the commands given run with it
 # first on LD_LIBRARY_PATH (default: the GPU-against-CPU checks of every network, E2's estimators
-# and training, Adam's step, and E3's passes and training on a small convolutional model).
+# and training, Adam's step, and E3's passes and training on a small convolutional model; and
+# random networks of the engine's layers).
 # It checks the host code's logic (buffers, shapes, launches, graphs), not a GPU's arithmetic,
 # memory model or speed: the sittings on a GPU still do that. Needs a C++20 compiler.
 set -euo pipefail
@@ -28,7 +29,9 @@ export LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ $# -eq 0 ]; then
   # E3's checks on its own networks (the_gpu_agrees_with_the_cpu) take about 15 minutes here:
   # run them by name.
-  set -- cargo test --release -p sagd-apps --test gpu_check -- --include-ignored \
+  cargo test --release -p sagd-nn --test cuda -- --include-ignored
+  cargo test --release -p sagd-apps --test gpu_check -- --include-ignored \
     --skip the_gpu_agrees_with_the_cpu
+else
+  "$@"
 fi
-"$@"
