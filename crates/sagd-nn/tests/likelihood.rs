@@ -246,6 +246,10 @@ fn the_estimators_refuse_what_they_cannot_compute_by_name() {
         let (name, fix) = refused(est.on_with(Device::Cuda(0), &v, Own, &x, 1));
         assert_eq!(name, "device");
         assert!(fix.contains("on the CPU"), "{fix}");
+        assert!(
+            !fix.contains("  "),
+            "the message reads as one sentence: {fix:?}"
+        );
     }
     // The backend's laws, and data wider than the latent, are not refused as settings (where no
     // GPU is found, opening it fails instead).

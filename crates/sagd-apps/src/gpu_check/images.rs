@@ -120,9 +120,9 @@ fn small_images_model() -> sagd::error::Result<BernoulliVae> {
 /// E3's estimators and training ([`check_estimators`]' and [`check_training`]'s E3 cases) on a
 /// small convolutional VAE of 400 synthetic 8 × 8 images: what CI runs on the CPU's stand-in for
 /// a GPU (`scripts/gpu_on_cpu.sh`), where E3's own networks take many minutes. The generator
-/// starts steep (its initial parameters times 4) and the chains step at δ = 0.1, so that where the chains end shows
-/// in the gradient; the training goes through the training job, the device taking Adam's
-/// steps, 3 updates of minibatches of 100 at a rate of 1e-3 per phase.
+/// starts steep (its initial parameters times 4) and the chains step at δ = 0.1, so that where
+/// the chains end shows in the gradient; the training goes through the training job, the device
+/// taking Adam's steps, 3 updates of minibatches of 100 at a rate of 1e-3 per phase.
 pub fn check_e3_small(
     seed: u64,
     ordinal: usize,

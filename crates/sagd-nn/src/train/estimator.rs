@@ -210,7 +210,9 @@ impl Estimator {
                 return Err(SagdError::InvalidSetting {
                     name: "device",
                     value: format!("{device} for {}", type_name::<L>()),
-                    fix: "the CUDA backend computes the likelihoods of sagd_nn::likelihood                           (UnitGaussian, Gaussian, Bernoulli, Poisson), not a law of one's own:                           run this model on the CPU, or give a law the backend knows"
+                    fix: "the CUDA backend computes the likelihoods of sagd_nn::likelihood \
+                          (UnitGaussian, Gaussian, Bernoulli, Poisson), not a law of one's own: \
+                          run this model on the CPU, or give a law the backend knows"
                         .into(),
                 });
             }
