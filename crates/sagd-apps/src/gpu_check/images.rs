@@ -33,7 +33,10 @@ fn binary_image_estimators(
 ) -> sagd::error::Result<Vec<EstimatorCheck>> {
     use sagd::langevin::Scheme;
     let batch: Vec<usize> = (0..200).collect();
-    let shape = format!("{} chains x {} steps", chains.per_image, chains.steps);
+    let mut shape = format!("{} chains x {} steps", chains.per_image, chains.steps);
+    if chains.delta != Chains::default().delta {
+        shape.push_str(&format!(", δ = {}", chains.delta));
+    }
     let sagd = |name: &str, scheme| {
         let name = format!("{label} sagd {name}, {shape}");
         (name, Objective::Sagd(Chains { scheme, ..chains }))
@@ -156,7 +159,7 @@ pub(super) fn e3_small_estimators(
 ) -> sagd::error::Result<Vec<EstimatorCheck>> {
     let (model, images, chains) = e3_small()?;
     let at = (&model, &steep_start(&model, seed));
-    binary_image_estimators("8x8 (δ = 0.1)", at, &images, chains, (seed, ordinal))
+    binary_image_estimators("8x8", at, &images, chains, (seed, ordinal))
 }
 
 /// The training of [`check_e3_small`].
