@@ -5,6 +5,7 @@
 #![allow(deprecated)]
 use sagd_apps::gpu_check::{
     check_adam, check_e2, check_e3_small, check_estimators, check_networks, check_training,
+    EstimatorCheck, TrainingCheck,
 };
 use sagd_nn::cuda::{Gpu, GpuError};
 use sagd_nn::Device;
@@ -44,17 +45,30 @@ fn e3_on_the_gpu_starts_or_fails_clearly() {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run with --include-ignored where there is one"]
 fn the_gpu_agrees_with_the_cpu() {
+    networks_and_adam_agree();
+    agree(
+        &check_estimators(5, 0).unwrap(),
+        &check_training(5, 0).unwrap(),
+    );
+}
+
+/// Every network within 1e-4 and finite on GPU 0, and Adam's step the host's to the bit.
+fn networks_and_adam_agree() {
     let gpu = Gpu::open(0).unwrap_or_else(|e| panic!("no GPU to check: {e}"));
     for c in check_networks(&gpu, 5).unwrap() {
         assert!(c.all_finite, "{c:?}");
         assert!(c.output.max(c.dparams).max(c.dx) < 1e-4, "{c:?}");
     }
-    for c in check_estimators(5, 0).unwrap() {
-        assert!(c.g_dec.max(c.g_enc).max(c.loss) < 1e-3, "{c:?}");
-    }
     let adam = check_adam(&gpu, 5).unwrap();
     assert_eq!((adam.theta, adam.m, adam.v), (0.0, 0.0, 0.0), "{adam:?}");
-    for c in check_training(5, 0).unwrap() {
+}
+
+/// Every estimator within 1e-3 of the CPU's, and training's moves within 0.05.
+fn agree(estimators: &[EstimatorCheck], training: &[TrainingCheck]) {
+    for c in estimators {
+        assert!(c.g_dec.max(c.g_enc).max(c.loss) < 1e-3, "{c:?}");
+    }
+    for c in training {
         // The plumbing fails by O(1); rounding spreads the moves by up to about 1e-2.
         assert!(c.rel_err < 0.05, "{c:?}");
     }
@@ -66,20 +80,9 @@ fn the_gpu_agrees_with_the_cpu() {
 #[test]
 #[ignore = "needs an NVIDIA GPU (or scripts/gpu_on_cpu.sh): run with --include-ignored"]
 fn e2_on_a_gpu_matches_the_cpu_engine() {
-    let gpu = Gpu::open(0).unwrap_or_else(|e| panic!("no GPU to check: {e}"));
-    for c in check_networks(&gpu, 5).unwrap() {
-        assert!(c.all_finite, "{c:?}");
-        assert!(c.output.max(c.dparams).max(c.dx) < 1e-4, "{c:?}");
-    }
+    networks_and_adam_agree();
     let (estimators, training) = check_e2(5, 0).unwrap();
-    for c in estimators {
-        assert!(c.g_dec.max(c.g_enc).max(c.loss) < 1e-3, "{c:?}");
-    }
-    let adam = check_adam(&gpu, 5).unwrap();
-    assert_eq!((adam.theta, adam.m, adam.v), (0.0, 0.0, 0.0), "{adam:?}");
-    for c in training {
-        assert!(c.rel_err < 0.05, "{c:?}");
-    }
+    agree(&estimators, &training);
 }
 
 /// E3's passes and training on a small convolutional VAE of 8 × 8 images (every scheme, chains
@@ -89,10 +92,5 @@ fn e2_on_a_gpu_matches_the_cpu_engine() {
 #[ignore = "needs an NVIDIA GPU (or scripts/gpu_on_cpu.sh): run with --include-ignored"]
 fn e3_on_a_gpu_matches_the_cpu_engine_on_small_images() {
     let (estimators, training) = check_e3_small(5, 0).unwrap();
-    for c in estimators {
-        assert!(c.g_dec.max(c.g_enc).max(c.loss) < 1e-3, "{c:?}");
-    }
-    for c in training {
-        assert!(c.rel_err < 0.05, "{c:?}");
-    }
+    agree(&estimators, &training);
 }

@@ -79,9 +79,10 @@ fn random_networks_on_a_gpu_match_the_cpu_engine() {
 
             let up = |v: &[f32]| gpu.upload(v).expect("upload");
             let (p_d, x_d, dout_d) = (up(&p), up(&x), up(&dout));
-            // Poisoned: an element the GPU never writes stays NaN and fails below.
-            let (mut dp_d, mut dx_d) = (up(&vec![f32::NAN; p.len()]), up(&vec![f32::NAN; x.len()]));
-            gpu.zero(&mut dp_d).expect("zero");
+            // The input's gradient poisoned: an element the GPU never writes stays NaN and fails
+            // below; the parameters' is added into zeros.
+            let mut dx_d = up(&vec![f32::NAN; x.len()]);
+            let mut dp_d = gpu.zeros(p.len()).expect("zeros");
             let mut gws = GpuWorkspace::default();
             net.forward_gpu(&gpu, &p_d, &x_d, rows, &mut gws)
                 .expect("forward");

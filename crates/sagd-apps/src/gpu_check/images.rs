@@ -23,10 +23,10 @@ pub(super) fn check_e3_estimators(
     let chains = Chains::default();
     let ids = (seed, ordinal);
     let mut out = binary_image_estimators("E3", (&model, &params), &images, chains, true, ids)?;
-    let steep = (&model, &steep_start(&model, seed));
+    let steep_at = (&model, &steep(&params));
     let label = "E3 (generator x4)";
     out.extend(binary_image_estimators(
-        label, steep, &images, chains, false, ids,
+        label, steep_at, &images, chains, false, ids,
     )?);
     Ok(out)
 }
@@ -157,11 +157,11 @@ fn e3_small() -> sagd::error::Result<(BernoulliVae, Vec<u8>, Chains)> {
     Ok((small_images_model()?, synthetic_images(400, 8), chains))
 }
 
-/// The small check's start: the model's initial parameters, the generator's times [`STEEP`].
-fn steep_start(model: &BernoulliVae, seed: u64) -> VaeParams {
-    let mut p0 = model.init(seed);
-    p0.dec.iter_mut().for_each(|v| *v *= STEEP);
-    p0
+/// `p` with the generator's parameters times [`STEEP`].
+fn steep(p: &VaeParams) -> VaeParams {
+    let mut q = p.clone();
+    q.dec.iter_mut().for_each(|v| *v *= STEEP);
+    q
 }
 
 /// The estimators of [`check_e3_small`].
@@ -170,7 +170,7 @@ pub(super) fn e3_small_estimators(
     ordinal: usize,
 ) -> sagd::error::Result<Vec<EstimatorCheck>> {
     let (model, images, chains) = e3_small()?;
-    let at = (&model, &steep_start(&model, seed));
+    let at = (&model, &steep(&model.init(seed)));
     binary_image_estimators("8x8", at, &images, chains, true, (seed, ordinal))
 }
 
@@ -180,7 +180,7 @@ pub(super) fn e3_small_training(
     ordinal: usize,
 ) -> sagd::error::Result<Vec<TrainingCheck>> {
     let (model, images, chains) = e3_small()?;
-    let p0 = steep_start(&model, seed);
+    let p0 = steep(&model.init(seed));
     let sizes = (model.gen.n_params(), model.enc.n_params());
     let mut training = Vec::new();
     for (phase, objective) in [
