@@ -115,15 +115,17 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     })?;
     bar.finish_and_clear();
     let summary = model.summary(&fit.theta, fit.covariance.as_deref());
+    let separation = model.separation(&fit.theta);
+    let sep = separation.as_deref();
     let seconds = t0.elapsed().as_secs_f64();
-    let text = render(&a, family, &design, &fit, &summary, seconds);
+    let text = render(&a, family, &design, (&fit, sep), &summary, seconds);
     print!("{text}");
     write_atomic(&staging.path("summary.txt"), &text)?;
     write_atomic(
         &staging.path("estimates.csv"),
         estimates_csv(&design, &fit, &summary),
     )?;
-    let result = result_json(&a, family, &design, &fit, &summary, seconds);
+    let result = result_json(&a, family, &design, (&fit, sep), &summary, seconds);
     write_atomic(
         &staging.path("result.json"),
         serde_json::to_string_pretty(&result)?,
@@ -194,12 +196,13 @@ fn how(fit: &GlmmFit) -> String {
     }
 }
 
-/// lme4's `summary` of the fit, with the standard errors of the sds that lme4 does not give.
+/// lme4's `summary` of the fit, with the standard errors of the sds that lme4 does not give,
+/// and the warning of separated responses ([`sagd::glmm::Glmm::separation`]) where there is one.
 fn render(
     a: &GlmmArgs,
     family: Family,
     d: &Design,
-    fit: &GlmmFit,
+    (fit, separation): (&GlmmFit, Option<&str>),
     s: &Summary,
     seconds: f64,
 ) -> String {
@@ -208,6 +211,9 @@ fn render(
     criteria(&mut o, d, fit, s);
     random_effects(&mut o, d, fit, s);
     fixed_effects(&mut o, family, d, fit, s);
+    if let Some(w) = separation {
+        let _ = writeln!(o, "warning: {w}");
+    }
     let _ = writeln!(o, "({seconds:.2} s)");
     o
 }
@@ -430,7 +436,7 @@ fn result_json(
     a: &GlmmArgs,
     family: Family,
     d: &Design,
-    fit: &GlmmFit,
+    (fit, separation): (&GlmmFit, Option<&str>),
     s: &Summary,
     seconds: f64,
 ) -> serde_json::Value {
@@ -473,6 +479,7 @@ fn result_json(
         "bic": s.bic(value, d.n_obs),
         "n_params": s.n_params,
         "singular": fit.singular,
+        "separation": separation,
         "theta": fit.theta,
         "covariance": fit.covariance,
         "method": method,

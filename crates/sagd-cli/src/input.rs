@@ -130,7 +130,7 @@ pub fn parse_column(
         }
         if domain == Domain::Positive && v <= 0.0 {
             bail!(
-                "{shown}, line {line}: {v} is not positive: the Gamma model needs observations > 0"
+                "{shown}, line {line}: `{field}` is not positive: the Gamma model needs observations > 0"
             );
         }
         values.push(v);
@@ -245,7 +245,7 @@ mod tests {
         assert!(err("1\nabc\n", None).contains("line 2: `abc` is not a number"));
         assert!(err("1\nNaN\n", None).contains("line 2: `NaN` is not a finite number"));
         assert!(err("1\ninf\n", None).contains("not a finite number"));
-        assert!(err("1\n0\n", None).contains("line 2: 0 is not positive"));
+        assert!(err("1\n0\n", None).contains("line 2: `0` is not positive"));
         assert!(err("1\n-2\n", None).contains("not positive"));
         assert!(err("a,b\n1,2\n", Some(Column::Name("c".into()))).contains("no column named `c`"));
         assert!(

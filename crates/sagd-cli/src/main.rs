@@ -80,8 +80,25 @@ fn main() {
                 Some(sagd::error::SagdError::Process { .. })
             )
         });
-        processes.fail(&format!("{e:#}"), relayed);
+        processes.fail(&message(&e), relayed);
     }
+}
+
+/// The error and its causes as `{:#}` joins them, without a cause whose text its error's message
+/// already ends with (an error that shows its source in its own message, as most of ours do).
+fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn run(cli: Cli, processes: &sagd_mpi::Processes) -> Result<()> {

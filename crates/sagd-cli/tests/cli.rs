@@ -87,6 +87,15 @@ fn bad_flags_fail_with_a_message() {
 }
 
 #[test]
+fn an_error_names_its_cause_once() {
+    // The IDX reader's error shows the file's I/O error, which is also its source.
+    let dir = tempfile::tempdir().unwrap();
+    let err = refused(sagd().arg("mnist").arg("--data").arg(dir.path()));
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    assert!(err.contains("train-images-idx3-ubyte"), "{err}");
+}
+
+#[test]
 fn a_cache_that_cannot_be_written_is_refused_before_any_work() {
     // The issue: a read-only --pretrained-cache failed only after the pre-training it was to
     // keep. A folder under a plain file cannot be made, whoever runs the test (root included).

@@ -265,6 +265,11 @@ impl<'a, L: Likelihood + ?Sized> DecoderPosterior<'a, L> {
                 stale.push(k);
             }
         }
+        // A rejected proposal far out (HMC at a step much too large) may have overflowed its
+        // pass: then the rows are evaluated afresh instead.
+        if !self.dec.rows_finite(&kept.ws, &stale) {
+            return None;
+        }
         self.dec
             .backward(theta, &mut kept.ws, &r, Some(grad_theta), None);
         self.reused.fetch_add(1, Ordering::SeqCst);

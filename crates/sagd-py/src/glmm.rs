@@ -221,6 +221,8 @@ pub(crate) fn fit_glmm<'py>(
     if fit.singular == Some(true) {
         d.set_item("singular_note", sagd::glmm::SINGULAR_NOTE)?;
     }
+    // Fixed effects that put fitted means at the family's edge: separated responses.
+    d.set_item("separation_note", model.separation(&fit.theta))?;
     // θ̂ on lme4's scales: the sds with their delta-method errors, the correlations, σ.
     let summary = model.summary(&fit.theta, fit.covariance.as_deref());
     let sds: Vec<_> = summary.random.iter().flat_map(|t| t.sd.iter()).collect();

@@ -104,6 +104,19 @@ def test_no_variation_between_groups_is_reported_as_a_singular_fit():
     assert sagd.glmm(y2, X2, g2, family="poisson", seed=1).warning is None
 
 
+def test_separated_responses_are_named_in_the_warning():
+    # y = 1 exactly where x >= 2: the slope's maximum is at infinity (R's glm warns the same).
+    x = np.arange(40) / 10.0
+    y = (x >= 2.0).astype(float)
+    g = np.arange(40) % 4
+    r = sagd.glmm(y, np.column_stack([np.ones(40), x]), g, family="binomial")
+    assert r.warning is not None and "numerically 0 or 1" in r.warning, r.warning
+    # and overlapping responses are not.
+    y2 = (np.arange(40) * 7 % 3 == 0).astype(float)
+    r2 = sagd.glmm(y2, np.column_stack([np.ones(40), x]), g, family="binomial")
+    assert r2.warning is None or "numerically" not in r2.warning, r2.warning
+
+
 def test_absurd_or_silently_coerced_arguments_are_refused_by_name():
     rng = np.random.default_rng(0)
     g = np.repeat(np.arange(10), 4)

@@ -185,14 +185,25 @@ fn centred(x: &[f64], noise_sd: f64) -> Result<(f64, Vec<f64>)> {
     {
         return Err(SagdError::InvalidSetting {
             name: "data",
-            value: format!("observation {} = {}", i + 1, x[i]),
+            value: format!("observation {} = {}", i + 1, readable(x[i])),
             fix: format!(
-                "it lies {:.0} noise standard deviations from the median {center:.4}, beyond the {MAX_NOISE_SDS} that the networks can take: check the value, or give the noise's standard deviation in the data's units (--noise-sd)",
-                v.abs()
+                "it lies {} noise standard deviations from the median {}, beyond the {MAX_NOISE_SDS} that the networks can take: check the value, or give the noise's standard deviation in the data's units (--noise-sd)",
+                readable(v.abs()),
+                readable(center)
             ),
         });
     }
     Ok((center, scaled))
+}
+
+/// `v` as a message shows it: four decimals, or in scientific notation where that would be a
+/// wall of digits or of zeros.
+fn readable(v: f64) -> String {
+    if v == 0.0 || (1e-3..1e6).contains(&v.abs()) {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.4e}")
+    }
 }
 
 /// Per fitted model, by name.

@@ -338,6 +338,28 @@ impl Sequential {
         (w, b, win)
     }
 
+    /// Whether the last forward pass in `ws` left every value finite at `rows` among the values
+    /// a backward pass reads there whatever the output's gradient: each layer's input of
+    /// parameters (its W's gradient multiplies it) and each smooth activation's derivative. A
+    /// row whose output gradient is 0 then adds exactly nothing, where 0 × ∞ would make every
+    /// parameter's gradient NaN.
+    pub(crate) fn rows_finite(&self, ws: &Workspace, rows: &[usize]) -> bool {
+        let finite_at = |buf: &[f32]| {
+            let width = buf.len() / ws.rows.max(1);
+            rows.iter().all(|&r| {
+                buf.get(r * width..(r + 1) * width)
+                    .is_some_and(|v| v.iter().all(|x| x.is_finite()))
+            })
+        };
+        self.layers.iter().enumerate().all(|(i, l)| match l {
+            Layer::Act {
+                act: Activation::Relu,
+            } => true,
+            Layer::Act { .. } => ws.derivs.get(i).is_some_and(|d| finite_at(d)),
+            _ => ws.acts.get(i).is_some_and(|a| finite_at(a)),
+        })
+    }
+
     /// Where layer `i`'s parameters start in the flat vector.
     pub(crate) fn offset(&self, i: usize) -> usize {
         self.offsets[i]

@@ -564,4 +564,35 @@ mod tests {
         let scale = fixed.k_scale(10);
         assert!((0..1000).all(|t| fixed.at(t, 0.02, scale) == (0.02, 10)));
     }
+
+    #[test]
+    fn hmc_at_a_step_far_too_large_refuses_every_proposal_and_estimates_at_the_start() {
+        // ε so large that a proposal's forward pass overflows: every proposal is refused, so
+        // the estimate is ∇θ f at the encoder's draws, as at an ε that only refuses. The pass
+        // kept for the θ-gradient is not reused where a refused row overflowed (0 × ∞ made the
+        // whole gradient NaN).
+        let (vae, p, x, batch) = problem(50, 16, 2);
+        let estimate = |step_size: f64| {
+            let s = HmcChains {
+                hmc: sagd::hmc::HmcSettings {
+                    step_size,
+                    n_leapfrog: 5,
+                },
+                transitions: 10,
+            };
+            let mut e = ChainEstimator::hmc(&vae, &x, &s, 5).unwrap();
+            let g = update(&mut e, &p, &batch);
+            assert_eq!(e.diagnostics()["acceptance"], 0.0, "ε = {step_size}");
+            g
+        };
+        let refused = estimate(1e3);
+        assert!(refused.iter().all(|v| v.is_finite()));
+        let scale = refused.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        for step_size in [1e6, 1e9] {
+            let g = estimate(step_size);
+            for (a, b) in g.iter().zip(&refused) {
+                assert!((a - b).abs() <= 1e-5 * scale, "ε = {step_size}: {a} vs {b}");
+            }
+        }
+    }
 }

@@ -367,6 +367,10 @@ def glmm(
         # finite maximum, and no standard error.
         note = d["singular_note"]
         base.warning = note if base.warning is None else f"{note}; {base.warning}"
+    if d.get("separation_note"):
+        # Separated responses (the core's rule and words): some β have no finite maximum.
+        note = d["separation_note"]
+        base.warning = note if base.warning is None else f"{note}; {base.warning}"
     exact = d["status"] == "exact"
     reml_ll = d.get("reml_loglik")
     if dropped:

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Criterion, ExactFit, ExactSettings, Glmm, MarginalLikelihood};
+use super::{Criterion, ExactFit, ExactSettings, Family, Glmm, MarginalLikelihood};
 use crate::em::{AutomatedEm, EmEvent, EmSettings, EmTrace};
 use crate::error::{Result, SagdError};
 use crate::linalg::spd_inverse;
@@ -201,6 +201,47 @@ impl Glmm {
             covariance,
             log_likelihood,
             fitted: Fitted::Em(Box::new(trace)),
+        })
+    }
+
+    /// The warning that the fixed effects of `theta` put some fitted means numerically at the
+    /// edge of the family's range, as R's `glm` warns: at the random effects' mean (0), a
+    /// probability within ten machine epsilons of 0 or 1 (binomial), a rate within them of 0
+    /// (Poisson); `None` where no observation is there, and for the Gaussian family. Such a fit
+    /// is that of separated data (a column, or a combination, that splits the responses
+    /// perfectly): there the likelihood rises without end as some β run off to ±∞, so the
+    /// optimiser stops at values set by its tolerance, with standard errors that mean nothing.
+    pub fn separation(&self, theta: &[f64]) -> Option<String> {
+        const EDGE: f64 = 10.0 * f64::EPSILON;
+        let beta = theta.get(..self.p)?;
+        let at_edge = self
+            .x
+            .chunks_exact(self.p.max(1))
+            .filter(|row| {
+                let eta: f64 = row.iter().zip(beta).map(|(x, b)| x * b).sum();
+                match self.family {
+                    Family::Gaussian => false,
+                    // min(p, 1 − p) = 1/(1 + e^|η|).
+                    Family::Binomial => 1.0 / (1.0 + eta.abs().exp()) < EDGE,
+                    Family::Poisson => eta.exp() < EDGE,
+                }
+            })
+            .count();
+        let (what, why) = match self.family {
+            Family::Binomial => (
+                "probabilities numerically 0 or 1",
+                "the fixed effects separate the responses (complete or quasi-complete separation)",
+            ),
+            _ => (
+                "rates numerically 0",
+                "the fixed effects mark out observations whose counts are all 0 (a level or a range with no events)",
+            ),
+        };
+        (at_edge > 0).then(|| {
+            format!(
+                "fitted {what} at the fixed effects for {at_edge} of {} observations: {why}, so some estimates run off towards infinity and their standard errors mean nothing; drop or merge the column that does it, or fit with a penalty (Firth's)",
+                self.n_obs()
+            )
         })
     }
 

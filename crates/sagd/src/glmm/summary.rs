@@ -141,7 +141,13 @@ impl Glmm {
                     v += ga * c[a][b] * gb;
                 }
             }
-            v.max(0.0).sqrt()
+            // Rounding may leave a tiny negative; a NaN (a parameter at its boundary, with no
+            // covariance) stays NaN, where `max` would make it 0.
+            if v < 0.0 {
+                0.0
+            } else {
+                v.sqrt()
+            }
         };
         let unit = |j: usize, scale: f64| {
             let mut g = vec![0.0; k];
@@ -287,6 +293,28 @@ mod tests {
         assert_eq!(s.n_params, 5);
         assert!((s.aic(-10.0) - 30.0).abs() < 1e-12);
         assert!((s.bic(-10.0, 6) - (20.0 + 5.0 * 6f64.ln())).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_parameter_with_no_covariance_gives_its_sd_no_error_not_a_zero_one() {
+        let m = model();
+        let theta = [0.3, -14.0, 0.5f64.ln(), 0.4, 0.1];
+        // A singular fit's covariance: NaN in the row and column of the sd at its boundary.
+        let c: Vec<Vec<f64>> = (0..5)
+            .map(|a| {
+                (0..5)
+                    .map(|b| match (a, b) {
+                        (1, _) | (_, 1) => f64::NAN,
+                        _ if a == b => 0.04,
+                        _ => 0.0,
+                    })
+                    .collect()
+            })
+            .collect();
+        let s = m.summary(&theta, Some(&c));
+        assert!(s.random[0].sd[0].se.is_nan(), "{:?}", s.random[0].sd[0]);
+        assert_eq!(s.fixed[0].se, 0.2);
+        assert!(s.sigma.unwrap().se.is_finite());
     }
 
     #[test]

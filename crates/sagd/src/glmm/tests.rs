@@ -271,3 +271,48 @@ fn importance_sampling_agrees_with_the_exact_values_within_its_error() {
         assert!(s.min_ess.unwrap() > 0.5, "{s:?}");
     }
 }
+
+/// 40 rows in 4 groups, an intercept and x = i/10; `y(i)` the responses.
+fn forty(family: Family, y: impl Fn(usize) -> f64) -> Glmm {
+    let n = 40;
+    let x = (0..n).flat_map(|i| [1.0, i as f64 / 10.0]).collect();
+    let group: Vec<usize> = (0..n).map(|i| i % 4).collect();
+    Glmm::new(
+        family,
+        (0..n).map(y).collect(),
+        x,
+        &group,
+        vec![1.0; n],
+        None,
+    )
+    .unwrap()
+}
+
+#[test]
+fn separated_responses_are_named_and_others_are_not() {
+    let exact = ExactSettings::default();
+    // y = 1 exactly where x ≥ 2: the maximum runs off to infinity along β.
+    let separated = forty(Family::Binomial, |i| (i >= 20) as u8 as f64);
+    let fit = separated.fit_exact(&exact).unwrap();
+    let said = separated
+        .separation(&fit.theta)
+        .expect("separation is named");
+    assert!(
+        said.contains("numerically 0 or 1") && said.contains("of 40 observations"),
+        "{said}"
+    );
+    // Overlapping responses, and counts with events everywhere: a finite maximum, no warning.
+    let mixed = forty(Family::Binomial, |i| ((i * 7) % 3 == 0) as u8 as f64);
+    let fit = mixed.fit_exact(&exact).unwrap();
+    assert_eq!(mixed.separation(&fit.theta), None, "{:?}", fit.theta);
+    let counts = forty(Family::Poisson, |i| (1 + i % 3) as f64);
+    let fit = counts.fit_exact(&exact).unwrap();
+    assert_eq!(counts.separation(&fit.theta), None, "{:?}", fit.theta);
+    // A rate of 0 where the fixed effects alone reach it; the Gaussian has no edge.
+    let mut theta = fit.theta.clone();
+    theta[1] = -40.0;
+    let said = counts.separation(&theta).expect("rates at 0 are named");
+    assert!(said.contains("rates numerically 0"), "{said}");
+    let gaussian = forty(Family::Gaussian, |i| i as f64);
+    assert_eq!(gaussian.separation(&[0.0, -1e6, 0.0, 0.0]), None);
+}
