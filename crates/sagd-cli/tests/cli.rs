@@ -3,30 +3,29 @@
 //! `debias.rs`, `mnist.rs`, `reproduce.rs`, `glmm.rs`).
 
 mod common;
-use common::{refused, sagd};
+use common::{refused, sagd, succeeded};
 
 #[test]
 fn bench_kernel_prints_a_json_table() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("kernel.json");
-    let o = sagd()
-        .args([
-            "bench",
-            "kernel",
-            "--dims",
-            "16,64",
-            "--schemes",
-            "euler,ubu",
-            "--work",
-            "20000",
-            "--repeats",
-            "2",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = succeeded(
+        sagd()
+            .args([
+                "bench",
+                "kernel",
+                "--dims",
+                "16,64",
+                "--schemes",
+                "euler,ubu",
+                "--work",
+                "20000",
+                "--repeats",
+                "2",
+                "--out",
+            ])
+            .arg(&out),
+    );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let rows = v["rows"].as_array().unwrap();
     // naive baseline + noise + two schemes, for each of two dimensions.

@@ -3,7 +3,7 @@
 //! the output folder kept whole when a run is killed (and its lock).
 
 mod common;
-use common::{copy_dir, json, refused, sagd, without_timings, E2_SHORT};
+use common::{copy_dir, json, refused, sagd, succeeded, without_timings, E2_SHORT};
 
 const SMALL: [&str; 10] = [
     "--pretrain-iters",
@@ -22,15 +22,14 @@ const SMALL: [&str; 10] = [
 fn debias_writes_table_figure_and_result() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("deb");
-    let o = sagd()
-        .args(["debias", "--dist", "normal"])
-        .args(SMALL)
-        .arg("2")
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    succeeded(
+        sagd()
+            .args(["debias", "--dist", "normal"])
+            .args(SMALL)
+            .arg("2")
+            .arg("--out")
+            .arg(&out),
+    );
     for f in ["result.json", "table1.md", "figure2.png", "figure2.svg"] {
         assert!(out.join(f).metadata().unwrap().len() > 500, "{f}");
     }
@@ -58,16 +57,15 @@ fn debias_deconvolves_a_users_data() {
         .collect();
     std::fs::write(&csv, xs.join("\n")).unwrap();
     let out = dir.path().join("dec");
-    let o = sagd()
-        .args(["debias", "--methods", "vae,sagd", "--noise-sd", "1"])
-        .args(&SMALL[..6])
-        .arg("--data")
-        .arg(&csv)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = succeeded(
+        sagd()
+            .args(["debias", "--methods", "vae,sagd", "--noise-sd", "1"])
+            .args(&SMALL[..6])
+            .arg("--data")
+            .arg(&csv)
+            .arg("--out")
+            .arg(&out),
+    );
     let v = json(&out.join("result.json"));
     assert!(v["note"]
         .as_str()
@@ -190,34 +188,33 @@ fn debias_rejects_bad_input() {
 fn debias_runs_the_high_dimensional_case_with_minibatches() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("hd");
-    let o = sagd()
-        .args([
-            "debias",
-            "--dist",
-            "highdim",
-            "--quiet",
-            "--n",
-            "120",
-            "--p",
-            "4",
-            "--hidden",
-            "8",
-            "--batch-size",
-            "50",
-        ])
-        .args([
-            "--pretrain-epochs",
-            "3",
-            "--finetune-epochs",
-            "1",
-            "--m",
-            "2000",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = succeeded(
+        sagd()
+            .args([
+                "debias",
+                "--dist",
+                "highdim",
+                "--quiet",
+                "--n",
+                "120",
+                "--p",
+                "4",
+                "--hidden",
+                "8",
+                "--batch-size",
+                "50",
+            ])
+            .args([
+                "--pretrain-epochs",
+                "3",
+                "--finetune-epochs",
+                "1",
+                "--m",
+                "2000",
+                "--out",
+            ])
+            .arg(&out),
+    );
     let v = json(&out.join("result.json"));
     assert!(v["settings_profile"]
         .as_str()
@@ -235,34 +232,33 @@ fn debias_traces_fits_and_reuses_a_cached_pretraining() {
     let cache = dir.path().join("cache");
     let run = |out: &str, extra: &[&str]| {
         let out = dir.path().join(out);
-        let o = sagd()
-            .args([
-                "debias", "--dist", "highdim", "--quiet", "--n", "120", "--p", "3",
-            ])
-            .args([
-                "--hidden",
-                "8",
-                "--batch-size",
-                "50",
-                "--pretrain-epochs",
-                "3",
-            ])
-            .args([
-                "--finetune-epochs",
-                "4",
-                "--m",
-                "2000",
-                "--methods",
-                "vae,sagd",
-            ])
-            .args(["--trace-every", "2", "--pretrained-cache"])
-            .arg(&cache)
-            .args(extra)
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        succeeded(
+            sagd()
+                .args([
+                    "debias", "--dist", "highdim", "--quiet", "--n", "120", "--p", "3",
+                ])
+                .args([
+                    "--hidden",
+                    "8",
+                    "--batch-size",
+                    "50",
+                    "--pretrain-epochs",
+                    "3",
+                ])
+                .args([
+                    "--finetune-epochs",
+                    "4",
+                    "--m",
+                    "2000",
+                    "--methods",
+                    "vae,sagd",
+                ])
+                .args(["--trace-every", "2", "--pretrained-cache"])
+                .arg(&cache)
+                .args(extra)
+                .arg("--out")
+                .arg(&out),
+        );
         (json(&out.join("result.json")), out)
     };
     let (first, out) = run("a", &[]);
@@ -309,8 +305,7 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
     let mut args = E2_SHORT.to_vec();
     args.splice(12..12, ["--trace-every", "10"]);
     let whole = dir.path().join("whole");
-    let o = sagd().args(&args).arg(&whole).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    succeeded(sagd().args(&args).arg(&whole));
 
     let part = dir.path().join("part");
     let o = sagd()
@@ -386,20 +381,18 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
     );
     let other = dir.path().join("other");
     copy_dir(&part, &other);
-    let o = sagd()
-        .args(&args)
-        .arg(&other)
-        .args(["--resume", "--seed", "3"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = sagd()
-        .args(&args)
-        .arg(&part)
-        .args(["--checkpoint-every", "4", "--resume"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    succeeded(
+        sagd()
+            .args(&args)
+            .arg(&other)
+            .args(["--resume", "--seed", "3"]),
+    );
+    succeeded(
+        sagd()
+            .args(&args)
+            .arg(&part)
+            .args(["--checkpoint-every", "4", "--resume"]),
+    );
     assert_eq!(
         without_timings(json(&part.join("result.json"))),
         without_timings(json(&whole.join("result.json")))
@@ -413,12 +406,11 @@ fn debias_interrupted_mid_fine_tuning_resumes_to_the_same_result() {
 #[test]
 fn sagd_presets_set_their_schedules_and_flags_override_them() {
     let settings = |extra: &[&str]| -> serde_json::Value {
-        let o = sagd()
-            .args(["debias", "--dist", "normal", "--print-settings"])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = succeeded(
+            sagd()
+                .args(["debias", "--dist", "normal", "--print-settings"])
+                .args(extra),
+        );
         serde_json::from_slice(&o.stdout).unwrap()
     };
     let default = settings(&[]);

@@ -2,18 +2,17 @@
 //! the output folder kept whole when a run fails.
 
 mod common;
-use common::{json, refused, sagd};
+use common::{json, refused, sagd, succeeded};
 
 #[test]
 fn em_writes_its_result_and_figures() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("em");
-    let o = sagd()
-        .args(["em", "--quiet", "--surface", "12", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = succeeded(
+        sagd()
+            .args(["em", "--quiet", "--surface", "12", "--out"])
+            .arg(&out),
+    );
     for f in [
         "result.json",
         "figure1a.png",
@@ -80,13 +79,7 @@ fn em_resumes_from_its_checkpoint_to_the_same_result() {
         .success());
     let first = json(&out.join("result.json"));
     assert!(out.join("em.ckpt").exists());
-    let o = sagd()
-        .args(args)
-        .arg(&out)
-        .arg("--resume")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    succeeded(sagd().args(args).arg(&out).arg("--resume"));
     let second = json(&out.join("result.json"));
     assert_eq!(first["sagd"], second["sagd"]);
     let err = refused(

@@ -6,7 +6,7 @@
 //! intercept, and `lmer(count ~ x * dose + (1 | site), REML = TRUE)`, exact.
 
 mod common;
-use common::sagd;
+use common::{sagd, succeeded};
 
 use std::path::{Path, PathBuf};
 
@@ -17,17 +17,16 @@ fn data() -> PathBuf {
 /// Runs `sagd glmm` into a fresh folder; returns its result.json.
 fn fit(args: &[&str]) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
-    let o = sagd()
-        .arg("glmm")
-        .args(args)
-        .arg("--data")
-        .arg(data())
-        .arg("--out")
-        .arg(dir.path())
-        .arg("--quiet")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = succeeded(
+        sagd()
+            .arg("glmm")
+            .args(args)
+            .arg("--data")
+            .arg(data())
+            .arg("--out")
+            .arg(dir.path())
+            .arg("--quiet"),
+    );
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("Fixed effects:") && out.contains("(Intercept)"),
@@ -232,16 +231,15 @@ fn replace_removes_another_command_s_result_and_keeps_the_user_s_files() {
         std::fs::write(out.join(name), text).unwrap();
     }
     std::fs::write(dir.path().join("outside.txt"), "not in the folder").unwrap();
-    let o = sagd()
-        .args(["glmm", "count ~ x + (1 | site)", "--family", "poisson"])
-        .args(["--quiet", "--replace"])
-        .arg("--data")
-        .arg(data())
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    succeeded(
+        sagd()
+            .args(["glmm", "count ~ x + (1 | site)", "--family", "poisson"])
+            .args(["--quiet", "--replace"])
+            .arg("--data")
+            .arg(data())
+            .arg("--out")
+            .arg(&out),
+    );
     assert!(!out.join("trace.png").exists());
     assert!(!out.join("checkpoints").exists());
     assert!(out.join("notes.txt").exists());

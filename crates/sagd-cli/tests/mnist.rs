@@ -2,7 +2,7 @@
 //! input, the timed phases.
 
 mod common;
-use common::{failed, json, sagd, MNIST_SMALL};
+use common::{failed, json, sagd, succeeded, MNIST_SMALL};
 
 /// `sagd mnist` on a few hundred images, into `out` (a flag in `extra` replaces the small run's).
 fn mnist_small(out: &std::path::Path, extra: &[&str]) -> std::process::Output {
@@ -234,20 +234,19 @@ fn persistent_chains_change_the_refinement_and_resume_where_they_stopped() {
 fn bench_mnist_times_both_phases_through_the_runner() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("bench.json");
-    let o = sagd()
-        .args([
-            "bench",
-            "mnist",
-            "--vae-batches",
-            "1",
-            "--sagd-batches",
-            "1",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    succeeded(
+        sagd()
+            .args([
+                "bench",
+                "mnist",
+                "--vae-batches",
+                "1",
+                "--sagd-batches",
+                "1",
+                "--out",
+            ])
+            .arg(&out),
+    );
     let v = json(&out);
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2);

@@ -2,7 +2,7 @@
 //! resuming, the estimate of a resumed run.
 
 mod common;
-use common::{json, refused, sagd};
+use common::{json, refused, sagd, succeeded};
 
 /// Ctrl-C during `sagd reproduce` ends it with exit code 130 and says how to resume.
 #[test]
@@ -44,12 +44,11 @@ fn a_resumed_reproduce_says_its_estimate_counts_the_interrupted_work_whole() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("rep");
     std::fs::create_dir_all(out.join("e1").join("checkpoints")).unwrap();
-    let o = sagd()
-        .args(["reproduce", "--tiny", "--only", "e1", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = succeeded(
+        sagd()
+            .args(["reproduce", "--tiny", "--only", "e1", "--out"])
+            .arg(&out),
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     let first = err.lines().next().unwrap_or("");
     assert!(
@@ -62,12 +61,11 @@ fn a_resumed_reproduce_says_its_estimate_counts_the_interrupted_work_whole() {
 fn reproduce_writes_one_report_and_survives_a_failing_experiment() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("rep");
-    let o = sagd()
-        .args(["reproduce", "--tiny", "--quiet", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    succeeded(
+        sagd()
+            .args(["reproduce", "--tiny", "--quiet", "--out"])
+            .arg(&out),
+    );
     let v = json(&out.join("results.json"));
     let exps = v["experiments"].as_array().unwrap();
     let names: Vec<&str> = exps.iter().map(|e| e["name"].as_str().unwrap()).collect();

@@ -18,6 +18,14 @@ pub fn failed(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Runs `command`, which must succeed (its standard error shown if it did not), and gives its
+/// output.
+pub fn succeeded(command: &mut Command) -> Output {
+    let o = command.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
 /// Runs `command`, which must fail, and gives its standard error.
 pub fn refused(command: &mut Command) -> String {
     failed(&command.output().unwrap())
