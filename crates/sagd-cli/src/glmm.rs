@@ -1,7 +1,7 @@
 //! `sagd glmm`: a generalised linear mixed model from a CSV file and an lme4 formula, fitted by
 //! the library's [`Glmm::fit`] (the exact likelihood where it can be computed, else automated
-//! EM), printed as lme4's `summary` prints it and written to OUT/result.json, estimates.csv and
-//! summary.txt.
+//! EM), printed as lme4's `summary` prints it and written to OUT/result.json, estimates.csv,
+//! ranef.csv (each level's random effects given the data) and summary.txt.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use sagd::em::{EmEvent, EmSettings, EstimateStatus};
 use sagd::glmm::{
-    Criterion, Design, ExactSettings, Family, FitSettings, Fitted, Formula, GlmmFit,
+    Criterion, Design, Estimate, ExactSettings, Family, FitSettings, Fitted, Formula, GlmmFit,
     LikelihoodMethod, Method, Summary,
 };
 use sagd::run::Control;
@@ -101,7 +101,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     };
     // Nothing is written before the data and the formula are known to be good.
     let mut staging = Staging::new(&a.out, "glmm")?;
-    staging.owns(&["result.json", "estimates.csv", "summary.txt"]);
+    staging.owns(&["result.json", "estimates.csv", "ranef.csv", "summary.txt"]);
     let bar = progress_bar(
         a.quiet,
         (settings.em.max_msteps * settings.em.updates_per_mstep) as u64,
@@ -116,6 +116,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     bar.finish_and_clear();
     let summary = model.summary(&fit.theta, fit.covariance.as_deref());
     let separation = model.separation(&fit.theta);
+    let ranef = model.random_effects(&fit.theta)?;
     let sep = separation.as_deref();
     let seconds = t0.elapsed().as_secs_f64();
     let text = render(&a, family, &design, (&fit, sep), &summary, seconds);
@@ -125,6 +126,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         &staging.path("estimates.csv"),
         estimates_csv(&design, &fit, &summary),
     )?;
+    write_atomic(&staging.path("ranef.csv"), ranef_csv(&design, &ranef))?;
     let result = result_json(&a, family, &design, (&fit, sep), &summary, seconds);
     write_atomic(
         &staging.path("result.json"),
@@ -390,20 +392,46 @@ fn se_text(se: f64) -> String {
     }
 }
 
+/// `v` as a CSV field: quoted, its quotes doubled.
+fn csv_text(v: &str) -> String {
+    format!("\"{}\"", v.replace('"', "\"\""))
+}
+
+/// One row per random effect of each level (lme4's `ranef` with `condVar`): the factor, the
+/// level, the effect, its conditional mode and conditional sd.
+fn ranef_csv(d: &Design, ranef: &[Vec<Vec<Estimate>>]) -> String {
+    let mut o = String::from("group,level,effect,mode,sd\n");
+    for (names, term) in d.term_names.iter().zip(ranef) {
+        for (level, effects) in names.levels.iter().zip(term) {
+            for (effect, e) in names.effects.iter().zip(effects) {
+                let _ = writeln!(
+                    o,
+                    "{},{},{},{},{}",
+                    csv_text(&names.group),
+                    csv_text(level),
+                    csv_text(effect),
+                    e.value,
+                    e.se
+                );
+            }
+        }
+    }
+    o
+}
+
 /// One row per parameter on lme4's scales: kind, group, name, estimate, standard error.
 fn estimates_csv(d: &Design, fit: &GlmmFit, s: &Summary) -> String {
     let mut o = String::from("kind,group,name,estimate,se\n");
-    let quote = |v: &str| format!("\"{}\"", v.replace('"', "\"\""));
     for (name, e) in d.x_names.iter().zip(&s.fixed) {
-        let _ = writeln!(o, "fixed,,{},{},{}", quote(name), e.value, e.se);
+        let _ = writeln!(o, "fixed,,{},{},{}", csv_text(name), e.value, e.se);
     }
     for (names, term) in d.term_names.iter().zip(&s.random) {
         for (k, (effect, sd)) in names.effects.iter().zip(&term.sd).enumerate() {
             let _ = writeln!(
                 o,
                 "sd,{},{},{},{}",
-                quote(&names.group),
-                quote(effect),
+                csv_text(&names.group),
+                csv_text(effect),
                 sd.value,
                 sd.se
             );
@@ -411,8 +439,8 @@ fn estimates_csv(d: &Design, fit: &GlmmFit, s: &Summary) -> String {
                 let _ = writeln!(
                     o,
                     "cor,{},{},{},",
-                    quote(&names.group),
-                    quote(&format!("{other}:{effect}")),
+                    csv_text(&names.group),
+                    csv_text(&format!("{other}:{effect}")),
                     term.cor[k][b]
                 );
             }
@@ -425,7 +453,7 @@ fn estimates_csv(d: &Design, fit: &GlmmFit, s: &Summary) -> String {
     let _ = writeln!(
         o,
         "loglik,,{},{value},{}",
-        quote(name),
+        csv_text(name),
         fit.log_likelihood.se
     );
     o

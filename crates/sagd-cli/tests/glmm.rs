@@ -3,7 +3,8 @@
 //! The references were computed with R 4.2.2 and lme4 1.1-31 on `tests/data/glmm_counts.csv`
 //! (180 rows, one with a missing count, 30 sites, a three-level text factor):
 //! `glmer(count ~ x + dose + (1 | site), family = poisson, nAGQ = 25)`, exact for a random
-//! intercept, and `lmer(count ~ x * dose + (1 | site), REML = TRUE)`, exact.
+//! intercept, and `lmer(count ~ x * dose + (1 | site), REML = TRUE)`, exact; the sites' random
+//! effects from `ranef(fit, condVar = TRUE)` (the mode, and the root of `postVar`).
 
 mod common;
 use common::{sagd, succeeded};
@@ -16,6 +17,16 @@ fn data() -> PathBuf {
 
 /// Runs `sagd glmm` into a fresh folder; returns its result.json.
 fn fit(args: &[&str]) -> serde_json::Value {
+    fit_with_ranef(args).0
+}
+
+/// [`fit`], and the rows of its ranef.csv by level: (mode, sd) of the first effect.
+fn fit_with_ranef(
+    args: &[&str],
+) -> (
+    serde_json::Value,
+    std::collections::HashMap<String, (f64, f64)>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let o = succeeded(
         sagd()
@@ -35,7 +46,35 @@ fn fit(args: &[&str]) -> serde_json::Value {
     for f in ["summary.txt", "estimates.csv"] {
         assert!(dir.path().join(f).exists(), "{f}");
     }
-    serde_json::from_str(&std::fs::read_to_string(dir.path().join("result.json")).unwrap()).unwrap()
+    let ranef = std::fs::read_to_string(dir.path().join("ranef.csv")).unwrap();
+    assert!(ranef.starts_with("group,level,effect,mode,sd\n"), "{ranef}");
+    let levels = ranef
+        .lines()
+        .skip(1)
+        .map(|row| {
+            let f: Vec<&str> = row.split(',').collect();
+            let number = |v: &str| v.parse::<f64>().unwrap();
+            (
+                f[1].trim_matches('"').to_string(),
+                (number(f[3]), number(f[4])),
+            )
+        })
+        .collect();
+    let result = std::fs::read_to_string(dir.path().join("result.json")).unwrap();
+    (serde_json::from_str(&result).unwrap(), levels)
+}
+
+/// Each site's conditional mode and sd against lme4's `ranef(fit, condVar = TRUE)`, to the
+/// distance the two maximisers leave between their θ̂ (the modes moved 7e-6 at most here).
+fn close_ranef(got: &std::collections::HashMap<String, (f64, f64)>, want: &[(&str, f64, f64)]) {
+    assert_eq!(got.len(), 30);
+    for (site, mode, sd) in want {
+        let (m, s) = got[*site];
+        assert!(
+            (m - mode).abs() < 5e-5 && (s - sd).abs() < 5e-5,
+            "{site}: {m} ({s}) against lme4's {mode} ({sd})"
+        );
+    }
 }
 
 fn fixed(r: &serde_json::Value) -> Vec<(String, f64)> {
@@ -62,7 +101,7 @@ fn close(got: &[(String, f64)], want: &[(&str, f64)], tol: f64) {
 
 #[test]
 fn poisson_random_intercept_matches_glmer_with_adaptive_quadrature() {
-    let r = fit(&["count ~ x + dose + (1 | site)", "--family", "poisson"]);
+    let (r, ranef) = fit_with_ranef(&["count ~ x + dose + (1 | site)", "--family", "poisson"]);
     // lme4 sorts the text levels: ctl is the reference.
     close(
         &fixed(&r),
@@ -84,11 +123,19 @@ fn poisson_random_intercept_matches_glmer_with_adaptive_quadrature() {
     let l = r["log_likelihood"]["value"].as_f64().unwrap();
     assert!(l > -293.2002 && l < -293.1, "{l}");
     assert_eq!(r["method"]["kind"], "exact");
+    close_ranef(
+        &ranef,
+        &[
+            ("site 0", -0.1952687783, 0.3294537775),
+            ("site 7", 0.2727816433, 0.2676918036),
+            ("site 29", -0.5585299093, 0.3298751939),
+        ],
+    );
 }
 
 #[test]
 fn gaussian_reml_with_an_interaction_matches_lmer() {
-    let r = fit(&["count ~ x * dose + (1 | site)", "--reml"]);
+    let (r, ranef) = fit_with_ranef(&["count ~ x * dose + (1 | site)", "--reml"]);
     close(
         &fixed(&r),
         &[
@@ -107,6 +154,14 @@ fn gaussian_reml_with_an_interaction_matches_lmer() {
     let site = r["random"][0]["sd"][0]["value"].as_f64().unwrap();
     let sigma = r["sigma"]["value"].as_f64().unwrap();
     assert!((site - 1.419656201).abs() < 1e-4 && (sigma - 1.419632862).abs() < 1e-4);
+    close_ranef(
+        &ranef,
+        &[
+            ("site 0", -0.5862746838, 0.5365720467),
+            ("site 7", 0.1628045940, 0.5365720467),
+            ("site 29", -1.1475416589, 0.5365720467),
+        ],
+    );
 }
 
 #[test]

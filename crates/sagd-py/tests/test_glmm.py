@@ -117,6 +117,26 @@ def test_separated_responses_are_named_in_the_warning():
     assert r2.warning is None or "numerically" not in r2.warning, r2.warning
 
 
+def test_ranef_are_the_shrunken_group_means_of_a_gaussian_fit():
+    # A one-way Gaussian model: b_g = tau^2 / (tau^2 + sigma^2 / n_g) (ybar_g - mu), its
+    # conditional variance 1 / (1 / tau^2 + n_g / sigma^2), at the fitted tau, sigma and mu.
+    rng = np.random.default_rng(2)
+    g = np.repeat(np.array(["c", "a", "b", "d"]), [3, 5, 8, 4])
+    y = rng.normal(1.0, 1.0, g.size) + np.select([g == "a", g == "b"], [1.0, -1.0], 0.0)
+    r = sagd.glmm(y, None, g)
+    assert r.ranef.shape == (4, 1) and r.ranef_sd.shape == (4, 1)
+    tau2, s2, mu = r.random_sd[0] ** 2, r.sigma ** 2, r.fixed[0]
+    for j, label in enumerate(r.groups):
+        rows = y[g == label]
+        shrink = tau2 / (tau2 + s2 / rows.size)
+        assert abs(r.ranef[j, 0] - shrink * (rows.mean() - mu)) < 1e-8
+        assert abs(r.ranef_sd[j, 0] - (1 / tau2 + rows.size / s2) ** -0.5) < 1e-8
+    # Several factors: one array per factor, in its labels' order.
+    h = np.arange(g.size) % 3
+    r2 = sagd.glmm(y, None, {"g": g, "h": h})
+    assert set(r2.ranef) == {"g", "h"} and r2.ranef["h"].shape == (3, 1)
+
+
 def test_absurd_or_silently_coerced_arguments_are_refused_by_name():
     rng = np.random.default_rng(0)
     g = np.repeat(np.arange(10), 4)

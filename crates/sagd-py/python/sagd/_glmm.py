@@ -41,6 +41,11 @@ class GlmmResult(FitResult):
         iterations: the maximiser's iterations (exact fits).
         formula: the formula fitted, if one was given; ``n_obs`` the observations used.
         groups: the group labels (one grouping factor), or a dict factor -> labels.
+        ranef: per grouping factor, each level's random effects given the data (lme4's
+            ``ranef``): an array of one row per level, in the order of ``groups``' labels, and one
+            column per effect, at the conditional mode; ``ranef_sd`` their conditional sds
+            (lme4's ``condVar``; exact for the Gaussian family, else from the curvature at the
+            mode). An array for one grouping factor, a dict factor -> array for several.
         n_points: the independent blocks of the data EM works on: the groups of one factor, the
             top-level groups of nested ones, often the whole data set for crossed ones.
     """
@@ -67,6 +72,8 @@ class GlmmResult(FitResult):
     aic: Optional[float] = None
     bic: Optional[float] = None
     iterations: int = 0
+    ranef: Any = None
+    ranef_sd: Any = None
 
     def __repr__(self) -> str:
         p = len(self.fixed)
@@ -400,4 +407,13 @@ def glmm(
         loglik_method=d.get("loglik_method"),
         groups=labels[0] if k == 1 else dict(zip(factor_names, labels)),
         n_points=int(d.get("n_points", 0)),
+        ranef=_per_factor_arrays(d["ranef"], factor_names, k),
+        ranef_sd=_per_factor_arrays(d["ranef_sd"], factor_names, k),
     )
+
+
+def _per_factor_arrays(per_term: List[Any], factor_names: List[str], k: int) -> Any:
+    """One (levels x effects) array per grouping factor: the array itself for one factor, else
+    a dict factor -> array."""
+    arrays = [np.asarray(t, dtype=float).reshape(len(t), -1) for t in per_term]
+    return arrays[0] if k == 1 else dict(zip(factor_names, arrays))

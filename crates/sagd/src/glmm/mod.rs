@@ -24,6 +24,7 @@ mod fit;
 pub mod formula;
 mod laplace;
 mod likelihood;
+mod modes;
 mod summary;
 mod terms;
 
@@ -114,17 +115,19 @@ impl Glmm {
         }
         let n_terms = terms.len();
         let mut slot = vec![0; n * n_terms];
+        let mut level_at = Vec::with_capacity(n_terms);
         for (t, term) in terms.iter().enumerate() {
             let q = term.z.len() / n;
-            let mut at = vec![usize::MAX; levels[t]];
+            let mut at = vec![(usize::MAX, usize::MAX); levels[t]];
             for (i, &l) in term.group.iter().enumerate() {
-                if at[l] == usize::MAX {
+                if at[l].1 == usize::MAX {
                     let c = &mut points[set[i]];
-                    at[l] = c.dim;
+                    at[l] = (set[i], c.dim);
                     c.dim += q;
                 }
-                slot[i * n_terms + t] = at[l];
+                slot[i * n_terms + t] = at[l].1;
             }
+            level_at.push(at);
         }
         let latent_dim = points.iter().map(|c| c.dim).max().unwrap_or(0);
         let row_constant = points
@@ -147,13 +150,15 @@ impl Glmm {
         let mut theta_at = p;
         let terms = terms
             .into_iter()
-            .map(|term| {
+            .zip(level_at)
+            .map(|(term, levels)| {
                 let q = term.z.len() / n;
                 let kept = Term {
                     z: term.z,
                     q,
                     correlated: term.correlated && q > 1,
                     theta_at,
+                    levels,
                 };
                 theta_at += kept.n_params();
                 kept

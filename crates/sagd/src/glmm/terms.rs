@@ -20,6 +20,9 @@ pub(super) struct Term {
     pub(super) correlated: bool,
     /// Where its parameters start in θ.
     pub(super) theta_at: usize,
+    /// Per level of its factor: the point the level belongs to, and where its q effects start in
+    /// that point's latent.
+    pub(super) levels: Vec<(usize, usize)>,
 }
 
 impl Term {
