@@ -116,7 +116,8 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     bar.finish_and_clear();
     let summary = model.summary(&fit.theta, fit.covariance.as_deref());
     let separation = model.separation(&fit.theta);
-    let ranef = model.random_effects(&fit.theta)?;
+    // The fit stands without them: a level whose mode cannot be found leaves no ranef.csv.
+    let ranef = model.random_effects(&fit.theta);
     let sep = separation.as_deref();
     let seconds = t0.elapsed().as_secs_f64();
     let text = render(&a, family, &design, (&fit, sep), &summary, seconds);
@@ -126,7 +127,10 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         &staging.path("estimates.csv"),
         estimates_csv(&design, &fit, &summary),
     )?;
-    write_atomic(&staging.path("ranef.csv"), ranef_csv(&design, &ranef))?;
+    match &ranef {
+        Ok(r) => write_atomic(&staging.path("ranef.csv"), ranef_csv(&design, r))?,
+        Err(e) => eprintln!("warning: no ranef.csv: the random effects given the data: {e}"),
+    }
     let result = result_json(&a, family, &design, (&fit, sep), &summary, seconds);
     write_atomic(
         &staging.path("result.json"),

@@ -238,16 +238,21 @@ pub(crate) fn fit_glmm<'py>(
     )?;
     d.set_item("sigma", summary.sigma.map(|e| e.value))?;
     d.set_item("sigma_se", summary.sigma.map(|e| e.se))?;
-    // Each level's effects given the data (lme4's `ranef`, `condVar`), per term: levels × q.
-    let ranef = model.random_effects(&fit.theta).map_err(py_error)?;
-    let by_level = |f: fn(&sagd::glmm::Estimate) -> f64| -> Vec<Vec<Vec<f64>>> {
-        ranef
-            .iter()
-            .map(|t| t.iter().map(|l| l.iter().map(f).collect()).collect())
-            .collect()
-    };
-    d.set_item("ranef", by_level(|e| e.value))?;
-    d.set_item("ranef_sd", by_level(|e| e.se))?;
+    // Each level's effects given the data (lme4's `ranef`, `condVar`), per term: levels × q;
+    // the fit stands without them where a mode cannot be found (None, and the reason).
+    match model.random_effects(&fit.theta) {
+        Ok(ranef) => {
+            let by_level = |f: fn(&sagd::glmm::Estimate) -> f64| -> Vec<Vec<Vec<f64>>> {
+                ranef
+                    .iter()
+                    .map(|t| t.iter().map(|l| l.iter().map(f).collect()).collect())
+                    .collect()
+            };
+            d.set_item("ranef", by_level(|e| e.value))?;
+            d.set_item("ranef_sd", by_level(|e| e.se))?;
+        }
+        Err(e) => d.set_item("ranef_error", e.to_string())?,
+    }
     // lme4's AIC and BIC, of the REML criterion after a REML fit.
     let criterion = match &fit.fitted {
         Fitted::Exact(e) => e.reml.unwrap_or(e.log_likelihood),

@@ -45,7 +45,8 @@ class GlmmResult(FitResult):
             ``ranef``): an array of one row per level, in the order of ``groups``' labels, and one
             column per effect, at the conditional mode; ``ranef_sd`` their conditional sds
             (lme4's ``condVar``; exact for the Gaussian family, else from the curvature at the
-            mode). An array for one grouping factor, a dict factor -> array for several.
+            mode). An array for one grouping factor, a dict factor -> array for several; None
+            (and why, in ``warning``) where a level's mode could not be found.
         n_points: the independent blocks of the data EM works on: the groups of one factor, the
             top-level groups of nested ones, often the whole data set for crossed ones.
     """
@@ -374,6 +375,9 @@ def glmm(
         # finite maximum, and no standard error.
         note = d["singular_note"]
         base.warning = note if base.warning is None else f"{note}; {base.warning}"
+    if d.get("ranef_error"):
+        note = f"no ranef: {d['ranef_error']}"
+        base.warning = note if base.warning is None else f"{note}; {base.warning}"
     if d.get("separation_note"):
         # Separated responses (the core's rule and words): some β have no finite maximum.
         note = d["separation_note"]
@@ -407,13 +411,15 @@ def glmm(
         loglik_method=d.get("loglik_method"),
         groups=labels[0] if k == 1 else dict(zip(factor_names, labels)),
         n_points=int(d.get("n_points", 0)),
-        ranef=_per_factor_arrays(d["ranef"], factor_names, k),
-        ranef_sd=_per_factor_arrays(d["ranef_sd"], factor_names, k),
+        ranef=_per_factor_arrays(d.get("ranef"), factor_names, k),
+        ranef_sd=_per_factor_arrays(d.get("ranef_sd"), factor_names, k),
     )
 
 
-def _per_factor_arrays(per_term: List[Any], factor_names: List[str], k: int) -> Any:
+def _per_factor_arrays(per_term: Optional[List[Any]], factor_names: List[str], k: int) -> Any:
     """One (levels x effects) array per grouping factor: the array itself for one factor, else
-    a dict factor -> array."""
+    a dict factor -> array (None where the core found none)."""
+    if per_term is None:
+        return None
     arrays = [np.asarray(t, dtype=float).reshape(len(t), -1) for t in per_term]
     return arrays[0] if k == 1 else dict(zip(factor_names, arrays))
