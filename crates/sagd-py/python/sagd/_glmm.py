@@ -373,20 +373,16 @@ def glmm(
     if d.get("singular"):
         # A covariance at its boundary (the core's rule and words): the parameter there has no
         # finite maximum, and no standard error.
-        note = d["singular_note"]
-        base.warning = note if base.warning is None else f"{note}; {base.warning}"
+        _warn(base, d["singular_note"])
     if d.get("ranef_error"):
-        note = f"no ranef: {d['ranef_error']}"
-        base.warning = note if base.warning is None else f"{note}; {base.warning}"
+        _warn(base, f"no ranef: {d['ranef_error']}")
     if d.get("separation_note"):
         # Separated responses (the core's rule and words): some β have no finite maximum.
-        note = d["separation_note"]
-        base.warning = note if base.warning is None else f"{note}; {base.warning}"
+        _warn(base, d["separation_note"])
     exact = d["status"] == "exact"
     reml_ll = d.get("reml_loglik")
     if dropped:
-        note = f"{dropped} rows with a missing value dropped (lme4's na.omit)"
-        base.warning = note if base.warning is None else f"{note}; {base.warning}"
+        _warn(base, f"{dropped} rows with a missing value dropped (lme4's na.omit)")
     return GlmmResult(
         **{f: getattr(base, f) for f in FitResult.__dataclass_fields__},
         formula=formula,
@@ -414,6 +410,11 @@ def glmm(
         ranef=_per_factor_arrays(d.get("ranef"), factor_names, k),
         ranef_sd=_per_factor_arrays(d.get("ranef_sd"), factor_names, k),
     )
+
+
+def _warn(result: FitResult, note: str) -> None:
+    """Puts `note` before the warnings `result` already has."""
+    result.warning = note if result.warning is None else f"{note}; {result.warning}"
 
 
 def _per_factor_arrays(per_term: Optional[List[Any]], factor_names: List[str], k: int) -> Any:

@@ -213,18 +213,21 @@ impl Glmm {
     /// optimiser stops at values set by its tolerance, with standard errors that mean nothing.
     pub fn separation(&self, theta: &[f64]) -> Option<String> {
         const EDGE: f64 = 10.0 * f64::EPSILON;
+        if self.family == Family::Gaussian {
+            return None;
+        }
         let beta = theta.get(..self.p)?;
-        let at_edge = self
-            .x
-            .chunks_exact(self.p.max(1))
-            .filter(|row| {
-                let eta: f64 = row.iter().zip(beta).map(|(x, b)| x * b).sum();
-                match self.family {
-                    Family::Gaussian => false,
-                    // min(p, 1 − p) = 1/(1 + e^|η|).
-                    Family::Binomial => 1.0 / (1.0 + eta.abs().exp()) < EDGE,
-                    Family::Poisson => eta.exp() < EDGE,
-                }
+        let binomial = self.family == Family::Binomial;
+        let at_edge = (0..self.n_obs())
+            .filter(|&i| {
+                let eta = self.fixed_part(beta, i);
+                // Binomial: min(p, 1 − p) = 1/(1 + e^|η|); Poisson: the rate e^η.
+                let edge = if binomial {
+                    1.0 / (1.0 + eta.abs().exp())
+                } else {
+                    eta.exp()
+                };
+                edge < EDGE
             })
             .count();
         let (what, why) = match self.family {

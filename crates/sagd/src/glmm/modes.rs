@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+use super::summary::sd_of_variance;
 use super::{Estimate, Glmm};
 use crate::error::Result;
 
@@ -74,9 +75,10 @@ fn effects(l: &[f64], q: usize, u: &[f64], cov_u: impl Fn(usize, usize) -> f64) 
                 .flat_map(|b| (0..=a).map(move |c| (b, c)))
                 .map(|(b, c)| l[a * q + b] * cov_u(b, c) * l[a * q + c])
                 .sum();
-            // Rounding may leave a tiny negative; a NaN stays one.
-            let se = if var < 0.0 { 0.0 } else { var.sqrt() };
-            Estimate { value, se }
+            Estimate {
+                value,
+                se: sd_of_variance(var),
+            }
         })
         .collect()
 }

@@ -64,6 +64,16 @@ impl Summary {
     }
 }
 
+/// √v, a tiny negative left by rounding taken as 0; a NaN (a parameter at its boundary, with no
+/// covariance) stays NaN, where `f64::max` would make it 0.
+pub(super) fn sd_of_variance(v: f64) -> f64 {
+    if v < 0.0 {
+        0.0
+    } else {
+        v.sqrt()
+    }
+}
+
 impl Glmm {
     /// The names of θ's entries in θ's order, from the fixed effects' names and each term's
     /// (its factor and its effects; the levels are not read): β's as given, then per term
@@ -141,13 +151,7 @@ impl Glmm {
                     v += ga * c[a][b] * gb;
                 }
             }
-            // Rounding may leave a tiny negative; a NaN (a parameter at its boundary, with no
-            // covariance) stays NaN, where `max` would make it 0.
-            if v < 0.0 {
-                0.0
-            } else {
-                v.sqrt()
-            }
+            sd_of_variance(v)
         };
         let unit = |j: usize, scale: f64| {
             let mut g = vec![0.0; k];
