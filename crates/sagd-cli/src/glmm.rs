@@ -1,7 +1,8 @@
 //! `sagd glmm`: a generalised linear mixed model from a CSV file and an lme4 formula, fitted by
 //! the library's [`Glmm::fit`] (the exact likelihood where it can be computed, else automated
 //! EM), printed as lme4's `summary` prints it and written to OUT/result.json, estimates.csv,
-//! ranef.csv (each level's random effects given the data) and summary.txt.
+//! ranef.csv (each level's random effects given the data: modes and exact means) and
+//! summary.txt.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -118,6 +119,11 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     let separation = model.separation(&fit.theta);
     // The fit stands without them: a level whose mode cannot be found leaves no ranef.csv.
     let ranef = model.random_effects(&fit.theta);
+    // The exact conditional means where quadrature reaches (blank columns elsewhere).
+    let means = ranef
+        .as_ref()
+        .ok()
+        .map(|_| model.conditional_means(&fit.theta));
     let sep = separation.as_deref();
     let seconds = t0.elapsed().as_secs_f64();
     let text = render(&a, family, &design, (&fit, sep), &summary, seconds);
@@ -128,7 +134,18 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         estimates_csv(&design, &fit, &summary),
     )?;
     match &ranef {
-        Ok(r) => write_atomic(&staging.path("ranef.csv"), ranef_csv(&design, r))?,
+        Ok(r) => {
+            let means = match means {
+                Some(Ok(m)) => Some(m),
+                Some(Err(e)) => {
+                    eprintln!("note: ranef.csv's mean and mean_sd are blank: {e}");
+                    None
+                }
+                None => None,
+            };
+            let text = ranef_csv(&design, r, means.as_deref());
+            write_atomic(&staging.path("ranef.csv"), text)?
+        }
         Err(e) => eprintln!("warning: no ranef.csv: the random effects given the data: {e}"),
     }
     let result = result_json(&a, family, &design, (&fit, sep), &summary, seconds);
@@ -401,16 +418,23 @@ fn csv_text(v: &str) -> String {
     format!("\"{}\"", v.replace('"', "\"\""))
 }
 
-/// One row per random effect of each level (lme4's `ranef` with `condVar`): the factor, the
-/// level, the effect, its conditional mode and conditional sd.
-fn ranef_csv(d: &Design, ranef: &[Vec<Vec<Estimate>>]) -> String {
-    let mut o = String::from("group,level,effect,mode,sd\n");
-    for (names, term) in d.term_names.iter().zip(ranef) {
-        for (level, effects) in names.levels.iter().zip(term) {
-            for (effect, e) in names.effects.iter().zip(effects) {
+/// One row per random effect of each level: the factor, the level, the effect, its
+/// conditional mode and sd (lme4's `ranef` with `condVar`), and its exact conditional mean and
+/// sd where `means` has them (else blank).
+fn ranef_csv(
+    d: &Design,
+    ranef: &[Vec<Vec<Estimate>>],
+    means: Option<&[Vec<Vec<Estimate>>]>,
+) -> String {
+    let mut o = String::from("group,level,effect,mode,sd,mean,mean_sd\n");
+    for (t, (names, term)) in d.term_names.iter().zip(ranef).enumerate() {
+        for (l, (level, effects)) in names.levels.iter().zip(term).enumerate() {
+            for (k, (effect, e)) in names.effects.iter().zip(effects).enumerate() {
+                let mean = means.map_or_else(String::new, |m| m[t][l][k].value.to_string());
+                let mean_sd = means.map_or_else(String::new, |m| m[t][l][k].se.to_string());
                 let _ = writeln!(
                     o,
-                    "{},{},{},{},{}",
+                    "{},{},{},{},{},{mean},{mean_sd}",
                     csv_text(&names.group),
                     csv_text(level),
                     csv_text(effect),

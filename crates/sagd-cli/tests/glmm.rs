@@ -4,7 +4,9 @@
 //! (180 rows, one with a missing count, 30 sites, a three-level text factor):
 //! `glmer(count ~ x + dose + (1 | site), family = poisson, nAGQ = 25)`, exact for a random
 //! intercept, and `lmer(count ~ x * dose + (1 | site), REML = TRUE)`, exact; the sites' random
-//! effects from `ranef(fit, condVar = TRUE)` (the mode, and the root of `postVar`).
+//! effects from `ranef(fit, condVar = TRUE)` (the mode, and the root of `postVar`); their exact
+//! conditional means and sds by R's `integrate` (relative tolerance 1e-13) of b p(b | y) at
+//! glmer's estimate.
 
 mod common;
 use common::{sagd, succeeded};
@@ -20,13 +22,12 @@ fn fit(args: &[&str]) -> serde_json::Value {
     fit_with_ranef(args).0
 }
 
-/// [`fit`], and the rows of its ranef.csv by level: (mode, sd) of the first effect.
-fn fit_with_ranef(
-    args: &[&str],
-) -> (
-    serde_json::Value,
-    std::collections::HashMap<String, (f64, f64)>,
-) {
+/// A level's first effect in ranef.csv: its conditional mode and sd, and its conditional mean
+/// and sd.
+type Ranef = std::collections::HashMap<String, [(f64, f64); 2]>;
+
+/// [`fit`], and the rows of its ranef.csv by level.
+fn fit_with_ranef(args: &[&str]) -> (serde_json::Value, Ranef) {
     let dir = tempfile::tempdir().unwrap();
     let o = succeeded(
         sagd()
@@ -47,29 +48,31 @@ fn fit_with_ranef(
         assert!(dir.path().join(f).exists(), "{f}");
     }
     let ranef = std::fs::read_to_string(dir.path().join("ranef.csv")).unwrap();
-    assert!(ranef.starts_with("group,level,effect,mode,sd\n"), "{ranef}");
+    assert!(
+        ranef.starts_with("group,level,effect,mode,sd,mean,mean_sd\n"),
+        "{ranef}"
+    );
     let levels = ranef
         .lines()
         .skip(1)
         .map(|row| {
             let f: Vec<&str> = row.split(',').collect();
             let number = |v: &str| v.parse::<f64>().unwrap();
-            (
-                f[1].trim_matches('"').to_string(),
-                (number(f[3]), number(f[4])),
-            )
+            let pairs = [(number(f[3]), number(f[4])), (number(f[5]), number(f[6]))];
+            (f[1].trim_matches('"').to_string(), pairs)
         })
         .collect();
     let result = std::fs::read_to_string(dir.path().join("result.json")).unwrap();
     (serde_json::from_str(&result).unwrap(), levels)
 }
 
-/// Each site's conditional mode and sd against lme4's `ranef(fit, condVar = TRUE)`, to the
-/// distance the two maximisers leave between their θ̂ (the modes moved 7e-6 at most here).
-fn close_ranef(got: &std::collections::HashMap<String, (f64, f64)>, want: &[(&str, f64, f64)]) {
+/// Each site's conditional mode and sd (`which` 0) against lme4's `ranef(fit, condVar = TRUE)`,
+/// or its conditional mean and sd (1) against R's quadrature, to the distance the two maximisers
+/// leave between their θ̂ (the modes moved 7e-6 at most here).
+fn close_ranef(got: &Ranef, which: usize, want: &[(&str, f64, f64)]) {
     assert_eq!(got.len(), 30);
     for (site, mode, sd) in want {
-        let (m, s) = got[*site];
+        let (m, s) = got[*site][which];
         assert!(
             (m - mode).abs() < 5e-5 && (s - sd).abs() < 5e-5,
             "{site}: {m} ({s}) against lme4's {mode} ({sd})"
@@ -125,10 +128,21 @@ fn poisson_random_intercept_matches_glmer_with_adaptive_quadrature() {
     assert_eq!(r["method"]["kind"], "exact");
     close_ranef(
         &ranef,
+        0,
         &[
             ("site 0", -0.1952687783, 0.3294537775),
             ("site 7", 0.2727816433, 0.2676918036),
             ("site 29", -0.5585299093, 0.3298751939),
+        ],
+    );
+    // The exact means lie 0.03-0.04 (a tenth of an sd) below the modes.
+    close_ranef(
+        &ranef,
+        1,
+        &[
+            ("site 0", -0.2334244040, 0.3319779594),
+            ("site 7", 0.2438816473, 0.2700298220),
+            ("site 29", -0.5967409866, 0.3323976073),
         ],
     );
 }
@@ -154,8 +168,11 @@ fn gaussian_reml_with_an_interaction_matches_lmer() {
     let site = r["random"][0]["sd"][0]["value"].as_f64().unwrap();
     let sigma = r["sigma"]["value"].as_f64().unwrap();
     assert!((site - 1.419656201).abs() < 1e-4 && (sigma - 1.419632862).abs() < 1e-4);
+    // A Gaussian posterior: its mean is its mode.
+    assert!(ranef.values().all(|[mode, mean]| mode == mean));
     close_ranef(
         &ranef,
+        0,
         &[
             ("site 0", -0.5862746838, 0.5365720467),
             ("site 7", 0.1628045940, 0.5365720467),
@@ -303,4 +320,33 @@ fn replace_removes_another_command_s_result_and_keeps_the_user_s_files() {
     assert!(result.contains("site"), "{result}");
     let mark = std::fs::read_to_string(out.join(".sagd-command")).unwrap();
     assert!(mark.starts_with("glmm\n"), "{mark}");
+}
+
+#[test]
+fn crossed_counts_leave_the_means_blank_and_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = succeeded(
+        sagd()
+            .args([
+                "glmm",
+                "count ~ x + (1 | site) + (1 | dose)",
+                "--family",
+                "poisson",
+            ])
+            .arg("--data")
+            .arg(data())
+            .arg("--out")
+            .arg(dir.path())
+            .arg("--quiet"),
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("mean and mean_sd are blank"), "{err}");
+    assert!(err.contains("at most 3 effects per block"), "{err}");
+    let ranef = std::fs::read_to_string(dir.path().join("ranef.csv")).unwrap();
+    // 30 sites and 3 doses, each row's mode and sd and two blank fields.
+    assert_eq!(ranef.lines().count(), 1 + 33);
+    assert!(
+        ranef.lines().skip(1).all(|row| row.ends_with(",,")),
+        "{ranef}"
+    );
 }

@@ -239,17 +239,22 @@ pub(crate) fn fit_glmm<'py>(
     d.set_item("sigma", summary.sigma.map(|e| e.value))?;
     d.set_item("sigma_se", summary.sigma.map(|e| e.se))?;
     // Each level's effects given the data (lme4's `ranef`, `condVar`), per term: levels × q;
-    // the fit stands without them where a mode cannot be found (None, and the reason).
+    // the fit stands without them where a mode cannot be found (None, and the reason). Their
+    // exact conditional means where quadrature reaches (None elsewhere).
+    type PerLevel = Vec<Vec<Vec<sagd::glmm::Estimate>>>;
+    let by_level = |r: &PerLevel, f: fn(&sagd::glmm::Estimate) -> f64| -> Vec<Vec<Vec<f64>>> {
+        r.iter()
+            .map(|t| t.iter().map(|l| l.iter().map(f).collect()).collect())
+            .collect()
+    };
     match model.random_effects(&fit.theta) {
         Ok(ranef) => {
-            let by_level = |f: fn(&sagd::glmm::Estimate) -> f64| -> Vec<Vec<Vec<f64>>> {
-                ranef
-                    .iter()
-                    .map(|t| t.iter().map(|l| l.iter().map(f).collect()).collect())
-                    .collect()
-            };
-            d.set_item("ranef", by_level(|e| e.value))?;
-            d.set_item("ranef_sd", by_level(|e| e.se))?;
+            d.set_item("ranef", by_level(&ranef, |e| e.value))?;
+            d.set_item("ranef_sd", by_level(&ranef, |e| e.se))?;
+            if let Ok(means) = model.conditional_means(&fit.theta) {
+                d.set_item("ranef_mean", by_level(&means, |e| e.value))?;
+                d.set_item("ranef_mean_sd", by_level(&means, |e| e.se))?;
+            }
         }
         Err(e) => d.set_item("ranef_error", e.to_string())?,
     }

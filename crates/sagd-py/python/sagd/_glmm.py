@@ -47,6 +47,12 @@ class GlmmResult(FitResult):
             (lme4's ``condVar``; exact for the Gaussian family, else from the curvature at the
             mode). An array for one grouping factor, a dict factor -> array for several; None
             (and why, in ``warning``) where a level's mode could not be found.
+        ranef_mean: the same effects' exact conditional means E[b | y] at the estimate, and
+            ``ranef_mean_sd`` their conditional sds, in ``ranef``'s layout: the posterior's
+            moments by adaptive Gauss-Hermite quadrature (40, 20 or 16 nodes a dimension for 1,
+            2 or 3 effects per block), where lme4 gives its mode and Laplace's curvature. Equal to
+            ``ranef`` for the Gaussian family; None for blocks of more than 3 effects (crossed
+            factors, which join their levels in one block).
         n_points: the independent blocks of the data EM works on: the groups of one factor, the
             top-level groups of nested ones, often the whole data set for crossed ones.
     """
@@ -75,6 +81,8 @@ class GlmmResult(FitResult):
     iterations: int = 0
     ranef: Any = None
     ranef_sd: Any = None
+    ranef_mean: Any = None
+    ranef_mean_sd: Any = None
 
     def __repr__(self) -> str:
         p = len(self.fixed)
@@ -409,6 +417,8 @@ def glmm(
         n_points=int(d.get("n_points", 0)),
         ranef=_per_factor_arrays(d.get("ranef"), factor_names, k),
         ranef_sd=_per_factor_arrays(d.get("ranef_sd"), factor_names, k),
+        ranef_mean=_per_factor_arrays(d.get("ranef_mean"), factor_names, k),
+        ranef_mean_sd=_per_factor_arrays(d.get("ranef_mean_sd"), factor_names, k),
     )
 
 

@@ -9,6 +9,7 @@
 
 mod gaussian;
 mod quadrature;
+pub(super) use quadrature::{node_weights, ProductRule};
 #[cfg(test)]
 mod tests;
 

@@ -15,14 +15,15 @@ use crate::quadrature::GaussHermite;
 
 /// A product Gauss-Hermite rule in d dimensions on the scale of N(0, I/2)'s weight: nodes
 /// s = √2 t and log weights log Π w + |t|² + (d/2) log 2, so that ∫ f = Σ_k exp(log_w_k) f(s_k).
-pub(super) struct ProductRule {
+pub(in crate::glmm) struct ProductRule {
     d: usize,
     nodes: Vec<f64>,
     log_w: Vec<f64>,
 }
 
 impl ProductRule {
-    pub(super) fn new(d: usize, m: usize) -> Self {
+    /// The rule of `m` nodes per dimension in `d` dimensions.
+    pub(in crate::glmm) fn new(d: usize, m: usize) -> Self {
         let gh = GaussHermite::new(m);
         let k = m.pow(d as u32);
         let (mut nodes, mut log_w) = (Vec::with_capacity(k * d), Vec::with_capacity(k));
@@ -38,6 +39,34 @@ impl ProductRule {
         }
         ProductRule { d, nodes, log_w }
     }
+
+    /// How many nodes the rule has.
+    pub(in crate::glmm) fn len(&self) -> usize {
+        self.log_w.len()
+    }
+
+    /// Node `j` centred at a point's mode and scaled by its curvature H = L Lᵀ there:
+    /// u = mode + L⁻ᵀ s_j, into `u`; returns the node's log weight (the change of variables'
+    /// log det is the caller's, once per point).
+    pub(in crate::glmm) fn place(&self, j: usize, lap: &Laplace, u: &mut [f64]) -> f64 {
+        let d = self.d;
+        u.copy_from_slice(&self.nodes[j * d..(j + 1) * d]);
+        lap.curvature.solve_upper(u);
+        u.iter_mut().zip(&lap.mode).for_each(|(u, m)| *u += m);
+        self.log_w[j]
+    }
+}
+
+/// The nodes' log terms (log weight + log density) of point `c` as each node's weight exp(term −
+/// top), their total and the top term: the posterior's shares are weight / total.
+pub(in crate::glmm) fn node_weights(terms: &[f64], c: usize) -> Result<(Vec<f64>, f64, f64)> {
+    let top = terms.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    if !top.is_finite() {
+        return Err(not_finite(c));
+    }
+    let w: Vec<f64> = terms.iter().map(|t| (t - top).exp()).collect();
+    let total: f64 = w.iter().sum();
+    Ok((w, total, top))
 }
 
 impl Glmm {
@@ -91,24 +120,17 @@ impl Glmm {
             return Ok(lp);
         }
         debug_assert_eq!(d, rule.d);
-        let nodes = rule.log_w.len();
+        let nodes = rule.len();
         let mut terms = vec![0.0; nodes];
         let mut grads = vec![0.0; nodes * k];
         let mut u = vec![0.0; d];
         for j in 0..nodes {
-            u.copy_from_slice(&rule.nodes[j * d..(j + 1) * d]);
-            lap.curvature.solve_upper(&mut u);
-            u.iter_mut().zip(&lap.mode).for_each(|(u, m)| *u += m);
+            let log_w = rule.place(j, lap, &mut u);
             let g = &mut grads[j * k..(j + 1) * k];
             let lp = self.point_grad_theta(theta, factors, c, &u, d, g);
-            terms[j] = rule.log_w[j] + lp;
+            terms[j] = log_w + lp;
         }
-        let top = terms.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        if !top.is_finite() {
-            return Err(not_finite(c));
-        }
-        let w: Vec<f64> = terms.iter().map(|t| (t - top).exp()).collect();
-        let total: f64 = w.iter().sum();
+        let (w, total, top) = node_weights(&terms, c)?;
         for (j, wj) in w.iter().enumerate() {
             let share = wj / total;
             grad.iter_mut()
