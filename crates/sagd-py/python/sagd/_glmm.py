@@ -49,7 +49,7 @@ class GlmmResult(FitResult):
             (and why, in ``warning``) where a level's mode could not be found.
         ranef_mean: the same effects' exact conditional means E[b | y] at the estimate, and
             ``ranef_mean_sd`` their conditional sds, in ``ranef``'s layout: the posterior's
-            moments by adaptive Gauss-Hermite quadrature (40, 20 or 16 nodes a dimension for 1,
+            moments by adaptive Gauss-Hermite quadrature (100, 30 or 16 nodes a dimension for 1,
             2 or 3 effects per block), where lme4 gives its mode and Laplace's curvature. Equal to
             ``ranef`` for the Gaussian family; None for blocks of more than 3 effects (crossed
             factors, which join their levels in one block).

@@ -12,9 +12,12 @@ use crate::error::{Result, SagdError};
 
 /// Nodes per dimension of the conditional means' rule by the points' dimension (1, 2, 3): more
 /// than the fits' (25, 15, 9), since the moments of a skewed posterior converge more slowly
-/// than its integral (3 effects and 9 nodes: errors of 5e-6 of an sd, 16 nodes: 1e-7) and they
-/// are taken once per fit (16³ nodes a point: a tenth of a 3-effect fit's time).
-const MEAN_NODES: [usize; MAX_QUADRATURE_DIM] = [40, 20, 16];
+/// than its integral, and they are taken once per fit. One effect: 100 (a level of 60 successes
+/// in 60 rows under τ = 3.6 leaves 2.4e-6 of an sd with 40 nodes, 5.4e-10 with 100); two: 30
+/// (the same level with a slope: 6.3e-5 with 20 nodes, 2.9e-6 with 30; ordinary posteriors
+/// 1e-11); three: 16 (9 nodes leave 5e-6 of an sd on the tests' posteriors, 16 leave 1e-7;
+/// 16³ nodes a point cost a tenth of a 3-effect fit's time).
+const MEAN_NODES: [usize; MAX_QUADRATURE_DIM] = [100, 30, 16];
 
 /// A point's posterior of u, as far as the levels' effects need it: a centre and Cov(u).
 struct Moments {
@@ -56,9 +59,10 @@ impl Glmm {
     /// Each random effect's exact conditional mean E[b | y; θ] (its `value`) and sd (its `se`),
     /// in [`Glmm::random_effects`]' layout: the posterior's moments where lme4 gives its mode
     /// and Laplace's curvature. For the Gaussian family they are the same; for the others they
-    /// come from adaptive Gauss-Hermite product quadrature at each point's mode (40, 20 or 16
+    /// come from adaptive Gauss-Hermite product quadrature at each point's mode (100, 30 or 16
     /// nodes per dimension for 1, 2 or 3 effects per point: within 1e-9, 1e-9 and 1e-7 of each
-    /// sd on skewed posteriors checked against fine grids), so a model must have at most
+    /// sd on skewed posteriors checked against fine grids; 3e-6 at a level of all successes
+    /// under a wide prior with 2 effects), so a model must have at most
     /// [`MAX_QUADRATURE_DIM`] effects per point (no crossed factors).
     pub fn conditional_means(&self, theta: &[f64]) -> Result<Vec<Vec<Vec<Estimate>>>> {
         if self.family == Family::Gaussian {
@@ -83,7 +87,10 @@ impl Glmm {
         })
     }
 
-    /// The posterior's moments of point `c`'s latent by `rule` at its mode `lap`.
+    /// The posterior's moments of point `c`'s latent by `rule` at its mode and curvature `lap`.
+    /// (Placing the rule again at the moments it found, Naylor and Smith's iteration, left
+    /// larger errors on the skewed posteriors of the tests: where the likelihood falls steeply
+    /// on one side, as the successes' of a level of all successes, the mode's scale fits best.)
     fn quadrature_moments(
         &self,
         theta: &[f64],

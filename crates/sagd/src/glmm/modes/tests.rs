@@ -37,6 +37,12 @@ fn close(e: &Estimate, value: f64, sd: f64) {
     assert!((e.se - sd).abs() < 1e-9, "{e:?} against sd {sd}");
 }
 
+/// A random-intercept model of `y` by `group` with an intercept as its only fixed effect.
+fn intercepts(family: Family, y: &[f64], group: &[usize]) -> Glmm {
+    let ones = vec![1.0; y.len()];
+    Glmm::new(family, y.to_vec(), ones.clone(), group, ones, None).unwrap()
+}
+
 #[test]
 fn gaussian_intercepts_are_the_shrunken_group_means() {
     // Groups of 1 to 4 rows: b_g = τ²/(τ² + σ²/n_g) (ȳ_g − μ), Var = 1/(1/τ² + n_g/σ²).
@@ -44,15 +50,7 @@ fn gaussian_intercepts_are_the_shrunken_group_means() {
     let group: Vec<usize> = (0..4).flat_map(|g| vec![g; sizes[g]]).collect();
     let n = group.len();
     let y: Vec<f64> = (0..n).map(|i| (i as f64 * 1.3).sin() * 2.0 + 1.0).collect();
-    let m = Glmm::new(
-        Family::Gaussian,
-        y.clone(),
-        vec![1.0; n],
-        &group,
-        vec![1.0; n],
-        None,
-    )
-    .unwrap();
+    let m = intercepts(Family::Gaussian, &y, &group);
     let (mu, tau, sigma) = (0.7, 0.9f64, 0.6f64);
     let re = m.random_effects(&[mu, tau.ln(), sigma.ln()]).unwrap();
     assert_eq!((re.len(), re[0].len(), re[0][0].len()), (1, 4, 1));
@@ -145,7 +143,7 @@ fn poisson_conditional_means_are_the_posterior_s_moments() {
             lik - 0.5 * b * b / (tau * tau)
         };
         let (value, sd) = line_moments(log_p, mode[0].value, mode[0].se);
-        // 40 adaptive nodes against the trapezoid: to 1e-9 of the sd (4e-10 at the one-row group).
+        // 100 adaptive nodes against the trapezoid: to 1e-9 of the sd.
         assert!(
             (mean[0].value - value).abs() < 1e-9 * sd,
             "{g}: {mean:?} against {value}"
@@ -202,9 +200,28 @@ fn grid_moments<const D: usize>(
     (mean_b, sd_b)
 }
 
+/// u's mode from b's (the `value`s of `mode`): b = L u, L lower-triangular.
+fn u_of<const D: usize>(l: [[f64; D]; D], mode: &[Estimate]) -> [f64; D] {
+    let mut u = [0.0; D];
+    for e in 0..D {
+        let known: f64 = (0..e).map(|a| l[e][a] * u[a]).sum();
+        u[e] = (mode[e].value - known) / l[e][e];
+    }
+    u
+}
+
+/// Each effect's mean and sd in `got` within `tol` of its sd of the reference's (level `g`).
+fn agree<const D: usize>(got: &[Estimate], (value, sd): ([f64; D], [f64; D]), tol: f64, g: usize) {
+    for e in 0..D {
+        let ok = (got[e].value - value[e]).abs() < tol * sd[e]
+            && (got[e].se - sd[e]).abs() < tol * sd[e];
+        assert!(ok, "{g}/{e}: {:?} against {value:?}, sds {sd:?}", got[e]);
+    }
+}
+
 /// Correlated effects z_i = (1, x_i, x_i²)[..D] on groups of `per` rows: the exact means and
 /// sds against [`grid_moments`]' (to 1e-9 of each sd in 2 dimensions, 5e-7 in 3: the rules'
-/// largest errors there are 6.5e-11 with 20 nodes a side and 9.4e-8 with 16), and the largest
+/// largest errors there are 6e-14 with 30 nodes a side and 9.4e-8 with 16), and the largest
 /// |mean − mode| / sd.
 fn correlated_against_grid<const D: usize>(
     family: Family,
@@ -257,23 +274,9 @@ fn correlated_against_grid<const D: usize>(
                 .sum();
             lik - 0.5 * u.iter().map(|v| v * v).sum::<f64>()
         };
-        // u's mode from b's: b = L u, L lower-triangular.
-        let mut centre = [0.0; D];
+        let (value, sd) = grid_moments(l, u_of(l, mode), (half, k), log_p);
+        agree(mean, (value, sd), tol, g);
         for e in 0..D {
-            let known: f64 = (0..e).map(|a| l[e][a] * centre[a]).sum();
-            centre[e] = (mode[e].value - known) / l[e][e];
-        }
-        let (value, sd) = grid_moments(l, centre, (half, k), log_p);
-        for e in 0..D {
-            let got = &mean[e];
-            assert!(
-                (got.value - value[e]).abs() < tol * sd[e],
-                "{g}/{e}: {got:?} vs {value:?}"
-            );
-            assert!(
-                (got.se - sd[e]).abs() < tol * sd[e],
-                "{g}/{e}: {got:?} vs {sd:?}"
-            );
             largest_gap = largest_gap.max((value[e] - mode[e].value).abs() / sd[e]);
         }
     }
@@ -403,4 +406,87 @@ fn correlated_and_crossed_effects_are_the_gaussian_posterior() {
     }
     assert_eq!((re[0].len(), re[1].len()), (3, 4));
     assert!(m.random_effects(&theta[..3]).is_err());
+}
+
+#[test]
+fn a_level_of_all_successes_under_a_wide_prior_has_its_tail_covered() {
+    // 60 successes in 60 rows, τ = 3.6: the posterior's right tail is the prior's, wider than
+    // Laplace's scale at the mode, and its mean half an sd above the mode (40 nodes leave 2.4e-6
+    // of an sd, 100 nodes 5.4e-10).
+    let (ones, mixed) = (60, 8);
+    let group: Vec<usize> = (0..ones + mixed).map(|i| usize::from(i >= ones)).collect();
+    let n = group.len();
+    let y: Vec<f64> = (0..n)
+        .map(|i| if i < ones { 1.0 } else { (i % 2) as f64 })
+        .collect();
+    let m = intercepts(Family::Binomial, &y, &group);
+    let (beta, tau) = (0.1, 3.6f64);
+    let means = m.conditional_means(&[beta, tau.ln()]).unwrap();
+    let modes = m.random_effects(&[beta, tau.ln()]).unwrap();
+    for g in 0..2 {
+        let rows: Vec<usize> = (0..n).filter(|&i| group[i] == g).collect();
+        let log_p = |b: f64| {
+            let lik: f64 = rows
+                .iter()
+                .map(|&i| y[i] * (beta + b) - (beta + b).exp().ln_1p())
+                .sum();
+            lik - 0.5 * b * b / (tau * tau)
+        };
+        // The window ±15 τ: the prior's scale, not Laplace's.
+        let (value, sd) = line_moments(log_p, modes[0][g][0].value, tau);
+        let got = &means[0][g][0];
+        assert!(
+            (got.value - value).abs() < 1e-9 * sd,
+            "{g}: {got:?} against {value}"
+        );
+        assert!(
+            (got.se - sd).abs() < 1e-9 * sd,
+            "{g}: {got:?} against sd {sd}"
+        );
+    }
+}
+
+#[test]
+fn a_level_of_all_successes_with_a_slope_is_within_its_measured_error() {
+    // The same tail with a correlated slope (sds 3 and 1 under L): 30 nodes a dimension leave
+    // 2.9e-6 of an sd there (20 nodes 6.3e-5, 40 nodes 2.1e-7), and 1e-11 at the mixed level.
+    let (ones, mixed) = (40, 10);
+    let n = ones + mixed;
+    let group: Vec<usize> = (0..n).map(|i| usize::from(i >= ones)).collect();
+    let xs: Vec<f64> = (0..n).map(|i| (i as f64 * 1.3).sin()).collect();
+    let y: Vec<f64> = (0..n)
+        .map(|i| if i < ones { 1.0 } else { (i % 2) as f64 })
+        .collect();
+    let z: Vec<f64> = xs.iter().flat_map(|&x| [1.0, x]).collect();
+    let terms = vec![RandomTerm {
+        group: group.clone(),
+        z: z.clone(),
+        correlated: true,
+    }];
+    let m = Glmm::with_terms(Family::Binomial, y.clone(), z, terms, None).unwrap();
+    let (l, beta) = ([[3.0, 0.0], [0.5, 1.0]], [0.1, 0.2]);
+    let theta = [beta[0], beta[1], 3.0f64.ln(), 0.0, 0.5];
+    let means = m.conditional_means(&theta).unwrap();
+    let modes = m.random_effects(&theta).unwrap();
+    for (g, tol) in [(0, 1e-5), (1, 1e-9)] {
+        let rows: Vec<usize> = (0..n).filter(|&i| group[i] == g).collect();
+        let log_p = |u: &[f64; 2]| {
+            let b = [l[0][0] * u[0], l[1][0] * u[0] + l[1][1] * u[1]];
+            let lik: f64 = rows
+                .iter()
+                .map(|&i| {
+                    let eta = beta[0] + b[0] + (beta[1] + b[1]) * xs[i];
+                    y[i] * eta - eta.exp().ln_1p()
+                })
+                .sum();
+            lik - 0.5 * (u[0] * u[0] + u[1] * u[1])
+        };
+        let mode = &modes[0][g];
+        let (value, sd) = grid_moments(l, u_of(l, mode), (10.0, 801), log_p);
+        agree(&means[0][g], (value, sd), tol, g);
+        if g == 0 {
+            // Half an sd between the mode and the mean of the intercept.
+            assert!((value[0] - mode[0].value) / sd[0] > 0.4);
+        }
+    }
 }
