@@ -2,11 +2,15 @@
 # One sitting of measurements, on the GPU machine or here: the checks named on the command line, in
 # order, into one log. Builds nothing: run from the repository root with a release binary.
 #
-#   scripts/sitting.sh NAME CHECK [CHECK ...]
+#   scripts/sitting.sh NAME CHECK[@SECONDS] [CHECK[@SECONDS] ...]
 #
 # NAME names the log ($OUT/sitting-NAME.log; OUT defaults to /tmp/sagd-sitting) and the folder of
-# the run's files ($OUT/NAME/, archived into $OUT/NAME.tgz at the end so that few files come back).
+# the run's files ($RUNS/NAME/, archived into $OUT/NAME.tgz at the end, so that two files come
+# back). A check given @SECONDS is stopped after that many seconds, and the log says so, so that
+# one check that hangs leaves the sitting's time to the rest.
 # Environment:
+#   RUNS         where the run's files are written (default $OUT; on the device machine a folder
+#                outside its $OUT, so that only the log and the archive come back)
 #   BIN          the sagd binary to measure (default .dev/sagd, a stripped release build)
 #   BASE         an earlier build, timed in the same rounds as BIN where a check compares builds
 #   PEER_PY      a Python with torch, numpy and scipy for peers/torch_peer.py (default python3)
@@ -49,18 +53,19 @@
 #                              against one process: E2's results the same bits, E3's held-out
 #                              numbers to rounding (MPI_BIN, mpirun)
 #
-# Examples: the GPU sitting of a change to the engine,
-#   scripts/sitting.sh k gpu-check:10 e3-gpu e3-cpu:2,20,2 e3-cpu:16,40,4
+# Examples: the GPU sitting of a change to the engine, each check within its limit,
+#   RUNS=/tmp/runs scripts/sitting.sh k gpu-check:10@90 e3-gpu@150 e3-cpu:2,20,2 e3-cpu:16,40,4
 # and E3's speed against the peer on this machine, after `cargo build --release`,
-#   BIN=target/release/sagd PEER_PY=.venv-peer/bin/python OUT=docs/results/archive \
+#   BIN=target/release/sagd PEER_PY=.venv-peer/bin/python OUT=/tmp/local-e3 \
 #     scripts/sitting.sh local-e3 e3-cpu:2,40,2
 set -u
-[ $# -ge 2 ] || { sed -n '2,56p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,60p' "$0"; exit 2; }
 NAME=$1; shift
 OUT=${OUT:-/tmp/sagd-sitting}
-R=$OUT/$NAME
-mkdir -p "$R"
-exec > >(tee "$OUT/sitting-$NAME.log") 2>&1
+R=${RUNS:-$OUT}/$NAME
+mkdir -p "$R" "$OUT"
+# SITTING_ONE: this process runs one check of an outer sitting, under its limit, into its log.
+[ -n "${SITTING_ONE:-}" ] || exec > >(tee "$OUT/sitting-$NAME.log") 2>&1
 S=${BIN:-.dev/sagd}
 ROUNDS=${ROUNDS:-2}
 TIMEFORMAT='wall %R s'
@@ -68,9 +73,11 @@ export PYTHONUNBUFFERED=1
 libdir() { local f; f=$(find /usr /opt -name "$1" 2>/dev/null | head -1); [ -n "$f" ] && dirname "$f"; }
 export LD_LIBRARY_PATH="$(libdir 'libcublas.so.13*'):$(libdir 'libnvrtc.so.13*'):${LD_LIBRARY_PATH:-}"
 
-date -u; nproc; grep -m1 'model name' /proc/cpuinfo
-command -v nvidia-smi > /dev/null && nvidia-smi -L
-"$S" --version
+if [ -z "${SITTING_ONE:-}" ]; then
+  date -u; nproc; grep -m1 'model name' /proc/cpuinfo
+  command -v nvidia-smi > /dev/null && nvidia-smi -L
+  "$S" --version
+fi
 
 # The PyTorch peer (peers/torch_peer.py), and its E3 seconds per minibatch.
 peer() { ${PEER_PY:-python3} peers/torch_peer.py "$@"; }
@@ -282,13 +289,31 @@ PY
   rm -rf "$R"/cache-np*
 }
 
+# Every check named is known and every limit whole seconds before any runs.
 for c in "$@"; do
+  name=${c%%[:@]*}
+  declare -F "check_${name//-/_}" > /dev/null || { echo "unknown check '$name': see the list at the top of $0"; exit 2; }
+  [[ $c != *@* || ${c##*@} =~ ^[0-9]+$ ]] || { echo "check '$c': the limit is whole seconds, as in $name@120"; exit 2; }
+done
+for c in "$@"; do
+  limit=""; [[ $c == *@* ]] && { limit=${c##*@}; c=${c%@*}; }
   name=${c%%:*}; args=""; [ "$name" != "$c" ] && args=${c#*:}
   fn=check_${name//-/_}
-  if ! declare -F "$fn" > /dev/null; then echo "unknown check '$name': see the list at the top of $0"; exit 2; fi
-  echo "== $name ${args//,/ }"
+  if [ -z "${SITTING_ONE:-}" ]; then echo "== $name ${args//,/ }${limit:+ (at most $limit s)}"; fi
+  if [ -n "$limit" ]; then
+    start=$SECONDS
+    SITTING_ONE=1 timeout -k 10 "$limit" bash "$0" "$NAME" "$c"
+    rc=$?
+    if [ $rc = 124 ] || [ $rc = 137 ]; then
+      echo "!! $name stopped at its limit of $limit s: what it printed above is partial"
+    else
+      echo "-- $name took $((SECONDS - start)) s"
+    fi
+    continue
+  fi
   IFS=, read -r -a argv <<< "$args"
   "$fn" "${argv[@]}"
 done
+[ -n "${SITTING_ONE:-}" ] && exit 0
 echo "== done"
-tar czf "$OUT/$NAME.tgz" -C "$R" --exclude='checkpoints' .
+tar czf "$OUT/$NAME.tgz" -C "$R" --exclude='checkpoints' --exclude='cache-*' --exclude='pyvenv' .

@@ -1,7 +1,8 @@
 //! `sagd glmm`: a generalised linear mixed model from a CSV file and an lme4 formula, fitted by
 //! the library's [`Glmm::fit`] (the exact likelihood where it can be computed, else automated
 //! EM), printed as lme4's `summary` prints it and written to OUT/result.json, estimates.csv,
-//! ranef.csv (each level's random effects given the data: modes and exact means) and
+//! ranef.csv (each level's random effects given the data: modes, and means integrated or
+//! sampled) and
 //! summary.txt.
 
 use std::fmt::Write as _;
@@ -13,7 +14,7 @@ use clap::Args;
 use sagd::em::{EmEvent, EmSettings, EstimateStatus};
 use sagd::glmm::{
     Criterion, Design, Estimate, ExactSettings, Family, FitSettings, Fitted, Formula, GlmmFit,
-    LikelihoodMethod, Method, Summary,
+    LikelihoodMethod, Method, SampledMeans, Summary,
 };
 use sagd::run::Control;
 use serde::Serialize;
@@ -52,9 +53,14 @@ pub struct GlmmArgs {
     /// maximum without an M-step, and EM runs only if that polish fails).
     #[arg(long, default_value_t = EmSettings::default().max_msteps)]
     max_msteps: usize,
-    /// EM's chains and the sampled log-likelihood's draws.
+    /// EM's chains, the sampled log-likelihood's draws and the sampled conditional means'.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Draws a chain for the conditional means of blocks too large to integrate (crossed
+    /// factors): HMC, 4 chains, their Monte Carlo errors in ranef.csv's mean_mcse; 0 leaves
+    /// those means blank.
+    #[arg(long, default_value_t = 1000)]
+    ranef_draws: usize,
     /// Output folder.
     #[arg(long, default_value = "out/glmm")]
     out: PathBuf,
@@ -119,11 +125,20 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     let separation = model.separation(&fit.theta);
     // The fit stands without them: a level whose mode cannot be found leaves no ranef.csv.
     let ranef = model.random_effects(&fit.theta);
-    // The exact conditional means where quadrature reaches (blank columns elsewhere).
-    let means = ranef
-        .as_ref()
-        .ok()
-        .map(|_| model.conditional_means(&fit.theta));
+    // The exact conditional means where quadrature reaches, sampled beyond it.
+    let means = match &ranef {
+        Ok(_) => match model.conditional_means(&fit.theta) {
+            Ok(m) => Means::Exact(m),
+            Err(_) if a.ranef_draws > 0 => {
+                match model.conditional_means_sampled(&fit.theta, a.ranef_draws, a.seed) {
+                    Ok(m) => Means::Sampled(m),
+                    Err(e) => Means::Blank(e.to_string()),
+                }
+            }
+            Err(e) => Means::Blank(format!("{e}; or sample them: --ranef-draws 1000")),
+        },
+        Err(e) => Means::Blank(e.to_string()),
+    };
     let sep = separation.as_deref();
     let seconds = t0.elapsed().as_secs_f64();
     let text = render(&a, family, &design, (&fit, sep), &summary, seconds);
@@ -135,20 +150,19 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     )?;
     match &ranef {
         Ok(r) => {
-            let means = match means {
-                Some(Ok(m)) => Some(m),
-                Some(Err(e)) => {
-                    eprintln!("note: ranef.csv's mean and mean_sd are blank: {e}");
-                    None
-                }
-                None => None,
-            };
-            let text = ranef_csv(&design, r, means.as_deref());
-            write_atomic(&staging.path("ranef.csv"), text)?
+            match &means {
+                Means::Blank(e) => eprintln!("note: ranef.csv's mean and mean_sd are blank: {e}"),
+                Means::Sampled(m) => eprintln!("{}", sampled_note(m)),
+                Means::Exact(_) => {}
+            }
+            write_atomic(&staging.path("ranef.csv"), ranef_csv(&design, r, &means))?
         }
         Err(e) => eprintln!("warning: no ranef.csv: the random effects given the data: {e}"),
     }
-    let result = result_json(&a, family, &design, (&fit, sep), &summary, seconds);
+    let mut result = result_json(&a, family, &design, (&fit, sep), &summary, seconds);
+    if ranef.is_ok() {
+        result["ranef_means"] = means.json();
+    }
     write_atomic(
         &staging.path("result.json"),
         serde_json::to_string_pretty(&result)?,
@@ -418,23 +432,67 @@ fn csv_text(v: &str) -> String {
     format!("\"{}\"", v.replace('"', "\"\""))
 }
 
+/// Each level's conditional means, as far as they were computed.
+enum Means {
+    /// By quadrature, or the Gaussian family's closed form: no Monte Carlo error.
+    Exact(Vec<Vec<Vec<Estimate>>>),
+    /// By HMC, with their Monte Carlo errors.
+    Sampled(SampledMeans),
+    /// Not computed, and why.
+    Blank(String),
+}
+
+impl Means {
+    /// Effect `k` of level `l` of term `t`: its mean, sd and Monte Carlo error as CSV fields.
+    fn fields(&self, t: usize, l: usize, k: usize) -> [String; 3] {
+        let of = |e: &Estimate, mcse: f64| [e.value, e.se, mcse].map(|v| v.to_string());
+        match self {
+            Means::Exact(m) => of(&m[t][l][k], 0.0),
+            Means::Sampled(m) => of(&m.effects[t][l][k], m.mcse[t][l][k]),
+            Means::Blank(_) => Default::default(),
+        }
+    }
+
+    /// How the means were found, for result.json.
+    fn json(&self) -> serde_json::Value {
+        match self {
+            Means::Exact(_) => json!({"method": "exact"}),
+            Means::Sampled(m) => json!({
+                "method": "hmc", "chains": m.chains, "draws": m.draws, "min_ess": m.min_ess,
+                "max_rhat": m.max_rhat, "acceptance": m.acceptance,
+            }),
+            Means::Blank(why) => json!({"method": null, "why": why}),
+        }
+    }
+}
+
+/// What the user is told of sampled means: how, their diagnostics, and a warning where the
+/// chains have not mixed.
+fn sampled_note(m: &SampledMeans) -> String {
+    let how = format!(
+        "ranef.csv's means are sampled by HMC ({} chains × {} draws; smallest ESS {:.0}, largest \
+         R-hat {:.3}), their Monte Carlo errors in mean_mcse",
+        m.chains, m.draws, m.min_ess, m.max_rhat
+    );
+    if m.max_rhat > 1.01 {
+        format!("warning: {how}: the chains have not mixed (R-hat above 1.01); rerun with more --ranef-draws")
+    } else {
+        format!("note: {how}")
+    }
+}
+
 /// One row per random effect of each level: the factor, the level, the effect, its
-/// conditional mode and sd (lme4's `ranef` with `condVar`), and its exact conditional mean and
-/// sd where `means` has them (else blank).
-fn ranef_csv(
-    d: &Design,
-    ranef: &[Vec<Vec<Estimate>>],
-    means: Option<&[Vec<Vec<Estimate>>]>,
-) -> String {
-    let mut o = String::from("group,level,effect,mode,sd,mean,mean_sd\n");
+/// conditional mode and sd (lme4's `ranef` with `condVar`), and its conditional mean, sd and
+/// the mean's Monte Carlo error (0 where integrated) where `means` has them (else blank).
+fn ranef_csv(d: &Design, ranef: &[Vec<Vec<Estimate>>], means: &Means) -> String {
+    let mut o = String::from("group,level,effect,mode,sd,mean,mean_sd,mean_mcse\n");
     for (t, (names, term)) in d.term_names.iter().zip(ranef).enumerate() {
         for (l, (level, effects)) in names.levels.iter().zip(term).enumerate() {
             for (k, (effect, e)) in names.effects.iter().zip(effects).enumerate() {
-                let mean = means.map_or_else(String::new, |m| m[t][l][k].value.to_string());
-                let mean_sd = means.map_or_else(String::new, |m| m[t][l][k].se.to_string());
+                let [mean, mean_sd, mcse] = means.fields(t, l, k);
                 let _ = writeln!(
                     o,
-                    "{},{},{},{},{},{mean},{mean_sd}",
+                    "{},{},{},{},{},{mean},{mean_sd},{mcse}",
                     csv_text(&names.group),
                     csv_text(level),
                     csv_text(effect),

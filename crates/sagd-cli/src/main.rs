@@ -41,8 +41,8 @@ enum Command {
     /// A generalised linear mixed model from a CSV file and an lme4 formula: the exact
     /// likelihood where it can be computed, else Langevin chains (the polish from Laplace's
     /// maximum, automated EM where it fails); lme4's summary, OUT/result.json and each level's
-    /// random effects given the data (ranef.csv: the conditional modes, and the exact
-    /// conditional means up to 3 effects per block).
+    /// random effects given the data (ranef.csv: the conditional modes, and the conditional
+    /// means: integrated up to 3 effects per block, sampled by HMC beyond).
     Glmm(glmm::GlmmArgs),
     /// MNIST (the paper's E3, Figure 3): a convolutional VAE, its generator refined by SAGD, a
     /// control, and the held-out log-likelihood of each.

@@ -49,7 +49,12 @@ fn fit_with_ranef(args: &[&str]) -> (serde_json::Value, Ranef) {
     }
     let ranef = std::fs::read_to_string(dir.path().join("ranef.csv")).unwrap();
     assert!(
-        ranef.starts_with("group,level,effect,mode,sd,mean,mean_sd\n"),
+        ranef.starts_with("group,level,effect,mode,sd,mean,mean_sd,mean_mcse\n"),
+        "{ranef}"
+    );
+    // Integrated means carry no Monte Carlo error.
+    assert!(
+        ranef.lines().skip(1).all(|row| row.ends_with(",0")),
         "{ranef}"
     );
     let levels = ranef
@@ -323,30 +328,59 @@ fn replace_removes_another_command_s_result_and_keeps_the_user_s_files() {
 }
 
 #[test]
-fn crossed_counts_leave_the_means_blank_and_say_why() {
-    let dir = tempfile::tempdir().unwrap();
-    let o = succeeded(
-        sagd()
-            .args([
-                "glmm",
-                "count ~ x + (1 | site) + (1 | dose)",
-                "--family",
-                "poisson",
-            ])
-            .arg("--data")
-            .arg(data())
-            .arg("--out")
-            .arg(dir.path())
-            .arg("--quiet"),
-    );
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("mean and mean_sd are blank"), "{err}");
-    assert!(err.contains("at most 3 effects per block"), "{err}");
-    let ranef = std::fs::read_to_string(dir.path().join("ranef.csv")).unwrap();
-    // 30 sites and 3 doses, each row's mode and sd and two blank fields.
-    assert_eq!(ranef.lines().count(), 1 + 33);
+fn crossed_counts_have_sampled_means_with_their_errors_or_blank_ones_on_request() {
+    let run = |extra: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let o = succeeded(
+            sagd()
+                .args([
+                    "glmm",
+                    "count ~ x + (1 | site) + (1 | dose)",
+                    "--family",
+                    "poisson",
+                ])
+                .args(extra)
+                .arg("--data")
+                .arg(data())
+                .arg("--out")
+                .arg(dir.path())
+                .arg("--quiet"),
+        );
+        let read = |f| std::fs::read_to_string(dir.path().join(f)).unwrap();
+        let result: serde_json::Value = serde_json::from_str(&read("result.json")).unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        (err, read("ranef.csv"), result["ranef_means"].clone())
+    };
+    // 30 sites and 3 doses in one block: the means by HMC, each with its Monte Carlo error.
+    let (err, ranef, means) = run(&[]);
     assert!(
-        ranef.lines().skip(1).all(|row| row.ends_with(",,")),
+        err.contains("sampled by HMC") && err.contains("mean_mcse"),
+        "{err}"
+    );
+    assert_eq!(ranef.lines().count(), 1 + 33);
+    for row in ranef.lines().skip(1) {
+        let f: Vec<f64> = row.split(',').skip(3).map(|v| v.parse().unwrap()).collect();
+        let [mode, sd, mean, mean_sd, mcse] = f[..] else {
+            panic!("{row}")
+        };
+        assert!(mcse > 0.0 && mcse < 0.05 * mean_sd, "{row}");
+        assert!(
+            (mean - mode).abs() < 0.5 * sd && (mean_sd - sd).abs() < 0.3 * sd,
+            "{row}"
+        );
+    }
+    assert_eq!(means["method"], "hmc");
+    assert!(means["max_rhat"].as_f64().unwrap() < 1.01, "{means}");
+    // Without draws: blank, and the note says how to have them.
+    let (err, ranef, means) = run(&["--ranef-draws", "0"]);
+    assert!(err.contains("mean and mean_sd are blank"), "{err}");
+    assert!(
+        err.contains("at most 3 effects per block") && err.contains("--ranef-draws"),
+        "{err}"
+    );
+    assert!(
+        ranef.lines().skip(1).all(|row| row.ends_with(",,,")),
         "{ranef}"
     );
+    assert!(means["method"].is_null(), "{means}");
 }

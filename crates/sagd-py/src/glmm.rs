@@ -154,7 +154,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=1000))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -174,6 +174,7 @@ pub(crate) fn fit_glmm<'py>(
     method: &str,
     reml: bool,
     nodes: Option<usize>,
+    ranef_draws: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
     let model = glmm_model(family, y, x, groups, zs, correlated, trials)?;
@@ -240,7 +241,8 @@ pub(crate) fn fit_glmm<'py>(
     d.set_item("sigma_se", summary.sigma.map(|e| e.se))?;
     // Each level's effects given the data (lme4's `ranef`, `condVar`), per term: levels × q;
     // the fit stands without them where a mode cannot be found (None, and the reason). Their
-    // exact conditional means where quadrature reaches (None elsewhere).
+    // exact conditional means where quadrature reaches, sampled by HMC beyond it (with their
+    // Monte Carlo errors and the chains' R-hat) unless `ranef_draws` is 0.
     type PerLevel = Vec<Vec<Vec<sagd::glmm::Estimate>>>;
     let by_level = |r: &PerLevel, f: fn(&sagd::glmm::Estimate) -> f64| -> Vec<Vec<Vec<f64>>> {
         r.iter()
@@ -251,9 +253,23 @@ pub(crate) fn fit_glmm<'py>(
         Ok(ranef) => {
             d.set_item("ranef", by_level(&ranef, |e| e.value))?;
             d.set_item("ranef_sd", by_level(&ranef, |e| e.se))?;
-            if let Ok(means) = model.conditional_means(&fit.theta) {
+            let zeros = |m: &PerLevel| by_level(m, |_| 0.0);
+            let means = match model.conditional_means(&fit.theta) {
+                Ok(m) => Some((zeros(&m), m)),
+                Err(_) if ranef_draws > 0 => {
+                    let s = py
+                        .detach(|| model.conditional_means_sampled(&fit.theta, ranef_draws, seed))
+                        .map_err(py_error)?;
+                    d.set_item("ranef_mean_rhat", s.max_rhat)?;
+                    d.set_item("ranef_mean_ess", s.min_ess)?;
+                    Some((s.mcse, s.effects))
+                }
+                Err(_) => None,
+            };
+            if let Some((mcse, means)) = means {
                 d.set_item("ranef_mean", by_level(&means, |e| e.value))?;
                 d.set_item("ranef_mean_sd", by_level(&means, |e| e.se))?;
+                d.set_item("ranef_mean_mcse", mcse)?;
             }
         }
         Err(e) => d.set_item("ranef_error", e.to_string())?,

@@ -51,8 +51,12 @@ class GlmmResult(FitResult):
             ``ranef_mean_sd`` their conditional sds, in ``ranef``'s layout: the posterior's
             moments by adaptive Gauss-Hermite quadrature (100, 30 or 16 nodes a dimension for 1,
             2 or 3 effects per block), where lme4 gives its mode and Laplace's curvature. Equal to
-            ``ranef`` for the Gaussian family; None for blocks of more than 3 effects (crossed
-            factors, which join their levels in one block).
+            ``ranef`` for the Gaussian family. Blocks of more than 3 effects (crossed factors,
+            which join their levels in one block) are sampled instead: Hamiltonian Monte Carlo
+            on each block's posterior, 4 chains of ``ranef_draws`` draws preconditioned by
+            Laplace's curvature at the mode, exact up to Monte Carlo error; ``ranef_mean_mcse``
+            holds each mean's Monte Carlo error (0 where integrated), and ``warning`` says so
+            where the chains have not mixed (R-hat above 1.01). None with ``ranef_draws=0``.
         n_points: the independent blocks of the data EM works on: the groups of one factor, the
             top-level groups of nested ones, often the whole data set for crossed ones.
     """
@@ -83,6 +87,7 @@ class GlmmResult(FitResult):
     ranef_sd: Any = None
     ranef_mean: Any = None
     ranef_mean_sd: Any = None
+    ranef_mean_mcse: Any = None
 
     def __repr__(self) -> str:
         p = len(self.fixed)
@@ -273,6 +278,7 @@ def glmm(
     reml: bool = False,
     nodes: Optional[int] = None,
     data: Any = None,
+    ranef_draws: int = 1000,
 ) -> GlmmResult:
     """Fits a generalised linear mixed model by maximum likelihood: directly where the likelihood
     can be computed exactly, else by automated Monte Carlo EM.
@@ -324,6 +330,8 @@ def glmm(
         nodes: quadrature nodes per random effect for an exact non-Gaussian fit (default 25,
             15, 9 with 1, 2, 3 effects per block).
         data: with a formula, the data frame (or anything ``pandas.DataFrame`` takes).
+        ranef_draws: draws a chain for the conditional means of blocks too large to integrate
+            (``ranef_mean`` of crossed factors; default 1000, 0 for none).
 
     Returns:
         A :class:`GlmmResult`.
@@ -369,7 +377,8 @@ def glmm(
                            seed=_whole("seed", seed), threads=_threads(threads),
                            max_msteps=(None if max_msteps is None
                                        else _whole("max_msteps", max_msteps, 1)),
-                           progress=show, method=str(method), reml=bool(reml), nodes=nodes)
+                           progress=show, method=str(method), reml=bool(reml), nodes=nodes,
+                           ranef_draws=_whole("ranef_draws", ranef_draws))
     finally:
         close()
     # θ's names and the sds' labels come from the core (`Glmm::theta_names`, `effect_names`).
@@ -384,6 +393,9 @@ def glmm(
         _warn(base, d["singular_note"])
     if d.get("ranef_error"):
         _warn(base, f"no ranef: {d['ranef_error']}")
+    if d.get("ranef_mean_rhat", 1.0) > 1.01:
+        _warn(base, f"ranef_mean is sampled and its chains have not mixed (R-hat "
+                    f"{d['ranef_mean_rhat']:.3f} > 1.01): refit with more ranef_draws")
     if d.get("separation_note"):
         # Separated responses (the core's rule and words): some β have no finite maximum.
         _warn(base, d["separation_note"])
@@ -419,6 +431,7 @@ def glmm(
         ranef_sd=_per_factor_arrays(d.get("ranef_sd"), factor_names, k),
         ranef_mean=_per_factor_arrays(d.get("ranef_mean"), factor_names, k),
         ranef_mean_sd=_per_factor_arrays(d.get("ranef_mean_sd"), factor_names, k),
+        ranef_mean_mcse=_per_factor_arrays(d.get("ranef_mean_mcse"), factor_names, k),
     )
 
 

@@ -36,6 +36,7 @@ pub use fit::{
 pub use formula::{Column, Design, Formula, Frame, TermNames};
 pub use laplace::LaplaceFit;
 pub use likelihood::{LikelihoodMethod, MarginalLikelihood};
+pub use modes::SampledMeans;
 pub use summary::{Estimate, Summary, TermSummary};
 
 use family::{ln_factorial, Rows, CHUNK};

@@ -10,6 +10,9 @@ use super::summary::sd_of_variance;
 use super::{Estimate, Family, Glmm};
 use crate::error::{Result, SagdError};
 
+mod sampled;
+pub use sampled::SampledMeans;
+
 /// Nodes per dimension of the conditional means' rule by the points' dimension (1, 2, 3): more
 /// than the fits' (25, 15, 9), since the moments of a skewed posterior converge more slowly
 /// than its integral, and they are taken once per fit. One effect: 100 (a level of 60 successes
@@ -139,14 +142,8 @@ impl Glmm {
     ) -> Result<Vec<Vec<Vec<Estimate>>>> {
         self.check_theta(theta)?;
         let factors = self.factors(theta);
-        // The levels of each point, as (term, level, offset in its latent).
-        let mut at_point: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); self.points.len()];
-        for (t, term) in self.terms.iter().enumerate() {
-            for (level, &(c, offset)) in term.levels.iter().enumerate() {
-                at_point[c].push((t, level, offset));
-            }
-        }
-        let per_point = at_point
+        let per_point = self
+            .levels_at_points()
             .par_iter()
             .enumerate()
             .filter(|(_, levels)| !levels.is_empty())
@@ -164,15 +161,30 @@ impl Glmm {
                 Ok(found)
             })
             .collect::<Result<Vec<_>>>()?;
-        let mut out: Vec<Vec<Vec<Estimate>>> = self
-            .terms
-            .iter()
-            .map(|term| vec![Vec::new(); term.levels.len()])
-            .collect();
+        let mut out = self.by_level();
         for (t, level, e) in per_point.into_iter().flatten() {
             out[t][level] = e;
         }
         Ok(out)
+    }
+
+    /// The levels of each point, as (term, level, offset in the point's latent).
+    fn levels_at_points(&self) -> Vec<Vec<(usize, usize, usize)>> {
+        let mut at_point = vec![Vec::new(); self.points.len()];
+        for (t, term) in self.terms.iter().enumerate() {
+            for (level, &(c, offset)) in term.levels.iter().enumerate() {
+                at_point[c].push((t, level, offset));
+            }
+        }
+        at_point
+    }
+
+    /// An empty list per level of each term, to be filled with its effects' values.
+    fn by_level<T: Clone>(&self) -> Vec<Vec<Vec<T>>> {
+        self.terms
+            .iter()
+            .map(|term| vec![Vec::new(); term.levels.len()])
+            .collect()
     }
 }
 
@@ -198,7 +210,7 @@ fn laplace_moments(lap: Laplace) -> Moments {
 fn effects(l: &[f64], q: usize, u: &[f64], cov_u: impl Fn(usize, usize) -> f64) -> Vec<Estimate> {
     (0..q)
         .map(|a| {
-            let value = (0..=a).map(|b| l[a * q + b] * u[b]).sum();
+            let value = effect(l, q, u, a);
             let var: f64 = (0..=a)
                 .flat_map(|b| (0..=a).map(move |c| (b, c)))
                 .map(|(b, c)| l[a * q + b] * cov_u(b, c) * l[a * q + c])
@@ -209,6 +221,11 @@ fn effects(l: &[f64], q: usize, u: &[f64], cov_u: impl Fn(usize, usize) -> f64) 
             }
         })
         .collect()
+}
+
+/// Effect `a` of b = L u for one level's q effects.
+fn effect(l: &[f64], q: usize, u: &[f64], a: usize) -> f64 {
+    (0..=a).map(|b| l[a * q + b] * u[b]).sum()
 }
 
 #[cfg(test)]

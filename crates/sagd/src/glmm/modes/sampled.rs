@@ -1,0 +1,269 @@
+//! The conditional means of blocks too large to integrate (crossed factors join their levels in
+//! one block): HMC on each point's posterior, in the coordinates where Laplace's approximation at
+//! its mode is N(0, I), so that one step size serves every direction of a block of hundreds of
+//! effects. Metropolis keeps the draws exact; their Monte Carlo error is reported beside them.
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::super::likelihood::Laplace;
+use super::super::summary::sd_of_variance;
+use super::{effect, Estimate, Glmm};
+use crate::diagnostics::{ess_mean, rhat};
+use crate::error::{LogpError, Result, SagdError};
+use crate::hmc::HmcSettings;
+use crate::langevin::{ChainSet, Momentum};
+use crate::model::LogDensity;
+use crate::rng::Seed;
+
+/// Chains per point: enough for R-hat to see chains that have not met.
+const CHAINS: usize = 4;
+
+/// The leapfrog's path per proposal, εL: well short of a half period of N(0, I) (π/2), where the
+/// proposals of a Gaussian posterior would only bounce between x and −x.
+const PATH: f64 = 1.2;
+
+/// The warm-up's transitions between adjustments of ε, and the acceptance it keeps ε within.
+const ADAPT_EVERY: usize = 25;
+const ACCEPT: (f64, f64) = (0.6, 0.9);
+
+/// Each level's conditional means by sampling, with their Monte Carlo errors and the chains'
+/// diagnostics ([`Glmm::conditional_means_sampled`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SampledMeans {
+    /// Per term, per level, per effect: E[b | y; θ] (its `value`) and the posterior sd (its
+    /// `se`), as [`Glmm::conditional_means`] lays them out.
+    pub effects: Vec<Vec<Vec<Estimate>>>,
+    /// The Monte Carlo standard error of each mean (the posterior sd over √ESS), in the same
+    /// layout.
+    pub mcse: Vec<Vec<Vec<f64>>>,
+    /// Draws per chain after the warm-up.
+    pub draws: usize,
+    /// Chains per point.
+    pub chains: usize,
+    /// The smallest effective sample size of any effect's mean (of `draws` × `chains`).
+    pub min_ess: f64,
+    /// The largest split R-hat of any effect (above 1.01: the chains have not mixed; treat the
+    /// means as unconverged).
+    pub max_rhat: f64,
+    /// The proposals' mean acceptance after the warm-up, over the points.
+    pub acceptance: f64,
+}
+
+/// Point `c`'s log posterior in v, where u = m + L⁻ᵀ v (H = L Lᵀ the curvature at the mode m).
+struct Whitened<'a> {
+    glmm: &'a Glmm,
+    theta: &'a [f64],
+    factors: &'a [Vec<f64>],
+    c: usize,
+    lap: &'a Laplace,
+    design: Vec<Vec<(usize, f64)>>,
+}
+
+impl Whitened<'_> {
+    fn u_of(&self, v: &[f64]) -> Vec<f64> {
+        let mut u = v.to_vec();
+        self.lap.curvature.solve_upper(&mut u);
+        u.iter_mut().zip(&self.lap.mode).for_each(|(u, m)| *u += m);
+        u
+    }
+}
+
+impl LogDensity<f64> for Whitened<'_> {
+    fn dim(&self) -> usize {
+        self.lap.mode.len()
+    }
+
+    fn logp_grad(
+        &self,
+        _first_row: usize,
+        x: &[f64],
+        logp: &mut [f64],
+        grad: &mut [f64],
+    ) -> std::result::Result<(), LogpError> {
+        let dim = self.dim();
+        for ((v, lp), g) in x.chunks(dim).zip(logp).zip(grad.chunks_mut(dim)) {
+            let u = self.u_of(v);
+            g.iter_mut().zip(&u).for_each(|(g, u)| *g = -u);
+            let mut r = 0;
+            *lp = self
+                .glmm
+                .point_terms(self.theta, self.factors, self.c, &u, dim, |_, dl, _| {
+                    for &(j, aj) in &self.design[r] {
+                        g[j] += dl * aj;
+                    }
+                    r += 1;
+                });
+            // ∇v = (∂u/∂v)ᵀ ∇u = L⁻¹ ∇u.
+            self.lap.curvature.solve_lower(g);
+            // A state the family cannot evaluate is refused by its chain's Metropolis test
+            // alone (an error would refuse every chain of the block).
+            if g.iter().any(|x| !x.is_finite()) {
+                *lp = f64::NAN;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One point's draws of its levels' effects b = L_t u: per effect (in the order of `levels` and
+/// their q effects), per chain, the series after the warm-up; and the acceptance.
+struct PointDraws {
+    series: Vec<Vec<Vec<f64>>>,
+    acceptance: f64,
+}
+
+impl Glmm {
+    /// Each random effect's conditional mean E[b | y; θ] and sd by Hamiltonian Monte Carlo, for
+    /// designs of any size, crossed factors included, where [`Glmm::conditional_means`]
+    /// integrates only blocks of at most three effects. Each point's posterior is sampled by 4
+    /// chains in the coordinates where Laplace's approximation at its mode is N(0, I), started
+    /// from draws of that approximation; the warm-up (`draws` / 2 + 100 transitions) tunes the
+    /// leapfrog step to an acceptance between 0.6 and 0.9, then `draws` transitions a chain are
+    /// kept. The Metropolis test makes the draws exact; each mean's Monte Carlo error, the
+    /// smallest ESS and the largest R-hat come with them. `seed` fixes every draw, whatever the
+    /// number of threads.
+    pub fn conditional_means_sampled(
+        &self,
+        theta: &[f64],
+        draws: usize,
+        seed: u64,
+    ) -> Result<SampledMeans> {
+        self.check_theta(theta)?;
+        if draws < 20 {
+            return Err(SagdError::InvalidSetting {
+                name: "draws",
+                value: draws.to_string(),
+                fix: "keep at least 20 draws a chain (1000 give means to about 2% of an sd)".into(),
+            });
+        }
+        let factors = self.factors(theta);
+        let seed = Seed::new(seed).stream("conditional means");
+        let at_point = self.levels_at_points();
+        let per_point = at_point
+            .par_iter()
+            .enumerate()
+            .filter(|(_, levels)| !levels.is_empty())
+            .map(|(c, levels)| {
+                let d =
+                    self.point_draws(theta, &factors, c, levels, draws, seed.index(c as u64))?;
+                Ok((levels, d))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (mut effects, mut mcse) = (self.by_level(), self.by_level());
+        let (mut min_ess, mut max_rhat, mut acceptance) = (f64::INFINITY, 1.0f64, 0.0);
+        for (levels, point) in &per_point {
+            acceptance += point.acceptance / per_point.len() as f64;
+            let mut series = point.series.iter();
+            for &(t, level, _) in levels.iter() {
+                for _ in 0..self.terms[t].q {
+                    let chains = series.next().expect("one series per effect");
+                    let all: Vec<f64> = chains.iter().flatten().copied().collect();
+                    let mean = all.iter().sum::<f64>() / all.len() as f64;
+                    let var = all.iter().map(|b| (b - mean).powi(2)).sum::<f64>()
+                        / (all.len() - 1) as f64;
+                    let sd = sd_of_variance(var);
+                    let ess = ess_mean(chains);
+                    min_ess = min_ess.min(ess);
+                    max_rhat = max_rhat.max(rhat(chains));
+                    effects[t][level].push(Estimate {
+                        value: mean,
+                        se: sd,
+                    });
+                    mcse[t][level].push(sd / ess.sqrt());
+                }
+            }
+        }
+        Ok(SampledMeans {
+            effects,
+            mcse,
+            draws,
+            chains: CHAINS,
+            min_ess,
+            max_rhat,
+            acceptance,
+        })
+    }
+
+    /// Point `c`'s chains: warm-up, then `draws` transitions, each recording its levels' b.
+    fn point_draws(
+        &self,
+        theta: &[f64],
+        factors: &[Vec<f64>],
+        c: usize,
+        levels: &[(usize, usize, usize)],
+        draws: usize,
+        seed: Seed,
+    ) -> Result<PointDraws> {
+        let lap = self.laplace(theta, factors, c, None)?;
+        let dim = lap.mode.len();
+        let target = Whitened {
+            glmm: self,
+            theta,
+            factors,
+            c,
+            lap: &lap,
+            design: self.point_design(factors, c),
+        };
+        let mut chains = ChainSet::<f64>::new(CHAINS, dim, seed.stream("chains").get());
+        // A chain a task: a crossed design is one point, its chains the only parallel work.
+        chains.set_rows_per_block(1);
+        let mut starts = vec![0.0; CHAINS * dim];
+        seed.stream("starts").normals().fill(&mut starts);
+        chains.init(&target, &starts, Momentum::Normal)?;
+        // ε ∝ d^(-1/4) keeps the leapfrog's energy error, and so the acceptance, level as d grows.
+        let mut step = (1.2 / (dim as f64).powf(0.25)).min(1.2);
+        let warm_up = draws / 2 + 100;
+        let mut done = 0;
+        while done < warm_up {
+            let kernel = hmc(step)?;
+            let n = ADAPT_EVERY.min(warm_up - done);
+            let mut accepted = 0.0;
+            for _ in 0..n {
+                accepted += chains.step(&target, &kernel)?.acceptance.unwrap_or(0.0);
+            }
+            done += n;
+            let rate = accepted / n as f64;
+            if rate < ACCEPT.0 {
+                step *= 0.7;
+            } else if rate > ACCEPT.1 {
+                step *= 1.2;
+            }
+        }
+        let kernel = hmc(step)?;
+        let mut series: Vec<Vec<Vec<f64>>> = levels
+            .iter()
+            .flat_map(|&(t, _, _)| 0..self.terms[t].q)
+            .map(|_| (0..CHAINS).map(|_| Vec::with_capacity(draws)).collect())
+            .collect();
+        let mut accepted = 0.0;
+        for _ in 0..draws {
+            accepted += chains.step(&target, &kernel)?.acceptance.unwrap_or(0.0);
+            for r in 0..CHAINS {
+                let u = target.u_of(chains.position(r));
+                let values = levels.iter().flat_map(|&(t, _, offset)| {
+                    let (q, u) = (self.terms[t].q, &u[offset..offset + self.terms[t].q]);
+                    (0..q).map(move |a| effect(&factors[t], q, u, a))
+                });
+                series
+                    .iter_mut()
+                    .zip(values)
+                    .for_each(|(s, b)| s[r].push(b));
+            }
+        }
+        Ok(PointDraws {
+            series,
+            acceptance: accepted / draws as f64,
+        })
+    }
+}
+
+/// HMC with step ε and the path [`PATH`].
+fn hmc(step: f64) -> Result<crate::langevin::Kernel<f64>> {
+    HmcSettings {
+        step_size: step,
+        n_leapfrog: (PATH / step).ceil().max(1.0) as usize,
+    }
+    .kernel()
+}
