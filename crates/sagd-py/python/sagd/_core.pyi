@@ -27,6 +27,7 @@ def fit_glmm(
     method: str = ...,
     reml: bool = ...,
     nodes: Optional[int] = ...,
+    ranef_draws: int = ...,
 ) -> Dict[str, Any]: ...
 def glmm_loglik(
     *,
