@@ -86,6 +86,13 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         .design(&frame)
         .with_context(|| format!("the formula on {}", a.data.display()))?;
     let model = design.glmm(family)?;
+    if (1..SampledMeans::MIN_DRAWS).contains(&a.ranef_draws) {
+        anyhow::bail!(
+            "--ranef-draws {}: use 0 (no sampled means) or at least {} draws a chain",
+            a.ranef_draws,
+            SampledMeans::MIN_DRAWS
+        );
+    }
     if a.reml && family != Family::Gaussian {
         anyhow::bail!("--reml: REML is for the Gaussian family only; leave it out for {family:?}");
     }

@@ -219,9 +219,22 @@ fn bad_input_is_refused_by_name_and_writes_nothing() {
         ("count ~ x", "poisson", "no random-effect term"),
         ("count ~ x + (1 | site)", "gamma", "unknown family"),
         ("count ~ (x + (1 | site)", "poisson", "brackets"),
+        (
+            "count ~ x + (1 | site) --ranef-draws 5",
+            "poisson",
+            "--ranef-draws 5",
+        ),
     ] {
+        // A case's flags follow its formula.
+        let (formula, flags) = formula.split_once(" --").unwrap_or((formula, ""));
+        let flags = flags.split_whitespace().enumerate().map(|(i, f)| match i {
+            0 => format!("--{f}"),
+            _ => f.to_string(),
+        });
         let o = sagd()
-            .args(["glmm", formula, "--family", family, "--data"])
+            .args(["glmm", formula, "--family", family])
+            .args(flags)
+            .arg("--data")
             .arg(data())
             .arg("--out")
             .arg(&out)

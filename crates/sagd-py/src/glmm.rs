@@ -9,7 +9,7 @@ use pyo3::types::PyDict;
 use sagd::em::EmEvent;
 use sagd::glmm::{
     Criterion, ExactFit, ExactSettings, Family, FitSettings, Fitted, Glmm, LikelihoodMethod,
-    Method, RandomTerm, TermNames,
+    Method, RandomTerm, SampledMeans, TermNames,
 };
 use sagd::model::LatentModel;
 
@@ -177,6 +177,12 @@ pub(crate) fn fit_glmm<'py>(
     ranef_draws: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
+    if (1..SampledMeans::MIN_DRAWS).contains(&ranef_draws) {
+        return Err(PyValueError::new_err(format!(
+            "ranef_draws: {ranef_draws}: use 0 (no sampled means) or at least {} draws a chain",
+            SampledMeans::MIN_DRAWS
+        )));
+    }
     let model = glmm_model(family, y, x, groups, zs, correlated, trials)?;
     let terms: Vec<TermNames> = terms
         .into_iter()

@@ -178,6 +178,8 @@ def test_ranef_mean_is_the_posterior_mean_of_a_poisson_fit():
         assert np.all(mcse < 0.05 * r2.ranef_mean_sd[f]), (f, mcse)
         assert np.all(np.abs(mean - mode) < 0.5 * sd), (f, mean, mode)
     assert r2.warning is None, r2.warning
+    with pytest.raises(ValueError, match="ranef_draws: 5"):
+        sagd.glmm(y, X, crossed, family="poisson", ranef_draws=5)
     r3 = sagd.glmm(y, X, crossed, family="poisson", seed=1, ranef_draws=0)
     assert r3.ranef_mean is None and r3.ranef_mean_sd is None and r3.ranef is not None
     assert all(np.array_equal(r3.ranef[f], r2.ranef[f]) for f in "gh")

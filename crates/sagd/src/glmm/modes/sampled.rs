@@ -51,6 +51,12 @@ pub struct SampledMeans {
     pub acceptance: f64,
 }
 
+impl SampledMeans {
+    /// The fewest draws a chain [`Glmm::conditional_means_sampled`] takes: fewer leave R-hat and
+    /// the ESS too noisy to judge the chains by.
+    pub const MIN_DRAWS: usize = 20;
+}
+
 /// Point `c`'s log posterior in v, where u = m + L⁻ᵀ v (H = L Lᵀ the curvature at the mode m).
 struct Whitened<'a> {
     glmm: &'a Glmm,
@@ -131,11 +137,14 @@ impl Glmm {
         seed: u64,
     ) -> Result<SampledMeans> {
         self.check_theta(theta)?;
-        if draws < 20 {
+        if draws < SampledMeans::MIN_DRAWS {
             return Err(SagdError::InvalidSetting {
                 name: "draws",
                 value: draws.to_string(),
-                fix: "keep at least 20 draws a chain (1000 give means to about 2% of an sd)".into(),
+                fix: format!(
+                    "keep at least {} draws a chain (1000 give means to about 3% of an sd)",
+                    SampledMeans::MIN_DRAWS
+                ),
             });
         }
         let factors = self.factors(theta);
