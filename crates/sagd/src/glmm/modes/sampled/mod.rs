@@ -7,9 +7,8 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::super::likelihood::Laplace;
-use super::super::summary::sd_of_variance;
 use super::{effect, Estimate, Glmm};
-use crate::diagnostics::{ess_mean, rhat};
+use crate::diagnostics::{ess_mean, mean_sd, rhat};
 use crate::error::{LogpError, Result, SagdError};
 use crate::hmc::HmcSettings;
 use crate::langevin::{ChainSet, Momentum};
@@ -150,6 +149,7 @@ impl Glmm {
         let factors = self.factors(theta);
         let seed = Seed::new(seed).stream("conditional means");
         let at_point = self.levels_at_points();
+        // Each point's effects summed up where its chains ran, so that its draws go with it.
         let per_point = at_point
             .par_iter()
             .enumerate()
@@ -157,30 +157,22 @@ impl Glmm {
             .map(|(c, levels)| {
                 let d =
                     self.point_draws(theta, &factors, c, levels, draws, seed.index(c as u64))?;
-                Ok((levels, d))
+                let summed: Vec<_> = d.series.iter().map(|chains| summarise(chains)).collect();
+                Ok((levels, summed, d.acceptance))
             })
             .collect::<Result<Vec<_>>>()?;
         let (mut effects, mut mcse) = (self.by_level(), self.by_level());
         let (mut min_ess, mut max_rhat, mut acceptance) = (f64::INFINITY, 1.0f64, 0.0);
-        for (levels, point) in &per_point {
-            acceptance += point.acceptance / per_point.len() as f64;
-            let mut series = point.series.iter();
+        for (levels, summed, accepted) in &per_point {
+            acceptance += accepted / per_point.len() as f64;
+            let mut summed = summed.iter();
             for &(t, level, _) in levels.iter() {
                 for _ in 0..self.terms[t].q {
-                    let chains = series.next().expect("one series per effect");
-                    let all: Vec<f64> = chains.iter().flatten().copied().collect();
-                    let mean = all.iter().sum::<f64>() / all.len() as f64;
-                    let var = all.iter().map(|b| (b - mean).powi(2)).sum::<f64>()
-                        / (all.len() - 1) as f64;
-                    let sd = sd_of_variance(var);
-                    let ess = ess_mean(chains);
-                    min_ess = min_ess.min(ess);
-                    max_rhat = max_rhat.max(rhat(chains));
-                    effects[t][level].push(Estimate {
-                        value: mean,
-                        se: sd,
-                    });
-                    mcse[t][level].push(sd / ess.sqrt());
+                    let e = summed.next().expect("one summary per effect");
+                    min_ess = min_ess.min(e.ess);
+                    max_rhat = max_rhat.max(e.rhat);
+                    effects[t][level].push(e.estimate);
+                    mcse[t][level].push(e.estimate.se / e.ess.sqrt());
                 }
             }
         }
@@ -268,6 +260,24 @@ impl Glmm {
     }
 }
 
+/// One effect's draws summed up: its mean and sd, and the chains' ESS and R-hat.
+struct Summed {
+    estimate: Estimate,
+    ess: f64,
+    rhat: f64,
+}
+
+/// The summary of one effect's draws, a series per chain.
+fn summarise(chains: &[Vec<f64>]) -> Summed {
+    let all: Vec<f64> = chains.iter().flatten().copied().collect();
+    let (value, se) = mean_sd(&all);
+    Summed {
+        estimate: Estimate { value, se },
+        ess: ess_mean(chains),
+        rhat: rhat(chains),
+    }
+}
+
 /// HMC with step ε and the path [`PATH`].
 fn hmc(step: f64) -> Result<crate::langevin::Kernel<f64>> {
     HmcSettings {
@@ -276,3 +286,6 @@ fn hmc(step: f64) -> Result<crate::langevin::Kernel<f64>> {
     }
     .kernel()
 }
+
+#[cfg(test)]
+mod tests;

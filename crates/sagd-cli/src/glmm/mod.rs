@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use sagd::em::{EmEvent, EmSettings, EstimateStatus};
 use sagd::glmm::{
-    Criterion, Design, Estimate, ExactSettings, Family, FitSettings, Fitted, Formula, GlmmFit,
+    Criterion, Design, ExactSettings, Family, FitSettings, Fitted, Formula, GlmmFit,
     LikelihoodMethod, Method, SampledMeans, Summary,
 };
 use sagd::run::Control;
@@ -22,6 +22,9 @@ use serde_json::json;
 
 use crate::input::read_table;
 use crate::output::{progress_bar, write_atomic, Staging};
+
+mod ranef;
+use ranef::{ranef_csv, sampled_note, Means};
 
 /// Flags of `sagd glmm`.
 #[derive(Args, Debug, Clone, Serialize)]
@@ -134,16 +137,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     let ranef = model.random_effects(&fit.theta);
     // The exact conditional means where quadrature reaches, sampled beyond it.
     let means = match &ranef {
-        Ok(_) => match model.conditional_means(&fit.theta) {
-            Ok(m) => Means::Exact(m),
-            Err(_) if a.ranef_draws > 0 => {
-                match model.conditional_means_sampled(&fit.theta, a.ranef_draws, a.seed) {
-                    Ok(m) => Means::Sampled(m),
-                    Err(e) => Means::Blank(e.to_string()),
-                }
-            }
-            Err(e) => Means::Blank(format!("{e}; or sample them: --ranef-draws 1000")),
-        },
+        Ok(_) => Means::find(&model, &fit.theta, a.ranef_draws, a.seed),
         Err(e) => Means::Blank(e.to_string()),
     };
     let sep = separation.as_deref();
@@ -435,81 +429,8 @@ fn se_text(se: f64) -> String {
 }
 
 /// `v` as a CSV field: quoted, its quotes doubled.
-fn csv_text(v: &str) -> String {
+pub(super) fn csv_text(v: &str) -> String {
     format!("\"{}\"", v.replace('"', "\"\""))
-}
-
-/// Each level's conditional means, as far as they were computed.
-enum Means {
-    /// By quadrature, or the Gaussian family's closed form: no Monte Carlo error.
-    Exact(Vec<Vec<Vec<Estimate>>>),
-    /// By HMC, with their Monte Carlo errors.
-    Sampled(SampledMeans),
-    /// Not computed, and why.
-    Blank(String),
-}
-
-impl Means {
-    /// Effect `k` of level `l` of term `t`: its mean, sd and Monte Carlo error as CSV fields.
-    fn fields(&self, t: usize, l: usize, k: usize) -> [String; 3] {
-        let of = |e: &Estimate, mcse: f64| [e.value, e.se, mcse].map(|v| v.to_string());
-        match self {
-            Means::Exact(m) => of(&m[t][l][k], 0.0),
-            Means::Sampled(m) => of(&m.effects[t][l][k], m.mcse[t][l][k]),
-            Means::Blank(_) => Default::default(),
-        }
-    }
-
-    /// How the means were found, for result.json.
-    fn json(&self) -> serde_json::Value {
-        match self {
-            Means::Exact(_) => json!({"method": "exact"}),
-            Means::Sampled(m) => json!({
-                "method": "hmc", "chains": m.chains, "draws": m.draws, "min_ess": m.min_ess,
-                "max_rhat": m.max_rhat, "acceptance": m.acceptance,
-            }),
-            Means::Blank(why) => json!({"method": null, "why": why}),
-        }
-    }
-}
-
-/// What the user is told of sampled means: how, their diagnostics, and a warning where the
-/// chains have not mixed.
-fn sampled_note(m: &SampledMeans) -> String {
-    let how = format!(
-        "ranef.csv's means are sampled by HMC ({} chains × {} draws; smallest ESS {:.0}, largest \
-         R-hat {:.3}), their Monte Carlo errors in mean_mcse",
-        m.chains, m.draws, m.min_ess, m.max_rhat
-    );
-    if m.max_rhat > 1.01 {
-        format!("warning: {how}: the chains have not mixed (R-hat above 1.01); rerun with more --ranef-draws")
-    } else {
-        format!("note: {how}")
-    }
-}
-
-/// One row per random effect of each level: the factor, the level, the effect, its
-/// conditional mode and sd (lme4's `ranef` with `condVar`), and its conditional mean, sd and
-/// the mean's Monte Carlo error (0 where integrated) where `means` has them (else blank).
-fn ranef_csv(d: &Design, ranef: &[Vec<Vec<Estimate>>], means: &Means) -> String {
-    let mut o = String::from("group,level,effect,mode,sd,mean,mean_sd,mean_mcse\n");
-    for (t, (names, term)) in d.term_names.iter().zip(ranef).enumerate() {
-        for (l, (level, effects)) in names.levels.iter().zip(term).enumerate() {
-            for (k, (effect, e)) in names.effects.iter().zip(effects).enumerate() {
-                let [mean, mean_sd, mcse] = means.fields(t, l, k);
-                let _ = writeln!(
-                    o,
-                    "{},{},{},{},{},{mean},{mean_sd},{mcse}",
-                    csv_text(&names.group),
-                    csv_text(level),
-                    csv_text(effect),
-                    e.value,
-                    e.se
-                );
-            }
-        }
-    }
-    o
 }
 
 /// One row per parameter on lme4's scales: kind, group, name, estimate, standard error.
