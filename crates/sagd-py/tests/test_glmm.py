@@ -104,6 +104,19 @@ def test_no_variation_between_groups_is_reported_as_a_singular_fit():
     assert sagd.glmm(y2, X2, g2, family="poisson", seed=1).warning is None
 
 
+def test_a_model_without_fixed_effects_is_fitted_at_its_boundary():
+    # y ~ 0 + (1 | g) on three groups of (1, 0): the maximum is at sd 0 with sigma^2 = 1/2,
+    # where the log-likelihood is -3 ln(pi) - 3 (the closed form of six iid normals).
+    y = np.array([1.0, 0.0, 1.0, 0.0, 1.0, 0.0])
+    labels = np.array(["a", "a", "b", "b", "c", "c"])
+    for r in (sagd.glmm(y, np.zeros((6, 0)), labels),
+              sagd.glmm("y ~ 0 + (1 | g)", data={"y": y, "g": labels})):
+        assert len(r.fixed) == 0
+        assert r.random_sd[0] < 1e-4 and abs(r.sigma - 0.5 ** 0.5) < 1e-9, r
+        assert abs(r.loglik - (-3 * np.log(np.pi) - 3)) < 1e-9, r
+        assert "singular fit" in r.warning
+
+
 def test_separated_responses_are_named_in_the_warning():
     # y = 1 exactly where x >= 2: the slope's maximum is at infinity (R's glm warns the same).
     x = np.arange(40) / 10.0

@@ -48,8 +48,8 @@ def _threads(value: Any) -> Optional[int]:
     return None if value is None else _whole("threads", value, 1)
 
 
-def _matrix(name: str, value: Any, n: int) -> np.ndarray:
-    """``value`` as a contiguous float64 n x k matrix (a vector is one column)."""
+def _matrix(name: str, value: Any, n: int, least: int = 1) -> np.ndarray:
+    """``value`` as a contiguous float64 n x k matrix (a vector is one column), k >= ``least``."""
     try:
         a = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as e:
@@ -58,7 +58,7 @@ def _matrix(name: str, value: Any, n: int) -> np.ndarray:
         a = a[:, None]
     if a.ndim != 2 or a.shape[0] != n:
         raise ValueError(f"{name}: expected {n} rows (one per observation), got shape {a.shape}")
-    if a.shape[1] == 0:
+    if a.shape[1] < least:
         raise ValueError(f"{name}: needs at least one column")
     if not np.all(np.isfinite(a)):
         raise ValueError(f"{name}: contains values that are not finite; remove or impute them")

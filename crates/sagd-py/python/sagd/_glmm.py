@@ -210,7 +210,8 @@ class _Arrays:
         except TypeError:
             raise ValueError("groups: labels of mixed types (numbers and text) in one grouping "
                              "factor; give each factor labels of one type, e.g. all text") from None
-        Xm = np.ones((n, 1)) if X is None else _matrix("X", X, n)
+        # No columns: a model without fixed effects, lme4's y ~ 0 + (1 | g).
+        Xm = np.ones((n, 1)) if X is None else _matrix("X", X, n, least=0)
         Zs = [np.ones((n, 1)) if z is None else _matrix("Z", z, n)
               for z in _per_factor("Z", Z, k)]
         cor = [bool(c) and Zt.shape[1] > 1

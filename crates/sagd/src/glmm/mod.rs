@@ -205,8 +205,9 @@ impl Glmm {
         let n = self.y.len() as f64;
         let mean = self.y.iter().sum::<f64>() / n;
         let mut th = vec![0.0; self.theta_len()];
-        let intercept = (0..self.y.len()).all(|i| self.x[i * self.p] == 1.0);
-        if intercept && self.p > 0 {
+        // With no fixed effects (`y ~ 0 + (1 | g)`) there is no first column to read.
+        let intercept = self.p > 0 && (0..self.y.len()).all(|i| self.x[i * self.p] == 1.0);
+        if intercept {
             th[0] = match self.family {
                 Family::Gaussian => mean,
                 Family::Poisson => mean.max(1e-3).ln(),

@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use super::{
-    central_gradient, central_hessian, negated, Criterion, ExactFit, ExactSettings,
+    central_gradient, central_hessian, negated, Criterion, ExactFit, ExactSettings, GTOL,
     POINTS_PER_PIECE,
 };
 use crate::error::{Result, SagdError};
@@ -222,19 +222,28 @@ impl Glmm {
     pub(super) fn fit_gaussian(&self, settings: &ExactSettings, start: &[f64]) -> Result<ExactFit> {
         let criterion = settings.criterion;
         let psi0 = self.relative(start)[self.psi_range()].to_vec();
-        let r = bfgs::minimize(
-            |psi| {
-                // A trial ψ where the closed form cannot be computed (variances so far apart
-                // that XᵀV₀⁻¹X loses its rank in rounding) is rejected by the line search as
-                // +∞; a fault of the data itself is raised again at the end, where ψ is kept.
-                let value = self.profiled_objective(psi, criterion).and_then(|f| {
-                    let g = central_gradient(|x| self.profiled_objective(x, criterion), psi)?;
-                    Ok((f, g))
-                });
-                Ok(value.unwrap_or_else(|_| (f64::INFINITY, vec![0.0; psi.len()])))
-            },
-            &psi0,
-            1e-9,
+        let mut objective = |psi: &[f64]| {
+            // A trial ψ where the closed form cannot be computed (variances so far apart that
+            // XᵀV₀⁻¹X loses its rank in rounding) is rejected by the line search as +∞; a fault
+            // of the data itself is raised again at the end, where ψ is kept.
+            let value = self.profiled_objective(psi, criterion).and_then(|f| {
+                let g = central_gradient(|x| self.profiled_objective(x, criterion), psi)?;
+                Ok((f, g))
+            });
+            Ok(value.unwrap_or_else(|_| (f64::INFINITY, vec![0.0; psi.len()])))
+        };
+        let r = bfgs::minimize(&mut objective, &psi0, GTOL, settings.max_iter)?;
+        // θ with ψ's relative factors and log σ = 0: the factors' ratios to their scales are
+        // those of the absolute θ.
+        let relative_theta = |psi: &[f64]| {
+            let mut rel = vec![0.0; self.theta_len()];
+            rel[self.psi_range()].copy_from_slice(psi);
+            rel
+        };
+        let r = self.settle_at_boundary(
+            &mut objective,
+            r,
+            (relative_theta, self.p),
             settings.max_iter,
         )?;
         let mut rel = vec![0.0; self.theta_len()];

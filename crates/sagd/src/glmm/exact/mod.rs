@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::{Family, Glmm, LikelihoodMethod};
 use crate::error::{Result, SagdError};
 use crate::linalg::spd_inverse;
+use crate::optim::bfgs::{self, BfgsResult};
 
 /// The most effects per point that [`Glmm::fit_exact`] integrates by quadrature.
 pub const MAX_QUADRATURE_DIM: usize = 3;
@@ -28,6 +29,19 @@ pub(super) const DEFAULT_NODES: [usize; MAX_QUADRATURE_DIM] = [25, 15, 9];
 /// Points per piece of a parallel pass: sums are taken piece by piece in order, so the result is
 /// the same bits on any number of threads.
 pub(super) const POINTS_PER_PIECE: usize = 256;
+
+/// A diagonal factor below this share of its scale is at its boundary (lme4's `isSingular`
+/// tolerance).
+const AT_BOUNDARY: f64 = 1e-4;
+
+/// A diagonal factor the fit leaves below this share of its scale is tried at its boundary.
+const NEAR_BOUNDARY: f64 = 0.1;
+
+/// Where a factor tried at its boundary is put: this share of its scale.
+const TRIED_AT: f64 = 1e-6;
+
+/// BFGS's tolerance on the objective's gradient (ℓ over the observations).
+const GTOL: f64 = 1e-9;
 
 /// Relative step of the central differences (θ is on log and correlation-like scales).
 const DIFF_STEP: f64 = 1e-5;
@@ -187,17 +201,17 @@ impl Glmm {
         }
     }
 
-    /// Which parameters of θ sit at a boundary of the covariances: log L_aa where L_aa is below
-    /// 1e-4 of the term's largest sd (or, with one effect, of σ for the Gaussian family and of 1
-    /// otherwise): an sd at 0, or, with L_ab beside it, a correlation at ±1.
-    fn boundary(&self, theta: &[f64]) -> Vec<bool> {
-        let mut at = vec![false; theta.len()];
+    /// Each diagonal factor of θ's covariances, log L_aa: its place in θ and L_aa over its
+    /// scale, the term's largest sd (or, with one effect, σ for the Gaussian family and 1
+    /// otherwise).
+    fn factor_ratios(&self, theta: &[f64]) -> Vec<(usize, f64)> {
         let factors = self.factors(theta);
         let unit = if self.family == Family::Gaussian {
             theta[self.theta_len() - 1].exp()
         } else {
             1.0
         };
+        let mut out = Vec::new();
         for (t, l) in self.terms.iter().zip(&factors) {
             let q = t.q;
             let sd = |a: usize| (0..=a).map(|b| l[a * q + b].powi(2)).sum::<f64>().sqrt();
@@ -206,11 +220,57 @@ impl Glmm {
             } else {
                 (0..q).map(sd).fold(0.0, f64::max)
             };
-            for a in 0..q {
-                at[t.theta_at + a] = l[a * q + a] < 1e-4 * scale;
-            }
+            out.extend((0..q).map(|a| (t.theta_at + a, l[a * q + a] / scale)));
+        }
+        out
+    }
+
+    /// Which parameters of θ sit at a boundary of the covariances: log L_aa where L_aa is below
+    /// [`AT_BOUNDARY`] of its scale ([`Glmm::factor_ratios`]): an sd at 0, or, with L_ab beside
+    /// it, a correlation at ±1.
+    fn boundary(&self, theta: &[f64]) -> Vec<bool> {
+        let mut at = vec![false; theta.len()];
+        for (j, ratio) in self.factor_ratios(theta) {
+            at[j] = ratio < AT_BOUNDARY;
         }
         at
+    }
+
+    /// BFGS's minimum `fit` of `f` (−ℓ/n, or the profiled criterion, over x: θ's entries from
+    /// `shift` on, as `theta_of` makes θ from x), with each diagonal factor that stopped below
+    /// [`NEAR_BOUNDARY`] of its scale (and above [`TRIED_AT`]) tried at the boundary, smallest
+    /// first: put at [`TRIED_AT`] of its scale, the rest minimised again from there, and kept
+    /// where f is no higher. In log L_aa the pull of a variance towards 0 fades as L_aa², so BFGS stops short
+    /// of a maximum that lies on the boundary, where lme4's bounded optimiser lands.
+    fn settle_at_boundary(
+        &self,
+        f: &mut impl FnMut(&[f64]) -> Result<(f64, Vec<f64>)>,
+        fit: BfgsResult,
+        (theta_of, shift): (impl Fn(&[f64]) -> Vec<f64>, usize),
+        max_iter: usize,
+    ) -> Result<BfgsResult> {
+        let mut best = fit;
+        let mut iterations = best.iterations;
+        let mut tried = Vec::new();
+        loop {
+            let next = self
+                .factor_ratios(&theta_of(&best.x))
+                .into_iter()
+                .filter(|(j, r)| *r > TRIED_AT && *r < NEAR_BOUNDARY && !tried.contains(j))
+                .min_by(|a, b| a.1.total_cmp(&b.1));
+            let Some((j, ratio)) = next else { break };
+            tried.push(j);
+            let mut x = best.x.clone();
+            x[j - shift] += (TRIED_AT / ratio).ln();
+            let at_boundary = bfgs::minimize(&mut *f, &x, GTOL, max_iter)?;
+            iterations += at_boundary.iterations;
+            // No higher to within f's rounding.
+            if at_boundary.f <= best.f + 4.0 * f64::EPSILON * best.f.abs().max(1.0) {
+                best = at_boundary;
+            }
+        }
+        best.iterations = iterations;
+        Ok(best)
     }
 }
 

@@ -5,7 +5,7 @@ use rayon::prelude::*;
 
 use super::{
     central_jacobian, negated, symmetrised, Criterion, ExactFit, ExactSettings, DEFAULT_NODES,
-    POINTS_PER_PIECE,
+    GTOL, POINTS_PER_PIECE,
 };
 use crate::error::Result;
 use crate::glmm::likelihood::{not_finite, Laplace};
@@ -161,13 +161,15 @@ impl Glmm {
         let rule = ProductRule::new(self.latent_dim, m);
         let n = self.y.len() as f64;
         let mut modes: Vec<Vec<f64>> = self.points.iter().map(|c| vec![0.0; c.dim]).collect();
-        let r = bfgs::minimize(
-            |th| {
-                let (v, g) = self.quadrature_value_grad(th, &rule, &mut modes)?;
-                Ok((-v / n, g.iter().map(|g| -g / n).collect()))
-            },
-            start,
-            1e-9,
+        let mut objective = |th: &[f64]| {
+            let (v, g) = self.quadrature_value_grad(th, &rule, &mut modes)?;
+            Ok((-v / n, g.iter().map(|g| -g / n).collect()))
+        };
+        let r = bfgs::minimize(&mut objective, start, GTOL, settings.max_iter)?;
+        let r = self.settle_at_boundary(
+            &mut objective,
+            r,
+            (|th: &[f64]| th.to_vec(), 0),
             settings.max_iter,
         )?;
         let theta = r.x;

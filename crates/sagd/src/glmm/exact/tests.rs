@@ -312,3 +312,141 @@ fn what_cannot_be_fitted_exactly_is_named() {
     assert!(e.contains("column 2 is a linear combination"), "{e}");
     assert!(err(&crossed, ExactSettings::default()).contains("automated EM"));
 }
+
+/// The balanced one-way model's responses, 1 + a_g + w_gj, with the spreads set exactly: MSW = 1
+/// and (1 − 1/G)·MSB = `between`, so that ML's σ̂_b² is (between − 1)/n where that is positive,
+/// and 0 otherwise.
+fn one_way_spread(groups: usize, per: usize, between: f64) -> Glmm {
+    let mut s = NormalStream::new(11);
+    let centred = |v: Vec<f64>| {
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        v.into_iter().map(|x| x - mean).collect::<Vec<f64>>()
+    };
+    let w: Vec<Vec<f64>> = (0..groups)
+        .map(|_| centred((0..per).map(|_| s.draw()).collect()))
+        .collect();
+    let ssw: f64 = w.iter().flatten().map(|v| v * v).sum();
+    let w_scale = ((groups * (per - 1)) as f64 / ssw).sqrt();
+    let a = centred((0..groups).map(|_| s.draw()).collect());
+    // n Σ a² / G = between.
+    let a_scale =
+        (between * groups as f64 / (per as f64 * a.iter().map(|v| v * v).sum::<f64>())).sqrt();
+    let n = groups * per;
+    let y = (0..n)
+        .map(|i| 1.0 + a_scale * a[i / per] + w_scale * w[i / per][i % per])
+        .collect();
+    let g: Vec<usize> = (0..n).map(|i| i / per).collect();
+    Glmm::new(Family::Gaussian, y, vec![1.0; n], &g, vec![1.0; n], None).unwrap()
+}
+
+#[test]
+fn a_maximum_on_the_boundary_is_reached_and_one_just_inside_is_kept() {
+    // Below the boundary's threshold the model is N iid normals: ℓ = −N/2 (ln 2πσ̂² + 1) with
+    // σ̂² = (SSW + SSB)/N, and REML's σ̂² = (SSW + SSB)/(N − 1). In log σ_b the pull towards 0
+    // fades as σ_b², which left BFGS short of it.
+    let (g, n) = (400, 10);
+    let total = (g * n) as f64;
+    // SSW = G(n − 1)·MSW, SSB = G·(1 − 1/G)·MSB.
+    let ss = (g * (n - 1)) as f64 + 0.8 * g as f64;
+    let m = one_way_spread(g, n, 0.8);
+    let ss_data: f64 = {
+        let mean = m.y.iter().sum::<f64>() / total;
+        m.y.iter().map(|v| (v - mean).powi(2)).sum()
+    };
+    assert!((ss_data / ss - 1.0).abs() < 1e-12, "{ss_data} vs {ss}");
+    for (criterion, s2) in [
+        (Criterion::Ml, ss / total),
+        (Criterion::Reml, ss / (total - 1.0)),
+    ] {
+        let settings = ExactSettings {
+            criterion,
+            ..Default::default()
+        };
+        let fit = m.fit_exact(&settings).unwrap();
+        let th = &fit.theta;
+        assert!(fit.singular && fit.converged, "{criterion:?}: {fit:?}");
+        assert!(
+            th[1] - th[2] < AT_BOUNDARY.ln() && fit.se[1].is_nan(),
+            "{th:?}"
+        );
+        // What the fit leaves of σ_b (below the threshold) moves σ̂² by about n σ_b².
+        let left = n as f64 * (2.0 * th[1]).exp() / s2;
+        assert!(
+            (th[2].exp().powi(2) / s2 - 1.0).abs() < 2.0 * left + 1e-12,
+            "{criterion:?}: {th:?}"
+        );
+        if criterion == Criterion::Ml {
+            let want = -total / 2.0 * ((2.0 * std::f64::consts::PI * s2).ln() + 1.0);
+            assert!(
+                (fit.log_likelihood - want).abs() < 1e-9 * want.abs(),
+                "{fit:?}"
+            );
+        }
+    }
+    // σ_b = 0.05 σ is ML's maximum, below the factor that is tried at the boundary (0.1 σ),
+    // and must stay where it is.
+    let m = one_way_spread(g, n, 1.0 + 0.05f64.powi(2) * n as f64);
+    let fit = m.fit_exact(&ExactSettings::default()).unwrap();
+    let th = &fit.theta;
+    assert!(!fit.singular && fit.converged, "{fit:?}");
+    assert!((th[1].exp() / 0.05 - 1.0).abs() < 1e-5, "{th:?}");
+    assert!((th[2].exp() - 1.0).abs() < 1e-8, "{th:?}");
+}
+
+#[test]
+fn a_model_without_fixed_effects_is_fitted_at_its_boundary() {
+    // y ~ 0 + (1 | g) on three groups of (1, 0): each group's within contrast and its mean
+    // both ask for a variance of 1/2, σ² and σ² + 2σ_b², so the maximum is at σ_b = 0, σ² = 1/2,
+    // ℓ = −3 ln π − 3, where ℓ is flat to fourth order in σ_b.
+    let y = vec![1.0, 0.0, 1.0, 0.0, 1.0, 0.0];
+    let g = [0, 0, 1, 1, 2, 2];
+    let m = Glmm::new(Family::Gaussian, y, Vec::new(), &g, vec![1.0; 6], None).unwrap();
+    assert_eq!(m.n_fixed(), 0);
+    let fit = m.fit_exact(&ExactSettings::default()).unwrap();
+    let want = -3.0 * std::f64::consts::PI.ln() - 3.0;
+    assert!(fit.singular && fit.converged, "{fit:?}");
+    assert!((fit.log_likelihood - want).abs() < 1e-12, "{fit:?}");
+    assert!((fit.theta[1].exp().powi(2) - 0.5).abs() < 1e-9, "{fit:?}");
+}
+
+#[test]
+fn a_correlation_at_its_boundary_is_reached() {
+    // Responses centred within each group, with correlated intercepts and slopes: the fit
+    // lands on a boundary (here a correlation of ±1) and its ℓ is at least that of the model
+    // nested in it without the intercepts.
+    let (groups, per) = (200, 10);
+    let mut s = NormalStream::new(2);
+    let n = groups * per;
+    let x: Vec<f64> = (0..n).map(|_| s.draw()).collect();
+    let mut y: Vec<f64> = (0..n).map(|_| s.draw()).collect();
+    for c in y.chunks_mut(per) {
+        let mean = c.iter().sum::<f64>() / per as f64;
+        c.iter_mut().for_each(|v| *v -= mean);
+    }
+    let group: Vec<usize> = (0..n).map(|i| i / per).collect();
+    let xs: Vec<f64> = x.iter().flat_map(|&v| [1.0, v]).collect();
+    let full = RandomTerm {
+        group: group.clone(),
+        z: xs.clone(),
+        correlated: true,
+    };
+    let slope = RandomTerm {
+        group,
+        z: x.clone(),
+        correlated: false,
+    };
+    let fit = |term| {
+        Glmm::with_terms(Family::Gaussian, y.clone(), xs.clone(), vec![term], None)
+            .unwrap()
+            .fit_exact(&ExactSettings::default())
+            .unwrap()
+    };
+    let (full, slope) = (fit(full), fit(slope));
+    assert!(full.singular && full.converged, "{full:?}");
+    assert!(
+        full.log_likelihood >= slope.log_likelihood - 1e-9 * slope.log_likelihood.abs(),
+        "{} vs {}",
+        full.log_likelihood,
+        slope.log_likelihood
+    );
+}
