@@ -1,5 +1,31 @@
 //! The `sagd` command-line tool: fills the library's settings from flags and runs its applications.
 
+/// `println!` for what a command tells its reader on stdout, which a reader that stops early
+/// (`sagd glmm … | head`) may have closed: then the line is dropped and the command goes on to
+/// write its results, where `println!` would panic.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` as [`say!`]: notes, warnings and errors on stderr, which `2>&1 | head` closes.
+macro_rules! say_err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `print!` as [`say!`] (no newline added).
+macro_rules! say_part {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod bench;
 mod debias;
 mod em;
@@ -57,7 +83,7 @@ fn main() {
     let processes = match sagd_mpi::start() {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: {e}");
+            say_err!("error: {e}");
             std::process::exit(1);
         }
     };

@@ -220,7 +220,7 @@ fn against_paper(s: &E3Settings) -> String {
 pub fn run(a: MnistArgs) -> Result<()> {
     let s = settings(&a);
     if a.print_settings {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        say!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());
     }
     let dir = a.data.clone().unwrap_or_else(sagd_apps::mnist::shipped_dir);
@@ -251,7 +251,7 @@ pub fn run(a: MnistArgs) -> Result<()> {
         interrupt_after: a.interrupt_after,
         device: a.device,
     };
-    println!("E3 (MNIST): {}", against_paper(&s));
+    say!("E3 (MNIST): {}", against_paper(&s));
     let bar = progress_bar(a.quiet, 0);
     let out = MnistOutput {
         out: &a.out,
@@ -261,7 +261,7 @@ pub fn run(a: MnistArgs) -> Result<()> {
     };
     let (r, files) = write(&s, &data, &opts, out)?;
     print_summary(&r);
-    println!("wrote {}: {}", a.out.display(), files.join(", "));
+    say!("wrote {}: {}", a.out.display(), files.join(", "));
     Ok(())
 }
 
@@ -386,19 +386,23 @@ fn result_json(
 
 /// The held-out table and the paired differences, on stdout.
 pub fn print_summary(r: &E3Result) {
-    println!(
+    say!(
         "held-out log p(x), first {} test images:",
         r.settings.eval_n
     );
-    println!("  model          log p(x)   (se)      ELBO      ESS");
+    say!("  model          log p(x)   (se)      ELBO      ESS");
     for e in &r.evaluations {
-        println!(
+        say!(
             "  {:<12} {:>9.2} ({:>5.2}) {:>9.2} {:>8.1}",
-            e.model, e.log_px, e.log_px_se, e.elbo, e.ess
+            e.model,
+            e.log_px,
+            e.log_px_se,
+            e.elbo,
+            e.ess
         );
     }
     for d in &r.differences {
-        println!(
+        say!(
             "  {:<24} {:>+8.3} nats (paired se {:.3}, {:+.1} se)",
             d.what,
             d.mean,

@@ -233,7 +233,7 @@ pub fn claim(out: &Path, command: &str) -> Result<()> {
             fs::remove_dir_all(&place)
                 .with_context(|| format!("--replace: removing {}", place.display()))?;
         } else if files.is_empty() {
-            eprintln!(
+            say_err!(
                 "--replace: {} holds the result of `sagd {other}` written by an earlier sagd, which did not list its files: they stay beside this run's",
                 out.display()
             );
@@ -479,7 +479,7 @@ impl TermLike for PlainLines {
             None => *last = Some(Instant::now()),
             Some(t) if t.elapsed() >= plain_every() && !s.trim().is_empty() => {
                 *last = Some(Instant::now());
-                eprintln!("{}", s.trim_end());
+                say_err!("{}", s.trim_end());
             }
             Some(_) => {}
         }

@@ -218,6 +218,11 @@ fn bad_input_is_refused_by_name_and_writes_nothing() {
         ("count ~ x + (1 | site)", "binomial", "at data row"),
         ("count ~ x", "poisson", "no random-effect term"),
         ("count ~ x + (1 | site)", "gamma", "unknown family"),
+        (
+            "count ~ x + (1 | site:x)",
+            "gaussian",
+            "`site:x` has a level for each of the 179 observations",
+        ),
         ("count ~ (x + (1 | site)", "poisson", "brackets"),
         (
             "count ~ x + (1 | site) --ranef-draws 5",
@@ -245,6 +250,30 @@ fn bad_input_is_refused_by_name_and_writes_nothing() {
         assert!(err.contains(says), "{formula}: {err}");
         assert!(!out.join("result.json").exists());
     }
+}
+
+#[test]
+fn a_reader_that_has_gone_leaves_the_run_to_finish() {
+    // `sagd glmm … 2>&1 | head -1`: stdout and stderr closed before a line is written. Each
+    // println! used to panic there (exit 101), before or after the result was written.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let closed = || {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        writer
+    };
+    let status = sagd()
+        .args(["glmm", "count ~ x + (1 | site)", "--family", "poisson", "--data"])
+        .arg(data())
+        .arg("--out")
+        .arg(&out)
+        .stdout(closed())
+        .stderr(closed())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(out.join("result.json").exists() && out.join("ranef.csv").exists());
 }
 
 #[test]

@@ -82,6 +82,11 @@ def test_bad_inputs_name_the_argument(poisson_data):
         sagd.glmm(np.ones_like(y), X, g, family="gaussian")
     with pytest.raises(ValueError, match="trials"):
         sagd.glmm(np.minimum(y, 1), X, g, family="binomial", trials=-np.ones_like(y))
+    # Variances the data cannot tell apart, refused as lme4 refuses them.
+    with pytest.raises(ValueError, match="has one level"):
+        sagd.glmm(y, X, np.zeros_like(g), family="poisson")
+    with pytest.raises(ValueError, match="a level for each of the 400 observations"):
+        sagd.glmm(y, X, np.arange(len(y)), family="gaussian")
     # Names by the core's rule (Glmm::theta_names): one per column.
     with pytest.raises(ValueError, match="x_names.*one name per column of X"):
         sagd.glmm(y, X, g, family="poisson", x_names=["a"])

@@ -65,7 +65,7 @@ pub(crate) fn debias(a: DebiasBenchArgs) -> Result<()> {
                 ours.keep_min(m.name(), mr.time_s);
             }
         }
-        eprintln!("repeat {} of {} done", rep + 1, a.repeats.max(1));
+        say_err!("repeat {} of {} done", rep + 1, a.repeats.max(1));
     }
     let peer = match &a.peer {
         Some(script) => Some(run_peer(&a, script, threads)?),
@@ -107,7 +107,7 @@ pub(crate) fn debias(a: DebiasBenchArgs) -> Result<()> {
     if let Some(p) = &a.out {
         std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
     }
-    println!("{json}");
+    say!("{json}");
     Ok(())
 }
 

@@ -33,13 +33,13 @@ pub(crate) fn gpu(a: GpuBenchArgs) -> Result<()> {
     let gpu = Gpu::open(a.ordinal).with_context(|| format!("opening GPU {}", a.ordinal))?;
     let device = gpu.describe()?;
     let open_s = t.elapsed().as_secs_f64();
-    eprintln!("{device}: opened and kernels compiled in {open_s:.2} s");
+    say_err!("{device}: opened and kernels compiled in {open_s:.2} s");
     let checks = check_networks(&gpu, a.seed)?;
     print_network_checks(&checks);
     let estimators = check_estimators(a.seed, a.ordinal)?;
     print_estimator_checks(&estimators);
     let adam = check_adam(&gpu, a.seed)?;
-    eprintln!(
+    say_err!(
         "Adam on the device against the host's rule, {} parameters: largest differences θ {:.1e}, m {:.1e}, v {:.1e}",
         adam.params, adam.theta, adam.m, adam.v
     );
@@ -74,7 +74,7 @@ pub(crate) fn gpu(a: GpuBenchArgs) -> Result<()> {
     if let Some(p) = &a.out {
         std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
     }
-    println!("{json}");
+    say!("{json}");
     if !passed {
         anyhow::bail!("the GPU engine disagrees with the CPU engine beyond {GPU_TOLERANCE:.0e} (networks) or {ESTIMATOR_TOLERANCE:.0e} (estimators), Adam's step is not the host's to the bit, or training strays beyond {TRAINING_TOLERANCE}: see the tables above");
     }

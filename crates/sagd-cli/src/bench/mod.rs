@@ -201,7 +201,7 @@ fn mnist(a: MnistBenchArgs) -> Result<()> {
     if let Some(p) = &a.out {
         std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
     }
-    println!("{json}");
+    say!("{json}");
     Ok(())
 }
 
@@ -231,7 +231,7 @@ fn kernel(a: KernelArgs) -> Result<()> {
                     rows.push(time_scheme::<f32>(s, d, a.work, a.repeats)?);
                 }
             }
-            eprintln!("dim {d} done");
+            say_err!("dim {d} done");
         }
         Ok(rows)
     })?;
@@ -261,15 +261,15 @@ fn kernel(a: KernelArgs) -> Result<()> {
     if let Some(p) = &a.out {
         std::fs::write(p, &json).with_context(|| format!("writing {}", p.display()))?;
     }
-    println!("{json}");
+    say!("{json}");
     Ok(())
 }
 
 /// A Markdown table on standard error: the header, its rule, then one line per row.
 fn eprint_table(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) {
-    eprintln!("| {} |", header.join(" | "));
-    eprintln!("|{}", "---|".repeat(header.len()));
+    say_err!("| {} |", header.join(" | "));
+    say_err!("|{}", "---|".repeat(header.len()));
     for r in rows {
-        eprintln!("| {} |", r.join(" | "));
+        say_err!("| {} |", r.join(" | "));
     }
 }

@@ -104,14 +104,14 @@ pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {
     let files = staging.commit("result.json")?;
     let what = format!("{}, column {}", path.display(), data.shown);
     print_summary(&d, &what, n, note);
-    println!("wrote {}: {}", out.display(), files.join(", "));
+    say!("wrote {}: {}", out.display(), files.join(", "));
     Ok(())
 }
 
 /// What the deconvolution of `what` (the file and column) found: the latent laws' quantiles and,
 /// where observations were held out, the models' comparison.
 fn print_summary(d: &Deconvolution, what: &str, n: usize, note: &str) {
-    println!(
+    say!(
         "deconvolution of {what} ({} observations: {} fitted, {} held out; noise sd {}): {note}",
         n,
         d.n,
@@ -119,9 +119,11 @@ fn print_summary(d: &Deconvolution, what: &str, n: usize, note: &str) {
         d.noise_sd
     );
     for (k, q) in &d.quantiles {
-        println!(
+        say!(
             "{k:14} quantiles 5/50/95%: {:.3} {:.3} {:.3}",
-            q.q[1], q.q[4], q.q[7]
+            q.q[1],
+            q.q[4],
+            q.q[7]
         );
     }
     if let Some(h) = &d.held_out {
@@ -181,13 +183,16 @@ fn draw_figures(
 /// The held-out comparison's table, its recommendation, and what the holdout cost: `fitted` of
 /// the `n` observations were fitted.
 fn print_held_out(h: &HeldOut, fitted: usize, n: usize) {
-    println!(
+    say!(
         "held-out log-likelihood per observation (of X/σ, {} observations left out of the fit; higher predicts better):",
         h.n
     );
-    println!(
+    say!(
         "{:14} {:>9} {:>8}   {:>24}",
-        "", "mean", "se", "below the highest (paired se)"
+        "",
+        "mean",
+        "se",
+        "below the highest (paired se)"
     );
     let tie = sagd_apps::debias::choose::TIE_Z;
     for m in &h.scores {
@@ -199,12 +204,14 @@ fn print_held_out(h: &HeldOut, fitted: usize, n: usize) {
             format!("{:.4} ({:.4})", m.below_best, m.below_best_se)
         };
         let mark = if tied { " tied" } else { "" };
-        println!(
+        say!(
             "{:14} {:9.4} {:8.4}   {below:>24}{mark}",
-            m.model, m.mean, m.se
+            m.model,
+            m.mean,
+            m.se
         );
     }
-    println!("recommendation ({:?}): {}", h.confidence, h.advice);
+    say!("recommendation ({:?}): {}", h.confidence, h.advice);
     // The holdout's price: every fit saw fewer observations.
     let refit = match &h.chosen {
         Some(m) if m != "pretrained" => {
@@ -212,7 +219,7 @@ fn print_held_out(h: &HeldOut, fitted: usize, n: usize) {
         }
         _ => "; --holdout 0 fits on all of them, without this comparison".to_string(),
     };
-    println!(
+    say!(
         "every fit above used {fitted} of the {n} observations ({} held out to compare them){refit}",
         h.n
     );

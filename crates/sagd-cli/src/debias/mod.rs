@@ -298,7 +298,7 @@ fn run_options(a: &DebiasArgs, out: &Path, command: &str) -> Result<RunOptions> 
 pub fn run(a: DebiasArgs) -> Result<()> {
     let s = settings(&a);
     if a.print_settings {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        say!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());
     }
     if a.reps == 0 {

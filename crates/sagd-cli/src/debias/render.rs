@@ -147,7 +147,7 @@ pub(super) fn density_figure(
     // A fit that diverged can put its draws anywhere: no figure of a range nothing can show.
     let span = series.hi - series.lo;
     if !(span.is_finite() && span < 1e9 && series.max_density().is_finite()) {
-        eprintln!(
+        say_err!(
             "warning: {name} not drawn: the fitted draws span [{:.3e}, {:.3e}], beyond any plot (a method diverged?)",
             series.lo, series.hi
         );
@@ -299,8 +299,8 @@ pub fn table(a: &DebiasArgs, s: &E2Settings) -> Result<()> {
             command: "debias",
         },
     )?;
-    println!("settings: {}", t.settings_profile);
-    print!("{md}");
-    println!("wrote {}: {}", out.display(), files.join(", "));
+    say!("settings: {}", t.settings_profile);
+    say_part!("{md}");
+    say!("wrote {}: {}", out.display(), files.join(", "));
     Ok(())
 }

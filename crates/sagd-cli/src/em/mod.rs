@@ -324,6 +324,6 @@ pub fn run(a: EmArgs) -> Result<()> {
         },
     )?;
     render::summary(&s, &r, source, t_all.elapsed().as_secs_f64());
-    println!("wrote {}: {}", a.out.display(), files.join(", "));
+    say!("wrote {}: {}", a.out.display(), files.join(", "));
     Ok(())
 }

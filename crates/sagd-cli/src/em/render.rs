@@ -103,7 +103,7 @@ pub(super) fn summary(
         (E1Data::Observed { .. }, None) => "Gamma-sigmoid model (the paper's E1: X | Z ~ Gamma(10 σ(a + bZ), 1), Z ~ N(0, 1)) fitted to your data by automated EM".to_string(),
         (E1Data::Simulated { .. }, _) => "E1 automated EM".to_string(),
     };
-    println!(
+    say!(
         "{model}: n = {}, seed = {}, {} M-steps of T = {}{}",
         r.x.len(),
         s.seed,
@@ -118,9 +118,9 @@ pub(super) fn summary(
             (true, false, None) => " (stopping rule NOT met: raise --max-msteps)".to_string(),
         }
     );
-    println!("{:12} {:>10} {:>10} {:>12}", "", "a", "b", "loglik");
+    say!("{:12} {:>10} {:>10} {:>12}", "", "a", "b", "loglik");
     let row = |name: &str, t: &[f64], ll: f64| {
-        println!("{name:12} {:>10.5} {:>10.5} {ll:>12.5}", t[0], t[1]);
+        say!("{name:12} {:>10.5} {:>10.5} {ll:>12.5}", t[0], t[1]);
     };
     let last = |v: &[f64]| v.last().copied().unwrap_or(f64::NAN);
     // The paper's comparison, when it ran: exact gradient ascent and SAGD's last iterate.
@@ -129,7 +129,7 @@ pub(super) fn summary(
         row("SAGD", r.sagd_end(), last(&r.loglik_sagd));
     }
     if r.em.converged {
-        println!(
+        say!(
             "{:12} {:>10.5} {:>10.5}   (± {:.4}, {:.4})",
             "SAGD est.",
             r.em.estimate[0],
@@ -139,7 +139,7 @@ pub(super) fn summary(
         );
     }
     if let Some((p, ll)) = &r.polished {
-        println!(
+        say!(
             "{:12} {:>10.5} {:>10.5} {ll:>12.5}   (Monte Carlo se {:.4}, {:.4}; {} Newton steps, gap {})",
             "polished",
             p.estimate[0],
@@ -158,19 +158,19 @@ pub(super) fn summary(
                 .get(j)
                 .map_or(String::new(), |e| format!(" ± {e:.4}"))
         };
-        println!(
+        say!(
             "standard errors at the estimate (observed information, {} draws per chain): a {:.4}{} (95% Wald [{:.3}, {:.3}]), b {:.4}{} (95% Wald [{:.3}, {:.3}])",
             i.draws, i.se[0], err(0), i.wald95[0][0], i.wald95[0][1], i.se[1], err(1), i.wald95[1][0], i.wald95[1][1]
         );
     }
     for w in &r.warnings {
-        println!("WARNING: {w}");
+        say!("WARNING: {w}");
     }
-    println!(
+    say!(
         "quadrature max abs error vs brute force: {:.1e}",
         r.quadrature_error
     );
-    println!(
+    say!(
         "time: SAGD {:.3} s, total {total:.3} s",
         r.timing_s.get("sagd").copied().unwrap_or(0.0)
     );

@@ -143,7 +143,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     let sep = separation.as_deref();
     let seconds = t0.elapsed().as_secs_f64();
     let text = render(&a, family, &design, (&fit, sep), &summary, seconds);
-    print!("{text}");
+    say_part!("{text}");
     write_atomic(&staging.path("summary.txt"), &text)?;
     write_atomic(
         &staging.path("estimates.csv"),
@@ -152,13 +152,13 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     match &ranef {
         Ok(r) => {
             match &means {
-                Means::Blank(e) => eprintln!("note: ranef.csv's mean and mean_sd are blank: {e}"),
-                Means::Sampled(m) => eprintln!("{}", sampled_note(m)),
+                Means::Blank(e) => say_err!("note: ranef.csv's mean and mean_sd are blank: {e}"),
+                Means::Sampled(m) => say_err!("{}", sampled_note(m)),
                 Means::Exact(_) => {}
             }
             write_atomic(&staging.path("ranef.csv"), ranef_csv(&design, r, &means))?
         }
-        Err(e) => eprintln!("warning: no ranef.csv: the random effects given the data: {e}"),
+        Err(e) => say_err!("warning: no ranef.csv: the random effects given the data: {e}"),
     }
     let mut result = result_json(&a, family, &design, (&fit, sep), &summary, seconds);
     if ranef.is_ok() {
@@ -169,7 +169,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         serde_json::to_string_pretty(&result)?,
     )?;
     let files = staging.commit("result.json")?;
-    println!("wrote {}: {}", a.out.display(), files.join(", "));
+    say!("wrote {}: {}", a.out.display(), files.join(", "));
     Ok(())
 }
 

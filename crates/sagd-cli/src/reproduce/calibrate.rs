@@ -151,7 +151,7 @@ mod tests {
             v.sort_by(f64::total_cmp);
             v[2]
         };
-        println!(
+        say!(
             "E2 {:.4} s, E3 {:.4} s",
             median(e2_seconds),
             median(e3_seconds)

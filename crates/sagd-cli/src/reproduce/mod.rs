@@ -164,7 +164,7 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
     let again: Vec<String> = std::env::args().collect();
     let again = again.join(" ");
     ctrlc::set_handler(move || {
-        eprintln!(
+        say_err!(
             "\ninterrupted: run the same command again to resume (`{again}`): finished experiments are reused, E2 and E3 go on from their last checkpoint (every 100 updates), pre-trained networks come from the cache"
         );
         std::process::exit(130);
@@ -228,7 +228,7 @@ pub fn run(a: ReproduceArgs) -> Result<()> {
         t_all.elapsed().as_secs_f64(),
     )?;
     print_outcomes(&records);
-    println!("wrote {}: {}", a.out.display(), files.join(", "));
+    say!("wrote {}: {}", a.out.display(), files.join(", "));
     if failed > 0 {
         bail!(
             "{failed} experiment(s) failed; the report says why: {}",
@@ -291,7 +291,7 @@ fn announce(a: &ReproduceArgs, mode: Mode, experiments: usize, threads: usize, e
             sagd::cpu::Capability::Portable => "from timings on a 2-core machine with AVX-512; this CPU runs the portable kernels, several times slower, not timed".to_string(),
         },
     };
-    eprintln!(
+    say_err!(
         "sagd reproduce ({}): {} experiment(s){reuse} into {}; estimated {bound}{} on {threads} threads ({basis}{resumed})",
         mode.name(),
         experiments,
@@ -309,7 +309,7 @@ fn print_outcomes(records: &[Record]) {
             (Status::Failed, _) => format!("FAILED: {}", r.error.as_deref().unwrap_or("")),
             (Status::Unavailable, _) => "not available".to_string(),
         };
-        println!("{:12} {how}", r.name);
+        say!("{:12} {how}", r.name);
     }
 }
 
@@ -336,7 +336,7 @@ fn finished(e: &Experiment, a: &ReproduceArgs) -> Option<Record> {
     // In the checksummed frame of checkpoints and caches: a damaged record is not trusted, and
     // the experiment runs again.
     let record = sagd::run::read_framed(&path)
-        .map_err(|err| eprintln!("warning: {err}; {} runs again", e.name))
+        .map_err(|err| say_err!("warning: {err}; {} runs again", e.name))
         .ok()?;
     // Every embedded file as it was when the experiment finished: one that another run wrote
     // over (or a hand edit) makes the experiment run again.

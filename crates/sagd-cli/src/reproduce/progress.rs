@@ -133,7 +133,7 @@ impl Ticker {
                             duration(el)
                         );
                         if plain {
-                            eprintln!("{line}");
+                            say_err!("{line}");
                         } else {
                             multi.println(line).ok();
                         }
@@ -164,7 +164,7 @@ impl Ticker {
                     } else {
                         "?".into()
                     };
-                    eprintln!(
+                    say_err!(
                         "reproduce: {what}; overall {:.0}% done, elapsed {}, eta {eta}",
                         100.0 * f,
                         duration(el)

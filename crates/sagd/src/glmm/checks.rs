@@ -1,7 +1,7 @@
 //! Data a mixed model cannot be fitted to, told apart before any fitting and named with the
 //! input, the place and the fix: sizes that do not match, values that are not finite or outside
-//! the family's support, unused group numbers, designs whose fixed effects are not identified,
-//! and responses at the edge of the family's support.
+//! the family's support, unused group numbers, designs whose fixed effects or random-effect
+//! variances are not identified, and responses at the edge of the family's support.
 
 use super::{Family, RandomTerm};
 use crate::error::{invalid, Result};
@@ -89,7 +89,40 @@ pub(super) fn data(
             "the fixed effects are not identified: drop that column",
         ));
     }
+    identified_terms(family, &levels, n, |t| {
+        format!("grouping factor {t} (random-effect term {})", t + 1)
+    })?;
     Ok(Checked { p, levels, trials })
+}
+
+/// The random-effect terms whose variances the data can tell apart, as lme4 requires: every
+/// grouping factor with two levels or more (one level's effect is the intercept's), and for the
+/// Gaussian family fewer levels than observations (one row a level: its effect and the residual
+/// are one variance). Counts and successes may have a level a row, an observation-level effect.
+/// `name(t)` names term t in the error.
+pub(super) fn identified_terms(
+    family: Family,
+    levels: &[usize],
+    n: usize,
+    name: impl Fn(usize) -> String,
+) -> Result<()> {
+    for (t, &g) in levels.iter().enumerate() {
+        if g < 2 {
+            return Err(invalid(
+                "groups",
+                format!("{} has one level", name(t)),
+                "a random effect needs a grouping factor of two levels or more: drop the term (with one group the model is a GLM)",
+            ));
+        }
+        if family == Family::Gaussian && g >= n {
+            return Err(invalid(
+                "groups",
+                format!("{} has a level for each of the {n} observations", name(t)),
+                "with one observation a level the Gaussian family cannot tell that term's variance from the residual's: drop the term, or group the rows more coarsely",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Each random-effect term's number of levels, once its sizes, values and group numbers are
@@ -290,5 +323,27 @@ mod tests {
             Some(vec![-1.0, 2.0]),
         ));
         assert!(e.contains("`trials`") || e.contains("\"trials\""), "{e}");
+    }
+
+    #[test]
+    fn variances_the_data_cannot_identify_are_named() {
+        // As lme4 refuses them: one level (its effect is the intercept's), and for the Gaussian
+        // family a level a row (its effect's variance is the residual's). A level a row of
+        // counts is an observation-level effect, which stands.
+        let y = vec![1.0, 0.0, 2.0, 1.0];
+        let model =
+            |family, g: &[usize]| Glmm::new(family, y.clone(), vec![1.0; 4], g, vec![1.0; 4], None);
+        let e = format!("{:?}", model(Family::Poisson, &[0, 0, 0, 0]).unwrap_err());
+        assert!(
+            e.contains("one level") && e.contains("two levels or more"),
+            "{e}"
+        );
+        let e = format!("{:?}", model(Family::Gaussian, &[0, 1, 2, 3]).unwrap_err());
+        assert!(
+            e.contains("each of the 4 observations") && e.contains("residual"),
+            "{e}"
+        );
+        assert!(model(Family::Poisson, &[0, 1, 2, 3]).is_ok());
+        assert!(model(Family::Gaussian, &[0, 1, 2, 2]).is_ok());
     }
 }

@@ -22,7 +22,7 @@ mod parse;
 
 use std::collections::BTreeMap;
 
-use super::{Family, Glmm, RandomTerm};
+use super::{checks, Family, Glmm, RandomTerm};
 use crate::error::{invalid, Result};
 
 /// One column of a [`Frame`].
@@ -244,6 +244,11 @@ impl Design {
                 ));
             }
         }
+        // Named by the formula's grouping factors before the model names them by number.
+        let levels: Vec<usize> = self.term_names.iter().map(|t| t.levels.len()).collect();
+        checks::identified_terms(family, &levels, self.y.len(), |t| {
+            format!("the grouping factor `{}`", self.term_names[t].group)
+        })?;
         Glmm::with_terms(
             family,
             self.y.clone(),
