@@ -264,7 +264,13 @@ fn a_reader_that_has_gone_leaves_the_run_to_finish() {
         writer
     };
     let status = sagd()
-        .args(["glmm", "count ~ x + (1 | site)", "--family", "poisson", "--data"])
+        .args([
+            "glmm",
+            "count ~ x + (1 | site)",
+            "--family",
+            "poisson",
+            "--data",
+        ])
         .arg(data())
         .arg("--out")
         .arg(&out)
