@@ -10,12 +10,12 @@ macro_rules! say {
     }};
 }
 
-/// `eprintln!` as [`say!`]: notes, warnings and errors on stderr, which `2>&1 | head` closes.
+/// `eprintln!` as [`say!`]: notes, warnings and errors on stderr, which `2>&1 | head` closes
+/// ([`sagd_mpi::say`]: each line in one write, which processes sharing stderr do not split).
 macro_rules! say_err {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
+    ($($arg:tt)*) => {
+        sagd_mpi::say(&format!($($arg)*))
+    };
 }
 
 /// `print!` as [`say!`] (no newline added).

@@ -211,10 +211,17 @@ impl Glmm {
         Ok(out)
     }
 
-    /// ψ ↦ −(profiled criterion)/n, for BFGS by central differences.
-    fn profiled_objective(&self, psi: &[f64], criterion: Criterion) -> Result<f64> {
+    /// θ with ψ's relative factors, β = 0 and log σ = 0: the closed form's argument, in which
+    /// the factors' ratios to their scales are those of the absolute θ.
+    fn relative_theta(&self, psi: &[f64]) -> Vec<f64> {
         let mut rel = vec![0.0; self.theta_len()];
         rel[self.psi_range()].copy_from_slice(psi);
+        rel
+    }
+
+    /// ψ ↦ −(profiled criterion)/n, for BFGS by central differences.
+    fn profiled_objective(&self, psi: &[f64], criterion: Criterion) -> Result<f64> {
+        let rel = self.relative_theta(psi);
         let (v, _, _) = self.gaussian_pieces(&rel)?.profiled(criterion)?;
         Ok(-v / self.y.len() as f64)
     }
@@ -233,21 +240,13 @@ impl Glmm {
             Ok(value.unwrap_or_else(|_| (f64::INFINITY, vec![0.0; psi.len()])))
         };
         let r = bfgs::minimize(&mut objective, &psi0, GTOL, settings.max_iter)?;
-        // θ with ψ's relative factors and log σ = 0: the factors' ratios to their scales are
-        // those of the absolute θ.
-        let relative_theta = |psi: &[f64]| {
-            let mut rel = vec![0.0; self.theta_len()];
-            rel[self.psi_range()].copy_from_slice(psi);
-            rel
-        };
         let r = self.settle_at_boundary(
             &mut objective,
             r,
-            (relative_theta, self.p),
+            (|psi: &[f64]| self.relative_theta(psi), self.p),
             settings.max_iter,
         )?;
-        let mut rel = vec![0.0; self.theta_len()];
-        rel[self.psi_range()].copy_from_slice(&r.x);
+        let rel = self.relative_theta(&r.x);
         let pieces = self.gaussian_pieces(&rel)?;
         let (_, beta, s2) = pieces.profiled(criterion)?;
         let log_sigma = 0.5 * s2.ln();

@@ -240,8 +240,9 @@ impl Glmm {
     /// `shift` on, as `theta_of` makes θ from x), with each diagonal factor that stopped below
     /// [`NEAR_BOUNDARY`] of its scale (and above [`TRIED_AT`]) tried at the boundary, smallest
     /// first: put at [`TRIED_AT`] of its scale, the rest minimised again from there, and kept
-    /// where f is no higher. In log L_aa the pull of a variance towards 0 fades as L_aa², so BFGS stops short
-    /// of a maximum that lies on the boundary, where lme4's bounded optimiser lands.
+    /// where f is no higher. In log L_aa the pull of a variance towards 0 fades as L_aa², so
+    /// BFGS stops short of a maximum that lies on the boundary, where lme4's bounded optimiser
+    /// lands.
     fn settle_at_boundary(
         &self,
         f: &mut impl FnMut(&[f64]) -> Result<(f64, Vec<f64>)>,
