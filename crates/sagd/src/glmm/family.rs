@@ -101,7 +101,7 @@ crate::vectorized! {
     /// [`Rows::evaluate`]'s loop, over lanes: exp and log written to vectorise ([`crate::lanes`]),
     /// where `f64::exp` and `f64::ln` are calls, one row at a time.
     #[allow(clippy::too_many_arguments)]
-    fn evaluate_rows(
+    pub(super) fn evaluate_rows(
         family: Family,
         inv_var: f64,
         y: &[f64],

@@ -484,6 +484,23 @@ impl Glmm {
         })
     }
 
+    /// Adds the posterior mean of row `i`'s ∇θ log p to `g`, from the means of its derivative in
+    /// η, `dl` = E[dℓ/dη], of that derivative times the point's latent, `dl_u` = E[dℓ/dη · u],
+    /// and (Gaussian) of its square, `dl_sq`: ∇θ is linear in them, so a point's quadrature
+    /// nodes are summed row by row before the design is read.
+    fn add_row_mean_grad_theta(
+        &self,
+        factors: &[Vec<f64>],
+        i: usize,
+        (dl, dl_u, dl_sq): (f64, &[f64], f64),
+        inv_var: f64,
+        g: &mut [f64],
+    ) {
+        let sigma = self.family == Family::Gaussian;
+        let d_log_sigma = if sigma { -1.0 + dl_sq / inv_var } else { 0.0 };
+        self.add_row_parts(factors, i, dl, (1.0, dl_u), d_log_sigma, g);
+    }
+
     /// Adds row `i`'s ∇θ log p (its log-likelihood's derivative in η `dl`) at latent `u` to `g`.
     fn add_row_grad_theta(
         &self,
@@ -492,6 +509,28 @@ impl Glmm {
         dl: f64,
         u: &[f64],
         inv_var: f64,
+        g: &mut [f64],
+    ) {
+        // d/d log σ of −log σ − e²/(2σ²): −1 + e²/σ², with e = dl·σ².
+        let d_log_sigma = if self.family == Family::Gaussian {
+            let e = dl / inv_var;
+            -1.0 + e * e * inv_var
+        } else {
+            0.0
+        };
+        self.add_row_parts(factors, i, dl, (dl, u), d_log_sigma, g);
+    }
+
+    /// Adds to `g` row `i`'s ∇θ in its parts: `dl` x_i for β; for each term's L, `s` times
+    /// d(z_iᵀ L u)/dL at u = `u` (s = dℓ/dη at a point u, or 1 where `u` holds a mean of dℓ/dη · u);
+    /// `d_log_sigma` for log σ (Gaussian).
+    fn add_row_parts(
+        &self,
+        factors: &[Vec<f64>],
+        i: usize,
+        dl: f64,
+        (s, u): (f64, &[f64]),
+        d_log_sigma: f64,
         g: &mut [f64],
     ) {
         let (p, n_terms) = (self.p, self.terms.len());
@@ -505,22 +544,20 @@ impl Glmm {
             let at = term.theta_at;
             for a in 0..q {
                 // d/d log L_aa of z_a L_aa u_a.
-                g[at + a] += dl * zi[a] * l[a * q + a] * ut[a];
+                g[at + a] += s * zi[a] * l[a * q + a] * ut[a];
             }
             if term.correlated {
                 let mut k = at + q;
                 for (a, za) in zi.iter().enumerate().skip(1) {
                     for ub in &ut[..a] {
-                        g[k] += dl * za * ub;
+                        g[k] += s * za * ub;
                         k += 1;
                     }
                 }
             }
         }
         if self.family == Family::Gaussian {
-            // d/d log σ of −log σ − e²/(2σ²): −1 + e²/σ², with e = dl·σ².
-            let e = dl / inv_var;
-            g[last] += -1.0 + e * e * inv_var;
+            g[last] += d_log_sigma;
         }
     }
 }

@@ -9,7 +9,7 @@
 
 mod gaussian;
 mod quadrature;
-pub(super) use quadrature::{node_weights, ProductRule};
+pub(super) use quadrature::{NodeScratch, ProductRule};
 #[cfg(test)]
 mod tests;
 

@@ -8,7 +8,9 @@ use super::{
     GTOL, POINTS_PER_PIECE,
 };
 use crate::error::Result;
+use crate::glmm::family::evaluate_rows;
 use crate::glmm::likelihood::{not_finite, Laplace};
+use crate::glmm::LN_2PI;
 use crate::glmm::{Glmm, LikelihoodMethod};
 use crate::optim::bfgs;
 use crate::quadrature::GaussHermite;
@@ -57,16 +59,36 @@ impl ProductRule {
     }
 }
 
-/// The nodes' log terms (log weight + log density) of point `c` as each node's weight exp(term −
-/// top), their total and the top term: the posterior's shares are weight / total.
-pub(in crate::glmm) fn node_weights(terms: &[f64], c: usize) -> Result<(Vec<f64>, f64, f64)> {
+/// A point's buffers over its nodes ([`Glmm::posterior_at_nodes`]), kept from point to point of
+/// a pass: the nodes placed at the mode (nodes × d), their shares of the posterior, one row's
+/// linear predictors, responses, trials and family terms, and every row's dℓ/dη (rows × nodes).
+#[derive(Default)]
+pub(in crate::glmm) struct NodeScratch {
+    pub(in crate::glmm) u: Vec<f64>,
+    pub(in crate::glmm) shares: Vec<f64>,
+    eta: Vec<f64>,
+    y: Vec<f64>,
+    m: Vec<f64>,
+    l: Vec<f64>,
+    w: Vec<f64>,
+    dl: Vec<f64>,
+    /// A row's dη/du, and a row's posterior mean of dℓ/dη · u (d each).
+    a: Vec<f64>,
+    dl_u: Vec<f64>,
+}
+
+/// The nodes' log terms (log weight + log density) of point `c` turned into each node's share
+/// of the posterior, in place; returns the log of their total (the log marginal before the
+/// change of variables' determinant).
+fn into_shares(terms: &mut [f64], c: usize) -> Result<f64> {
     let top = terms.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     if !top.is_finite() {
         return Err(not_finite(c));
     }
-    let w: Vec<f64> = terms.iter().map(|t| (t - top).exp()).collect();
-    let total: f64 = w.iter().sum();
-    Ok((w, total, top))
+    terms.iter_mut().for_each(|t| *t = (*t - top).exp());
+    let total: f64 = terms.iter().sum();
+    terms.iter_mut().for_each(|w| *w /= total);
+    Ok(top + total.ln())
 }
 
 impl Glmm {
@@ -86,9 +108,11 @@ impl Glmm {
             .zip(modes.par_chunks_mut(POINTS_PER_PIECE))
             .map(|(chunk, modes)| {
                 let (mut value, mut grad) = (0.0, vec![0.0; k]);
+                let mut scratch = NodeScratch::default();
                 for (&c, mode) in chunk.iter().zip(modes) {
                     let lap = self.laplace_warm(theta, &factors, c, mode)?;
-                    value += self.quadrature_point(theta, &factors, c, &lap, rule, &mut grad)?;
+                    let at = (c, &lap, rule);
+                    value += self.quadrature_point(theta, &factors, at, &mut scratch, &mut grad)?;
                 }
                 Ok((value, grad))
             })
@@ -102,42 +126,109 @@ impl Glmm {
     }
 
     /// Point `c`'s log marginal by the rule centred at its mode; adds its ∇θ (Fisher's identity:
-    /// the posterior mean of ∇θ log p(y_c, u), at the same nodes) to `grad`.
+    /// the posterior mean of ∇θ log p(y_c, u), at the same nodes) to `grad`, each row's share
+    /// from the posterior means of its dℓ/dη and of dℓ/dη · u
+    /// ([`Glmm::add_row_mean_grad_theta`]).
     fn quadrature_point(
         &self,
         theta: &[f64],
         factors: &[Vec<f64>],
-        c: usize,
-        lap: &Laplace,
-        rule: &ProductRule,
+        at: (usize, &Laplace, &ProductRule),
+        scratch: &mut NodeScratch,
         grad: &mut [f64],
     ) -> Result<f64> {
-        let (d, k) = (self.points[c].dim, grad.len());
+        let c = at.0;
+        let d = self.points[c].dim;
         if d == 0 {
-            let mut g = vec![0.0; k];
+            let mut g = vec![0.0; grad.len()];
             let lp = self.point_grad_theta(theta, factors, c, &[], 0, &mut g);
             grad.iter_mut().zip(&g).for_each(|(a, b)| *a += b);
             return Ok(lp);
         }
+        let value = self.posterior_at_nodes(theta, factors, at, scratch)?;
+        let (inv_var, _) = self.scale(theta);
+        let (rows, nodes) = (&self.points[c].rows, at.2.len());
+        let NodeScratch {
+            u,
+            shares,
+            dl,
+            dl_u,
+            ..
+        } = scratch;
+        dl_u.resize(d, 0.0);
+        for (r, &i) in rows.iter().enumerate() {
+            let dl_row = &dl[r * nodes..(r + 1) * nodes];
+            let (mut mean, mut sq) = (0.0, 0.0);
+            dl_u.fill(0.0);
+            for ((s, v), uj) in shares.iter().zip(dl_row).zip(u.chunks_exact(d)) {
+                let sv = s * v;
+                mean += sv;
+                sq += sv * v;
+                dl_u.iter_mut().zip(uj).for_each(|(o, u)| *o += sv * u);
+            }
+            let moments = (mean, &dl_u[..], sq);
+            self.add_row_mean_grad_theta(factors, i, moments, inv_var, grad);
+        }
+        Ok(value)
+    }
+
+    /// Point `c` (with a latent) at the rule's nodes centred at its mode and scaled by its
+    /// curvature `lap`: the nodes (`scratch.u`), each one's share of the posterior
+    /// (`scratch.shares`) and each row's dℓ/dη there (`scratch.dl`, rows × nodes); returns the
+    /// point's log marginal. Each row is taken over all the nodes at once: its linear predictor
+    /// is affine in u, and the family's terms run in vector lanes.
+    pub(in crate::glmm) fn posterior_at_nodes(
+        &self,
+        theta: &[f64],
+        factors: &[Vec<f64>],
+        (c, lap, rule): (usize, &Laplace, &ProductRule),
+        scratch: &mut NodeScratch,
+    ) -> Result<f64> {
+        let d = self.points[c].dim;
         debug_assert_eq!(d, rule.d);
-        let nodes = rule.len();
-        let mut terms = vec![0.0; nodes];
-        let mut grads = vec![0.0; nodes * k];
-        let mut u = vec![0.0; d];
-        for j in 0..nodes {
-            let log_w = rule.place(j, lap, &mut u);
-            let g = &mut grads[j * k..(j + 1) * k];
-            let lp = self.point_grad_theta(theta, factors, c, &u, d, g);
-            terms[j] = log_w + lp;
+        let (rows, nodes) = (&self.points[c].rows, rule.len());
+        let (inv_var, log_sigma) = self.scale(theta);
+        let NodeScratch {
+            u,
+            shares,
+            eta,
+            y,
+            m,
+            l,
+            w,
+            dl,
+            a,
+            ..
+        } = scratch;
+        a.resize(d, 0.0);
+        u.resize(nodes * d, 0.0);
+        dl.resize(rows.len() * nodes, 0.0);
+        for v in [&mut *eta, &mut *y, &mut *m, &mut *l, &mut *w] {
+            v.resize(nodes, 0.0);
         }
-        let (w, total, top) = node_weights(&terms, c)?;
-        for (j, wj) in w.iter().enumerate() {
-            let share = wj / total;
-            grad.iter_mut()
-                .zip(&grads[j * k..(j + 1) * k])
-                .for_each(|(a, b)| *a += share * b);
+        // Each node's log weight with the prior's and the constants' terms, then the rows'.
+        let constant =
+            self.row_constant[c] - 0.5 * d as f64 * LN_2PI - rows.len() as f64 * log_sigma;
+        shares.clear();
+        shares.extend(u.chunks_exact_mut(d).enumerate().map(|(j, uj)| {
+            let log_w = rule.place(j, lap, uj);
+            log_w + constant - 0.5 * uj.iter().map(|v| v * v).sum::<f64>()
+        }));
+        for (r, &i) in rows.iter().enumerate() {
+            // η = x_iᵀβ + aᵀu at every node.
+            a.fill(0.0);
+            self.row_design(factors, i, |k, v| a[k] += v);
+            let fixed = self.fixed_part(&theta[..self.p], i);
+            for (e, uj) in eta.iter_mut().zip(u.chunks_exact(d)) {
+                *e = fixed + a.iter().zip(uj).map(|(a, u)| a * u).sum::<f64>();
+            }
+            y.fill(self.y[i]);
+            m.fill(self.trials[i]);
+            let dl_row = &mut dl[r * nodes..(r + 1) * nodes];
+            evaluate_rows(self.family, inv_var, y, m, eta, l, dl_row, w);
+            shares.iter_mut().zip(l.iter()).for_each(|(t, l)| *t += l);
         }
-        Ok(top + total.ln() - 0.5 * lap.curvature.log_det())
+        Ok(into_shares(shares, c)? - 0.5 * lap.curvature.log_det())
     }
 
     /// ℓ(θ) by adaptive product quadrature with `nodes` per dimension (None: the default).

@@ -4,7 +4,7 @@
 
 use rayon::prelude::*;
 
-use super::exact::{node_weights, ProductRule, MAX_QUADRATURE_DIM};
+use super::exact::{NodeScratch, ProductRule, MAX_QUADRATURE_DIM};
 use super::likelihood::Laplace;
 use super::summary::sd_of_variance;
 use super::{Estimate, Family, Glmm};
@@ -103,28 +103,18 @@ impl Glmm {
         rule: &ProductRule,
     ) -> Result<Moments> {
         let dim = self.points[c].dim;
-        let mut us = vec![0.0; rule.len() * dim];
-        let terms: Vec<f64> = us
-            .chunks_mut(dim)
-            .enumerate()
-            .map(|(j, u)| {
-                let log_w = rule.place(j, lap, u);
-                log_w + self.point_terms(theta, factors, c, u, dim, |_, _, _| {})
-            })
-            .collect();
-        let (w, total, _) = node_weights(&terms, c)?;
+        let mut scratch = NodeScratch::default();
+        self.posterior_at_nodes(theta, factors, (c, lap, rule), &mut scratch)?;
+        let (us, w) = (&scratch.u, &scratch.shares);
         let mut centre = vec![0.0; dim];
-        for (u, wj) in us.chunks(dim).zip(&w) {
-            centre
-                .iter_mut()
-                .zip(u)
-                .for_each(|(m, u)| *m += wj / total * u);
+        for (u, wj) in us.chunks(dim).zip(w) {
+            centre.iter_mut().zip(u).for_each(|(m, u)| *m += wj * u);
         }
         let mut cov = vec![0.0; dim * dim];
-        for (u, wj) in us.chunks(dim).zip(&w) {
+        for (u, wj) in us.chunks(dim).zip(w) {
             for a in 0..dim {
                 for b in 0..dim {
-                    cov[a * dim + b] += wj / total * (u[a] - centre[a]) * (u[b] - centre[b]);
+                    cov[a * dim + b] += wj * (u[a] - centre[a]) * (u[b] - centre[b]);
                 }
             }
         }
