@@ -177,35 +177,43 @@ fn quadrature_fits_are_the_one_dimensional_maximum() {
     }
 }
 
+/// ℓ(θ) by the product rule of `nodes` per dimension, after checking its gradient (Fisher's
+/// identity at the nodes) against central differences of the same rule's ℓ to 1e-5.
+fn gradient_is_the_rule_s_own(m: &Glmm, theta: &[f64], nodes: usize) -> f64 {
+    let rule = ProductRule::new(m.latent_dim, nodes);
+    let mut modes: Vec<Vec<f64>> = m.points.iter().map(|c| vec![0.0; c.dim]).collect();
+    let (value, grad) = m.quadrature_value_grad(theta, &rule, &mut modes).unwrap();
+    let fd = central_gradient(
+        |th| {
+            let mut modes = modes.clone();
+            Ok(m.quadrature_value_grad(th, &rule, &mut modes)?.0)
+        },
+        theta,
+    )
+    .unwrap();
+    for (a, b) in grad.iter().zip(&fd) {
+        assert!(
+            (a - b).abs() < 1e-5 * a.abs().max(1.0),
+            "{:?}: {grad:?} vs {fd:?}",
+            m.family
+        );
+    }
+    value
+}
+
 #[test]
 fn correlated_slopes_by_product_quadrature() {
     // Two effects per point: ℓ by the 15² rule agrees with importance sampling within 4 of
     // its errors; the Fisher-identity gradient is ℓ's own (central differences of ℓ).
     let m = slopes(30, 8);
     let theta = vec![0.4, 0.25, -0.6, -1.1, 0.1];
-    let rule = ProductRule::new(2, 15);
-    let mut modes: Vec<Vec<f64>> = m.points.iter().map(|c| vec![0.0; c.dim]).collect();
-    let (value, grad) = m.quadrature_value_grad(&theta, &rule, &mut modes).unwrap();
+    let value = gradient_is_the_rule_s_own(&m, &theta, 15);
     let sampled = m.log_likelihood_sampled(&theta, 20_000, 4).unwrap();
     assert!(
         (sampled.value - value).abs() < 4.0 * sampled.se,
         "{sampled:?} vs {value}"
     );
     assert!(sampled.se < 0.02, "{sampled:?}");
-    let fd = central_gradient(
-        |th| {
-            let mut modes = modes.clone();
-            Ok(m.quadrature_value_grad(th, &rule, &mut modes)?.0)
-        },
-        &theta,
-    )
-    .unwrap();
-    for (a, b) in grad.iter().zip(&fd) {
-        assert!(
-            (a - b).abs() < 1e-5 * a.abs().max(1.0),
-            "{grad:?} vs {fd:?}"
-        );
-    }
     let fit = m.fit_exact(&ExactSettings::default()).unwrap();
     assert!(fit.converged && fit.quadrature_error < 1e-6, "{fit:?}");
     assert!(fit.se.iter().all(|s| s.is_finite() && *s > 0.0), "{fit:?}");
@@ -265,23 +273,7 @@ fn the_quadrature_gradient_is_its_value_s_with_two_terms_in_a_point() {
         if family == Family::Gaussian {
             theta.push(-0.5);
         }
-        let rule = ProductRule::new(3, 15);
-        let mut modes: Vec<Vec<f64>> = m.points.iter().map(|c| vec![0.0; c.dim]).collect();
-        let (value, grad) = m.quadrature_value_grad(&theta, &rule, &mut modes).unwrap();
-        let fd = central_gradient(
-            |th| {
-                let mut modes = modes.clone();
-                Ok(m.quadrature_value_grad(th, &rule, &mut modes)?.0)
-            },
-            &theta,
-        )
-        .unwrap();
-        for (a, b) in grad.iter().zip(&fd) {
-            assert!(
-                (a - b).abs() < 1e-5 * a.abs().max(1.0),
-                "{family:?}: {grad:?} vs {fd:?}"
-            );
-        }
+        let value = gradient_is_the_rule_s_own(&m, &theta, 15);
         if family == Family::Gaussian {
             let exact = m.log_likelihood(&theta, 0).unwrap();
             assert_eq!(exact.method, LikelihoodMethod::Exact);
