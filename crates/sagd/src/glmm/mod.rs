@@ -496,8 +496,7 @@ impl Glmm {
         inv_var: f64,
         g: &mut [f64],
     ) {
-        let sigma = self.family == Family::Gaussian;
-        let d_log_sigma = if sigma { -1.0 + dl_sq / inv_var } else { 0.0 };
+        let d_log_sigma = (self.family == Family::Gaussian).then(|| -1.0 + dl_sq / inv_var);
         self.add_row_parts(factors, i, dl, (1.0, dl_u), d_log_sigma, g);
     }
 
@@ -512,25 +511,23 @@ impl Glmm {
         g: &mut [f64],
     ) {
         // d/d log σ of −log σ − e²/(2σ²): −1 + e²/σ², with e = dl·σ².
-        let d_log_sigma = if self.family == Family::Gaussian {
+        let d_log_sigma = (self.family == Family::Gaussian).then(|| {
             let e = dl / inv_var;
             -1.0 + e * e * inv_var
-        } else {
-            0.0
-        };
+        });
         self.add_row_parts(factors, i, dl, (dl, u), d_log_sigma, g);
     }
 
     /// Adds to `g` row `i`'s ∇θ in its parts: `dl` x_i for β; for each term's L, `s` times
     /// d(z_iᵀ L u)/dL at u = `u` (s = dℓ/dη at a point u, or 1 where `u` holds a mean of dℓ/dη · u);
-    /// `d_log_sigma` for log σ (Gaussian).
+    /// `d_log_sigma` for log σ (the Gaussian family's; None for the others, which have no σ).
     fn add_row_parts(
         &self,
         factors: &[Vec<f64>],
         i: usize,
         dl: f64,
         (s, u): (f64, &[f64]),
-        d_log_sigma: f64,
+        d_log_sigma: Option<f64>,
         g: &mut [f64],
     ) {
         let (p, n_terms) = (self.p, self.terms.len());
@@ -556,8 +553,8 @@ impl Glmm {
                 }
             }
         }
-        if self.family == Family::Gaussian {
-            g[last] += d_log_sigma;
+        if let Some(d) = d_log_sigma {
+            g[last] += d;
         }
     }
 }
