@@ -52,13 +52,11 @@ pub(super) fn ln_factorial(k: f64) -> f64 {
 /// small enough that clearing it costs little beside a group of a few rows).
 pub(super) const CHUNK: usize = 16;
 
-/// A chunk of rows: their responses, trials and linear predictors in, and what each contributes
-/// out — log f(y | η) without its constant, d/dη and −d²/dη².
+/// A chunk of rows: their linear predictors in, and what each contributes out — log f(y | η)
+/// without its constant, d/dη and −d²/dη².
 pub(super) struct Rows {
     /// How many of the slots are in use.
     pub(super) len: usize,
-    pub(super) y: [f64; CHUNK],
-    pub(super) m: [f64; CHUNK],
     pub(super) eta: [f64; CHUNK],
     pub(super) l: [f64; CHUNK],
     pub(super) d: [f64; CHUNK],
@@ -70,8 +68,6 @@ impl Rows {
     pub(super) fn new() -> Self {
         Rows {
             len: 0,
-            y: [0.0; CHUNK],
-            m: [0.0; CHUNK],
             eta: [0.0; CHUNK],
             l: [0.0; CHUNK],
             d: [0.0; CHUNK],
@@ -79,15 +75,15 @@ impl Rows {
         }
     }
 
-    /// Fills `l`, `d` and `w` of the rows in use, for `family` (1/σ² `inv_var`, Gaussian), and
-    /// returns Σ l.
-    pub(super) fn evaluate(&mut self, family: Family, inv_var: f64) -> f64 {
+    /// Fills `l`, `d` and `w` of the rows in use, whose responses are `y` and trials `m`, for
+    /// `family` (1/σ² `inv_var`, Gaussian), and returns Σ l.
+    pub(super) fn evaluate(&mut self, family: Family, inv_var: f64, y: &[f64], m: &[f64]) -> f64 {
         let n = self.len;
         evaluate_rows(
             family,
             inv_var,
-            &self.y[..n],
-            &self.m[..n],
+            y,
+            m,
             &self.eta[..n],
             &mut self.l[..n],
             &mut self.d[..n],

@@ -136,8 +136,8 @@ impl Glmm {
     pub(super) fn point_design(&self, factors: &[Vec<f64>], c: usize) -> Vec<Vec<(usize, f64)>> {
         self.points[c]
             .rows
-            .iter()
-            .map(|&i| {
+            .clone()
+            .map(|i| {
                 let mut a = Vec::new();
                 self.row_design(factors, i, |k, v| a.push((k, v)));
                 a
@@ -151,14 +151,14 @@ impl Glmm {
         let factors = self.factors(theta);
         let (_, log_sigma) = self.scale(theta);
         let s2 = (2.0 * log_sigma).exp();
-        let rows = &self.points[c].rows;
+        let rows = self.points[c].rows.clone();
         let dim = self.points[c].dim;
         let a = self.point_design(&factors, c);
         let mut m = vec![0.0; dim * dim];
         (0..dim).for_each(|k| m[k * dim + k] = s2);
         let mut v = vec![0.0; dim];
         let mut rr = 0.0;
-        for (ai, &i) in a.iter().zip(rows) {
+        for (ai, i) in a.iter().zip(rows.clone()) {
             let r = self.y[i] - self.fixed_part(&theta[..self.p], i);
             rr += r * r;
             for &(j, aj) in ai {

@@ -40,6 +40,7 @@ pub use modes::SampledMeans;
 pub use summary::{Estimate, Summary, TermSummary};
 
 use family::{ln_factorial, Rows, CHUNK};
+use std::ops::Range;
 pub use terms::RandomTerm;
 use terms::{connected_rows, Component, Term};
 
@@ -48,7 +49,8 @@ use crate::model::LatentModel;
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
 
-/// A GLMM's data, checked.
+/// A GLMM's data, checked. Its rows are stored point by point (each point's rows side by
+/// side, in the order given), so that a point's passes read them as slices.
 #[derive(Clone, Debug)]
 pub struct Glmm {
     family: Family,
@@ -60,13 +62,12 @@ pub struct Glmm {
     /// Trials per row (binomial).
     trials: Vec<f64>,
     points: Vec<Component>,
-    /// Row-major n × (number of terms): where the row's level of each term starts in its point's
-    /// latent.
-    slot: Vec<usize>,
     latent_dim: usize,
     /// Per point, Σ over its rows of the log density's constant part (log y!, binomial
     /// coefficients, 2π).
     row_constant: Vec<f64>,
+    /// [`Glmm::start`], from the rows in the order given.
+    start: Vec<f64>,
 }
 
 impl Glmm {
@@ -104,38 +105,32 @@ impl Glmm {
         // The points, and where each (term, level) sits in its point's latent.
         let set = connected_rows(&terms, &levels, n);
         let n_points = set.iter().max().map_or(0, |m| m + 1);
-        let mut points = vec![
-            Component {
-                rows: Vec::new(),
-                dim: 0
-            };
-            n_points
-        ];
+        let mut point_rows = vec![Vec::new(); n_points];
         for (i, &c) in set.iter().enumerate() {
-            points[c].rows.push(i);
+            point_rows[c].push(i);
         }
-        let n_terms = terms.len();
-        let mut slot = vec![0; n * n_terms];
-        let mut level_at = Vec::with_capacity(n_terms);
+        let mut dims = vec![0; n_points];
+        let mut slots = Vec::with_capacity(terms.len());
+        let mut level_at = Vec::with_capacity(terms.len());
         for (t, term) in terms.iter().enumerate() {
             let q = term.z.len() / n;
             let mut at = vec![(usize::MAX, usize::MAX); levels[t]];
+            let mut slot = vec![0; n];
             for (i, &l) in term.group.iter().enumerate() {
                 if at[l].1 == usize::MAX {
-                    let c = &mut points[set[i]];
-                    at[l] = (set[i], c.dim);
-                    c.dim += q;
+                    at[l] = (set[i], dims[set[i]]);
+                    dims[set[i]] += q;
                 }
-                slot[i * n_terms + t] = at[l].1;
+                slot[i] = at[l].1;
             }
             level_at.push(at);
+            slots.push(slot);
         }
-        let latent_dim = points.iter().map(|c| c.dim).max().unwrap_or(0);
-        let row_constant = points
+        let latent_dim = dims.iter().copied().max().unwrap_or(0);
+        let row_constant = point_rows
             .iter()
-            .map(|c| {
-                c.rows
-                    .iter()
+            .map(|rows| {
+                rows.iter()
                     .map(|&i| match family {
                         Family::Gaussian => -0.5 * LN_2PI,
                         Family::Poisson => -ln_factorial(y[i]),
@@ -149,10 +144,11 @@ impl Glmm {
             })
             .collect();
         let mut theta_at = p;
-        let terms = terms
+        let mut terms: Vec<Term> = terms
             .into_iter()
             .zip(level_at)
-            .map(|(term, levels)| {
+            .zip(slots)
+            .map(|((term, levels), slot)| {
                 let q = term.z.len() / n;
                 let kept = Term {
                     z: term.z,
@@ -160,9 +156,37 @@ impl Glmm {
                     correlated: term.correlated && q > 1,
                     theta_at,
                     levels,
+                    slot,
                 };
                 theta_at += kept.n_params();
                 kept
+            })
+            .collect();
+        let start = start_theta(family, (&y, &x, p, &trials), &terms);
+        // Each point's rows side by side, in their order, so that a point's passes read them as
+        // slices; a point sees its rows in the same order either way, so its terms have the
+        // same bits (with the rows already in the points' order nothing moves).
+        let order: Vec<usize> = point_rows.concat();
+        let (mut y, mut x, mut trials) = (y, x, trials);
+        if order.iter().enumerate().any(|(k, &i)| k != i) {
+            y = in_order(&y, 1, &order);
+            x = in_order(&x, p, &order);
+            trials = in_order(&trials, 1, &order);
+            for term in &mut terms {
+                term.z = in_order(&term.z, term.q, &order);
+                term.slot = in_order(&term.slot, 1, &order);
+            }
+        }
+        let mut end = 0;
+        let points = point_rows
+            .iter()
+            .zip(dims)
+            .map(|(rows, dim)| {
+                end += rows.len();
+                Component {
+                    rows: end - rows.len()..end,
+                    dim,
+                }
             })
             .collect();
         Ok(Glmm {
@@ -173,9 +197,9 @@ impl Glmm {
             terms,
             trials,
             points,
-            slot,
             latent_dim,
             row_constant,
+            start,
         })
     }
 
@@ -202,35 +226,11 @@ impl Glmm {
     /// A starting θ: β from the mean response on the link scale (intercept where the first
     /// column of X is constant), every effect's sd 0.5 and no correlation, σ the response's sd.
     pub fn start(&self) -> Vec<f64> {
-        let n = self.y.len() as f64;
-        let mean = self.y.iter().sum::<f64>() / n;
-        let mut th = vec![0.0; self.theta_len()];
-        // With no fixed effects (`y ~ 0 + (1 | g)`) there is no first column to read.
-        let intercept = self.p > 0 && (0..self.y.len()).all(|i| self.x[i * self.p] == 1.0);
-        if intercept {
-            th[0] = match self.family {
-                Family::Gaussian => mean,
-                Family::Poisson => mean.max(1e-3).ln(),
-                Family::Binomial => {
-                    let m = self.trials.iter().sum::<f64>() / n;
-                    let r = (mean / m).clamp(1e-3, 1.0 - 1e-3);
-                    (r / (1.0 - r)).ln()
-                }
-            };
-        }
-        for t in &self.terms {
-            th[t.theta_at..t.theta_at + t.q].fill(0.5f64.ln());
-        }
-        if self.family == Family::Gaussian {
-            let var = self.y.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
-            th[self.theta_len() - 1] = 0.5 * var.max(1e-12).ln();
-        }
-        th
+        self.start.clone()
     }
 
     fn theta_len(&self) -> usize {
-        let random: usize = self.terms.iter().map(Term::n_params).sum();
-        self.p + random + usize::from(self.family == Family::Gaussian)
+        theta_len(self.family, self.p, &self.terms)
     }
 
     /// 1/σ² (Gaussian) or 0, and log σ (or 0).
@@ -246,11 +246,10 @@ impl Glmm {
     /// Calls `each(column, value)` for the non-zero entries of dη_i/du: Σ_a z_a L_ab at the
     /// b-th effect of the row's level of each term.
     fn row_design(&self, factors: &[Vec<f64>], i: usize, mut each: impl FnMut(usize, f64)) {
-        let n_terms = self.terms.len();
         for (t, term) in self.terms.iter().enumerate() {
             let (q, l) = (term.q, &factors[t]);
             let zi = &term.z[i * q..(i + 1) * q];
-            let at = self.slot[i * n_terms + t];
+            let at = term.slot[i];
             for b in 0..q {
                 let v = if term.correlated {
                     (b..q).map(|a| zi[a] * l[a * q + b]).sum()
@@ -279,8 +278,26 @@ impl Glmm {
         prior_dim: usize,
         mut each: impl FnMut(usize, f64, f64),
     ) -> f64 {
+        self.point_chunks(theta, factors, c, u, prior_dim, |block, chunk| {
+            for (j, i) in block.enumerate() {
+                each(i, chunk.d[j], chunk.w[j]);
+            }
+        })
+    }
+
+    /// [`Glmm::point_terms`] a chunk of rows at a time: `each` gets the chunk's rows and their
+    /// terms (dℓ/dη in `d`, −d²ℓ/dη² in `w`), for callers that read the design term by term.
+    fn point_chunks(
+        &self,
+        theta: &[f64],
+        factors: &[Vec<f64>],
+        c: usize,
+        u: &[f64],
+        prior_dim: usize,
+        mut each: impl FnMut(Range<usize>, &Rows),
+    ) -> f64 {
         let (inv_var, log_sigma) = self.scale(theta);
-        let rows = &self.points[c].rows;
+        let rows = self.points[c].rows.clone();
         let mut lp = self.row_constant[c]
             - 0.5 * prior_dim as f64 * LN_2PI
             - 0.5 * u[..prior_dim].iter().map(|v| v * v).sum::<f64>()
@@ -289,22 +306,19 @@ impl Glmm {
         // in vector lanes.
         let mut chunk = Rows::new();
         let scalar = self.scalar_effects();
-        for block in rows.chunks(CHUNK) {
+        let beta = &theta[..self.p];
+        for start in rows.clone().step_by(CHUNK) {
+            let block = start..(start + CHUNK).min(rows.end);
             chunk.len = block.len();
-            for (j, &i) in block.iter().enumerate() {
-                chunk.y[j] = self.y[i];
-                chunk.m[j] = self.trials[i];
-            }
             let eta = &mut chunk.eta[..block.len()];
             if scalar {
-                self.etas_by_terms(&theta[..self.p], factors, block, u, eta);
+                self.etas_by_terms(beta, factors, block.clone(), u, eta);
             } else {
-                self.etas_by_rows(&theta[..self.p], factors, block, u, eta);
+                self.etas_by_rows(beta, factors, block.clone(), u, eta);
             }
-            lp += chunk.evaluate(self.family, inv_var);
-            for (j, &i) in block.iter().enumerate() {
-                each(i, chunk.d[j], chunk.w[j]);
-            }
+            let (y, m) = (&self.y[block.clone()], &self.trials[block.clone()]);
+            lp += chunk.evaluate(self.family, inv_var, y, m);
+            each(block, &chunk);
         }
         lp
     }
@@ -315,11 +329,11 @@ impl Glmm {
         &self,
         beta: &[f64],
         factors: &[Vec<f64>],
-        rows: &[usize],
+        rows: Range<usize>,
         u: &[f64],
         eta: &mut [f64],
     ) {
-        for (e, &i) in eta.iter_mut().zip(rows) {
+        for (e, i) in eta.iter_mut().zip(rows) {
             let mut v = self.fixed_part(beta, i);
             self.row_design(factors, i, |k, a| v += a * u[k]);
             *e = v;
@@ -333,18 +347,25 @@ impl Glmm {
         &self,
         beta: &[f64],
         factors: &[Vec<f64>],
-        rows: &[usize],
+        rows: Range<usize>,
         u: &[f64],
         eta: &mut [f64],
     ) {
-        let n_terms = self.terms.len();
-        for (e, &i) in eta.iter_mut().zip(rows) {
-            *e = self.fixed_part(beta, i);
+        // x_iᵀβ column by column: the sum `fixed_part` takes, from its −0, in the same order.
+        eta.fill(-0.0);
+        let p = self.p;
+        for (c, b) in beta.iter().enumerate() {
+            let x = self.x[rows.start * p..rows.end * p]
+                .iter()
+                .skip(c)
+                .step_by(p);
+            eta.iter_mut().zip(x).for_each(|(e, x)| *e += x * b);
         }
         for (t, term) in self.terms.iter().enumerate() {
             let l = factors[t][0];
-            for (e, &i) in eta.iter_mut().zip(rows) {
-                *e += term.z[i] * l * u[self.slot[i * n_terms + t]];
+            let (z, slot) = (&term.z[rows.clone()], &term.slot[rows.clone()]);
+            for ((e, z), &k) in eta.iter_mut().zip(z).zip(slot) {
+                *e += z * l * u[k];
             }
         }
     }
@@ -358,6 +379,54 @@ impl Glmm {
     fn factors(&self, theta: &[f64]) -> Vec<Vec<f64>> {
         self.terms.iter().map(|t| t.factor(theta)).collect()
     }
+}
+
+/// θ's length: β, each term's parameters, log σ (Gaussian).
+fn theta_len(family: Family, p: usize, terms: &[Term]) -> usize {
+    let random: usize = terms.iter().map(Term::n_params).sum();
+    p + random + usize::from(family == Family::Gaussian)
+}
+
+/// [`Glmm::start`] from the responses, the fixed effects' design (p columns) and the trials.
+fn start_theta(
+    family: Family,
+    (y, x, p, trials): (&[f64], &[f64], usize, &[f64]),
+    terms: &[Term],
+) -> Vec<f64> {
+    let n = y.len() as f64;
+    let mean = y.iter().sum::<f64>() / n;
+    let len = theta_len(family, p, terms);
+    let mut th = vec![0.0; len];
+    // With no fixed effects (`y ~ 0 + (1 | g)`) there is no first column to read.
+    let intercept = p > 0 && (0..y.len()).all(|i| x[i * p] == 1.0);
+    if intercept {
+        th[0] = match family {
+            Family::Gaussian => mean,
+            Family::Poisson => mean.max(1e-3).ln(),
+            Family::Binomial => {
+                let m = trials.iter().sum::<f64>() / n;
+                let r = (mean / m).clamp(1e-3, 1.0 - 1e-3);
+                (r / (1.0 - r)).ln()
+            }
+        };
+    }
+    for t in terms {
+        th[t.theta_at..t.theta_at + t.q].fill(0.5f64.ln());
+    }
+    if family == Family::Gaussian {
+        let var = y.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
+        th[len - 1] = 0.5 * var.max(1e-12).ln();
+    }
+    th
+}
+
+/// The rows of `v` (`width` values each) in the order `order`.
+fn in_order<T: Copy>(v: &[T], width: usize, order: &[usize]) -> Vec<T> {
+    order
+        .iter()
+        .flat_map(|&i| &v[i * width..(i + 1) * width])
+        .copied()
+        .collect()
 }
 
 impl LatentModel<f64> for Glmm {
@@ -432,10 +501,8 @@ impl Glmm {
     ) -> std::result::Result<(), LogpError> {
         let d = self.latent_dim;
         let factors = self.factors(theta);
-        // Scalar effects: each row's loadings z_it L_t straight from the terms, as
-        // `row_design` gives them.
+        // Scalar effects: ∇θ a part of θ at a time over each chunk of rows.
         let scalar = self.scalar_effects();
-        let n_terms = self.terms.len();
         let (inv_var, _) = self.scale(theta);
         let fused = grad_theta.is_some();
         let mut gt = vec![0.0; if fused { theta.len() } else { 0 }];
@@ -444,16 +511,15 @@ impl Glmm {
             let g = &mut grad_z[r * d..(r + 1) * d];
             g.iter_mut().zip(u).for_each(|(g, u)| *g = -u);
             gt.iter_mut().for_each(|v| *v = 0.0);
-            let lp = self.point_terms(theta, &factors, c, u, d, |i, dl, _| {
-                if scalar {
-                    for (t, term) in self.terms.iter().enumerate() {
-                        g[self.slot[i * n_terms + t]] += dl * (term.z[i] * factors[t][0]);
+            let lp = self.point_chunks(theta, &factors, c, u, d, |block, chunk| {
+                let dl = &chunk.d[..block.len()];
+                self.add_chunk_grad_u(&factors, block.clone(), dl, g);
+                if fused && scalar {
+                    self.add_chunk_grad_theta_scalar(&factors, block, dl, u, inv_var, &mut gt);
+                } else if fused {
+                    for (i, &dl) in block.zip(dl) {
+                        self.add_row_grad_theta(&factors, i, dl, u, inv_var, &mut gt);
                     }
-                } else {
-                    self.row_design(&factors, i, |k, a| g[k] += dl * a);
-                }
-                if fused {
-                    self.add_row_grad_theta(&factors, i, dl, u, inv_var, &mut gt);
                 }
             });
             if !lp.is_finite() || g.iter().chain(&gt).any(|v| !v.is_finite()) {
@@ -518,6 +584,68 @@ impl Glmm {
         self.add_row_parts(factors, i, dl, (dl, u), d_log_sigma, g);
     }
 
+    /// Adds Σ_i dℓ_i/dη (dη_i/du) of the rows `block` (their derivatives in η `dl`) to `g`: row
+    /// by row over [`Glmm::row_design`], or, where every term is a scalar effect, term by term
+    /// (each coordinate of u belongs to one term, so it gathers its rows in their order, as row
+    /// by row).
+    fn add_chunk_grad_u(
+        &self,
+        factors: &[Vec<f64>],
+        block: Range<usize>,
+        dl: &[f64],
+        g: &mut [f64],
+    ) {
+        if self.scalar_effects() {
+            for (t, term) in self.terms.iter().enumerate() {
+                let l = factors[t][0];
+                let (z, slot) = (&term.z[block.clone()], &term.slot[block.clone()]);
+                for ((&dl, z), &k) in dl.iter().zip(z).zip(slot) {
+                    g[k] += dl * (z * l);
+                }
+            }
+        } else {
+            for (i, &dl) in block.zip(dl) {
+                self.row_design(factors, i, |k, a| g[k] += dl * a);
+            }
+        }
+    }
+
+    /// [`Glmm::add_row_grad_theta`] of the rows `block` (their derivatives in η `dl`) where every
+    /// term is a scalar effect, one part of θ at a time: each part gathers the rows in their
+    /// order with the same operations, so the bits are those of the rows one by one.
+    fn add_chunk_grad_theta_scalar(
+        &self,
+        factors: &[Vec<f64>],
+        block: Range<usize>,
+        dl: &[f64],
+        u: &[f64],
+        inv_var: f64,
+        g: &mut [f64],
+    ) {
+        let p = self.p;
+        for (i, &dl) in block.clone().zip(dl) {
+            let xi = &self.x[i * p..(i + 1) * p];
+            g[..p].iter_mut().zip(xi).for_each(|(o, v)| *o += dl * v);
+        }
+        for (t, term) in self.terms.iter().enumerate() {
+            let l = factors[t][0];
+            let mut sum = g[term.theta_at];
+            let (z, slot) = (&term.z[block.clone()], &term.slot[block.clone()]);
+            for ((&dl, z), &k) in dl.iter().zip(z).zip(slot) {
+                // d/d log L of z L u, as `add_row_parts` writes it.
+                sum += dl * z * l * u[k];
+            }
+            g[term.theta_at] = sum;
+        }
+        if self.family == Family::Gaussian {
+            let last = g.len() - 1;
+            for &dl in dl {
+                let e = dl / inv_var;
+                g[last] += -1.0 + e * e * inv_var;
+            }
+        }
+    }
+
     /// Adds to `g` row `i`'s ∇θ in its parts: `dl` x_i for β; for each term's L, `s` times
     /// d(z_iᵀ L u)/dL at u = `u` (s = dℓ/dη at a point u, or 1 where `u` holds a mean of dℓ/dη · u);
     /// `d_log_sigma` for log σ (the Gaussian family's; None for the others, which have no σ).
@@ -530,14 +658,14 @@ impl Glmm {
         d_log_sigma: Option<f64>,
         g: &mut [f64],
     ) {
-        let (p, n_terms) = (self.p, self.terms.len());
+        let p = self.p;
         let last = g.len() - 1;
         let xi = &self.x[i * p..(i + 1) * p];
         g[..p].iter_mut().zip(xi).for_each(|(o, v)| *o += dl * v);
         for (t, term) in self.terms.iter().enumerate() {
             let (q, l) = (term.q, &factors[t]);
             let zi = &term.z[i * q..(i + 1) * q];
-            let ut = &u[self.slot[i * n_terms + t]..][..q];
+            let ut = &u[term.slot[i]..][..q];
             let at = term.theta_at;
             for a in 0..q {
                 // d/d log L_aa of z_a L_aa u_a.

@@ -23,6 +23,8 @@ pub(super) struct Term {
     /// Per level of its factor: the point the level belongs to, and where its q effects start in
     /// that point's latent.
     pub(super) levels: Vec<(usize, usize)>,
+    /// Per row, where its level's effects start in its point's latent.
+    pub(super) slot: Vec<usize>,
 }
 
 impl Term {
@@ -59,7 +61,8 @@ impl Term {
 /// The rows of one data point and the size of its latent.
 #[derive(Clone, Debug)]
 pub(super) struct Component {
-    pub(super) rows: Vec<usize>,
+    /// Its rows, side by side in the model's storage.
+    pub(super) rows: std::ops::Range<usize>,
     pub(super) dim: usize,
 }
 

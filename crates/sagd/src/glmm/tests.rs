@@ -80,8 +80,8 @@ fn scalar_effects_term_by_term_give_the_rows_bits() {
         for c in &m.points {
             let u: Vec<f64> = (0..c.dim).map(|k| (k as f64 * 2.1).sin()).collect();
             let (mut by_rows, mut by_terms) = (vec![0.0; c.rows.len()], vec![1.0; c.rows.len()]);
-            m.etas_by_rows(&theta[..m.p], &factors, &c.rows, &u, &mut by_rows);
-            m.etas_by_terms(&theta[..m.p], &factors, &c.rows, &u, &mut by_terms);
+            m.etas_by_rows(&theta[..m.p], &factors, c.rows.clone(), &u, &mut by_rows);
+            m.etas_by_terms(&theta[..m.p], &factors, c.rows.clone(), &u, &mut by_terms);
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&by_rows), bits(&by_terms), "nested {nested}");
         }
@@ -173,12 +173,61 @@ fn points_are_the_sets_of_rows_that_share_a_level() {
     // point per level of a, with its 2 effects and its 2 sub-levels of b.
     let m = small(Family::Poisson);
     assert_eq!((m.n_data(), m.latent_dim()), (3, 2));
-    assert!(m.points[1].rows.iter().all(|i| i % 3 == 1));
+    // Its rows side by side in the model: rows 1, 4, 7 and 10 of the data, in that order.
+    let (y, _) = responses(Family::Poisson, 12);
+    let group_1: Vec<f64> = [1, 4, 7, 10].iter().map(|&i| y[i]).collect();
+    assert_eq!(m.y[m.points[1].rows.clone()], group_1[..]);
     let crossed = two_terms(Family::Poisson, false);
     assert_eq!((crossed.n_data(), crossed.latent_dim()), (1, 11));
     let nested = two_terms(Family::Poisson, true);
     assert_eq!((nested.n_data(), nested.latent_dim()), (4, 4));
     assert_eq!(nested.theta_dim(), 2 + 3 + 1);
+}
+
+/// The rows given group by group or interleaved, each point sees its rows in the same order:
+/// its log density and gradients have the same bits, and the start is the same θ.
+#[test]
+fn rows_in_any_order_give_each_point_the_same_bits() {
+    for family in [Family::Gaussian, Family::Poisson, Family::Binomial] {
+        let interleaved = small(family);
+        // The same rows, group by group (each group's rows in their order).
+        let n = 12;
+        let order: Vec<usize> = (0..3).flat_map(|g| (g..n).step_by(3)).collect();
+        let (y, x) = responses(family, n);
+        let pick = |v: &[f64], w: usize| in_order(v, w, &order);
+        let z: Vec<f64> = (0..n).flat_map(|i| [1.0, i as f64 / n as f64]).collect();
+        let group: Vec<usize> = order.iter().map(|i| i % 3).collect();
+        let trials = (family == Family::Binomial).then(|| vec![4.0; n]);
+        let grouped = Glmm::new(
+            family,
+            pick(&y, 1),
+            pick(&x, 2),
+            &group,
+            pick(&z, 2),
+            trials,
+        )
+        .unwrap();
+        let theta: Vec<f64> = (0..grouped.theta_dim())
+            .map(|k| 0.2 * k as f64 - 0.3)
+            .collect();
+        let d = grouped.latent_dim();
+        let u: Vec<f64> = (0..3 * d).map(|k| (k as f64 * 1.3).sin()).collect();
+        let bits = |m: &Glmm| {
+            let (mut lp, mut g, mut gt) = (vec![0.0; 3], vec![0.0; 3 * d], vec![0.0; theta.len()]);
+            m.log_joint_and_grad_theta(&theta, &[0, 1, 2], &u, &mut lp, &mut g, &mut gt)
+                .unwrap();
+            lp.iter()
+                .chain(&g)
+                .chain(&gt)
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(bits(&interleaved), bits(&grouped), "{family:?}");
+        assert_eq!(
+            interleaved.y, grouped.y,
+            "{family:?}: stored group by group"
+        );
+    }
 }
 
 /// log N(y; Xβ, σ²I + A Aᵀ) from the n × n covariance itself.
@@ -190,7 +239,7 @@ fn dense_gaussian(m: &Glmm, theta: &[f64]) -> f64 {
     let dim = m.latent_dim * m.n_data();
     let mut a = vec![0.0; n * dim];
     for (c, point) in m.points.iter().enumerate() {
-        for &i in &point.rows {
+        for i in point.rows.clone() {
             m.row_design(&factors, i, |k, v| a[i * dim + c * m.latent_dim + k] += v);
         }
     }

@@ -167,7 +167,7 @@ impl Glmm {
     /// One point's sums, by Woodbury's identity in its latent dimension: with A = Z_c Λ and
     /// M = I + AᵀA = L Lᵀ, V₀⁻¹ = I − A M⁻¹ Aᵀ and det V₀ = det M.
     fn gaussian_point_pieces(&self, factors: &[Vec<f64>], c: usize) -> Result<Pieces> {
-        let (p, rows, dim) = (self.p, &self.points[c].rows, self.points[c].dim);
+        let (p, rows, dim) = (self.p, self.points[c].rows.clone(), self.points[c].dim);
         let a = self.point_design(factors, c);
         let mut m = vec![0.0; dim * dim];
         (0..dim).for_each(|k| m[k * dim + k] = 1.0);
@@ -175,7 +175,7 @@ impl Glmm {
         let mut aty = vec![0.0; dim];
         let mut out = Pieces::zero(p);
         out.n = rows.len() as f64;
-        for (ai, &i) in a.iter().zip(rows) {
+        for (ai, i) in a.iter().zip(rows) {
             let (xi, yi) = (&self.x[i * p..(i + 1) * p], self.y[i]);
             for j in 0..p {
                 out.xvy[j] += xi[j] * yi;

@@ -147,7 +147,7 @@ impl Glmm {
         }
         let value = self.posterior_at_nodes(theta, factors, at, scratch)?;
         let (inv_var, _) = self.scale(theta);
-        let (rows, nodes) = (&self.points[c].rows, at.2.len());
+        let (rows, nodes) = (self.points[c].rows.clone(), at.2.len());
         let NodeScratch {
             u,
             shares,
@@ -156,7 +156,7 @@ impl Glmm {
             ..
         } = scratch;
         dl_u.resize(d, 0.0);
-        for (r, &i) in rows.iter().enumerate() {
+        for (r, i) in rows.enumerate() {
             let dl_row = &dl[r * nodes..(r + 1) * nodes];
             let (mut mean, mut sq) = (0.0, 0.0);
             dl_u.fill(0.0);
@@ -186,7 +186,7 @@ impl Glmm {
     ) -> Result<f64> {
         let d = self.points[c].dim;
         debug_assert_eq!(d, rule.d);
-        let (rows, nodes) = (&self.points[c].rows, rule.len());
+        let (rows, nodes) = (self.points[c].rows.clone(), rule.len());
         let (inv_var, log_sigma) = self.scale(theta);
         let NodeScratch {
             u,
@@ -214,7 +214,7 @@ impl Glmm {
             let log_w = rule.place(j, lap, uj);
             log_w + constant - 0.5 * uj.iter().map(|v| v * v).sum::<f64>()
         }));
-        for (r, &i) in rows.iter().enumerate() {
+        for (r, i) in rows.enumerate() {
             // η = x_iᵀβ + aᵀu at every node.
             a.fill(0.0);
             self.row_design(factors, i, |k, v| a[k] += v);

@@ -63,7 +63,6 @@ struct Whitened<'a> {
     factors: &'a [Vec<f64>],
     c: usize,
     lap: &'a Laplace,
-    design: Vec<Vec<(usize, f64)>>,
 }
 
 impl Whitened<'_> {
@@ -91,15 +90,17 @@ impl LogDensity<f64> for Whitened<'_> {
         for ((v, lp), g) in x.chunks(dim).zip(logp).zip(grad.chunks_mut(dim)) {
             let u = self.u_of(v);
             g.iter_mut().zip(&u).for_each(|(g, u)| *g = -u);
-            let mut r = 0;
-            *lp = self
-                .glmm
-                .point_terms(self.theta, self.factors, self.c, &u, dim, |_, dl, _| {
-                    for &(j, aj) in &self.design[r] {
-                        g[j] += dl * aj;
-                    }
-                    r += 1;
-                });
+            *lp = self.glmm.point_chunks(
+                self.theta,
+                self.factors,
+                self.c,
+                &u,
+                dim,
+                |block, chunk| {
+                    let dl = &chunk.d[..block.len()];
+                    self.glmm.add_chunk_grad_u(self.factors, block, dl, g);
+                },
+            );
             // ∇v = (∂u/∂v)ᵀ ∇u = L⁻¹ ∇u.
             self.lap.curvature.solve_lower(g);
             // A state the family cannot evaluate is refused by its chain's Metropolis test
@@ -205,7 +206,6 @@ impl Glmm {
             factors,
             c,
             lap: &lap,
-            design: self.point_design(factors, c),
         };
         let mut chains = ChainSet::<f64>::new(CHAINS, dim, seed.stream("chains").get());
         // A chain a task: a crossed design is one point, its chains the only parallel work.
