@@ -27,7 +27,8 @@ fn rank_normalise(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
             all.push((*v, m, i));
         }
     }
-    all.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // Equal draws share one score whatever their order, so the sort need not be stable.
+    all.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
     let s = all.len() as f64;
     let normal = Normal::standard();
     let mut out: Vec<Vec<f64>> = chains.iter().map(|c| vec![0.0; c.len()]).collect();
