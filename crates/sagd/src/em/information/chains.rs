@@ -236,10 +236,15 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
                 (Some(c), Some(metric)) => Some(c.rows(metric, &z, chains.gradients())),
                 _ => None,
             };
-            let batch = draw * self.batches / s.draws;
+            let batch = self.batch_of(draw);
             per_draw.push(take(batch, &z, fused.as_ref(), control.as_deref())?);
         }
         Ok(per_draw)
+    }
+
+    /// The jackknife's batch of draw `draw`.
+    fn batch_of(&self, draw: usize) -> usize {
+        draw * self.batches / self.s.draws
     }
 
     /// The draw's score: Σ over every row of ∇θ log p at `th` for a draw `z_all`, less the rows'
@@ -418,8 +423,8 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
     /// The information by coupled score differences: runs at θ and at θ + h e_j for each j.
     pub(super) fn coupled(&self, theta: &[f64], record: &mut Record<'_>) -> Result<Estimates> {
         let (p, s) = (self.model.theta_dim(), self.s);
-        // One run at θ, then one at θ + h e_j for each j, all on the same noise from the
-        // same settled state: ∂_j score_k is (score_k(θ + h e_j) − score_k(θ)) / h draw by
+        // A run at θ and one at θ + h e_j for each j, all on the same noise from the same
+        // settled state: ∂_j score_k is (score_k(θ + h e_j) − score_k(θ)) / h draw by
         // draw. One-sided differences carry an O(h) bias, about 1e-4 of the information at
         // h = 1e-4 (1 + |θ_j|), far below its Monte Carlo error; central ones would take 2p
         // runs where these take p + 1.
@@ -427,6 +432,27 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         let mut complete = vec![vec![0.0; p]; p];
         let mut complete_count = 0.0;
         let steps: Vec<f64> = theta.iter().map(|t| s.fd_step * (1.0 + t.abs())).collect();
+        let coupled: Vec<f64> = theta
+            .iter()
+            .map(|t| s.coupled_step * (1.0 + t.abs()))
+            .collect();
+        // The runs at θ + h e_j, each from its own copy of the settled state and reading no
+        // other run, side by side (the same bits as one after the other): each draw's score.
+        // Split over processes, each run's chain steps are shared among them: one at a time.
+        let moved_run = |j: usize| {
+            let mut at = theta.to_vec();
+            at[j] += coupled[j];
+            self.run(
+                &at,
+                Some((j, coupled[j])),
+                &mut |_, z_all, fused, control| self.draw_score(&at, z_all, fused, control),
+            )
+        };
+        let moved = if crate::share::current().is_some() {
+            (0..p).map(moved_run).collect::<Result<Vec<_>>>()?
+        } else {
+            self.each(p, moved_run)?
+        };
         let mut draw = 0;
         let base = self.run(theta, None, &mut |b, z_all, fused, control| {
             // Row by row only where R̂ needs each row's score (several chains per point); else
@@ -452,19 +478,13 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         })?;
         // Per batch, Σ over its draws of each draw's ∂_j score_k: [j][k].
         let mut diff = vec![vec![vec![0.0; p]; p]; self.batches];
-        for j in 0..p {
-            let h = s.coupled_step * (1.0 + theta[j].abs());
-            let mut at = theta.to_vec();
-            at[j] += h;
-            let mut draw = 0;
-            self.run(&at, Some((j, h)), &mut |b, z_all, fused, control| {
-                let g = self.draw_score(&at, z_all, fused, control)?;
+        for (j, per_draw) in moved.iter().enumerate() {
+            for (draw, g) in per_draw.iter().enumerate() {
+                let b = self.batch_of(draw);
                 for k in 0..p {
-                    diff[b][j][k] += (g[k] - base[draw][k]) / h;
+                    diff[b][j][k] += (g[k] - base[draw][k]) / coupled[j];
                 }
-                draw += 1;
-                Ok(g)
-            })?;
+            }
         }
         let (information, leave_one_out) = jackknifed(&diff, &counts);
         let score = (0..p)
