@@ -142,6 +142,15 @@ pub trait Problem<T: Real>: Sync {
         Ok(())
     }
 
+    /// −∇²ξ log π of chain `row` at `xi` (one chain's state), π taken at `anchor`:
+    /// chain_dim² values, row-major, where the problem has them in closed form. `None` (the
+    /// default): the passes that need the curvature (the chains' metric, the score's control
+    /// variate) take central differences of the gradient instead, 2 · chain_dim evaluations.
+    fn neg_hessian(&self, anchor: &[T], row: usize, xi: &[T]) -> Option<Result<Vec<T>, LogpError>> {
+        let _ = (anchor, row, xi);
+        None
+    }
+
     /// [`Problem::log_target`] with π taken at θ, and adds Σ_r ∇θ f(θ; ξ_r) at the same rows into
     /// `grad_f`. The default makes two calls.
     #[allow(clippy::too_many_arguments)]
@@ -217,6 +226,15 @@ pub trait LatentModel<T: Real>: Sync {
     /// would cut the rows into parallel pieces then hand them all over in one call.
     fn calls_are_costly(&self) -> bool {
         false
+    }
+
+    /// −∇²z log p(x_i, z; θ) of data point `i` at `z`: latent_dim² values, row-major, where the
+    /// model has them in closed form (a GLMM: the prior's precision plus each row's weight times
+    /// its design's outer product). `None` (the default): central differences of ∇z serve, 2 ·
+    /// latent_dim calls' worth of rows; see [`Problem::neg_hessian`].
+    fn neg_hessian_z(&self, theta: &[T], i: usize, z: &[T]) -> Option<Result<Vec<T>, LogpError>> {
+        let _ = (theta, i, z);
+        None
     }
 
     /// [`LatentModel::log_joint`], and adds Σ_r ∇θ log p(x_i, z_r; θ) at the same rows into
@@ -336,6 +354,9 @@ impl<T: Real, M: LatentModel<T>> Problem<T> for MaximumLikelihood<'_, M> {
         let one = &self.rows[first_row..first_row + rows];
         let data: Vec<usize> = (0..copies).flat_map(|_| one.iter().copied()).collect();
         self.model.log_joint(anchor, &data, xi, logp, grad)
+    }
+    fn neg_hessian(&self, anchor: &[T], row: usize, xi: &[T]) -> Option<Result<Vec<T>, LogpError>> {
+        self.model.neg_hessian_z(anchor, *self.rows.get(row)?, xi)
     }
     fn log_target_and_grad_f(
         &self,

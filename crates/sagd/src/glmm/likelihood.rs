@@ -16,6 +16,13 @@ use crate::rng::{stream_seed, NormalStream};
 /// Draws per point of the importance sampler.
 pub const IMPORTANCE_DRAWS: usize = 4000;
 
+/// Draws held at once by the importance sampler (their normals), per point.
+const IS_BLOCK: usize = 256;
+
+/// Rows' log densities a task of the importance sampler evaluates at least (its draws times the
+/// point's rows): enough to outweigh a task's cost where points have few rows.
+const IS_ROWS_PER_TASK: usize = 1 << 14;
+
 /// Degrees of freedom of the importance sampler's Student-t: heavier tails than any posterior
 /// of a GLMM, so the weights keep a finite variance.
 const T_DOF: usize = 5;
@@ -268,22 +275,33 @@ impl Glmm {
             - ln_gamma(0.5 * nu)
             - 0.5 * d * (nu * std::f64::consts::PI).ln()
             + 0.5 * lap.curvature.log_det();
+        // The draws in the stream's order, then each one's weight on its own (in parallel:
+        // one crossed block is the whole data), so the bits do not depend on the threads.
+        let width = dim + T_DOF;
         let mut normals = NormalStream::new(seed);
-        let mut eps = vec![0.0; dim];
-        let mut chi = [0.0; T_DOF];
         let mut log_w = Vec::with_capacity(draws);
-        for _ in 0..draws {
-            normals.fill(&mut eps);
-            normals.fill(&mut chi);
-            let s = (chi.iter().map(|v| v * v).sum::<f64>() / nu).sqrt();
-            eps.iter_mut().for_each(|e| *e /= s);
-            let r2: f64 = eps.iter().map(|e| e * e).sum();
-            let mut u = eps.clone();
-            lap.curvature.solve_upper(&mut u);
-            u.iter_mut().zip(&lap.mode).for_each(|(u, m)| *u += m);
-            let lp = self.point_terms(theta, &factors, c, &u, dim, |_, _, _| {});
-            let lq = log_norm - 0.5 * (nu + d) * (r2 / nu).ln_1p();
-            log_w.push(lp - lq);
+        let rows = self.points[c].rows.len().max(1);
+        let mut drawn = vec![0.0; IS_BLOCK.min(draws) * width];
+        for start in (0..draws).step_by(IS_BLOCK) {
+            let block = &mut drawn[..(draws - start).min(IS_BLOCK) * width];
+            normals.fill(block);
+            let weight = |draw: &[f64]| {
+                let (eps, chi) = draw.split_at(dim);
+                let s = (chi.iter().map(|v| v * v).sum::<f64>() / nu).sqrt();
+                let mut u: Vec<f64> = eps.iter().map(|e| e / s).collect();
+                let r2: f64 = u.iter().map(|e| e * e).sum();
+                lap.curvature.solve_upper(&mut u);
+                u.iter_mut().zip(&lap.mode).for_each(|(u, m)| *u += m);
+                let lp = self.point_terms(theta, &factors, c, &u, dim, |_, _, _| {});
+                let lq = log_norm - 0.5 * (nu + d) * (r2 / nu).ln_1p();
+                lp - lq
+            };
+            let weights: Vec<f64> = block
+                .par_chunks(width)
+                .with_min_len(IS_ROWS_PER_TASK.div_ceil(rows))
+                .map(weight)
+                .collect();
+            log_w.extend(weights);
         }
         let top = log_w.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         if !top.is_finite() {

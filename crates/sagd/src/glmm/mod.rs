@@ -342,6 +342,16 @@ impl LatentModel<f64> for Glmm {
     ) -> std::result::Result<(), LogpError> {
         self.log_joint_with(theta, data, z, logp, grad_z, Some(grad_theta))
     }
+    /// In closed form, one pass over the point's rows ([`Glmm::point_neg_hessian`]).
+    fn neg_hessian_z(
+        &self,
+        theta: &[f64],
+        i: usize,
+        z: &[f64],
+    ) -> Option<std::result::Result<Vec<f64>, LogpError>> {
+        (i < self.points.len() && z.len() == self.latent_dim)
+            .then(|| self.point_neg_hessian(theta, i, z))
+    }
     fn add_grad_theta(
         &self,
         theta: &[f64],

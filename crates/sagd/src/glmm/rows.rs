@@ -182,6 +182,35 @@ impl Glmm {
         Ok(())
     }
 
+    /// −∇²u log p(y_c, u; θ) of point `c` at `u` (d × d row-major, d the model's latent
+    /// dimension, every coordinate in the prior): I + Σ_r w_r a_r a_rᵀ over the point's rows,
+    /// a_r = dη_r/du and w_r = −d²ℓ_r/dη².
+    pub(super) fn point_neg_hessian(
+        &self,
+        theta: &[f64],
+        c: usize,
+        u: &[f64],
+    ) -> std::result::Result<Vec<f64>, LogpError> {
+        let d = self.latent_dim;
+        let factors = self.factors(theta);
+        let mut h = vec![0.0; d * d];
+        (0..d).for_each(|k| h[k * d + k] = 1.0);
+        let mut a = Vec::new();
+        let lp = self.point_terms(theta, &factors, c, u, d, |i, _, w| {
+            a.clear();
+            self.row_design(&factors, i, |k, v| a.push((k, v)));
+            for &(j, aj) in &a {
+                for &(k, ak) in &a {
+                    h[j * d + k] += w * aj * ak;
+                }
+            }
+        });
+        if !lp.is_finite() || h.iter().any(|v| !v.is_finite()) {
+            return Err(LogpError::NonFinite);
+        }
+        Ok(h)
+    }
+
     /// For point `c` at latent `u` (its first `prior_dim` coordinates in the prior): adds
     /// ∇θ log p(y_c, u; θ) to `g` and returns log p(y_c, u; θ).
     pub(super) fn point_grad_theta(

@@ -1,6 +1,7 @@
 //! Where the metric comes from: each point's posterior mode by Newton ascent, and the negative
-//! Hessian there by central differences of the gradient — point by point, or for many points in
-//! lockstep so that every evaluation takes all of them in a few calls.
+//! Hessian there — from the problem's closed form where it has one ([`Problem::neg_hessian`]),
+//! else by central differences of the gradient, point by point, or for many points in lockstep
+//! so that every evaluation takes all of them in a few calls.
 
 use rayon::prelude::*;
 
@@ -196,6 +197,58 @@ fn evaluate_points<P: Problem<f64> + ?Sized>(
     Ok((lp.concat(), g.concat()))
 }
 
+/// The factors A = −∇²log π of the points `which` at `z` from the problem's closed form
+/// ([`Problem::neg_hessian`]), one evaluation a point where central differences take 2d of all
+/// of them; `None` where the problem has none. A point whose curvature is not finite gets the
+/// identity, as with differences.
+fn closed_form_curvatures<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    anchor: &[f64],
+    z: &[f64],
+    d: usize,
+    which: &[bool],
+    dense: bool,
+) -> Option<Result<Vec<Option<Factor>>>> {
+    let first = which.iter().position(|w| *w)?;
+    let at = |p: usize| &z[p * d..(p + 1) * d];
+    let probe = problem.neg_hessian(anchor, first, at(first))?;
+    let factor = |p: usize, h: Option<std::result::Result<Vec<f64>, LogpError>>| {
+        let h = match h {
+            Some(Ok(h)) => h,
+            Some(Err(LogpError::NonFinite)) => return Ok(Factor::identity(d)),
+            Some(Err(e)) => return Err(SagdError::Model(e)),
+            None => {
+                return Err(SagdError::Model(LogpError::Fatal(format!(
+                    "the problem gave the curvature of point {first} in closed form but not that of point {p}"
+                ))))
+            }
+        };
+        let h = if dense {
+            h
+        } else {
+            (0..d).map(|j| h[j * d + j]).collect()
+        };
+        Ok(factor_hessian(h, d, dense))
+    };
+    let rest = |p: usize| -> Result<Option<Factor>> {
+        (which[p] && p != first)
+            .then(|| factor(p, problem.neg_hessian(anchor, p, at(p))))
+            .transpose()
+    };
+    let mut factors = if problem.calls_are_costly() {
+        (0..which.len()).map(rest).collect::<Result<Vec<_>>>()
+    } else {
+        (0..which.len()).into_par_iter().map(rest).collect()
+    };
+    if let Ok(f) = &mut factors {
+        match factor(first, Some(probe)) {
+            Ok(probed) => f[first] = Some(probed),
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    Some(factors)
+}
+
 /// The factors A = −∇²log π of the points `which` at `z`, by central differences of the gradient:
 /// coordinate k of every point moved at once, 2d evaluations of all points in all.
 fn curvatures<P: Problem<f64> + ?Sized>(
@@ -206,6 +259,9 @@ fn curvatures<P: Problem<f64> + ?Sized>(
     which: &[bool],
     dense: bool,
 ) -> Result<Vec<Option<Factor>>> {
+    if let Some(factors) = closed_form_curvatures(problem, anchor, z, d, which, dense) {
+        return factors;
+    }
     let points = which.len();
     let mut h: Vec<Vec<f64>> = (0..points)
         .map(|p| {

@@ -11,19 +11,26 @@
 //! its spread where the posterior is nearly so. The chains' steps already give ∇z log π at every
 //! draw, so a draw's control costs two triangular solves and a pass over the envelope.
 //!
-//! b_k and C_k come from central differences in θ of the gradient and of the Hessian at m; the
-//! Hessians are taken on the metric's envelope with its columns coloured (columns that share no
-//! row moved at once), so a tridiagonal precision costs three pairs of evaluations, not d.
+//! b_k and C_k come from central differences in θ of the gradient and of the Hessian at m. Where
+//! the problem gives its Hessian in closed form ([`Problem::neg_hessian`]: a GLMM's), that is a
+//! pass per point at each shifted θ; otherwise the Hessians are taken on the metric's envelope
+//! with its columns coloured (columns that share no row moved at once), so a tridiagonal
+//! precision costs three pairs of evaluations, not d, and a dense one 2d + 1.
 
 use rayon::prelude::*;
 
-use crate::error::Result;
+use crate::error::{LogpError, Result, SagdError};
 use crate::metric::{copies_target, curvature_step, Factor, Metric};
 use crate::model::Problem;
 
 /// The most work (Σ over points of the colouring's and the inverse's operations) spent on the
 /// control; beyond it the draws go without (a dense metric on a latent of thousands).
 const CONTROL_WORK: usize = 1 << 26;
+
+/// [`CONTROL_WORK`] where the problem gives its Hessians in closed form: no colouring, and only
+/// the inverses on the envelopes (a dense latent of about 800 coordinates, a second of work)
+/// count.
+const CLOSED_FORM_CONTROL_WORK: usize = 1 << 30;
 
 /// Each point's control for each coordinate of θ.
 pub(super) struct ScoreControl {
@@ -92,10 +99,22 @@ impl ScoreControl {
         if !metric.is_dense() || d == 0 || p == 0 {
             return Ok(None);
         }
-        let Some(colours) = colours_within_budget(metric, d) else {
-            return Ok(None);
+        // C_k from the problem's Hessians in closed form at θ ± h_k e_k where it has them (a
+        // pass per point and shifted θ), else from central differences of ∇z, the columns
+        // coloured; b_k from ∇z at the modes either way.
+        let closed = closed_form_hessians(problem, metric, theta, steps)?;
+        let colours = match &closed {
+            Some(_) if inverses_within(metric, d, CLOSED_FORM_CONTROL_WORK) => None,
+            Some(_) => return Ok(None),
+            None => match colours_within_budget(metric, d) {
+                Some(colours) => Some(colours),
+                None => return Ok(None),
+            },
         };
-        let (copies, states) = shifted_copies(modes, &colours, d);
+        let (copies, states) = match &colours {
+            Some(colours) => shifted_copies(modes, colours, d),
+            None => (1, modes.to_vec()),
+        };
         let Some(grads) =
             gradients_at_shifted_theta(problem, theta, steps, (points, copies), &states)?
         else {
@@ -106,7 +125,7 @@ impl ScoreControl {
         let mut slope = vec![0.0; points * p * d];
         let mut curvature = Vec::with_capacity(points);
         let mut offset = vec![0.0; points * p];
-        for (q, groups) in colours.iter().enumerate() {
+        for q in 0..points {
             let f = metric.factor(q);
             let start = f.start();
             let inverse = f.inverse_on_envelope();
@@ -119,24 +138,39 @@ impl ScoreControl {
                     *v = (u - w) / h;
                 }
                 let mut c = vec![0.0; f.stored()];
-                for (colour, columns) in groups.iter().enumerate() {
-                    let (cu, cd) = (1 + 2 * colour, 2 + 2 * colour);
-                    let (uu, ud) = (copy(up, cu, q), copy(up, cd, q));
-                    let (du, dd) = (copy(down, cu, q), copy(down, cd, q));
-                    for &j in columns {
-                        let eps = 2.0 * curvature_step(modes[q * d + j]);
-                        // Column j of ∂θ_k ∇²z log p: rows i with (i, j) in the envelope.
-                        let entry = |i: usize| ((uu[i] - ud[i]) - (du[i] - dd[i])) / (eps * h);
-                        for i in j..d {
-                            if start[i] <= j {
-                                let weight = if i == j { 1.0 } else { 0.5 };
-                                c[f.index(i, j)] += weight * entry(i);
+                match (&closed, &colours) {
+                    (Some(hessians), _) => {
+                        // ∂θ_k ∇²z log p = −∂θ_k of the negative Hessians.
+                        let (hu, hd) = (&hessians[up][q], &hessians[down][q]);
+                        for i in 0..d {
+                            for j in start[i]..=i {
+                                c[f.index(i, j)] = -(hu[i * d + j] - hd[i * d + j]) / h;
                             }
                         }
-                        for i in start[j]..j {
-                            c[f.index(j, i)] += 0.5 * entry(i);
+                    }
+                    (None, Some(colours)) => {
+                        for (colour, columns) in colours[q].iter().enumerate() {
+                            let (cu, cd) = (1 + 2 * colour, 2 + 2 * colour);
+                            let (uu, ud) = (copy(up, cu, q), copy(up, cd, q));
+                            let (du, dd) = (copy(down, cu, q), copy(down, cd, q));
+                            for &j in columns {
+                                let eps = 2.0 * curvature_step(modes[q * d + j]);
+                                // Column j of ∂θ_k ∇²z log p: rows i with (i, j) in the envelope.
+                                let entry =
+                                    |i: usize| ((uu[i] - ud[i]) - (du[i] - dd[i])) / (eps * h);
+                                for i in j..d {
+                                    if start[i] <= j {
+                                        let weight = if i == j { 1.0 } else { 0.5 };
+                                        c[f.index(i, j)] += weight * entry(i);
+                                    }
+                                }
+                                for i in start[j]..j {
+                                    c[f.index(j, i)] += 0.5 * entry(i);
+                                }
+                            }
                         }
                     }
+                    (None, None) => unreachable!("colours are taken where there is no closed form"),
                 }
                 let trace = envelope_trace(f, &inverse, &c);
                 offset[q * p + k] = -0.5 * trace;
@@ -219,6 +253,64 @@ impl ScoreControl {
     }
 }
 
+/// The negative Hessians of every point at its mode, in closed form ([`Problem::neg_hessian`]),
+/// at θ ± h_k e_k, k = 0..p (up, then down): [shifted θ][point]. `Ok(None)` where the problem
+/// has no closed form or a Hessian is not finite.
+fn closed_form_hessians<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    metric: &Metric,
+    theta: &[f64],
+    steps: &[f64],
+) -> Result<Option<Vec<Vec<Vec<f64>>>>> {
+    let (points, p, modes) = (metric.points(), theta.len(), metric.modes());
+    let d = modes.len() / points.max(1);
+    let at = |a: usize, q: usize| {
+        problem.neg_hessian(
+            &shifted_theta(theta, steps, a),
+            q,
+            &modes[q * d..(q + 1) * d],
+        )
+    };
+    let Some(probe) = at(0, 0) else {
+        return Ok(None);
+    };
+    let rest = |k: usize| at(k / points, k % points);
+    let mut all: Vec<_> = if problem.calls_are_costly() {
+        (1..2 * p * points).map(rest).collect()
+    } else {
+        (1..2 * p * points).into_par_iter().map(rest).collect()
+    };
+    all.insert(0, Some(probe));
+    let mut hessians = vec![Vec::with_capacity(points); 2 * p];
+    for (k, h) in all.into_iter().enumerate() {
+        match h {
+            Some(Ok(h)) => hessians[k / points].push(h),
+            Some(Err(LogpError::NonFinite)) | None => return Ok(None),
+            Some(Err(e)) => return Err(SagdError::Model(e)),
+        }
+    }
+    Ok(Some(hessians))
+}
+
+/// The `a`-th of θ's shifts: θ + h_k e_k for a = 2k, θ − h_k e_k for a = 2k + 1.
+fn shifted_theta(theta: &[f64], steps: &[f64], a: usize) -> Vec<f64> {
+    let (k, mut t) = (a / 2, theta.to_vec());
+    t[k] += if a.is_multiple_of(2) {
+        steps[k]
+    } else {
+        -steps[k]
+    };
+    t
+}
+
+/// Whether the inverses on every point's envelope fit in `budget` operations.
+fn inverses_within(metric: &Metric, d: usize, budget: usize) -> bool {
+    let work: usize = (0..metric.points())
+        .map(|q| d * 2 * metric.factor(q).stored())
+        .sum();
+    work <= budget
+}
+
 /// Each point's Hessian columns coloured on its factor's envelope, while their evaluations and
 /// the inverses on the envelopes fit in [`CONTROL_WORK`]; `None` past it.
 fn colours_within_budget(metric: &Metric, d: usize) -> Option<Vec<Vec<Vec<usize>>>> {
@@ -273,17 +365,7 @@ fn gradients_at_shifted_theta<P: Problem<f64> + ?Sized>(
     states: &[f64],
 ) -> Result<Option<Vec<Vec<f64>>>> {
     let p = theta.len();
-    let anchors: Vec<Vec<f64>> = (0..2 * p)
-        .map(|a| {
-            let mut t = theta.to_vec();
-            t[a / 2] += if a % 2 == 0 {
-                steps[a / 2]
-            } else {
-                -steps[a / 2]
-            };
-            t
-        })
-        .collect();
+    let anchors: Vec<Vec<f64>> = (0..2 * p).map(|a| shifted_theta(theta, steps, a)).collect();
     let evaluate = |anchor: &Vec<f64>| -> Result<Option<Vec<f64>>> {
         Ok(copies_target(problem, anchor, (points, copies), states)?.map(|(_, g)| g))
     };
@@ -354,19 +436,103 @@ mod tests {
         }
     }
 
+    /// [`quadratic`] with its negative Hessian, the precision, in closed form.
+    struct ClosedForm(GaussianTarget);
+
+    impl Problem<f64> for ClosedForm {
+        fn theta_dim(&self) -> usize {
+            self.0.theta_dim()
+        }
+        fn n_chains(&self) -> usize {
+            self.0.n_chains()
+        }
+        fn chain_dim(&self) -> usize {
+            self.0.chain_dim()
+        }
+        fn log_target(
+            &self,
+            anchor: &[f64],
+            first_row: usize,
+            xi: &[f64],
+            logp: &mut [f64],
+            grad: &mut [f64],
+        ) -> std::result::Result<(), LogpError> {
+            self.0.log_target(anchor, first_row, xi, logp, grad)
+        }
+        fn add_grad_f(
+            &self,
+            theta: &[f64],
+            first_row: usize,
+            xi: &[f64],
+            grad: &mut [f64],
+        ) -> std::result::Result<(), LogpError> {
+            self.0.add_grad_f(theta, first_row, xi, grad)
+        }
+        fn neg_hessian(
+            &self,
+            anchor: &[f64],
+            _row: usize,
+            _xi: &[f64],
+        ) -> Option<std::result::Result<Vec<f64>, LogpError>> {
+            Some(Ok((self.0.parts)(anchor).1))
+        }
+    }
+
+    const TH: [f64; 3] = [0.3, 0.8, 1.5];
+
+    /// `problem`'s dense metric at [`TH`] from a chain at 0.2, and its control there.
+    fn metric_and_control<P: Problem<f64>>(problem: P, d: usize) -> (Metric, ScoreControl) {
+        let mut pre = Preconditioned::new(problem, 1);
+        pre.adapt(&TH, &vec![0.2; d], Preconditioner::Dense)
+            .unwrap();
+        let metric = pre.metric().unwrap().clone();
+        let steps: Vec<f64> = TH.iter().map(|t| 1e-4 * (1.0 + t.abs())).collect();
+        let control = ScoreControl::at(&pre.inner, &metric, &TH, &steps)
+            .unwrap()
+            .expect("a dense metric gets a control");
+        (metric, control)
+    }
+
+    /// The metric and the control from the closed-form Hessians are those of central
+    /// differences of the gradient (exact for a quadratic log p, to their rounding: the
+    /// differences of differences lose about eight digits of the curvature's slope C_k).
+    #[test]
+    fn the_closed_form_control_is_the_differences_control() {
+        let d = 8;
+        let (fm, fc) = metric_and_control(quadratic(d), d);
+        let (cm, cc) = metric_and_control(ClosedForm(quadratic(d)), d);
+        let close = |a: &[f64], b: &[f64], tol: f64, what: &str| {
+            let scale = a.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() < tol * scale, "{what}: {x} against {y}");
+            }
+        };
+        let (fi, ci) = (
+            fm.factor(0).inverse_on_envelope(),
+            cm.factor(0).inverse_on_envelope(),
+        );
+        close(&fi, &ci, 1e-8, "the metric's inverse");
+        close(fm.modes(), cm.modes(), 1e-8, "the modes");
+        close(&fc.slope, &cc.slope, 1e-6, "b_k");
+        close(&fc.offset, &cc.offset, 1e-4, "tr(A⁻¹C_k)");
+        for k in 0..3 {
+            close(&fc.curvature[0][k], &cc.curvature[0][k], 1e-4, "C_k");
+        }
+    }
+
     #[test]
     fn on_a_gaussian_posterior_the_corrected_score_is_its_mean_at_every_draw() {
         let d = 8;
+        corrected_score_is_its_mean(quadratic(d), d);
+        corrected_score_is_its_mean(ClosedForm(quadratic(d)), d);
+    }
+
+    /// Each draw's score less `problem`'s control is the score's mean, on [`quadratic`].
+    fn corrected_score_is_its_mean<P: Problem<f64>>(problem: P, d: usize) {
         let model = quadratic(d);
-        let th = [0.3f64, 0.8, 1.5];
-        let mut pre = Preconditioned::new(quadratic(d), 1);
-        pre.adapt(&th, &vec![0.2; d], Preconditioner::Dense)
-            .unwrap();
-        let metric = pre.metric().unwrap();
-        let steps: Vec<f64> = th.iter().map(|t| 1e-4 * (1.0 + t.abs())).collect();
-        let control = ScoreControl::at(&model, metric, &th, &steps)
-            .unwrap()
-            .expect("a dense metric gets a control");
+        let th = TH;
+        let (metric, control) = metric_and_control(problem, d);
+        let metric = &metric;
         // The score's mean: E ∂θ log p = −½ tr(P⁻¹ ∂P) for θ₀, θ₁ (the mean term is zero) and 0
         // for θ₂ (E of a linear function of z − μ).
         let a = precision(d, &th);
