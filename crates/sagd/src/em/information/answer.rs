@@ -123,8 +123,9 @@ pub(super) fn finish<M: LatentModel<f64>>(
     })
 }
 
-/// More draws at the last point `at` until the standard errors are within [`SE_PRECISION`] and
-/// the step's noise part within [`STEP_NOISE`] of the tolerance, [`SE_DOUBLINGS`] times at most:
+/// More draws at the last point `at` until the standard errors are within [`SE_PRECISION`], the
+/// step's noise part within [`STEP_NOISE`] of the tolerance and its chains agree
+/// ([`CHAIN_RHAT_LIMIT`], one doubling for that), [`SE_DOUBLINGS`] times at most:
 /// the point's information, and the draws per chain its matrix came from.
 fn sharpen<M: LatentModel<f64>>(
     model: &M,
@@ -138,12 +139,19 @@ fn sharpen<M: LatentModel<f64>>(
     let mut draws = louis.draws;
     let step_noise = STEP_NOISE * s.gap_tol;
     let most = louis.draws << SE_DOUBLINGS;
-    while (se_imprecision(&info) > SE_PRECISION || info.gap_noise > step_noise)
+    // Chains that disagree about a point's score (R̂ above the limit) get one doubling of the
+    // whole information, which measures R̂ afresh: with few draws of a slowly mixing score (a
+    // control variate leaves little else), R̂ stands above 1 by about the inverse of the
+    // draws' effective number; chains that still disagree then are reported.
+    let mut rhat_doubled = false;
+    while (se_imprecision(&info) > SE_PRECISION
+        || info.gap_noise > step_noise
+        || (info.chains_disagree() && !rhat_doubled))
         && more < SE_DOUBLINGS
     {
         more += 1;
         let seed = stream_seed(seed, (s.max_steps + more) as u64);
-        if se_imprecision(&info) <= SE_PRECISION {
+        if se_imprecision(&info) <= SE_PRECISION && !(info.chains_disagree() && !rhat_doubled) {
             // Only the step is short of draws: a run for the score alone (a fraction of the
             // information's p + 1 runs), pooled with the draws the point has, with as many more
             // as its noise asks for.
@@ -161,6 +169,7 @@ fn sharpen<M: LatentModel<f64>>(
             }
             continue;
         }
+        rhat_doubled |= info.chains_disagree();
         draws *= 2;
         let again = LouisSettings { draws, ..louis };
         match louis_parts(model, at, &again, seed)?.into_information(at) {

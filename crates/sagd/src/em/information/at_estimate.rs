@@ -128,6 +128,17 @@ fn information_at<M: LatentModel<f64>>(
     let Ok(mut info) = louis_parts(model, estimate, louis, seed)?.into_information(estimate) else {
         return Ok(None);
     };
+    if info.chains_disagree() {
+        // Once more with the same chains run twice as long, as the last point's (`sharpen`):
+        // R̂ of few draws of a slowly mixing score stands above 1 by itself.
+        let longer = LouisSettings {
+            draws: 2 * louis.draws,
+            ..*louis
+        };
+        if let Ok(again) = louis_parts(model, estimate, &longer, seed)?.into_information(estimate) {
+            info = again;
+        }
+    }
     widen(&mut info, step, radius);
     Ok(Some(info))
 }

@@ -103,6 +103,11 @@ impl Information {
         Ok(())
     }
 
+    /// Whether a point's chains disagree about its score: R̂ above [`CHAIN_RHAT_LIMIT`].
+    pub(super) fn chains_disagree(&self) -> bool {
+        self.chain_rhat.is_some_and(|r| r > CHAIN_RHAT_LIMIT)
+    }
+
     /// The same information with its score pooled with that of `parts`, a [`score_parts`] run at
     /// the same θ on streams of its own: the two means weighted by their draws, their Monte Carlo
     /// covariances by the squared weights, and the Newton step, the gap and its noise recomputed.
