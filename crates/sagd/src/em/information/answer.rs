@@ -144,14 +144,15 @@ fn sharpen<M: LatentModel<f64>>(
     // control variate leaves little else), R̂ stands above 1 by about the inverse of the
     // draws' effective number; chains that still disagree then are reported.
     let mut rhat_doubled = false;
+    let rhat_asks = |info: &Information, doubled: bool| info.chains_disagree() && !doubled;
     while (se_imprecision(&info) > SE_PRECISION
         || info.gap_noise > step_noise
-        || (info.chains_disagree() && !rhat_doubled))
+        || rhat_asks(&info, rhat_doubled))
         && more < SE_DOUBLINGS
     {
         more += 1;
         let seed = stream_seed(seed, (s.max_steps + more) as u64);
-        if se_imprecision(&info) <= SE_PRECISION && !(info.chains_disagree() && !rhat_doubled) {
+        if se_imprecision(&info) <= SE_PRECISION && !rhat_asks(&info, rhat_doubled) {
             // Only the step is short of draws: a run for the score alone (a fraction of the
             // information's p + 1 runs), pooled with the draws the point has, with as many more
             // as its noise asks for.
