@@ -342,7 +342,8 @@ impl LatentModel<f64> for Glmm {
     ) -> std::result::Result<(), LogpError> {
         self.log_joint_with(theta, data, z, logp, grad_z, Some(grad_theta))
     }
-    /// In closed form, one pass over the point's rows ([`Glmm::point_neg_hessian`]).
+    /// In closed form, one pass over the point's rows: I + Σ_r w_r a_r a_rᵀ, a_r = dη_r/du and
+    /// w_r = −d²ℓ_r/dη².
     fn neg_hessian_z(
         &self,
         theta: &[f64],
