@@ -212,19 +212,7 @@ impl Glmm {
         let dim = self.points[c].dim;
         let a = self.point_design(factors, c);
         let at = |u: &[f64], grad: &mut Vec<f64>, hess: &mut Vec<f64>| {
-            grad.iter_mut().zip(u).for_each(|(g, u)| *g = -u);
-            hess.iter_mut().for_each(|h| *h = 0.0);
-            (0..dim).for_each(|k| hess[k * dim + k] = 1.0);
-            let mut r = 0;
-            self.point_terms(theta, factors, c, u, dim, |_, dl, w| {
-                for &(j, aj) in &a[r] {
-                    grad[j] += dl * aj;
-                    for &(k, ak) in &a[r] {
-                        hess[j * dim + k] += w * aj * ak;
-                    }
-                }
-                r += 1;
-            })
+            self.point_curvature(theta, factors, c, u, &a, grad, hess)
         };
         let (mut grad, mut hess) = (vec![0.0; dim], vec![0.0; dim * dim]);
         let mut u = start.map_or_else(|| vec![0.0; dim], <[f64]>::to_vec);

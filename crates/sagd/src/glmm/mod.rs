@@ -350,8 +350,18 @@ impl LatentModel<f64> for Glmm {
         i: usize,
         z: &[f64],
     ) -> Option<std::result::Result<Vec<f64>, LogpError>> {
-        (i < self.points.len() && z.len() == self.latent_dim)
-            .then(|| self.point_neg_hessian(theta, i, z))
+        if i >= self.points.len() || z.len() != self.latent_dim {
+            return None;
+        }
+        let (factors, d) = (self.factors(theta), self.latent_dim);
+        let design = self.point_design(&factors, i);
+        let (mut grad, mut hess) = (vec![0.0; d], vec![0.0; d * d]);
+        let lp = self.point_curvature(theta, &factors, i, z, &design, &mut grad, &mut hess);
+        Some(if lp.is_finite() && hess.iter().all(|v| v.is_finite()) {
+            Ok(hess)
+        } else {
+            Err(LogpError::NonFinite)
+        })
     }
     fn add_grad_theta(
         &self,

@@ -182,33 +182,37 @@ impl Glmm {
         Ok(())
     }
 
-    /// −∇²u log p(y_c, u; θ) of point `c` at `u` (d × d row-major, d the model's latent
-    /// dimension, every coordinate in the prior): I + Σ_r w_r a_r a_rᵀ over the point's rows,
-    /// a_r = dη_r/du and w_r = −d²ℓ_r/dη².
-    pub(super) fn point_neg_hessian(
+    /// log p(y_c, u; θ) of point `c` at `u` (every coordinate in the prior), with ∇u into `grad`
+    /// and −∇²u into `hess` (u.len()² values, row-major): −u + Σ_r dℓ_r/dη a_r and
+    /// I + Σ_r w_r a_r a_rᵀ over the point's rows, a_r = dη_r/du from `design` (the point's
+    /// [`Glmm::point_design`]) and w_r = −d²ℓ_r/dη². Laplace's mode search and the curvature in
+    /// closed form ([`LatentModel::neg_hessian_z`](crate::model::LatentModel::neg_hessian_z))
+    /// both read it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn point_curvature(
         &self,
         theta: &[f64],
+        factors: &[Vec<f64>],
         c: usize,
         u: &[f64],
-    ) -> std::result::Result<Vec<f64>, LogpError> {
-        let d = self.latent_dim;
-        let factors = self.factors(theta);
-        let mut h = vec![0.0; d * d];
-        (0..d).for_each(|k| h[k * d + k] = 1.0);
-        let mut a = Vec::new();
-        let lp = self.point_terms(theta, &factors, c, u, d, |i, _, w| {
-            a.clear();
-            self.row_design(&factors, i, |k, v| a.push((k, v)));
-            for &(j, aj) in &a {
-                for &(k, ak) in &a {
-                    h[j * d + k] += w * aj * ak;
+        design: &[Vec<(usize, f64)>],
+        grad: &mut [f64],
+        hess: &mut [f64],
+    ) -> f64 {
+        let dim = u.len();
+        grad.iter_mut().zip(u).for_each(|(g, u)| *g = -u);
+        hess.iter_mut().for_each(|h| *h = 0.0);
+        (0..dim).for_each(|k| hess[k * dim + k] = 1.0);
+        let mut rows = design.iter();
+        self.point_terms(theta, factors, c, u, dim, |_, dl, w| {
+            let Some(a) = rows.next() else { return };
+            for &(j, aj) in a {
+                grad[j] += dl * aj;
+                for &(k, ak) in a {
+                    hess[j * dim + k] += w * aj * ak;
                 }
             }
-        });
-        if !lp.is_finite() || h.iter().any(|v| !v.is_finite()) {
-            return Err(LogpError::NonFinite);
-        }
-        Ok(h)
+        })
     }
 
     /// For point `c` at latent `u` (its first `prior_dim` coordinates in the prior): adds

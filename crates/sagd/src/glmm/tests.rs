@@ -70,6 +70,18 @@ fn scalar_terms(family: Family, nested: bool) -> Glmm {
     two_factor(family, nested, vec![1.0; 24], false, scaled)
 }
 
+/// The family's models of every shape above: one term of correlated slopes, and two terms of
+/// correlated slopes or of scalar effects, crossed and nested.
+fn every_shape(family: Family) -> [Glmm; 5] {
+    [
+        small(family),
+        two_terms(family, false),
+        two_terms(family, true),
+        scalar_terms(family, false),
+        scalar_terms(family, true),
+    ]
+}
+
 /// Term by term over the rows gives the linear predictors row by row gives, bit for bit.
 #[test]
 fn scalar_effects_term_by_term_give_the_rows_bits() {
@@ -91,13 +103,7 @@ fn scalar_effects_term_by_term_give_the_rows_bits() {
 #[test]
 fn gradients_match_central_differences() {
     for family in [Family::Gaussian, Family::Poisson, Family::Binomial] {
-        for m in [
-            small(family),
-            two_terms(family, false),
-            two_terms(family, true),
-            scalar_terms(family, false),
-            scalar_terms(family, true),
-        ] {
+        for m in every_shape(family) {
             let theta: Vec<f64> = (0..m.theta_dim()).map(|k| 0.1 * k as f64 - 0.2).collect();
             let z: Vec<f64> = (0..m.n_data() * m.latent_dim())
                 .map(|k| (k as f64 * 1.3).sin())
@@ -109,17 +115,12 @@ fn gradients_match_central_differences() {
 }
 
 /// The closed-form −∇²z log p of every point is the central difference of `log_joint`'s ∇z, for
-/// every family, correlated slopes and scalar effects, crossed and nested (the difference's own
-/// error is O(h²) of the third derivative: 1e-6 of the entries' scale).
+/// every family and shape (the difference's own error is O(h²) of the third derivative: 1e-6
+/// of the entries' scale).
 #[test]
 fn the_closed_form_curvature_is_the_gradient_s_central_difference() {
     for family in [Family::Gaussian, Family::Poisson, Family::Binomial] {
-        for m in [
-            small(family),
-            two_terms(family, false),
-            two_terms(family, true),
-            scalar_terms(family, false),
-        ] {
+        for m in every_shape(family) {
             let (d, h) = (m.latent_dim(), 1e-5);
             let theta: Vec<f64> = (0..m.theta_dim()).map(|k| 0.1 * k as f64 - 0.2).collect();
             for i in 0..m.n_data() {

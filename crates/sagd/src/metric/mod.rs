@@ -23,7 +23,9 @@ mod settle;
 
 pub use factor::Factor;
 use settle::settle_together;
-pub(crate) use settle::{copies_target, curvature_step, row_target, stacked_shifts};
+pub(crate) use settle::{
+    closed_form_each, copies_target, curvature_step, row_target, stacked_shifts,
+};
 
 /// Which mass matrix the chains use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]

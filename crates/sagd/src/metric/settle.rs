@@ -197,9 +197,38 @@ fn evaluate_points<P: Problem<f64> + ?Sized>(
     Ok((lp.concat(), g.concat()))
 }
 
+/// The problem's negative Hessians in closed form ([`Problem::neg_hessian`]) for the requests
+/// `0..n`, `ask(k)` asking for request k: the first alone, and `None` (nothing more asked) where
+/// the problem has none or there is no request; the rest side by side unless its calls are
+/// costly, in order. A problem that answers the first but not another is an error of the model.
+pub(crate) fn closed_form_each<P: Problem<f64> + ?Sized>(
+    problem: &P,
+    n: usize,
+    ask: impl Fn(usize) -> Option<std::result::Result<Vec<f64>, LogpError>> + Sync,
+) -> Option<Vec<std::result::Result<Vec<f64>, LogpError>>> {
+    if n == 0 {
+        return None;
+    }
+    let first = ask(0)?;
+    let rest = |k: usize| {
+        ask(k).unwrap_or_else(|| {
+            Err(LogpError::Fatal(format!(
+                "the problem gave its curvature in closed form for its first request but not for request {k}"
+            )))
+        })
+    };
+    let mut all = vec![first];
+    if problem.calls_are_costly() {
+        all.extend((1..n).map(rest));
+    } else {
+        all.par_extend((1..n).into_par_iter().map(rest));
+    }
+    Some(all)
+}
+
 /// The factors A = −∇²log π of the points `which` at `z` from the problem's closed form
-/// ([`Problem::neg_hessian`]), one evaluation a point where central differences take 2d of all
-/// of them; `None` where the problem has none. A point whose curvature is not finite gets the
+/// ([`closed_form_each`]), one evaluation a point where central differences take 2d of all of
+/// them; `None` where the problem has none. A point whose curvature is not finite gets the
 /// identity, as with differences.
 fn closed_form_curvatures<P: Problem<f64> + ?Sized>(
     problem: &P,
@@ -209,44 +238,32 @@ fn closed_form_curvatures<P: Problem<f64> + ?Sized>(
     which: &[bool],
     dense: bool,
 ) -> Option<Result<Vec<Option<Factor>>>> {
-    let first = which.iter().position(|w| *w)?;
-    let at = |p: usize| &z[p * d..(p + 1) * d];
-    let probe = problem.neg_hessian(anchor, first, at(first))?;
-    let factor = |p: usize, h: Option<std::result::Result<Vec<f64>, LogpError>>| {
-        let h = match h {
-            Some(Ok(h)) => h,
-            Some(Err(LogpError::NonFinite)) => return Ok(Factor::identity(d)),
-            Some(Err(e)) => return Err(SagdError::Model(e)),
-            None => {
-                return Err(SagdError::Model(LogpError::Fatal(format!(
-                    "the problem gave the curvature of point {first} in closed form but not that of point {p}"
-                ))))
-            }
-        };
-        let h = if dense {
-            h
-        } else {
-            (0..d).map(|j| h[j * d + j]).collect()
-        };
-        Ok(factor_hessian(h, d, dense))
-    };
-    let rest = |p: usize| -> Result<Option<Factor>> {
-        (which[p] && p != first)
-            .then(|| factor(p, problem.neg_hessian(anchor, p, at(p))))
-            .transpose()
-    };
-    let mut factors = if problem.calls_are_costly() {
-        (0..which.len()).map(rest).collect::<Result<Vec<_>>>()
-    } else {
-        (0..which.len()).into_par_iter().map(rest).collect()
-    };
-    if let Ok(f) = &mut factors {
-        match factor(first, Some(probe)) {
-            Ok(probed) => f[first] = Some(probed),
+    let needed: Vec<usize> = (0..which.len()).filter(|&p| which[p]).collect();
+    let hessians = closed_form_each(problem, needed.len(), |k| {
+        let p = needed[k];
+        problem.neg_hessian(anchor, p, &z[p * d..(p + 1) * d])
+    })?;
+    let factored: Vec<Result<Factor>> = hessians
+        .into_par_iter()
+        .map(|h| match h {
+            Ok(h) if dense => Ok(factor_hessian(h, d, dense)),
+            Ok(h) => Ok(factor_hessian(
+                (0..d).map(|j| h[j * d + j]).collect(),
+                d,
+                dense,
+            )),
+            Err(LogpError::NonFinite) => Ok(Factor::identity(d)),
+            Err(e) => Err(SagdError::Model(e)),
+        })
+        .collect();
+    let mut factors = vec![None; which.len()];
+    for (p, f) in needed.into_iter().zip(factored) {
+        match f {
+            Ok(f) => factors[p] = Some(f),
             Err(e) => return Some(Err(e)),
         }
     }
-    Some(factors)
+    Some(Ok(factors))
 }
 
 /// The factors A = −∇²log π of the points `which` at `z`, by central differences of the gradient:

@@ -62,6 +62,8 @@ pub(super) struct Settled<'a, M> {
     all_points: Vec<usize>,
     /// The score's control variate at θ, where the metric allows one.
     control: Option<ScoreControl>,
+    /// The coupled runs' steps h_j in θ, which the control carries the settled states by.
+    coupled: Vec<f64>,
 }
 
 impl<'a, M: LatentModel<f64>> Settled<'a, M> {
@@ -119,14 +121,12 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             }
             .kernel::<f64>(delta)?
         };
+        let coupled: Vec<f64> = theta
+            .iter()
+            .map(|t| s.coupled_step * (1.0 + t.abs()))
+            .collect();
         let control = match problem.metric() {
-            Some(metric) => {
-                let steps: Vec<f64> = theta
-                    .iter()
-                    .map(|t| s.coupled_step * (1.0 + t.abs()))
-                    .collect();
-                ScoreControl::at(&problem.inner, metric, theta, &steps)?
-            }
+            Some(metric) => ScoreControl::at(&problem.inner, metric, theta, &coupled)?,
             None => None,
         };
         let batches = if s.draws >= 2 * SE_BATCHES {
@@ -147,6 +147,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             batches,
             all_points: (0..rows).map(|r| r % n).collect(),
             control,
+            coupled,
         })
     }
 
@@ -432,10 +433,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         let mut complete = vec![vec![0.0; p]; p];
         let mut complete_count = 0.0;
         let steps: Vec<f64> = theta.iter().map(|t| s.fd_step * (1.0 + t.abs())).collect();
-        let coupled: Vec<f64> = theta
-            .iter()
-            .map(|t| s.coupled_step * (1.0 + t.abs()))
-            .collect();
+        let coupled = &self.coupled;
         // The runs at θ + h e_j, each from its own copy of the settled state and reading no
         // other run, side by side (the same bits as one after the other): each draw's score.
         // Split over processes, each run's chain steps are shared among them: one at a time.

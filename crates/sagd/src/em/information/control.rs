@@ -20,7 +20,7 @@
 use rayon::prelude::*;
 
 use crate::error::{LogpError, Result, SagdError};
-use crate::metric::{copies_target, curvature_step, Factor, Metric};
+use crate::metric::{closed_form_each, copies_target, curvature_step, Factor, Metric};
 use crate::model::Problem;
 
 /// The most work (Σ over points of the colouring's and the inverse's operations) spent on the
@@ -102,18 +102,19 @@ impl ScoreControl {
         // C_k from the problem's Hessians in closed form at θ ± h_k e_k where it has them (a
         // pass per point and shifted θ), else from central differences of ∇z, the columns
         // coloured; b_k from ∇z at the modes either way.
-        let closed = closed_form_hessians(problem, metric, theta, steps)?;
-        let colours = match &closed {
-            Some(_) if inverses_within(metric, d, CLOSED_FORM_CONTROL_WORK) => None,
+        let sources = match closed_form_hessians(problem, metric, theta, steps)? {
+            Some(h) if inverses_within(metric, d, CLOSED_FORM_CONTROL_WORK) => {
+                Curvatures::Closed(h)
+            }
             Some(_) => return Ok(None),
             None => match colours_within_budget(metric, d) {
-                Some(colours) => Some(colours),
+                Some(colours) => Curvatures::Coloured(colours),
                 None => return Ok(None),
             },
         };
-        let (copies, states) = match &colours {
-            Some(colours) => shifted_copies(modes, colours, d),
-            None => (1, modes.to_vec()),
+        let (copies, states) = match &sources {
+            Curvatures::Coloured(colours) => shifted_copies(modes, colours, d),
+            Curvatures::Closed(_) => (1, modes.to_vec()),
         };
         let Some(grads) =
             gradients_at_shifted_theta(problem, theta, steps, (points, copies), &states)?
@@ -138,8 +139,8 @@ impl ScoreControl {
                     *v = (u - w) / h;
                 }
                 let mut c = vec![0.0; f.stored()];
-                match (&closed, &colours) {
-                    (Some(hessians), _) => {
+                match &sources {
+                    Curvatures::Closed(hessians) => {
                         // ∂θ_k ∇²z log p = −∂θ_k of the negative Hessians.
                         let (hu, hd) = (&hessians[up][q], &hessians[down][q]);
                         for i in 0..d {
@@ -148,7 +149,7 @@ impl ScoreControl {
                             }
                         }
                     }
-                    (None, Some(colours)) => {
+                    Curvatures::Coloured(colours) => {
                         for (colour, columns) in colours[q].iter().enumerate() {
                             let (cu, cd) = (1 + 2 * colour, 2 + 2 * colour);
                             let (uu, ud) = (copy(up, cu, q), copy(up, cd, q));
@@ -170,7 +171,6 @@ impl ScoreControl {
                             }
                         }
                     }
-                    (None, None) => unreachable!("colours are taken where there is no closed form"),
                 }
                 let trace = envelope_trace(f, &inverse, &c);
                 offset[q * p + k] = -0.5 * trace;
@@ -253,9 +253,17 @@ impl ScoreControl {
     }
 }
 
-/// The negative Hessians of every point at its mode, in closed form ([`Problem::neg_hessian`]),
-/// at θ ± h_k e_k, k = 0..p (up, then down): [shifted θ][point]. `Ok(None)` where the problem
-/// has no closed form or a Hessian is not finite.
+/// Where the control's C_k come from.
+enum Curvatures {
+    /// The problem's negative Hessians in closed form: [shifted θ][point].
+    Closed(Vec<Vec<Vec<f64>>>),
+    /// Central differences of ∇z, each point's columns in colours: [point][colour].
+    Coloured(Vec<Vec<Vec<usize>>>),
+}
+
+/// The negative Hessians of every point at its mode, in closed form ([`closed_form_each`]), at
+/// θ ± h_k e_k, k = 0..p (up, then down): [shifted θ][point]. `Ok(None)` where the problem has
+/// no closed form or a Hessian is not finite.
 fn closed_form_hessians<P: Problem<f64> + ?Sized>(
     problem: &P,
     metric: &Metric,
@@ -264,29 +272,22 @@ fn closed_form_hessians<P: Problem<f64> + ?Sized>(
 ) -> Result<Option<Vec<Vec<Vec<f64>>>>> {
     let (points, p, modes) = (metric.points(), theta.len(), metric.modes());
     let d = modes.len() / points.max(1);
-    let at = |a: usize, q: usize| {
+    let Some(all) = closed_form_each(problem, 2 * p * points, |k| {
+        let (a, q) = (k / points, k % points);
         problem.neg_hessian(
             &shifted_theta(theta, steps, a),
             q,
             &modes[q * d..(q + 1) * d],
         )
-    };
-    let Some(probe) = at(0, 0) else {
+    }) else {
         return Ok(None);
     };
-    let rest = |k: usize| at(k / points, k % points);
-    let mut all: Vec<_> = if problem.calls_are_costly() {
-        (1..2 * p * points).map(rest).collect()
-    } else {
-        (1..2 * p * points).into_par_iter().map(rest).collect()
-    };
-    all.insert(0, Some(probe));
     let mut hessians = vec![Vec::with_capacity(points); 2 * p];
     for (k, h) in all.into_iter().enumerate() {
         match h {
-            Some(Ok(h)) => hessians[k / points].push(h),
-            Some(Err(LogpError::NonFinite)) | None => return Ok(None),
-            Some(Err(e)) => return Err(SagdError::Model(e)),
+            Ok(h) => hessians[k / points].push(h),
+            Err(LogpError::NonFinite) => return Ok(None),
+            Err(e) => return Err(SagdError::Model(e)),
         }
     }
     Ok(Some(hessians))
