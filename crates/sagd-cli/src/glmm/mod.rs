@@ -62,7 +62,7 @@ pub struct GlmmArgs {
     /// Draws a chain for the conditional means of blocks too large to integrate (crossed
     /// factors): HMC, 4 chains, their Monte Carlo errors in ranef.csv's mean_mcse; 0 leaves
     /// those means blank.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 500)]
     ranef_draws: usize,
     /// Output folder.
     #[arg(long, default_value = "out/glmm")]

@@ -28,7 +28,7 @@ impl Means {
                 Ok(m) => Means::Sampled(m),
                 Err(e) => Means::Blank(e.to_string()),
             },
-            Err(e) => Means::Blank(format!("{e}; or sample them: --ranef-draws 1000")),
+            Err(e) => Means::Blank(format!("{e}; or sample them: --ranef-draws 500")),
         }
     }
 

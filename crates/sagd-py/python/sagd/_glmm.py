@@ -279,7 +279,7 @@ def glmm(
     reml: bool = False,
     nodes: Optional[int] = None,
     data: Any = None,
-    ranef_draws: int = 1000,
+    ranef_draws: int = 500,
 ) -> GlmmResult:
     """Fits a generalised linear mixed model by maximum likelihood: directly where the likelihood
     can be computed exactly, else by automated Monte Carlo EM.
@@ -332,7 +332,7 @@ def glmm(
             15, 9 with 1, 2, 3 effects per block).
         data: with a formula, the data frame (or anything ``pandas.DataFrame`` takes).
         ranef_draws: draws a chain for the conditional means of blocks too large to integrate
-            (``ranef_mean`` of crossed factors; default 1000, 0 for none).
+            (``ranef_mean`` of crossed factors; default 500, 0 for none).
 
     Returns:
         A :class:`GlmmResult`.

@@ -13,14 +13,20 @@ use crate::error::{LogpError, Result, SagdError};
 use crate::hmc::HmcSettings;
 use crate::langevin::{ChainSet, Momentum};
 use crate::model::LogDensity;
-use crate::rng::Seed;
+use crate::rng::{ChainRng, Seed};
 
 /// Chains per point: enough for R-hat to see chains that have not met.
 const CHAINS: usize = 4;
 
-/// The leapfrog's path per proposal, εL: well short of a half period of N(0, I) (π/2), where the
-/// proposals of a Gaussian posterior would only bounce between x and −x.
-const PATH: f64 = 1.2;
+/// The leapfrog's path per proposal, εL, about its mean: a quarter period of N(0, I), where
+/// the proposal from x is independent of x (a path of 1.2, where a Gaussian's successive draws
+/// correlate by cos 1.2 = 0.36, gave 0.6 of the effective draws a gradient on crossed designs).
+const PATH: f64 = std::f64::consts::FRAC_PI_2;
+
+/// Each transition's path is drawn uniformly within this fraction of [`PATH`], so that no
+/// direction whose posterior sd is not 1 comes back to where it started at every step (half a
+/// period turns x into −x and leaves x² where it was).
+const JITTER: f64 = 0.25;
 
 /// The warm-up's transitions between adjustments of ε, and the acceptance it keeps ε within.
 const ADAPT_EVERY: usize = 25;
@@ -125,11 +131,11 @@ impl Glmm {
     /// designs of any size, crossed factors included, where [`Glmm::conditional_means`]
     /// integrates only blocks of at most three effects. Each point's posterior is sampled by 4
     /// chains in the coordinates where Laplace's approximation at its mode is N(0, I), started
-    /// from draws of that approximation; the warm-up (`draws` / 2 + 100 transitions) tunes the
+    /// from draws of that approximation; the warm-up (`draws` / 4 + 100 transitions) tunes the
     /// leapfrog step to an acceptance between 0.6 and 0.9, then `draws` transitions a chain are
-    /// kept. The Metropolis test makes the draws exact; each mean's Monte Carlo error, the
-    /// smallest ESS and the largest R-hat come with them. `seed` fixes every draw, whatever the
-    /// number of threads.
+    /// kept, each along a path drawn within ±25% of a quarter period of N(0, I). The Metropolis
+    /// test makes the draws exact; each mean's Monte Carlo error, the smallest ESS and the
+    /// largest R-hat come with them. `seed` fixes every draw, whatever the number of threads.
     pub fn conditional_means_sampled(
         &self,
         theta: &[f64],
@@ -142,7 +148,7 @@ impl Glmm {
                 name: "draws",
                 value: draws.to_string(),
                 fix: format!(
-                    "keep at least {} draws a chain (1000 give means to about 3% of an sd)",
+                    "keep at least {} draws a chain (500 give means to about 3% of an sd)",
                     SampledMeans::MIN_DRAWS
                 ),
             });
@@ -215,13 +221,16 @@ impl Glmm {
         chains.init(&target, &starts, Momentum::Normal)?;
         // ε ∝ d^(-1/4) keeps the leapfrog's energy error, and so the acceptance, level as d grows.
         let mut step = (1.2 / (dim as f64).powf(0.25)).min(1.2);
-        let warm_up = draws / 2 + 100;
+        // The chains start from draws of Laplace's approximation, close to the posterior: the
+        // warm-up is for the step.
+        let warm_up = draws / 4 + 100;
+        let mut paths = Paths(ChainRng::new(seed.stream("paths").get(), 0));
         let mut done = 0;
         while done < warm_up {
-            let kernel = hmc(step)?;
             let n = ADAPT_EVERY.min(warm_up - done);
             let mut accepted = 0.0;
             for _ in 0..n {
+                let kernel = paths.kernel(step)?;
                 accepted += chains.step(&target, &kernel)?.acceptance.unwrap_or(0.0);
             }
             done += n;
@@ -232,7 +241,6 @@ impl Glmm {
                 step *= 1.2;
             }
         }
-        let kernel = hmc(step)?;
         let mut series: Vec<Vec<Vec<f64>>> = levels
             .iter()
             .flat_map(|&(t, _, _)| 0..self.terms[t].q)
@@ -240,6 +248,7 @@ impl Glmm {
             .collect();
         let mut accepted = 0.0;
         for _ in 0..draws {
+            let kernel = paths.kernel(step)?;
             accepted += chains.step(&target, &kernel)?.acceptance.unwrap_or(0.0);
             for r in 0..CHAINS {
                 let u = target.u_of(chains.position(r));
@@ -278,13 +287,20 @@ fn summarise(chains: &[Vec<f64>]) -> Summed {
     }
 }
 
-/// HMC with step ε and the path [`PATH`].
-fn hmc(step: f64) -> Result<crate::langevin::Kernel<f64>> {
-    HmcSettings {
-        step_size: step,
-        n_leapfrog: (PATH / step).ceil().max(1.0) as usize,
+/// The transitions' paths: one draw a transition, shared by a point's chains, from a stream of
+/// its own so that the bits do not depend on the threads.
+struct Paths(ChainRng);
+
+impl Paths {
+    /// HMC with step ε along the next path, [`PATH`] within ±[`JITTER`].
+    fn kernel(&mut self, step: f64) -> Result<crate::langevin::Kernel<f64>> {
+        let path = PATH * (1.0 + JITTER * (2.0 * self.0.uniform() - 1.0));
+        HmcSettings {
+            step_size: step,
+            n_leapfrog: (path / step).ceil().max(1.0) as usize,
+        }
+        .kernel()
     }
-    .kernel()
 }
 
 #[cfg(test)]

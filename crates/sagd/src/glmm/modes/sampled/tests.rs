@@ -173,7 +173,7 @@ fn sampled_means_at_scale() {
     let theta = [1.0, 0.8f64.ln(), 0.5f64.ln(), 1.5f64.ln()];
     let exact = m.random_effects(&theta).unwrap();
     let t = std::time::Instant::now();
-    let sampled = m.conditional_means_sampled(&theta, 1000, 1).unwrap();
+    let sampled = m.conditional_means_sampled(&theta, 500, 1).unwrap();
     let seconds = t.elapsed().as_secs_f64();
     let worst = within_mc_error(&sampled, &exact);
     let z: Vec<f64> = exact
