@@ -26,7 +26,7 @@ pub const LAPLACE_START_MSTEPS: usize = 0;
 pub enum Method {
     /// The exact likelihood where [`Glmm::exact_method`] can compute it, else EM started at
     /// Laplace's maximum ([`Glmm::fit_laplace`]) for at most [`LAPLACE_START_MSTEPS`] M-steps
-    /// (none), then the polish.
+    /// (none), then the polish; where Laplace's fit fails, as [`Method::Em`].
     #[default]
     Auto,
     /// The exact likelihood, or an error saying why it cannot be computed.
@@ -139,15 +139,15 @@ impl Glmm {
         // Auto starts at Laplace's maximum, which leaves only the distance to the exact one: the
         // polish's Newton steps, whose gap decides convergence, cover it from there
         // (LAPLACE_START_MSTEPS M-steps first). `Method::Em` keeps the built-in start and EM's
-        // own rule.
+        // own rule, and so does Auto where Laplace's fit fails (the fit then says it ran EM).
         let mut em = settings.em.clone();
-        let auto = settings.method == Method::Auto;
-        let theta0 = if auto {
-            self.laplace_start()
-        } else {
-            self.start()
+        let laplace = match settings.method {
+            Method::Auto => self.laplace_maximum_start().ok(),
+            _ => None,
         };
-        let capped = auto && em.polish.is_some() && em.max_msteps > LAPLACE_START_MSTEPS;
+        let capped =
+            laplace.is_some() && em.polish.is_some() && em.max_msteps > LAPLACE_START_MSTEPS;
+        let theta0 = laplace.unwrap_or_else(|| self.start());
         if capped {
             em.max_msteps = LAPLACE_START_MSTEPS;
         }
