@@ -180,6 +180,15 @@ impl Factor {
         }
     }
 
+    /// out = L x.
+    #[allow(clippy::needless_range_loop)] // envelope indices read clearer than iterators
+    pub(crate) fn mul_lower(&self, x: &[f64], out: &mut [f64]) {
+        for i in 0..x.len() {
+            let o = self.offset[i] - self.start[i];
+            out[i] = (self.start[i]..=i).map(|k| self.vals[o + k] * x[k]).sum();
+        }
+    }
+
     /// out = Lᵀ x.
     #[allow(clippy::needless_range_loop)] // envelope indices read clearer than iterators
     pub(super) fn mul_upper(&self, x: &[f64], out: &mut [f64]) {

@@ -22,10 +22,10 @@ mod factor;
 mod settle;
 
 pub use factor::Factor;
-use settle::settle_together;
 pub(crate) use settle::{
     closed_form_each, copies_target, curvature_step, row_target, stacked_shifts,
 };
+use settle::{curvatures, settle_together};
 
 /// Which mass matrix the chains use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -162,6 +162,35 @@ impl Metric {
             }
             self.factors[p].mul_upper(&dz, ur);
         }
+    }
+
+    /// The metric of the same kind at `anchor` with its modes at `shift` (one row per point)
+    /// instead of found: each point's precision taken there.
+    pub(crate) fn carried<P: Problem<f64> + ?Sized>(
+        &self,
+        problem: &P,
+        anchor: &[f64],
+        shift: Vec<f64>,
+    ) -> Result<Metric> {
+        let d = self.dim.max(1);
+        let factors = curvatures(
+            problem,
+            anchor,
+            &shift,
+            d,
+            &vec![true; self.points()],
+            self.dense,
+        )?
+        .into_iter()
+        .zip(&self.factors)
+        .map(|(f, old)| f.unwrap_or_else(|| old.clone()))
+        .collect();
+        Ok(Metric {
+            dim: self.dim,
+            shift,
+            factors,
+            dense: self.dense,
+        })
     }
 
     /// ∇_u = L⁻¹ ∇_z in place, for the chains `first_row..`.

@@ -268,7 +268,7 @@ fn closed_form_curvatures<P: Problem<f64> + ?Sized>(
 
 /// The factors A = −∇²log π of the points `which` at `z`, by central differences of the gradient:
 /// coordinate k of every point moved at once, 2d evaluations of all points in all.
-fn curvatures<P: Problem<f64> + ?Sized>(
+pub(super) fn curvatures<P: Problem<f64> + ?Sized>(
     problem: &P,
     anchor: &[f64],
     z: &[f64],

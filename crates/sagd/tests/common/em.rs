@@ -3,6 +3,7 @@
 //! defaults on E1's model.
 #![allow(dead_code)]
 
+use sagd::em::information::Polished;
 use sagd::em::{maximum_likelihood, AutomatedEm, EmEvent, EmSettings, EmTrace};
 use sagd::model::LatentModel;
 use sagd::quadrature::{log_likelihood, GaussHermite};
@@ -27,6 +28,27 @@ pub fn run<M: LatentModel<f64>>(
     (trace, events)
 }
 
+/// The error a polished estimate may carry by what its polish reports, per coordinate: the last
+/// step's Monte Carlo error; the Newton step that the answer's own information still sees (where
+/// it was taken at the answer: where the score's control is exact, a Gaussian model's, the Monte
+/// Carlo error falls to 1e-12-1e-9 and what Newton's last step left, 1e-9-1e-6, is most of the
+/// error); and the floor of the control's central differences in θ, O(h²) with h = 1e-4 (1 +
+/// |θ|), at ten times its order.
+pub fn reported_error(polished: &Polished) -> Vec<f64> {
+    let info = &polished.information;
+    let at_answer = info.theta == polished.estimate;
+    (0..polished.estimate.len())
+        .map(|j| {
+            let left = if at_answer {
+                info.newton_step[j].abs()
+            } else {
+                0.0
+            };
+            polished.mc_se[j] + left + 1e-7 * (1.0 + polished.estimate[j].abs()).powi(2)
+        })
+        .collect()
+}
+
 /// ℓ(MLE) − ℓ(estimate) by quadrature, and the MLE.
 pub fn gap<M: LatentModel<f64>>(model: &M, estimate: &[f64], start: &[f64]) -> (f64, Vec<f64>) {
     let gh = GaussHermite::new(100);
@@ -38,8 +60,8 @@ pub fn gap<M: LatentModel<f64>>(model: &M, estimate: &[f64], start: &[f64]) -> (
 }
 
 /// Fits `model` from θ₀ with `EmSettings::default()` and checks the answer against the MLE: the
-/// log-likelihood gap below 0.05, and the error within 4 of the polished estimate's own Monte
-/// Carlo standard errors.
+/// log-likelihood gap below 0.05, and the error within 4 of what the polish reports of it
+/// ([`reported_error`]).
 pub fn fits_with_the_defaults<M: LatentModel<f64>>(
     name: &str,
     model: &M,
@@ -63,8 +85,9 @@ pub fn fits_with_the_defaults_from_seed<M: LatentModel<f64>>(
     assert_eq!(answer.status, sagd::em::EstimateStatus::Polished);
     let (estimate, se) = (answer.estimate, answer.se);
     let (g, mle) = gap(model, estimate, mle_start);
+    let reported = reported_error(trace.polished.as_ref().expect("polished"));
     let err = (0..mle.len())
-        .map(|j| (estimate[j] - mle[j]).abs() / se[j])
+        .map(|j| (estimate[j] - mle[j]).abs() / reported[j])
         .fold(0.0, f64::max);
     eprintln!(
         "{name}, seed {seed}: {} M-steps (rule met: {}, handed over at rate {:?}), estimate {estimate:.4?} ± {se:.4?} (Monte Carlo), MLE {mle:.4?}, gap {g:.5}, max |error|/se {err:.2}, back-offs {backoffs}, Langevin steps {:.4?}",

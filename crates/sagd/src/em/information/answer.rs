@@ -71,27 +71,21 @@ pub(super) fn finish<M: LatentModel<f64>>(
         imprecision *= std::f64::consts::SQRT_2;
     }
     let again = LouisSettings { draws, ..louis };
-    let (mut info, warning) =
-        at_estimate::answer_information(model, &estimate, info, taken, &again, seed)?;
     let mut gaps = gaps;
     // Where the last step was measured precisely (the score's control variate leaves little
     // noise on a nearly Gaussian posterior), what it left is worth measuring too: ℓ's curvature
     // changes along a step (a binary random intercept's log-sd: the step from 0.02 nats below
-    // the maximum landed a third short), or the step came from a lent information. The score at
-    // the estimate, from the answer's own information where that was taken there, else from a
-    // run for the score alone with the last point's information lent, gives one more Newton
-    // step, shrunk by its noise, whose errors are then the estimate's.
-    let there =
-        if info.theta == estimate && step_fraction(&info.score, &info.score_cov) >= FURTHER_STEP {
-            Some(info.clone())
-        } else if step_fraction(&step_info.score, &step_info.score_cov) >= FURTHER_STEP {
-            let seed = stream_seed(seed, FURTHER_STREAM);
-            let mut lent = step_info.clone();
-            lent.rescored(score_parts(model, &estimate, &again, seed)?)?;
-            Some(lent)
-        } else {
-            None
-        };
+    // the maximum landed a third short). The score at the estimate, from a run for the score
+    // alone with the last point's information lent, gives one more Newton step, shrunk by its
+    // noise, whose errors are then the estimate's.
+    let there = if step_fraction(&step_info.score, &step_info.score_cov) >= FURTHER_STEP {
+        let seed = stream_seed(seed, FURTHER_STREAM);
+        let mut lent = step_info.clone();
+        lent.rescored(score_parts(model, &estimate, &again, seed)?)?;
+        Some(lent)
+    } else {
+        None
+    };
     let further = there
         .as_ref()
         .map_or(0.0, |t| step_fraction(&t.score, &t.score_cov));
@@ -107,6 +101,9 @@ pub(super) fn finish<M: LatentModel<f64>>(
         }
         _ => (at, step_info.clone(), estimate),
     };
+    // The standard errors are the answer's own, taken once the answer has stopped moving.
+    let (mut info, warning) =
+        at_estimate::answer_information(model, &estimate, info, taken, &again, seed)?;
     // The answer is `estimate`, so its intervals are centred there.
     info.wald95 = parts::wald95(&estimate, &info.se);
     let se_warning = answer_warnings(s, &info, &step_info, warning, gap, converged);

@@ -22,6 +22,13 @@ use crate::model::LatentModel;
 /// moved one standard error by 5.5%).
 pub const SE_STEP: f64 = 0.1;
 
+/// About how fast a standard error moves with θ, as a fraction of itself per standard error (a
+/// 300-long latent AR(1) series: 0.23 to 0.4). The last point's information stands for the
+/// answer's only where that drift over their distance is within half the standard errors' own
+/// Monte Carlo error: a precise information (an exact control leaves errors of 1e-8) is taken
+/// again at the answer however near.
+const SE_DRIFT: f64 = 0.5;
+
 /// How far (in standard errors) from the answer an information taken on the way may be for
 /// [`polish`](super::polish) to read the standard errors' slope from it (the farthest within
 /// this reach): near points give the slope only through the noise of both, far ones through the
@@ -30,7 +37,8 @@ pub const SLOPE_REACH: f64 = 1.0;
 
 /// The information behind the standard errors of `estimate`, the answer of a last step taken
 /// with `step` (the last point's information): `step` itself when it lies within [`SE_STEP`] of
-/// `estimate` and another of `taken` (the informations estimated on the way) gives the slope,
+/// `estimate`, near enough that the standard errors' drift ([`SE_DRIFT`]) stays within their
+/// noise, and another of `taken` (the informations estimated on the way) gives the slope,
 /// else one taken at `estimate` with `louis`'s chains from `seed`. Its `se_error` is widened by
 /// how far the answer's own Monte Carlo error, √(2·gap_noise) standard errors whatever part of
 /// the step was taken (a step not taken was that much noise), moves the standard errors. With a
@@ -46,7 +54,8 @@ pub(super) fn answer_information<M: LatentModel<f64>>(
     let radius = (2.0 * step.gap_noise).max(0.0).sqrt();
     let apart = mahalanobis(&step.matrix, estimate, &step.theta);
     let before = farthest_within(taken, estimate, SLOPE_REACH).filter(|b| b.theta != step.theta);
-    if let Some(b) = before.filter(|_| apart <= SE_STEP) {
+    let near = apart <= SE_STEP && apart * SE_DRIFT <= 0.5 * se_imprecision(&step);
+    if let Some(b) = before.filter(|_| near) {
         widen(&mut step, b, apart.hypot(radius));
         return Ok((step, None));
     }

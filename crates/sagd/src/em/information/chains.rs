@@ -1,10 +1,11 @@
 //! The chains behind the observed information, settled once at θ ([`Settled::at`]: at the
 //! posterior modes, δ and γ from their curvature, burnt in), and the runs each estimator draws
 //! from that state: the score alone, Louis' identity from one run, or coupled score differences
-//! from p + 1 runs at θ and θ + h e_j on the same noise.
+//! from p + 1 runs at θ and θ + h e_j on the same noise (2p + 1 with θ − h e_j, where the
+//! information is precise enough to need central differences).
 
-use super::control::ScoreControl;
-use super::parts::{LouisSums, SE_BATCHES};
+use super::control::{MovedControl, ScoreControl};
+use super::parts::{jackknife_se, LouisSums, SE_BATCHES};
 use super::{InformationMethod, LouisSettings};
 use crate::em::mstep::{settle_chains, ChainStep};
 use crate::error::{Result, SagdError};
@@ -64,6 +65,8 @@ pub(super) struct Settled<'a, M> {
     control: Option<ScoreControl>,
     /// The coupled runs' steps h_j in θ, which the control carries the settled states by.
     coupled: Vec<f64>,
+    /// Each run at θ + h e_j's own control ([`ScoreControl::carried`]).
+    ahead_controls: Vec<Option<MovedControl>>,
 }
 
 impl<'a, M: LatentModel<f64>> Settled<'a, M> {
@@ -134,7 +137,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         } else {
             1
         };
-        Ok(Settled {
+        let mut settled = Settled {
             model,
             s,
             problem,
@@ -148,7 +151,26 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             all_points: (0..rows).map(|r| r % n).collect(),
             control,
             coupled,
-        })
+            ahead_controls: Vec::new(),
+        };
+        if s.method == InformationMethod::CoupledScore {
+            settled.ahead_controls = settled.moved_controls(theta, 1.0)?;
+        }
+        Ok(settled)
+    }
+
+    /// The own controls ([`ScoreControl::carried`]) of the runs at θ + `sign` h_j e_j, j = 0..p
+    /// (none without a control at θ).
+    fn moved_controls(&self, theta: &[f64], sign: f64) -> Result<Vec<Option<MovedControl>>> {
+        match (&self.control, self.problem.metric()) {
+            (Some(control), Some(metric)) => (0..theta.len())
+                .map(|j| {
+                    let h = sign * self.coupled[j];
+                    control.carried(&self.problem.inner, metric, theta, &self.coupled, (j, h))
+                })
+                .collect(),
+            _ => Ok(Vec::new()),
+        }
     }
 
     /// Σ over `points`' rows of ∇θ log p at `z` (one call of the model for all of them).
@@ -182,13 +204,14 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
 
     /// Draws `s.draws` states of every chain from the settled state at `at`, calling
     /// `take(batch, z, fused, control)` on each (z of every chain, rows × d); what `take` returns
-    /// per draw comes back. `moved`: `(j, h)` for a run at θ + h e_j, whose chains start from the
-    /// settled states carried to its posterior ([`ScoreControl::transported`]) where there is a
-    /// control, else after a burn-in like every coupled run's.
+    /// per draw comes back. `moved`: `(j, h, own)` for a run at θ + h e_j, whose chains start
+    /// from the settled states carried to its posterior ([`ScoreControl::transported`]) where
+    /// there is a control, else after a burn-in like every coupled run's; its draws take `own`,
+    /// its posterior's control, where there is one.
     fn run(
         &self,
         at: &[f64],
-        moved: Option<(usize, f64)>,
+        moved: Option<(usize, f64, Option<&MovedControl>)>,
         take: &mut TakeDraw<'_>,
     ) -> Result<Vec<Vec<f64>>> {
         let s = self.s;
@@ -202,7 +225,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             // The settled states are the posterior's at θ; a run at θ + h e_j starts from them
             // carried to its own posterior, so neither run needs a burn-in of its own.
             (Some(c), Some(metric)) if s.method == InformationMethod::CoupledScore => {
-                if let Some((j, h)) = moved {
+                if let Some((j, h, _)) = moved {
                     let u = c.transported(metric, j, h, chains.positions());
                     chains.set_positions(&target, &u)?;
                 }
@@ -233,8 +256,12 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
                 None
             };
             let z = self.problem.to_z(0, chains.positions());
+            // A moved run's draws take its own posterior's control where there is one.
             let control = match (&self.control, self.problem.metric()) {
-                (Some(c), Some(metric)) => Some(c.rows(metric, &z, chains.gradients())),
+                (Some(c), Some(metric)) => Some(match moved.and_then(|(_, _, own)| own) {
+                    Some(own) => own.rows(metric, &z, chains.gradients()),
+                    None => c.rows(metric, &z, chains.gradients()),
+                }),
                 _ => None,
             };
             let batch = self.batch_of(draw);
@@ -421,36 +448,69 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             .collect())
     }
 
+    /// Each draw's score of the runs at θ + `sign` h_j e_j, j = 0..p, with their `controls`:
+    /// each from its own copy of the settled state and reading no other run, side by side (the same bits as one after the
+    /// other). Split over processes, each run's chain steps are shared among them: one at a
+    /// time.
+    fn moved_runs(
+        &self,
+        theta: &[f64],
+        sign: f64,
+        controls: &[Option<MovedControl>],
+    ) -> Result<Vec<Vec<Vec<f64>>>> {
+        let moved_run = |j: usize| {
+            let h = sign * self.coupled[j];
+            let mut at = theta.to_vec();
+            at[j] += h;
+            let own = controls.get(j).and_then(Option::as_ref);
+            self.run(&at, Some((j, h, own)), &mut |_, z_all, fused, control| {
+                self.draw_score(&at, z_all, fused, control)
+            })
+        };
+        let p = theta.len();
+        if crate::share::current().is_some() {
+            (0..p).map(moved_run).collect()
+        } else {
+            self.each(p, moved_run)
+        }
+    }
+
+    /// Per batch, Σ over its draws of each draw's ∂_j score_k ([j][k]): the scores of `ahead[j]`
+    /// (the run at θ + h_j e_j) less those of `behind[j]`, over `span[j]`.
+    fn differences(
+        &self,
+        ahead: &[Vec<Vec<f64>>],
+        behind: &[&[Vec<f64>]],
+        span: &[f64],
+    ) -> Vec<Vec<Vec<f64>>> {
+        let p = ahead.len();
+        let mut diff = vec![vec![vec![0.0; p]; p]; self.batches];
+        for (j, (up, down)) in ahead.iter().zip(behind).enumerate() {
+            for (draw, (g, f)) in up.iter().zip(down.iter()).enumerate() {
+                let b = self.batch_of(draw);
+                for k in 0..p {
+                    diff[b][j][k] += (g[k] - f[k]) / span[j];
+                }
+            }
+        }
+        diff
+    }
+
     /// The information by coupled score differences: runs at θ and at θ + h e_j for each j.
     pub(super) fn coupled(&self, theta: &[f64], record: &mut Record<'_>) -> Result<Estimates> {
         let (p, s) = (self.model.theta_dim(), self.s);
         // A run at θ and one at θ + h e_j for each j, all on the same noise from the same
-        // settled state: ∂_j score_k is (score_k(θ + h e_j) − score_k(θ)) / h draw by
-        // draw. One-sided differences carry an O(h) bias, about 1e-4 of the information at
-        // h = 1e-4 (1 + |θ_j|), far below its Monte Carlo error; central ones would take 2p
-        // runs where these take p + 1.
+        // settled state: ∂_j score_k is (score_k(θ + h e_j) − score_k(θ)) / h draw by draw.
+        // These one-sided differences carry an O(h) bias, 4e-4 of a standard error at h = 1e-4
+        // (1 + |θ_j|) on a latent AR(1) series (its noise sd), so 4e-5 at the default 1e-5,
+        // which the Monte Carlo error of most informations hides. Where it does not
+        // ([`CENTRAL_BELOW`]), runs at θ − h e_j make the differences central.
         let mut counts = vec![0.0; self.batches];
         let mut complete = vec![vec![0.0; p]; p];
         let mut complete_count = 0.0;
         let steps: Vec<f64> = theta.iter().map(|t| s.fd_step * (1.0 + t.abs())).collect();
         let coupled = &self.coupled;
-        // The runs at θ + h e_j, each from its own copy of the settled state and reading no
-        // other run, side by side (the same bits as one after the other): each draw's score.
-        // Split over processes, each run's chain steps are shared among them: one at a time.
-        let moved_run = |j: usize| {
-            let mut at = theta.to_vec();
-            at[j] += coupled[j];
-            self.run(
-                &at,
-                Some((j, coupled[j])),
-                &mut |_, z_all, fused, control| self.draw_score(&at, z_all, fused, control),
-            )
-        };
-        let moved = if crate::share::current().is_some() {
-            (0..p).map(moved_run).collect::<Result<Vec<_>>>()?
-        } else {
-            self.each(p, moved_run)?
-        };
+        let ahead = self.moved_runs(theta, 1.0, &self.ahead_controls)?;
         let mut draw = 0;
         let base = self.run(theta, None, &mut |b, z_all, fused, control| {
             // Row by row only where R̂ needs each row's score (several chains per point); else
@@ -474,23 +534,48 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             draw += 1;
             Ok(self.controlled(g, control))
         })?;
-        // Per batch, Σ over its draws of each draw's ∂_j score_k: [j][k].
-        let mut diff = vec![vec![vec![0.0; p]; p]; self.batches];
-        for (j, per_draw) in moved.iter().enumerate() {
-            for (draw, g) in per_draw.iter().enumerate() {
-                let b = self.batch_of(draw);
-                for k in 0..p {
-                    diff[b][j][k] += (g[k] - base[draw][k]) / coupled[j];
-                }
-            }
+        let behind: Vec<&[Vec<f64>]> = vec![&base; p];
+        let diff = self.differences(&ahead, &behind, coupled);
+        let (mut information, mut leave_one_out) = jackknifed(&diff, &counts);
+        if relative_error(&information, &leave_one_out) < CENTRAL_BELOW {
+            let back_controls = self.moved_controls(theta, -1.0)?;
+            let back = self.moved_runs(theta, -1.0, &back_controls)?;
+            let behind: Vec<&[Vec<f64>]> = back.iter().map(Vec::as_slice).collect();
+            let span: Vec<f64> = coupled.iter().map(|h| 2.0 * h).collect();
+            (information, leave_one_out) =
+                jackknifed(&self.differences(&ahead, &behind, &span), &counts);
         }
-        let (information, leave_one_out) = jackknifed(&diff, &counts);
         let score = (0..p)
             .map(|k| base.iter().map(|t| t[k]).sum::<f64>() / s.draws as f64)
             .collect();
         let complete = symmetric(&complete, complete_count);
         Ok((information, complete, score, base, leave_one_out))
     }
+}
+
+/// The largest relative jackknife error of the information's diagonal below which the coupled
+/// differences are made central: there the one-sided ones' bias (about 1e-4 of an entry at the
+/// default step, in the worst case seen) would stand out of the noise. Most informations are
+/// noisier (a crossed binary GLMM's: 1e-3 to 1e-2, 300 × 200 levels included) and keep their
+/// p + 1 runs; where the score's control is exact (a linear Gaussian model: errors of 1e-8) the
+/// p runs more cost little.
+const CENTRAL_BELOW: f64 = 2e-4;
+
+/// The largest relative jackknife error of `information`'s diagonal, from its `leave_one_out`
+/// replicates (∞ without them).
+fn relative_error(information: &[Vec<f64>], leave_one_out: &[Vec<Vec<f64>>]) -> f64 {
+    if leave_one_out.is_empty() {
+        return f64::INFINITY;
+    }
+    let diagonals: Vec<Vec<f64>> = leave_one_out
+        .iter()
+        .map(|r| (0..r.len()).map(|j| r[j][j]).collect())
+        .collect();
+    jackknife_se(&diagonals)
+        .iter()
+        .enumerate()
+        .map(|(j, e)| e / information[j][j].abs())
+        .fold(0.0, f64::max)
 }
 
 /// −½(D + Dᵀ)/m: the information from `d`, a sum over m draws of ∂_j score_k.

@@ -187,6 +187,42 @@ impl ScoreControl {
         }))
     }
 
+    /// The control of the posterior at `theta` + h e_j, this control and
+    /// `metric` being θ's: each mode moved by h A⁻¹b_j (first order in h: no search, whose
+    /// tolerance would show in a difference over h), the precision, b_k and C_k taken there.
+    /// With θ's control alone, a run at θ + h e_j keeps [S(θ + h e_j) − S(θ)] / h in each draw's
+    /// difference of scores, a function of the draw that the coupling does not cancel: at
+    /// counts in the hundreds, nearly all of the information's noise. `None` where there is no
+    /// control there.
+    pub(super) fn carried<P: Problem<f64> + ?Sized>(
+        &self,
+        problem: &P,
+        metric: &Metric,
+        theta: &[f64],
+        steps: &[f64],
+        (j, h): (usize, f64),
+    ) -> Result<Option<MovedControl>> {
+        let (d, p) = (self.d, self.p);
+        let mut shift = metric.modes().to_vec();
+        let mut moved = vec![0.0; d];
+        for (q, m) in shift.chunks_exact_mut(d).enumerate() {
+            moved.copy_from_slice(&self.slope[(q * p + j) * d..(q * p + j + 1) * d]);
+            let f = metric.factor(q);
+            f.solve_lower(&mut moved);
+            f.solve_upper(&mut moved);
+            m.iter_mut().zip(&moved).for_each(|(a, v)| *a += h * v);
+        }
+        let mut at = theta.to_vec();
+        at[j] += h;
+        let there = metric.carried(problem, &at, shift)?;
+        Ok(
+            ScoreControl::at(problem, &there, &at, steps)?.map(|control| MovedControl {
+                metric: there,
+                control,
+            }),
+        )
+    }
+
     /// The chains' states `u` (in the metric's coordinates, chain r belonging to point r % points)
     /// carried from the posterior at θ to the one at θ + h e_j, to first order in h: the mode
     /// moves by h A⁻¹b_j and the spread about it by (I + ½ h A⁻¹C_j), A's change being −h C_j.
@@ -250,6 +286,34 @@ impl ScoreControl {
             }
         }
         out
+    }
+}
+
+/// The control of a coupled run at θ + h e_j: its own posterior's, with the modes carried there
+/// to first order in h ([`ScoreControl::carried`]).
+pub(super) struct MovedControl {
+    metric: Metric,
+    control: ScoreControl,
+}
+
+impl MovedControl {
+    /// Every chain's S (chains × p) as [`ScoreControl::rows`], the chains moving on `metric`
+    /// (θ's).
+    pub(super) fn rows(&self, metric: &Metric, z: &[f64], grad_u: &[f64]) -> Vec<f64> {
+        let (d, points) = (self.control.d, metric.points());
+        // ∇z = L ∇u, then into this metric's coordinates.
+        let mut grad = vec![0.0; grad_u.len()];
+        let mut gz = vec![0.0; d];
+        for (r, (gu, g)) in grad_u
+            .chunks_exact(d)
+            .zip(grad.chunks_exact_mut(d))
+            .enumerate()
+        {
+            metric.factor(r % points).mul_lower(gu, &mut gz);
+            g.copy_from_slice(&gz);
+            self.metric.factor(r % points).solve_lower(g);
+        }
+        self.control.rows(&self.metric, z, &grad)
     }
 }
 
