@@ -61,7 +61,7 @@ pub struct LouisSettings {
     pub method: InformationMethod,
     /// The step h of [`InformationMethod::CoupledScore`] (relative to 1 + |θ_j|): 1e-5 by
     /// default (1e-4 before the coupled runs took their own controls; the one-sided
-    /// differences' bias, in proportion to h, was then hidden by the noise).
+    /// differences' bias, in proportion to h, was then below the noise).
     #[serde(default = "default_coupled_step")]
     pub coupled_step: f64,
 }
