@@ -3,7 +3,7 @@
 //! standard errors, and the warnings that say what the answer needs care for.
 
 use super::at_estimate::{self, se_imprecision};
-use super::parts::{self, louis_parts, score_parts, CHAIN_RHAT_LIMIT};
+use super::parts::{self, louis_parts, score_parts, Continued, CHAIN_RHAT_LIMIT};
 use super::{
     step_fraction, Information, LouisSettings, PolishSettings, Polished, SE_DOUBLINGS,
     SE_PRECISION, STEP_NOISE,
@@ -23,9 +23,11 @@ const FURTHER_STREAM: u64 = 0xF0_0000;
 
 /// Where [`polish`](super::polish) stopped: its last point, that point's information, the gaps on the way and
 /// the last one's, and whether that was below the tolerance.
-pub(super) struct LastPoint {
+pub(super) struct LastPoint<'a, M> {
     pub(super) at: Vec<f64>,
     pub(super) info: Information,
+    /// The runs behind `info` where the point estimated its own, which more draws continue.
+    pub(super) runs: Option<Continued<'a, M>>,
     pub(super) gaps: Vec<f64>,
     pub(super) gap: f64,
     pub(super) converged: bool,
@@ -39,17 +41,18 @@ pub(super) fn finish<M: LatentModel<f64>>(
     s: &PolishSettings,
     louis: LouisSettings,
     seed: u64,
-    last: LastPoint,
+    last: LastPoint<'_, M>,
     taken: &[Information],
 ) -> Result<Polished> {
     let LastPoint {
         at,
         info,
+        runs,
         gaps,
         gap,
         converged,
     } = last;
-    let (info, draws) = sharpen(model, s, louis, seed, &at, info)?;
+    let (info, draws) = sharpen(model, s, louis, seed, (&at, info, runs))?;
     let shrink = step_fraction(&info.score, &info.score_cov);
     let estimate: Vec<f64> = at
         .iter()
@@ -123,21 +126,21 @@ pub(super) fn finish<M: LatentModel<f64>>(
 /// More draws at the last point `at` until the standard errors are within [`SE_PRECISION`], the
 /// step's noise part within [`STEP_NOISE`] of the tolerance and its chains agree
 /// ([`CHAIN_RHAT_LIMIT`], one doubling for that), [`SE_DOUBLINGS`] times at most:
-/// the point's information, and the draws per chain its matrix came from.
+/// the point's information, and the draws per chain its matrix came from. A doubling takes the
+/// point's `runs` on where there are any (its draws kept, half the cost), else runs afresh.
 fn sharpen<M: LatentModel<f64>>(
     model: &M,
     s: &PolishSettings,
     louis: LouisSettings,
     seed: u64,
-    at: &[f64],
-    mut info: Information,
+    (at, mut info, mut runs): (&[f64], Information, Option<Continued<'_, M>>),
 ) -> Result<(Information, usize)> {
     let mut more = 0;
     let mut draws = louis.draws;
     let step_noise = STEP_NOISE * s.gap_tol;
     let most = louis.draws << SE_DOUBLINGS;
     // Chains that disagree about a point's score (R̂ above the limit) get one doubling of the
-    // whole information, which measures R̂ afresh: with few draws of a slowly mixing score (a
+    // whole information, which measures R̂ again on chains twice as long: with few draws of a slowly mixing score (a
     // control variate leaves little else), R̂ stands above 1 by about the inverse of the
     // draws' effective number; chains that still disagree then are reported.
     let mut rhat_doubled = false;
@@ -168,9 +171,17 @@ fn sharpen<M: LatentModel<f64>>(
             continue;
         }
         rhat_doubled |= info.chains_disagree();
-        draws *= 2;
-        let again = LouisSettings { draws, ..louis };
-        match louis_parts(model, at, &again, seed)?.into_information(at) {
+        let parts = match runs.as_mut() {
+            Some(runs) => {
+                draws = 2 * runs.drawn();
+                runs.extend(draws)?
+            }
+            None => {
+                draws *= 2;
+                louis_parts(model, at, &LouisSettings { draws, ..louis }, seed)?
+            }
+        };
+        match parts.into_information(at) {
             Ok(i) => info = i,
             Err(_) => break,
         }

@@ -9,7 +9,7 @@
 //! standard errors from the maximum) moves them by that much more, which the error reported for
 //! them then includes.
 
-use super::parts::{self, louis_parts};
+use super::parts::{self, continued_parts};
 use super::{Information, LouisSettings, SE_DOUBLINGS, SE_PRECISION};
 use crate::error::Result;
 use crate::linalg::spd_inverse;
@@ -134,20 +134,18 @@ fn information_at<M: LatentModel<f64>>(
     louis: &LouisSettings,
     seed: u64,
 ) -> Result<Option<Information>> {
-    let Ok(mut info) = louis_parts(model, estimate, louis, seed)?.into_information(estimate) else {
+    // Each doubling below takes the same runs on (the same draws as a longer run from `seed`).
+    let (first, mut runs) = continued_parts(model, estimate, louis, seed)?;
+    let Ok(mut info) = first.into_information(estimate) else {
         return Ok(None);
     };
     let mut draws = louis.draws;
     if info.chains_disagree() {
         // Once more with the same chains run twice as long, as the last point's (`sharpen`):
         // R̂ of few draws of a slowly mixing score stands above 1 by itself.
-        let longer = LouisSettings {
-            draws: 2 * louis.draws,
-            ..*louis
-        };
-        if let Ok(again) = louis_parts(model, estimate, &longer, seed)?.into_information(estimate) {
+        if let Ok(again) = runs.extend(2 * louis.draws)?.into_information(estimate) {
             info = again;
-            draws = longer.draws;
+            draws = 2 * louis.draws;
         }
     }
     // The draws were halved from the last point's on its precision; where the answer's own
@@ -158,8 +156,7 @@ fn information_at<M: LatentModel<f64>>(
             break;
         }
         draws *= 2;
-        let longer = LouisSettings { draws, ..*louis };
-        match louis_parts(model, estimate, &longer, seed)?.into_information(estimate) {
+        match runs.extend(draws)?.into_information(estimate) {
             Ok(again) => info = again,
             Err(_) => break,
         }

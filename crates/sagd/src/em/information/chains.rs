@@ -14,6 +14,7 @@ use crate::metric::Preconditioned;
 use crate::model::{AnchoredTarget, LatentModel, MaximumLikelihood, Problem};
 use crate::parallel::rows_per_piece;
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// What a run of the information's chains does with each draw: `(batch, z, fused, control)` in (z
 /// of every chain, rows × d; the blocks' Σ ∇θ log p where the step computed them, [`Fused`]; each
@@ -48,7 +49,7 @@ pub(super) type Record<'a> = dyn FnMut(usize, &[f64]) + 'a;
 /// their curvature, burnt in): the state every run of the estimators starts from.
 pub(super) struct Settled<'a, M> {
     model: &'a M,
-    s: &'a LouisSettings,
+    s: LouisSettings,
     problem: Preconditioned<MaximumLikelihood<'a, M>>,
     chains: ChainSet<f64>,
     kernel: Kernel<f64>,
@@ -75,7 +76,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         model: &'a M,
         mut problem: Preconditioned<MaximumLikelihood<'a, M>>,
         theta: &[f64],
-        s: &'a LouisSettings,
+        s: &LouisSettings,
         seed: u64,
         per_point: usize,
     ) -> Result<Self> {
@@ -139,7 +140,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         };
         let mut settled = Settled {
             model,
-            s,
+            s: *s,
             problem,
             chains,
             kernel,
@@ -202,9 +203,11 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         self.grad_rows(th, &[i], z)
     }
 
-    /// Draws `s.draws` states of every chain from the settled state at `at`, calling
-    /// `take(batch, z, fused, control)` on each (z of every chain, rows × d); what `take` returns
-    /// per draw comes back. `moved`: `(j, h, own)` for a run at θ + h e_j, whose chains start
+    /// Draws `draws` (indices into the run's draws) of every chain at `at`, continuing from
+    /// `from` where given, else from the settled state, calling `take(draw, z, fused, control)`
+    /// on each (z of every chain, rows × d); what `take` returns per draw comes back, with the
+    /// chains where the run stopped (more draws continue from them: the same draws as one
+    /// longer run). `moved`: `(j, h, own)` for a run at θ + h e_j, whose chains start
     /// from the settled states carried to its posterior ([`ScoreControl::transported`]) where
     /// there is a control, else after a burn-in like every coupled run's; its draws take `own`,
     /// its posterior's control, where there is one.
@@ -212,33 +215,23 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         &self,
         at: &[f64],
         moved: Option<(usize, f64, Option<&MovedControl>)>,
+        (from, draws): (Option<&ChainSet<f64>>, Range<usize>),
         take: &mut TakeDraw<'_>,
-    ) -> Result<Vec<Vec<f64>>> {
+    ) -> Result<(Vec<Vec<f64>>, ChainSet<f64>)> {
         let s = self.s;
-        let mut chains = self.chains.clone();
         let target = AnchoredTarget {
             problem: &self.problem,
             anchor: at,
         };
-        let mut per_draw = Vec::with_capacity(s.draws);
-        match (&self.control, self.problem.metric()) {
-            // The settled states are the posterior's at θ; a run at θ + h e_j starts from them
-            // carried to its own posterior, so neither run needs a burn-in of its own.
-            (Some(c), Some(metric)) if s.method == InformationMethod::CoupledScore => {
-                if let Some((j, h, _)) = moved {
-                    let u = c.transported(metric, j, h, chains.positions());
-                    chains.set_positions(&target, &u)?;
-                }
-            }
-            _ if s.method == InformationMethod::CoupledScore => {
-                chains.burn_in(&target, &self.kernel, s.burn_in)?;
-            }
-            _ => {}
-        }
+        let mut per_draw = Vec::with_capacity(draws.len());
+        let mut chains = match from {
+            Some(chains) => chains.clone(),
+            None => self.started(&target, moved)?,
+        };
         // Where the model computes ∇θ in the same pass as ∇z, a draw's last step gives its
         // θ-gradients: no pass of their own (for a Python function, no call).
         let fuses = self.problem.fuses_grad_f() && self.kernel.ends_at_gradient();
-        for draw in 0..s.draws {
+        for draw in draws {
             let fused = if fuses {
                 chains.burn_in(&target, &self.kernel, s.thin - 1)?;
                 let (_, mut last) = chains.run_steps(&target, &self.kernel, 1, true, |b| {
@@ -264,15 +257,39 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
                 }),
                 _ => None,
             };
-            let batch = self.batch_of(draw);
-            per_draw.push(take(batch, &z, fused.as_ref(), control.as_deref())?);
+            per_draw.push(take(draw, &z, fused.as_ref(), control.as_deref())?);
         }
-        Ok(per_draw)
+        Ok((per_draw, chains))
     }
 
-    /// The jackknife's batch of draw `draw`.
-    fn batch_of(&self, draw: usize) -> usize {
-        draw * self.batches / self.s.draws
+    /// The settled chains as a run on `target` starts from them: a run at θ + h e_j (`moved`)
+    /// from the settled states carried to its own posterior where there is a control (so that
+    /// neither run needs a burn-in of its own), else every coupled run after a burn-in.
+    fn started(
+        &self,
+        target: &AnchoredTarget<'_, f64, Preconditioned<MaximumLikelihood<'a, M>>>,
+        moved: Option<(usize, f64, Option<&MovedControl>)>,
+    ) -> Result<ChainSet<f64>> {
+        let s = self.s;
+        let mut chains = self.chains.clone();
+        match (&self.control, self.problem.metric()) {
+            (Some(c), Some(metric)) if s.method == InformationMethod::CoupledScore => {
+                if let Some((j, h, _)) = moved {
+                    let u = c.transported(metric, j, h, chains.positions());
+                    chains.set_positions(target, &u)?;
+                }
+            }
+            _ if s.method == InformationMethod::CoupledScore => {
+                chains.burn_in(target, &self.kernel, s.burn_in)?;
+            }
+            _ => {}
+        }
+        Ok(chains)
+    }
+
+    /// The jackknife's batch of draw `draw` of a run of `draws`.
+    fn batch_of(&self, draw: usize, draws: usize) -> usize {
+        draw * self.batches / draws
     }
 
     /// The draw's score: Σ over every row of ∇θ log p at `th` for a draw `z_all`, less the rows'
@@ -333,12 +350,11 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
     /// The score alone, from one run at θ.
     pub(super) fn score(&self, theta: &[f64]) -> Result<Estimates> {
         let p = self.model.theta_dim();
-        let per_draw = self.run(theta, None, &mut |_, z_all, fused, control| {
+        let all = (None, 0..self.s.draws);
+        let (per_draw, _) = self.run(theta, None, all, &mut |_, z_all, fused, control| {
             self.draw_score(theta, z_all, fused, control)
         })?;
-        let score = (0..p)
-            .map(|k| per_draw.iter().map(|t| t[k]).sum::<f64>() / self.s.draws as f64)
-            .collect();
+        let score = mean_score(&per_draw, p);
         Ok((Vec::new(), Vec::new(), score, per_draw, Vec::new()))
     }
 
@@ -347,8 +363,9 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
     pub(super) fn louis(&self, theta: &[f64], record: &mut Record<'_>) -> Result<Estimates> {
         let (p, s) = (self.model.theta_dim(), self.s);
         let mut sums = vec![LouisSums::new(self.n, p); self.batches];
-        let per_draw = self.run(theta, None, &mut |b, z_all, _, _| {
-            let sum = &mut sums[b];
+        let all = (None, 0..s.draws);
+        let (per_draw, _) = self.run(theta, None, all, &mut |draw, z_all, _, _| {
+            let sum = &mut sums[self.batch_of(draw, s.draws)];
             sum.count += self.per_point as f64;
             let mut total = vec![0.0; p];
             for r in 0..self.rows {
@@ -448,23 +465,35 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             .collect())
     }
 
-    /// Each draw's score of the runs at θ + `sign` h_j e_j, j = 0..p, with their `controls`:
-    /// each from its own copy of the settled state and reading no other run, side by side (the same bits as one after the
+    /// The runs at θ + `sign` h_j e_j, j = 0..p, with their `controls`, each brought to `to`
+    /// draws (from where `runs` left it, else from its own copy of the settled state), each
+    /// draw's score kept: reading no other run, side by side (the same bits as one after the
     /// other). Split over processes, each run's chain steps are shared among them: one at a
     /// time.
     fn moved_runs(
         &self,
         theta: &[f64],
-        sign: f64,
-        controls: &[Option<MovedControl>],
-    ) -> Result<Vec<Vec<Vec<f64>>>> {
+        (sign, controls): (f64, &[Option<MovedControl>]),
+        runs: Option<&[Run]>,
+        to: usize,
+    ) -> Result<Vec<Run>> {
         let moved_run = |j: usize| {
             let h = sign * self.coupled[j];
             let mut at = theta.to_vec();
             at[j] += h;
             let own = controls.get(j).and_then(Option::as_ref);
-            self.run(&at, Some((j, h, own)), &mut |_, z_all, fused, control| {
-                self.draw_score(&at, z_all, fused, control)
+            let run = runs.and_then(|r| r.get(j));
+            let done = run.map_or(0, |r| r.per_draw.len());
+            let from = (run.and_then(|r| r.chains.as_ref()), done..to);
+            let (more, chains) =
+                self.run(&at, Some((j, h, own)), from, &mut |_, z, fused, c| {
+                    self.draw_score(&at, z, fused, c)
+                })?;
+            let mut per_draw = run.map_or_else(Vec::new, |r| r.per_draw.clone());
+            per_draw.extend(more);
+            Ok(Run {
+                chains: Some(chains),
+                per_draw,
             })
         };
         let p = theta.len();
@@ -479,15 +508,16 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
     /// (the run at θ + h_j e_j) less those of `behind[j]`, over `span[j]`.
     fn differences(
         &self,
-        ahead: &[Vec<Vec<f64>>],
+        ahead: &[Run],
         behind: &[&[Vec<f64>]],
         span: &[f64],
     ) -> Vec<Vec<Vec<f64>>> {
         let p = ahead.len();
         let mut diff = vec![vec![vec![0.0; p]; p]; self.batches];
         for (j, (up, down)) in ahead.iter().zip(behind).enumerate() {
-            for (draw, (g, f)) in up.iter().zip(down.iter()).enumerate() {
-                let b = self.batch_of(draw);
+            let draws = up.per_draw.len();
+            for (draw, (g, f)) in up.per_draw.iter().zip(down.iter()).enumerate() {
+                let b = self.batch_of(draw, draws);
                 for k in 0..p {
                     diff[b][j][k] += (g[k] - f[k]) / span[j];
                 }
@@ -496,23 +526,51 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         diff
     }
 
-    /// The information by coupled score differences: runs at θ and at θ + h e_j for each j.
-    pub(super) fn coupled(&self, theta: &[f64], record: &mut Record<'_>) -> Result<Estimates> {
-        let (p, s) = (self.model.theta_dim(), self.s);
+    /// The information by coupled score differences: runs at θ and at θ + h e_j for each j, and
+    /// the runs themselves, which [`Settled::continue_coupled`] takes on to more draws.
+    pub(super) fn coupled(
+        &self,
+        theta: &[f64],
+        record: &mut Record<'_>,
+    ) -> Result<(Estimates, CoupledRuns)> {
+        let p = theta.len();
+        let mut runs = CoupledRuns {
+            theta: theta.to_vec(),
+            base: Run::default(),
+            ahead: Vec::new(),
+            behind: None,
+            complete: vec![vec![0.0; p]; p],
+            complete_count: 0.0,
+        };
+        let estimates = self.continue_coupled(&mut runs, self.s.draws, record)?;
+        Ok((estimates, runs))
+    }
+
+    /// The coupled runs `runs` brought to `to` draws each, and the information from all their
+    /// draws: the same as [`Settled::coupled`] with `to` draws from the start.
+    pub(super) fn continue_coupled(
+        &self,
+        runs: &mut CoupledRuns,
+        to: usize,
+        record: &mut Record<'_>,
+    ) -> Result<Estimates> {
+        let s = self.s;
+        let theta = &runs.theta.clone();
+        let p = theta.len();
         // A run at θ and one at θ + h e_j for each j, all on the same noise from the same
         // settled state: ∂_j score_k is (score_k(θ + h e_j) − score_k(θ)) / h draw by draw.
         // These one-sided differences carry an O(h) bias, 4e-4 of a standard error at h = 1e-4
         // (1 + |θ_j|) on a latent AR(1) series (its noise sd), so 4e-5 at the default 1e-5,
         // which the Monte Carlo error of most informations hides. Where it does not
         // ([`CENTRAL_BELOW`]), runs at θ − h e_j make the differences central.
-        let mut counts = vec![0.0; self.batches];
-        let mut complete = vec![vec![0.0; p]; p];
-        let mut complete_count = 0.0;
         let steps: Vec<f64> = theta.iter().map(|t| s.fd_step * (1.0 + t.abs())).collect();
         let coupled = &self.coupled;
-        let ahead = self.moved_runs(theta, 1.0, &self.ahead_controls)?;
-        let mut draw = 0;
-        let base = self.run(theta, None, &mut |b, z_all, fused, control| {
+        let ahead = (1.0, self.ahead_controls.as_slice());
+        runs.ahead = self.moved_runs(theta, ahead, Some(&runs.ahead), to)?;
+        let done = runs.base.per_draw.len();
+        let (complete, complete_count) = (&mut runs.complete, &mut runs.complete_count);
+        let from = (runs.base.chains.as_ref(), done..to);
+        let (more, chains) = self.run(theta, None, from, &mut |draw, z_all, fused, control| {
             // Row by row only where R̂ needs each row's score (several chains per point); else
             // one call of the model for all rows. Where each row costs a call of its own (a
             // Python function: the step's fused gradient is the rows' sum), R̂ reads every
@@ -523,34 +581,66 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
             } else {
                 self.total(theta, z_all, fused)?
             };
-            counts[b] += 1.0;
             if draw % COMPLETE_EVERY == 0 {
                 let draw_complete = self.complete_hessian(theta, &steps, z_all)?;
                 for (sum, row) in complete.iter_mut().zip(&draw_complete) {
                     sum.iter_mut().zip(row).for_each(|(a, v)| *a += v);
                 }
-                complete_count += 1.0;
+                *complete_count += 1.0;
             }
-            draw += 1;
             Ok(self.controlled(g, control))
         })?;
-        let behind: Vec<&[Vec<f64>]> = vec![&base; p];
-        let diff = self.differences(&ahead, &behind, coupled);
+        runs.base.chains = Some(chains);
+        runs.base.per_draw.extend(more);
+        let base = &runs.base.per_draw;
+        let mut counts = vec![0.0; self.batches];
+        (0..to).for_each(|draw| counts[self.batch_of(draw, to)] += 1.0);
+        let behind: Vec<&[Vec<f64>]> = vec![base; p];
+        let diff = self.differences(&runs.ahead, &behind, coupled);
         let (mut information, mut leave_one_out) = jackknifed(&diff, &counts);
         if relative_error(&information, &leave_one_out) < CENTRAL_BELOW {
+            // The runs behind θ (their own controls built only now: most informations never
+            // need them), from where they were left when an earlier call made them.
             let back_controls = self.moved_controls(theta, -1.0)?;
-            let back = self.moved_runs(theta, -1.0, &back_controls)?;
-            let behind: Vec<&[Vec<f64>]> = back.iter().map(Vec::as_slice).collect();
+            let earlier = runs.behind.as_deref();
+            let back = self.moved_runs(theta, (-1.0, &back_controls), earlier, to)?;
+            let behind: Vec<&[Vec<f64>]> = back.iter().map(|r| r.per_draw.as_slice()).collect();
             let span: Vec<f64> = coupled.iter().map(|h| 2.0 * h).collect();
             (information, leave_one_out) =
-                jackknifed(&self.differences(&ahead, &behind, &span), &counts);
+                jackknifed(&self.differences(&runs.ahead, &behind, &span), &counts);
+            runs.behind = Some(back);
         }
-        let score = (0..p)
-            .map(|k| base.iter().map(|t| t[k]).sum::<f64>() / s.draws as f64)
-            .collect();
-        let complete = symmetric(&complete, complete_count);
-        Ok((information, complete, score, base, leave_one_out))
+        let score = mean_score(base, p);
+        let complete = symmetric(&runs.complete, runs.complete_count);
+        Ok((information, complete, score, base.clone(), leave_one_out))
     }
+}
+
+/// One of an information's runs after its draws so far: where its chains stopped (none before
+/// its first draw), and each draw's score.
+#[derive(Clone, Default)]
+pub(super) struct Run {
+    chains: Option<ChainSet<f64>>,
+    per_draw: Vec<Vec<f64>>,
+}
+
+/// The coupled runs of an information at `theta` after their draws so far, which
+/// [`Settled::continue_coupled`] takes on: the run at θ, those at θ + h e_j, those at θ − h e_j
+/// where the differences were central, and the complete-data term's sums.
+pub(super) struct CoupledRuns {
+    theta: Vec<f64>,
+    base: Run,
+    ahead: Vec<Run>,
+    behind: Option<Vec<Run>>,
+    complete: Vec<Vec<f64>>,
+    complete_count: f64,
+}
+
+/// The mean over draws of each draw's score (`per_draw`, draws × p).
+fn mean_score(per_draw: &[Vec<f64>], p: usize) -> Vec<f64> {
+    (0..p)
+        .map(|k| per_draw.iter().map(|t| t[k]).sum::<f64>() / per_draw.len().max(1) as f64)
+        .collect()
 }
 
 /// The largest relative jackknife error of the information's diagonal below which the coupled
@@ -559,11 +649,11 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
 /// noisier (a crossed binary GLMM's: 1e-3 to 1e-2, 300 × 200 levels included) and keep their
 /// p + 1 runs; where the score's control is exact (a linear Gaussian model: errors of 1e-8) the
 /// p runs more cost little.
-const CENTRAL_BELOW: f64 = 2e-4;
+pub(super) const CENTRAL_BELOW: f64 = 2e-4;
 
 /// The largest relative jackknife error of `information`'s diagonal, from its `leave_one_out`
 /// replicates (∞ without them).
-fn relative_error(information: &[Vec<f64>], leave_one_out: &[Vec<Vec<f64>>]) -> f64 {
+pub(super) fn relative_error(information: &[Vec<f64>], leave_one_out: &[Vec<Vec<f64>>]) -> f64 {
     if leave_one_out.is_empty() {
         return f64::INFINITY;
     }

@@ -26,8 +26,8 @@ mod steps;
 mod walk;
 
 pub use at_estimate::{SE_STEP, SLOPE_REACH};
-use parts::louis_parts;
 pub use parts::CHAIN_RHAT_LIMIT;
+use parts::{continued_parts, louis_parts, Continued};
 pub use steps::{step_fraction, REACH_DOUBLINGS};
 pub use walk::polish;
 
@@ -165,7 +165,7 @@ pub fn louis_information<M: LatentModel<f64>>(
 
 #[cfg(test)]
 mod tests {
-    use super::parts::score_parts;
+    use super::parts::{score_parts, LouisParts};
     use super::*;
     use crate::model::{Derived, LogJoint, Scalar};
 
@@ -186,6 +186,84 @@ mod tests {
             let (a, b) = (z[0] - th[0], z[0] - S::constant(self.0[i]));
             (a * a + b * b) * -0.5
         }
+    }
+
+    /// y_i | z_i ~ Poisson(e^{z_i}), z_i ~ N(μ, σ²), θ = (μ, log σ): a posterior the score's
+    /// control leaves inexact, so the coupled differences stay one-sided.
+    struct PoissonNormal(Vec<f64>);
+
+    impl LogJoint for PoissonNormal {
+        fn n_data(&self) -> usize {
+            self.0.len()
+        }
+        fn latent_dim(&self) -> usize {
+            1
+        }
+        fn theta_dim(&self) -> usize {
+            2
+        }
+        fn log_joint<S: Scalar>(&self, th: &[S], i: usize, z: &[S]) -> S {
+            let u = (z[0] - th[0]) / th[1].exp();
+            z[0] * self.0[i] - z[0].exp() - u * u * 0.5 - th[1]
+        }
+    }
+
+    /// An information's runs taken on to more draws give the bits of a run of that many draws
+    /// from the start with the same seed, on one-sided and on central differences, with several
+    /// chains per point (R̂'s series), a doubling after a doubling, and a call for no more.
+    #[test]
+    fn continued_runs_give_the_bits_of_a_longer_run() {
+        let x: Vec<f64> = (0..30).map(|i| ((i * 7) % 11) as f64).collect();
+        let poisson = Derived(PoissonNormal(x.clone()));
+        let normal = Derived(NormalNormal(x.iter().map(|v| v / 4.0 - 1.0).collect()));
+        let s = LouisSettings {
+            draws: 40,
+            min_chains: 60,
+            ..LouisSettings::default()
+        };
+        let check = |model: &dyn Fn(u64) -> (LouisParts, Vec<LouisParts>, Vec<LouisParts>)| {
+            let (first, continued, fresh) = model(5);
+            assert_eq!(first.draws, 40);
+            for (c, f) in continued.iter().zip(&fresh) {
+                assert_eq!(c.draws, f.draws);
+                assert_eq!(c.info, f.info);
+                assert_eq!(c.complete, f.complete);
+                assert_eq!(c.score, f.score);
+                assert_eq!(c.score_cov, f.score_cov);
+                assert_eq!(c.leave_one_out, f.leave_one_out);
+                assert_eq!(c.chain_rhat, f.chain_rhat);
+                assert!(c.chain_rhat.is_some());
+            }
+        };
+        fn runs<M: LatentModel<f64>>(
+            model: &M,
+            theta: &[f64],
+            s: &LouisSettings,
+            seed: u64,
+        ) -> (LouisParts, Vec<LouisParts>, Vec<LouisParts>) {
+            let (first, mut runs) = continued_parts(model, theta, s, seed).unwrap();
+            let (continued, fresh) = [61, 122, 122]
+                .into_iter()
+                .map(|to| {
+                    let longer = LouisSettings { draws: to, ..*s };
+                    let fresh = louis_parts(model, theta, &longer, seed).unwrap();
+                    (runs.extend(to).unwrap(), fresh)
+                })
+                .unzip();
+            (first, continued, fresh)
+        }
+        check(&|seed| runs(&poisson, &[1.2, -0.5], &s, seed));
+        check(&|seed| runs(&normal, &[0.2], &s, seed));
+        // Which differences each took: the Gaussian's central, the Poisson's one-sided.
+        let error = |parts: &LouisParts| chains::relative_error(&parts.info, &parts.leave_one_out);
+        let gaussian = louis_parts(&normal, &[0.2], &s, 5).unwrap();
+        let counts = louis_parts(&poisson, &[1.2, -0.5], &s, 5).unwrap();
+        assert!(
+            error(&gaussian) < chains::CENTRAL_BELOW,
+            "{}",
+            error(&gaussian)
+        );
+        assert!(error(&counts) > chains::CENTRAL_BELOW, "{}", error(&counts));
     }
 
     /// The score of one run for the score alone agrees with the closed form within four of its
@@ -334,22 +412,25 @@ pub const SE_PRECISION: f64 = 0.1;
 const PILOT_STREAM: u64 = 0x9170_7000;
 
 /// At the polish's first point, the information from a pilot run of 4 draws per jackknife batch,
-/// where its own precision says that serves ([`draws_needed`]: a nearly Gaussian posterior, whose
-/// score the control variate makes nearly exact); then `louis.draws` becomes the pilot's.
-/// Otherwise `None`, with `louis.draws` set to what the pilot says the points need (unchanged
-/// where its information is not positive definite).
-fn pilot<M: LatentModel<f64>>(
-    model: &M,
+/// taken on to the draws its own precision says the points need ([`draws_needed`]; none more
+/// where the pilot serves: a nearly Gaussian posterior, whose score the control variate makes
+/// nearly exact); then `louis.draws` becomes what that information's precision asks for the
+/// points after it. The information comes with its runs, which more draws continue. `None` where
+/// an information is not positive definite, with `louis.draws` set to what the pilot says the
+/// points need (unchanged where its own is not).
+fn pilot<'a, M: LatentModel<f64>>(
+    model: &'a M,
     at: &[f64],
     louis: &mut LouisSettings,
     gap_tol: f64,
     seed: u64,
-) -> Result<Option<Information>> {
+) -> Result<Option<(Information, Continued<'a, M>)>> {
     let draws = 4 * parts::SE_BATCHES;
     if draws >= louis.draws {
         return Ok(None);
     }
-    let parts = louis_parts(model, at, &LouisSettings { draws, ..*louis }, seed)?;
+    let settings = LouisSettings { draws, ..*louis };
+    let (parts, mut runs) = continued_parts(model, at, &settings, seed)?;
     if spd_inverse(&parts.info).is_none() {
         return Ok(None);
     }
@@ -357,10 +438,19 @@ fn pilot<M: LatentModel<f64>>(
     let need = draws_needed(&info, louis.draws, gap_tol);
     if need <= draws {
         louis.draws = draws;
-        return Ok(Some(info));
+        return Ok(Some((info, runs)));
     }
+    // The pilot's runs taken on to `need` draws: the same draws as a run of `need` from the
+    // pilot's seed, for the cost of those added.
+    let parts = runs.extend(need)?;
     louis.draws = need;
-    Ok(None)
+    if spd_inverse(&parts.info).is_none() {
+        return Ok(None);
+    }
+    let info = parts.into_information(at)?;
+    // The points after this one need no more draws than its precision says.
+    louis.draws = draws_needed(&info, need, gap_tol);
+    Ok(Some((info, runs)))
 }
 
 /// The draws per chain that the points after `info`'s need, by its precision: as few as keep the

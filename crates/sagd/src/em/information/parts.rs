@@ -2,7 +2,7 @@
 //! batches of draws (run by [`super::chains`]), the jackknife's errors, the chains' R̂, the
 //! score's Monte Carlo covariance, and the Newton step and gap of an [`Information`].
 
-use super::chains::Settled;
+use super::chains::{CoupledRuns, Estimates, Settled};
 use super::{Information, InformationMethod, LouisSettings};
 use crate::error::{Result, SagdError};
 use crate::linalg::spd_inverse;
@@ -337,6 +337,26 @@ fn parts_of<M: LatentModel<f64>>(
     seed: u64,
     score_only: bool,
 ) -> Result<LouisParts> {
+    let (settled, mut series) = settle(model, theta, s, seed)?;
+    let estimates = {
+        let mut record = recorder(&mut series);
+        match s.method {
+            _ if score_only => settled.score(theta)?,
+            InformationMethod::Louis => settled.louis(theta, &mut record)?,
+            InformationMethod::CoupledScore => settled.coupled(theta, &mut record)?.0,
+        }
+    };
+    Ok(assemble(estimates, &series, model.n_data(), s.draws))
+}
+
+/// The chains of an information at `theta` settled, and, where points have several chains, an
+/// empty series of each row's score along its draws (for R̂).
+fn settle<'a, M: LatentModel<f64>>(
+    model: &'a M,
+    theta: &[f64],
+    s: &LouisSettings,
+    seed: u64,
+) -> Result<(Settled<'a, M>, Series)> {
     if s.draws < 2 || s.thin == 0 {
         return Err(SagdError::InvalidSetting {
             name: "louis draws/thin",
@@ -349,30 +369,105 @@ fn parts_of<M: LatentModel<f64>>(
     let per_point = s.min_chains.div_ceil(n.max(1)).max(1);
     let problem = Preconditioned::new(MaximumLikelihood::new(model, per_point), n);
     let settled = Settled::at(model, problem, theta, s, seed, per_point)?;
-    // Each row's score along its draws, when points have several chains (for R̂).
     let rows = settled.rows;
-    let mut series =
-        vec![vec![Vec::with_capacity(s.draws); p]; if per_point > 1 { rows } else { 0 }];
-    let mut record = |r: usize, g: &[f64]| {
+    let series = vec![vec![Vec::with_capacity(s.draws); p]; if per_point > 1 { rows } else { 0 }];
+    Ok((settled, series))
+}
+
+/// Each row's score along its draws, per parameter (for R̂; empty with one chain per point).
+type Series = Vec<Vec<Vec<f64>>>;
+
+/// What records each row's score into `series`.
+fn recorder(series: &mut Series) -> impl FnMut(usize, &[f64]) + '_ {
+    |r: usize, g: &[f64]| {
         if let Some(row) = series.get_mut(r) {
             row.iter_mut().zip(g).for_each(|(v, x)| v.push(*x));
         }
-    };
-    let (info, complete, score, per_draw, leave_one_out) = match s.method {
-        _ if score_only => settled.score(theta)?,
-        InformationMethod::Louis => settled.louis(theta, &mut record)?,
-        InformationMethod::CoupledScore => settled.coupled(theta, &mut record)?,
-    };
-    let chain_rhat = chain_rhat(&series, n, &info);
-    Ok(LouisParts {
+    }
+}
+
+/// Louis' parts from an estimator's `estimates` of `draws` draws, R̂ from `series` over `n`
+/// points.
+fn assemble(estimates: Estimates, series: &Series, n: usize, draws: usize) -> LouisParts {
+    let (info, complete, score, per_draw, leave_one_out) = estimates;
+    let chain_rhat = chain_rhat(series, n, &info);
+    LouisParts {
         info,
         complete,
         score,
-        score_cov: batch_mean_cov(&per_draw, SCORE_BATCHES.min(s.draws)),
-        draws: s.draws,
+        score_cov: batch_mean_cov(&per_draw, SCORE_BATCHES.min(draws)),
+        draws,
         leave_one_out,
         chain_rhat,
-    })
+    }
+}
+
+/// An information's draws kept for more ([`continued_parts`]): where it was estimated, and, for
+/// coupled score differences, the settled chains, the runs where they stopped and R̂'s series.
+pub(super) struct Continued<'a, M> {
+    model: &'a M,
+    theta: Vec<f64>,
+    s: LouisSettings,
+    seed: u64,
+    /// The draws behind the last parts.
+    drawn: usize,
+    kept: Option<(Settled<'a, M>, CoupledRuns, Series)>,
+}
+
+impl<M: LatentModel<f64>> Continued<'_, M> {
+    /// Louis' parts from `to` draws (no fewer than those already drawn): the same as
+    /// [`louis_parts`] with `to` draws and the same seed. Coupled runs are taken on from where
+    /// they stopped, for the cost of the draws added; the other estimators run again from the
+    /// start.
+    pub(super) fn extend(&mut self, to: usize) -> Result<LouisParts> {
+        let to = to.max(self.drawn);
+        self.drawn = to;
+        let Some((settled, runs, series)) = &mut self.kept else {
+            let s = LouisSettings {
+                draws: to,
+                ..self.s
+            };
+            return louis_parts(self.model, &self.theta, &s, self.seed);
+        };
+        let estimates = {
+            let mut record = recorder(series);
+            settled.continue_coupled(runs, to, &mut record)?
+        };
+        Ok(assemble(estimates, series, self.model.n_data(), to))
+    }
+
+    /// The draws behind the last parts.
+    pub(super) fn drawn(&self) -> usize {
+        self.drawn
+    }
+}
+
+/// [`louis_parts`], with what takes them on to more draws ([`Continued::extend`]).
+pub(super) fn continued_parts<'a, M: LatentModel<f64>>(
+    model: &'a M,
+    theta: &[f64],
+    s: &LouisSettings,
+    seed: u64,
+) -> Result<(LouisParts, Continued<'a, M>)> {
+    let mut continued = Continued {
+        model,
+        theta: theta.to_vec(),
+        s: *s,
+        seed,
+        drawn: s.draws,
+        kept: None,
+    };
+    if s.method != InformationMethod::CoupledScore {
+        return Ok((louis_parts(model, theta, s, seed)?, continued));
+    }
+    let (settled, mut series) = settle(model, theta, s, seed)?;
+    let (estimates, runs) = {
+        let mut record = recorder(&mut series);
+        settled.coupled(theta, &mut record)?
+    };
+    let parts = assemble(estimates, &series, model.n_data(), s.draws);
+    continued.kept = Some((settled, runs, series));
+    Ok((parts, continued))
 }
 
 /// 95% Wald intervals θ ± 1.96 se.

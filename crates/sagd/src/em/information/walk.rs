@@ -7,7 +7,7 @@ use crate::model::LatentModel;
 use crate::rng::stream_seed;
 
 use super::answer::{finish, LastPoint};
-use super::parts::{louis_parts, score_parts};
+use super::parts::{continued_parts, score_parts, Continued};
 use super::steps::{damped_direction, gap_sd, step_fraction, uphill_reach};
 use super::{
     draws_needed, pilot, Information, LouisSettings, PolishSettings, Polished, LAG_GAP,
@@ -40,6 +40,7 @@ pub fn polish<M: LatentModel<f64>>(
         lagged: None,
         taken: Vec::new(),
         fraction: 1.0,
+        runs: None,
     };
     loop {
         let Some((info, fresh)) = walk.information(model, s, seed)? else {
@@ -73,11 +74,13 @@ pub fn polish<M: LatentModel<f64>>(
                 gaps,
                 louis,
                 taken,
+                runs,
                 ..
             } = walk;
             let last = LastPoint {
                 at,
                 info,
+                runs,
                 gaps,
                 gap,
                 converged,
@@ -98,7 +101,7 @@ struct Accepted {
 }
 
 /// Where [`polish`] stands between its points.
-struct Walk {
+struct Walk<'a, M> {
     at: Vec<f64>,
     gaps: Vec<f64>,
     louis: LouisSettings,
@@ -112,14 +115,17 @@ struct Walk {
     taken: Vec<Information>,
     /// The fraction of the last Newton step taken.
     fraction: f64,
+    /// The runs behind this point's information where it estimated its own, which more draws
+    /// continue.
+    runs: Option<Continued<'a, M>>,
 }
 
-impl Walk {
+impl<'a, M: LatentModel<f64>> Walk<'a, M> {
     /// The information at this point and whether it is its own (not lent by the last point);
     /// `None` where the point was not concave and a damped step was taken from it instead.
-    fn information<M: LatentModel<f64>>(
+    fn information(
         &mut self,
-        model: &M,
+        model: &'a M,
         s: &PolishSettings,
         seed: u64,
     ) -> Result<Option<(Information, bool)>> {
@@ -136,9 +142,11 @@ impl Walk {
             )?,
             _ => None,
         };
+        self.runs = None;
         match (piloted, self.lagged.take().filter(|_| near)) {
-            (Some(info), _) => {
+            (Some((info, runs)), _) => {
                 self.taken.push(info.clone());
+                self.runs = Some(runs);
                 Ok(Some((info, true)))
             }
             (None, Some(mut info)) => {
@@ -149,7 +157,7 @@ impl Walk {
                 Ok(Some((info, false)))
             }
             (None, None) => {
-                let parts = louis_parts(model, &self.at, &self.louis, point_seed)?;
+                let (parts, runs) = continued_parts(model, &self.at, &self.louis, point_seed)?;
                 if spd_inverse(&parts.info).is_none() && self.step + 1 < s.max_steps {
                     // Not concave here (too far from the maximum for Newton): a step between
                     // Newton's and EM's, which goes uphill.
@@ -171,6 +179,7 @@ impl Walk {
                 // The next points need no more draws than this one's precision says.
                 self.louis.draws = draws_needed(&info, self.louis.draws, s.gap_tol);
                 self.taken.push(info.clone());
+                self.runs = Some(runs);
                 Ok(Some((info, true)))
             }
         }
