@@ -19,7 +19,7 @@ use super::{
     vae_batch, BernoulliVae, Chains, Scratch,
 };
 use crate::cuda::Gpu;
-use crate::train::{AdamStep, DeviceParams, GradientEstimator, TrainState};
+use crate::train::{on_host, DeviceParams, DeviceState, GradientEstimator, Grads, OnDevice};
 use crate::vae::VaeParams;
 use crate::Device;
 
@@ -339,19 +339,22 @@ impl GradientEstimator for BernoulliEstimator<'_> {
 
 /// The training state on the GPU, for the training job to drive: `device_params` lends it only
 /// where the passes run on one (and not split over processes).
-impl DeviceParams for BernoulliEstimator<'_> {
-    fn held(&self, encoder: bool) -> Option<usize> {
+impl OnDevice for BernoulliEstimator<'_> {
+    fn state(&self) -> Option<&DeviceState> {
         match &self.engine {
-            Engine::Gpu(gpu) => gpu.held(encoder),
+            Engine::Gpu(gpu) => Some(gpu.state()),
             Engine::Cpu(_) => None,
         }
     }
 
-    fn load(&mut self, st: &TrainState, encoder: bool) -> Result<()> {
-        Ok(self.gpu()?.load(st, encoder)?)
+    fn on_device(&mut self) -> Option<(&Gpu, &mut DeviceState, Option<Grads<'_>>)> {
+        match &mut self.engine {
+            Engine::Gpu(gpu) => Some(gpu.on_device()),
+            Engine::Cpu(_) => None,
+        }
     }
 
-    fn gradient(&mut self, batch: &[usize]) -> Result<f64> {
+    fn pass_at_held(&mut self, batch: &[usize]) -> Result<f64> {
         let objective = self.next_update(batch)?;
         let what = match &objective {
             Objective::Vae => Pass::Vae,
@@ -369,7 +372,7 @@ impl DeviceParams for BernoulliEstimator<'_> {
         };
         let (result, ahead) = {
             let Engine::Gpu(gpu) = &mut self.engine else {
-                return Err(no_gpu());
+                return Err(on_host());
             };
             let (model, x, noise) = (self.model, &self.x, &self.noise);
             let streams = &self.streams;
@@ -385,36 +388,6 @@ impl DeviceParams for BernoulliEstimator<'_> {
         // A draw that failed to finish is simply made again in turn.
         self.ahead = ahead.ok();
         finite_loss(result?.loss, self.update)
-    }
-
-    fn finite(&mut self) -> Result<bool> {
-        Ok(self.gpu()?.finite()?)
-    }
-
-    fn step(&mut self, step: AdamStep) -> Result<()> {
-        Ok(self.gpu()?.step(step)?)
-    }
-
-    fn sync(&mut self, st: &mut TrainState) -> Result<()> {
-        match &mut self.engine {
-            Engine::Gpu(gpu) => Ok(gpu.sync(st)?),
-            Engine::Cpu(_) => Ok(()),
-        }
-    }
-}
-
-/// The error of a device operation asked of an estimator on the CPU.
-fn no_gpu() -> SagdError {
-    SagdError::Device("the training state is on the host: this estimator runs on the CPU".into())
-}
-
-impl BernoulliEstimator<'_> {
-    /// The passes' GPU.
-    fn gpu(&mut self) -> Result<&mut GpuPasses> {
-        match &mut self.engine {
-            Engine::Gpu(gpu) => Ok(gpu),
-            Engine::Cpu(_) => Err(no_gpu()),
-        }
     }
 }
 

@@ -73,7 +73,6 @@ impl GpuPasses {
         chains: &Chains,
         noise: &[f32],
         carried: Option<&mut Carried>,
-        n_gen: usize,
     ) -> GpuResult<BatchInfo> {
         let kernel = chains.kernel()?;
         // Chains that persist run every transition whole, their momenta where they continue.
@@ -98,7 +97,7 @@ impl GpuPasses {
             (&mut b.dl, rows * m.pixels()),
             (&mut b.ll, rows),
             (&mut b.dist, rows),
-            (&mut b.g_gen, n_gen),
+            (&mut b.g_gen, m.gen.n_params()),
         ] {
             ensure(gpu, slot, size)?;
         }
@@ -109,6 +108,7 @@ impl GpuPasses {
         }
         Self::run_program(gpu, b, m, s, &program)?;
         Self::gradient_at_last_states(gpu, b, m, s)?;
+        b.vae_last = false;
         if let Some(c) = carried {
             let (Some(u), Some(rho)) = (&b.u, &b.rho) else {
                 unreachable!("made by the pass");

@@ -11,7 +11,7 @@ use sagd::langevin::Instruction;
 use crate::bernoulli::{BatchInfo, BernoulliVae, Carried, Chains};
 use crate::cuda::{ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows};
 use crate::likelihood::DeviceLaw;
-use crate::train::{AdamStep, BoundInputs, BoundPass, DeviceState, TrainState};
+use crate::train::{AdamStep, BoundPass, DeviceState, Grads, TrainState};
 use crate::vae::VaeParams;
 
 mod chains;
@@ -33,16 +33,17 @@ struct Buffers {
     dl: Option<CudaSlice<f32>>,
     ll: Option<CudaSlice<f32>>,
     dist: Option<CudaSlice<f32>>,
+    /// SAGD's generator gradient.
     g_gen: Option<CudaSlice<f32>>,
-    g_enc: Option<CudaSlice<f32>>,
     /// The rows of a pass's chains that continue (numbers), and where (positions, momenta).
     carried_rows: Option<CudaSlice<i32>>,
     carried_u: Option<CudaSlice<f32>>,
     carried_rho: Option<CudaSlice<f32>>,
     ws_enc: GpuWorkspace,
     ws_gen: GpuWorkspace,
-    /// The VAE's pass.
+    /// The VAE's pass, and whether it made the last pass's gradients (else SAGD's pass did).
     bound: BoundPass,
+    vae_last: bool,
 }
 
 /// The passes of a [`BernoulliVae`] on one GPU.
@@ -125,12 +126,8 @@ impl GpuPasses {
         g_enc: &mut [f32],
     ) -> GpuResult<BatchInfo> {
         self.load_params(p)?;
-        let info = self.vae_pass(m, x, eps, p.dec.len(), p.enc.len())?;
-        let (Some(gg), Some(ge)) = (&self.b.g_gen, &self.b.g_enc) else {
-            unreachable!("made by the pass");
-        };
-        self.gpu.download_into(gg, g_dec)?;
-        self.gpu.download_into(ge, g_enc)?;
+        let info = self.vae_pass(m, x, eps)?;
+        self.b.bound.download(&self.gpu, (g_dec, g_enc), false)?;
         Ok(info)
     }
 
@@ -144,60 +141,24 @@ impl GpuPasses {
         noise: &[f32],
         what: Pass<'_>,
         carried: Option<&mut Carried>,
-        n_gen: usize,
-        n_enc: usize,
     ) -> GpuResult<BatchInfo> {
         match what {
-            Pass::Vae => self.vae_pass(m, x, noise, n_gen, n_enc),
-            Pass::Sagd(chains) => self.sagd_pass(m, x, chains, noise, carried, n_gen),
+            Pass::Vae => self.vae_pass(m, x, noise),
+            Pass::Sagd(chains) => self.sagd_pass(m, x, chains, noise, carried),
         }
     }
 
     /// The device's bound pass (k = 1) under the Bernoulli law: the CPU's `vae_batch`.
-    fn vae_pass(
-        &mut self,
-        m: &BernoulliVae,
-        x: &[f32],
-        eps: &[f32],
-        n_gen: usize,
-        n_enc: usize,
-    ) -> GpuResult<BatchInfo> {
-        let (gpu, b) = (&self.gpu, &mut self.b);
-        let n = x.len() / m.pixels();
-        put(gpu, &mut b.x, x)?;
-        put(gpu, &mut b.noise, eps)?;
-        ensure(gpu, &mut b.g_gen, n_gen)?;
-        ensure(gpu, &mut b.g_enc, n_enc)?;
-        b.bound.ensure(gpu, (n, 1, m.d, m.pixels()))?;
-        let Buffers {
-            state:
-                DeviceState {
-                    dec: Some(gen),
-                    enc: Some(enc),
-                    ..
-                },
-            x: Some(xd),
-            noise: Some(noise),
-            g_gen: Some(gg),
-            g_enc: Some(ge),
-            bound,
-            ..
-        } = b
-        else {
-            unreachable!("parameters loaded, the rest made above");
-        };
-        let input = BoundInputs {
-            enc: (&m.enc, enc),
-            dec: (&m.gen, gen),
-            law: DeviceLaw::Bernoulli,
-            x: xd,
-            eps: noise,
-        };
-        bound.launches(gpu, input, (gg, ge), (n, 1))?;
-        self.host.resize(n, 0.0);
-        gpu.download_into(self.b.bound.loss(), &mut self.host)?;
+    fn vae_pass(&mut self, m: &BernoulliVae, x: &[f32], eps: &[f32]) -> GpuResult<BatchInfo> {
+        let b = &mut self.b;
+        let state = &b.state;
+        let nets = ((&m.enc, &state.enc), (&m.gen, &state.dec));
+        let loss = b
+            .bound
+            .run(&self.gpu, nets, (x, eps, DeviceLaw::Bernoulli), 1, None)?;
+        b.vae_last = true;
         Ok(BatchInfo {
-            loss: sum(&self.host) / n as f64,
+            loss,
             displacement: 0.0,
         })
     }
@@ -247,7 +208,7 @@ impl GpuPasses {
         g_dec: &mut [f32],
     ) -> GpuResult<BatchInfo> {
         self.load_params(p)?;
-        let info = self.sagd_pass(m, x, chains, noise, carried, p.dec.len())?;
+        let info = self.sagd_pass(m, x, chains, noise, carried)?;
         let Some(gg) = &self.b.g_gen else {
             unreachable!("made by the pass");
         };

@@ -5,9 +5,6 @@
 
 use super::*;
 
-/// A pass's gradients on the device: the generator's, and the encoder's where it made one.
-type Grads<'a> = (&'a CudaSlice<f32>, Option<&'a CudaSlice<f32>>);
-
 impl GpuPasses {
     /// One whole training update on the device: the pass `what` on `x` and `noise` at the
     /// parameters it holds (loaded from `st` when it holds another state), then Adam's `step`
@@ -61,13 +58,12 @@ impl GpuPasses {
         what: Pass<'_>,
         carried: Option<&mut Carried>,
     ) -> GpuResult<BatchInfo> {
-        let (n_gen, n_enc) = (m.gen.n_params(), m.enc.n_params());
         if self.b.state.held(matches!(what, Pass::Vae)).is_none() {
             return Err(GpuError::Settings(
                 "a pass on the held parameters before any were loaded".into(),
             ));
         }
-        self.pass(m, x, noise, what, carried, n_gen, n_enc)
+        self.pass(m, x, noise, what, carried)
     }
 
     /// Whether every value of the last pass's gradients (the generator's, and the encoder's
@@ -87,16 +83,24 @@ impl GpuPasses {
         &mut self,
         f: impl FnOnce(&Gpu, &mut DeviceState, Grads<'_>) -> GpuResult<R>,
     ) -> GpuResult<R> {
-        let Buffers {
-            state,
-            g_gen,
-            g_enc,
-            ..
-        } = &mut self.b;
-        let Some(g) = g_gen else {
-            return Err(GpuError::Settings("a training step before any pass".into()));
+        let (gpu, state, grads) = self.on_device();
+        let grads =
+            grads.ok_or_else(|| GpuError::Settings("a training step before any pass".into()))?;
+        f(gpu, state, grads)
+    }
+
+    /// The GPU, its training state and the last pass's gradients (`None` before any pass).
+    pub(crate) fn on_device(&mut self) -> (&Gpu, &mut DeviceState, Option<Grads<'_>>) {
+        let grads = match self.b.vae_last {
+            true => self.b.bound.grads(),
+            false => self.b.g_gen.as_ref().map(|g| (g, None)),
         };
-        f(&self.gpu, state, (g, g_enc.as_ref()))
+        (&self.gpu, &mut self.b.state, grads)
+    }
+
+    /// The training state on the device.
+    pub(crate) fn state(&self) -> &DeviceState {
+        &self.b.state
     }
 
     /// Writes the parameters and moments the device holds into `st`, if they are of its update

@@ -10,17 +10,22 @@ use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 
 use crate::cuda::{
-    ensure, grid, put, AdamStep, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows, Replay,
+    ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows, Replay,
 };
 use crate::likelihood::DeviceLaw;
 use crate::net::Sequential;
-use crate::train::gpu::DeviceState;
-use crate::train::{gather_rows, DeviceParams, GradientEstimator, TrainState};
+use crate::train::gpu::{DeviceState, Grads, OnDevice};
+use crate::train::{gather_rows, DeviceParams, GradientEstimator};
 use crate::vae::{Vae, VaeParams};
 
-/// The device buffers of a bound's pass, kept between updates.
+/// The device buffers of a bound's pass, kept between updates: its uploads (the points and
+/// their draws), its intermediates and the gradients it leaves.
 #[derive(Default)]
 pub(crate) struct BoundPass {
+    x: Option<CudaSlice<f32>>,
+    eps: Option<CudaSlice<f32>>,
+    g_dec: Option<CudaSlice<f32>>,
+    g_enc: Option<CudaSlice<f32>>,
     u: Option<CudaSlice<f32>>,
     dh: Option<CudaSlice<f32>>,
     ll: Option<CudaSlice<f32>>,
@@ -30,29 +35,36 @@ pub(crate) struct BoundPass {
     dout: Option<CudaSlice<f32>>,
     ws_enc: GpuWorkspace,
     ws_dec: GpuWorkspace,
+    host: Vec<f32>,
 }
 
-/// What a bound's pass reads on the device: the networks and the law, their parameters, the
-/// points and their draws ε (n·k × d).
-pub(crate) struct BoundInputs<'a> {
-    pub enc: (&'a Sequential, &'a CudaSlice<f32>),
-    pub dec: (&'a Sequential, &'a CudaSlice<f32>),
-    pub law: DeviceLaw,
-    pub x: &'a CudaSlice<f32>,
-    pub eps: &'a CudaSlice<f32>,
-}
+/// A network and its parameters on the device (none before they were put there).
+pub(crate) type Net<'a> = (&'a Sequential, &'a Option<CudaSlice<f32>>);
+
+/// A network and its parameters on the device, as a pass's launches read them.
+type Placed<'a> = (&'a Sequential, &'a CudaSlice<f32>);
 
 impl BoundPass {
-    /// Makes (or keeps) the buffers of a pass over `n` points with `k` samples each, latent `d`
-    /// and data `px` values per point; a pass makes none of its own, so that its launches can be
-    /// captured in a graph.
-    pub(crate) fn ensure(
+    /// The mean bound over the points `x` (n of them, row-major) with the draws `eps` (n·k × d)
+    /// under `law`, for the encoder and decoder `nets` (their parameters on the device): the
+    /// inputs uploaded, then the pass's launches (replayed from a CUDA graph by batch size where
+    /// `replay` is given), the gradients left on the device ([`BoundPass::grads`]).
+    pub(crate) fn run(
         &mut self,
         gpu: &Gpu,
-        (n, k, d, px): (usize, usize, usize, usize),
-    ) -> GpuResult<()> {
+        (enc, dec): (Net<'_>, Net<'_>),
+        (x, eps, law): (&[f32], &[f32], DeviceLaw),
+        k: usize,
+        replay: Option<&mut Replay<usize>>,
+    ) -> GpuResult<f64> {
+        let (d, px) = (dec.0.input_dim(), dec.0.output_dim());
+        let n = x.len() / px;
         let rows = n * k;
+        put(gpu, &mut self.x, x)?;
+        put(gpu, &mut self.eps, eps)?;
         for (slot, len) in [
+            (&mut self.g_dec, dec.0.n_params()),
+            (&mut self.g_enc, enc.0.n_params()),
             (&mut self.u, rows * d),
             (&mut self.dh, rows * px),
             (&mut self.ll, rows),
@@ -63,26 +75,64 @@ impl BoundPass {
         ] {
             ensure(gpu, slot, len)?;
         }
+        let (Some(pe), Some(pd)) = (enc.1, dec.1) else {
+            return Err(GpuError::Settings(
+                "a pass on the device's parameters before any were put there".into(),
+            ));
+        };
+        let nets = ((enc.0, pe), (dec.0, pd));
+        match replay {
+            Some(replay) => replay.run(gpu, n, || self.launches(gpu, nets, law, (n, k)))?,
+            None => self.launches(gpu, nets, law, (n, k))?,
+        }
+        self.host.resize(n, 0.0);
+        gpu.download_into(self.loss.as_ref().expect("made above"), &mut self.host)?;
+        Ok(self.host.iter().map(|v| *v as f64).sum::<f64>() / n as f64)
+    }
+
+    /// The last pass's gradients (the decoder's, the encoder's); `None` before any pass.
+    pub(crate) fn grads(&self) -> Option<Grads<'_>> {
+        Some((self.g_dec.as_ref()?, self.g_enc.as_ref()))
+    }
+
+    /// The last pass's gradients written (or, with `add`, added) into `g_dec` and `g_enc`.
+    pub(crate) fn download(
+        &mut self,
+        gpu: &Gpu,
+        (g_dec, g_enc): (&mut [f32], &mut [f32]),
+        add: bool,
+    ) -> GpuResult<()> {
+        let (Some(gd), Some(ge)) = (&self.g_dec, &self.g_enc) else {
+            unreachable!("made by the pass");
+        };
+        for (dev, out) in [(gd, g_dec), (ge, g_enc)] {
+            if add {
+                self.host.resize(out.len(), 0.0);
+                gpu.download_into(dev, &mut self.host)?;
+                out.iter_mut().zip(&self.host).for_each(|(a, b)| *a += b);
+            } else {
+                gpu.download_into(dev, out)?;
+            }
+        }
         Ok(())
     }
 
-    /// Each point's loss of the last pass (n values).
-    pub(crate) fn loss(&self) -> &CudaSlice<f32> {
-        self.loss.as_ref().expect("made by ensure")
-    }
-
-    /// The launches of one pass over `n` points, `k` samples each (after [`BoundPass::ensure`]):
-    /// the encoder, the reparameterised draws, the decoder, the law's rows and the bound's
-    /// weights, then both backward passes; the mean bound's gradients written into `gd` and
-    /// `ge`, each point's loss into [`BoundPass::loss`]. No allocation, no host work.
-    pub(crate) fn launches(
+    /// The launches of one pass over `n` points, `k` samples each: the encoder, the
+    /// reparameterised draws, the decoder, the law's rows and the bound's weights, then both
+    /// backward passes; the mean bound's gradients written into `g_dec` and `g_enc`, each point's
+    /// loss into `loss`. No allocation, no host work, so that they can be captured in a graph.
+    fn launches(
         &mut self,
         gpu: &Gpu,
-        input: BoundInputs<'_>,
-        (gd, ge): (&mut CudaSlice<f32>, &mut CudaSlice<f32>),
+        ((enc_net, enc), (dec_net, dec)): (Placed<'_>, Placed<'_>),
+        law: DeviceLaw,
         (n, k): (usize, usize),
     ) -> GpuResult<()> {
         let BoundPass {
+            x: Some(x),
+            eps: Some(eps),
+            g_dec: Some(gd),
+            g_enc: Some(ge),
             u: Some(u),
             dh: Some(dh),
             ll: Some(ll),
@@ -92,19 +142,19 @@ impl BoundPass {
             dout: Some(dout),
             ws_enc,
             ws_dec,
+            ..
         } = self
         else {
-            unreachable!("made by ensure");
+            unreachable!("made by the pass");
         };
-        let ((enc_net, enc), (dec_net, dec)) = (input.enc, input.dec);
         let (d, px) = (dec_net.input_dim(), dec_net.output_dim());
         let (ni, ki, di, nf) = (n as i32, k as i32, d as i32, n as f32);
         let rows = n * k;
-        enc_net.forward_gpu(gpu, enc, input.x, n, ws_enc)?;
+        enc_net.forward_gpu(gpu, enc, x, n, ws_enc)?;
         let enc_out = ws_enc.output().expect("forward ran");
         let mut l = gpu.stream.launch_builder(gpu.k("reparam"));
         l.arg(enc_out)
-            .arg(input.eps)
+            .arg(&*eps)
             .arg(&mut *u)
             .arg(&ni)
             .arg(&ki)
@@ -121,11 +171,11 @@ impl BoundPass {
             per: k,
             px,
         };
-        gpu.likelihood_rows(input.law, (h, input.x), shape, dh, Some(&mut *ll), gscale)?;
+        gpu.likelihood_rows(law, (h, x), shape, dh, Some(&mut *ll), gscale)?;
         let mut l = gpu.stream.launch_builder(gpu.k("bound_weights"));
         l.arg(enc_out)
             .arg(&*u)
-            .arg(input.eps)
+            .arg(&*eps)
             .arg(&*ll)
             .arg(&mut *wts)
             .arg(&mut *loss)
@@ -147,7 +197,7 @@ impl BoundPass {
         let mut l = gpu.stream.launch_builder(gpu.k("bound_enc_grad"));
         l.arg(enc_out)
             .arg(&*u)
-            .arg(input.eps)
+            .arg(&*eps)
             .arg(&*du)
             .arg(&*wts)
             .arg(&mut *dout)
@@ -162,25 +212,6 @@ impl BoundPass {
     }
 }
 
-/// The estimator's uploads: the batch's points and their noise, and the gradients.
-#[derive(Default)]
-struct Buffers {
-    xb: Option<CudaSlice<f32>>,
-    eps: Option<CudaSlice<f32>>,
-    g_dec: Option<CudaSlice<f32>>,
-    g_enc: Option<CudaSlice<f32>>,
-}
-
-impl Buffers {
-    /// The last pass's gradients, for the device's training state.
-    fn grads(&self) -> GpuResult<(&CudaSlice<f32>, Option<&CudaSlice<f32>>)> {
-        match &self.g_dec {
-            Some(g) => Ok((g, self.g_enc.as_ref())),
-            None => Err(GpuError::Settings("a training step before any pass".into())),
-        }
-    }
-}
-
 /// The ELBO (k = 1) or the IWAE bound (k > 1) on the GPU, encoder and decoder. The training
 /// job takes its updates on the device ([`DeviceParams`]) where its rule is plain Adam.
 pub struct GpuBoundEstimator<'a> {
@@ -192,10 +223,8 @@ pub struct GpuBoundEstimator<'a> {
     stream: NormalStream,
     xb: Vec<f32>,
     eps: Vec<f32>,
-    host: Vec<f32>,
     /// The networks' parameters (and Adam's moments while the device takes the updates).
     state: DeviceState,
-    b: Buffers,
     pass: BoundPass,
     /// The update's launches as a graph, by batch size.
     replay: Replay<usize>,
@@ -230,51 +259,24 @@ impl<'a> GpuBoundEstimator<'a> {
             stream: NormalStream::new(seed),
             xb: Vec::new(),
             eps: Vec::new(),
-            host: Vec::new(),
             state: DeviceState::default(),
-            b: Buffers::default(),
             pass: BoundPass::default(),
             replay: Replay::default(),
         }
     }
 
     /// The pass on `batch` at the parameters the device holds, its gradients left in the
-    /// estimator's buffers; the mean loss.
+    /// pass's buffers; the mean loss.
     fn pass_on_held(&mut self, batch: &[usize]) -> GpuResult<f64> {
-        let (vae, gpu, d, k) = (self.vae, &self.gpu, self.vae.d, self.k);
-        let (n, px) = (batch.len(), vae.data_dim());
-        gather_rows(self.x, px, batch, &mut self.xb);
-        self.eps.resize(n * k * d, 0.0);
+        let (vae, d, k) = (self.vae, self.vae.d, self.k);
+        gather_rows(self.x, vae.data_dim(), batch, &mut self.xb);
+        self.eps.resize(batch.len() * k * d, 0.0);
         self.stream.fill(&mut self.eps);
-        let b = &mut self.b;
-        put(gpu, &mut b.xb, &self.xb)?;
-        put(gpu, &mut b.eps, &self.eps)?;
-        ensure(gpu, &mut b.g_dec, vae.dec.n_params())?;
-        ensure(gpu, &mut b.g_enc, vae.enc.n_params())?;
-        self.pass.ensure(gpu, (n, k, d, px))?;
-        let (Some(dec), Some(enc)) = (&self.state.dec, &self.state.enc) else {
-            return Err(GpuError::Settings(
-                "a pass on the device's parameters before any were put there".into(),
-            ));
-        };
-        let (Some(xb), Some(eps), Some(gd), Some(ge)) = (&b.xb, &b.eps, &mut b.g_dec, &mut b.g_enc)
-        else {
-            unreachable!("made above");
-        };
-        let input = BoundInputs {
-            enc: (&vae.enc, enc),
-            dec: (&vae.dec, dec),
-            law: self.law,
-            x: xb,
-            eps,
-        };
+        let nets = ((&vae.enc, &self.state.enc), (&vae.dec, &self.state.dec));
+        let host = (&self.xb[..], &self.eps[..], self.law);
         // The update's launches, replayed from a CUDA graph once captured.
-        let pass = &mut self.pass;
-        self.replay
-            .run(gpu, n, || pass.launches(gpu, input, (gd, ge), (n, k)))?;
-        self.host.resize(n, 0.0);
-        gpu.download_into(self.pass.loss(), &mut self.host)?;
-        Ok(self.host.iter().map(|v| *v as f64).sum::<f64>() / n as f64)
+        self.pass
+            .run(&self.gpu, nets, host, k, Some(&mut self.replay))
     }
 
     /// The pass at the host's parameters `p`, its gradients added into `g_dec` and `g_enc`.
@@ -287,14 +289,7 @@ impl<'a> GpuBoundEstimator<'a> {
     ) -> GpuResult<f64> {
         self.state.put_params(&self.gpu, p)?;
         let loss = self.pass_on_held(batch)?;
-        let (Some(gd), Some(ge)) = (&self.b.g_dec, &self.b.g_enc) else {
-            unreachable!("made by the pass");
-        };
-        for (dev, out) in [(gd, g_dec), (ge, g_enc)] {
-            self.host.resize(out.len(), 0.0);
-            self.gpu.download_into(dev, &mut self.host)?;
-            out.iter_mut().zip(&self.host).for_each(|(a, b)| *a += b);
-        }
+        self.pass.download(&self.gpu, (g_dec, g_enc), true)?;
         Ok(loss)
     }
 }
@@ -328,30 +323,16 @@ impl GradientEstimator for GpuBoundEstimator<'_> {
     }
 }
 
-impl DeviceParams for GpuBoundEstimator<'_> {
-    fn held(&self, encoder: bool) -> Option<usize> {
-        self.state.held(encoder)
+impl OnDevice for GpuBoundEstimator<'_> {
+    fn state(&self) -> Option<&DeviceState> {
+        Some(&self.state)
     }
 
-    fn load(&mut self, st: &TrainState, encoder: bool) -> Result<()> {
-        Ok(self.state.load(&self.gpu, st, encoder)?)
+    fn on_device(&mut self) -> Option<(&Gpu, &mut DeviceState, Option<Grads<'_>>)> {
+        Some((&self.gpu, &mut self.state, self.pass.grads()))
     }
 
-    fn gradient(&mut self, batch: &[usize]) -> Result<f64> {
+    fn pass_at_held(&mut self, batch: &[usize]) -> Result<f64> {
         Ok(self.pass_on_held(batch)?)
-    }
-
-    fn finite(&mut self) -> Result<bool> {
-        let grads = self.b.grads()?;
-        Ok(self.state.finite(&self.gpu, grads)?)
-    }
-
-    fn step(&mut self, step: AdamStep) -> Result<()> {
-        let grads = self.b.grads()?;
-        Ok(self.state.step(&self.gpu, grads, step)?)
-    }
-
-    fn sync(&mut self, st: &mut TrainState) -> Result<()> {
-        Ok(self.state.sync(&self.gpu, st)?)
     }
 }

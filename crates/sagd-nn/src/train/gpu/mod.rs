@@ -6,7 +6,7 @@ mod bound;
 mod chains;
 mod state;
 
+pub(crate) use bound::BoundPass;
 pub use bound::GpuBoundEstimator;
-pub(crate) use bound::{BoundInputs, BoundPass};
 pub use chains::GpuChainEstimator;
-pub(crate) use state::DeviceState;
+pub(crate) use state::{on_host, DeviceState, Grads, OnDevice};

@@ -1,13 +1,77 @@
 //! The training state on a GPU: the networks' parameters, and Adam's moments of those trained,
 //! kept there between updates, with the update rule's step as the backend's operation
-//! ([`adam`]), for every estimator that takes its updates on the device (its
-//! [`DeviceParams`](crate::train::DeviceParams) are these).
+//! ([`adam`]), for every estimator that takes its updates on the device: each says where its
+//! state and its last pass's gradients are ([`OnDevice`]), and the training job's
+//! [`DeviceParams`] are written once, here.
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
+use sagd::error::{Result, SagdError};
 
 use crate::cuda::{adam, ensure, grid, put, AdamStep, Gpu, GpuError, GpuResult};
-use crate::train::TrainState;
+use crate::train::{DeviceParams, TrainState};
 use crate::vae::VaeParams;
+
+/// A pass's gradients on the device: the decoder's (or generator's), and the encoder's where
+/// the pass made one.
+pub(crate) type Grads<'a> = (&'a CudaSlice<f32>, Option<&'a CudaSlice<f32>>);
+
+/// An estimator whose passes run on a GPU and keep their gradients there: where its training
+/// state is, and its pass at the parameters held. Its [`DeviceParams`] follow.
+pub(crate) trait OnDevice {
+    /// The training state on the device; `None` where the passes run on the host.
+    fn state(&self) -> Option<&DeviceState>;
+    /// The GPU, its training state, and the last pass's gradients (`None` before any pass);
+    /// `None` where the passes run on the host.
+    fn on_device(&mut self) -> Option<(&Gpu, &mut DeviceState, Option<Grads<'_>>)>;
+    /// The loss of a pass on the data points `batch` at the parameters held, its gradients kept.
+    fn pass_at_held(&mut self, batch: &[usize]) -> Result<f64>;
+}
+
+/// The error of a device operation asked of an estimator whose passes run on the host.
+pub(crate) fn on_host() -> SagdError {
+    SagdError::Device("the training state is on the host: this estimator runs on the CPU".into())
+}
+
+/// The GPU, the state and the last pass's gradients of `e`, or the error of a step asked
+/// before any pass.
+fn kept<T: OnDevice + ?Sized>(e: &mut T) -> Result<(&Gpu, &mut DeviceState, Grads<'_>)> {
+    match e.on_device().ok_or_else(on_host)? {
+        (gpu, state, Some(grads)) => Ok((gpu, state, grads)),
+        _ => Err(GpuError::Settings("a training step before any pass".into()).into()),
+    }
+}
+
+impl<T: OnDevice> DeviceParams for T {
+    fn held(&self, encoder: bool) -> Option<usize> {
+        self.state()?.held(encoder)
+    }
+
+    fn load(&mut self, st: &TrainState, encoder: bool) -> Result<()> {
+        let (gpu, state, _) = self.on_device().ok_or_else(on_host)?;
+        Ok(state.load(gpu, st, encoder)?)
+    }
+
+    fn gradient(&mut self, batch: &[usize]) -> Result<f64> {
+        self.pass_at_held(batch)
+    }
+
+    fn finite(&mut self) -> Result<bool> {
+        let (gpu, state, grads) = kept(self)?;
+        Ok(state.finite(gpu, grads)?)
+    }
+
+    fn step(&mut self, step: AdamStep) -> Result<()> {
+        let (gpu, state, grads) = kept(self)?;
+        Ok(state.step(gpu, grads, step)?)
+    }
+
+    fn sync(&mut self, st: &mut TrainState) -> Result<()> {
+        match self.on_device() {
+            Some((gpu, state, _)) => Ok(state.sync(gpu, st)?),
+            None => Ok(()),
+        }
+    }
+}
 
 /// Which training state a device holds: of which update count, whether the encoder is trained
 /// (its moments there too), and the networks' sizes.

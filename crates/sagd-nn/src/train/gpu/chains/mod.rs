@@ -21,10 +21,8 @@ use crate::cuda::{
 };
 use crate::likelihood::DeviceLaw;
 use crate::train::chain_settings::ChainPlan;
-use crate::train::gpu::DeviceState;
-use crate::train::{
-    gather_rows, AdamStep, DeviceParams, GradientEstimator, HmcChains, LangevinChains, TrainState,
-};
+use crate::train::gpu::{DeviceState, Grads, OnDevice};
+use crate::train::{gather_rows, DeviceParams, GradientEstimator, HmcChains, LangevinChains};
 use crate::vae::{Vae, VaeParams};
 use std::borrow::Cow;
 
@@ -64,16 +62,6 @@ fn placed(params: &Option<CudaSlice<f32>>) -> &CudaSlice<f32> {
     params
         .as_ref()
         .expect("put on the device when the update began")
-}
-
-/// The last update's estimate of the decoder's gradient, on the device.
-fn estimate_on_device(b: &Option<Buffers>) -> GpuResult<&CudaSlice<f32>> {
-    match b {
-        Some(b) => Ok(&b.g_theta),
-        None => Err(GpuError::Settings(
-            "a training step before any update".into(),
-        )),
-    }
 }
 
 /// A decoder d → H → H → d (one activation) small enough for `posterior_mlp`, which evaluates
@@ -510,31 +498,18 @@ impl GradientEstimator for GpuChainEstimator<'_> {
     }
 }
 
-impl DeviceParams for GpuChainEstimator<'_> {
-    fn held(&self, encoder: bool) -> Option<usize> {
-        self.state.held(encoder)
+impl OnDevice for GpuChainEstimator<'_> {
+    fn state(&self) -> Option<&DeviceState> {
+        Some(&self.state)
     }
 
-    fn load(&mut self, st: &TrainState, encoder: bool) -> Result<()> {
-        Ok(self.state.load(&self.gpu, st, encoder)?)
+    fn on_device(&mut self) -> Option<(&Gpu, &mut DeviceState, Option<Grads<'_>>)> {
+        let grads = self.b.as_ref().map(|b| (&b.g_theta, None));
+        Some((&self.gpu, &mut self.state, grads))
     }
 
-    fn gradient(&mut self, batch: &[usize]) -> Result<f64> {
+    fn pass_at_held(&mut self, batch: &[usize]) -> Result<f64> {
         Ok(self.run(None, batch, None)?)
-    }
-
-    fn finite(&mut self) -> Result<bool> {
-        let g = estimate_on_device(&self.b)?;
-        Ok(self.state.finite(&self.gpu, (g, None))?)
-    }
-
-    fn step(&mut self, step: AdamStep) -> Result<()> {
-        let g = estimate_on_device(&self.b)?;
-        Ok(self.state.step(&self.gpu, (g, None), step)?)
-    }
-
-    fn sync(&mut self, st: &mut TrainState) -> Result<()> {
-        Ok(self.state.sync(&self.gpu, st)?)
     }
 }
 
