@@ -368,19 +368,30 @@ impl<'a> GpuChainEstimator<'a> {
         Ok(())
     }
 
-    /// log π and ∇log π of the batch's posterior at `x` (nb rows) into `g`, `lp`; ∂ log p(x | h)
-    /// /∂h in `resid`.
-    #[allow(clippy::too_many_arguments)]
-    fn evaluate(
-        gpu: &Gpu,
-        (vae, law, fused): (&Vae, DeviceLaw, Option<FusedMlp>),
-        dec: &CudaSlice<f32>,
-        data: &CudaSlice<f32>,
-        (x, g, lp): (&CudaSlice<f32>, &mut CudaSlice<f32>, &mut CudaSlice<f32>),
-        resid: &mut CudaSlice<f32>,
-        ws: &mut GpuWorkspace,
-        nb: usize,
-    ) -> GpuResult<()> {
+    /// log π and ∇log π of the batch's posterior (nb rows; all of the data's with `all`) at
+    /// the transition's next state (`next`) or its start, into that state's gradient and log
+    /// density; ∂ log p(x | h)/∂h in `resid`.
+    fn evaluate(&self, b: &mut Buffers, all: bool, next: bool, nb: usize) -> GpuResult<()> {
+        let Buffers {
+            x_all,
+            x_batch,
+            xa,
+            xb,
+            ga,
+            gb,
+            la,
+            lb,
+            resid,
+            ws,
+            ..
+        } = b;
+        let data = if all { &*x_all } else { &*x_batch };
+        let (x, g, lp) = match next {
+            true => (&*xb, gb, lb),
+            false => (&*xa, ga, la),
+        };
+        let (gpu, vae, law, fused) = (&self.gpu, self.vae, self.law, self.fused);
+        let dec = placed(&self.state.dec);
         let d = vae.d;
         if let Some(f) = fused {
             let (ni, di, hi) = (nb as i32, d as i32, f.hidden as i32);

@@ -25,18 +25,7 @@ impl ChainBuffers<Gpu> for TwoStates<'_, '_, '_> {
     }
 
     fn evaluate(&mut self) -> GpuResult<()> {
-        let (e, b) = (self.e, &mut *self.b);
-        let data = if self.all { &b.x_all } else { &b.x_batch };
-        GpuChainEstimator::evaluate(
-            &e.gpu,
-            (e.vae, e.law, e.fused),
-            placed(&e.state.dec),
-            data,
-            (&b.xb, &mut b.gb, &mut b.lb),
-            &mut b.resid,
-            &mut b.ws,
-            self.nb,
-        )
+        self.e.evaluate(self.b, self.all, true, self.nb)
     }
 
     fn refresh(&mut self, at: std::ops::Range<usize>) -> GpuResult<()> {
@@ -207,16 +196,7 @@ impl<'a> GpuChainEstimator<'a> {
             Momentum::Normal => self.rng.fill(gpu, &mut b.rho, n * d, false)?,
             Momentum::Zero => gpu.zero(&mut b.rho)?,
         }
-        Self::evaluate(
-            gpu,
-            (self.vae, self.law, self.fused),
-            placed(&self.state.dec),
-            &b.x_all,
-            (&b.xa, &mut b.ga, &mut b.la),
-            &mut b.resid,
-            &mut b.ws,
-            n,
-        )?;
+        self.evaluate(b, true, false, n)?;
         for _ in 0..self.burn_in {
             self.draw(b, 1, n)?;
             self.transition(b, true, n, 0)?;
@@ -336,19 +316,8 @@ impl<'a> GpuChainEstimator<'a> {
         if self.fresh_from_encoder {
             self.encoder_draw(b, all, nb)?;
         }
-        let gpu = &self.gpu;
-        let data = if all { &b.x_all } else { &b.x_batch };
         // θ moved since the chains' gradients were computed (or the chains are new).
-        Self::evaluate(
-            gpu,
-            (self.vae, self.law, self.fused),
-            placed(&self.state.dec),
-            data,
-            (&b.xa, &mut b.ga, &mut b.la),
-            &mut b.resid,
-            &mut b.ws,
-            nb,
-        )?;
+        self.evaluate(b, all, false, nb)?;
         self.draw(b, self.steps, nb)?;
         // The K transitions and the θ-gradient, replayed from a CUDA graph once captured.
         let mut replay = std::mem::take(&mut self.replay);
