@@ -2,17 +2,23 @@
 //! `cuda` check the kernels: every one loaded is defined in `kernels.cu` and launched with as many
 //! arguments as it takes, and they compile with NVRTC where its library is found. Its agreement
 //! with the CPU engine on the experiments' networks is `sagd-apps`'s `gpu_check` test; on
-//! networks a user might build, this file's ignored test (a GPU, or `scripts/gpu_on_cpu.sh`).
+//! networks a user might build, this file's ignored tests (a GPU, or `scripts/gpu_on_cpu.sh`),
+//! with every GPU estimator's training reproduced to the bit from its seed.
 
 #[path = "common/architectures.rs"]
 mod architectures;
 
 use architectures::{random_net, Draw};
+use sagd::optim::Averaging;
+use sagd::run::{Identity, Runner};
+use sagd_nn::bernoulli::{BernoulliEstimator, BernoulliVae, Chains, Objective};
 use sagd_nn::cuda::{Gpu, GpuWorkspace};
 use sagd_nn::likelihood::{Bernoulli, Poisson, UnitGaussian};
 use sagd_nn::math::Activation;
-use sagd_nn::train::{Estimator, LangevinChains};
-use sagd_nn::vae::Vae;
+use sagd_nn::train::{
+    ChainSchedule, Estimator, GradientEstimator, HmcChains, LangevinChains, TrainSettings, Training,
+};
+use sagd_nn::vae::{Vae, VaeParams};
 use sagd_nn::{Device, Layer, Sequential, Workspace};
 
 #[test]
@@ -237,4 +243,178 @@ fn random_vaes_estimate_on_a_gpu_as_on_the_cpu() {
             }
         }
     }
+}
+
+/// FNV-1a over the bits of `values`: a fingerprint of a run's numbers.
+fn fingerprint(values: impl IntoIterator<Item = u32>) -> u64 {
+    values.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, v| {
+        v.to_le_bytes()
+            .iter()
+            .fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+    })
+}
+
+/// Three epochs of training by `est` (sizes of the networks, `n` points in batches of `batch`)
+/// from `start`: a line of fingerprints of the parameters returned, the last loss, the
+/// diagnostics and the estimator's checkpointed state.
+fn trained(
+    est: &mut dyn GradientEstimator,
+    sizes: (usize, usize),
+    (n, batch): (usize, usize),
+    averaging: Averaging,
+    start: VaeParams,
+) -> String {
+    let s = TrainSettings {
+        epochs: 3,
+        batch_size: batch,
+        lr: 1e-3,
+        lr_decay: 0.0,
+        averaging,
+    };
+    let job = Training::with_sizes(sizes, &mut *est, &s, n, None, Identity::new()).expect("job");
+    let mut state = job.init(start, 3);
+    let mut runner = Runner::new(job);
+    runner.run(&mut state).expect("training");
+    let p = runner.solver.finish(&state);
+    let diagnostics = runner.solver.diagnostics().to_string();
+    drop(runner);
+    let saved = est.save_state().expect("state");
+    format!(
+        "decoder {:016x} encoder {:016x} loss {:016x} diagnostics {:016x} state {:016x}",
+        fingerprint(p.dec.iter().map(|v| v.to_bits())),
+        fingerprint(p.enc.iter().map(|v| v.to_bits())),
+        fingerprint([
+            state.loss.to_bits() as u32,
+            (state.loss.to_bits() >> 32) as u32
+        ]),
+        fingerprint(diagnostics.bytes().map(u32::from)),
+        fingerprint(saved.iter().map(|b| u32::from(*b))),
+    )
+}
+
+/// Every GPU estimator's training, one line each: E2's bounds and chains (HMC, SAGD, and SAGD
+/// with two chains per point, restarts and a schedule) under the Gaussian and Bernoulli laws, on
+/// whole and minibatches, with the update on the device (plain Adam, last iterate) and on the
+/// host (tail averaging); and E3's VAE and SAGD passes (fresh, persistent, OBABO with a
+/// schedule), both ways.
+fn gpu_training_fingerprints() -> Vec<String> {
+    use sagd::langevin::Scheme;
+    let dev = Device::Cuda(0);
+    let linear = |inp, out| Layer::Linear { inp, out };
+    let act = |act| Layer::Act { act };
+    let vae = Vae {
+        d: 2,
+        dec: Sequential::new(vec![linear(2, 16), act(Activation::Tanh), linear(16, 6)]),
+        enc: Sequential::new(vec![
+            linear(6, 12),
+            act(Activation::Softplus),
+            linear(12, 4),
+        ]),
+    };
+    let n = 40;
+    let real: Vec<f32> = (0..n * 6).map(|i| (i as f32 * 0.37).sin() * 2.0).collect();
+    let binary: Vec<f32> = (0..n * 6)
+        .map(|i| f32::from((i as f32 * 0.61).sin() > 0.1))
+        .collect();
+    let sizes = (vae.dec.n_params(), vae.enc.n_params());
+    let schedule = Some(ChainSchedule {
+        decay: 0.5,
+        growth: 1.0,
+        updates: 9,
+    });
+    let sagd = LangevinChains {
+        burn_in: 5,
+        ..LangevinChains::default()
+    };
+    let options = LangevinChains {
+        chains_per_point: Some(2),
+        refresh_every: Some(3),
+        schedule,
+        ..sagd
+    };
+    let hmc = HmcChains {
+        hmc: sagd::hmc::HmcSettings {
+            step_size: 0.05,
+            n_leapfrog: 3,
+        },
+        transitions: 3,
+    };
+    let ways = [
+        ("device", Averaging::None),
+        ("host", Averaging::Tail { fraction: 0.5 }),
+    ];
+    let mut lines = Vec::new();
+    for (name, est) in [
+        ("elbo", Estimator::Bound { k: 1 }),
+        ("iwae", Estimator::Bound { k: 4 }),
+        ("hmc", Estimator::Hmc(hmc)),
+        ("sagd", Estimator::Sagd(sagd)),
+        ("sagd-options", Estimator::Sagd(options)),
+    ] {
+        for (law, x) in [("gaussian", &real), ("bernoulli", &binary)] {
+            for batch in [n, 16] {
+                for (way, averaging) in ways {
+                    let mut e = match law {
+                        "gaussian" => est.on_with(dev, &vae, UnitGaussian, x, 5),
+                        _ => est.on_with(dev, &vae, Bernoulli, x, 5),
+                    }
+                    .expect("the estimator");
+                    let line = trained(&mut *e, sizes, (n, batch), averaging, vae.init(1));
+                    lines.push(format!("E2 {name}, {law}, batch {batch}, {way}: {line}"));
+                }
+            }
+        }
+    }
+    let gen = Sequential::new(vec![linear(3, 20), act(Activation::Relu), linear(20, 16)]);
+    let enc = Sequential::new(vec![linear(16, 20), act(Activation::Relu), linear(20, 6)]);
+    let m = BernoulliVae::new(gen, enc).expect("the networks fit");
+    let images: Vec<u8> = (0..24 * 16).map(|i| (i * 37 % 256) as u8).collect();
+    let sizes = (m.gen.n_params(), m.enc.n_params());
+    let chains = Chains {
+        per_image: 3,
+        steps: 4,
+        ..Chains::default()
+    };
+    for (name, objective) in [
+        ("vae", Objective::Vae),
+        ("sagd", Objective::Sagd(chains)),
+        (
+            "sagd-persistent",
+            Objective::Sagd(Chains {
+                refresh_every: Some(2),
+                ..chains
+            }),
+        ),
+        (
+            "sagd-obabo-scheduled",
+            Objective::Sagd(Chains {
+                scheme: Scheme::Obabo,
+                schedule,
+                ..chains
+            }),
+        ),
+    ] {
+        for (way, averaging) in ways {
+            let mut e = BernoulliEstimator::on(dev, &m, &images, objective, 7).expect("E3");
+            let line = trained(&mut e, sizes, (24, 8), averaging, m.init(2));
+            lines.push(format!("E3 {name}, {way}: {line}"));
+        }
+    }
+    lines
+}
+
+/// Same seed, same result on a GPU: every estimator's training (`gpu_training_fingerprints`)
+/// twice, to the bit. The fingerprints printed (`--nocapture`) are also how a change to the GPU
+/// host code shows that it computes what it did: under `scripts/gpu_on_cpu.sh`, whose driver is
+/// deterministic, before and after.
+#[test]
+#[ignore = "needs an NVIDIA GPU (or scripts/gpu_on_cpu.sh): run with --include-ignored"]
+fn gpu_training_gives_the_same_bits_from_the_same_seed() {
+    let first = gpu_training_fingerprints();
+    let again = gpu_training_fingerprints();
+    for (a, b) in first.iter().zip(&again) {
+        assert_eq!(a, b, "the same run twice");
+        println!("fingerprint {a}");
+    }
+    assert_eq!(first.len(), 48, "40 of E2, 8 of E3");
 }
