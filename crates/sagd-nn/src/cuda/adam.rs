@@ -37,19 +37,10 @@ pub fn adam(
     let c1 = 1.0 - step.beta1.powi(t as i32);
     let c2 = 1.0 - step.beta2.powi(t as i32);
     let ni = n as i32;
-    let mut l = gpu.stream.launch_builder(gpu.k("adam_step"));
-    l.arg(theta)
-        .arg(g)
-        .arg(m)
-        .arg(v)
-        .arg(&ni)
-        .arg(&step.beta1)
-        .arg(&step.beta2)
-        .arg(&step.eps)
-        .arg(&c1)
-        .arg(&c2)
-        .arg(&step.lr);
     // SAFETY: theta, g, m and v hold at least n values.
-    unsafe { l.launch(grid(n)) }?;
+    unsafe {
+        launch!(gpu, "adam_step", grid(n);
+            theta, g, m, v, &ni, &step.beta1, &step.beta2, &step.eps, &c1, &c2, &step.lr)
+    }?;
     Ok(())
 }

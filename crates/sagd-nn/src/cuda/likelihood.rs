@@ -62,30 +62,18 @@ impl Gpu {
         let null: u64 = 0;
         match ll {
             Some(ll) => {
-                let mut l = self.stream.launch_builder(self.k("likelihood_rows"));
-                l.arg(&code)
-                    .arg(&prec)
-                    .arg(h)
-                    .arg(x)
-                    .arg(&ri)
-                    .arg(&ni)
-                    .arg(&pi);
-                l.arg(&xi).arg(dl).arg(ll).arg(&gscale).arg(&bt);
                 // SAFETY: h and dl hold rows × px values, x n × px, ll rows.
-                unsafe { l.launch(cfg) }?;
+                unsafe {
+                    launch!(self, "likelihood_rows", cfg;
+                        &code, &prec, h, x, &ri, &ni, &pi, &xi, dl, ll, &gscale, &bt)
+                }?;
             }
             None => {
-                let mut l = self.stream.launch_builder(self.k("likelihood_rows"));
-                l.arg(&code)
-                    .arg(&prec)
-                    .arg(h)
-                    .arg(x)
-                    .arg(&ri)
-                    .arg(&ni)
-                    .arg(&pi);
-                l.arg(&xi).arg(dl).arg(&null).arg(&gscale).arg(&bt);
                 // SAFETY: as above; a null ll is not written.
-                unsafe { l.launch(cfg) }?;
+                unsafe {
+                    launch!(self, "likelihood_rows", cfg;
+                        &code, &prec, h, x, &ri, &ni, &pi, &xi, dl, &null, &gscale, &bt)
+                }?;
             }
         }
         Ok(())
@@ -105,16 +93,12 @@ impl Gpu {
         let null: u64 = 0;
         match lp {
             Some(lp) => {
-                let mut l = self.stream.launch_builder(self.k("posterior_prior"));
-                l.arg(g).arg(u).arg(lp).arg(&ri).arg(&di);
                 // SAFETY: g and u hold rows × d values, lp rows.
-                unsafe { l.launch(grid(rows)) }?;
+                unsafe { launch!(self, "posterior_prior", grid(rows); g, u, lp, &ri, &di) }?;
             }
             None => {
-                let mut l = self.stream.launch_builder(self.k("posterior_prior"));
-                l.arg(g).arg(u).arg(&null).arg(&ri).arg(&di);
                 // SAFETY: as above; a null lp is not written.
-                unsafe { l.launch(grid(rows)) }?;
+                unsafe { launch!(self, "posterior_prior", grid(rows); g, u, &null, &ri, &di) }?;
             }
         }
         Ok(())

@@ -5,6 +5,19 @@
 //! transposes), activations are kernels compiled by NVRTC when the device opens. f32 throughout,
 //! without TF32, so results agree with the CPU engine to float rounding.
 
+/// Launches the kernel `name` of `kernels.cu` on `gpu`'s stream over the launch shape `cfg`, with
+/// `args` (device buffers and scalars, by reference) in the kernel's order: one statement per
+/// launch, inside the caller's `unsafe` block, whose comment says why the buffers suffice.
+/// `cuda::tests` checks every launch's arguments against its kernel's parameters.
+macro_rules! launch {
+    ($gpu:expr, $name:expr, $cfg:expr; $($arg:expr),+ $(,)?) => {{
+        let mut args = $gpu.stream.launch_builder($gpu.k($name));
+        $(args.arg($arg);)+
+        args.launch($cfg)
+    }};
+}
+pub(crate) use launch;
+
 mod adam;
 mod likelihood;
 mod passes;
@@ -338,10 +351,8 @@ impl Gpu {
 
     fn fill(&self, v: &mut CudaSlice<f32>, c: f32) -> GpuResult<()> {
         let n = v.len() as i32;
-        let mut b = self.stream.launch_builder(self.k("fill"));
-        b.arg(v).arg(&c).arg(&n);
         // SAFETY: the kernel writes v[0..n) only.
-        unsafe { b.launch(grid(n as usize)) }?;
+        unsafe { launch!(self, "fill", grid(n as usize); v, &c, &n) }?;
         Ok(())
     }
 }
@@ -371,10 +382,11 @@ impl GpuRng {
         let (k0, k1) = (self.seed as u32, (self.seed >> 32) as u32);
         let (ni, call, uni) = (n as i32, self.calls, uniform as i32);
         self.calls = self.calls.wrapping_add(1);
-        let mut b = gpu.stream.launch_builder(gpu.k("fill_random"));
-        b.arg(out).arg(&ni).arg(&k0).arg(&k1).arg(&call).arg(&uni);
         // SAFETY: the kernel writes out[0..n) only; out holds at least n.
-        unsafe { b.launch(grid(n.next_multiple_of(2))) }?;
+        unsafe {
+            launch!(gpu, "fill_random", grid(n.next_multiple_of(2));
+                out, &ni, &k0, &k1, &call, &uni)
+        }?;
         Ok(())
     }
 }

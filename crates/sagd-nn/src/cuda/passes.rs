@@ -34,10 +34,8 @@ impl Sequential {
                     rest[0].as_mut().expect("made above"),
                 );
                 let (kind, ni) = (act_code(act), n as i32);
-                let mut lb = gpu.stream.launch_builder(gpu.k("act_forward"));
-                lb.arg(&kind).arg(xin).arg(y).arg(dy).arg(&ni);
                 // SAFETY: x, y and dy have at least n elements.
-                unsafe { lb.launch(grid(n)) }?;
+                unsafe { launch!(gpu, "act_forward", grid(n); &kind, xin, y, dy, &ni) }?;
                 continue;
             }
             let Some((_, out_width)) = l.widths() else {
@@ -138,10 +136,8 @@ impl Sequential {
             if let Layer::Act { .. } = l {
                 let d = derivs[i].as_ref().expect("forward_gpu ran");
                 let n = (rows * width) as i32;
-                let mut lb = gpu.stream.launch_builder(gpu.k("scale"));
-                lb.arg(&mut *grad).arg(d).arg(&n);
                 // SAFETY: both hold at least n elements.
-                unsafe { lb.launch(grid(n as usize)) }?;
+                unsafe { launch!(gpu, "scale", grid(n as usize); &mut *grad, d, &n) }?;
                 continue;
             }
             let Some((in_width, _)) = l.widths() else {

@@ -149,20 +149,11 @@ impl Gpu {
             win.channels,
         ]
         .map(|v| v as i32);
-        let mut lb = self
-            .stream
-            .launch_builder(self.k(if gather { "im2col" } else { "col2im" }));
-        lb.arg(src)
-            .arg(dst)
-            .arg(&im)
-            .arg(&big)
-            .arg(&small)
-            .arg(&k)
-            .arg(&stride)
-            .arg(&pad)
-            .arg(&ch);
         // SAFETY: src and dst hold the images and windows of these shapes.
-        unsafe { lb.launch(grid(n)) }?;
+        unsafe {
+            launch!(self, if gather { "im2col" } else { "col2im" }, grid(n);
+                src, dst, &im, &big, &small, &k, &stride, &pad, &ch)
+        }?;
         Ok(())
     }
 
@@ -175,10 +166,8 @@ impl Gpu {
         n: usize,
     ) -> GpuResult<()> {
         let (o, ni) = (out as i32, n as i32);
-        let mut lb = self.stream.launch_builder(self.k("add_bias"));
-        lb.arg(y).arg(b).arg(&o).arg(&ni);
         // SAFETY: y has n elements and b has out.
-        unsafe { lb.launch(grid(n)) }?;
+        unsafe { launch!(self, "add_bias", grid(n); y, b, &o, &ni) }?;
         Ok(())
     }
 }

@@ -25,16 +25,12 @@ impl Gpu {
         let li = len as i32;
         match from {
             None => {
-                let mut l = self.stream.launch_builder(self.k("chain_drift_add"));
-                l.arg(x).arg(rho).arg(&h).arg(&li);
                 // SAFETY: x and rho hold at least len values.
-                unsafe { l.launch(grid(len)) }?;
+                unsafe { launch!(self, "chain_drift_add", grid(len); x, rho, &h, &li) }?;
             }
             Some(from) => {
-                let mut l = self.stream.launch_builder(self.k("chain_drift"));
-                l.arg(x).arg(from).arg(rho).arg(&h).arg(&li);
                 // SAFETY: x, from and rho hold at least len values.
-                unsafe { l.launch(grid(len)) }?;
+                unsafe { launch!(self, "chain_drift", grid(len); x, from, rho, &h, &li) }?;
             }
         }
         Ok(())
@@ -50,16 +46,8 @@ impl Gpu {
         len: usize,
     ) -> GpuResult<()> {
         let li = len as i32;
-        let mut l = self.stream.launch_builder(self.k("chain_kick"));
-        l.arg(rho)
-            .arg(g)
-            .arg(eta)
-            .arg(&decay)
-            .arg(&grad)
-            .arg(&noise)
-            .arg(&li);
         // SAFETY: every buffer holds at least len values.
-        unsafe { l.launch(grid(len)) }?;
+        unsafe { launch!(self, "chain_kick", grid(len); rho, g, eta, &decay, &grad, &noise, &li) }?;
         Ok(())
     }
 
@@ -73,19 +61,11 @@ impl Gpu {
         len: usize,
     ) -> GpuResult<()> {
         let li = len as i32;
-        let mut l = self.stream.launch_builder(self.k("chain_ou"));
-        l.arg(x)
-            .arg(rho)
-            .arg(z1)
-            .arg(z2)
-            .arg(&decay)
-            .arg(&drift)
-            .arg(&v1)
-            .arg(&x1)
-            .arg(&x2)
-            .arg(&li);
         // SAFETY: every buffer holds at least len values.
-        unsafe { l.launch(grid(len)) }?;
+        unsafe {
+            launch!(self, "chain_ou", grid(len);
+                x, rho, z1, z2, &decay, &drift, &v1, &x1, &x2, &li)
+        }?;
         Ok(())
     }
 }
@@ -147,10 +127,8 @@ impl Gpu {
         scatter: bool,
     ) -> GpuResult<()> {
         let (ni, di, si) = (n as i32, d as i32, scatter as i32);
-        let mut l = self.stream.launch_builder(self.k("rows_copy"));
-        l.arg(dst).arg(src).arg(idx).arg(&ni).arg(&di).arg(&si);
         // SAFETY: idx holds n valid row numbers of the buffers it indexes.
-        unsafe { l.launch(grid(n * d)) }?;
+        unsafe { launch!(self, "rows_copy", grid(n * d); dst, src, idx, &ni, &di, &si) }?;
         Ok(())
     }
 }

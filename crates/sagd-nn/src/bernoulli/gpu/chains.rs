@@ -4,7 +4,7 @@
 //! Langevin program (one launch per operation), and the generator's gradient at their last states.
 
 use super::*;
-use crate::cuda::DeviceDecoder;
+use crate::cuda::{launch, DeviceDecoder};
 use crate::program::{carry_out, ChainBuffers, Parts};
 
 /// The pass's chains, one state stepped in place, as the program's interpreter reads them.
@@ -144,16 +144,11 @@ impl GpuPasses {
         let enc_out = ws_enc.output().expect("forward ran");
         let (ri, bi, di) = (s.rows as i32, s.images as i32, d as i32);
         let eps = nz.slice(..s.len);
-        let mut l = gpu.stream.launch_builder(gpu.k("encoder_chain_starts"));
-        l.arg(enc_out)
-            .arg(&eps)
-            .arg(&mut *u)
-            .arg(&mut *u0)
-            .arg(&ri)
-            .arg(&bi)
-            .arg(&di);
         // SAFETY: enc_out holds images × 2d values, the others rows × d.
-        unsafe { l.launch(grid(s.len)) }?;
+        unsafe {
+            launch!(gpu, "encoder_chain_starts", grid(s.len);
+                enc_out, &eps, &mut *u, &mut *u0, &ri, &bi, &di)
+        }?;
         gpu.stream
             .memcpy_dtod(&nz.slice(s.len..2 * s.len), &mut rho.slice_mut(..s.len))?;
         Ok(())
@@ -283,10 +278,8 @@ impl GpuPasses {
         let g = (&mut *gg, Some(&mut *ll), -1.0 / s.rows as f32);
         Self::generator(m, gen, x, s).theta_gradient(gpu, u, g, dl, ws_gen)?;
         let (ri, di) = (s.rows as i32, m.d as i32);
-        let mut l = gpu.stream.launch_builder(gpu.k("row_distance"));
-        l.arg(&*u).arg(&*u0).arg(&mut *dist).arg(&ri).arg(&di);
         // SAFETY: u and u0 hold rows × d values, dist rows.
-        unsafe { l.launch(grid(s.rows)) }?;
+        unsafe { launch!(gpu, "row_distance", grid(s.rows); &*u, &*u0, &mut *dist, &ri, &di) }?;
         Ok(())
     }
 }

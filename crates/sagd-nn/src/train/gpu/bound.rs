@@ -10,7 +10,7 @@ use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 
 use crate::cuda::{
-    ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows, Replay,
+    ensure, grid, launch, put, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows, Replay,
 };
 use crate::likelihood::DeviceLaw;
 use crate::net::Sequential;
@@ -152,15 +152,8 @@ impl BoundPass {
         let rows = n * k;
         enc_net.forward_gpu(gpu, enc, x, n, ws_enc)?;
         let enc_out = ws_enc.output().expect("forward ran");
-        let mut l = gpu.stream.launch_builder(gpu.k("reparam"));
-        l.arg(enc_out)
-            .arg(&*eps)
-            .arg(&mut *u)
-            .arg(&ni)
-            .arg(&ki)
-            .arg(&di);
         // SAFETY: every buffer holds what the shapes ask.
-        unsafe { l.launch(grid(rows * d)) }?;
+        unsafe { launch!(gpu, "reparam", grid(rows * d); enc_out, &*eps, &mut *u, &ni, &ki, &di) }?;
         dec_net.forward_gpu(gpu, dec, u, rows, ws_dec)?;
         let h = ws_dec.output().expect("forward ran");
         // k = 1: dh = −∂ℓ/∂h / n at once; k > 1: scaled by each row's weight below.
@@ -172,41 +165,24 @@ impl BoundPass {
             px,
         };
         gpu.likelihood_rows(law, (h, x), shape, dh, Some(&mut *ll), gscale)?;
-        let mut l = gpu.stream.launch_builder(gpu.k("bound_weights"));
-        l.arg(enc_out)
-            .arg(&*u)
-            .arg(&*eps)
-            .arg(&*ll)
-            .arg(&mut *wts)
-            .arg(&mut *loss)
-            .arg(&ni)
-            .arg(&ki)
-            .arg(&di);
         // SAFETY: as above.
-        unsafe { l.launch(grid(n)) }?;
+        unsafe {
+            launch!(gpu, "bound_weights", grid(n);
+                enc_out, &*u, &*eps, &*ll, &mut *wts, &mut *loss, &ni, &ki, &di)
+        }?;
         if k > 1 {
             let (ri, pi, c) = (rows as i32, px as i32, -1.0 / nf);
-            let mut l = gpu.stream.launch_builder(gpu.k("scale_rows"));
-            l.arg(&mut *dh).arg(&*wts).arg(&c).arg(&ri).arg(&pi);
             // SAFETY: dh holds rows × px values, wts rows.
-            unsafe { l.launch(grid(rows * px)) }?;
+            unsafe { launch!(gpu, "scale_rows", grid(rows * px); &mut *dh, &*wts, &c, &ri, &pi) }?;
         }
         gpu.zero(gd)?;
         dec_net.backward_gpu(gpu, dec, ws_dec, dh, Some(&mut *gd), Some(&mut *du))?;
         let enc_out = ws_enc.output().expect("forward ran");
-        let mut l = gpu.stream.launch_builder(gpu.k("bound_enc_grad"));
-        l.arg(enc_out)
-            .arg(&*u)
-            .arg(&*eps)
-            .arg(&*du)
-            .arg(&*wts)
-            .arg(&mut *dout)
-            .arg(&ni)
-            .arg(&ki)
-            .arg(&di)
-            .arg(&nf);
         // SAFETY: as above.
-        unsafe { l.launch(grid(n * d)) }?;
+        unsafe {
+            launch!(gpu, "bound_enc_grad", grid(n * d);
+                enc_out, &*u, &*eps, &*du, &*wts, &mut *dout, &ni, &ki, &di, &nf)
+        }?;
         gpu.zero(ge)?;
         enc_net.backward_gpu(gpu, enc, ws_enc, dout, Some(&mut *ge), None)
     }

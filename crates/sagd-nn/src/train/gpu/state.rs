@@ -7,7 +7,7 @@
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use sagd::error::{Result, SagdError};
 
-use crate::cuda::{adam, ensure, grid, put, AdamStep, Gpu, GpuError, GpuResult};
+use crate::cuda::{adam, ensure, grid, launch, put, AdamStep, Gpu, GpuError, GpuResult};
 use crate::train::{DeviceParams, TrainState};
 use crate::vae::VaeParams;
 
@@ -153,10 +153,8 @@ impl DeviceState {
         let enc = grads.1.filter(|_| held.encoder).map(|g| (g, n_enc));
         for (g, n) in std::iter::once((grads.0, n_dec)).chain(enc) {
             let ni = n as i32;
-            let mut l = gpu.stream.launch_builder(gpu.k("flag_nonfinite"));
-            l.arg(g).arg(&ni).arg(&mut *flag);
             // SAFETY: g holds n values, flag one.
-            unsafe { l.launch(grid(n)) }?;
+            unsafe { launch!(gpu, "flag_nonfinite", grid(n); g, &ni, &mut *flag) }?;
         }
         let mut f = [0.0f32];
         gpu.download_into(flag, &mut f)?;

@@ -16,8 +16,8 @@ use sagd::run::{decode, encode};
 use serde::{Deserialize, Serialize};
 
 use crate::cuda::{
-    act_code, grid, DeviceDecoder, Gpu, GpuError, GpuResult, GpuRng, GpuWorkspace, LikelihoodRows,
-    Replay,
+    act_code, grid, launch, DeviceDecoder, Gpu, GpuError, GpuResult, GpuRng, GpuWorkspace,
+    LikelihoodRows, Replay,
 };
 use crate::likelihood::DeviceLaw;
 use crate::train::chain_settings::ChainPlan;
@@ -356,15 +356,11 @@ impl<'a> GpuChainEstimator<'a> {
             .forward_gpu(gpu, placed(&self.state.enc), x, nb, &mut b.ws)?;
         let enc_out = b.ws.output().expect("forward ran");
         let (ni, one, di) = (nb as i32, 1i32, d as i32);
-        let mut l = gpu.stream.launch_builder(gpu.k("reparam"));
-        l.arg(enc_out)
-            .arg(&b.eta)
-            .arg(&mut b.xa)
-            .arg(&ni)
-            .arg(&one)
-            .arg(&di);
         // SAFETY: buffers sized for all n rows.
-        unsafe { l.launch(grid(nb * d)) }?;
+        unsafe {
+            launch!(gpu, "reparam", grid(nb * d);
+                enc_out, &b.eta, &mut b.xa, &ni, &one, &di)
+        }?;
         Ok(())
     }
 
@@ -396,19 +392,6 @@ impl<'a> GpuChainEstimator<'a> {
         if let Some(f) = fused {
             let (ni, di, hi) = (nb as i32, d as i32, f.hidden as i32);
             let [o0, o2, o4] = f.offsets;
-            let mut l = gpu.stream.launch_builder(gpu.k("posterior_mlp"));
-            l.arg(dec)
-                .arg(&o0)
-                .arg(&o2)
-                .arg(&o4)
-                .arg(&f.act)
-                .arg(data)
-                .arg(x)
-                .arg(&mut *lp)
-                .arg(&mut *g)
-                .arg(&ni)
-                .arg(&di)
-                .arg(&hi);
             let cfg = cudarc::driver::LaunchConfig {
                 grid_dim: (nb.max(1) as u32, 1, 1),
                 block_dim: (f.hidden as u32, 1, 1),
@@ -416,7 +399,10 @@ impl<'a> GpuChainEstimator<'a> {
             };
             // SAFETY: one block of H threads per row, the shared memory the kernel lays out;
             // θ has the decoder's layout (checked when `fused` was made).
-            unsafe { l.launch(cfg) }?;
+            unsafe {
+                launch!(gpu, "posterior_mlp", cfg;
+                    dec, &o0, &o2, &o4, &f.act, data, x, &mut *lp, &mut *g, &ni, &di, &hi)
+            }?;
             return Ok(());
         }
         let shape = LikelihoodRows {

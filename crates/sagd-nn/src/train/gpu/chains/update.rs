@@ -32,15 +32,11 @@ impl ChainBuffers<Gpu> for TwoStates<'_, '_, '_> {
         let (gpu, b) = (&self.e.gpu, &mut *self.b);
         let eta = b.noise.slice(at);
         let (ni, di) = (self.nb as i32, self.e.vae.d as i32);
-        let mut l = gpu.stream.launch_builder(gpu.k("chain_refresh"));
-        l.arg(&mut b.rho)
-            .arg(&eta)
-            .arg(&b.la)
-            .arg(&mut b.h0)
-            .arg(&ni)
-            .arg(&di);
         // SAFETY: rho and the draws hold nb × d values, la and h0 nb.
-        unsafe { l.launch(grid(self.nb)) }?;
+        unsafe {
+            launch!(gpu, "chain_refresh", grid(self.nb);
+                &mut b.rho, &eta, &b.la, &mut b.h0, &ni, &di)
+        }?;
         Ok(())
     }
 }
@@ -112,33 +108,20 @@ impl<'a> GpuChainEstimator<'a> {
             0..nb
         });
         let (ni, di, mi) = (nb as i32, d as i32, self.metropolis as i32);
-        let mut l = gpu.stream.launch_builder(gpu.k("chain_finish"));
-        l.arg(&mut b.xb)
-            .arg(&mut b.gb)
-            .arg(&mut b.lb)
-            .arg(&b.xa)
-            .arg(&b.ga)
-            .arg(&b.la)
-            .arg(&mut b.rho)
-            .arg(&fresh_rho)
-            .arg(&uni)
-            .arg(&b.h0)
-            .arg(&mi)
-            .arg(&mut b.stats)
-            .arg(&ni)
-            .arg(&di);
         // SAFETY: as above.
-        unsafe { l.launch(grid(nb)) }?;
+        unsafe {
+            launch!(gpu, "chain_finish", grid(nb);
+                &mut b.xb, &mut b.gb, &mut b.lb, &b.xa, &b.ga, &b.la, &mut b.rho, &fresh_rho, &uni,
+                &b.h0, &mi, &mut b.stats, &ni, &di)
+        }?;
         let (cols, rows) = (STATS as i32, nb as i32);
-        let mut l = gpu.stream.launch_builder(gpu.k("column_sums"));
-        l.arg(&b.stats).arg(&mut b.sums).arg(&rows).arg(&cols);
         let one_block = cudarc::driver::LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: stats holds nb rows of STATS columns; one block of 256 threads, as written.
-        unsafe { l.launch(one_block) }?;
+        unsafe { launch!(gpu, "column_sums", one_block; &b.stats, &mut b.sums, &rows, &cols) }?;
         // The new state back into a: the same buffers at every transition, as a graph needs.
         gpu.copy(&b.xb, &mut b.xa, len)?;
         gpu.copy(&b.gb, &mut b.ga, len)?;
