@@ -8,8 +8,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use sagd::em::EmEvent;
 use sagd::glmm::{
-    Criterion, ExactFit, ExactSettings, Family, FitSettings, Fitted, Glmm, LikelihoodMethod,
-    Method, RandomTerm, SampledMeans, TermNames,
+    Criterion, ExactFit, ExactSettings, Family, FitSettings, Fitted, Glmm, GlmmFit,
+    LikelihoodMethod, Method, RandomTerm, SampledMeans, TermNames,
 };
 use sagd::model::LatentModel;
 
@@ -211,6 +211,17 @@ pub(crate) fn fit_glmm<'py>(
         })
     })?
     .map_err(py_error)?;
+    let d = fit_items(py, &model, &fit)?;
+    random_effect_items(py, &d, &model, &fit.theta, (ranef_draws, seed))?;
+    d.set_item("n_points", model.n_data())?;
+    d.set_item("names", names)?;
+    d.set_item("random_names", random_names)?;
+    Ok(d)
+}
+
+/// A fit's items of `sagd.glmm`'s result: the exact fit's or EM's own, the verdicts on a singular
+/// fit and on separation, θ̂ on lme4's scales with the sds' delta-method errors, AIC and BIC.
+fn fit_items<'py>(py: Python<'py>, model: &Glmm, fit: &GlmmFit) -> PyResult<Bound<'py, PyDict>> {
     let d = match &fit.fitted {
         Fitted::Exact(exact) => exact_dict(py, exact)?,
         Fitted::Em(trace) => {
@@ -245,26 +256,43 @@ pub(crate) fn fit_glmm<'py>(
     )?;
     d.set_item("sigma", summary.sigma.map(|e| e.value))?;
     d.set_item("sigma_se", summary.sigma.map(|e| e.se))?;
-    // Each level's effects given the data (lme4's `ranef`, `condVar`), per term: levels × q;
-    // the fit stands without them where a mode cannot be found (None, and the reason). Their
-    // exact conditional means where quadrature reaches, sampled by HMC beyond it (with their
-    // Monte Carlo errors and the chains' R-hat) unless `ranef_draws` is 0.
+    // lme4's AIC and BIC, of the REML criterion after a REML fit.
+    let criterion = match &fit.fitted {
+        Fitted::Exact(e) => e.reml.unwrap_or(e.log_likelihood),
+        Fitted::Em(_) => fit.log_likelihood.value,
+    };
+    d.set_item("aic", summary.aic(criterion))?;
+    d.set_item("bic", summary.bic(criterion, model.n_obs()))?;
+    Ok(d)
+}
+
+/// Each level's effects given the data (lme4's `ranef`, `condVar`) at θ̂, per term: levels × q;
+/// the fit stands without them where a mode cannot be found (None, and the reason). Their
+/// exact conditional means where quadrature reaches, sampled by HMC beyond it (with their
+/// Monte Carlo errors and the chains' R-hat) unless `ranef_draws` is 0.
+fn random_effect_items(
+    py: Python<'_>,
+    d: &Bound<'_, PyDict>,
+    model: &Glmm,
+    theta: &[f64],
+    (ranef_draws, seed): (usize, u64),
+) -> PyResult<()> {
     type PerLevel = Vec<Vec<Vec<sagd::glmm::Estimate>>>;
     let by_level = |r: &PerLevel, f: fn(&sagd::glmm::Estimate) -> f64| -> Vec<Vec<Vec<f64>>> {
         r.iter()
             .map(|t| t.iter().map(|l| l.iter().map(f).collect()).collect())
             .collect()
     };
-    match model.random_effects(&fit.theta) {
+    match model.random_effects(theta) {
         Ok(ranef) => {
             d.set_item("ranef", by_level(&ranef, |e| e.value))?;
             d.set_item("ranef_sd", by_level(&ranef, |e| e.se))?;
             let zeros = |m: &PerLevel| by_level(m, |_| 0.0);
-            let means = match model.conditional_means(&fit.theta) {
+            let means = match model.conditional_means(theta) {
                 Ok(m) => Some((zeros(&m), m)),
                 Err(_) if ranef_draws > 0 => {
                     let s = py
-                        .detach(|| model.conditional_means_sampled(&fit.theta, ranef_draws, seed))
+                        .detach(|| model.conditional_means_sampled(theta, ranef_draws, seed))
                         .map_err(py_error)?;
                     d.set_item("ranef_mean_rhat", s.max_rhat)?;
                     d.set_item("ranef_mean_ess", s.min_ess)?;
@@ -280,15 +308,5 @@ pub(crate) fn fit_glmm<'py>(
         }
         Err(e) => d.set_item("ranef_error", e.to_string())?,
     }
-    // lme4's AIC and BIC, of the REML criterion after a REML fit.
-    let criterion = match &fit.fitted {
-        Fitted::Exact(e) => e.reml.unwrap_or(e.log_likelihood),
-        Fitted::Em(_) => fit.log_likelihood.value,
-    };
-    d.set_item("aic", summary.aic(criterion))?;
-    d.set_item("bic", summary.bic(criterion, model.n_obs()))?;
-    d.set_item("n_points", model.n_data())?;
-    d.set_item("names", names)?;
-    d.set_item("random_names", random_names)?;
-    Ok(d)
+    Ok(())
 }

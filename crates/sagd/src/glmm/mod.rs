@@ -42,7 +42,7 @@ pub use summary::{Estimate, Summary, TermSummary};
 
 use family::ln_factorial;
 pub use terms::RandomTerm;
-use terms::{connected_rows, Component, Term};
+use terms::{Component, Layout, Term};
 
 use crate::error::{LogpError, Result};
 use crate::model::LatentModel;
@@ -105,72 +105,24 @@ impl Glmm {
     ) -> Result<Self> {
         let n = y.len();
         let checks::Checked { p, levels, trials } = checks::data(family, &y, &x, &terms, trials)?;
-        // The points, and where each (term, level) sits in its point's latent.
-        let set = connected_rows(&terms, &levels, n);
-        let n_points = set.iter().max().map_or(0, |m| m + 1);
-        let mut point_rows = vec![Vec::new(); n_points];
-        for (i, &c) in set.iter().enumerate() {
-            point_rows[c].push(i);
-        }
-        let mut dims = vec![0; n_points];
-        let mut slots = Vec::with_capacity(terms.len());
-        let mut level_at = Vec::with_capacity(terms.len());
-        for (t, term) in terms.iter().enumerate() {
-            let q = term.z.len() / n;
-            let mut at = vec![(usize::MAX, usize::MAX); levels[t]];
-            let mut slot = vec![0; n];
-            for (i, &l) in term.group.iter().enumerate() {
-                if at[l].1 == usize::MAX {
-                    at[l] = (set[i], dims[set[i]]);
-                    dims[set[i]] += q;
-                }
-                slot[i] = at[l].1;
-            }
-            level_at.push(at);
-            slots.push(slot);
-        }
-        let latent_dim = dims.iter().copied().max().unwrap_or(0);
-        let row_constant = point_rows
+        let layout = Layout::of(&terms, &levels, n);
+        let row_constant = layout
+            .point_rows
             .iter()
             .map(|rows| {
                 rows.iter()
-                    .map(|&i| match family {
-                        Family::Gaussian => -0.5 * LN_2PI,
-                        Family::Poisson => -ln_factorial(y[i]),
-                        Family::Binomial => {
-                            ln_factorial(trials[i])
-                                - ln_factorial(y[i])
-                                - ln_factorial(trials[i] - y[i])
-                        }
-                    })
-                    .sum::<f64>()
+                    .map(|&i| row_constant(family, y[i], trials[i]))
+                    .sum()
             })
             .collect();
-        let mut theta_at = p;
-        let mut terms: Vec<Term> = terms
-            .into_iter()
-            .zip(level_at)
-            .zip(slots)
-            .map(|((term, levels), slot)| {
-                let q = term.z.len() / n;
-                let kept = Term {
-                    z: term.z,
-                    q,
-                    correlated: term.correlated && q > 1,
-                    theta_at,
-                    levels,
-                    slot,
-                };
-                theta_at += kept.n_params();
-                kept
-            })
-            .collect();
+        let order: Vec<usize> = layout.point_rows.concat();
+        let (points, latent_dim) = layout.points();
+        let mut terms = layout.into_terms(terms, p, n);
         let start = start_theta(family, (&y, &x, p, &trials), &terms);
         let scalar_effects = terms.iter().all(|t| t.q == 1);
         // Each point's rows side by side, in their order, so that a point's passes read them as
         // slices; a point sees its rows in the same order either way, so its terms have the
         // same bits (with the rows already in the points' order nothing moves).
-        let order: Vec<usize> = point_rows.concat();
         let (mut y, mut x, mut trials) = (y, x, trials);
         if order.iter().enumerate().any(|(k, &i)| k != i) {
             y = in_order(&y, 1, &order);
@@ -181,18 +133,6 @@ impl Glmm {
                 term.slot = in_order(&term.slot, 1, &order);
             }
         }
-        let mut end = 0;
-        let points = point_rows
-            .iter()
-            .zip(dims)
-            .map(|(rows, dim)| {
-                end += rows.len();
-                Component {
-                    rows: end - rows.len()..end,
-                    dim,
-                }
-            })
-            .collect();
         Ok(Glmm {
             family,
             y,
@@ -295,6 +235,15 @@ fn start_theta(
         th[len - 1] = 0.5 * var.max(1e-12).ln();
     }
     th
+}
+
+/// The constant of one row's log-likelihood (its terms free of θ), as the family's density has it.
+fn row_constant(family: Family, y: f64, trials: f64) -> f64 {
+    match family {
+        Family::Gaussian => -0.5 * LN_2PI,
+        Family::Poisson => -ln_factorial(y),
+        Family::Binomial => ln_factorial(trials) - ln_factorial(y) - ln_factorial(trials - y),
+    }
 }
 
 /// The rows of `v` (`width` values each) in the order `order`.

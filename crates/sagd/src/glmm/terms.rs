@@ -66,9 +66,97 @@ pub(super) struct Component {
     pub(super) dim: usize,
 }
 
+/// Where the data's rows and the terms' levels sit among EM's data points: each point's rows,
+/// the size of its latent, and per term where each level's effects and each row's level start
+/// in their point's latent (levels placed in the order their point first meets them).
+pub(super) struct Layout {
+    /// Each point's rows, in the data's order.
+    pub(super) point_rows: Vec<Vec<usize>>,
+    dims: Vec<usize>,
+    /// Per term: per level (point, start), per row the start of its level's effects.
+    level_at: Vec<Vec<(usize, usize)>>,
+    slots: Vec<Vec<usize>>,
+}
+
+impl Layout {
+    /// The layout of the checked `terms` (`levels[t]` levels of term t) over n rows.
+    pub(super) fn of(terms: &[RandomTerm], levels: &[usize], n: usize) -> Layout {
+        let set = connected_rows(terms, levels, n);
+        let n_points = set.iter().max().map_or(0, |m| m + 1);
+        let mut point_rows = vec![Vec::new(); n_points];
+        for (i, &c) in set.iter().enumerate() {
+            point_rows[c].push(i);
+        }
+        let mut dims = vec![0; n_points];
+        let mut level_at = Vec::with_capacity(terms.len());
+        let mut slots = Vec::with_capacity(terms.len());
+        for (t, term) in terms.iter().enumerate() {
+            let q = term.z.len() / n;
+            let mut at = vec![(usize::MAX, usize::MAX); levels[t]];
+            let mut slot = vec![0; n];
+            for (i, &l) in term.group.iter().enumerate() {
+                if at[l].1 == usize::MAX {
+                    at[l] = (set[i], dims[set[i]]);
+                    dims[set[i]] += q;
+                }
+                slot[i] = at[l].1;
+            }
+            level_at.push(at);
+            slots.push(slot);
+        }
+        Layout {
+            point_rows,
+            dims,
+            level_at,
+            slots,
+        }
+    }
+
+    /// The terms as the model keeps them, their parameters in θ after the p fixed effects.
+    pub(super) fn into_terms(self, terms: Vec<RandomTerm>, p: usize, n: usize) -> Vec<Term> {
+        let mut theta_at = p;
+        terms
+            .into_iter()
+            .zip(self.level_at)
+            .zip(self.slots)
+            .map(|((term, levels), slot)| {
+                let q = term.z.len() / n;
+                let kept = Term {
+                    z: term.z,
+                    q,
+                    correlated: term.correlated && q > 1,
+                    theta_at,
+                    levels,
+                    slot,
+                };
+                theta_at += kept.n_params();
+                kept
+            })
+            .collect()
+    }
+
+    /// The points, their rows side by side in the points' order, and the largest latent.
+    pub(super) fn points(&self) -> (Vec<Component>, usize) {
+        let mut end = 0;
+        let points = self
+            .point_rows
+            .iter()
+            .zip(&self.dims)
+            .map(|(rows, &dim)| {
+                end += rows.len();
+                Component {
+                    rows: end - rows.len()..end,
+                    dim,
+                }
+            })
+            .collect();
+        (points, self.dims.iter().copied().max().unwrap_or(0))
+    }
+}
+
 /// The connected sets of rows linked by shared levels: per row its set, numbered in the order of
 /// the first term's levels (so that with one term, set j is group j).
-pub(super) fn connected_rows(terms: &[RandomTerm], levels: &[usize], n: usize) -> Vec<usize> {
+fn connected_rows(terms: &[RandomTerm], levels: &[usize], n: usize) -> Vec<usize> {
     let offsets: Vec<usize> = levels
         .iter()
         .scan(0, |acc, &l| {
