@@ -292,13 +292,31 @@ fn trained(
     )
 }
 
-/// Every GPU estimator's training, one line each: E2's bounds and chains (HMC, SAGD, and SAGD
-/// with two chains per point, restarts and a schedule) under the Gaussian and Bernoulli laws, on
-/// whole and minibatches, with the update on the device (plain Adam, last iterate) and on the
-/// host (tail averaging); and E3's VAE and SAGD passes (fresh, persistent, OBABO with a
-/// schedule), both ways.
+/// The two ways a training job updates: on the device (plain Adam, last iterate) and on the
+/// host (tail averaging).
+const WAYS: [(&str, Averaging); 2] = [
+    ("device", Averaging::None),
+    ("host", Averaging::Tail { fraction: 0.5 }),
+];
+
+/// The chains' schedule of the fingerprints: δ halved over 9 updates at the same K.
+const SCHEDULE: Option<ChainSchedule> = Some(ChainSchedule {
+    decay: 0.5,
+    growth: 1.0,
+    updates: 9,
+});
+
+/// Every GPU estimator's training, one line each: E2's (`e2_fingerprints`) and E3's
+/// (`e3_fingerprints`).
 fn gpu_training_fingerprints() -> Vec<String> {
-    use sagd::langevin::Scheme;
+    let mut lines = e2_fingerprints();
+    lines.extend(e3_fingerprints());
+    lines
+}
+
+/// E2's bounds and chains (HMC, SAGD, and SAGD with two chains per point, restarts and a
+/// schedule) under the Gaussian and Bernoulli laws, on whole and minibatches, both ways.
+fn e2_fingerprints() -> Vec<String> {
     let dev = Device::Cuda(0);
     let linear = |inp, out| Layer::Linear { inp, out };
     let act = |act| Layer::Act { act };
@@ -317,11 +335,6 @@ fn gpu_training_fingerprints() -> Vec<String> {
         .map(|i| f32::from((i as f32 * 0.61).sin() > 0.1))
         .collect();
     let sizes = (vae.dec.n_params(), vae.enc.n_params());
-    let schedule = Some(ChainSchedule {
-        decay: 0.5,
-        growth: 1.0,
-        updates: 9,
-    });
     let sagd = LangevinChains {
         burn_in: 5,
         ..LangevinChains::default()
@@ -329,7 +342,7 @@ fn gpu_training_fingerprints() -> Vec<String> {
     let options = LangevinChains {
         chains_per_point: Some(2),
         refresh_every: Some(3),
-        schedule,
+        schedule: SCHEDULE,
         ..sagd
     };
     let hmc = HmcChains {
@@ -339,10 +352,6 @@ fn gpu_training_fingerprints() -> Vec<String> {
         },
         transitions: 3,
     };
-    let ways = [
-        ("device", Averaging::None),
-        ("host", Averaging::Tail { fraction: 0.5 }),
-    ];
     let mut lines = Vec::new();
     for (name, est) in [
         ("elbo", Estimator::Bound { k: 1 }),
@@ -353,7 +362,7 @@ fn gpu_training_fingerprints() -> Vec<String> {
     ] {
         for (law, x) in [("gaussian", &real), ("bernoulli", &binary)] {
             for batch in [n, 16] {
-                for (way, averaging) in ways {
+                for (way, averaging) in WAYS {
                     let mut e = match law {
                         "gaussian" => est.on_with(dev, &vae, UnitGaussian, x, 5),
                         _ => est.on_with(dev, &vae, Bernoulli, x, 5),
@@ -365,6 +374,15 @@ fn gpu_training_fingerprints() -> Vec<String> {
             }
         }
     }
+    lines
+}
+
+/// E3's VAE and SAGD passes (fresh, persistent, OBABO with a schedule), both ways.
+fn e3_fingerprints() -> Vec<String> {
+    use sagd::langevin::Scheme;
+    let dev = Device::Cuda(0);
+    let linear = |inp, out| Layer::Linear { inp, out };
+    let act = |act| Layer::Act { act };
     let gen = Sequential::new(vec![linear(3, 20), act(Activation::Relu), linear(20, 16)]);
     let enc = Sequential::new(vec![linear(16, 20), act(Activation::Relu), linear(20, 6)]);
     let m = BernoulliVae::new(gen, enc).expect("the networks fit");
@@ -375,6 +393,7 @@ fn gpu_training_fingerprints() -> Vec<String> {
         steps: 4,
         ..Chains::default()
     };
+    let mut lines = Vec::new();
     for (name, objective) in [
         ("vae", Objective::Vae),
         ("sagd", Objective::Sagd(chains)),
@@ -389,12 +408,12 @@ fn gpu_training_fingerprints() -> Vec<String> {
             "sagd-obabo-scheduled",
             Objective::Sagd(Chains {
                 scheme: Scheme::Obabo,
-                schedule,
+                schedule: SCHEDULE,
                 ..chains
             }),
         ),
     ] {
-        for (way, averaging) in ways {
+        for (way, averaging) in WAYS {
             let mut e = BernoulliEstimator::on(dev, &m, &images, objective, 7).expect("E3");
             let line = trained(&mut e, sizes, (24, 8), averaging, m.init(2));
             lines.push(format!("E3 {name}, {way}: {line}"));
