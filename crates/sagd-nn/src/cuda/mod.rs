@@ -425,10 +425,19 @@ pub fn put<T: DeviceRepr + ValidAsZeroBits>(
     slot: &mut Option<CudaSlice<T>>,
     host: &[T],
 ) -> GpuResult<()> {
+    uploaded(gpu, slot, host).map(|_| ())
+}
+
+/// [`put`], returning the buffer.
+pub(crate) fn uploaded<'a, T: DeviceRepr + ValidAsZeroBits>(
+    gpu: &Gpu,
+    slot: &'a mut Option<CudaSlice<T>>,
+    host: &[T],
+) -> GpuResult<&'a mut CudaSlice<T>> {
     let dev = ensure(gpu, slot, host.len())?;
     gpu.stream
         .memcpy_htod(host, &mut dev.slice_mut(..host.len()))?;
-    Ok(())
+    Ok(dev)
 }
 
 impl GpuWorkspace {

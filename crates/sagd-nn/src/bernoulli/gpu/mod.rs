@@ -6,10 +6,9 @@
 //! the Bernoulli law; SAGD's chains read the same law's rows.
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
-use sagd::langevin::Instruction;
 
 use crate::bernoulli::{BatchInfo, BernoulliVae, Carried, Chains};
-use crate::cuda::{ensure, grid, put, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows};
+use crate::cuda::{grid, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows};
 use crate::likelihood::DeviceLaw;
 use crate::train::{AdamStep, BoundPass, DeviceState, Grads, TrainState};
 use crate::vae::VaeParams;
@@ -17,32 +16,17 @@ use crate::vae::VaeParams;
 mod chains;
 mod update;
 
+use chains::SagdPass;
+
 /// Device buffers of the passes, kept between minibatches.
 #[derive(Default)]
 struct Buffers {
     /// The generator's and the encoder's parameters (`dec`, `enc`), and, when the device takes
     /// the updates, Adam's moments.
     state: DeviceState,
-    x: Option<CudaSlice<f32>>,
-    noise: Option<CudaSlice<f32>>,
-    u: Option<CudaSlice<f32>>,
-    u0: Option<CudaSlice<f32>>,
-    rho: Option<CudaSlice<f32>>,
-    /// ∇u log p(u | x) at the chains' states.
-    gu: Option<CudaSlice<f32>>,
-    dl: Option<CudaSlice<f32>>,
-    ll: Option<CudaSlice<f32>>,
-    dist: Option<CudaSlice<f32>>,
-    /// SAGD's generator gradient.
-    g_gen: Option<CudaSlice<f32>>,
-    /// The rows of a pass's chains that continue (numbers), and where (positions, momenta).
-    carried_rows: Option<CudaSlice<i32>>,
-    carried_u: Option<CudaSlice<f32>>,
-    carried_rho: Option<CudaSlice<f32>>,
-    ws_enc: GpuWorkspace,
-    ws_gen: GpuWorkspace,
-    /// The VAE's pass, and whether it made the last pass's gradients (else SAGD's pass did).
+    /// The VAE's pass, SAGD's, and whether the VAE's made the last pass's gradients.
     bound: BoundPass,
+    sagd: SagdPass,
     vae_last: bool,
 }
 
@@ -50,7 +34,6 @@ struct Buffers {
 pub struct GpuPasses {
     gpu: Gpu,
     b: Buffers,
-    host: Vec<f32>,
 }
 
 /// What a minibatch pass computes: the VAE's ELBO, or SAGD's chains.
@@ -62,55 +45,18 @@ pub enum Pass<'c> {
     Sagd(&'c Chains),
 }
 
-/// `v` summed in f64.
-fn sum(v: &[f32]) -> f64 {
-    v.iter().map(|x| *x as f64).sum()
-}
-
 impl GpuPasses {
     /// The passes on `gpu`.
     pub fn new(gpu: Gpu) -> Self {
         GpuPasses {
             gpu,
             b: Buffers::default(),
-            host: Vec::new(),
         }
     }
 
     /// Puts the networks' parameters `p` on the device (any training state it held is gone).
     fn load_params(&mut self, p: &VaeParams) -> GpuResult<()> {
         self.b.state.put_params(&self.gpu, p)
-    }
-
-    /// Uploads a pass's images `x` and noise, and runs the encoder on the images (its output in
-    /// `ws_enc`).
-    fn encode_inputs(
-        gpu: &Gpu,
-        b: &mut Buffers,
-        m: &BernoulliVae,
-        x: &[f32],
-        noise: &[f32],
-    ) -> GpuResult<()> {
-        put(gpu, &mut b.x, x)?;
-        put(gpu, &mut b.noise, noise)?;
-        let (Some(enc), Some(xd)) = (&b.state.enc, &b.x) else {
-            unreachable!("parameters loaded, images put above");
-        };
-        m.enc
-            .forward_gpu(gpu, enc, xd, x.len() / m.pixels(), &mut b.ws_enc)
-    }
-
-    /// The first `n` values of the device buffer `slot`.
-    fn get(
-        &mut self,
-        slot: fn(&Buffers) -> &Option<CudaSlice<f32>>,
-        n: usize,
-    ) -> GpuResult<&[f32]> {
-        self.host.resize(n, 0.0);
-        if let Some(dev) = slot(&self.b) {
-            self.gpu.download_into(dev, &mut self.host)?;
-        }
-        Ok(&self.host)
     }
 
     /// The VAE's mean negative ELBO over the binarised images `x` (b × pixels) with the noise `eps`
@@ -163,6 +109,21 @@ impl GpuPasses {
         })
     }
 
+    /// SAGD's pass (k = 1) on the parameters the device holds: the CPU's `sagd_batch`.
+    fn sagd_pass(
+        &mut self,
+        m: &BernoulliVae,
+        x: &[f32],
+        chains: &Chains,
+        noise: &[f32],
+        carried: Option<&mut Carried>,
+    ) -> GpuResult<BatchInfo> {
+        let b = &mut self.b;
+        b.vae_last = false;
+        let nets = (m, &b.state);
+        b.sagd.run(&self.gpu, nets, (x, noise), chains, carried)
+    }
+
     /// SAGD's generator gradient on the binarised images `x` (b × pixels), encoder frozen, from
     /// `noise` laid out as the CPU's [`sagd_batch`](crate::bernoulli::sagd_batch) reads it
     /// (ε, ρ₀, then each step's η); written into `g_dec`.
@@ -209,10 +170,9 @@ impl GpuPasses {
     ) -> GpuResult<BatchInfo> {
         self.load_params(p)?;
         let info = self.sagd_pass(m, x, chains, noise, carried)?;
-        let Some(gg) = &self.b.g_gen else {
-            unreachable!("made by the pass");
-        };
-        self.gpu.download_into(gg, g_dec)?;
+        if let Some(g) = self.b.sagd.gradient() {
+            self.gpu.download_into(g, g_dec)?;
+        }
         Ok(info)
     }
 }

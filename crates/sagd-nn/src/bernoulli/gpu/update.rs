@@ -93,7 +93,7 @@ impl GpuPasses {
     pub(crate) fn on_device(&mut self) -> (&Gpu, &mut DeviceState, Option<Grads<'_>>) {
         let grads = match self.b.vae_last {
             true => self.b.bound.grads(),
-            false => self.b.g_gen.as_ref().map(|g| (g, None)),
+            false => self.b.sagd.gradient().map(|g| (g, None)),
         };
         (&self.gpu, &mut self.b.state, grads)
     }
