@@ -3,7 +3,7 @@
 //! the decoder's output.
 
 use sagd::error::{LogpError, Result, SagdError};
-use sagd::langevin::{ChainSet, Kernel, Momentum};
+use sagd::langevin::ChainSet;
 use sagd::model::{AnchoredTarget, MaximumLikelihood, Problem};
 use sagd::parallel::add_parts;
 use sagd::rng::{NormalStream, Seed};
@@ -11,7 +11,7 @@ use sagd::run::{decode, encode};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 
-use super::chain_settings::{ChainPlan, HmcChains, LangevinChains};
+use super::chain_settings::{ChainCourse, ChainPlan, HmcChains, LangevinChains};
 use super::{encoder_draw, gather_rows, GradientEstimator};
 use crate::likelihood::{Likelihood, UnitGaussian};
 use crate::net::WorkspacePool;
@@ -37,26 +37,18 @@ pub struct ChainEstimator<'a, L: Likelihood = UnitGaussian> {
     /// A batch of points as rows of `x` (every copy of each).
     rows: Vec<usize>,
     chains: ChainSet<f32>,
-    kernel: Kernel<f32>,
-    steps: usize,
-    fresh_from_encoder: bool,
+    /// The chains along the run: kernel, K, starts, restarts, δ_t and K_t, the updates done.
+    course: ChainCourse,
     stream: NormalStream,
     pool: WorkspacePool,
     grad: Vec<f64>,
     acceptance: Vec<f64>,
     divergences: usize,
-    started: bool,
-    burn_in: usize,
-    momentum: Momentum,
     xb: Vec<f32>,
     fused: bool,
     reused: usize,
     /// The blocks' gradient sums of the last update, reused as the next one's buffers.
     spare: Vec<Vec<f32>>,
-    /// SAGD's settings along the run (copies, restarts, δ_t and K_t); `None`: HMC.
-    plan: Option<ChainPlan>,
-    /// The updates done.
-    update: usize,
 }
 
 impl<'a> ChainEstimator<'a> {
@@ -77,16 +69,8 @@ impl<'a, L: Likelihood> ChainEstimator<'a, L> {
     /// [`ChainEstimator::hmc`] under the likelihood `lik`, the data `x` points of
     /// [`Vae::data_dim`] values.
     pub fn hmc_with(vae: &'a Vae, lik: L, x: &'a [f32], s: &HmcChains, seed: u64) -> Result<Self> {
-        let kernel = s.hmc.kernel::<f32>()?;
-        Ok(Self::with(
-            (vae, lik),
-            Cow::Borrowed(x),
-            kernel,
-            s.transitions,
-            true,
-            0,
-            seed,
-        ))
+        let course = ChainCourse::hmc(s)?;
+        Ok(Self::with((vae, lik), Cow::Borrowed(x), course, seed))
     }
 
     /// [`ChainEstimator::sagd`] under the likelihood `lik`, the data `x` points of
@@ -100,31 +84,21 @@ impl<'a, L: Likelihood> ChainEstimator<'a, L> {
     ) -> Result<Self> {
         let plan = ChainPlan::new(s)?;
         let x = plan.chain_rows(x, (vae.data_dim(), vae.d))?;
-        let kernel = plan.base_kernel();
+        let course = ChainCourse::sagd(plan, s);
         // Schemes that end a step at their last evaluation return the θ-gradient with it.
-        let fused = kernel.ends_at_gradient();
-        let mut e = Self::with((vae, lik), x, kernel, s.steps, false, s.burn_in, seed);
-        e.momentum = s.initial_momentum;
+        let fused = course.kernel.ends_at_gradient();
+        let mut e = Self::with((vae, lik), x, course, seed);
         e.fused = fused;
-        e.plan = Some(plan);
         Ok(e)
     }
 
     /// The chains (re)started where due, this update's δ_t and K_t (burn-in ran at the base δ),
     /// and the update counted.
     fn begin_update(&mut self, p: &VaeParams) -> Result<()> {
-        if self.plan.is_some_and(|plan| plan.restarts_at(self.update)) {
-            self.started = false;
-        }
-        if !self.started {
+        if self.course.starts() {
             self.start_chains(p)?;
         }
-        let scheduled = self.plan.map(|plan| plan.scheduled_at(self.update));
-        if let Some((_, kernel, k)) = scheduled.transpose()?.flatten() {
-            self.kernel = kernel;
-            self.steps = k;
-        }
-        self.update += 1;
+        self.course.schedule()?;
         Ok(())
     }
 
@@ -158,8 +132,7 @@ impl<'a, L: Likelihood> ChainEstimator<'a, L> {
     }
 
     /// Every chain starts from an encoder draw and burns in under the decoder `p` (the
-    /// pre-trained one, or the current one when refreshed), at the base δ: a schedule's late δ_t
-    /// would leave the chains near the encoder's draws.
+    /// pre-trained one, or the current one when refreshed), at the course's kernel (the base δ's).
     fn start_chains(&mut self, p: &VaeParams) -> Result<()> {
         let all = DecoderPosterior::with_likelihood(&self.vae.dec, &self.lik, &self.x);
         let all_problem = MaximumLikelihood::new(&all, 1);
@@ -167,27 +140,17 @@ impl<'a, L: Likelihood> ChainEstimator<'a, L> {
             problem: &all_problem,
             anchor: &p.dec[..],
         };
-        if let Some(plan) = self.plan {
-            self.kernel = plan.base_kernel();
-        }
         let u0 = encoder_draw(self.vae, p, &self.x, &mut self.stream, &mut self.pool);
-        self.chains.init(&all_target, &u0, self.momentum)?;
+        let course = &mut self.course;
+        self.chains.init(&all_target, &u0, course.momentum)?;
         self.divergences += self
             .chains
-            .burn_in(&all_target, &self.kernel, self.burn_in)?;
-        self.started = true;
+            .burn_in(&all_target, &course.kernel, course.burn_in)?;
+        course.started = true;
         Ok(())
     }
 
-    fn with(
-        (vae, lik): (&'a Vae, L),
-        x: Cow<'a, [f32]>,
-        kernel: Kernel<f32>,
-        steps: usize,
-        fresh: bool,
-        burn_in: usize,
-        seed: u64,
-    ) -> Self {
+    fn with((vae, lik): (&'a Vae, L), x: Cow<'a, [f32]>, course: ChainCourse, seed: u64) -> Self {
         let n = x.len() / vae.data_dim().max(1);
         let mut chains = ChainSet::new(n, vae.d, seed);
         // Blocks of rows step in parallel; the block boundaries, not the threads, fix the results.
@@ -198,23 +161,16 @@ impl<'a, L: Likelihood> ChainEstimator<'a, L> {
             x,
             rows: Vec::new(),
             chains,
-            kernel,
-            steps: steps.max(1),
-            fresh_from_encoder: fresh,
+            course,
             stream: Seed::new(seed).stream("starts").normals(),
             pool: WorkspacePool::default(),
             grad: Vec::new(),
             acceptance: Vec::new(),
             divergences: 0,
-            started: false,
-            burn_in,
-            momentum: Momentum::Normal,
             xb: Vec::new(),
             fused: false,
             reused: 0,
             spare: Vec::new(),
-            plan: None,
-            update: 0,
         }
     }
 }
@@ -243,9 +199,9 @@ impl<L: Likelihood> GradientEstimator for ChainEstimator<'_, L> {
             stream: self.stream.clone(),
             acceptance: self.acceptance.clone(),
             divergences: self.divergences,
-            started: self.started,
+            started: self.course.started,
             reused: self.reused,
-            update: self.update,
+            update: self.course.update,
         })
     }
 
@@ -257,9 +213,9 @@ impl<L: Likelihood> GradientEstimator for ChainEstimator<'_, L> {
         self.stream = r.stream;
         self.acceptance = r.acceptance;
         self.divergences = r.divergences;
-        self.started = r.started;
+        self.course.started = r.started;
         self.reused = r.reused;
-        self.update = r.update;
+        self.course.update = r.update;
         Ok(())
     }
 
@@ -272,10 +228,9 @@ impl<L: Likelihood> GradientEstimator for ChainEstimator<'_, L> {
     ) -> Result<f64> {
         self.begin_update(p)?;
         let (d, px) = (self.vae.d, self.vae.data_dim());
-        let batch = match self.plan {
-            Some(plan) => plan.batch_rows(batch, self.x.len() / px, &mut self.rows),
-            None => batch,
-        };
+        let batch = self
+            .course
+            .batch_rows(batch, self.x.len() / px, &mut self.rows);
         let full =
             batch.len() == self.chains.n_chains() && batch.iter().enumerate().all(|(k, &i)| k == i);
         gather_rows(&self.x, px, batch, &mut self.xb);
@@ -293,7 +248,7 @@ impl<L: Likelihood> GradientEstimator for ChainEstimator<'_, L> {
         } else {
             self.chains.gather(batch)?
         };
-        if self.fresh_from_encoder {
+        if self.course.fresh_from_encoder {
             let u0 = encoder_draw(self.vae, p, &self.xb, &mut self.stream, &mut self.pool);
             sub.set_positions(&target, &u0)?;
         } else {
@@ -310,8 +265,8 @@ impl<L: Likelihood> GradientEstimator for ChainEstimator<'_, L> {
         let spare = std::sync::Mutex::new(std::mem::take(&mut self.spare));
         let run = sub.run_steps_fold(
             &target,
-            &self.kernel,
-            self.steps,
+            &self.course.kernel,
+            self.course.steps,
             self.fused,
             |_| {
                 let mut g = spare
@@ -345,11 +300,11 @@ impl<L: Likelihood> GradientEstimator for ChainEstimator<'_, L> {
         let (logp, result) = self.absorb(run);
         self.reused += reused;
         result?;
-        let scale = 1.0 / (self.steps * rows) as f64;
+        let scale = 1.0 / (self.course.steps * rows) as f64;
         for (g, v) in g_dec.iter_mut().zip(&self.grad) {
             *g += (v * scale) as f32;
         }
-        Ok(-logp / self.steps as f64)
+        Ok(-logp / self.course.steps as f64)
     }
 
     fn diagnostics(&self) -> serde_json::Value {
@@ -530,7 +485,8 @@ mod tests {
             let mut e = ChainEstimator::sagd(&vae, &x, s, 7).unwrap();
             update(&mut e, &p, &all);
             update(&mut e, &p, &all);
-            e.start_chains(&p).unwrap();
+            // The third update's beginning: a restart, burnt in before δ_t is taken.
+            e.begin_update(&p).unwrap();
             e.chains.positions().to_vec()
         };
         // The same draws and the same noise: the same burnt-in chains only at the same step.

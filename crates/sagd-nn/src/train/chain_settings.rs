@@ -1,5 +1,6 @@
 //! The chains' settings (SAGD's Langevin chains, HMC's, the schedule of δ_t and K_t) and what
-//! they change along a run, shared by the chain estimators of both devices ([`ChainPlan`]).
+//! they change along a run, shared by the chain estimators of both devices ([`ChainPlan`],
+//! [`ChainCourse`]).
 
 use sagd::error::{Result, SagdError};
 use sagd::hmc::HmcSettings;
@@ -194,26 +195,6 @@ impl ChainPlan {
         })
     }
 
-    /// The rows of a batch of points' indices among `chains` chains (the rows of
-    /// [`ChainPlan::chain_rows`]): every copy of them, copy by copy (the batch itself with one
-    /// copy), in `rows`.
-    pub(crate) fn batch_rows<'b>(
-        &self,
-        batch: &'b [usize],
-        chains: usize,
-        rows: &'b mut Vec<usize>,
-    ) -> &'b [usize] {
-        if self.copies() == 1 {
-            return batch;
-        }
-        let points = chains / self.copies();
-        rows.clear();
-        for m in 0..self.copies() {
-            rows.extend(batch.iter().map(|&i| m * points + i));
-        }
-        rows
-    }
-
     /// Whether the chains start again from the encoder before update `t` (from 0).
     pub(crate) fn restarts_at(&self, t: usize) -> bool {
         self.chains
@@ -233,6 +214,109 @@ impl ChainPlan {
         };
         let (delta, k) = plan.at(t, self.base.delta(), self.k_scale);
         Ok(Some((delta, self.base.with_delta(delta)?.kernel(), k)))
+    }
+}
+
+/// An estimator's chains along a run, the same on either device: the kernel and K of the
+/// coming update, how the chains start (from an encoder draw at every update for HMC; once,
+/// burnt in from the given momenta, for SAGD), whether they have, and the updates done; SAGD's
+/// [`ChainPlan`] decides its restarts, δ_t and K_t.
+#[derive(Clone, Debug)]
+pub(crate) struct ChainCourse {
+    /// The kernel and the transitions of the coming update.
+    pub(crate) kernel: Kernel<f32>,
+    pub(crate) steps: usize,
+    /// HMC: the chains start from an encoder draw at every update.
+    pub(crate) fresh_from_encoder: bool,
+    pub(crate) burn_in: usize,
+    pub(crate) momentum: Momentum,
+    pub(crate) plan: Option<ChainPlan>,
+    /// Whether the chains have started (a restart clears it).
+    pub(crate) started: bool,
+    /// The updates begun.
+    pub(crate) update: usize,
+}
+
+impl ChainCourse {
+    /// HMC's course: `s.transitions` transitions from an encoder draw at every update.
+    pub(crate) fn hmc(s: &HmcChains) -> Result<ChainCourse> {
+        Ok(ChainCourse {
+            kernel: s.hmc.kernel()?,
+            steps: s.transitions.max(1),
+            fresh_from_encoder: true,
+            burn_in: 0,
+            momentum: Momentum::Normal,
+            plan: None,
+            started: false,
+            update: 0,
+        })
+    }
+
+    /// SAGD's course under `plan`, the plan of `s`.
+    pub(crate) fn sagd(plan: ChainPlan, s: &LangevinChains) -> ChainCourse {
+        ChainCourse {
+            kernel: plan.base_kernel(),
+            steps: s.steps.max(1),
+            fresh_from_encoder: false,
+            burn_in: s.burn_in,
+            momentum: s.initial_momentum,
+            plan: Some(plan),
+            started: false,
+            update: 0,
+        }
+    }
+
+    /// Whether the chains (re)start before the coming update (not yet started, or a restart of
+    /// the plan's); if so, the kernel is the base δ's, at which a start burns in (a schedule's
+    /// late δ_t would leave the chains near the encoder's draws).
+    pub(crate) fn starts(&mut self) -> bool {
+        if self.plan.is_some_and(|plan| plan.restarts_at(self.update)) {
+            self.started = false;
+        }
+        if self.started {
+            return false;
+        }
+        if let Some(plan) = self.plan {
+            self.kernel = plan.base_kernel();
+        }
+        true
+    }
+
+    /// After any start: the coming update's kernel and K_t where the plan schedules them (its
+    /// δ_t returned), and the update counted.
+    pub(crate) fn schedule(&mut self) -> Result<Option<f64>> {
+        let scheduled = self.plan.map(|plan| plan.scheduled_at(self.update));
+        let delta = match scheduled.transpose()?.flatten() {
+            Some((delta, kernel, k)) => {
+                self.kernel = kernel;
+                self.steps = k;
+                Some(delta)
+            }
+            None => None,
+        };
+        self.update += 1;
+        Ok(delta)
+    }
+
+    /// The rows of a batch of points' indices among `chains` chains (the rows of
+    /// [`ChainPlan::chain_rows`]): every copy of them, copy by copy (the batch itself with one
+    /// copy), in `rows`.
+    pub(crate) fn batch_rows<'b>(
+        &self,
+        batch: &'b [usize],
+        chains: usize,
+        rows: &'b mut Vec<usize>,
+    ) -> &'b [usize] {
+        let copies = self.plan.map_or(1, |plan| plan.copies());
+        if copies == 1 {
+            return batch;
+        }
+        let points = chains / copies;
+        rows.clear();
+        for m in 0..copies {
+            rows.extend(batch.iter().map(|&i| m * points + i));
+        }
+        rows
     }
 }
 
@@ -258,7 +342,8 @@ mod tests {
         let restarts: Vec<usize> = (0..10).filter(|&t| plan.restarts_at(t)).collect();
         assert_eq!(restarts, [3, 6, 9]);
         let mut rows = Vec::new();
-        assert_eq!(plan.batch_rows(&[4, 1], 10, &mut rows), [4, 1, 9, 6]);
+        let course = ChainCourse::sagd(plan, &chains);
+        assert_eq!(course.batch_rows(&[4, 1], 10, &mut rows), [4, 1, 9, 6]);
         let x = [1.0f32, 2.0, 3.0];
         assert_eq!(
             &*plan.chain_rows(&x, (1, 1)).expect("fits"),

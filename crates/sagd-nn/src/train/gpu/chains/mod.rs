@@ -20,7 +20,7 @@ use crate::cuda::{
     LikelihoodRows, Replay,
 };
 use crate::likelihood::DeviceLaw;
-use crate::train::chain_settings::ChainPlan;
+use crate::train::chain_settings::{ChainCourse, ChainPlan};
 use crate::train::gpu::{DeviceState, Grads, OnDevice};
 use crate::train::{gather_rows, DeviceParams, GradientEstimator, HmcChains, LangevinChains};
 use crate::vae::{Vae, VaeParams};
@@ -170,13 +170,10 @@ pub struct GpuChainEstimator<'a> {
     normals_per_coord: usize,
     metropolis: bool,
     fused: Option<FusedMlp>,
-    steps: usize,
-    fresh_from_encoder: bool,
-    burn_in: usize,
-    momentum: Momentum,
+    /// The chains along the run: kernel, K, starts, restarts, δ_t and K_t, the updates done.
+    course: ChainCourse,
     stream: NormalStream,
     rng: GpuRng,
-    started: bool,
     divergences: usize,
     acceptance: Vec<f64>,
     host: Vec<f32>,
@@ -191,10 +188,6 @@ pub struct GpuChainEstimator<'a> {
     /// An update's transitions and θ-gradient as a graph, by (batch size, whole data, K, the
     /// bits of δ: a schedule changes the last two).
     replay: Replay<(usize, bool, usize, u64)>,
-    /// SAGD's settings along the run (copies, restarts, δ_t and K_t); `None`: HMC.
-    plan: Option<ChainPlan>,
-    /// The updates done.
-    update: usize,
     /// The bits of this update's δ_t (0 without a schedule).
     delta_bits: u64,
     /// A batch of points as rows of `x` (every copy of each).
@@ -217,9 +210,8 @@ impl<'a> GpuChainEstimator<'a> {
         s: &HmcChains,
         seed: u64,
     ) -> Result<Self> {
-        let kernel = s.hmc.kernel::<f32>()?;
-        let x = Cow::Borrowed(x);
-        Self::with(gpu, (vae, law), x, &kernel, (s.transitions, true, 0), seed)
+        let course = ChainCourse::hmc(s)?;
+        Self::with(gpu, (vae, law), Cow::Borrowed(x), course, seed)
     }
 
     /// SAGD as [`ChainEstimator::sagd`](crate::train::ChainEstimator::sagd), on `gpu`.
@@ -245,18 +237,7 @@ impl<'a> GpuChainEstimator<'a> {
     ) -> Result<Self> {
         let plan = ChainPlan::new(s)?;
         let x = plan.chain_rows(x, (vae.data_dim(), vae.d))?;
-        let kernel = plan.base_kernel();
-        let mut e = Self::with(
-            gpu,
-            (vae, law),
-            x,
-            &kernel,
-            (s.steps, false, s.burn_in),
-            seed,
-        )?;
-        e.momentum = s.initial_momentum;
-        e.plan = Some(plan);
-        Ok(e)
+        Self::with(gpu, (vae, law), x, ChainCourse::sagd(plan, s), seed)
     }
 
     /// The chains: one per row of `x`.
@@ -264,10 +245,10 @@ impl<'a> GpuChainEstimator<'a> {
         self.x.len() / self.px
     }
 
-    /// Sets the kernel the transitions run (its program; the scheme's noise per step and
-    /// Metropolis test do not change along a run).
-    fn set_kernel(&mut self, kernel: &Kernel<f32>) -> Result<()> {
-        self.program = program(kernel)?;
+    /// Takes the course's kernel for the transitions (its program; the scheme's noise per step
+    /// and Metropolis test do not change along a run).
+    fn take_kernel(&mut self) -> Result<()> {
+        self.program = program(&self.course.kernel)?;
         Ok(())
     }
 
@@ -275,10 +256,10 @@ impl<'a> GpuChainEstimator<'a> {
         gpu: Gpu,
         (vae, law): (&'a Vae, DeviceLaw),
         x: Cow<'a, [f32]>,
-        kernel: &Kernel<f32>,
-        (steps, fresh, burn_in): (usize, bool, usize),
+        course: ChainCourse,
         seed: u64,
     ) -> Result<Self> {
+        let kernel = &course.kernel;
         Ok(GpuChainEstimator {
             gpu,
             vae,
@@ -289,13 +270,9 @@ impl<'a> GpuChainEstimator<'a> {
             normals_per_coord: 1 + kernel.normals_per_step(),
             metropolis: kernel.metropolis(),
             fused: FusedMlp::of(&vae.dec).filter(|_| law.is_unit_gaussian()),
-            steps: steps.max(1),
-            fresh_from_encoder: fresh,
-            burn_in,
-            momentum: Momentum::Normal,
+            course,
             stream: Seed::new(seed).stream("starts").normals(),
             rng: GpuRng::new(Seed::new(seed).stream("device").get()),
-            started: false,
             divergences: 0,
             acceptance: Vec::new(),
             host: Vec::new(),
@@ -305,8 +282,6 @@ impl<'a> GpuChainEstimator<'a> {
             b: None,
             pending: None,
             replay: Replay::default(),
-            plan: None,
-            update: 0,
             delta_bits: 0,
             rows: Vec::new(),
         })
@@ -330,14 +305,14 @@ impl<'a> GpuChainEstimator<'a> {
             lb: z(n)?,
             rho: z(nd)?,
             eta: z(nd)?,
-            noise: z(self.steps.max(1) * self.normals_per_coord * nd)?,
-            uni: z(self.steps.max(1) * n)?,
+            noise: z(self.course.steps.max(1) * self.normals_per_coord * nd)?,
+            uni: z(self.course.steps.max(1) * n)?,
             h0: gpu.stream.alloc_zeros::<f64>(n.max(1))?,
             stats: z(STATS * n)?,
             sums: gpu.stream.alloc_zeros::<f64>(STATS)?,
             idx: gpu.stream.alloc_zeros::<i32>(n.max(1))?,
-            store: z(self.steps * nd)?,
-            resid: z(self.steps * n * px)?,
+            store: z(self.course.steps * nd)?,
+            resid: z(self.course.steps * n * px)?,
             g_theta: z(self.vae.dec.n_params())?,
             ws: GpuWorkspace::default(),
             ws_theta: GpuWorkspace::default(),
@@ -441,10 +416,10 @@ impl GradientEstimator for GpuChainEstimator<'_> {
             rho,
             stream: self.stream.clone(),
             rng: self.rng.clone(),
-            started: self.started,
+            started: self.course.started,
             divergences: self.divergences,
             acceptance: self.acceptance.clone(),
-            update: self.update,
+            update: self.course.update,
         })
     }
 
@@ -458,10 +433,10 @@ impl GradientEstimator for GpuChainEstimator<'_> {
         }
         self.stream = r.stream;
         self.rng = r.rng;
-        self.started = r.started;
+        self.course.started = r.started;
         self.divergences = r.divergences;
         self.acceptance = r.acceptance;
-        self.update = r.update;
+        self.course.update = r.update;
         match &mut self.b {
             Some(b) => {
                 self.gpu.upload_into(&r.pos, &mut b.pos)?;

@@ -135,7 +135,7 @@ impl<'a> GpuChainEstimator<'a> {
     fn steps_and_gradient(&self, b: &mut Buffers, all: bool, nb: usize) -> GpuResult<()> {
         let (gpu, d) = (&self.gpu, self.vae.d);
         let len = nb * d;
-        for t in 0..self.steps {
+        for t in 0..self.course.steps {
             self.transition(b, all, nb, t)?;
             gpu.stream.memcpy_dtod(
                 &b.xa.slice(..len),
@@ -143,7 +143,7 @@ impl<'a> GpuChainEstimator<'a> {
             )?;
         }
         // ∇θ Σ log p over the K accepted states of every chain, in one pass.
-        let rows = self.steps * nb;
+        let rows = self.course.steps * nb;
         let data = if all { &b.x_all } else { &b.x_batch };
         let decoder = DeviceDecoder {
             net: &self.vae.dec,
@@ -175,12 +175,12 @@ impl<'a> GpuChainEstimator<'a> {
         let (n, d) = (self.chains(), self.vae.d);
         self.encoder_draw(b, true, n)?;
         let gpu = &self.gpu;
-        match self.momentum {
+        match self.course.momentum {
             Momentum::Normal => self.rng.fill(gpu, &mut b.rho, n * d, false)?,
             Momentum::Zero => gpu.zero(&mut b.rho)?,
         }
         self.evaluate(b, true, false, n)?;
-        for _ in 0..self.burn_in {
+        for _ in 0..self.course.burn_in {
             self.draw(b, 1, n)?;
             self.transition(b, true, n, 0)?;
         }
@@ -188,7 +188,7 @@ impl<'a> GpuChainEstimator<'a> {
         let gpu = &self.gpu;
         gpu.copy(&b.xa, &mut b.pos, n * d)?;
         gpu.copy(&b.rho, &mut b.rho_all, n * d)?;
-        self.started = true;
+        self.course.started = true;
         Ok(())
     }
 
@@ -220,10 +220,7 @@ impl<'a> GpuChainEstimator<'a> {
         }
         // Every copy of the batch's points, copy by copy, as the CPU's.
         let mut rows = std::mem::take(&mut self.rows);
-        let batch = match self.plan {
-            Some(plan) => plan.batch_rows(batch, self.chains(), &mut rows),
-            None => batch,
-        };
+        let batch = self.course.batch_rows(batch, self.chains(), &mut rows);
         let out = self.update(&mut b, batch, g_dec);
         self.rows = rows;
         self.b = Some(b);
@@ -233,23 +230,15 @@ impl<'a> GpuChainEstimator<'a> {
     /// The chains restarted where due (the burn-in at the base δ) and this update's δ_t and
     /// K_t, as the CPU's `begin_update`; then the update counted.
     fn begin_update(&mut self, b: &mut Buffers) -> GpuResult<()> {
-        if self.plan.is_some_and(|plan| plan.restarts_at(self.update)) {
-            self.started = false;
-        }
-        if !self.started {
-            if let Some(plan) = self.plan {
-                self.set_kernel(&plan.base_kernel())?;
-            }
+        if self.course.starts() {
+            self.take_kernel()?;
             self.start(b)?;
         }
-        let scheduled = self.plan.map(|plan| plan.scheduled_at(self.update));
-        if let Some((delta, kernel, k)) = scheduled.transpose()?.flatten() {
-            self.set_kernel(&kernel)?;
-            self.steps = k;
+        if let Some(delta) = self.course.schedule()? {
+            self.take_kernel()?;
             self.delta_bits = delta.to_bits();
             self.fit_steps(b)?;
         }
-        self.update += 1;
         Ok(())
     }
 
@@ -258,7 +247,7 @@ impl<'a> GpuChainEstimator<'a> {
     /// the old buffers, is dropped.
     fn fit_steps(&mut self, b: &mut Buffers) -> GpuResult<()> {
         let (n, d) = (self.chains(), self.vae.d);
-        let steps = self.steps.max(1);
+        let steps = self.course.steps.max(1);
         if b.store.len() >= steps * n * d {
             return Ok(());
         }
@@ -296,21 +285,21 @@ impl<'a> GpuChainEstimator<'a> {
                 gpu.rows_copy(dst, src, &b.idx, (nb, d), false)?;
             }
         }
-        if self.fresh_from_encoder {
+        if self.course.fresh_from_encoder {
             self.encoder_draw(b, all, nb)?;
         }
         // θ moved since the chains' gradients were computed (or the chains are new).
         self.evaluate(b, all, false, nb)?;
-        self.draw(b, self.steps, nb)?;
+        self.draw(b, self.course.steps, nb)?;
         // The K transitions and the θ-gradient, replayed from a CUDA graph once captured.
         let mut replay = std::mem::take(&mut self.replay);
-        let key = (nb, all, self.steps, self.delta_bits);
+        let key = (nb, all, self.course.steps, self.delta_bits);
         let res = replay.run(&self.gpu, key, || self.steps_and_gradient(b, all, nb));
         self.replay = replay;
         res?;
         let sums = self.take_sums(b)?;
         let gpu = &self.gpu;
-        let rows = self.steps * nb;
+        let rows = self.course.steps * nb;
         if let Some(g_dec) = g_dec {
             self.host.resize(g_dec.len(), 0.0);
             gpu.download_into(&b.g_theta, &mut self.host)?;
