@@ -10,7 +10,7 @@ mod architectures;
 
 use architectures::{random_net, Draw};
 use sagd::optim::Averaging;
-use sagd::run::{Identity, Runner};
+use sagd::run::{fnv1a, Identity, Runner, FNV_OFFSET};
 use sagd_nn::bernoulli::{BernoulliEstimator, BernoulliVae, Chains, Objective};
 use sagd_nn::cuda::{Gpu, GpuWorkspace};
 use sagd_nn::likelihood::{Bernoulli, Poisson, UnitGaussian};
@@ -247,11 +247,7 @@ fn random_vaes_estimate_on_a_gpu_as_on_the_cpu() {
 
 /// FNV-1a over the bits of `values`: a fingerprint of a run's numbers.
 fn fingerprint(values: impl IntoIterator<Item = u32>) -> u64 {
-    values.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, v| {
-        v.to_le_bytes()
-            .iter()
-            .fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
-    })
+    fnv1a(FNV_OFFSET, values.into_iter().flat_map(u32::to_le_bytes))
 }
 
 /// Three epochs of training by `est` (sizes of the networks, `n` points in batches of `batch`)

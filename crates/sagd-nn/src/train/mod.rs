@@ -15,7 +15,7 @@ pub use bound::BoundEstimator;
 pub use chain::ChainEstimator;
 pub use chain_settings::{ChainSchedule, HmcChains, LangevinChains};
 pub use estimator::{encoder_draw, gather_rows, DeviceParams, Estimator, GradientEstimator};
-pub(crate) use gpu::{on_host, BoundPass, DeviceState, Grads, OnDevice};
+pub(crate) use gpu::{last_pass, on_host, placed, BoundPass, DeviceState, Grads, OnDevice};
 pub use gpu::{GpuBoundEstimator, GpuChainEstimator};
 
 use std::path::PathBuf;

@@ -159,11 +159,7 @@ impl SagdPass {
             Some(_) => kernel.unrolled_whole(chains.steps),
             None => kernel.unrolled(chains.steps),
         };
-        let (Some(enc), Some(params)) = (&state.enc, &state.dec) else {
-            return Err(GpuError::Settings(
-                "a pass on the device's parameters before any were put there".into(),
-            ));
-        };
+        let (enc, params) = (placed(&state.enc)?, placed(&state.dec)?);
         let d = m.d;
         let images = x.len() / m.pixels();
         let rows = chains.per_image * images;

@@ -10,7 +10,7 @@ use cudarc::driver::{CudaSlice, PushKernelArg};
 use crate::bernoulli::{BatchInfo, BernoulliVae, Carried, Chains};
 use crate::cuda::{grid, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows};
 use crate::likelihood::DeviceLaw;
-use crate::train::{AdamStep, BoundPass, DeviceState, Grads, TrainState};
+use crate::train::{last_pass, placed, AdamStep, BoundPass, DeviceState, Grads, TrainState};
 use crate::vae::VaeParams;
 
 mod chains;

@@ -84,9 +84,7 @@ impl GpuPasses {
         f: impl FnOnce(&Gpu, &mut DeviceState, Grads<'_>) -> GpuResult<R>,
     ) -> GpuResult<R> {
         let (gpu, state, grads) = self.on_device();
-        let grads =
-            grads.ok_or_else(|| GpuError::Settings("a training step before any pass".into()))?;
-        f(gpu, state, grads)
+        f(gpu, state, last_pass(grads)?)
     }
 
     /// The GPU, its training state and the last pass's gradients (`None` before any pass).

@@ -10,11 +10,11 @@ use sagd::rng::NormalStream;
 use sagd::run::{decode, encode};
 
 use crate::cuda::{
-    ensure, grid, launch, put, Gpu, GpuError, GpuResult, GpuWorkspace, LikelihoodRows, Replay,
+    ensure, grid, launch, put, Gpu, GpuResult, GpuWorkspace, LikelihoodRows, Replay,
 };
 use crate::likelihood::DeviceLaw;
 use crate::net::Sequential;
-use crate::train::gpu::{DeviceState, Grads, OnDevice};
+use crate::train::gpu::{placed, DeviceState, Grads, OnDevice};
 use crate::train::{gather_rows, DeviceParams, GradientEstimator};
 use crate::vae::{Vae, VaeParams};
 
@@ -75,12 +75,7 @@ impl BoundPass {
         ] {
             ensure(gpu, slot, len)?;
         }
-        let (Some(pe), Some(pd)) = (enc.1, dec.1) else {
-            return Err(GpuError::Settings(
-                "a pass on the device's parameters before any were put there".into(),
-            ));
-        };
-        let nets = ((enc.0, pe), (dec.0, pd));
+        let nets = ((enc.0, placed(enc.1)?), (dec.0, placed(dec.1)?));
         match replay {
             Some(replay) => replay.run(gpu, n, || self.launches(gpu, nets, law, (n, k)))?,
             None => self.launches(gpu, nets, law, (n, k))?,

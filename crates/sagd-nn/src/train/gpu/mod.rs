@@ -9,4 +9,4 @@ mod state;
 pub(crate) use bound::BoundPass;
 pub use bound::GpuBoundEstimator;
 pub use chains::GpuChainEstimator;
-pub(crate) use state::{on_host, DeviceState, Grads, OnDevice};
+pub(crate) use state::{last_pass, on_host, placed, DeviceState, Grads, OnDevice};

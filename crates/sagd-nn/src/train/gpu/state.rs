@@ -32,13 +32,23 @@ pub(crate) fn on_host() -> SagdError {
     SagdError::Device("the training state is on the host: this estimator runs on the CPU".into())
 }
 
+/// The last pass's gradients, or the error of a training step asked before any pass.
+pub(crate) fn last_pass(grads: Option<Grads<'_>>) -> GpuResult<Grads<'_>> {
+    grads.ok_or_else(|| GpuError::Settings("a training step before any pass".into()))
+}
+
+/// A network's parameters on the device, or the error of a pass asked before any were put there.
+pub(crate) fn placed(params: &Option<CudaSlice<f32>>) -> GpuResult<&CudaSlice<f32>> {
+    params.as_ref().ok_or_else(|| {
+        GpuError::Settings("a pass on the device's parameters before any were put there".into())
+    })
+}
+
 /// The GPU, the state and the last pass's gradients of `e`, or the error of a step asked
 /// before any pass.
 fn kept<T: OnDevice + ?Sized>(e: &mut T) -> Result<(&Gpu, &mut DeviceState, Grads<'_>)> {
-    match e.on_device().ok_or_else(on_host)? {
-        (gpu, state, Some(grads)) => Ok((gpu, state, grads)),
-        _ => Err(GpuError::Settings("a training step before any pass".into()).into()),
-    }
+    let (gpu, state, grads) = e.on_device().ok_or_else(on_host)?;
+    Ok((gpu, state, last_pass(grads)?))
 }
 
 impl<T: OnDevice> DeviceParams for T {

@@ -21,7 +21,7 @@ use crate::cuda::{
 };
 use crate::likelihood::DeviceLaw;
 use crate::train::chain_settings::{ChainCourse, ChainPlan};
-use crate::train::gpu::{DeviceState, Grads, OnDevice};
+use crate::train::gpu::{placed, DeviceState, Grads, OnDevice};
 use crate::train::{gather_rows, DeviceParams, GradientEstimator, HmcChains, LangevinChains};
 use crate::vae::{Vae, VaeParams};
 use std::borrow::Cow;
@@ -55,13 +55,6 @@ fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Instruction<f32>>> {
         ));
     }
     Ok(program)
-}
-
-/// Parameters a pass reads, put on the device by the update before any launch reads them.
-fn placed(params: &Option<CudaSlice<f32>>) -> &CudaSlice<f32> {
-    params
-        .as_ref()
-        .expect("put on the device when the update began")
 }
 
 /// A decoder d → H → H → d (one activation) small enough for `posterior_mlp`, which evaluates
@@ -328,7 +321,7 @@ impl<'a> GpuChainEstimator<'a> {
         gpu.upload_into(&self.eps, &mut b.eta)?;
         let x = if all { &b.x_all } else { &b.x_batch };
         vae.enc
-            .forward_gpu(gpu, placed(&self.state.enc), x, nb, &mut b.ws)?;
+            .forward_gpu(gpu, placed(&self.state.enc)?, x, nb, &mut b.ws)?;
         let enc_out = b.ws.output().expect("forward ran");
         let (ni, one, di) = (nb as i32, 1i32, d as i32);
         // SAFETY: buffers sized for all n rows.
@@ -362,7 +355,7 @@ impl<'a> GpuChainEstimator<'a> {
             false => (&*xa, ga, la),
         };
         let (gpu, vae, law, fused) = (&self.gpu, self.vae, self.law, self.fused);
-        let dec = placed(&self.state.dec);
+        let dec = placed(&self.state.dec)?;
         let d = vae.d;
         if let Some(f) = fused {
             let (ni, di, hi) = (nb as i32, d as i32, f.hidden as i32);

@@ -147,7 +147,7 @@ impl<'a> GpuChainEstimator<'a> {
         let data = if all { &b.x_all } else { &b.x_batch };
         let decoder = DeviceDecoder {
             net: &self.vae.dec,
-            params: placed(&self.state.dec),
+            params: placed(&self.state.dec)?,
             law: self.law,
             data,
             shape: LikelihoodRows {
