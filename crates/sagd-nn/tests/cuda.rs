@@ -16,7 +16,8 @@ use sagd_nn::cuda::{Gpu, GpuWorkspace};
 use sagd_nn::likelihood::{Bernoulli, Poisson, UnitGaussian};
 use sagd_nn::math::Activation;
 use sagd_nn::train::{
-    ChainSchedule, Estimator, GradientEstimator, HmcChains, LangevinChains, TrainSettings, Training,
+    AdamStep, ChainSchedule, Estimator, GradientEstimator, HmcChains, LangevinChains,
+    TrainSettings, Training,
 };
 use sagd_nn::vae::{Vae, VaeParams};
 use sagd_nn::{Device, Layer, Sequential, Workspace};
@@ -432,4 +433,62 @@ fn gpu_training_gives_the_same_bits_from_the_same_seed() {
         println!("fingerprint {a}");
     }
     assert_eq!(first.len(), 48, "40 of E2, 8 of E3");
+}
+
+/// The training job's steps on the device asked out of order are refused by name on every GPU
+/// estimator, not run on stale parameters: a check or step of the kept gradient before any pass,
+/// and a pass or step at the state held before one was loaded (also after a pass at the host's
+/// parameters, which leaves none held).
+#[test]
+#[ignore = "needs an NVIDIA GPU (or scripts/gpu_on_cpu.sh): run with --include-ignored"]
+fn the_gpu_refuses_training_steps_out_of_order() {
+    let dev = Device::Cuda(0);
+    let (vae, n) = (random_vae(3), 8);
+    let x: Vec<f32> = (0..n * vae.data_dim()).map(|i| (i as f32).sin()).collect();
+    let gen = Sequential::new(vec![Layer::Linear { inp: 2, out: 16 }]);
+    let enc = Sequential::new(vec![Layer::Linear { inp: 16, out: 4 }]);
+    let m = BernoulliVae::new(gen, enc).expect("the networks fit");
+    let images: Vec<u8> = (0..n * 16).map(|i| (i * 53 % 256) as u8).collect();
+    let hmc = HmcChains {
+        hmc: sagd::hmc::HmcSettings::default(),
+        transitions: 2,
+    };
+    let mut estimators: Vec<(&str, Box<dyn GradientEstimator + '_>, VaeParams)> = Vec::new();
+    for (name, est) in [
+        ("elbo", Estimator::Bound { k: 1 }),
+        ("hmc", Estimator::Hmc(hmc)),
+        ("sagd", Estimator::Sagd(LangevinChains::default())),
+    ] {
+        let e = est.on(dev, &vae, &x, 5).expect("the estimator");
+        estimators.push((name, e, vae.init(1)));
+    }
+    for (name, objective) in [
+        ("e3 vae", Objective::Vae),
+        ("e3 sagd", Objective::Sagd(Chains::default())),
+    ] {
+        let e = BernoulliEstimator::on(dev, &m, &images, objective, 7).expect("E3");
+        estimators.push((name, Box::new(e), m.init(2)));
+    }
+    let step = AdamStep {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        t: (1, 1),
+    };
+    for (name, e, p) in &mut estimators {
+        let refused = |what: sagd::error::Result<_>, needs: &str| {
+            let what = format!("{}", what.map(|_: ()| ()).expect_err(name));
+            assert!(what.contains(needs), "{name}: {what} should say {needs:?}");
+        };
+        let dp = e.device_params().expect("on the device");
+        refused(dp.step(step), "before any pass");
+        refused(dp.finite().map(|_| ()), "before any pass");
+        refused(dp.gradient(&[0, 1]).map(|_| ()), "load it first");
+        let mut g = (vec![0.0; p.dec.len()], vec![0.0; p.enc.len()]);
+        e.estimate(p, &[0, 1], &mut g.0, &mut g.1).expect(name);
+        let dp = e.device_params().expect("on the device");
+        refused(dp.gradient(&[0, 1]).map(|_| ()), "load it first");
+        refused(dp.step(step), "load it first");
+    }
 }

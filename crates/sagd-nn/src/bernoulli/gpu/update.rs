@@ -58,11 +58,7 @@ impl GpuPasses {
         what: Pass<'_>,
         carried: Option<&mut Carried>,
     ) -> GpuResult<BatchInfo> {
-        if self.b.state.held(matches!(what, Pass::Vae)).is_none() {
-            return Err(GpuError::Settings(
-                "a pass on the held parameters before any were loaded".into(),
-            ));
-        }
+        self.b.state.holding_for(matches!(what, Pass::Vae))?;
         self.pass(m, x, noise, what, carried)
     }
 

@@ -44,6 +44,15 @@ pub(crate) fn placed(params: &Option<CudaSlice<f32>>) -> GpuResult<&CudaSlice<f3
     })
 }
 
+/// The error of a pass or training step on the device's training state before it was loaded.
+fn not_loaded() -> GpuError {
+    GpuError::Settings(
+        "a pass or training step on the device's training state before it was loaded: load it \
+         first (DeviceParams::load)"
+            .into(),
+    )
+}
+
 /// The GPU, the state and the last pass's gradients of `e`, or the error of a step asked
 /// before any pass.
 fn kept<T: OnDevice + ?Sized>(e: &mut T) -> Result<(&Gpu, &mut DeviceState, Grads<'_>)> {
@@ -62,6 +71,9 @@ impl<T: OnDevice> DeviceParams for T {
     }
 
     fn gradient(&mut self, batch: &[usize]) -> Result<f64> {
+        if let Some(state) = self.state() {
+            state.holding()?;
+        }
         self.pass_at_held(batch)
     }
 
@@ -142,11 +154,16 @@ impl DeviceState {
         Ok(())
     }
 
-    /// The state held, or the error of a training step asked before any was loaded.
+    /// The state held, or the error of a pass or training step on it asked before any was
+    /// loaded.
     fn holding(&self) -> GpuResult<Held> {
-        self.held.ok_or_else(|| {
-            GpuError::Settings("a training step on the device before its state was loaded".into())
-        })
+        self.held.ok_or_else(not_loaded)
+    }
+
+    /// Nothing, or the error of a pass at the state held for the networks `encoder` says (the
+    /// encoder too, or the decoder alone) asked before such a state was loaded.
+    pub(crate) fn holding_for(&self, encoder: bool) -> GpuResult<()> {
+        self.held(encoder).map(|_| ()).ok_or_else(not_loaded)
     }
 
     /// Whether every value of the gradients `grads` (the decoder's, and the encoder's where it

@@ -201,14 +201,9 @@ impl<'a> GpuChainEstimator<'a> {
         batch: &[usize],
         g_dec: Option<&mut [f32]>,
     ) -> GpuResult<f64> {
-        match p {
-            Some(p) => self.state.put_params(&self.gpu, p)?,
-            None if self.state.held(false).is_none() => {
-                return Err(GpuError::Settings(
-                    "an update on the device's parameters before any were loaded".into(),
-                ))
-            }
-            None => {}
+        // Without `p`, at the state held: `DeviceParams::gradient` checked that it is loaded.
+        if let Some(p) = p {
+            self.state.put_params(&self.gpu, p)?;
         }
         let mut b = match self.b.take() {
             Some(b) => b,
