@@ -210,6 +210,9 @@ fn bound_and_dh<L: Likelihood>(
 
 /// ∂/∂(μ, log σ²) of each point's encoding into `dout`: the samples' ∂/∂u (`du`) back through
 /// the reparameterisation, plus the KL term (k = 1) or log w's own ∂/∂u and ∂/∂log σ² (k > 1).
+// Inlined into the chunk: left as a call (the compiler's choice on the code of 2026-12-06), E2's
+// pre-training, VAE and IWAE phases ran 2-4 % slower (docs/results/speed.md).
+#[inline]
 fn to_encoder(
     enc: &[f32],
     (eps, sd, u, wts): (&[f32], &[f32], &[f32], &[f32]),
