@@ -477,8 +477,8 @@ fn the_gpu_refuses_training_steps_out_of_order() {
         t: (1, 1),
     };
     for (name, e, p) in &mut estimators {
-        let refused = |what: sagd::error::Result<_>, needs: &str| {
-            let what = format!("{}", what.map(|_: ()| ()).expect_err(name));
+        let refused = |what: sagd::error::Result<()>, needs: &str| {
+            let what = format!("{}", what.expect_err(name));
             assert!(what.contains(needs), "{name}: {what} should say {needs:?}");
         };
         let dp = e.device_params().expect("on the device");
