@@ -10,7 +10,7 @@ use clap::Args;
 use sagd_apps::mnist::experiment::{figure_digits, run as run_e3, E3Options, E3Result, E3Settings};
 use serde::Serialize;
 
-use crate::output::{progress_bar, Staging};
+use crate::output::{progress_bar, Checkpointing, Staging};
 use crate::plot::{self, CurvesFigure, DigitsFigure};
 use indicatif::ProgressBar;
 
@@ -141,15 +141,9 @@ pub struct MnistArgs {
     /// pre-training settings starts at the refinement (same results). Default: OUT/../cache.
     #[arg(long)]
     pretrained_cache: Option<PathBuf>,
-    /// Checkpoint every phase into OUT/checkpoints every this many updates (and at its end); 0: off.
-    #[arg(long, default_value_t = 0)]
-    checkpoint_every: usize,
-    /// Continue an interrupted run from OUT/checkpoints (same flags as the interrupted run).
-    #[arg(long)]
-    resume: bool,
-    /// Stop each phase after this many updates, checkpointed (to try --resume).
-    #[arg(long, hide = true)]
-    interrupt_after: Option<usize>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    checkpoints: Checkpointing,
     /// Print the settings these flags resolve to (JSON) and exit.
     #[arg(long)]
     print_settings: bool,
@@ -236,8 +230,8 @@ pub fn run(a: MnistArgs) -> Result<()> {
     a.device
         .ready()
         .with_context(|| format!("--device {}", a.device))?;
-    let on = a.checkpoint_every > 0 || a.resume || a.interrupt_after.is_some();
-    let checkpoints = crate::output::checkpoints(&a.out, "mnist", a.resume, on)?;
+    let c = &a.checkpoints;
+    let checkpoints = c.folder(&a.out, "mnist")?;
     let cache = a
         .pretrained_cache
         .clone()
@@ -245,10 +239,10 @@ pub fn run(a: MnistArgs) -> Result<()> {
     crate::output::writable_folder(&cache, "--pretrained-cache")?;
     let opts = E3Options {
         checkpoint_dir: checkpoints,
-        checkpoint_every: a.checkpoint_every.max(1),
-        resume: a.resume,
+        checkpoint_every: c.checkpoint_every.max(1),
+        resume: c.resume,
         pretrained_cache: Some(cache),
-        interrupt_after: a.interrupt_after,
+        interrupt_after: c.interrupt_after,
         device: a.device,
     };
     say!("E3 (MNIST): {}", against_paper(&s));

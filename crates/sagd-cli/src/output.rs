@@ -257,6 +257,30 @@ pub fn writable_folder(dir: &Path, flag: &str) -> Result<()> {
     Ok(())
 }
 
+/// The checkpoint flags of the commands that train in phases (`debias`, `mnist`).
+#[derive(clap::Args, Debug, Clone, serde::Serialize)]
+pub struct Checkpointing {
+    /// Checkpoint every training phase into OUT/checkpoints every this many updates (and at the
+    /// end of each phase); 0: off.
+    #[arg(long, default_value_t = 0)]
+    pub checkpoint_every: usize,
+    /// Continue an interrupted run from OUT/checkpoints (same flags as the interrupted run).
+    #[arg(long)]
+    pub resume: bool,
+    /// Stop every training phase after this many updates, checkpointed (to try --resume).
+    #[arg(long, hide = true)]
+    pub interrupt_after: Option<usize>,
+}
+
+impl Checkpointing {
+    /// The checkpoints folder of a run of `command` into `out` ([`checkpoints`]), on when any of
+    /// the flags asks for checkpoints.
+    pub fn folder(&self, out: &Path, command: &str) -> Result<Option<PathBuf>> {
+        let on = self.checkpoint_every > 0 || self.resume || self.interrupt_after.is_some();
+        checkpoints(out, command, self.resume, on)
+    }
+}
+
 /// The checkpoints folder of a run of `command` into `out`, when checkpointing is `on`: `--resume`
 /// is refused without one and with a damaged one, and the folder is refused when it holds another
 /// command's result or checkpoints ([`claim`]). A new checkpoints folder is marked as `command`'s.

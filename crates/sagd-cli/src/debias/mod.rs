@@ -16,6 +16,8 @@ use sagd_apps::debias::{Case, E2Settings, Method, MethodSettings, RunOptions, Sa
 use sagd_nn::train::LangevinChains;
 use serde::Serialize;
 
+use crate::output::Checkpointing;
+
 /// The library's defaults, for `--help`.
 fn spec() -> E2Settings {
     E2Settings::default()
@@ -164,16 +166,9 @@ pub struct DebiasArgs {
     /// log-likelihood in 1-D) into result.json, trace.csv and trace.png/.svg (0: never).
     #[arg(long, default_value_t = 0)]
     trace_every: usize,
-    /// Checkpoint every training phase into OUT/checkpoints every this many updates (and at the
-    /// end of each phase); 0: off.
-    #[arg(long, default_value_t = 0)]
-    checkpoint_every: usize,
-    /// Continue an interrupted run from OUT/checkpoints (same flags as the interrupted run).
-    #[arg(long)]
-    resume: bool,
-    /// Stop every fine-tuning phase after this many updates, checkpointed (to try --resume).
-    #[arg(long, hide = true)]
-    interrupt_after: Option<usize>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    checkpoints: Checkpointing,
     /// Print the settings these flags resolve to (JSON) and exit.
     #[arg(long)]
     print_settings: bool,
@@ -276,8 +271,8 @@ fn settings(a: &DebiasArgs) -> E2Settings {
 /// How the run is carried out (checkpoints, cache, trace), beside what it computes; `command`
 /// names the result the folder will hold.
 fn run_options(a: &DebiasArgs, out: &Path, command: &str) -> Result<RunOptions> {
-    let on = a.checkpoint_every > 0 || a.resume || a.interrupt_after.is_some();
-    let checkpoints = crate::output::checkpoints(out, command, a.resume, on)?;
+    let c = &a.checkpoints;
+    let checkpoints = c.folder(out, command)?;
     if let Some(cache) = &a.pretrained_cache {
         crate::output::writable_folder(cache, "--pretrained-cache")?;
     }
@@ -286,9 +281,9 @@ fn run_options(a: &DebiasArgs, out: &Path, command: &str) -> Result<RunOptions> 
         pretrained_cache: a.pretrained_cache.clone(),
         trace_every: a.trace_every,
         checkpoint_dir: checkpoints,
-        checkpoint_every: a.checkpoint_every,
-        resume: a.resume,
-        interrupt_after: a.interrupt_after,
+        checkpoint_every: c.checkpoint_every,
+        resume: c.resume,
+        interrupt_after: c.interrupt_after,
         device: a.device,
         stop: None,
     })
