@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 
-use sagd::langevin::{Instruction, Op};
+use sagd::langevin::{Instruction, Kernel, Op};
 
 /// A backend's elementwise operations on the first `len` values of chain state.
 pub(crate) trait Elementwise {
@@ -78,6 +78,24 @@ pub(crate) trait ChainBuffers<E: Elementwise> {
     fn evaluate(&mut self) -> Result<(), E::Error>;
     /// Fresh momenta from the draws `at` (HMC's refresh).
     fn refresh(&mut self, at: Range<usize>) -> Result<(), E::Error>;
+}
+
+/// The first operation of `kernel`'s transition that [`carry_out`] cannot run on chains that
+/// `refresh` their momenta or not, or a transition that does not both move the positions and
+/// evaluate the target (its new state would not be whole); `None`: every one it can. Engines ask
+/// it where their chains are built, so that a scheme is refused before any work.
+pub(crate) fn unknown_operation(kernel: &Kernel<f32>, refresh: bool) -> Option<String> {
+    let known = |op: &Op<f32>| match op {
+        Op::Drift(_) | Op::Kick { .. } | Op::Ou { .. } | Op::Gradient => true,
+        Op::Refresh => refresh,
+        _ => false,
+    };
+    if let Some(op) = kernel.ops().iter().find(|op| !known(op)) {
+        return Some(format!("{op:?}"));
+    }
+    let moves = kernel.instructions().any(|step| step.first_move);
+    let evaluates = kernel.ops().contains(&Op::Gradient);
+    (!moves || !evaluates).then(|| "a transition that does not move and evaluate".into())
 }
 
 /// Carries out `program` on `chains` (the first `len` values of each buffer), the draw block k
@@ -363,5 +381,20 @@ mod tests {
         let mut c = gauss(true, per.max(1));
         let e = carry_out(&Host, &mut c, &program, LEN, |k| k * LEN..(k + 1) * LEN);
         assert!(e.is_err_and(|e| e.contains("refresh")));
+    }
+
+    /// Every scheme's transition is one the interpreter runs on chains stepped in place (E3's on
+    /// a GPU), HMC's on chains that refresh their momenta (E2's); where chains cannot refresh,
+    /// HMC's refresh is named. An operation the core adds fails here, not on a GPU.
+    #[test]
+    fn every_kernels_operations_are_checked_where_chains_are_built() {
+        for scheme in Scheme::ALL {
+            assert_eq!(unknown_operation(&kernel(scheme), false), None, "{scheme}");
+        }
+        let hmc = sagd::hmc::HmcSettings::default()
+            .kernel::<f32>()
+            .expect("valid");
+        assert_eq!(unknown_operation(&hmc, true), None);
+        assert_eq!(unknown_operation(&hmc, false).as_deref(), Some("Refresh"));
     }
 }

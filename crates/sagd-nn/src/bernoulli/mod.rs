@@ -15,7 +15,7 @@ use rand::RngExt;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rayon::prelude::*;
 use sagd::error::Result;
-use sagd::langevin::{Kernel, LangevinSettings, LangevinStep, Op, Scheme};
+use sagd::langevin::{Kernel, LangevinSettings, LangevinStep, Scheme};
 use sagd::rng::Seed;
 
 use crate::math::bernoulli_logits;
@@ -245,14 +245,8 @@ impl Chains {
                 fix: fix.into(),
             })
         };
-        // Every scheme's program is of these; an operation the core adds is refused here.
-        let on_gpu = |op: &Op<f32>| {
-            matches!(
-                op,
-                Op::Drift(_) | Op::Kick { .. } | Op::Ou { .. } | Op::Gradient
-            )
-        };
-        if !self.kernel()?.ops().iter().all(on_gpu) {
+        // Every scheme's program runs there; an operation the core adds is refused here.
+        if crate::program::unknown_operation(&self.kernel()?, false).is_some() {
             return refuse(
                 "scheme",
                 self.scheme.to_string(),

@@ -10,7 +10,7 @@
 
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use sagd::error::{Result, SagdError};
-use sagd::langevin::{Instruction, Kernel, Momentum, Op};
+use sagd::langevin::{Instruction, Kernel, Momentum};
 use sagd::rng::{NormalStream, Seed};
 use sagd::run::{decode, encode};
 use serde::{Deserialize, Serialize};
@@ -20,6 +20,7 @@ use crate::cuda::{
     LikelihoodRows, Replay,
 };
 use crate::likelihood::DeviceLaw;
+use crate::program::unknown_operation;
 use crate::train::chain_settings::{ChainCourse, ChainPlan};
 use crate::train::gpu::{placed, DeviceState, Grads, OnDevice};
 use crate::train::{gather_rows, DeviceParams, GradientEstimator, HmcChains, LangevinChains};
@@ -35,26 +36,15 @@ const UNIT: DeviceLaw = DeviceLaw::Gaussian { precision: 1.0 };
 /// change, whether it counts.
 const STATS: usize = 6;
 
-/// The kernel's program as the GPU runs it: the core's instructions, each operation checked
-/// to be one the elementwise kernels know, and the transition checked to move the positions
-/// and evaluate the target (so that the new state is whole).
+/// The kernel's program as the GPU runs it: the core's instructions, every one the program's
+/// interpreter can run on chains that refresh their momenta (HMC's).
 fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Instruction<f32>>> {
-    let program: Vec<_> = kernel
-        .instructions()
-        .map(|step| match step.op {
-            Op::Drift(_) | Op::Kick { .. } | Op::Ou { .. } | Op::Gradient | Op::Refresh => Ok(step),
-            other => Err(GpuError::Settings(format!(
-                "the GPU chains do not know the kernel operation {other:?}"
-            ))),
-        })
-        .collect::<GpuResult<_>>()?;
-    let moves = program.iter().any(|step| step.first_move);
-    if !moves || !program.iter().any(|step| step.op == Op::Gradient) {
-        return Err(GpuError::Settings(
-            "a transition on the GPU moves the positions and evaluates the target".into(),
-        ));
+    match unknown_operation(kernel, true) {
+        Some(op) => Err(GpuError::Settings(format!(
+            "the GPU chains cannot run the kernel's {op}"
+        ))),
+        None => Ok(kernel.instructions().collect()),
     }
-    Ok(program)
 }
 
 /// A decoder d → H → H → d (one activation) small enough for `posterior_mlp`, which evaluates
@@ -475,35 +465,5 @@ impl OnDevice for GpuChainEstimator<'_> {
 
     fn pass_at_held(&mut self, batch: &[usize]) -> Result<f64> {
         Ok(self.run(None, batch, None)?)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::program;
-    use sagd::hmc::HmcSettings;
-    use sagd::langevin::{LangevinSettings, Scheme};
-
-    /// Every scheme's program and HMC's run on the GPU's chains, operation for operation, with
-    /// the CPU's coefficients: an operation the core adds fails here, not on a GPU.
-    #[test]
-    fn the_gpu_chains_run_every_kernels_program() {
-        let mut kernels: Vec<_> = Scheme::ALL
-            .into_iter()
-            .map(|scheme| {
-                LangevinSettings { scheme, gamma: 2.0 }
-                    .kernel::<f32>(0.1)
-                    .expect("valid settings")
-            })
-            .collect();
-        kernels.push(HmcSettings::default().kernel::<f32>().expect("valid"));
-        for kernel in kernels {
-            let program = program(&kernel).expect("every operation is known");
-            assert!(program
-                .iter()
-                .map(|step| step.op)
-                .eq(kernel.ops().iter().copied()));
-            assert!(program.into_iter().eq(kernel.instructions()));
-        }
     }
 }
