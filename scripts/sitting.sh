@@ -21,6 +21,9 @@
 #                `pip wheel ./crates/sagd-py --no-deps -w .dev`: abi3, any Python ≥ 3.9)
 #   EXAMPLES     the folder of the example binaries for examples-gpu (default .dev/examples; copy
 #                them there from target/release/examples after `cargo build --release --examples`)
+#   CPU_REF      the CPU's side of e2-options and e3-schedule, run beforehand by the check cpu-ref
+#                (scripts/prepare-sitting.sh writes .dev/cpu-ref): read from there instead of run on
+#                the device's minutes (a run's bits do not depend on its number of threads)
 #
 # Checks (a check with arguments takes them after a colon, comma-separated):
 #   gpu-check[:REPEATS]        the CUDA engine against the CPU engine (sagd bench gpu)
@@ -36,6 +39,8 @@
 #   e2-table-gpu               Table 1's statistics (exp, 8 replications) on the GPU against the CPU
 #   e2-options                 E2's SAGD with each chain option on the GPU (presets theorem3,
 #                              refresh, refresh2), end to end, beside the CPU's run of each
+#   cpu-ref                    the CPU's runs of e2-options and e3-schedule, into RUNS/NAME (for
+#                              CPU_REF)
 #   e2-cpu                     one 1-D replication on 16 and 2 threads, whole and phase by phase
 #   py-gpu                     Python's sagd.deconvolve with device="cuda" and "cpu" on the same
 #                              data (WHEEL installed into a venv over PEER_PY's numpy)
@@ -125,15 +130,35 @@ print('resumed after', $i, 'restarts: held-out numbers', 'the same' if same else
   rm -rf "$R"/cache-*
 }
 
+# The CPU's run of CPU_REF named NAME, when one was made beforehand.
+cpu_ref() { [ -n "${CPU_REF:-}" ] && [ -f "$CPU_REF/$1/result.json" ] && echo "$CPU_REF/$1"; }
+# The CPU's side of the checks that compare devices, each run written once: E2 with the chain
+# preset P on the device D into a folder; E3 with its chain schedule on the CPU into a folder.
+e2_option() { $S debias --dist exp --device "$2" --sagd-preset "$1" --quiet --out "$3" > /dev/null; }
+e3_scheduled_cpu() {
+  $S mnist --data data/mnist --train-n 2000 --vae-epochs 2 --sagd-updates 10 --eval-n 50 --eval-k 100 \
+    --quiet --delta-decay 0.5 --k-growth 1 --out "$1" --pretrained-cache "$1-cache" > /dev/null
+  rm -rf "$1-cache"
+}
+check_cpu_ref() {
+  local preset
+  for preset in theorem3 refresh refresh2; do time e2_option $preset cpu "$R/opt-$preset-cpu"; done
+  time e3_scheduled_cpu "$R/e3-schedule-cpu"
+}
+
 check_e3_schedule() {
-  local R="$R/schedule"
+  local R="$R/schedule" cpu
   mkdir -p "$R"
   check_e3_resume --delta-decay 0.5 --k-growth 1
-  $S mnist --data data/mnist --train-n 2000 --vae-epochs 2 --sagd-updates 10 --eval-n 50 --eval-k 100 \
-    --quiet --delta-decay 0.5 --k-growth 1 --out "$R/cpu" --pretrained-cache "$R/cache-cpu" > /dev/null
-  python3 - "$R" <<'PY'
+  if cpu=$(cpu_ref e3-schedule-cpu); then
+    echo "-- the CPU's run: made beforehand ($cpu)"
+  else
+    cpu=$R/cpu
+    e3_scheduled_cpu "$cpu"
+  fi
+  python3 - "$R/whole" "$cpu" <<'PY'
 import json, sys
-gpu, cpu = (json.load(open(f"{sys.argv[1]}/{w}/result.json")) for w in ("whole", "cpu"))
+gpu, cpu = (json.load(open(f"{d}/result.json")) for d in sys.argv[1:3])
 for x, y in zip(gpu["evaluations"], cpu["evaluations"]):
     gap = abs(x["log_px"] - y["log_px"]) / y["log_px_se"]
     print(f"E3 scheduled, {x['model']}: log p(x) {x['log_px']:.4f} on the GPU, {y['log_px']:.4f} on the CPU ({gap:.3f} se apart)")
@@ -177,12 +202,18 @@ PY
 }
 
 check_e2_options() {
-  local preset dev
+  local preset dev out
   for preset in theorem3 refresh refresh2; do
     for dev in cuda cpu; do
-      echo "-- $preset on $dev"
-      time $S debias --dist exp --device $dev --sagd-preset $preset --quiet --out "$R/opt-$preset-$dev" > /dev/null \
-        && grep -E '^\| (D|W) \| this run' "$R/opt-$preset-$dev/table1.md"
+      out=$R/opt-$preset-$dev
+      if [ $dev = cpu ] && out=$(cpu_ref "opt-$preset-cpu"); then
+        echo "-- $preset on cpu: made beforehand ($out)"
+      else
+        out=$R/opt-$preset-$dev
+        echo "-- $preset on $dev"
+        time e2_option $preset $dev "$out" || continue
+      fi
+      grep -E '^\| (D|W) \| this run' "$out/table1.md"
     done
   done
 }
