@@ -34,6 +34,7 @@ mod input;
 mod mnist;
 mod output;
 mod plot;
+mod progress;
 mod reproduce;
 
 use anyhow::Result;

@@ -10,8 +10,9 @@ use clap::Args;
 use sagd_apps::mnist::experiment::{figure_digits, run as run_e3, E3Options, E3Result, E3Settings};
 use serde::Serialize;
 
-use crate::output::{progress_bar, Checkpointing, Staging};
+use crate::output::{Checkpointing, Staging};
 use crate::plot::{self, CurvesFigure, DigitsFigure};
+use crate::progress::progress_bar;
 use indicatif::ProgressBar;
 
 /// Core-seconds of E3's work on the 2-core machine of docs/results/speed.md (Intel Xeon,

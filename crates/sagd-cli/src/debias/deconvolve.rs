@@ -18,7 +18,8 @@ use super::render::{density_figure, write_trace};
 const DECONVOLVE: &str = "debias --data";
 use super::{run_options, DebiasArgs};
 use crate::input::{read_column, Column, Domain};
-use crate::output::{progress_bar, Staging};
+use crate::output::Staging;
+use crate::progress::progress_bar;
 
 /// The deconvolution of `--data`: samples, density figure, trace and `result.json`.
 pub fn deconvolve(a: &DebiasArgs, s: &E2Settings, path: &Path) -> Result<()> {

@@ -14,8 +14,9 @@ use sagd_apps::debias::{
 use serde_json::json;
 
 use super::{run_options, DebiasArgs};
-use crate::output::{progress_bar, Staging};
+use crate::output::Staging;
 use crate::plot::{save, DensityGrid, DensityPanel, TraceFigure};
+use crate::progress::progress_bar;
 
 /// Writes `trace.csv` (one row per replication, method and traced epoch) and `trace.png/.svg`
 /// (the first replication's curves: W against π where it is known, else the log-likelihood) when

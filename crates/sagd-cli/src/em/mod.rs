@@ -17,8 +17,9 @@ use sagd_apps::e1::{self, E1Data, E1Options, E1Result, E1Settings};
 use serde::Serialize;
 
 use crate::input::{read_column, Column, Domain};
-use crate::output::{progress_bar, Staging};
+use crate::output::Staging;
 use crate::plot::{save, LoglikFigure, PathsFigure};
+use crate::progress::progress_bar;
 
 fn spec() -> E1Settings {
     E1Settings::default()

@@ -21,7 +21,8 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::input::read_table;
-use crate::output::{progress_bar, write_atomic, Staging};
+use crate::output::{write_atomic, Staging};
+use crate::progress::progress_bar;
 
 mod ranef;
 use ranef::{ranef_csv, sampled_note, Means};
