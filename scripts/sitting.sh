@@ -205,7 +205,6 @@ check_e2_options() {
   local preset dev out
   for preset in theorem3 refresh refresh2; do
     for dev in cuda cpu; do
-      out=$R/opt-$preset-$dev
       if [ $dev = cpu ] && out=$(cpu_ref "opt-$preset-cpu"); then
         echo "-- $preset on cpu: made beforehand ($out)"
       else

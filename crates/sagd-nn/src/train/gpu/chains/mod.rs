@@ -41,7 +41,7 @@ const STATS: usize = 6;
 fn program(kernel: &Kernel<f32>) -> GpuResult<Vec<Instruction<f32>>> {
     match unknown_operation(kernel, true) {
         Some(op) => Err(GpuError::Settings(format!(
-            "the GPU chains cannot run the kernel's {op}"
+            "the GPU chains cannot run this kernel: {op}"
         ))),
         None => Ok(kernel.instructions().collect()),
     }
