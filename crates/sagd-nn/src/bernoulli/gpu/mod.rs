@@ -79,7 +79,6 @@ impl GpuPasses {
 
     /// A pass on the parameters on the device; its gradients stay there (`g_gen`, `g_enc`).
     /// SAGD's chains continue from `carried` where given, and leave their last states there.
-    #[allow(clippy::too_many_arguments)]
     fn pass(
         &mut self,
         m: &BernoulliVae,
