@@ -96,34 +96,34 @@ pub struct MnistArgs {
     #[arg(long, default_value_t = spec().sagd_lr)]
     sagd_lr: f64,
     /// SAGD chains per image.
-    #[arg(long, default_value_t = spec().chains.per_image)]
+    #[arg(long, visible_alias = "sagd-chains-per-point", default_value_t = spec().chains.per_image)]
     chains: usize,
     /// SAGD Langevin steps per chain (the paper's burn-in; the gradient is at the last state).
-    #[arg(long, default_value_t = spec().chains.steps)]
+    #[arg(long, visible_alias = "sagd-k", default_value_t = spec().chains.steps)]
     steps: usize,
     /// SAGD's integrator: euler (the paper's), obabo, baoab (exact in position on Gaussian
     /// posteriors) or ubu, on either device. Each takes one gradient per step.
-    #[arg(long, default_value_t = spec().chains.scheme)]
+    #[arg(long, visible_alias = "sagd-scheme", default_value_t = spec().chains.scheme)]
     scheme: sagd::langevin::Scheme,
     /// SAGD friction γ.
-    #[arg(long, default_value_t = spec().chains.gamma)]
+    #[arg(long, visible_alias = "sagd-gamma", default_value_t = spec().chains.gamma)]
     gamma: f64,
     /// SAGD Langevin step δ.
-    #[arg(long, default_value_t = spec().chains.delta)]
+    #[arg(long, visible_alias = "sagd-delta", default_value_t = spec().chains.delta)]
     delta: f64,
     /// δ_t = δ (1 + t)^−this over the refinement's updates (Theorems 3-4: ½); 0: δ fixed.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, visible_alias = "sagd-delta-decay", default_value_t = 0.0)]
     delta_decay: f64,
     /// K_t ∝ (1 + t)^this (Theorem 3: 1), scaled so that the refinement takes as many Langevin
     /// steps in all as K fixed; 0: K fixed.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, visible_alias = "sagd-k-growth", default_value_t = 0.0)]
     k_growth: f64,
     /// SAGD chains that persist between an image's visits (one per epoch): each visit continues
     /// the image's chains where the last left them, and every R-th visit starts them afresh from
     /// the encoder (with --chains 2, E2's refresh2 preset). Each visit then takes one more
     /// gradient per chain. Default: fresh chains at every visit, as the paper's. On a GPU, in a
     /// run of one process.
-    #[arg(long, value_name = "R")]
+    #[arg(long, visible_alias = "sagd-refresh-every", value_name = "R")]
     refresh_every: Option<usize>,
     /// Test images evaluated (the first ones, binarised once).
     #[arg(long, default_value_t = spec().eval_n)]

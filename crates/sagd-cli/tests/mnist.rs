@@ -131,6 +131,43 @@ fn mnist_runs_every_scheme_on_the_cpu_and_checks_delta_by_the_core_s_rule() {
 }
 
 #[test]
+fn mnist_takes_the_chain_flags_by_debias_s_names_too() {
+    // The same chains said in `sagd debias`'s words (--sagd-…) and in E3's own: the same settings.
+    let settings = |flags: &[&str]| -> serde_json::Value {
+        let o = succeeded(sagd().arg("mnist").args(flags).arg("--print-settings"));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let values = [
+        ("chains", "sagd-chains-per-point", "3"),
+        ("steps", "sagd-k", "7"),
+        ("scheme", "sagd-scheme", "obabo"),
+        ("gamma", "sagd-gamma", "1.5"),
+        ("delta", "sagd-delta", "0.02"),
+        ("delta-decay", "sagd-delta-decay", "0.5"),
+        ("k-growth", "sagd-k-growth", "1"),
+        ("refresh-every", "sagd-refresh-every", "4"),
+    ];
+    let own: Vec<String> = values
+        .iter()
+        .flat_map(|(name, _, v)| [format!("--{name}"), v.to_string()])
+        .collect();
+    let debias_s: Vec<String> = values
+        .iter()
+        .flat_map(|(_, name, v)| [format!("--{name}"), v.to_string()])
+        .collect();
+    let (a, b) = (
+        settings(&own.iter().map(String::as_str).collect::<Vec<_>>()),
+        settings(&debias_s.iter().map(String::as_str).collect::<Vec<_>>()),
+    );
+    assert_eq!(a, b);
+    let chains = &a["chains"];
+    assert_eq!(chains["scheme"], "obabo");
+    assert_eq!(chains["per_image"], 3);
+    assert_eq!(chains["refresh_every"], 4);
+    assert_ne!(a, settings(&[]), "the flags changed nothing");
+}
+
+#[test]
 fn a_chain_schedule_takes_its_steps_by_update_and_resumes_where_it_stopped() {
     // Over the 2 refinement updates of K = 5: K_t = 3 then 7 (cost-matched), δ_t = δ, δ/√2. A
     // resumed run must know which update it is at to take the same steps.

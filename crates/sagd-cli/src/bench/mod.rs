@@ -45,11 +45,11 @@ pub struct MnistBenchArgs {
     #[arg(long, default_value_t = 3)]
     sagd_batches: usize,
     /// SAGD's integrator: euler (the paper's), obabo, baoab or ubu (on either device).
-    #[arg(long, default_value_t = sagd::langevin::Scheme::Euler)]
+    #[arg(long, visible_alias = "sagd-scheme", default_value_t = sagd::langevin::Scheme::Euler)]
     scheme: sagd::langevin::Scheme,
     /// SAGD chains that persist between an image's visits, restarted every R-th (as `sagd mnist
     /// --refresh-every`): each pass then finishes its chains' last transition and keeps them.
-    #[arg(long, value_name = "R")]
+    #[arg(long, visible_alias = "sagd-refresh-every", value_name = "R")]
     refresh_every: Option<usize>,
     /// A folder with the four MNIST IDX files. Default: the files that ship with sagd.
     #[arg(long)]
