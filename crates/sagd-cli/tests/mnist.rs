@@ -133,7 +133,7 @@ fn mnist_runs_every_scheme_on_the_cpu_and_checks_delta_by_the_core_s_rule() {
 #[test]
 fn mnist_takes_the_chain_flags_by_debias_s_names_too() {
     // The same chains said in `sagd debias`'s words (--sagd-…) and in E3's own: the same settings.
-    let settings = |flags: &[&str]| -> serde_json::Value {
+    let settings = |flags: &[String]| -> serde_json::Value {
         let o = succeeded(sagd().arg("mnist").args(flags).arg("--print-settings"));
         serde_json::from_slice(&o.stdout).unwrap()
     };
@@ -147,18 +147,14 @@ fn mnist_takes_the_chain_flags_by_debias_s_names_too() {
         ("k-growth", "sagd-k-growth", "1"),
         ("refresh-every", "sagd-refresh-every", "4"),
     ];
-    let own: Vec<String> = values
-        .iter()
-        .flat_map(|(name, _, v)| [format!("--{name}"), v.to_string()])
-        .collect();
-    let debias_s: Vec<String> = values
-        .iter()
-        .flat_map(|(_, name, v)| [format!("--{name}"), v.to_string()])
-        .collect();
-    let (a, b) = (
-        settings(&own.iter().map(String::as_str).collect::<Vec<_>>()),
-        settings(&debias_s.iter().map(String::as_str).collect::<Vec<_>>()),
-    );
+    // The flags under E3's names (`own`) or debias's.
+    let flags = |own: bool| -> Vec<String> {
+        values
+            .iter()
+            .flat_map(|(e3, e2, v)| [format!("--{}", if own { e3 } else { e2 }), v.to_string()])
+            .collect()
+    };
+    let (a, b) = (settings(&flags(true)), settings(&flags(false)));
     assert_eq!(a, b);
     let chains = &a["chains"];
     assert_eq!(chains["scheme"], "obabo");
