@@ -53,22 +53,13 @@ impl Glmm {
         let mut modes: Vec<Vec<f64>> = self.points.iter().map(|c| vec![0.0; c.dim]).collect();
         let n = self.y.len() as f64;
         let start = self.start();
-        let r = bfgs::minimize(
+        // A trial step far out (large counts make the first, steepest-descent step long), where
+        // the rates overflow and a mode cannot be found, is stepped back from.
+        let r = bfgs::minimize_where_defined(
             |th| {
-                let at = |modes: &mut Vec<Vec<f64>>| {
-                    let v = self.laplace_value(th, modes)?;
-                    let g = central_gradient(|x| self.laplace_value(x, &mut modes.clone()), th)?;
-                    Ok((-v / n, g.iter().map(|g| -g / n).collect()))
-                };
-                match at(&mut modes) {
-                    // A trial step far out (large counts make the first, steepest-descent step
-                    // long), where the rates overflow and a mode cannot be found, is no better
-                    // than any: the line search steps back from it.
-                    Err(_) if th != start.as_slice() => {
-                        Ok((f64::INFINITY, vec![f64::NAN; th.len()]))
-                    }
-                    done => done,
-                }
+                let v = self.laplace_value(th, &mut modes)?;
+                let g = central_gradient(|x| self.laplace_value(x, &mut modes.clone()), th)?;
+                Ok((-v / n, g.iter().map(|g| -g / n).collect()))
             },
             &start,
             1e-7,

@@ -99,6 +99,22 @@ pub fn minimize(
     })
 }
 
+/// [`minimize`] of an f that cannot be evaluated everywhere: a trial point where f fails (far
+/// out, where a model's rates overflow and a latent mode cannot be found) counts as +∞, no
+/// better than any, so the line search steps back from it; an error at `x0` stands.
+pub(crate) fn minimize_where_defined(
+    mut f: impl FnMut(&[f64]) -> Result<(f64, Vec<f64>)>,
+    x0: &[f64],
+    gtol: f64,
+    max_iter: usize,
+) -> Result<BfgsResult> {
+    let objective = |x: &[f64]| match f(x) {
+        Err(_) if x != x0 => Ok((f64::INFINITY, vec![f64::NAN; x.len()])),
+        done => done,
+    };
+    minimize(objective, x0, gtol, max_iter)
+}
+
 /// The first of steps 1, ½, ¼, … along `p` from `x` that lowers f by Armijo's rule (1e-4 of the
 /// slope): the point, f and ∇f there. `Err(resolved)` where no shorter step can lower f by a
 /// detectable amount: `resolved` where even a full step would gain within a few roundings of f

@@ -229,17 +229,15 @@ impl Glmm {
     pub(super) fn fit_gaussian(&self, settings: &ExactSettings, start: &[f64]) -> Result<ExactFit> {
         let criterion = settings.criterion;
         let psi0 = self.relative(start)[self.psi_range()].to_vec();
+        // A trial ψ where the closed form cannot be computed (variances so far apart that
+        // XᵀV₀⁻¹X loses its rank in rounding) is stepped back from; a fault of the data itself
+        // stands at the start.
         let mut objective = |psi: &[f64]| {
-            // A trial ψ where the closed form cannot be computed (variances so far apart that
-            // XᵀV₀⁻¹X loses its rank in rounding) is rejected by the line search as +∞; a fault
-            // of the data itself is raised again at the end, where ψ is kept.
-            let value = self.profiled_objective(psi, criterion).and_then(|f| {
-                let g = central_gradient(|x| self.profiled_objective(x, criterion), psi)?;
-                Ok((f, g))
-            });
-            Ok(value.unwrap_or_else(|_| (f64::INFINITY, vec![0.0; psi.len()])))
+            let f = self.profiled_objective(psi, criterion)?;
+            let g = central_gradient(|x| self.profiled_objective(x, criterion), psi)?;
+            Ok((f, g))
         };
-        let r = bfgs::minimize(&mut objective, &psi0, GTOL, settings.max_iter)?;
+        let r = bfgs::minimize_where_defined(&mut objective, &psi0, GTOL, settings.max_iter)?;
         let r = self.settle_at_boundary(
             &mut objective,
             r,

@@ -264,7 +264,7 @@ impl Glmm {
             tried.push(j);
             let mut x = best.x.clone();
             x[j - shift] += (TRIED_AT / ratio).ln();
-            let at_boundary = bfgs::minimize(&mut *f, &x, GTOL, max_iter)?;
+            let at_boundary = bfgs::minimize_where_defined(&mut *f, &x, GTOL, max_iter)?;
             iterations += at_boundary.iterations;
             // No higher to within f's rounding.
             if at_boundary.f <= best.f + 4.0 * f64::EPSILON * best.f.abs().max(1.0) {

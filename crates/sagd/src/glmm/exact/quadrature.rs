@@ -256,7 +256,7 @@ impl Glmm {
             let (v, g) = self.quadrature_value_grad(th, &rule, &mut modes)?;
             Ok((-v / n, g.iter().map(|g| -g / n).collect()))
         };
-        let r = bfgs::minimize(&mut objective, start, GTOL, settings.max_iter)?;
+        let r = bfgs::minimize_where_defined(&mut objective, start, GTOL, settings.max_iter)?;
         let r = self.settle_at_boundary(
             &mut objective,
             r,

@@ -18,6 +18,11 @@ fn one_way(groups: usize, per: usize, seed: u64) -> Glmm {
 
 /// Counts or successes with a random intercept (sd 0.6) and a covariate.
 fn intercepts(family: Family, groups: usize, per: usize, seed: u64) -> Glmm {
+    intercepts_at(0.3, family, groups, per, seed)
+}
+
+/// [`intercepts`] with the fixed intercept `level`.
+fn intercepts_at(level: f64, family: Family, groups: usize, per: usize, seed: u64) -> Glmm {
     let mut s = NormalStream::new(seed);
     let b: Vec<f64> = (0..groups).map(|_| 0.6 * s.draw()).collect();
     let n = groups * per;
@@ -27,7 +32,7 @@ fn intercepts(family: Family, groups: usize, per: usize, seed: u64) -> Glmm {
     let trials = 5.0;
     let y = (0..n)
         .map(|i| {
-            let eta = 0.3 + 0.4 * x[2 * i + 1] + b[i / per];
+            let eta = level + 0.4 * x[2 * i + 1] + b[i / per];
             // A deterministic draw near the mean keeps the data fixed without a Poisson sampler.
             let u = (s.draw() * 0.5).tanh() * 0.5 + 0.5;
             match family {
@@ -174,6 +179,28 @@ fn quadrature_fits_are_the_one_dimensional_maximum() {
         assert_eq!(quad.method, LikelihoodMethod::Quadrature);
         assert!((quad.value - fit.log_likelihood).abs() < 1e-8);
         assert!(fit.se.iter().all(|s| s.is_finite() && *s > 0.0), "{fit:?}");
+    }
+}
+
+#[test]
+fn counts_in_the_hundreds_of_thousands_fit_their_maximum() {
+    // Counts near e^12: a first, steepest-descent BFGS step goes so far that the rates overflow
+    // and a point's mode cannot be found. The line search steps back from it (it stopped the
+    // fit before). The maximum is the generic 1-D one, as above, whose own BFGS starts from
+    // the fit (from `Glmm::start` its steps overflow the same way) and moves off any point that
+    // is not its maximum.
+    let m = intercepts_at(12.0, Family::Poisson, 12, 10, 4);
+    assert!(m.y.iter().cloned().fold(0.0, f64::max) > 1e5);
+    let fit = m.fit_exact(&ExactSettings::default()).unwrap();
+    assert!(fit.converged, "{fit:?}");
+    let reference = crate::em::maximum_likelihood(&m, &fit.theta, &GaussHermite::new(40)).unwrap();
+    // ℓ ≈ −6·10⁵ sums rows of 10⁶: the same to 12 digits, a few of its roundings.
+    assert!(
+        (-reference.f - fit.log_likelihood).abs() < 1e-12 * fit.log_likelihood.abs(),
+        "{fit:?} vs {reference:?}"
+    );
+    for (a, b) in fit.theta.iter().zip(&reference.x) {
+        assert!((a - b).abs() < 1e-6, "{:?} vs {:?}", fit.theta, reference.x);
     }
 }
 
