@@ -343,8 +343,8 @@ fn random_effects(o: &mut String, d: &Design, fit: &GlmmFit, s: &Summary) {
             let cor: Vec<String> = (0..k).map(|b| format!("{:6.3}", term.cor[k][b])).collect();
             let _ = writeln!(
                 o,
-                " {group:<12} {effect:<16} {:>10.4} {:>10}  {}",
-                sd.value,
+                " {group:<12} {effect:<16} {:>10} {:>10}  {}",
+                shown(sd.value, 4),
                 se_text(sd.se),
                 cor.join(" ")
             );
@@ -353,10 +353,10 @@ fn random_effects(o: &mut String, d: &Design, fit: &GlmmFit, s: &Summary) {
     if let Some(sigma) = s.sigma {
         let _ = writeln!(
             o,
-            " {:<12} {:<16} {:>10.4} {:>10}",
+            " {:<12} {:<16} {:>10} {:>10}",
             "Residual",
             "",
-            sigma.value,
+            shown(sigma.value, 4),
             se_text(sigma.se)
         );
     }
@@ -401,8 +401,8 @@ fn fixed_effects(o: &mut String, family: Family, d: &Design, fit: &GlmmFit, s: &
     for (j, (name, e)) in d.x_names.iter().zip(&s.fixed).enumerate() {
         let _ = write!(
             o,
-            " {name:<20} {:>10.5} {:>11} {:>8.3}",
-            e.value,
+            " {name:<20} {:>10} {:>11} {:>8.3}",
+            shown(e.value, 5),
             se_text(e.se),
             e.z()
         );
@@ -423,9 +423,20 @@ fn fixed_effects(o: &mut String, family: Family, d: &Design, fit: &GlmmFit, s: &
 
 fn se_text(se: f64) -> String {
     if se.is_finite() {
-        format!("{se:.4}")
+        shown(se, 4)
     } else {
         "-".to_string()
+    }
+}
+
+/// `v` with `decimals` decimals, or in scientific notation with 4 significant digits where
+/// those decimals would hide it (below 10⁻³) or it would run past its column (10⁷ and above):
+/// a response in small or large units reads as one in the usual ones.
+fn shown(v: f64, decimals: usize) -> String {
+    if v == 0.0 || !v.is_finite() || (1e-3..1e7).contains(&v.abs()) {
+        format!("{v:.decimals$}")
+    } else {
+        format!("{v:.3e}")
     }
 }
 

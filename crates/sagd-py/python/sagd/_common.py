@@ -90,17 +90,26 @@ def _progress(enabled: bool, total: Optional[int], desc: str):
     return (lambda done: bar.update(done - bar.n)), bar.close
 
 
+def _num(v: float, width: int) -> str:
+    """`v` in `width` columns with 4 decimals, or in scientific notation with 4 significant digits
+    where the decimals would hide it (below 1e-3) or it would run past its column (1e7 and
+    above), as `sagd glmm` prints: a response in small or large units reads as in the usual."""
+    if v == 0 or not math.isfinite(v) or 1e-3 <= abs(v) < 1e7:
+        return f"{v:{width}.4f}"
+    return f"{v:{width}.3e}"
+
+
 def _table(rows: List[Tuple[str, float, float, float, float]], title: str) -> str:
     """Rows of (name, estimate, its Monte Carlo error, standard error, the standard error's own
     Monte Carlo error). The Monte Carlo columns, and the line saying what they are, only where
     some row has one (an exact fit has none)."""
     width = max([len(r[0]) for r in rows] + [9])
     mc = any(not (math.isnan(r[2]) and math.isnan(r[4])) for r in rows)
-    shown = lambda v, w: "" if math.isnan(v) else f"{v:{w}.4f}"  # noqa: E731
+    shown = lambda v, w: "" if math.isnan(v) else _num(v, w)  # noqa: E731
     head = f"{'':{width}}  {'estimate':>10}  {'std.err':>9}"
     lines = [title, head + (f"  {'MC error':>9}  {'its MC err':>10}" if mc else "")]
     for name, est, m, se, err in rows:
-        line = f"{name:{width}}  {est:10.4f}  {se:9.4f}"
+        line = f"{name:{width}}  {_num(est, 10)}  {_num(se, 9)}"
         if mc:
             line += f"  {shown(m, 9):>9}  {shown(err, 10):>10}"
         lines.append(line)

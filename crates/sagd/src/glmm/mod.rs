@@ -169,7 +169,8 @@ impl Glmm {
     }
 
     /// A starting θ: β from the mean response on the link scale (intercept where the first
-    /// column of X is constant), every effect's sd 0.5 and no correlation, σ the response's sd.
+    /// column of X is constant), every effect's sd 0.5 (on η's scale; Gaussian: half the
+    /// response's sd) and no correlation, σ the response's sd.
     pub fn start(&self) -> Vec<f64> {
         self.start.clone()
     }
@@ -227,12 +228,16 @@ fn start_theta(
             }
         };
     }
-    for t in terms {
-        th[t.theta_at..t.theta_at + t.q].fill(0.5f64.ln());
-    }
+    // A Gaussian's effects on the response's scale (half its sd), so that the fit starts where it
+    // would on the data in other units; the other families' on η's.
+    let mut log_unit = 0.0;
     if family == Family::Gaussian {
         let var = y.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
-        th[len - 1] = 0.5 * var.max(1e-12).ln();
+        log_unit = 0.5 * var.max(f64::MIN_POSITIVE).ln();
+        th[len - 1] = log_unit;
+    }
+    for t in terms {
+        th[t.theta_at..t.theta_at + t.q].fill(0.5f64.ln() + log_unit);
     }
     th
 }

@@ -204,6 +204,77 @@ fn counts_in_the_hundreds_of_thousands_fit_their_maximum() {
     }
 }
 
+/// Gaussian responses with correlated random intercepts and slopes (sds 0.8 and 0.5,
+/// correlation 0.6, σ 0.5), 40 groups of 10, in units `scale` times the first.
+fn gaussian_slopes(scale: f64) -> Glmm {
+    let (groups, per) = (40, 10);
+    let mut s = NormalStream::new(19);
+    let n = groups * per;
+    let x: Vec<f64> = (0..n).map(|_| s.draw()).collect();
+    let b: Vec<(f64, f64)> = (0..groups)
+        .map(|_| {
+            let (e1, e2) = (s.draw(), s.draw());
+            (0.8 * e1, 0.5 * (0.6 * e1 + 0.8 * e2))
+        })
+        .collect();
+    let y = (0..n)
+        .map(|i| {
+            let (b0, b1) = b[i / per];
+            scale * (1.0 + b0 + (0.3 + b1) * x[i] + 0.5 * s.draw())
+        })
+        .collect();
+    let term = RandomTerm {
+        group: (0..n).map(|i| i / per).collect(),
+        z: x.iter().flat_map(|&v| [1.0, v]).collect(),
+        correlated: true,
+    };
+    let xs = x.iter().flat_map(|&v| [1.0, v]).collect();
+    Glmm::with_terms(Family::Gaussian, y, xs, vec![term], None).unwrap()
+}
+
+#[test]
+fn a_gaussian_fit_in_other_units_is_the_same_fit_in_those_units() {
+    // The response in units 10⁻⁶ to 10⁶ times the first: every estimate and standard error on
+    // lme4's scales scales with it, ℓ moves by −n log c, the verdict on singularity stays.
+    // Before, the start's sds (0.5 in any units) left the fit at 10⁶ stuck near a boundary,
+    // steps of one size in θ gave standard errors at 10⁻³ 10% off and at 10⁻⁶ 39 times the
+    // estimate, and the singular rule's sd of 10⁻⁴ called a fit at 10⁻⁶ singular.
+    use crate::glmm::FitSettings;
+    let fit = |scale: f64| {
+        let m = gaussian_slopes(scale);
+        let f = m
+            .fit(&FitSettings::default(), &mut |_| {
+                crate::run::Control::Continue
+            })
+            .unwrap();
+        let ll = f.log_likelihood.value;
+        (m.summary(&f.theta, f.covariance.as_deref()), ll, f.singular)
+    };
+    let (base, base_ll, base_singular) = fit(1.0);
+    assert_eq!(base_singular, Some(false));
+    let close = |a: f64, b: f64, tol: f64, what: &str| {
+        assert!((a - b).abs() <= tol * b.abs(), "{what}: {a} against {b}");
+    };
+    for scale in [1e-6, 1e-3, 1e3, 1e6] {
+        let (s, ll, singular) = fit(scale);
+        assert_eq!(singular, base_singular, "scale {scale}");
+        close(ll, base_ll - 400.0 * scale.ln(), 1e-9, "ℓ");
+        let pairs = s.fixed.iter().zip(&base.fixed);
+        let pairs = pairs.chain(s.random[0].sd.iter().zip(&base.random[0].sd));
+        for (e, b) in pairs.chain(s.sigma.iter().zip(&base.sigma)) {
+            // The fits agree to BFGS's tolerance (about 1e-7), their errors as closely.
+            close(e.value / scale, b.value, 1e-6, "estimate");
+            close(e.se / scale, b.se, 1e-5, "standard error");
+        }
+        close(
+            s.random[0].cor[0][1],
+            base.random[0].cor[0][1],
+            1e-6,
+            "correlation",
+        );
+    }
+}
+
 /// ℓ(θ) by the product rule of `nodes` per dimension, after checking its gradient (Fisher's
 /// identity at the nodes) against central differences of the same rule's ℓ to 1e-5.
 fn gradient_is_the_rule_s_own(m: &Glmm, theta: &[f64], nodes: usize) -> f64 {
