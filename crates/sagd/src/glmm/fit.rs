@@ -75,9 +75,10 @@ pub enum Fitted {
 /// start.
 const SECOND_EM_STREAM: u64 = 0x5EC0_4D00_0000_0001;
 
-/// A random-effect sd below this (on the linear predictor's scale; Gaussian: as a share of the
-/// residual sd σ, lmer's relative scale, so that the rule does not depend on the response's
-/// units) is taken as 0: the fit is then singular.
+/// A random-effect sd below this (on the linear predictor's scale: a slope's times its
+/// covariate's root mean square; Gaussian: as a share of the residual sd σ, as lmer's relative
+/// scale, so that the rule does not depend on the data's units) is taken as 0: the fit is then
+/// singular.
 pub const SINGULAR_SD: f64 = 1e-4;
 
 /// What a singular fit means and what to do about it, as the printouts say it.
@@ -249,16 +250,17 @@ impl Glmm {
         })
     }
 
-    /// `test`'s verdict, or singular where a random-effect sd at `theta` is below
-    /// [`SINGULAR_SD`] (of σ, Gaussian).
+    /// `test`'s verdict, or singular where a random effect's sd at `theta`, on η's scale (times
+    /// its column's root mean square), is below [`SINGULAR_SD`] (of σ, Gaussian).
     pub(super) fn singular_at(&self, theta: &[f64], test: Option<bool>) -> Option<bool> {
         let summary = self.summary(theta, None);
         let unit = summary.sigma.as_ref().map_or(1.0, |s| s.value);
         let at_zero = summary
             .random
             .iter()
-            .flat_map(|t| t.sd.iter())
-            .any(|sd| sd.value < SINGULAR_SD * unit);
+            .zip(self.effect_rms())
+            .flat_map(|(t, rms)| t.sd.iter().zip(rms))
+            .any(|(sd, rms)| sd.value * rms < SINGULAR_SD * unit);
         if at_zero {
             Some(true)
         } else {

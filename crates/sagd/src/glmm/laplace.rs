@@ -4,10 +4,9 @@
 
 use rayon::prelude::*;
 
-use super::exact::central_gradient;
+use super::exact::{central_gradient, from_units};
 use super::{Glmm, LN_2PI};
 use crate::error::Result;
-use crate::optim::bfgs;
 
 /// The smallest log of a random-effect scale a Laplace start may give: Laplace's maximum is
 /// often on the boundary (a scale of 0) where the exact one is not, and a chain's posterior at
@@ -55,15 +54,19 @@ impl Glmm {
         let start = self.start();
         // A trial step far out (large counts make the first, steepest-descent step long), where
         // the rates overflow and a mode cannot be found, is stepped back from.
-        let r = bfgs::minimize_where_defined(
-            |th| {
-                let v = self.laplace_value(th, &mut modes)?;
-                let g = central_gradient(|x| self.laplace_value(x, &mut modes.clone()), th)?;
+        let units = self.units_with(1.0);
+        let at = |phi: &[f64], modes: &mut Vec<Vec<f64>>| {
+            self.laplace_value(&from_units(phi, &units), modes)
+        };
+        let r = self.minimize_in_units(
+            &mut |phi: &[f64]| {
+                let v = at(phi, &mut modes)?;
+                let g = central_gradient(|x| at(x, &mut modes.clone()), phi)?;
                 Ok((-v / n, g.iter().map(|g| -g / n).collect()))
             },
-            &start,
-            1e-7,
-            MAX_ITER,
+            (&start, &units),
+            None,
+            (1e-7, MAX_ITER),
         )?;
         let log_likelihood = self.laplace_value(&r.x, &mut modes)?;
         Ok(LaplaceFit {

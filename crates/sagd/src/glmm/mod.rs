@@ -169,8 +169,8 @@ impl Glmm {
     }
 
     /// A starting θ: β from the mean response on the link scale (intercept where the first
-    /// column of X is constant), every effect's sd 0.5 (on η's scale; Gaussian: half the
-    /// response's sd) and no correlation, σ the response's sd.
+    /// column of X is constant), every effect's sd 0.5 on η's scale (Gaussian: half the
+    /// response's sd) over its column's root mean square, no correlation, σ the response's sd.
     pub fn start(&self) -> Vec<f64> {
         self.start.clone()
     }
@@ -196,6 +196,13 @@ impl Glmm {
 
     fn factors(&self, theta: &[f64]) -> Vec<Vec<f64>> {
         self.terms.iter().map(|t| t.factor(theta)).collect()
+    }
+
+    /// Per term, each effect's column's root mean square: what an sd of that effect is
+    /// multiplied by on η's scale.
+    fn effect_rms(&self) -> Vec<Vec<f64>> {
+        let rms = |t: &Term| (0..t.q).map(|a| column_rms(&t.z, t.q, a)).collect();
+        self.terms.iter().map(rms).collect()
     }
 }
 
@@ -236,10 +243,30 @@ fn start_theta(
         log_unit = 0.5 * var.max(f64::MIN_POSITIVE).ln();
         th[len - 1] = log_unit;
     }
+    // A slope's effect on the scale of its column: its sd over the column's root mean square.
     for t in terms {
-        th[t.theta_at..t.theta_at + t.q].fill(0.5f64.ln() + log_unit);
+        for a in 0..t.q {
+            th[t.theta_at + a] = 0.5f64.ln() + log_unit - column_rms(&t.z, t.q, a).ln();
+        }
     }
     th
+}
+
+/// The root mean square of column `col` of `m` (rows of `width`), or 1 where it is 0.
+pub(super) fn column_rms(m: &[f64], width: usize, col: usize) -> f64 {
+    let rows = m.len() / width.max(1);
+    let sq: f64 = m
+        .iter()
+        .skip(col)
+        .step_by(width.max(1))
+        .map(|v| v * v)
+        .sum();
+    let rms = (sq / rows.max(1) as f64).sqrt();
+    if rms > 0.0 && rms.is_finite() {
+        rms
+    } else {
+        1.0
+    }
 }
 
 /// The constant of one row's log-likelihood (its terms free of θ), as the family's density has it.

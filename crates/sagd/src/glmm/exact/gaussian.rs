@@ -4,14 +4,13 @@
 use rayon::prelude::*;
 
 use super::{
-    central_gradient, central_hessian, negated, Criterion, ExactFit, ExactSettings, GTOL,
+    central_gradient, from_units, negated, Criterion, ExactFit, ExactSettings, GTOL,
     POINTS_PER_PIECE,
 };
 use crate::error::{Result, SagdError};
 use crate::glmm::likelihood::not_finite;
 use crate::glmm::{Glmm, LikelihoodMethod, LN_2PI};
 use crate::metric::Factor;
-use crate::optim::bfgs;
 
 /// Per-point sums of the Gaussian closed form at relative factors Λ (V₀ = I + Z Λ Λᵀ Zᵀ).
 struct Pieces {
@@ -219,58 +218,6 @@ impl Glmm {
         rel
     }
 
-    /// ∇²f at `x`, θ's entries from `from` on, by central differences in units of σ at `x` (β
-    /// and the factors' off-diagonal entries over σ, the logs less log σ) and taken back to θ.
-    /// So a response in other units gives the same standard errors in those units, where steps
-    /// of one size in θ itself are far too long for the off-diagonal entries of a response in
-    /// small units.
-    fn hessian_in_sigmas(
-        &self,
-        f: impl Fn(&[f64]) -> Result<f64>,
-        x: &[f64],
-        from: usize,
-    ) -> Result<Vec<Vec<f64>>> {
-        let log_sigma = x[x.len() - 1];
-        // Each entry of θ: whether it is in the response's units (else a log).
-        let mut linear = vec![true; self.theta_len()];
-        for t in &self.terms {
-            linear[t.theta_at..t.theta_at + t.q].fill(false);
-        }
-        linear[self.theta_len() - 1] = false;
-        let linear = &linear[from..];
-        let (unit, shift): (Vec<f64>, Vec<f64>) = linear
-            .iter()
-            .map(|&l| {
-                if l {
-                    (log_sigma.exp(), 0.0)
-                } else {
-                    (1.0, log_sigma)
-                }
-            })
-            .unzip();
-        let to_theta = |phi: &[f64]| -> Vec<f64> {
-            phi.iter()
-                .zip(unit.iter().zip(&shift))
-                .map(|(v, (u, s))| v * u + s)
-                .collect()
-        };
-        let phi: Vec<f64> = x
-            .iter()
-            .zip(unit.iter().zip(&shift))
-            .map(|(v, (u, s))| (v - s) / u)
-            .collect();
-        let h = central_hessian(|phi| f(&to_theta(phi)), &phi)?;
-        Ok(h.into_iter()
-            .enumerate()
-            .map(|(j, row)| {
-                row.into_iter()
-                    .enumerate()
-                    .map(|(l, v)| v / (unit[j] * unit[l]))
-                    .collect()
-            })
-            .collect())
-    }
-
     /// ψ ↦ −(profiled criterion)/n, for BFGS by central differences.
     fn profiled_objective(&self, psi: &[f64], criterion: Criterion) -> Result<f64> {
         let rel = self.relative_theta(psi);
@@ -284,17 +231,14 @@ impl Glmm {
         // A trial ψ where the closed form cannot be computed (variances so far apart that
         // XᵀV₀⁻¹X loses its rank in rounding) is stepped back from; a fault of the data itself
         // stands at the start.
-        let mut objective = |psi: &[f64]| {
-            let f = self.profiled_objective(psi, criterion)?;
-            let g = central_gradient(|x| self.profiled_objective(x, criterion), psi)?;
-            Ok((f, g))
-        };
-        let r = bfgs::minimize_where_defined(&mut objective, &psi0, GTOL, settings.max_iter)?;
-        let r = self.settle_at_boundary(
+        let units = &self.units_with(1.0)[self.psi_range()];
+        let at = |phi: &[f64]| self.profiled_objective(&from_units(phi, units), criterion);
+        let mut objective = |phi: &[f64]| Ok((at(phi)?, central_gradient(at, phi)?));
+        let r = self.minimize_in_units(
             &mut objective,
-            r,
-            (|psi: &[f64]| self.relative_theta(psi), self.p),
-            settings.max_iter,
+            (&psi0, units),
+            Some((&|psi: &[f64]| self.relative_theta(psi), self.p)),
+            (GTOL, settings.max_iter),
         )?;
         let rel = self.relative_theta(&r.x);
         let pieces = self.gaussian_pieces(&rel)?;
@@ -307,7 +251,7 @@ impl Glmm {
         };
         let log_likelihood = ml(&theta)?;
         let (information, reml) = match criterion {
-            Criterion::Ml => (negated(self.hessian_in_sigmas(ml, &theta, 0)?), None),
+            Criterion::Ml => (negated(self.hessian_in_units(ml, &theta, 0)?), None),
             Criterion::Reml => {
                 // The variance parameters' block from the REML criterion; β's from GLS, as lmer.
                 let p = self.p;
@@ -317,7 +261,7 @@ impl Glmm {
                     let pieces = self.gaussian_pieces(&self.relative(&th))?;
                     pieces.reml(th[self.theta_len() - 1])
                 };
-                let var_block = negated(self.hessian_in_sigmas(reml_at, &theta[p..], p)?);
+                let var_block = negated(self.hessian_in_units(reml_at, &theta[p..], p)?);
                 let k = theta.len();
                 let mut info = vec![vec![0.0; k]; k];
                 for (row, xvx) in info.iter_mut().zip(pieces.xvx.chunks(p.max(1))) {

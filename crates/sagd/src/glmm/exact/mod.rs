@@ -16,7 +16,7 @@ mod tests;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::{Family, Glmm, LikelihoodMethod};
+use super::{column_rms, Family, Glmm, LikelihoodMethod};
 use crate::error::{Result, SagdError};
 use crate::linalg::spd_inverse;
 use crate::optim::bfgs::{self, BfgsResult};
@@ -204,7 +204,8 @@ impl Glmm {
 
     /// Each diagonal factor of θ's covariances, log L_aa: its place in θ and L_aa over its
     /// scale, the term's largest sd (or, with one effect, σ for the Gaussian family and 1
-    /// otherwise).
+    /// otherwise), every effect on η's scale (times its column's root mean square, so that a
+    /// slope's covariate in other units does not move it).
     fn factor_ratios(&self, theta: &[f64]) -> Vec<(usize, f64)> {
         let factors = self.factors(theta);
         let unit = if self.family == Family::Gaussian {
@@ -213,15 +214,15 @@ impl Glmm {
             1.0
         };
         let mut out = Vec::new();
-        for (t, l) in self.terms.iter().zip(&factors) {
+        for ((t, l), rms) in self.terms.iter().zip(&factors).zip(self.effect_rms()) {
             let q = t.q;
-            let sd = |a: usize| (0..=a).map(|b| l[a * q + b].powi(2)).sum::<f64>().sqrt();
+            let sd = |a: usize| rms[a] * (0..=a).map(|b| l[a * q + b].powi(2)).sum::<f64>().sqrt();
             let scale = if q == 1 {
                 unit
             } else {
                 (0..q).map(sd).fold(0.0, f64::max)
             };
-            out.extend((0..q).map(|a| (t.theta_at + a, l[a * q + a] / scale)));
+            out.extend((0..q).map(|a| (t.theta_at + a, rms[a] * l[a * q + a] / scale)));
         }
         out
     }
@@ -274,6 +275,135 @@ impl Glmm {
         best.iterations = iterations;
         Ok(best)
     }
+}
+
+/// θ of an optimiser's x, and x's place in θ ([`Glmm::settle_at_boundary`]).
+type Settle<'a> = (&'a dyn Fn(&[f64]) -> Vec<f64>, usize);
+
+impl Glmm {
+    /// Each entry of θ's unit and origin at `theta` ([`Glmm::units_with`] of σ there for the
+    /// Gaussian family, 1 otherwise).
+    fn theta_units(&self, theta: &[f64]) -> Vec<(f64, f64)> {
+        let eta_unit = if self.family == Family::Gaussian {
+            theta[self.theta_len() - 1].exp()
+        } else {
+            1.0
+        };
+        self.units_with(eta_unit)
+    }
+
+    /// Each entry of θ's unit and origin, so that (θ_j − origin_j)/unit_j reads the same on the
+    /// data in other units: β_j in units of η over x_j's root mean square, a factor's
+    /// off-diagonal entries of row a in units of η over z_a's, its log L_aa less the log of
+    /// that unit, where η's unit is `eta_unit` (and log σ, Gaussian, less its log). With
+    /// `eta_unit` 1, the Gaussian's ψ (factors relative to σ) in its entries of θ.
+    pub(super) fn units_with(&self, eta_unit: f64) -> Vec<(f64, f64)> {
+        let mut units = vec![(1.0, 0.0); self.theta_len()];
+        for (j, u) in units[..self.p].iter_mut().enumerate() {
+            *u = (eta_unit / column_rms(&self.x, self.p, j), 0.0);
+        }
+        for (t, rms) in self.terms.iter().zip(self.effect_rms()) {
+            let row_unit: Vec<f64> = rms.iter().map(|r| eta_unit / r).collect();
+            for (a, &unit) in row_unit.iter().enumerate() {
+                units[t.theta_at + a] = (1.0, unit.ln());
+            }
+            let off = (1..t.q).flat_map(|a| (0..a).map(move |_| a));
+            for (k, a) in off.enumerate().take(t.n_params() - t.q) {
+                units[t.theta_at + t.q + k] = (row_unit[a], 0.0);
+            }
+        }
+        if self.family == Family::Gaussian {
+            units[self.theta_len() - 1] = (1.0, eta_unit.ln());
+        }
+        units
+    }
+
+    /// BFGS's minimum of `f` over x in `units` (f and its gradient taken at φ = x in those
+    /// units), from `x0`, then, where `settle` gives θ of x and x's place in θ, each variance
+    /// factor left near 0 tried at the boundary ([`Glmm::settle_at_boundary`]); the minimum
+    /// back in x. Steps and differences of one size in φ fit data in any units.
+    pub(super) fn minimize_in_units(
+        &self,
+        f: &mut impl FnMut(&[f64]) -> Result<(f64, Vec<f64>)>,
+        (x0, units): (&[f64], &[(f64, f64)]),
+        settle: Option<Settle<'_>>,
+        (gtol, max_iter): (f64, usize),
+    ) -> Result<BfgsResult> {
+        let phi0 = to_units(x0, units);
+        let mut r = bfgs::minimize_where_defined(&mut *f, &phi0, gtol, max_iter)?;
+        if let Some((theta_of, shift)) = settle {
+            let theta_of = |phi: &[f64]| theta_of(&from_units(phi, units));
+            r = self.settle_at_boundary(&mut *f, r, (theta_of, shift), max_iter)?;
+        }
+        r.x = from_units(&r.x, units);
+        Ok(r)
+    }
+
+    /// ∇²f at `x` (θ's entries from `from` on) by central differences in θ's units
+    /// ([`Glmm::theta_units`]), taken back to θ: data in other units give the same standard
+    /// errors in those units, where steps of one size in θ itself are far too long or short for
+    /// entries in a response's or a covariate's units.
+    fn hessian_in_units(
+        &self,
+        f: impl Fn(&[f64]) -> Result<f64>,
+        x: &[f64],
+        from: usize,
+    ) -> Result<Vec<Vec<f64>>> {
+        let full = self.theta_units_at(x, from);
+        let units = &full[from..];
+        let h = central_hessian(|phi| f(&from_units(phi, units)), &to_units(x, units))?;
+        Ok(back_from_units(h, units))
+    }
+
+    /// The Jacobian of the gradient g at θ (row j is ∂g/∂θ_j) by central differences in θ's
+    /// units, as [`Glmm::hessian_in_units`].
+    fn jacobian_in_units(
+        &self,
+        g: impl Fn(&[f64]) -> Result<Vec<f64>> + Sync,
+        theta: &[f64],
+    ) -> Result<Vec<Vec<f64>>> {
+        let units = self.theta_units(theta);
+        let scaled = |phi: &[f64]| -> Result<Vec<f64>> {
+            let grad = g(&from_units(phi, &units))?;
+            Ok(grad.iter().zip(&units).map(|(v, u)| v * u.0).collect())
+        };
+        let jac = central_jacobian(scaled, &to_units(theta, &units))?;
+        Ok(back_from_units(jac, &units))
+    }
+
+    /// [`Glmm::theta_units`] at `x`, θ's entries from `from` on (σ read from x's last entry).
+    fn theta_units_at(&self, x: &[f64], from: usize) -> Vec<(f64, f64)> {
+        let mut theta = vec![0.0; from];
+        theta.extend_from_slice(x);
+        self.theta_units(&theta)
+    }
+}
+
+/// θ in its units ([`Glmm::units_with`]).
+pub(super) fn to_units(theta: &[f64], units: &[(f64, f64)]) -> Vec<f64> {
+    theta
+        .iter()
+        .zip(units)
+        .map(|(v, (u, o))| (v - o) / u)
+        .collect()
+}
+
+/// θ from its units.
+pub(super) fn from_units(phi: &[f64], units: &[(f64, f64)]) -> Vec<f64> {
+    phi.iter().zip(units).map(|(v, (u, o))| v * u + o).collect()
+}
+
+/// A matrix of second derivatives in θ's units taken back to θ.
+fn back_from_units(m: Vec<Vec<f64>>, units: &[(f64, f64)]) -> Vec<Vec<f64>> {
+    m.into_iter()
+        .zip(units)
+        .map(|(row, (uj, _))| {
+            row.into_iter()
+                .zip(units)
+                .map(|(v, (ul, _))| v / (uj * ul))
+                .collect()
+        })
+        .collect()
 }
 
 /// The step of a central difference at x.

@@ -4,15 +4,14 @@
 use rayon::prelude::*;
 
 use super::{
-    central_jacobian, negated, symmetrised, Criterion, ExactFit, ExactSettings, DEFAULT_NODES,
-    GTOL, POINTS_PER_PIECE,
+    from_units, negated, symmetrised, Criterion, ExactFit, ExactSettings, DEFAULT_NODES, GTOL,
+    POINTS_PER_PIECE,
 };
 use crate::error::Result;
 use crate::glmm::family::evaluate_rows;
 use crate::glmm::likelihood::{not_finite, Laplace};
 use crate::glmm::LN_2PI;
 use crate::glmm::{Glmm, LikelihoodMethod};
-use crate::optim::bfgs;
 use crate::quadrature::GaussHermite;
 
 /// A product Gauss-Hermite rule in d dimensions on the scale of N(0, I/2)'s weight: nodes
@@ -252,22 +251,25 @@ impl Glmm {
         let rule = ProductRule::new(self.latent_dim, m);
         let n = self.y.len() as f64;
         let mut modes: Vec<Vec<f64>> = self.points.iter().map(|c| vec![0.0; c.dim]).collect();
-        let mut objective = |th: &[f64]| {
-            let (v, g) = self.quadrature_value_grad(th, &rule, &mut modes)?;
-            Ok((-v / n, g.iter().map(|g| -g / n).collect()))
+        let units = self.units_with(1.0);
+        let mut objective = |phi: &[f64]| {
+            let (v, g) = self.quadrature_value_grad(&from_units(phi, &units), &rule, &mut modes)?;
+            Ok((
+                -v / n,
+                g.iter().zip(&units).map(|(g, u)| -g * u.0 / n).collect(),
+            ))
         };
-        let r = bfgs::minimize_where_defined(&mut objective, start, GTOL, settings.max_iter)?;
-        let r = self.settle_at_boundary(
+        let r = self.minimize_in_units(
             &mut objective,
-            r,
-            (|th: &[f64]| th.to_vec(), 0),
-            settings.max_iter,
+            (start, &units),
+            Some((&|th: &[f64]| th.to_vec(), 0)),
+            (GTOL, settings.max_iter),
         )?;
         let theta = r.x;
         let (log_likelihood, _) = self.quadrature_value_grad(&theta, &rule, &mut modes)?;
         let finer = ProductRule::new(self.latent_dim, m + m.div_ceil(2));
         let (finer_value, _) = self.quadrature_value_grad(&theta, &finer, &mut modes)?;
-        let jac = central_jacobian(
+        let jac = self.jacobian_in_units(
             |th| {
                 let mut modes = modes.clone();
                 Ok(self.quadrature_value_grad(th, &rule, &mut modes)?.1)
