@@ -55,20 +55,43 @@ fn slopes(groups: usize, per: usize) -> Glmm {
 
 /// [`slopes`] with the covariate in units `x_unit` times the first.
 fn slopes_in(groups: usize, per: usize, x_unit: f64) -> Glmm {
-    let mut s = NormalStream::new(5);
+    let counts = |eta: f64, e: f64| {
+        let mean = eta.exp();
+        (mean + mean.sqrt() * e).round().max(0.0)
+    };
+    slopes_with(
+        Family::Poisson,
+        (5, groups, per),
+        (0.5, [0.5, 0.3]),
+        x_unit,
+        counts,
+    )
+}
+
+/// Correlated random intercepts and slopes (sds `sd`, correlation 0.6) of `groups` groups of
+/// `per` rows, drawn from the stream `seed`: x ~ N(0, 1) (in units `x_unit` times its first
+/// in the design), η = `beta0` + b₀ + (0.3 + b₁) x, and each row's response `y(η, a normal
+/// draw)`.
+fn slopes_with(
+    family: Family,
+    (seed, groups, per): (u64, usize, usize),
+    (beta0, sd): (f64, [f64; 2]),
+    x_unit: f64,
+    y: impl Fn(f64, f64) -> f64,
+) -> Glmm {
+    let mut s = NormalStream::new(seed);
     let n = groups * per;
     let x: Vec<f64> = (0..n).map(|_| s.draw()).collect();
     let b: Vec<(f64, f64)> = (0..groups)
         .map(|_| {
             let (e1, e2) = (s.draw(), s.draw());
-            (0.5 * e1, 0.3 * (0.6 * e1 + 0.8 * e2))
+            (sd[0] * e1, sd[1] * (0.6 * e1 + 0.8 * e2))
         })
         .collect();
     let y = (0..n)
         .map(|i| {
             let (b0, b1) = b[i / per];
-            let mean = (0.5 + b0 + (0.3 + b1) * x[i]).exp();
-            (mean + mean.sqrt() * s.draw()).round().max(0.0)
+            y(beta0 + b0 + (0.3 + b1) * x[i], s.draw())
         })
         .collect();
     let xs: Vec<f64> = x.iter().flat_map(|&v| [1.0, v * x_unit]).collect();
@@ -77,7 +100,7 @@ fn slopes_in(groups: usize, per: usize, x_unit: f64) -> Glmm {
         z: xs.clone(),
         correlated: true,
     };
-    Glmm::with_terms(Family::Poisson, y, xs, vec![term], None).unwrap()
+    Glmm::with_terms(family, y, xs, vec![term], None).unwrap()
 }
 
 #[test]
@@ -213,29 +236,14 @@ fn counts_in_the_hundreds_of_thousands_fit_their_maximum() {
 /// correlation 0.6, σ 0.5), 40 groups of 10, in units `scale` times the first, the covariate in
 /// units `x_unit` times its first.
 fn gaussian_slopes(scale: f64, x_unit: f64) -> Glmm {
-    let (groups, per) = (40, 10);
-    let mut s = NormalStream::new(19);
-    let n = groups * per;
-    let x: Vec<f64> = (0..n).map(|_| s.draw()).collect();
-    let b: Vec<(f64, f64)> = (0..groups)
-        .map(|_| {
-            let (e1, e2) = (s.draw(), s.draw());
-            (0.8 * e1, 0.5 * (0.6 * e1 + 0.8 * e2))
-        })
-        .collect();
-    let y = (0..n)
-        .map(|i| {
-            let (b0, b1) = b[i / per];
-            scale * (1.0 + b0 + (0.3 + b1) * x[i] + 0.5 * s.draw())
-        })
-        .collect();
-    let xs: Vec<f64> = x.iter().flat_map(|&v| [1.0, v * x_unit]).collect();
-    let term = RandomTerm {
-        group: (0..n).map(|i| i / per).collect(),
-        z: xs.clone(),
-        correlated: true,
-    };
-    Glmm::with_terms(Family::Gaussian, y, xs, vec![term], None).unwrap()
+    let response = |eta: f64, e: f64| scale * (eta + 0.5 * e);
+    slopes_with(
+        Family::Gaussian,
+        (19, 40, 10),
+        (1.0, [0.8, 0.5]),
+        x_unit,
+        response,
+    )
 }
 
 /// The default fit of `m` against that of `base`, the same data in other units: each
