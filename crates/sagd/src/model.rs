@@ -222,6 +222,15 @@ pub trait LatentModel<T: Real>: Sync {
         false
     }
 
+    /// The size of θ_j's own unit: the polish's differences in θ_j step by a fraction of this
+    /// plus |θ_j|. A coefficient of a covariate in large units moves the model as much in a
+    /// much smaller step, and steps of the usual size there overflow its rates. 1 (the
+    /// default) for every entry.
+    fn theta_scale(&self, j: usize) -> f64 {
+        let _ = j;
+        1.0
+    }
+
     /// Whether a call costs much more than the rows it evaluates (a model in Python): passes that
     /// would cut the rows into parallel pieces then hand them all over in one call.
     fn calls_are_costly(&self) -> bool {

@@ -71,6 +71,8 @@ pub struct Glmm {
     /// Whether every term is a scalar effect (one column per factor), which the rows' passes
     /// take term by term.
     scalar_effects: bool,
+    /// Each entry of θ's unit at the start ([`LatentModel::theta_scale`]).
+    theta_scale: Vec<f64>,
 }
 
 impl Glmm {
@@ -133,7 +135,7 @@ impl Glmm {
                 term.slot = in_order(&term.slot, 1, &order);
             }
         }
-        Ok(Glmm {
+        let mut m = Glmm {
             family,
             y,
             x,
@@ -145,7 +147,10 @@ impl Glmm {
             row_constant,
             start,
             scalar_effects,
-        })
+            theta_scale: Vec::new(),
+        };
+        m.theta_scale = m.theta_units(&m.start).iter().map(|u| u.0).collect();
+        Ok(m)
     }
 
     /// The observations n.
@@ -290,6 +295,11 @@ fn in_order<T: Copy>(v: &[T], width: usize, order: &[usize]) -> Vec<T> {
 impl LatentModel<f64> for Glmm {
     fn n_data(&self) -> usize {
         self.points.len()
+    }
+    /// θ_j's unit (`units_with`): β_j over x_j's root mean square, a factor's off-diagonal
+    /// entries of row a over z_a's, on η's scale (Gaussian: the response's sd); 1 for the logs.
+    fn theta_scale(&self, j: usize) -> f64 {
+        self.theta_scale.get(j).copied().unwrap_or(1.0)
     }
     fn latent_dim(&self) -> usize {
         self.latent_dim

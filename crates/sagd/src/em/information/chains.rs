@@ -128,7 +128,8 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         };
         let coupled: Vec<f64> = theta
             .iter()
-            .map(|t| s.coupled_step * (1.0 + t.abs()))
+            .enumerate()
+            .map(|(j, t)| s.coupled_step * (model.theta_scale(j) + t.abs()))
             .collect();
         let control = match problem.metric() {
             Some(metric) => ScoreControl::at(&problem.inner, metric, theta, &coupled)?,
@@ -379,7 +380,7 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
                     for k in 0..p {
                         sum.sgg[(i * p + j) * p + k] += g[j] * g[k];
                     }
-                    let h = s.fd_step * (1.0 + theta[j].abs());
+                    let h = s.fd_step * (self.model.theta_scale(j) + theta[j].abs());
                     let (mut tp, mut tm) = (theta.to_vec(), theta.to_vec());
                     tp[j] += h;
                     tm[j] -= h;

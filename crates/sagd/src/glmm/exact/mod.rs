@@ -283,7 +283,7 @@ type Settle<'a> = (&'a dyn Fn(&[f64]) -> Vec<f64>, usize);
 impl Glmm {
     /// Each entry of θ's unit and origin at `theta` ([`Glmm::units_with`] of σ there for the
     /// Gaussian family, 1 otherwise).
-    fn theta_units(&self, theta: &[f64]) -> Vec<(f64, f64)> {
+    pub(super) fn theta_units(&self, theta: &[f64]) -> Vec<(f64, f64)> {
         let eta_unit = if self.family == Family::Gaussian {
             theta[self.theta_len() - 1].exp()
         } else {

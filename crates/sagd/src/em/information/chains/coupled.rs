@@ -167,7 +167,9 @@ impl<'a, M: LatentModel<f64>> Settled<'a, M> {
         // (1 + |θ_j|) on a latent AR(1) series (its noise sd), so 4e-5 at the default 1e-5,
         // which the Monte Carlo error of most informations hides. Where it does not
         // ([`CENTRAL_BELOW`]), runs at θ − h e_j make the differences central.
-        let steps: Vec<f64> = theta.iter().map(|t| s.fd_step * (1.0 + t.abs())).collect();
+        let steps: Vec<f64> = (theta.iter().enumerate())
+            .map(|(j, t)| s.fd_step * (self.model.theta_scale(j) + t.abs()))
+            .collect();
         let coupled = &self.coupled;
         let ahead = (1.0, self.ahead_controls.as_slice());
         runs.ahead = self.moved_runs(theta, ahead, Some(&runs.ahead), to)?;
