@@ -251,7 +251,10 @@ impl Glmm {
         };
         let log_likelihood = ml(&theta)?;
         let (information, reml) = match criterion {
-            Criterion::Ml => (negated(self.hessian_in_units(ml, &theta, 0)?), None),
+            Criterion::Ml => {
+                let units = self.theta_units(&theta);
+                (negated(Glmm::hessian_in_units(ml, &theta, &units)?), None)
+            }
             Criterion::Reml => {
                 // The variance parameters' block from the REML criterion; β's from GLS, as lmer.
                 let p = self.p;
@@ -261,7 +264,8 @@ impl Glmm {
                     let pieces = self.gaussian_pieces(&self.relative(&th))?;
                     pieces.reml(th[self.theta_len() - 1])
                 };
-                let var_block = negated(self.hessian_in_units(reml_at, &theta[p..], p)?);
+                let units = &self.theta_units(&theta)[p..];
+                let var_block = negated(Glmm::hessian_in_units(reml_at, &theta[p..], units)?);
                 let k = theta.len();
                 let mut info = vec![vec![0.0; k]; k];
                 for (row, xvx) in info.iter_mut().zip(pieces.xvx.chunks(p.max(1))) {

@@ -339,18 +339,15 @@ impl Glmm {
         Ok(r)
     }
 
-    /// ∇²f at `x` (θ's entries from `from` on) by central differences in θ's units
-    /// ([`Glmm::theta_units`]), taken back to θ: data in other units give the same standard
+    /// ∇²f at `x` by central differences in `units` (θ's, [`Glmm::theta_units`], or those of
+    /// its entries that x holds), taken back to θ: data in other units give the same standard
     /// errors in those units, where steps of one size in θ itself are far too long or short for
     /// entries in a response's or a covariate's units.
     fn hessian_in_units(
-        &self,
         f: impl Fn(&[f64]) -> Result<f64>,
         x: &[f64],
-        from: usize,
+        units: &[(f64, f64)],
     ) -> Result<Vec<Vec<f64>>> {
-        let full = self.theta_units_at(x, from);
-        let units = &full[from..];
         let h = central_hessian(|phi| f(&from_units(phi, units)), &to_units(x, units))?;
         Ok(back_from_units(h, units))
     }
@@ -369,13 +366,6 @@ impl Glmm {
         };
         let jac = central_jacobian(scaled, &to_units(theta, &units))?;
         Ok(back_from_units(jac, &units))
-    }
-
-    /// [`Glmm::theta_units`] at `x`, θ's entries from `from` on (σ read from x's last entry).
-    fn theta_units_at(&self, x: &[f64], from: usize) -> Vec<(f64, f64)> {
-        let mut theta = vec![0.0; from];
-        theta.extend_from_slice(x);
-        self.theta_units(&theta)
     }
 }
 
