@@ -298,6 +298,24 @@ fn derived_gradients_equal_the_hand_written_ones() {
 }
 
 #[test]
+fn the_likelihood_at_the_shape_bound_is_its_limit_as_a_grows() {
+    // Data from the model and data beyond its mean's bound of 10 (x in [12, 20)).
+    let above = GammaSigmoid::new((0..30).map(|i| 12.0 + 0.27 * i as f64).collect()).unwrap();
+    let gh = GaussHermite::new(100);
+    for m in [data(), above] {
+        let bound = m.loglik_at_shape_bound();
+        for b in [-1.5, 0.0, 0.7] {
+            // σ(40 + bZ) is 1 to 15 digits over every node that carries weight.
+            let l = log_likelihood(&m, &[40.0, b], &gh).unwrap();
+            assert!(
+                (l - bound).abs() < 1e-9 * bound.abs(),
+                "b = {b}: {l} vs {bound}"
+            );
+        }
+    }
+}
+
+#[test]
 fn the_defaults_fit_the_gamma_sigmoid_model() {
     let (model, _) = GammaSigmoid::simulate(100, 2.0, 0.5, 1).unwrap();
     em_common::fits_with_the_defaults("Gamma-sigmoid", &model, &[0.0, 1.0], &[2.0, 0.5]);

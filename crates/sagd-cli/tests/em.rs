@@ -137,6 +137,7 @@ fn em_fits_a_users_data() {
     );
     assert_eq!(v["data"]["n"], 60);
     assert_eq!(v["data"]["origin"]["source"], "file");
+    assert_eq!(v["mle"]["unbounded"], false, "{}", v["mle"]);
     assert!(
         v["settings"]["stopping"].is_object(),
         "with --data EM runs until its stopping rule"
@@ -161,6 +162,38 @@ fn em_on_data(data: &std::path::Path, out: &std::path::Path) -> std::process::Ou
         .arg(out)
         .output()
         .unwrap()
+}
+
+#[test]
+fn data_beyond_the_models_mean_are_told_they_have_no_mle() {
+    // Every x above e^ψ(10) ≈ 9.5: each Gamma density rises with its shape up to the bound 10,
+    // so ℓ rises toward a → +∞ and has no maximum.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("large.csv");
+    let rows: String = (0..30)
+        .map(|i| format!("{}\n", 12.0 + 0.27 * i as f64))
+        .collect();
+    std::fs::write(&data, format!("x\n{rows}")).unwrap();
+    let out = dir.path().join("fit");
+    let o = sagd()
+        .args(["em", "--quiet", "--fit-only", "--max-msteps", "4", "--data"])
+        .arg(&data)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        said.contains("no MLE") && said.contains("WARNING: ℓ has no maximum at a finite θ"),
+        "{said}"
+    );
+    let v = json(&out.join("result.json"));
+    assert_eq!(v["mle"]["unbounded"], true, "{}", v["mle"]);
+    assert!(v["warnings"][0]
+        .as_str()
+        .unwrap()
+        .contains("rescale the data"));
 }
 
 #[test]

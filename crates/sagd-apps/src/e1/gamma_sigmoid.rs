@@ -13,6 +13,9 @@ use sagd::rng::stream_seed;
 /// [`GammaSigmoid::new`]).
 const MAX_ROUNDING: f64 = 1e-3;
 
+/// The largest Gamma shape the model gives: 10 times a sigmoid.
+const SHAPE_BOUND: f64 = 10.0;
+
 const HALF_LN_2PI: f64 = 0.918_938_533_204_672_8;
 
 /// The Gamma-sigmoid model over observed positive x_1..x_n.
@@ -84,7 +87,7 @@ impl GammaSigmoid {
         let x = z
             .iter()
             .map(|zi| {
-                let s = 10.0 * sigmoid(a + b * zi);
+                let s = SHAPE_BOUND * sigmoid(a + b * zi);
                 Gamma::new(s, 1.0)
                     .map(|g| g.sample(&mut rng).max(f64::MIN_POSITIVE))
                     .map_err(|e| SagdError::InvalidSetting {
@@ -102,12 +105,24 @@ impl GammaSigmoid {
         &self.x
     }
 
+    /// ℓ's limit as a → +∞ (any b): every shape 10·σ(a + bZ) at its bound 10, so each x_i is a
+    /// Gamma(10, 1) draw. No other way out of ℓ's domain (a → −∞, |b| → ∞) leads higher, so ℓ has
+    /// a maximum at a finite θ exactly when it rises above this somewhere.
+    pub fn loglik_at_shape_bound(&self) -> f64 {
+        let c = ln_gamma(SHAPE_BOUND);
+        self.x
+            .iter()
+            .zip(&self.log_x)
+            .map(|(x, lx)| (SHAPE_BOUND - 1.0) * lx - c - x)
+            .sum()
+    }
+
     /// log p(x_i, z; θ) with all constants, and (∂z, ∂a, ∂b) of it.
     #[inline]
     fn eval(&self, theta: &[f64], i: usize, z: f64) -> (f64, f64, f64) {
         let (a, b) = (theta[0], theta[1]);
         let sg = sigmoid(a + b * z);
-        let s = 10.0 * sg;
+        let s = SHAPE_BOUND * sg;
         let lp = -0.5 * z * z - HALF_LN_2PI + (s - 1.0) * self.log_x[i] - ln_gamma(s) - self.x[i];
         // ∂/∂u of (s − 1) log x − ln Γ(s), u = a + bz.
         let du = (self.log_x[i] - digamma(s)) * s * (1.0 - sg);
@@ -130,7 +145,7 @@ impl sagd::model::LogJoint for GammaSigmoid {
     fn log_joint<S: sagd::model::Scalar>(&self, theta: &[S], i: usize, z: &[S]) -> S {
         let (a, b, z) = (theta[0], theta[1], z[0]);
         // s = 10 σ(a + b z); log Gamma(x; s, 1) + log N(z; 0, 1).
-        let s = (((a + b * z) * -1.0).exp() + 1.0).recip() * 10.0;
+        let s = (((a + b * z) * -1.0).exp() + 1.0).recip() * SHAPE_BOUND;
         (s - 1.0) * self.log_x[i] - s.ln_gamma() - self.x[i] - z * z * 0.5 - HALF_LN_2PI
     }
 }

@@ -207,6 +207,11 @@ pub struct Mle {
     pub converged: bool,
     /// BFGS iterations.
     pub iterations: usize,
+    /// ℓ has no maximum at a finite θ: `loglik` is not above ℓ's limit as a → +∞
+    /// ([`GammaSigmoid::loglik_at_shape_bound`]) by more than a thousandth of a nat, so `theta`
+    /// is where the search stopped on the ridge toward it, not an estimate.
+    #[serde(default)]
+    pub unbounded: bool,
 }
 
 /// The true log-likelihood on a grid: `loglik[i][j]` at `(a[i], b[j])`.

@@ -117,12 +117,27 @@ fn mle_from(s: &E1Settings, model: &GammaSigmoid, start: &[f64], gh: &GaussHermi
     let start = if sane(start) { start } else { &s.theta0[..] };
     let b = maximum_likelihood(model, start, gh)?;
     Ok(Mle {
+        unbounded: -b.f <= model.loglik_at_shape_bound() + NO_HIGHER_THAN_THE_BOUND,
         theta: b.x,
         loglik: -b.f,
         grad_max: b.grad_max,
         converged: b.converged,
         iterations: b.iterations,
     })
+}
+
+/// How far, in nats, the MLE must rise above ℓ's limit as a → +∞ to count as a maximum.
+const NO_HIGHER_THAN_THE_BOUND: f64 = 1e-3;
+
+/// The warning for an [`Mle`] that is [`Mle::unbounded`].
+fn unbounded_warning(model: &GammaSigmoid, mle: &Mle) -> String {
+    let x = model.data();
+    let mean = x.iter().sum::<f64>() / x.len() as f64;
+    format!(
+        "ℓ has no maximum at a finite θ: it rises toward {:.5} as a → +∞, where every Gamma shape 10σ(a + bZ) reaches its bound 10, and the MLE's search stopped on that ridge (ℓ = {:.5}); the estimates and standard errors above are points on it, not a fit. The model's mean is at most 10 (these data's is {mean:.3}): rescale the data, or fit a model whose shape is not bounded (docs/your-own-model.md)",
+        model.loglik_at_shape_bound(),
+        mle.loglik,
+    )
 }
 
 /// The largest difference between the quadrature's ℓ and brute force at `points`.
@@ -289,6 +304,9 @@ fn run_scoped(
             "the MLE did not converge (BFGS stopped after {} iterations with max |∂ℓ/∂θ| = {:.2e}): its value is a lower bound on the maximum",
             mle.iterations, mle.grad_max
         ));
+    }
+    if mle.unbounded {
+        warnings.push(unbounded_warning(&model, &mle));
     }
     let (information, polished) = standard_errors(s, &model, &trace.estimate, &gh, &mut warnings)?;
     laps.lap("standard_errors");

@@ -115,6 +115,9 @@ pub(super) fn summary(
             (true, false, Some(rate)) => format!(
                 " (EM slow, each M-step repeating {rate:.2} of the last: handed to the polish)"
             ),
+            (true, false, None) if r.mle.unbounded => {
+                " (stopping rule NOT met: ℓ has no maximum to reach, see the WARNING)".to_string()
+            }
             (true, false, None) => " (stopping rule NOT met: raise --max-msteps)".to_string(),
         }
     );
@@ -150,7 +153,9 @@ pub(super) fn summary(
             if p.converged { "below 0.01" } else { "NOT below 0.01" }
         );
     }
-    row("MLE", &r.mle.theta, r.mle.loglik);
+    // A search that ended on the ridge toward a → +∞ found no MLE (the warning says why).
+    let mle = if r.mle.unbounded { "no MLE" } else { "MLE" };
+    row(mle, &r.mle.theta, r.mle.loglik);
     if let Some(i) = &r.information {
         // Each standard error with its own Monte Carlo error, when the draws gave one.
         let err = |j: usize| {
