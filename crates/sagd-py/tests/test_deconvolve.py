@@ -52,6 +52,20 @@ def test_a_preset_by_name_sets_sagd_s_chains():
     assert abs(b["sagd"].mean() - mean) < 0.1 and abs(b["sagd"].std() - sd) < 0.1
 
 
+def test_data_in_other_units_give_the_same_laws_in_those_units():
+    # The networks see X over the noise's sd: the same observations in units 1000 times smaller
+    # give the same draws in those units, and the summary shows them to the same precision.
+    rng = np.random.default_rng(2)
+    x = rng.exponential(2.0, size=300) + rng.normal(0.0, 1.0, size=300)
+    fit = lambda c: sagd.deconvolve(x * c, 1.0 * c, methods=["sagd"], seed=1,
+                                    pretrain_epochs=100, finetune_epochs=10)
+    one, milli = fit(1.0), fit(1e-3)
+    for name, z in one.draws.items():
+        assert np.allclose(milli.draws[name], z * 1e-3, rtol=0, atol=1e-9), name
+    median = lambda r: np.quantile(r.draws["sagd"], 0.5)
+    assert f"{median(milli):.6f}" in repr(milli) and f"{median(one):.3f}" in repr(one)
+
+
 def test_bad_inputs_are_named():
     with pytest.raises(ValueError, match="refresh2"):
         sagd.deconvolve([1.0, 2.0, 3.0], 0.5, preset="refresh3")

@@ -119,9 +119,11 @@ fn print_summary(d: &Deconvolution, what: &str, n: usize, note: &str) {
         n - d.n,
         d.noise_sd
     );
+    // Quantiles to a thousandth of the noise's sd, in any units (3 decimals at sd 1).
+    let decimals = (3.0 - d.noise_sd.log10().floor()).clamp(0.0, 20.0) as usize;
     for (k, q) in &d.quantiles {
         say!(
-            "{k:14} quantiles 5/50/95%: {:.3} {:.3} {:.3}",
+            "{k:14} quantiles 5/50/95%: {:.decimals$} {:.decimals$} {:.decimals$}",
             q.q[1],
             q.q[4],
             q.q[7]

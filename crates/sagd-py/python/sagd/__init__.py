@@ -220,12 +220,14 @@ class Deconvolution:
     def __repr__(self) -> str:
         lines = [f"deconvolution, noise sd {self.noise_sd}:",
                  f"{'model':12} {'mean':>8} {'sd':>8} {'5%':>8} {'50%':>8} {'95%':>8} {'loglik/pt':>10}"]
+        # Z to a thousandth of the noise's sd, in any units (3 decimals at sd 1), as the CLI.
+        dec = int(min(20, max(0, 3 - math.floor(math.log10(self.noise_sd)))))
         for name, v in self.draws.items():
             q = np.quantile(v, [0.05, 0.5, 0.95])
             ll = self.loglik_per_point.get(name)
             lls = "" if ll is None else f"{ll:10.4f}"
-            lines.append(f"{name:12} {v.mean():8.3f} {v.std():8.3f} {q[0]:8.3f} {q[1]:8.3f} "
-                         f"{q[2]:8.3f} {lls:>10}")
+            z = " ".join(f"{t:8.{dec}f}" for t in (v.mean(), v.std(), q[0], q[1], q[2]))
+            lines.append(f"{name:12} {z} {lls:>10}")
         if self.held_out is not None:
             h = self.held_out
             lines.append(f"held-out log-likelihood per observation ({h['n']} observations):")
