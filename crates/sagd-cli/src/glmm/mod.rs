@@ -407,7 +407,7 @@ fn fixed_effects(o: &mut String, family: Family, d: &Design, fit: &GlmmFit, s: &
             e.z()
         );
         if family != Family::Gaussian {
-            let _ = write!(o, " {:>10.3e}", e.p_value());
+            let _ = write!(o, " {:>10}", p_text(e.p_value()));
         }
         if let Some(m) = mc.as_ref().and_then(|m| m.get(j)) {
             let _ = write!(o, " {m:>10.2e}");
@@ -418,6 +418,16 @@ fn fixed_effects(o: &mut String, family: Family, d: &Design, fit: &GlmmFit, s: &
         if let Some(w) = t.polished.as_ref().and_then(|p| p.se_warning.as_ref()) {
             let _ = writeln!(o, "warning: {w}");
         }
+    }
+}
+
+/// A p-value as R's summaries print it: below the double's precision (|z| > 8.2) it reads
+/// `<2e-16`, not a number (erfc is 0 beyond |z| ≈ 38, which printed as `0.000e0`).
+fn p_text(p: f64) -> String {
+    if p < f64::EPSILON {
+        "<2e-16".to_string()
+    } else {
+        format!("{p:.3e}")
     }
 }
 
@@ -539,4 +549,18 @@ fn result_json(
         "method": method,
         "seconds": seconds,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::p_text;
+
+    #[test]
+    fn p_values_below_the_double_s_precision_read_as_r_prints_them() {
+        let z = |z: f64| sagd::glmm::Estimate { value: z, se: 1.0 }.p_value();
+        assert_eq!(p_text(z(70.6)), "<2e-16");
+        assert_eq!(p_text(z(13.0)), "<2e-16");
+        assert_eq!(p_text(z(8.0)), "1.244e-15");
+        assert_eq!(p_text(z(1.959_963_985)), "5.000e-2");
+    }
 }
