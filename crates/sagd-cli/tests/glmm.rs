@@ -9,7 +9,7 @@
 //! glmer's estimate.
 
 mod common;
-use common::{sagd, succeeded};
+use common::{failed, sagd, succeeded};
 
 use std::path::{Path, PathBuf};
 
@@ -150,6 +150,71 @@ fn poisson_random_intercept_matches_glmer_with_adaptive_quadrature() {
             ("site 29", -0.5967409866, 0.3323976073),
         ],
     );
+}
+
+#[test]
+fn an_exposure_offset_matches_glmer() {
+    // Counts over exposures of 1 to 10 (240 rows, 20 sites): glmer(y ~ x + offset(log(exposure))
+    // + (1 | site), family = poisson, nAGQ = 25), lme4 1.1-31, bobyqa to rhoend 1e-10.
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_exposure.csv");
+    let run = |formula: &str, dir: &Path| {
+        sagd()
+            .args(["glmm", formula, "--family", "poisson", "--quiet", "--data"])
+            .arg(&data)
+            .arg("--out")
+            .arg(dir)
+            .output()
+            .unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fit");
+    let o = run("y ~ x + offset(log(exposure)) + (1 | site)", &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    close(
+        &fixed(&r),
+        &[("(Intercept)", 0.5098330583), ("x", 0.4327953112)],
+        2e-5,
+    );
+    let sd = r["random"][0]["sd"][0]["value"].as_f64().unwrap();
+    assert!((sd - 0.4706889855).abs() < 2e-5, "{sd}");
+    let se: Vec<f64> = r["fixed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["se"].as_f64().unwrap())
+        .collect();
+    assert!(
+        (se[0] - 0.10790215207).abs() < 1e-4 && (se[1] - 0.02026004065).abs() < 1e-5,
+        "{se:?}"
+    );
+    // glmer's Laplace ℓ with every constant is −682.5703; the exact maximum lies above it.
+    let l = r["log_likelihood"]["value"].as_f64().unwrap();
+    assert!(l > -682.5703 && l < -682.4, "{l}");
+    // An exposure of 0 has no log: named, with its row, and nothing written.
+    let zero = dir.path().join("zero.csv");
+    let text = std::fs::read_to_string(&data)
+        .unwrap()
+        .replacen(",1.18,", ",0,", 1);
+    std::fs::write(&zero, text).unwrap();
+    let bad = dir.path().join("bad");
+    let o = sagd()
+        .args([
+            "glmm",
+            "y ~ x + offset(log(exposure)) + (1 | site)",
+            "--family",
+            "poisson",
+        ])
+        .arg("--data")
+        .arg(&zero)
+        .arg("--out")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let err = failed(&o);
+    assert!(err.contains("`exposure` is 0 at data row 1"), "{err}");
+    assert!(!bad.join("result.json").exists());
 }
 
 #[test]

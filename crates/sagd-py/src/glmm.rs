@@ -25,6 +25,7 @@ fn glmm_model(
     zs: Vec<PyReadonlyArray2<'_, f64>>,
     correlated: Vec<bool>,
     trials: Option<PyReadonlyArray1<'_, f64>>,
+    offset: Option<PyReadonlyArray1<'_, f64>>,
 ) -> PyResult<Glmm> {
     let family: Family = family.parse().map_err(PyValueError::new_err)?;
     if zs.len() != groups.len() || correlated.len() != groups.len() {
@@ -50,19 +51,21 @@ fn glmm_model(
             correlated,
         });
     }
-    Glmm::with_terms(
-        family,
+    let (y, x) = (
         y.as_array().to_vec(),
         x.as_array().iter().copied().collect(),
-        terms,
-        trials.map(|t| t.as_array().to_vec()),
-    )
+    );
+    let trials = trials.map(|t| t.as_array().to_vec());
+    match offset {
+        Some(o) => Glmm::with_offset(family, y, x, terms, trials, o.as_array().to_vec()),
+        None => Glmm::with_terms(family, y, x, terms, trials),
+    }
     .map_err(py_error)
 }
 
 /// ℓ(θ) of a GLMM (see `sagd.glmm_loglik`): (value, its error, how it was computed).
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, theta, seed=0))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, theta, seed=0, offset=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn glmm_loglik(
     py: Python<'_>,
@@ -75,8 +78,9 @@ pub(crate) fn glmm_loglik(
     trials: Option<PyReadonlyArray1<'_, f64>>,
     theta: Vec<f64>,
     seed: u64,
+    offset: Option<PyReadonlyArray1<'_, f64>>,
 ) -> PyResult<(f64, f64, String)> {
-    let model = glmm_model(family, y, x, groups, zs, correlated, trials)?;
+    let model = glmm_model(family, y, x, groups, zs, correlated, trials, offset)?;
     let l = py
         .detach(|| model.log_likelihood(&theta, seed))
         .map_err(py_error)?;
@@ -154,7 +158,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -175,6 +179,7 @@ pub(crate) fn fit_glmm<'py>(
     reml: bool,
     nodes: Option<usize>,
     ranef_draws: usize,
+    offset: Option<PyReadonlyArray1<'py, f64>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
     if (1..SampledMeans::MIN_DRAWS).contains(&ranef_draws) {
@@ -183,7 +188,7 @@ pub(crate) fn fit_glmm<'py>(
             SampledMeans::MIN_DRAWS
         )));
     }
-    let model = glmm_model(family, y, x, groups, zs, correlated, trials)?;
+    let model = glmm_model(family, y, x, groups, zs, correlated, trials, offset)?;
     let terms: Vec<TermNames> = terms
         .into_iter()
         .map(|(group, effects)| TermNames {

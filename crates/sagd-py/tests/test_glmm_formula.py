@@ -1,6 +1,8 @@
 """lme4's formulas: each the same fit as the arrays it stands for, lme4's names, missing rows
 dropped and said, and errors that name the formula's fault."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -68,6 +70,41 @@ def test_categorical_columns_and_missing_rows():
     kept = df.dropna()
     X = np.column_stack([np.ones(len(kept)), kept.x, kept.c == "low"])
     same(r, sagd.glmm(kept.y, X, kept.g, family="poisson"))
+
+
+def test_an_offset_is_the_arrays_fit_with_it_and_matches_glmer():
+    # The CLI's exposure data; glmer(y ~ x + offset(log(exposure)) + (1 | site), poisson,
+    # nAGQ = 25), lme4 1.1-31: (Intercept) 0.5098330583, x 0.4327953112, sd 0.4706889855.
+    path = (Path(__file__).resolve().parents[2] / "sagd-cli" / "tests" / "data"
+            / "glmm_exposure.csv")
+    df = pd.read_csv(path)
+    df.loc[5, "exposure"] = np.nan
+    r = sagd.glmm("y ~ x + offset(log(exposure)) + (1 | site)", data=df, family="poisson")
+    kept = df.dropna()
+    X = np.column_stack([np.ones(len(kept)), kept.x])
+    arrays = sagd.glmm(kept.y, X, kept.site, family="poisson", offset=np.log(kept.exposure))
+    same(r, arrays)
+    assert r.n_obs == len(df) - 1
+    # The argument and the formula's term are summed, as R sums them: log(t) twice is log(t²).
+    both = sagd.glmm("y ~ x + offset(log(exposure)) + (1 | site)", data=df, family="poisson",
+                     offset=np.log(df.exposure))
+    same(both, sagd.glmm(kept.y, X, kept.site, family="poisson",
+                         offset=2 * np.log(kept.exposure)))
+    theta = arrays.estimate
+    assert sagd.glmm_loglik(theta, kept.y, X, kept.site, family="poisson",
+                            offset=np.log(kept.exposure))[0] == pytest.approx(arrays.loglik,
+                                                                              abs=1e-9)
+    # The whole file, as glmer fitted it.
+    full = sagd.glmm("y ~ x + offset(log(exposure)) + (1 | site)", data=pd.read_csv(path),
+                     family="poisson")
+    np.testing.assert_allclose(full.fixed, [0.5098330583, 0.4327953112], atol=2e-5)
+    np.testing.assert_allclose(full.random_sd[0], 0.4706889855, atol=2e-5)
+    # A zero exposure has no log; an offset of another length is named.
+    df.loc[7, "exposure"] = 0.0
+    with pytest.raises(ValueError, match="at data row 8"):
+        sagd.glmm("y ~ x + offset(log(exposure)) + (1 | site)", data=df, family="poisson")
+    with pytest.raises(ValueError, match="offset"):
+        sagd.glmm(kept.y, X, kept.site, family="poisson", offset=np.zeros(3))
 
 
 def test_what_is_wrong_with_a_formula_is_named():

@@ -33,7 +33,8 @@ pub struct GlmmArgs {
     /// The model in lme4's notation, e.g. 'y ~ x + (1 + x | g)': terms joined by +, a:b and
     /// a*b, factor(x), 0 or - 1 for no intercept, (effects | g) correlated and (effects || g)
     /// independent random effects, g:h and g/h grouping, cbind(successes, failures) for the
-    /// binomial family. Quote it for the shell.
+    /// binomial family, offset(t) or offset(log(t)) for a known part of η (an exposure). Quote
+    /// it for the shell.
     formula: String,
     /// The data: a CSV file whose first row names the columns. Text columns are categorical;
     /// rows with a missing value (empty, NA) in the formula's columns are dropped.

@@ -28,6 +28,7 @@ def fit_glmm(
     reml: bool = ...,
     nodes: Optional[int] = ...,
     ranef_draws: int = ...,
+    offset: Optional[npt.NDArray[np.float64]] = ...,
 ) -> Dict[str, Any]: ...
 def glmm_loglik(
     *,
@@ -40,6 +41,7 @@ def glmm_loglik(
     trials: Optional[npt.NDArray[np.float64]],
     theta: List[float],
     seed: int = ...,
+    offset: Optional[npt.NDArray[np.float64]] = ...,
 ) -> Tuple[float, float, str]: ...
 def fit_function(
     *,

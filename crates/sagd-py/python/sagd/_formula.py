@@ -4,7 +4,8 @@ formulaic builds every design matrix (the fixed effects, and each random-effect 
 left-hand side); this module only separates lme4's bar terms from the rest: ``(Z | g)`` with
 correlated effects, ``(Z || g)`` with independent ones, a grouping factor ``g``, an interaction
 ``a:b`` or a nesting ``a/b`` (the terms ``a`` and ``a:b``), and ``cbind(successes, failures)`` as
-the binomial response.
+the binomial response; and ``offset(expr)`` terms, evaluated as formulaic's ``I(expr)`` and
+summed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 _BAR = re.compile(r"\(([^()|]*)(\|\|?)([^()|]+)\)")
 _CBIND = re.compile(r"^\s*cbind\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*$")
 _NAME = re.compile(r"[A-Za-z_.][A-Za-z0-9_.]*")
+_OFFSET = re.compile(r"^offset\s*\((.*)\)$", re.S)
 
 
 @dataclass
@@ -33,6 +35,18 @@ class Design:
     correlated: List[bool]
     trials: Optional[np.ndarray]
     dropped: int
+    # The sum of the formula's offset(...) terms on the rows kept (None without any).
+    offset: Optional[np.ndarray] = None
+    # The rows kept: their indices in the data frame.
+    rows: Optional[np.ndarray] = None
+
+    def kept(self, v: Any, name: str) -> np.ndarray:
+        """`v`, one value per row of the data frame, on the rows kept."""
+        a = np.asarray(v, dtype=float)
+        if a.ndim != 1 or self.rows is None or a.shape[0] != self.dropped + len(self.y):
+            raise ValueError(f"{name}: expected one value per row of data "
+                             f"({self.dropped + len(self.y)}), got shape {a.shape}")
+        return a[self.rows]
 
 
 def _bad(formula: str, why: str, fix: str) -> ValueError:
@@ -79,14 +93,17 @@ def parse(formula: str, data: Any) -> Design:
     fixed = _BAR.sub(" ", rhs)
     if "|" in fixed:
         raise _bad(formula, "a '|' outside parentheses", "write random effects as (terms | g)")
-    fixed = " + ".join(_terms(fixed)) or "1"
+    terms = _terms(fixed)
+    offsets = [m.group(1) for m in map(_OFFSET.match, terms) if m]
+    fixed = " + ".join(t for t in terms if not _OFFSET.match(t)) or "1"
     used = set(_NAME.findall(lhs + " " + rhs)) & set(map(str, df.columns))
     missing = [n for n in set(_NAME.findall(lhs)) if n not in df.columns and n != "cbind"]
     if missing:
         raise _bad(formula, f"no column {missing[0]!r} in data",
                    f"use one of {list(map(str, df.columns))[:12]}")
     before = len(df)
-    df = df.dropna(subset=sorted(used)).reset_index(drop=True)
+    rows = np.flatnonzero(df[sorted(used)].notna().all(axis=1).to_numpy())
+    df = df.iloc[rows].reset_index(drop=True)
     if len(df) == 0:
         raise ValueError(f"data: no row without a missing value in {sorted(used)}")
 
@@ -132,6 +149,17 @@ def parse(formula: str, data: Any) -> Design:
             Z.append(z.to_numpy(dtype=float))
             z_names.append(_lme4_names(z.columns))
             correlated.append(bar == "|")
+    offset = None
+    for expr in offsets:
+        # A log of 0 is named below with its row, not warned of by numpy.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            o = design(f"0 + I({expr})", "the offset").to_numpy(dtype=float)[:, 0]
+        bad = np.flatnonzero(~np.isfinite(o))
+        if bad.size:
+            raise _bad(formula, f"offset({expr}) is {o[bad[0]]} at data row {rows[bad[0]] + 1}",
+                       "give offsets that are finite (the log of an exposure needs it above 0)")
+        offset = o if offset is None else offset + o
     return Design(y=np.asarray(y, dtype=float), X=X.to_numpy(dtype=float),
                   x_names=_lme4_names(X.columns), groups=groups, Z=Z, z_names=z_names,
-                  correlated=correlated, trials=trials, dropped=before - len(df))
+                  correlated=correlated, trials=trials, dropped=before - len(df),
+                  offset=offset, rows=rows)

@@ -181,10 +181,11 @@ class _Arrays:
     Zs: List[np.ndarray]
     cor: List[bool]
     trials: Optional[np.ndarray]
+    offset: Optional[np.ndarray] = None
 
     @classmethod
     def of(cls, y: Any, X: Any, groups: Any, family: str, Z: Any, trials: Any,
-           correlated: Any) -> "_Arrays":
+           correlated: Any, offset: Any = None) -> "_Arrays":
         yv = _vector("y", y)
         n = yv.shape[0]
         if n == 0:
@@ -219,13 +220,14 @@ class _Arrays:
         tv = None if trials is None else _vector("trials", trials, n)
         if tv is not None and family.lower() not in ("binomial", "bernoulli"):
             raise ValueError("trials: only the binomial family has trials")
-        return cls(family, yv, n, factor_names, k, labels, index, Xm, Zs, cor, tv)
+        ov = None if offset is None else _vector("offset", offset, n)
+        return cls(family, yv, n, factor_names, k, labels, index, Xm, Zs, cor, tv, ov)
 
     def core(self) -> Dict[str, Any]:
         """The model's arguments of ``_core.fit_glmm`` and ``_core.glmm_loglik``, by name."""
         return dict(family=self.family, y=self.y, x=self.X,
                     groups=[i.astype(np.int64) for i in self.index], zs=self.Zs,
-                    correlated=self.cor, trials=self.trials)
+                    correlated=self.cor, trials=self.trials, offset=self.offset)
 
 
 def glmm_loglik(
@@ -239,6 +241,7 @@ def glmm_loglik(
     *,
     correlated: Any = False,
     seed: int = 0,
+    offset: Any = None,
 ) -> Tuple[float, float, str]:
     """The log-likelihood of a GLMM at ``theta``, every constant included as lme4's: exact
     where it can be (quadrature with up to 3 random effects per independent block, the closed
@@ -249,13 +252,13 @@ def glmm_loglik(
         theta: on :class:`GlmmResult`'s internal scale (beta; per grouping factor, log of the
             diagonal of the Cholesky factor L of its effects' covariance, then, when
             correlated, L's lower off-diagonal row by row; log sigma).
-        y, X, groups, family, Z, trials, correlated: as :func:`glmm`.
+        y, X, groups, family, Z, trials, correlated, offset: as :func:`glmm`.
         seed: fixes the importance sampler's draws (unused when exact).
 
     Returns:
         (log-likelihood, its Monte Carlo error (0 when exact), how it was computed).
     """
-    a = _Arrays.of(y, X, groups, family, Z, trials, correlated)
+    a = _Arrays.of(y, X, groups, family, Z, trials, correlated, offset)
     return _core.glmm_loglik(**a.core(), theta=[float(v) for v in np.asarray(theta, dtype=float)],
                              seed=_whole("seed", seed))
 
@@ -280,6 +283,7 @@ def glmm(
     nodes: Optional[int] = None,
     data: Any = None,
     ranef_draws: int = 500,
+    offset: Any = None,
 ) -> GlmmResult:
     """Fits a generalised linear mixed model by maximum likelihood: directly where the likelihood
     can be computed exactly, else by automated Monte Carlo EM.
@@ -293,9 +297,10 @@ def glmm(
     (pandas and formulaic needed): the fixed effects and each term's effects by formulaic's
     model matrices (categorical columns, interactions, ``I(...)``, ``0 +`` for no intercept),
     ``(Z | g)`` correlated and ``(Z || g)`` independent effects, ``a:b`` and ``a/b`` (nested)
-    grouping factors, ``cbind(successes, failures)`` as a binomial response; rows with a missing
-    value in the formula's variables are dropped (lme4's ``na.omit``) and the result says how
-    many.
+    grouping factors, ``cbind(successes, failures)`` as a binomial response, ``offset(expr)``
+    among the fixed effects (``offset(log(t))``: a known part of eta, such as the log of an
+    exposure); rows with a missing value in the formula's variables are dropped (lme4's
+    ``na.omit``) and the result says how many.
 
     Args:
         y: the responses (n values): real for ``"gaussian"``, counts for ``"poisson"``,
@@ -333,6 +338,9 @@ def glmm(
         data: with a formula, the data frame (or anything ``pandas.DataFrame`` takes).
         ranef_draws: draws a chain for the conditional means of blocks too large to integrate
             (``ranef_mean`` of crossed factors; default 500, 0 for none).
+        offset: a known part of each observation's eta (n finite values; glmer's ``offset``),
+            such as ``np.log(exposure)`` for Poisson rates; with a formula, added to its
+            ``offset(...)`` terms, as R adds them.
 
     Returns:
         A :class:`GlmmResult`.
@@ -351,10 +359,13 @@ def glmm(
         formula, d = y, parse(y, data)
         y, X, groups, Z, trials, correlated = d.y, d.X, d.groups, d.Z, d.trials, d.correlated
         x_names, dropped = d.x_names, d.dropped
+        # R's rule: the formula's offsets and the argument's are summed, on the rows kept.
+        extra = None if offset is None else d.kept(offset, "offset")
+        offset = d.offset if extra is None else extra if d.offset is None else d.offset + extra
         z_names = d.z_names[0] if len(d.z_names) == 1 else d.z_names
     elif data is not None:
         raise ValueError("data: only with a formula, e.g. sagd.glmm('y ~ x + (1 | g)', data=df)")
-    a = _Arrays.of(y, X, groups, family, Z, trials, correlated)
+    a = _Arrays.of(y, X, groups, family, Z, trials, correlated, offset)
     n, factor_names, k, labels, Xm, Zs = a.n, a.factor_names, a.k, a.labels, a.X, a.Zs
     p = Xm.shape[1]
     # Unnamed columns: a column of ones is R's (Intercept); a column of Z that is one of X's

@@ -95,6 +95,29 @@ pub(super) fn data(
     Ok(Checked { p, levels, trials })
 }
 
+/// An offset (see [`super::Glmm::with_offset`]) checked against `n` rows: its values, or an
+/// empty vector for none.
+pub(super) fn offset(offset: Option<Vec<f64>>, n: usize) -> Result<Vec<f64>> {
+    let Some(o) = offset else {
+        return Ok(Vec::new());
+    };
+    if o.len() != n {
+        return Err(invalid(
+            "offset",
+            format!("{} values for {n} observations", o.len()),
+            "give one offset per row of y",
+        ));
+    }
+    if let Some(i) = o.iter().position(|v| !v.is_finite()) {
+        return Err(invalid(
+            "offset",
+            format!("{} at row {i}", o[i]),
+            "give every row a finite offset (the log of an exposure needs the exposure > 0)",
+        ));
+    }
+    Ok(o)
+}
+
 /// The random-effect terms whose variances the data can tell apart, as lme4 requires: every
 /// grouping factor with two levels or more (one level's effect is the intercept's), and for the
 /// Gaussian family fewer levels than observations (one row a level: its effect and the residual

@@ -2,7 +2,8 @@
 //! η_i = x_iᵀβ + Σ_t z_{t,i}ᵀ b_{t, g_t(i)}: one or several random-effect terms t (lme4's
 //! `(Z_t | g_t)`), each with a vector b_{t,l} ~ N(0, Σ_t) per level l of its grouping factor —
 //! Σ_t diagonal (independent effects, `(Z || g)`) or full (correlated) — for the Gaussian,
-//! Poisson and binomial (Bernoulli) families.
+//! Poisson and binomial (Bernoulli) families; η_i may carry a known offset o_i too
+//! ([`Glmm::with_offset`], lme4's `offset(…)`).
 //!
 //! As a [`LatentModel`], a data point is a connected set of rows: rows that share a level of any
 //! term, closed under sharing. With one grouping factor that is a group; with nested factors, a
@@ -73,6 +74,9 @@ pub struct Glmm {
     scalar_effects: bool,
     /// Each entry of θ's unit at the start ([`LatentModel::theta_scale`]).
     theta_scale: Vec<f64>,
+    /// Each row's offset in η (lme4's `offset(…)`), in the rows' order; empty for none (the
+    /// Gaussian family's is taken from y instead, which gives the same likelihood).
+    offset: Vec<f64>,
 }
 
 impl Glmm {
@@ -105,8 +109,42 @@ impl Glmm {
         terms: Vec<RandomTerm>,
         trials: Option<Vec<f64>>,
     ) -> Result<Self> {
+        Glmm::build(family, y, x, terms, trials, None)
+    }
+
+    /// [`Glmm::with_terms`] with a known part of each row's linear predictor, lme4's
+    /// `offset(…)`: η_i = o_i + x_iᵀβ + Σ_t z_{t,i}ᵀ b_{t, g_t(i)}, such as the log of an
+    /// exposure under a Poisson rate. `offset` has one finite value per row of `y`.
+    pub fn with_offset(
+        family: Family,
+        y: Vec<f64>,
+        x: Vec<f64>,
+        terms: Vec<RandomTerm>,
+        trials: Option<Vec<f64>>,
+        offset: Vec<f64>,
+    ) -> Result<Self> {
+        Glmm::build(family, y, x, terms, trials, Some(offset))
+    }
+
+    fn build(
+        family: Family,
+        y: Vec<f64>,
+        x: Vec<f64>,
+        terms: Vec<RandomTerm>,
+        trials: Option<Vec<f64>>,
+        offset: Option<Vec<f64>>,
+    ) -> Result<Self> {
         let n = y.len();
         let checks::Checked { p, levels, trials } = checks::data(family, &y, &x, &terms, trials)?;
+        let offset = checks::offset(offset, n)?;
+        // A Gaussian's offset moves its response: y − o given η has y's density given η + o.
+        let (y, offset) = match family {
+            Family::Gaussian if !offset.is_empty() => (
+                y.iter().zip(&offset).map(|(y, o)| y - o).collect(),
+                Vec::new(),
+            ),
+            _ => (y, offset),
+        };
         let layout = Layout::of(&terms, &levels, n);
         let row_constant = layout
             .point_rows
@@ -120,16 +158,19 @@ impl Glmm {
         let order: Vec<usize> = layout.point_rows.concat();
         let (points, latent_dim) = layout.points();
         let mut terms = layout.into_terms(terms, p, n);
-        let start = start_theta(family, (&y, &x, p, &trials), &terms);
+        let start = start_theta(family, (&y, &x, p, &trials), &offset, &terms);
         let scalar_effects = terms.iter().all(|t| t.q == 1);
         // Each point's rows side by side, in their order, so that a point's passes read them as
         // slices; a point sees its rows in the same order either way, so its terms have the
         // same bits (with the rows already in the points' order nothing moves).
-        let (mut y, mut x, mut trials) = (y, x, trials);
+        let (mut y, mut x, mut trials, mut offset) = (y, x, trials, offset);
         if order.iter().enumerate().any(|(k, &i)| k != i) {
             y = in_order(&y, 1, &order);
             x = in_order(&x, p, &order);
             trials = in_order(&trials, 1, &order);
+            if !offset.is_empty() {
+                offset = in_order(&offset, 1, &order);
+            }
             for term in &mut terms {
                 term.z = in_order(&term.z, term.q, &order);
                 term.slot = in_order(&term.slot, 1, &order);
@@ -148,6 +189,7 @@ impl Glmm {
             start,
             scalar_effects,
             theta_scale: Vec::new(),
+            offset,
         };
         // The Gaussian's polish keeps steps of 1e-5 (1 + |θ_j|): its exact control variate
         // leaves the information's error at 1e-10, where the one-sided differences' bias
@@ -222,10 +264,12 @@ fn theta_len(family: Family, p: usize, terms: &[Term]) -> usize {
     p + random + usize::from(family == Family::Gaussian)
 }
 
-/// [`Glmm::start`] from the responses, the fixed effects' design (p columns) and the trials.
+/// [`Glmm::start`] from the responses, the fixed effects' design (p columns), the trials and
+/// the offset (empty for none).
 fn start_theta(
     family: Family,
     (y, x, p, trials): (&[f64], &[f64], usize, &[f64]),
+    offset: &[f64],
     terms: &[Term],
 ) -> Vec<f64> {
     let n = y.len() as f64;
@@ -237,11 +281,19 @@ fn start_theta(
     if intercept {
         th[0] = match family {
             Family::Gaussian => mean,
+            // With an offset, the rate per unit of e^o: Σy / Σe^o.
+            Family::Poisson if !offset.is_empty() => {
+                // log of the mean e^o, from its largest term so that no e^o overflows.
+                let top = offset.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let rest = offset.iter().map(|o| (o - top).exp()).sum::<f64>() / n;
+                mean.max(1e-3).ln() - top - rest.ln()
+            }
             Family::Poisson => mean.max(1e-3).ln(),
             Family::Binomial => {
                 let m = trials.iter().sum::<f64>() / n;
                 let r = (mean / m).clamp(1e-3, 1.0 - 1e-3);
-                (r / (1.0 - r)).ln()
+                let shift = offset.iter().sum::<f64>() / n;
+                (r / (1.0 - r)).ln() - shift
             }
         };
     }

@@ -33,10 +33,14 @@ impl Glmm {
         }
     }
 
-    /// x_iᵀβ for every row of point `c`.
+    /// Row `i`'s x_iᵀβ, plus its offset where the model has one.
     pub(super) fn fixed_part(&self, beta: &[f64], i: usize) -> f64 {
         let xi = &self.x[i * self.p..(i + 1) * self.p];
-        xi.iter().zip(beta).map(|(a, b)| a * b).sum::<f64>()
+        let v = xi.iter().zip(beta).map(|(a, b)| a * b).sum::<f64>();
+        match self.offset.get(i) {
+            Some(o) => v + o,
+            None => v,
+        }
     }
 
     /// For point `c` at latent `u`: log p(y_c, u; θ) (with `prior_dim` coordinates of u in the
@@ -95,7 +99,7 @@ impl Glmm {
         lp
     }
 
-    /// The linear predictors x_iᵀβ + Σ_t z_it L_t u of `rows` into `eta`, row by row over every
+    /// The linear predictors x_iᵀβ (+ o_i) + Σ_t z_it L_t u of `rows` into `eta`, row by row over every
     /// term's effects ([`Glmm::row_design`]).
     pub(super) fn etas_by_rows(
         &self,
@@ -132,6 +136,9 @@ impl Glmm {
                 .skip(c)
                 .step_by(p);
             eta.iter_mut().zip(x).for_each(|(e, x)| *e += x * b);
+        }
+        if let Some(o) = self.offset.get(rows.clone()) {
+            eta.iter_mut().zip(o).for_each(|(e, o)| *e += o);
         }
         for (t, term) in self.terms.iter().enumerate() {
             let l = factors[t][0];

@@ -82,11 +82,15 @@ fn every_shape(family: Family) -> [Glmm; 5] {
     ]
 }
 
-/// Term by term over the rows gives the linear predictors row by row gives, bit for bit.
+/// Term by term over the rows gives the linear predictors row by row gives, bit for bit, with
+/// an offset or without.
 #[test]
 fn scalar_effects_term_by_term_give_the_rows_bits() {
-    for nested in [false, true] {
-        let m = scalar_terms(Family::Poisson, nested);
+    for (nested, offset) in [(false, false), (true, false), (false, true), (true, true)] {
+        let mut m = scalar_terms(Family::Poisson, nested);
+        if offset {
+            m.offset = (0..m.n_obs()).map(|i| (i as f64 * 0.9).cos()).collect();
+        }
         let theta: Vec<f64> = (0..m.theta_dim()).map(|k| 0.37 * k as f64 - 0.3).collect();
         let factors = m.factors(&theta);
         for c in &m.points {
@@ -95,7 +99,11 @@ fn scalar_effects_term_by_term_give_the_rows_bits() {
             m.etas_by_rows(&theta[..m.p], &factors, c.rows.clone(), &u, &mut by_rows);
             m.etas_by_terms(&theta[..m.p], &factors, c.rows.clone(), &u, &mut by_terms);
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&by_rows), bits(&by_terms), "nested {nested}");
+            assert_eq!(
+                bits(&by_rows),
+                bits(&by_terms),
+                "nested {nested}, offset {offset}"
+            );
         }
     }
 }

@@ -8,8 +8,10 @@
 //! random-effect terms `(effects | g)` (correlated effects) or `(effects || g)` (independent),
 //! whose effects are read as a formula's right-hand side of their own (an intercept unless `0`),
 //! grouped by a column, an interaction of columns `g:h`, or a nesting `g/h` (the terms of `g`
-//! and of `g:h`). Names with other characters are quoted in backticks. Functions other than
-//! `factor` (`log(x)`, `I(x^2)`) are refused with the advice to add the column to the data.
+//! and of `g:h`). Names with other characters are quoted in backticks. An offset, a known part
+//! of the linear predictor, is `offset(t)` or `offset(log(t))` among the fixed effects (several
+//! are summed, as R does). Other functions (`log(x)`, `I(x^2)`) are refused with the advice to
+//! add the column to the data.
 //!
 //! R's coding: a categorical column's levels are sorted (numbers by value, text in byte order);
 //! within a term, a categorical variable is coded by treatment contrasts (its first level the
@@ -158,6 +160,24 @@ struct Bar {
     correlated: bool,
 }
 
+/// `offset(column)` or `offset(log(column))`.
+#[derive(Clone, Debug, PartialEq)]
+struct Offset {
+    column: String,
+    log: bool,
+}
+
+impl Offset {
+    /// As written in the formula.
+    fn shown(&self) -> String {
+        if self.log {
+            format!("offset(log({}))", self.column)
+        } else {
+            format!("offset({})", self.column)
+        }
+    }
+}
+
 /// The response.
 #[derive(Clone, Debug, PartialEq)]
 enum Response {
@@ -173,6 +193,7 @@ pub struct Formula {
     response: Response,
     fixed: Effects,
     random: Vec<Bar>,
+    offsets: Vec<Offset>,
 }
 
 /// The names of one random-effect term's effects, its grouping factor and the factor's levels.
@@ -209,6 +230,8 @@ pub struct Design {
     pub response: String,
     /// Each used row's index in the frame (0-based).
     pub rows: Vec<usize>,
+    /// The offset of each used row (the sum of the formula's `offset(…)` terms), if it has any.
+    pub offset: Option<Vec<f64>>,
 }
 
 impl Design {
@@ -249,13 +272,16 @@ impl Design {
         checks::identified_terms(family, &levels, self.y.len(), |t| {
             format!("the grouping factor `{}`", self.term_names[t].group)
         })?;
-        Glmm::with_terms(
-            family,
+        let (y, x, terms, trials) = (
             self.y.clone(),
             self.x.clone(),
             self.terms.clone(),
             self.trials.clone(),
-        )
+        );
+        match &self.offset {
+            Some(o) => Glmm::with_offset(family, y, x, terms, trials, o.clone()),
+            None => Glmm::with_terms(family, y, x, terms, trials),
+        }
     }
 }
 
@@ -280,6 +306,7 @@ impl Formula {
                 .iter()
                 .flat_map(|b| b.group.iter().map(String::as_str)),
         );
+        out.extend(self.offsets.iter().map(|o| o.column.as_str()));
         out.sort_unstable();
         out.dedup();
         out
@@ -309,6 +336,7 @@ impl Formula {
         let (response, y, trials) = self.response_values(&cols, &rows)?;
         let (x, x_names) = self.matrix(&self.fixed, &cols, &rows)?;
         let (terms, term_names) = self.random_terms(&cols, &rows)?;
+        let offset = self.offset_values(&cols, &rows)?;
         Ok(Design {
             y,
             trials,
@@ -320,7 +348,47 @@ impl Formula {
             dropped: frame.n_rows() - n,
             response,
             rows,
+            offset,
         })
+    }
+
+    /// The sum of the offsets on the rows kept (None without any); the log of a value that is
+    /// not positive is an error that names its row.
+    fn offset_values(
+        &self,
+        cols: &BTreeMap<&str, &Column>,
+        rows: &[usize],
+    ) -> Result<Option<Vec<f64>>> {
+        if self.offsets.is_empty() {
+            return Ok(None);
+        }
+        let mut total = vec![0.0; rows.len()];
+        for o in &self.offsets {
+            let values = numbers(cols, rows, &o.column, "offset")?;
+            for (k, (t, v)) in total.iter_mut().zip(values).enumerate() {
+                if o.log && v <= 0.0 {
+                    return Err(invalid(
+                        "data",
+                        format!(
+                            "{}: `{}` is {v} at data row {}",
+                            o.shown(),
+                            o.column,
+                            rows[k] + 1
+                        ),
+                        "the log of an exposure needs it above 0: fix the value or drop the row",
+                    ));
+                }
+                *t += if o.log { v.ln() } else { v };
+            }
+        }
+        if let Some(k) = total.iter().position(|v| !v.is_finite()) {
+            return Err(invalid(
+                "data",
+                format!("the offset is {} at data row {}", total[k], rows[k] + 1),
+                "give offsets that are finite numbers",
+            ));
+        }
+        Ok(Some(total))
     }
 
     /// The response's name as the formula gives it, its values, and the numbers of trials

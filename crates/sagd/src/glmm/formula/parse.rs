@@ -1,7 +1,7 @@
 //! Reading a formula's text: tokens, then a recursive-descent reader of lme4's notation into
 //! [`Formula`]'s terms.
 
-use super::{same_term, Bar, Effects, Formula, Response, Var};
+use super::{same_term, Bar, Effects, Formula, Offset, Response, Var};
 use crate::error::invalid;
 use crate::error::{Result, SagdError};
 
@@ -91,6 +91,14 @@ enum Item {
     One,
     Zero,
     Bar(Vec<Bar>),
+    Offset(Offset),
+}
+
+/// A sum as read: the effects, the random-effect terms and the offsets.
+struct Sum {
+    effects: Effects,
+    random: Vec<Bar>,
+    offsets: Vec<Offset>,
 }
 
 impl Reader<'_> {
@@ -146,7 +154,7 @@ impl Reader<'_> {
             self.at -= 2;
             return Err(self.error(
                 &format!("the function `{name}(…)`"),
-                "only factor(…) is read in a formula: add the transformed variable to the data as a column",
+                "only factor(…) and, among the fixed effects, offset(…) are read in a formula: add the transformed variable to the data as a column",
             ));
         }
         let inner = self.name()?;
@@ -183,8 +191,44 @@ impl Reader<'_> {
         Ok(terms)
     }
 
+    /// `offset(x)` or `offset(log(x))`, its name already read.
+    fn offset(&mut self) -> Result<Offset> {
+        self.expect("(")?;
+        let name = self.name()?;
+        let offset = if self.eat("(") {
+            if name != "log" {
+                self.at -= 2;
+                return Err(self.error(
+                    &format!("the function `{name}(…)` inside offset(…)"),
+                    "write offset(x) or offset(log(x)); for another transformation add it to the data as a column",
+                ));
+            }
+            let column = self.name()?;
+            self.expect(")")?;
+            Offset { column, log: true }
+        } else {
+            Offset {
+                column: name,
+                log: false,
+            }
+        };
+        self.expect(")")?;
+        Ok(offset)
+    }
+
     fn item(&mut self, bars: bool) -> Result<Item> {
+        let next_is_call = matches!(self.tokens.get(self.at + 1), Some((Token::Sym("("), _)));
         match self.peek().cloned() {
+            Some(Token::Name(n)) if n == "offset" && next_is_call => {
+                if !bars {
+                    return Err(self.error(
+                        "offset(…) inside a random-effect term",
+                        "write the offset among the fixed effects: y ~ x + offset(log(t)) + (1 | g)",
+                    ));
+                }
+                self.at += 1;
+                Ok(Item::Offset(self.offset()?))
+            }
             Some(Token::Number(n)) if n == "1" || n == "0" => {
                 self.at += 1;
                 Ok(if n == "1" { Item::One } else { Item::Zero })
@@ -234,13 +278,23 @@ impl Reader<'_> {
 
     /// A sum of items; with `bars`, random-effect terms go to `self`'s caller through the
     /// returned list.
-    fn sum_with(&mut self, bars: bool) -> Result<(Effects, Vec<Bar>)> {
+    fn sum_with(&mut self, bars: bool) -> Result<Sum> {
         let mut intercept = true;
         let mut terms: Vec<Vec<Var>> = Vec::new();
         let mut random = Vec::new();
+        let mut offsets = Vec::new();
         let mut minus = self.eat("-");
         loop {
+            let at = self.at;
             match self.item(bars)? {
+                Item::Offset(_) if minus => {
+                    self.at = at;
+                    return Err(self.error(
+                        "an offset removed with `-`",
+                        "leave the offset out instead, or add it with +",
+                    ));
+                }
+                Item::Offset(o) => offsets.push(o),
                 Item::One => intercept = !minus,
                 Item::Zero if !minus => intercept = false,
                 Item::Zero => {}
@@ -286,11 +340,15 @@ impl Reader<'_> {
             t.sort_by_key(|v| seen.iter().position(|s| s == v));
         }
         terms.sort_by_key(Vec::len);
-        Ok((Effects { intercept, terms }, random))
+        Ok(Sum {
+            effects: Effects { intercept, terms },
+            random,
+            offsets,
+        })
     }
 
     fn sum(&mut self, bars: bool) -> Result<Effects> {
-        Ok(self.sum_with(bars)?.0)
+        Ok(self.sum_with(bars)?.effects)
     }
 }
 
@@ -321,7 +379,11 @@ impl Formula {
             }
         };
         r.expect("~")?;
-        let (fixed, random) = r.sum_with(true)?;
+        let Sum {
+            effects: fixed,
+            random,
+            offsets,
+        } = r.sum_with(true)?;
         if r.at < r.tokens.len() {
             return Err(r.error("unexpected text", "join terms with +"));
         }
@@ -346,6 +408,7 @@ impl Formula {
             response,
             fixed,
             random,
+            offsets,
         })
     }
 }

@@ -122,3 +122,69 @@ fn text_is_inferred_and_a_two_level_response_is_binary() {
     assert_eq!(d.y, [1.0, 0.0]);
     assert_eq!(d.dropped, 1);
 }
+
+#[test]
+fn offsets_are_read_summed_and_checked() {
+    let design = |s: &str| Formula::parse(s).unwrap().design(&frame());
+    // x is 0.5 … 2.5 on the rows kept (y's last is missing); g is 10, 2, 10, 2, 10.
+    let d = design("y ~ f + offset(log(x)) + (1 | h)").unwrap();
+    let want: Vec<f64> = [0.5f64, 1.0, 1.5, 2.0, 2.5]
+        .iter()
+        .map(|v| v.ln())
+        .collect();
+    assert_eq!(d.offset.as_deref(), Some(&want[..]));
+    assert_eq!(d.x_names, ["(Intercept)", "fb", "fc"]);
+    // Two offsets are summed, as R sums them; none gives None.
+    let d = design("y ~ offset(g) + x + offset(log(x)) + (1 | h)").unwrap();
+    let sum: Vec<f64> = [10.0, 2.0, 10.0, 2.0, 10.0]
+        .iter()
+        .zip(&want)
+        .map(|(g, l)| g + l)
+        .collect();
+    assert_eq!(d.offset.as_deref(), Some(&sum[..]));
+    assert_eq!(d.x_names, ["(Intercept)", "x"]);
+    assert!(design("y ~ x + (1 | h)").unwrap().offset.is_none());
+    // The offset's column counts among the formula's: its missing values drop the row.
+    let mut f = frame();
+    f.columns[1] = Column::Number(vec![0.5, f64::NAN, 1.5, 2.0, 2.5, 3.0]);
+    let d = Formula::parse("y ~ offset(log(x)) + (1 | h)")
+        .unwrap()
+        .design(&f)
+        .unwrap();
+    assert_eq!((d.n_obs, d.dropped), (4, 2));
+    // Its place and its fix.
+    let msg = |s: &str| Formula::parse(s).unwrap_err().to_string();
+    assert!(msg("y ~ x + (offset(x) | g)").contains("among the fixed effects"));
+    assert!(msg("y ~ x - offset(x) + (1 | g)").contains("an offset removed"));
+    assert!(msg("y ~ offset(sqrt(x)) + (1 | g)").contains("offset(log(x))"));
+    assert!(msg("y ~ offset(log(x) + (1 | g)").contains("expected `)`"));
+    let mut f = frame();
+    f.columns[1] = Column::Number(vec![0.5, 0.0, 1.5, 2.0, 2.5, 3.0]);
+    let e = Formula::parse("y ~ offset(log(x)) + (1 | h)")
+        .unwrap()
+        .design(&f)
+        .unwrap_err();
+    assert!(e.to_string().contains("`x` is 0 at data row 2"), "{e}");
+    let e = design("y ~ offset(f) + (1 | h)").unwrap_err().to_string();
+    assert!(e.contains("the offset `f` has text"), "{e}");
+    // The model built from the design carries it: its ℓ is that of the arrays with the offset,
+    // not without.
+    let d = design("y ~ offset(log(x)) + (1 | h)").unwrap();
+    let loglik = |m: Glmm| m.log_likelihood(&[0.4, -0.5], 0).unwrap().value;
+    let (y, x, terms) = (d.y.clone(), d.x.clone(), d.terms.clone());
+    let offset = d.offset.clone().unwrap();
+    let by_hand = Glmm::with_offset(
+        Family::Poisson,
+        y.clone(),
+        x.clone(),
+        terms.clone(),
+        None,
+        offset,
+    );
+    let l = loglik(d.glmm(Family::Poisson).unwrap());
+    assert_eq!(l.to_bits(), loglik(by_hand.unwrap()).to_bits());
+    assert_ne!(
+        l,
+        loglik(Glmm::with_terms(Family::Poisson, y, x, terms, None).unwrap())
+    );
+}
