@@ -85,6 +85,9 @@ def test_an_offset_is_the_arrays_fit_with_it_and_matches_glmer():
     arrays = sagd.glmm(kept.y, X, kept.site, family="poisson", offset=np.log(kept.exposure))
     same(r, arrays)
     assert r.n_obs == len(df) - 1
+    # The same offset written twice counts once, as in R.
+    same(r, sagd.glmm("y ~ x + offset(log(exposure)) + offset(log( exposure )) + (1 | site)",
+                      data=df, family="poisson"))
     # The argument and the formula's term are summed, as R sums them: log(t) twice is log(t²).
     both = sagd.glmm("y ~ x + offset(log(exposure)) + (1 | site)", data=df, family="poisson",
                      offset=np.log(df.exposure))

@@ -94,7 +94,9 @@ def parse(formula: str, data: Any) -> Design:
     if "|" in fixed:
         raise _bad(formula, "a '|' outside parentheses", "write random effects as (terms | g)")
     terms = _terms(fixed)
-    offsets = [m.group(1) for m in map(_OFFSET.match, terms) if m]
+    # Different offsets are summed; one written twice counts once, as in R.
+    offsets = list(dict.fromkeys("".join(m.group(1).split())
+                                 for m in map(_OFFSET.match, terms) if m))
     fixed = " + ".join(t for t in terms if not _OFFSET.match(t)) or "1"
     used = set(_NAME.findall(lhs + " " + rhs)) & set(map(str, df.columns))
     missing = [n for n in set(_NAME.findall(lhs)) if n not in df.columns and n != "cbind"]

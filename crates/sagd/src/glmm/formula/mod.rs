@@ -9,8 +9,8 @@
 //! whose effects are read as a formula's right-hand side of their own (an intercept unless `0`),
 //! grouped by a column, an interaction of columns `g:h`, or a nesting `g/h` (the terms of `g`
 //! and of `g:h`). Names with other characters are quoted in backticks. An offset, a known part
-//! of the linear predictor, is `offset(t)` or `offset(log(t))` among the fixed effects (several
-//! are summed, as R does). Other functions (`log(x)`, `I(x^2)`) are refused with the advice to
+//! of the linear predictor, is `offset(t)` or `offset(log(t))` among the fixed effects (different
+//! ones are summed and one written twice counts once, as in R). Other functions (`log(x)`, `I(x^2)`) are refused with the advice to
 //! add the column to the data.
 //!
 //! R's coding: a categorical column's levels are sorted (numbers by value, text in byte order);

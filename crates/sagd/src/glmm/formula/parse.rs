@@ -294,6 +294,8 @@ impl Reader<'_> {
                         "leave the offset out instead, or add it with +",
                     ));
                 }
+                // The same offset twice is one, as R keeps one of each variable.
+                Item::Offset(o) if offsets.contains(&o) => {}
                 Item::Offset(o) => offsets.push(o),
                 Item::One => intercept = !minus,
                 Item::Zero if !minus => intercept = false,

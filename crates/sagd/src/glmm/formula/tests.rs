@@ -134,8 +134,9 @@ fn offsets_are_read_summed_and_checked() {
         .collect();
     assert_eq!(d.offset.as_deref(), Some(&want[..]));
     assert_eq!(d.x_names, ["(Intercept)", "fb", "fc"]);
-    // Two offsets are summed, as R sums them; none gives None.
-    let d = design("y ~ offset(g) + x + offset(log(x)) + (1 | h)").unwrap();
+    // Two offsets are summed, as R sums them, and one written twice counts once (R's
+    // model.offset); none gives None.
+    let d = design("y ~ offset(g) + x + offset(log(x)) + offset(g) + (1 | h)").unwrap();
     let sum: Vec<f64> = [10.0, 2.0, 10.0, 2.0, 10.0]
         .iter()
         .zip(&want)
