@@ -41,22 +41,31 @@ def broken(*_):
 
 
 @st.composite
+def offsets(draw, n):
+    """None, or an offset of n values (a user's logs of exposures), with awkward values and
+    lengths mixed in."""
+    return draw(st.one_of(st.none(), st.lists(st.floats(-3, 3), min_size=n, max_size=n),
+                          st.lists(st.one_of(st.floats(-3, 3), numbers), min_size=n,
+                                   max_size=n + 1)))
+
+
+@st.composite
 def mixed_model_data(draw):
-    """Data of one length n (mostly counts, groups and covariates a user would have), with
-    awkward values and lengths mixed in."""
+    """Data of one length n (mostly counts, groups, covariates and offsets a user would have),
+    with awkward values and lengths mixed in."""
     n = draw(st.integers(0, 12))
     if draw(st.booleans()):
         # What a user would have: counts, a few groups, a covariate.
         y = draw(st.lists(st.integers(0, 30), min_size=n, max_size=n))
         groups = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
         x = draw(st.one_of(st.none(), st.lists(st.floats(-3, 3), min_size=n, max_size=n)))
-        return y, groups, x
+        return y, groups, x, draw(offsets(n))
     y = draw(st.lists(st.one_of(st.integers(0, 30), numbers), min_size=n, max_size=n))
     groups = draw(st.lists(st.one_of(st.integers(0, 3), st.sampled_from(["a", None, np.nan])),
                            min_size=n, max_size=n + draw(st.integers(0, 1))))
     x = draw(st.one_of(st.none(), st.lists(st.one_of(st.floats(-3, 3), numbers),
                                             min_size=n, max_size=n)))
-    return y, groups, x
+    return y, groups, x, draw(offsets(n))
 
 
 @BOUNDED
@@ -67,11 +76,11 @@ def mixed_model_data(draw):
     threads=st.one_of(st.none(), st.integers(-2, 4), numbers),
 )
 def test_glmm_gives_a_fit_or_names_the_problem(data, family, seed, threads):
-    y, groups, x = data
+    y, groups, x, offset = data
     X = None if x is None else np.column_stack([np.ones(len(x)), np.asarray(x, dtype=float)])
     try:
         r = sagd.glmm(np.asarray(y, dtype=float), X, np.asarray(groups, dtype=object),
-                      family=family, seed=seed, threads=threads)
+                      family=family, seed=seed, threads=threads, offset=offset)
     except (ValueError, TypeError) as e:
         assert str(e), "an error without a message"
         return
