@@ -92,6 +92,9 @@ pub(super) fn data(
     identified_terms(family, &levels, n, |t| {
         format!("grouping factor {t} (random-effect term {})", t + 1)
     })?;
+    distinct_effects(terms, n, |t, a| {
+        format!("column {a} of Z in random-effect term {}", t + 1)
+    })?;
     Ok(Checked { p, levels, trials })
 }
 
@@ -143,6 +146,53 @@ pub(super) fn identified_terms(
                 format!("{} has a level for each of the {n} observations", name(t)),
                 "with one observation a level the Gaussian family cannot tell that term's variance from the residual's: drop the term, or group the rows more coarsely",
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses two effects of one grouping factor (terms with the same groups) whose columns are
+/// proportional, as `(1 | g) + (1 | g)` or `(1 + c | g)` with c constant: their variances, and
+/// with them every standard error, are not identified (only their sum is). `name(t, a)` names
+/// column a of term t in the error.
+pub(super) fn distinct_effects(
+    terms: &[RandomTerm],
+    n: usize,
+    name: impl Fn(usize, usize) -> String,
+) -> Result<()> {
+    let column = |t: &RandomTerm, a: usize| -> Vec<f64> {
+        let q = t.z.len() / n.max(1);
+        (0..n).map(|i| t.z[i * q + a]).collect()
+    };
+    // Cauchy–Schwarz with equality, to rounding: (u·v)² = |u|²|v|².
+    let proportional = |u: &[f64], v: &[f64]| {
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+        let (uv, uu, vv) = (dot(u, v), dot(u, u), dot(v, v));
+        uu > 0.0 && vv > 0.0 && uv * uv >= uu * vv * (1.0 - 1e-12)
+    };
+    for (t, a_term) in terms.iter().enumerate() {
+        for (s, b_term) in terms.iter().enumerate().skip(t) {
+            if s != t && a_term.group != b_term.group {
+                continue;
+            }
+            let (qa, qb) = (a_term.z.len() / n.max(1), b_term.z.len() / n.max(1));
+            for a in 0..qa {
+                let u = column(a_term, a);
+                let first_b = if s == t { a + 1 } else { 0 };
+                for b in first_b..qb {
+                    if proportional(&u, &column(b_term, b)) {
+                        return Err(invalid(
+                            "random effects",
+                            format!(
+                                "{} and {} are one effect (proportional columns) of one grouping factor",
+                                name(t, a),
+                                name(s, b)
+                            ),
+                            "their variances cannot be told apart: give each effect once per grouping factor, e.g. (1 + x | g) instead of (1 | g) + (1 + x | g)",
+                        ));
+                    }
+                }
+            }
         }
     }
     Ok(())

@@ -419,3 +419,48 @@ fn separated_responses_are_named_and_others_are_not() {
     let gaussian = forty(Family::Gaussian, |i| i as f64);
     assert_eq!(gaussian.separation(&[0.0, -1e6, 0.0, 0.0]), None);
 }
+
+/// Two effects of one grouping factor with proportional columns have variances the data
+/// cannot tell apart (only their sum): refused by name, across terms and within one; the same
+/// columns under other groups, and other columns under the same groups, are models.
+#[test]
+fn one_effect_twice_for_a_grouping_factor_is_refused() {
+    let n = 24;
+    let y: Vec<f64> = (0..n).map(|i| ((i * 7) % 5) as f64).collect();
+    let g: Vec<usize> = (0..n).map(|i| i / 6).collect();
+    let h: Vec<usize> = (0..n).map(|i| i % 3).collect();
+    let x: Vec<f64> = (0..n).map(|i| (i as f64 * 0.9).sin()).collect();
+    let term = |group: &[usize], z: Vec<f64>, correlated| RandomTerm {
+        group: group.to_vec(),
+        z,
+        correlated,
+    };
+    let fit = |terms| Glmm::with_terms(Family::Poisson, y.clone(), vec![1.0; n], terms, None);
+    let refused = |terms| fit(terms).unwrap_err().to_string();
+    let e = refused(vec![
+        term(&g, vec![1.0; n], false),
+        term(&g, vec![1.0; n], false),
+    ]);
+    assert!(
+        e.contains("column 0 of Z in random-effect term 1") && e.contains("term 2"),
+        "{e}"
+    );
+    assert!(e.contains("proportional"), "{e}");
+    // (1 + c | g) with c = 2 in every row.
+    let e = refused(vec![term(&g, [1.0, 2.0].repeat(n), true)]);
+    assert!(
+        e.contains("column 0 of Z in random-effect term 1") && e.contains("column 1"),
+        "{e}"
+    );
+    // (1 | g) + (0 + x | g) and (1 | g) + (1 | h) are models.
+    assert!(fit(vec![
+        term(&g, vec![1.0; n], false),
+        term(&g, x.clone(), false)
+    ])
+    .is_ok());
+    assert!(fit(vec![
+        term(&g, vec![1.0; n], false),
+        term(&h, vec![1.0; n], false)
+    ])
+    .is_ok());
+}

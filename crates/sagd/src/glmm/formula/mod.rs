@@ -272,6 +272,15 @@ impl Design {
         checks::identified_terms(family, &levels, self.y.len(), |t| {
             format!("the grouping factor `{}`", self.term_names[t].group)
         })?;
+        checks::distinct_effects(&self.terms, self.y.len(), |t, a| {
+            let names = &self.term_names[t];
+            format!(
+                "`{}` of random-effect term {} (grouped by `{}`)",
+                names.effects[a],
+                t + 1,
+                names.group
+            )
+        })?;
         let (y, x, terms, trials) = (
             self.y.clone(),
             self.x.clone(),

@@ -76,6 +76,18 @@ fn errors_name_the_place_and_the_fix() {
     assert!(msg("y ~ x").contains("no random-effect term"));
     assert!(msg("y ~ x - f + (1|g)").contains("leave the term out"));
     assert!(msg("y ~ x ^ 2 + (1|g)").contains("character 7"));
+    let e = Formula::parse("y ~ x + (1 | g) + (1 + x | g)")
+        .unwrap()
+        .design(&frame())
+        .unwrap()
+        .glmm(Family::Poisson)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`(Intercept)` of random-effect term 1 (grouped by `g`)")
+            && e.contains("term 2"),
+        "{e}"
+    );
     let e = Formula::parse("y ~ z + (1 | g)")
         .unwrap()
         .design(&frame())
