@@ -214,6 +214,18 @@ pub struct Mle {
     pub unbounded: bool,
 }
 
+impl Mle {
+    /// Its row's name in a table: `MLE`, or `no MLE` where the search ended on the ridge
+    /// toward a → +∞ ([`Mle::unbounded`]; the run's warning says why).
+    pub fn label(&self) -> &'static str {
+        if self.unbounded {
+            "no MLE"
+        } else {
+            "MLE"
+        }
+    }
+}
+
 /// The true log-likelihood on a grid: `loglik[i][j]` at `(a[i], b[j])`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Surface {

@@ -153,9 +153,7 @@ pub(super) fn summary(
             if p.converged { "below 0.01" } else { "NOT below 0.01" }
         );
     }
-    // A search that ended on the ridge toward a → +∞ found no MLE (the warning says why).
-    let mle = if r.mle.unbounded { "no MLE" } else { "MLE" };
-    row(mle, &r.mle.theta, r.mle.loglik);
+    row(r.mle.label(), &r.mle.theta, r.mle.loglik);
     if let Some(i) = &r.information {
         // Each standard error with its own Monte Carlo error, when the draws gave one.
         let err = |j: usize| {

@@ -160,10 +160,16 @@ pub(super) fn distinct_effects(
     n: usize,
     name: impl Fn(usize, usize) -> String,
 ) -> Result<()> {
-    let column = |t: &RandomTerm, a: usize| -> Vec<f64> {
-        let q = t.z.len() / n.max(1);
-        (0..n).map(|i| t.z[i * q + a]).collect()
-    };
+    // Each term's columns, taken out of its row-major Z once.
+    let columns: Vec<Vec<Vec<f64>>> = terms
+        .iter()
+        .map(|t| {
+            let q = t.z.len() / n.max(1);
+            (0..q)
+                .map(|a| t.z.iter().skip(a).step_by(q.max(1)).copied().collect())
+                .collect()
+        })
+        .collect();
     // Cauchy–Schwarz with equality, to rounding: (u·v)² = |u|²|v|².
     let proportional = |u: &[f64], v: &[f64]| {
         let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
@@ -175,12 +181,10 @@ pub(super) fn distinct_effects(
             if s != t && a_term.group != b_term.group {
                 continue;
             }
-            let (qa, qb) = (a_term.z.len() / n.max(1), b_term.z.len() / n.max(1));
-            for a in 0..qa {
-                let u = column(a_term, a);
+            for (a, u) in columns[t].iter().enumerate() {
                 let first_b = if s == t { a + 1 } else { 0 };
-                for b in first_b..qb {
-                    if proportional(&u, &column(b_term, b)) {
+                for (b, v) in columns[s].iter().enumerate().skip(first_b) {
+                    if proportional(u, v) {
                         return Err(invalid(
                             "random effects",
                             format!(

@@ -64,11 +64,7 @@ pub(super) fn e1_record(s: &E1Settings, r: &sagd_apps::e1::E1Result, rec: &mut R
     let mut rows = vec![
         row("exact GD, end", r.exact_end(), Some(last(&r.loglik_exact))),
         row("SAGD, end", r.sagd_end(), Some(last(&r.loglik_sagd))),
-        row(
-            if r.mle.unbounded { "no MLE" } else { "MLE" },
-            &r.mle.theta,
-            Some(r.mle.loglik),
-        ),
+        row(r.mle.label(), &r.mle.theta, Some(r.mle.loglik)),
     ];
     if let E1Data::Simulated { true_theta, .. } = &s.data {
         rows.push(row("true θ", true_theta, None));

@@ -9,9 +9,9 @@
 //! whose effects are read as a formula's right-hand side of their own (an intercept unless `0`),
 //! grouped by a column, an interaction of columns `g:h`, or a nesting `g/h` (the terms of `g`
 //! and of `g:h`). Names with other characters are quoted in backticks. An offset, a known part
-//! of the linear predictor, is `offset(t)` or `offset(log(t))` among the fixed effects (different
-//! ones are summed and one written twice counts once, as in R). Other functions (`log(x)`, `I(x^2)`) are refused with the advice to
-//! add the column to the data.
+//! of the linear predictor, is `offset(t)` or `offset(log(t))` among the fixed effects
+//! (different ones are summed and one written twice counts once, as in R). Other functions
+//! (`log(x)`, `I(x^2)`) are refused with the advice to add the column to the data.
 //!
 //! R's coding: a categorical column's levels are sorted (numbers by value, text in byte order);
 //! within a term, a categorical variable is coded by treatment contrasts (its first level the
@@ -20,121 +20,15 @@
 //! `gB`, `x:gB`. Rows with a missing value (an empty field, `NA` or `NaN`) in any variable the
 //! formula uses are dropped and counted, as lme4's `na.omit`.
 
+mod frame;
 mod parse;
+
+pub use frame::{Column, Frame};
 
 use std::collections::BTreeMap;
 
 use super::{checks, Family, Glmm, RandomTerm};
 use crate::error::{invalid, Result};
-
-/// One column of a [`Frame`].
-#[derive(Clone, Debug, PartialEq)]
-pub enum Column {
-    /// Numbers; NaN marks a missing value.
-    Number(Vec<f64>),
-    /// Labels; None marks a missing value.
-    Text(Vec<Option<String>>),
-}
-
-impl Column {
-    fn len(&self) -> usize {
-        match self {
-            Column::Number(v) => v.len(),
-            Column::Text(v) => v.len(),
-        }
-    }
-
-    fn missing(&self, i: usize) -> bool {
-        match self {
-            Column::Number(v) => v[i].is_nan(),
-            Column::Text(v) => v[i].is_none(),
-        }
-    }
-
-    /// A column from text fields: numbers if every field that is not missing reads as one,
-    /// else labels. Missing: an empty field, `NA` or `NaN`.
-    pub fn infer(fields: Vec<String>) -> Column {
-        let missing = |s: &str| matches!(s.trim(), "" | "NA" | "NaN");
-        let numbers: Option<Vec<f64>> = fields
-            .iter()
-            .map(|s| {
-                if missing(s) {
-                    Some(f64::NAN)
-                } else {
-                    s.trim().parse::<f64>().ok()
-                }
-            })
-            .collect();
-        match numbers {
-            Some(v) => Column::Number(v),
-            None => Column::Text(
-                fields
-                    .into_iter()
-                    .map(|s| (!missing(&s)).then(|| s.trim().to_string()))
-                    .collect(),
-            ),
-        }
-    }
-}
-
-/// A table of named columns of equal length: the data a formula refers to.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Frame {
-    names: Vec<String>,
-    columns: Vec<Column>,
-}
-
-impl Frame {
-    /// A table from its columns. Errors name a column whose length differs from the first's, or
-    /// a name given twice.
-    pub fn new(names: Vec<String>, columns: Vec<Column>) -> Result<Frame> {
-        if names.len() != columns.len() {
-            return Err(invalid(
-                "data",
-                format!("{} names for {} columns", names.len(), columns.len()),
-                "give one name per column",
-            ));
-        }
-        for (k, (name, col)) in names.iter().zip(&columns).enumerate() {
-            if col.len() != columns[0].len() {
-                return Err(invalid(
-                    "data",
-                    format!(
-                        "column `{name}` has {} values, column `{}` {}",
-                        col.len(),
-                        names[0],
-                        columns[0].len()
-                    ),
-                    "give every column one value per row",
-                ));
-            }
-            if names[..k].contains(name) {
-                return Err(invalid(
-                    "data",
-                    format!("two columns named `{name}`"),
-                    "give every column its own name",
-                ));
-            }
-        }
-        Ok(Frame { names, columns })
-    }
-
-    /// The rows.
-    pub fn n_rows(&self) -> usize {
-        self.columns.first().map_or(0, Column::len)
-    }
-
-    fn column(&self, name: &str) -> Result<&Column> {
-        match self.names.iter().position(|n| n == name) {
-            Some(k) => Ok(&self.columns[k]),
-            None => Err(invalid(
-                "formula",
-                format!("no column `{name}` in the data"),
-                &format!("use one of the columns: {}", self.names.join(", ")),
-            )),
-        }
-    }
-}
 
 /// A variable of a term: a column, categorical when `factor(…)` says so or its values are text.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
