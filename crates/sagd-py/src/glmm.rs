@@ -218,6 +218,7 @@ pub(crate) fn fit_glmm<'py>(
     .map_err(py_error)?;
     let d = fit_items(py, &model, &fit)?;
     random_effect_items(py, &d, &model, &fit.theta, (ranef_draws, seed))?;
+    fitted_items(py, &d, &model, &fit.theta)?;
     d.set_item("n_points", model.n_data())?;
     d.set_item("names", names)?;
     d.set_item("random_names", random_names)?;
@@ -312,6 +313,33 @@ fn random_effect_items(
             }
         }
         Err(e) => d.set_item("ranef_error", e.to_string())?,
+    }
+    Ok(())
+}
+
+/// Each observation's fit at θ̂ with the levels' effects at their modes (lme4's `predict`,
+/// `fitted`, `residuals`) and the Pearson residuals' quantiles; the fit stands without them
+/// where a mode cannot be found (the reason instead).
+fn fitted_items(
+    py: Python<'_>,
+    d: &Bound<'_, PyDict>,
+    model: &Glmm,
+    theta: &[f64],
+) -> PyResult<()> {
+    match model.fitted_values(theta) {
+        Ok(f) => {
+            d.set_item("resid_quantiles", f.pearson_quantiles())?;
+            for (name, v) in [
+                ("eta", f.eta),
+                ("fitted", f.mean),
+                ("resid_response", f.response),
+                ("resid_pearson", f.pearson),
+                ("resid_deviance", f.deviance),
+            ] {
+                d.set_item(name, PyArray1::from_vec(py, v))?;
+            }
+        }
+        Err(e) => d.set_item("fitted_error", e.to_string())?,
     }
     Ok(())
 }

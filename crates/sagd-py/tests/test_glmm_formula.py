@@ -102,6 +102,26 @@ def test_an_offset_is_the_arrays_fit_with_it_and_matches_glmer():
                      family="poisson")
     np.testing.assert_allclose(full.fixed, [0.5098330583, 0.4327953112], atol=2e-5)
     np.testing.assert_allclose(full.random_sd[0], 0.4706889855, atol=2e-5)
+    # Each count's fit against lme4's predict, fitted and residuals (pearson scaled, deviance)
+    # at rows 1, 2 and 240 of the file, and quantile(summary(fit)$residuals).
+    lme4 = {0: [0.0802522036325112, 1.08356031106352, -0.0835603110635179,
+                -0.0802737410992908, -0.0813401184042237],
+            1: [1.36564524286605, 3.91825045966563, -0.91825045966563, -0.463890050424818,
+                -0.484048751825311],
+            239: [1.00050209823108, 2.71964701565706, -1.71964701565706, -1.04275682283827,
+                  -1.19928721949829]}
+    for i, want in lme4.items():
+        got = [full.eta[i], full.fitted[i], full.resid_response[i], full.resid_pearson[i],
+               full.resid_deviance[i]]
+        np.testing.assert_allclose(got, want, atol=1e-4)
+    np.testing.assert_allclose(full.resid_quantiles, [-2.7667920218, -0.8130055041,
+                                                      -0.1257351473, 0.6720093047,
+                                                      4.1767411684], atol=1e-4)
+    assert "scaled residuals" in repr(full)
+    # With a row dropped, the values are those of the rows kept, which `rows` names.
+    assert len(r.fitted) == r.n_obs and 5 not in r.rows and list(r.rows[:6]) == [0, 1, 2, 3, 4, 6]
+    np.testing.assert_array_equal(r.fitted, arrays.fitted)
+    assert arrays.rows is None
     # A zero exposure has no log; an offset of another length is named.
     df.loc[7, "exposure"] = 0.0
     with pytest.raises(ValueError, match="at data row 8"):

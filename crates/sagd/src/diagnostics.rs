@@ -49,7 +49,8 @@ fn rank_normalise(chains: &[Vec<f64>]) -> Vec<Vec<f64>> {
 }
 
 /// The mean and the sample standard deviation (n − 1 in the denominator; 0 for fewer than two
-/// values).
+/// values). The workspace's tables share it; it is no part of the method's API.
+#[doc(hidden)]
 pub fn mean_sd(v: &[f64]) -> (f64, f64) {
     let n = v.len() as f64;
     let m = v.iter().sum::<f64>() / n;

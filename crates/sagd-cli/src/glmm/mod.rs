@@ -2,8 +2,7 @@
 //! the library's [`Glmm::fit`] (the exact likelihood where it can be computed, else automated
 //! EM), printed as lme4's `summary` prints it and written to OUT/result.json, estimates.csv,
 //! ranef.csv (each level's random effects given the data: modes, and means integrated or
-//! sampled) and
-//! summary.txt.
+//! sampled), fitted.csv (each observation's fit and residuals) and summary.txt.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -24,7 +23,9 @@ use crate::input::read_table;
 use crate::output::{write_atomic, Staging};
 use crate::progress::progress_bar;
 
+mod fitted;
 mod ranef;
+use fitted::{fitted_csv, scaled_residuals};
 use ranef::{ranef_csv, sampled_note, Means};
 
 /// Flags of `sagd glmm`.
@@ -120,7 +121,13 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     };
     // Nothing is written before the data and the formula are known to be good.
     let mut staging = Staging::new(&a.out, "glmm")?;
-    staging.owns(&["result.json", "estimates.csv", "ranef.csv", "summary.txt"]);
+    staging.owns(&[
+        "result.json",
+        "estimates.csv",
+        "ranef.csv",
+        "fitted.csv",
+        "summary.txt",
+    ]);
     let bar = progress_bar(
         a.quiet,
         (settings.em.max_msteps * settings.em.updates_per_mstep) as u64,
@@ -142,9 +149,13 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         Ok(_) => Means::find(&model, &fit.theta, a.ranef_draws, a.seed),
         Err(e) => Means::Blank(e.to_string()),
     };
+    // Each observation's fit, at the same modes as ranef.csv's.
+    let fitted = model.fitted_values(&fit.theta);
+    let quantiles = fitted.as_ref().ok().and_then(|f| f.pearson_quantiles());
     let sep = separation.as_deref();
     let seconds = t0.elapsed().as_secs_f64();
-    let text = render(&a, family, &design, (&fit, sep), &summary, seconds);
+    let notes = (sep, quantiles.as_ref());
+    let text = render(&a, family, &design, (&fit, notes), &summary, seconds);
     say_part!("{text}");
     write_atomic(&staging.path("summary.txt"), &text)?;
     write_atomic(
@@ -162,10 +173,16 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         }
         Err(e) => say_err!("warning: no ranef.csv: the random effects given the data: {e}"),
     }
+    match &fitted {
+        Ok(f) => write_atomic(&staging.path("fitted.csv"), fitted_csv(&design, f))?,
+        Err(e) => say_err!("warning: no fitted.csv: the fit at the random effects' modes: {e}"),
+    }
     let mut result = result_json(&a, family, &design, (&fit, sep), &summary, seconds);
     if ranef.is_ok() {
         result["ranef_means"] = means.json();
     }
+    // lme4's `summary(fit)$residuals`' minimum, quartiles and maximum.
+    result["scaled_residuals"] = json!(quantiles);
     write_atomic(
         &staging.path("result.json"),
         serde_json::to_string_pretty(&result)?,
@@ -237,18 +254,22 @@ fn how(fit: &GlmmFit) -> String {
 }
 
 /// lme4's `summary` of the fit, with the standard errors of the sds that lme4 does not give,
-/// and the warning of separated responses ([`sagd::glmm::Glmm::separation`]) where there is one.
+/// the scaled residuals' quantiles where the fitted values were found, and the warning of
+/// separated responses ([`sagd::glmm::Glmm::separation`]) where there is one.
 fn render(
     a: &GlmmArgs,
     family: Family,
     d: &Design,
-    (fit, separation): (&GlmmFit, Option<&str>),
+    (fit, (separation, residuals)): (&GlmmFit, (Option<&str>, Option<&[f64; 5]>)),
     s: &Summary,
     seconds: f64,
 ) -> String {
     let mut o = String::new();
     header(&mut o, a, family, d, fit);
     criteria(&mut o, d, fit, s);
+    if let Some(q) = residuals {
+        scaled_residuals(&mut o, q);
+    }
     random_effects(&mut o, d, fit, s);
     fixed_effects(&mut o, family, d, fit, s);
     if let Some(w) = separation {

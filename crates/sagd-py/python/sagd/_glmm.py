@@ -57,6 +57,21 @@ class GlmmResult(FitResult):
             Laplace's curvature at the mode, exact up to Monte Carlo error; ``ranef_mean_mcse``
             holds each mean's Monte Carlo error (0 where integrated), and ``warning`` says so
             where the chains have not mixed (R-hat above 1.01). None with ``ranef_draws=0``.
+        eta, fitted: each observation's linear predictor (offset included) and mean (the
+            probability of a success for the binomial family) with every level's effects at
+            their conditional modes: lme4's ``predict(fit)`` and ``fitted(fit)``. One value per
+            observation used, in the data's order; ``rows`` says which rows of ``data`` they are
+            (lme4's ``na.omit`` drops the others). None (and why, in ``warning``) where a level's
+            mode could not be found.
+        resid_response, resid_pearson, resid_deviance: each observation's residuals, as lme4's
+            ``residuals(fit, type)``: y - fitted (binomial: the proportion of successes less
+            the probability); over the response's sd under the family (sigma, sqrt(mu),
+            sqrt(p (1 - p) / trials): ``type = "pearson", scaled = TRUE``); sign(y - mu) times
+            the root of the observation's share of the deviance (glmer's default).
+        resid_quantiles: the Pearson residuals' minimum, quartiles and maximum, which lme4's
+            ``summary`` prints as its scaled residuals.
+        rows: with a formula, the positions in ``data`` of the observations used; None with
+            arrays (every row, in order).
         n_points: the independent blocks of the data EM works on: the groups of one factor, the
             top-level groups of nested ones, often the whole data set for crossed ones.
     """
@@ -88,6 +103,13 @@ class GlmmResult(FitResult):
     ranef_mean: Any = None
     ranef_mean_sd: Any = None
     ranef_mean_mcse: Any = None
+    eta: Optional[np.ndarray] = None
+    fitted: Optional[np.ndarray] = None
+    resid_response: Optional[np.ndarray] = None
+    resid_pearson: Optional[np.ndarray] = None
+    resid_deviance: Optional[np.ndarray] = None
+    resid_quantiles: Optional[np.ndarray] = None
+    rows: Optional[np.ndarray] = None
 
     def __repr__(self) -> str:
         p = len(self.fixed)
@@ -127,6 +149,9 @@ class GlmmResult(FitResult):
             out += f"\nREML criterion {self.reml_loglik:.4f}"
         if self.aic is not None:
             out += f"\nAIC {self.aic:.2f}  BIC {self.bic:.2f}"
+        if self.resid_quantiles is not None:
+            q = "  ".join(f"{v:.4f}" for v in self.resid_quantiles)
+            out += f"\nscaled residuals (min, 1Q, median, 3Q, max): {q}"
         if self.status not in ("polished", "exact"):
             out += f"\nNOT polished: {self.polish_error}"
         if self.warning:
@@ -349,7 +374,7 @@ def glmm(
         ValueError: shapes that disagree, values that are not finite, counts that are not whole.
         KeyboardInterrupt: Ctrl-C during the fit.
     """
-    formula, dropped = None, 0
+    formula, dropped, rows = None, 0, None
     if isinstance(y, str):
         if any(v is not None for v in (X, groups, Z, trials)) or correlated is not False:
             raise ValueError("with a formula, give the model in it alone: no X, groups, Z, "
@@ -358,7 +383,7 @@ def glmm(
 
         formula, d = y, parse(y, data)
         y, X, groups, Z, trials, correlated = d.y, d.X, d.groups, d.Z, d.trials, d.correlated
-        x_names, dropped = d.x_names, d.dropped
+        x_names, dropped, rows = d.x_names, d.dropped, d.rows
         # R's rule: the formula's offsets and the argument's are summed, on the rows kept.
         extra = None if offset is None else d.kept(offset, "offset")
         offset = d.offset if extra is None else extra if d.offset is None else d.offset + extra
@@ -405,6 +430,8 @@ def glmm(
         _warn(base, d["singular_note"])
     if d.get("ranef_error"):
         _warn(base, f"no ranef: {d['ranef_error']}")
+    if d.get("fitted_error"):
+        _warn(base, f"no fitted values: {d['fitted_error']}")
     if d.get("ranef_mean_rhat", 1.0) > 1.01:
         _warn(base, f"ranef_mean is sampled and its chains have not mixed (R-hat "
                     f"{d['ranef_mean_rhat']:.3f} > 1.01): refit with more ranef_draws")
@@ -444,7 +471,15 @@ def glmm(
         ranef_mean=_per_factor_arrays(d.get("ranef_mean"), factor_names, k),
         ranef_mean_sd=_per_factor_arrays(d.get("ranef_mean_sd"), factor_names, k),
         ranef_mean_mcse=_per_factor_arrays(d.get("ranef_mean_mcse"), factor_names, k),
+        **{f: _array(d.get(f)) for f in ("eta", "fitted", "resid_response", "resid_pearson",
+                                         "resid_deviance", "resid_quantiles")},
+        rows=rows,
     )
+
+
+def _array(v: Any) -> Optional[np.ndarray]:
+    """`v` as an array of floats, None kept."""
+    return None if v is None else np.asarray(v, dtype=float)
 
 
 def _warn(result: FitResult, note: str) -> None:

@@ -38,7 +38,7 @@ pub use fit::{
 pub use formula::{Column, Design, Formula, Frame, TermNames};
 pub use laplace::LaplaceFit;
 pub use likelihood::{LikelihoodMethod, MarginalLikelihood};
-pub use modes::SampledMeans;
+pub use modes::{FittedValues, SampledMeans};
 pub use summary::{Estimate, Summary, TermSummary};
 
 use family::ln_factorial;
@@ -77,6 +77,11 @@ pub struct Glmm {
     /// Each row's offset in η (lme4's `offset(…)`), in the rows' order; empty for none (the
     /// Gaussian family's is taken from y instead, which gives the same likelihood).
     offset: Vec<f64>,
+    /// The Gaussian family's offset, in the order the rows were given (empty for none): added
+    /// back to its fitted values.
+    response_shift: Vec<f64>,
+    /// The row of the data as given that each stored row holds; empty where they are the same.
+    order: Vec<usize>,
 }
 
 impl Glmm {
@@ -138,12 +143,13 @@ impl Glmm {
         let checks::Checked { p, levels, trials } = checks::data(family, &y, &x, &terms, trials)?;
         let offset = checks::offset(offset, n)?;
         // A Gaussian's offset moves its response: y − o given η has y's density given η + o.
-        let (y, offset) = match family {
+        let (y, offset, response_shift) = match family {
             Family::Gaussian if !offset.is_empty() => (
                 y.iter().zip(&offset).map(|(y, o)| y - o).collect(),
                 Vec::new(),
+                offset,
             ),
-            _ => (y, offset),
+            _ => (y, offset, Vec::new()),
         };
         let layout = Layout::of(&terms, &levels, n);
         let row_constant = layout
@@ -164,7 +170,8 @@ impl Glmm {
         // slices; a point sees its rows in the same order either way, so its terms have the
         // same bits (with the rows already in the points' order nothing moves).
         let (mut y, mut x, mut trials, mut offset) = (y, x, trials, offset);
-        if order.iter().enumerate().any(|(k, &i)| k != i) {
+        let reordered = order.iter().enumerate().any(|(k, &i)| k != i);
+        if reordered {
             y = in_order(&y, 1, &order);
             x = in_order(&x, p, &order);
             trials = in_order(&trials, 1, &order);
@@ -190,6 +197,8 @@ impl Glmm {
             scalar_effects,
             theta_scale: Vec::new(),
             offset,
+            response_shift,
+            order: if reordered { order } else { Vec::new() },
         };
         // The Gaussian's polish keeps steps of 1e-5 (1 + |θ_j|): its exact control variate
         // leaves the information's error at 1e-10, where the one-sided differences' bias

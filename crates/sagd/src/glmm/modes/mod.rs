@@ -10,7 +10,9 @@ use super::summary::sd_of_variance;
 use super::{Estimate, Family, Glmm};
 use crate::error::{Result, SagdError};
 
+mod fitted;
 mod sampled;
+pub use fitted::FittedValues;
 pub use sampled::SampledMeans;
 
 /// Nodes per dimension of the conditional means' rule by the points' dimension (1, 2, 3): more

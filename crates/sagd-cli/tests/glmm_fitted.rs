@@ -1,0 +1,144 @@
+//! `sagd glmm`'s fitted.csv and its summary's scaled residuals against lme4's.
+//!
+//! The references are R 4.2.2 with lme4 1.1-31 on the files of `tests/data`, for the fits of
+//! `tests/glmm.rs`: `predict(fit)`, `fitted(fit)`, `residuals(fit, "response")`,
+//! `residuals(fit, "pearson", scaled = TRUE)` and `residuals(fit, "deviance")` at three rows of
+//! each file, and `quantile(summary(fit)$residuals)`.
+
+mod common;
+use common::{sagd, succeeded};
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Per fit, lme4's values: `q` and the quantiles, or a row of the file and its η, fitted mean,
+/// response, Pearson and deviance residuals.
+const LME4: &str = "\
+poisson,q,-1.7311374259,-0.7490079409,-0.0333491268,0.4031236020,2.9457963189
+poisson,1,0.734170254418944,2.08375229074281,-2.08375229074281,-1.44352079678223,-2.04144668837705
+poisson,2,0.208059691679138,1.23128666492384,-0.231286664923844,-0.20843517237,-0.215531776054976
+poisson,180,0.628570026302589,1.87492756429962,-0.87492756429962,-0.638969093432159,-0.701936660956003
+reml,q,-2.6477714519,-0.6262232023,-0.0765969687,0.3308510038,2.9806454791
+reml,1,2.45357022680173,2.45357022680173,-2.45357022680173,-1.7283132087811,-2.45357022680173
+reml,2,1.35791761431877,1.35791761431877,-0.357917614318765,-0.252119843045572,-0.357917614318765
+reml,180,2.42889548406722,2.42889548406722,-1.42889548406722,-1.0065246603111,-1.42889548406722
+exposure,q,-2.7667920218,-0.8130055041,-0.1257351473,0.6720093047,4.1767411684
+exposure,1,0.0802522036325112,1.08356031106352,-0.0835603110635179,-0.0802737410992908,-0.0813401184042237
+exposure,2,1.36564524286605,3.91825045966563,-0.91825045966563,-0.463890050424818,-0.484048751825311
+exposure,240,1.00050209823108,2.71964701565706,-1.71964701565706,-1.04275682283827,-1.19928721949829
+";
+
+/// A fitted.csv row, or lme4's: η, the fitted mean, the response, Pearson and deviance residuals.
+type Values = [f64; 5];
+
+/// lme4's quantiles and rows of the fit `name`.
+fn lme4(name: &str) -> (Values, BTreeMap<usize, Values>) {
+    let (mut q, mut rows) = ([f64::NAN; 5], BTreeMap::new());
+    for line in LME4.lines().filter(|l| l.starts_with(&format!("{name},"))) {
+        let f: Vec<&str> = line.split(',').collect();
+        let v: Vec<f64> = f[2..].iter().map(|x| x.parse().unwrap()).collect();
+        let v: Values = v.try_into().unwrap();
+        match f[1] {
+            "q" => q = v,
+            row => drop(rows.insert(row.parse().unwrap(), v)),
+        }
+    }
+    (q, rows)
+}
+
+/// Runs `sagd glmm` on the test file `data` into `dir`; returns its fitted.csv's rows by their
+/// row in the file, result.json and the printout.
+fn fit(
+    data: &str,
+    args: &[&str],
+    dir: &Path,
+) -> (BTreeMap<usize, Values>, serde_json::Value, String) {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(data);
+    let o = succeeded(
+        sagd()
+            .arg("glmm")
+            .args(args)
+            .arg("--data")
+            .arg(file)
+            .arg("--out")
+            .arg(dir)
+            .arg("--quiet"),
+    );
+    let text = std::fs::read_to_string(dir.join("fitted.csv")).unwrap();
+    assert!(
+        text.starts_with("row,eta,fitted,residual,pearson,deviance\n"),
+        "{text}"
+    );
+    let rows = text
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let f: Vec<f64> = line.split(',').map(|v| v.parse().unwrap()).collect();
+            (f[0] as usize, f[1..].try_into().unwrap())
+        })
+        .collect();
+    let result = std::fs::read_to_string(dir.join("result.json")).unwrap();
+    let printed = String::from_utf8_lossy(&o.stdout).into_owned();
+    (rows, serde_json::from_str(&result).unwrap(), printed)
+}
+
+/// The fit `name` against lme4's, to `tol`: the distance between the two maximisers' θ̂ moves
+/// the values by about 1e-5 (1e-7 for the Gaussian closed form, which both maximise).
+fn matches_lme4(name: &str, data: &str, args: &[&str], tol: f64) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let (rows, r, printed) = fit(data, args, dir.path());
+    assert_eq!(rows.len(), r["data"]["n_obs"].as_u64().unwrap() as usize);
+    let (q, want) = lme4(name);
+    for (row, w) in &want {
+        let g = rows[row];
+        assert!(
+            g.iter().zip(w).all(|(a, b)| (a - b).abs() < tol),
+            "{name}, row {row}: {g:?} against lme4's {w:?}"
+        );
+    }
+    let got = &r["scaled_residuals"];
+    for (k, b) in q.iter().enumerate() {
+        let a = got[k].as_f64().unwrap();
+        assert!((a - b).abs() < tol, "{name}: {got} against lme4's {q:?}");
+    }
+    printed
+}
+
+#[test]
+fn a_poisson_fit_s_values_and_residuals_are_lme4_s() {
+    let args = ["count ~ x + dose + (1 | site)", "--family", "poisson"];
+    let printed = matches_lme4("poisson", "glmm_counts.csv", &args, 5e-5);
+    // As lme4 prints them, between the criteria and the random effects.
+    let want = "Scaled residuals:\n      Min        1Q    Median        3Q       Max\n  \
+                -1.7311   -0.7490   -0.0333    0.4031    2.9458\n\nRandom effects:";
+    assert!(printed.contains(want), "{printed}");
+}
+
+#[test]
+fn a_row_with_a_missing_value_has_no_fit_and_the_others_keep_their_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["count ~ x + dose + (1 | site)", "--family", "poisson"];
+    let (rows, ..) = fit("glmm_counts.csv", &args, dir.path());
+    // Row 8 of the file has no count.
+    let numbers: Vec<usize> = rows.keys().copied().collect();
+    let want: Vec<usize> = (1..=180).filter(|&r| r != 8).collect();
+    assert_eq!(numbers, want);
+}
+
+#[test]
+fn a_reml_fit_s_values_and_residuals_are_lmer_s() {
+    let args = ["count ~ x * dose + (1 | site)", "--reml"];
+    matches_lme4("reml", "glmm_counts.csv", &args, 1e-6);
+}
+
+#[test]
+fn an_offset_is_in_each_row_s_linear_predictor_as_glmer_has_it() {
+    let args = [
+        "y ~ x + offset(log(exposure)) + (1 | site)",
+        "--family",
+        "poisson",
+    ];
+    matches_lme4("exposure", "glmm_exposure.csv", &args, 1e-4);
+}

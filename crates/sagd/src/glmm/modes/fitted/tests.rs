@@ -1,0 +1,191 @@
+//! Each observation's fit against the levels' effects it is made of, the modes' own equations,
+//! the families' densities and R's quantiles.
+
+use statrs::distribution::{Binomial, Discrete, Poisson};
+
+use super::super::super::{Family, Glmm, RandomTerm};
+
+/// 24 rows in an order the model stores otherwise (its groups interleaved): correlated slopes by
+/// `a` (4 levels) and intercepts by `b` nested in them (8 levels), an offset, and for the
+/// binomial family 1 to 5 trials a row.
+fn nested(family: Family) -> (Glmm, Vec<f64>, Vec<RandomTerm>, Vec<f64>) {
+    let n = 24;
+    let x: Vec<f64> = (0..n).flat_map(|i| [1.0, (i as f64 * 0.9).cos()]).collect();
+    let trials: Vec<f64> = (0..n).map(|i| (1 + i % 5) as f64).collect();
+    let y: Vec<f64> = (0..n)
+        .map(|i| match family {
+            Family::Gaussian => (i as f64 * 1.7).sin() * 2.0,
+            Family::Poisson => ((i * 7) % 6) as f64,
+            Family::Binomial => ((i * 5) % 6).min(1 + i % 5) as f64,
+        })
+        .collect();
+    let offset: Vec<f64> = (0..n).map(|i| 0.1 * (i % 3) as f64).collect();
+    let terms = vec![
+        RandomTerm {
+            group: (0..n).map(|i| i % 4).collect(),
+            z: (0..n).flat_map(|i| [1.0, (i as f64 * 0.5).sin()]).collect(),
+            correlated: true,
+        },
+        RandomTerm {
+            group: (0..n).map(|i| 2 * (i % 4) + (i / 4) % 2).collect(),
+            z: vec![1.0; n],
+            correlated: false,
+        },
+    ];
+    let m = Glmm::with_offset(
+        family,
+        y.clone(),
+        x,
+        terms.clone(),
+        (family == Family::Binomial).then(|| trials.clone()),
+        offset.clone(),
+    )
+    .unwrap();
+    (m, y, terms, offset)
+}
+
+/// θ: β = (0.3, −0.4), a's sds 0.8 and 0.5 with L₂₁ = 0.3, b's sd 0.6, σ = 0.7 (Gaussian).
+fn theta(family: Family) -> Vec<f64> {
+    let mut t = vec![0.3, -0.4, 0.8f64.ln(), 0.5f64.ln(), 0.3, 0.6f64.ln()];
+    if family == Family::Gaussian {
+        t.push(0.7f64.ln());
+    }
+    t
+}
+
+#[test]
+fn each_row_s_fit_is_its_offset_fixed_part_and_its_levels_modes() {
+    for family in [Family::Gaussian, Family::Poisson, Family::Binomial] {
+        let (m, y, terms, offset) = nested(family);
+        let th = theta(family);
+        let f = m.fitted_values(&th).unwrap();
+        let re = m.random_effects(&th).unwrap();
+        for i in 0..y.len() {
+            let fixed = th[0] + th[1] * (i as f64 * 0.9).cos();
+            let random: f64 = terms
+                .iter()
+                .zip(&re)
+                .map(|(t, levels)| {
+                    let q = t.z.len() / y.len();
+                    let b = &levels[t.group[i]];
+                    (0..q).map(|k| t.z[i * q + k] * b[k].value).sum::<f64>()
+                })
+                .sum();
+            let eta = offset[i] + fixed + random;
+            assert!((f.eta[i] - eta).abs() < 1e-12, "{family:?} row {i}");
+            let (mean, response) = match family {
+                Family::Gaussian => (eta, y[i] - eta),
+                Family::Poisson => (eta.exp(), y[i] - eta.exp()),
+                Family::Binomial => {
+                    let p = 1.0 / (1.0 + (-eta).exp());
+                    (p, y[i] / (1 + i % 5) as f64 - p)
+                }
+            };
+            assert!((f.mean[i] - mean).abs() < 1e-12, "{family:?} row {i}");
+            assert!(
+                (f.response[i] - response).abs() < 1e-12,
+                "{family:?} row {i}"
+            );
+        }
+    }
+}
+
+#[test]
+fn at_the_mode_each_level_s_residuals_balance_its_effect() {
+    // A random intercept b_g = τ u_g: its mode solves τ Σ_{i∈g} ∂ℓ_i/∂η − u_g = 0, so
+    // Σ_{i∈g} ∂ℓ_i/∂η = b_g / τ², with ∂ℓ/∂η = (y − η)/σ², y − μ and m (y/m − p) by family.
+    for family in [Family::Gaussian, Family::Poisson, Family::Binomial] {
+        let n = 30;
+        let group: Vec<usize> = (0..n).map(|i| (i * 7) % 5).collect();
+        let trials: Vec<f64> = (0..n).map(|i| (1 + i % 4) as f64).collect();
+        let y: Vec<f64> = (0..n)
+            .map(|i| match family {
+                Family::Gaussian => (i as f64).sqrt() - 2.0,
+                Family::Poisson => ((i * 3) % 7) as f64,
+                Family::Binomial => ((i * 3) % 7).min(1 + i % 4) as f64,
+            })
+            .collect();
+        let x: Vec<f64> = (0..n).flat_map(|i| [1.0, i as f64 / n as f64]).collect();
+        let binomial = (family == Family::Binomial).then(|| trials.clone());
+        let m = Glmm::new(family, y, x, &group, vec![1.0; n], binomial).unwrap();
+        let (tau, sigma) = (0.8f64, 0.9f64);
+        let mut th = vec![0.2, 0.5, tau.ln()];
+        if family == Family::Gaussian {
+            th.push(sigma.ln());
+        }
+        let f = m.fitted_values(&th).unwrap();
+        let re = m.random_effects(&th).unwrap();
+        for (g, b) in re[0].iter().enumerate() {
+            let score: f64 = (0..n)
+                .filter(|&i| group[i] == g)
+                .map(|i| match family {
+                    Family::Gaussian => f.response[i] / (sigma * sigma),
+                    Family::Poisson => f.response[i],
+                    Family::Binomial => trials[i] * f.response[i],
+                })
+                .sum();
+            let want = b[0].value / (tau * tau);
+            assert!(
+                (score - want).abs() < 1e-8 * (1.0 + want.abs()),
+                "{family:?} level {g}: {score} against {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn residuals_are_the_families_pearson_and_deviance_ones() {
+    for family in [Family::Gaussian, Family::Poisson, Family::Binomial] {
+        let (m, y, ..) = nested(family);
+        let th = theta(family);
+        let f = m.fitted_values(&th).unwrap();
+        for (i, &yi) in y.iter().enumerate() {
+            let (mu, r) = (f.mean[i], f.response[i]);
+            let trials = (1 + i % 5) as u64;
+            // The response's sd and the row's deviance from the families' own densities:
+            // 2 (log p(y | y) − log p(y | μ)).
+            let (sd, dev) = match family {
+                Family::Gaussian => (0.7, r * r),
+                Family::Poisson => {
+                    let k = yi as u64;
+                    let lp = |rate: f64| match rate > 0.0 {
+                        true => Poisson::new(rate).unwrap().ln_pmf(k),
+                        false => 0.0,
+                    };
+                    (mu.sqrt(), 2.0 * (lp(yi) - lp(mu)))
+                }
+                Family::Binomial => {
+                    let k = yi as u64;
+                    let lp = |p: f64| Binomial::new(p, trials).unwrap().ln_pmf(k);
+                    let sd = (mu * (1.0 - mu) / trials as f64).sqrt();
+                    (sd, 2.0 * (lp(yi / trials as f64) - lp(mu)))
+                }
+            };
+            assert!((f.pearson[i] - r / sd).abs() < 1e-12, "{family:?} row {i}");
+            let d = f.deviance[i];
+            assert!(
+                (d * d - dev).abs() < 1e-9 && (d == 0.0 || d.signum() == r.signum()),
+                "{family:?} row {i}: {d} against ±√{dev}"
+            );
+        }
+    }
+}
+
+#[test]
+fn pearson_quantiles_are_r_s_type_seven() {
+    let (m, ..) = nested(Family::Poisson);
+    let mut f = m.fitted_values(&theta(Family::Poisson)).unwrap();
+    // R: quantile(c(3, 1, 4, 1, 5, 9, 2, 6)) is 1, 1.75, 3.5, 5.25, 9.
+    f.pearson = vec![3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0];
+    assert_eq!(f.pearson_quantiles(), Some([1.0, 1.75, 3.5, 5.25, 9.0]));
+    f.pearson = vec![2.5];
+    assert_eq!(f.pearson_quantiles(), Some([2.5; 5]));
+    f.pearson.clear();
+    assert_eq!(f.pearson_quantiles(), None);
+}
+
+#[test]
+fn a_theta_of_another_length_is_refused() {
+    let (m, ..) = nested(Family::Poisson);
+    assert!(m.fitted_values(&[0.0; 3]).is_err());
+}
