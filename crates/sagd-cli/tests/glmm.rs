@@ -9,7 +9,7 @@
 //! glmer's estimate.
 
 mod common;
-use common::{failed, sagd, succeeded};
+use common::{failed, glmm, sagd, succeeded};
 
 use std::path::{Path, PathBuf};
 
@@ -29,16 +29,7 @@ type Ranef = std::collections::HashMap<String, [(f64, f64); 2]>;
 /// [`fit`], and the rows of its ranef.csv by level.
 fn fit_with_ranef(args: &[&str]) -> (serde_json::Value, Ranef) {
     let dir = tempfile::tempdir().unwrap();
-    let o = succeeded(
-        sagd()
-            .arg("glmm")
-            .args(args)
-            .arg("--data")
-            .arg(data())
-            .arg("--out")
-            .arg(dir.path())
-            .arg("--quiet"),
-    );
+    let o = glmm(args, &data(), dir.path());
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("Fixed effects:") && out.contains("(Intercept)"),

@@ -6,7 +6,7 @@
 //! each file, and `quantile(summary(fit)$residuals)`.
 
 mod common;
-use common::{sagd, succeeded};
+use common::glmm;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -56,16 +56,7 @@ fn fit(
     let file = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")
         .join(data);
-    let o = succeeded(
-        sagd()
-            .arg("glmm")
-            .args(args)
-            .arg("--data")
-            .arg(file)
-            .arg("--out")
-            .arg(dir)
-            .arg("--quiet"),
-    );
+    let o = glmm(args, &file, dir);
     let text = std::fs::read_to_string(dir.join("fitted.csv")).unwrap();
     assert!(
         text.starts_with("row,eta,fitted,residual,pearson,deviance\n"),

@@ -158,7 +158,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, profile=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -180,6 +180,7 @@ pub(crate) fn fit_glmm<'py>(
     nodes: Option<usize>,
     ranef_draws: usize,
     offset: Option<PyReadonlyArray1<'py, f64>>,
+    profile: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
     if (1..SampledMeans::MIN_DRAWS).contains(&ranef_draws) {
@@ -219,6 +220,9 @@ pub(crate) fn fit_glmm<'py>(
     let d = fit_items(py, &model, &fit)?;
     random_effect_items(py, &d, &model, &fit.theta, (ranef_draws, seed))?;
     fitted_items(py, &d, &model, &fit.theta)?;
+    if let Some(level) = profile {
+        profile_items(py, &d, &model, &fit, level)?;
+    }
     d.set_item("n_points", model.n_data())?;
     d.set_item("names", names)?;
     d.set_item("random_names", random_names)?;
@@ -342,4 +346,24 @@ fn fitted_items(
         Err(e) => d.set_item("fitted_error", e.to_string())?,
     }
     Ok(())
+}
+
+/// The profile-likelihood intervals at `level` of θ's entries (None for those not profiled),
+/// or why there are none (a fit by Langevin chains).
+fn profile_items(
+    py: Python<'_>,
+    d: &Bound<'_, PyDict>,
+    model: &Glmm,
+    fit: &GlmmFit,
+    level: f64,
+) -> PyResult<()> {
+    let Fitted::Exact(exact) = &fit.fitted else {
+        let why = "the fit is by Langevin chains, whose likelihood is sampled: profile intervals \
+                   need an exact fit (method=\"exact\", on models it can take)";
+        return d.set_item("profile_error", why);
+    };
+    let intervals = py
+        .detach(|| model.profile_intervals(exact, level))
+        .map_err(py_error)?;
+    d.set_item("profile", intervals)
 }

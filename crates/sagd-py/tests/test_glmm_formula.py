@@ -145,3 +145,32 @@ def test_what_is_wrong_with_a_formula_is_named():
         sagd.glmm("y ~ x + (1 | g)", np.ones(len(df)), data=df, family="poisson")
     with pytest.raises(ValueError, match="only with a formula"):
         sagd.glmm(df.y, None, df.g, family="poisson", data=df)
+
+
+def test_profile_intervals_are_lme4_s_and_what_cannot_be_profiled_is_said():
+    # R 4.2.2, lme4 1.1-31: confint(glmer(count ~ x + dose + (1 | site), poisson, nAGQ = 25))
+    # and confint(lmer(..., REML = FALSE)), lme4's profile interpolated by a spline.
+    path = (Path(__file__).resolve().parents[2] / "sagd-cli" / "tests" / "data"
+            / "glmm_counts.csv")
+    df = pd.read_csv(path)
+    formula = "count ~ x + dose + (1 | site)"
+    r = sagd.glmm(formula, data=df, family="poisson", profile=0.95)
+    want = {"(Intercept)": (0.23665239, 0.83249400), "x": (0.20478772, 0.43151390),
+            "dose[T.high]": (-1.00093898, -0.31226814), "dose[T.low]": (-0.30252315, 0.20643890),
+            "sd (Intercept)": (0.44277413, 0.85831945)}
+    assert list(r.confint) == list(want) and r.confint_level == 0.95
+    for name, ends in want.items():
+        np.testing.assert_allclose(r.confint[name], ends, atol=1e-5)
+    assert "profile confidence intervals (95%" in repr(r)
+    g = sagd.glmm(formula, data=df, profile=0.95)
+    np.testing.assert_allclose(g.confint["sd (Intercept)"], (1.04697384, 1.90901718), atol=1e-5)
+    np.testing.assert_allclose(g.confint["sigma"], (1.25878250, 1.58029605), atol=1e-5)
+    assert sagd.glmm(formula, data=df).confint is None
+    for bad, says in [(dict(profile=1.5), "between 0 and 1"), (dict(profile=0.9, reml=True), "reml"),
+                      (dict(profile=0.9, method="em"), "method='em'")]:
+        with pytest.raises(ValueError, match=says):
+            sagd.glmm(formula, data=df, **bad)
+    # Crossed counts fall back to Langevin chains: no intervals, and the warning says why.
+    crossed = sagd.glmm("count ~ x + (1 | site) + (1 | dose)", data=df, family="poisson",
+                        profile=0.95, ranef_draws=0, max_msteps=3)
+    assert crossed.confint is None and "no profile intervals" in crossed.warning

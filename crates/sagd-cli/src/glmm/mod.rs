@@ -2,7 +2,8 @@
 //! the library's [`Glmm::fit`] (the exact likelihood where it can be computed, else automated
 //! EM), printed as lme4's `summary` prints it and written to OUT/result.json, estimates.csv,
 //! ranef.csv (each level's random effects given the data: modes, and means integrated or
-//! sampled), fitted.csv (each observation's fit and residuals) and summary.txt.
+//! sampled), fitted.csv (each observation's fit and residuals), with `--profile` confint.csv
+//! (profile-likelihood intervals), and summary.txt.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -23,8 +24,12 @@ use crate::input::read_table;
 use crate::output::{write_atomic, Staging};
 use crate::progress::progress_bar;
 
+mod confint;
+mod files;
 mod fitted;
 mod ranef;
+use confint::Profiled;
+use files::{estimates_csv, result_json};
 use fitted::{fitted_csv, scaled_residuals};
 use ranef::{ranef_csv, sampled_note, Means};
 
@@ -67,6 +72,12 @@ pub struct GlmmArgs {
     /// those means blank.
     #[arg(long, default_value_t = 500)]
     ranef_draws: usize,
+    /// Profile-likelihood confidence intervals (lme4's `confint(fit)`) of the fixed effects, the
+    /// random effects' sds and σ at this level (0.95 when given alone), from the exact
+    /// likelihood: in the summary, confint.csv and result.json. Exact maximum-likelihood fits
+    /// only (not --reml, not EM).
+    #[arg(long, num_args = 0..=1, default_missing_value = "0.95", value_name = "LEVEL")]
+    profile: Option<f64>,
     /// Output folder.
     #[arg(long, default_value = "out/glmm")]
     out: PathBuf,
@@ -102,6 +113,21 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     if a.reml && family != Family::Gaussian {
         anyhow::bail!("--reml: REML is for the Gaussian family only; leave it out for {family:?}");
     }
+    if let Some(level) = a.profile {
+        if !(level > 0.0 && level < 1.0) {
+            anyhow::bail!(
+                "--profile {level}: give the intervals' level between 0 and 1, e.g. 0.95"
+            );
+        }
+        if a.reml {
+            anyhow::bail!("--profile: the intervals profile the likelihood, not REML's criterion; leave out --reml");
+        }
+        if method == Method::Em {
+            anyhow::bail!(
+                "--profile: the intervals need the exact likelihood; leave out --method em"
+            );
+        }
+    }
     let settings = FitSettings {
         method,
         exact: ExactSettings {
@@ -126,6 +152,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         "estimates.csv",
         "ranef.csv",
         "fitted.csv",
+        "confint.csv",
         "summary.txt",
     ]);
     let bar = progress_bar(
@@ -152,9 +179,20 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     // Each observation's fit, at the same modes as ranef.csv's.
     let fitted = model.fitted_values(&fit.theta);
     let quantiles = fitted.as_ref().ok().and_then(|f| f.pearson_quantiles());
+    let profiled = a
+        .profile
+        .map(|level| Profiled::find(&model, &design, &fit, level));
     let sep = separation.as_deref();
     let seconds = t0.elapsed().as_secs_f64();
-    let notes = (sep, quantiles.as_ref());
+    let intervals = match &profiled {
+        Some(Ok(p)) => Some(p),
+        Some(Err(e)) => {
+            say_err!("warning: no profile intervals: {e}");
+            None
+        }
+        None => None,
+    };
+    let notes = (sep, quantiles.as_ref(), intervals);
     let text = render(&a, family, &design, (&fit, notes), &summary, seconds);
     say_part!("{text}");
     write_atomic(&staging.path("summary.txt"), &text)?;
@@ -173,6 +211,9 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         }
         Err(e) => say_err!("warning: no ranef.csv: the random effects given the data: {e}"),
     }
+    if let Some(Ok(p)) = &profiled {
+        write_atomic(&staging.path("confint.csv"), p.csv())?;
+    }
     match &fitted {
         Ok(f) => write_atomic(&staging.path("fitted.csv"), fitted_csv(&design, f))?,
         Err(e) => say_err!("warning: no fitted.csv: the fit at the random effects' modes: {e}"),
@@ -183,6 +224,9 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     }
     // lme4's `summary(fit)$residuals`' minimum, quartiles and maximum.
     result["scaled_residuals"] = json!(quantiles);
+    if let Some(Ok(p)) = &profiled {
+        result["confint"] = p.json();
+    }
     write_atomic(
         &staging.path("result.json"),
         serde_json::to_string_pretty(&result)?,
@@ -192,8 +236,12 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     Ok(())
 }
 
+/// What the summary adds to the fit: the separation warning, the scaled residuals' quantiles
+/// and the profile intervals.
+type Notes<'a> = (Option<&'a str>, Option<&'a [f64; 5]>, Option<&'a Profiled>);
+
 /// The criterion maximised (ℓ, or REML's) and its name.
-fn criterion(fit: &GlmmFit) -> (f64, &'static str) {
+pub(super) fn criterion(fit: &GlmmFit) -> (f64, &'static str) {
     match &fit.fitted {
         Fitted::Exact(e) if e.criterion == Criterion::Reml => {
             (e.reml.unwrap_or(f64::NAN), "REML criterion")
@@ -254,13 +302,14 @@ fn how(fit: &GlmmFit) -> String {
 }
 
 /// lme4's `summary` of the fit, with the standard errors of the sds that lme4 does not give,
-/// the scaled residuals' quantiles where the fitted values were found, and the warning of
-/// separated responses ([`sagd::glmm::Glmm::separation`]) where there is one.
+/// the scaled residuals' quantiles where the fitted values were found, the warning of
+/// separated responses ([`sagd::glmm::Glmm::separation`]) where there is one, and the profile
+/// intervals where they were asked for.
 fn render(
     a: &GlmmArgs,
     family: Family,
     d: &Design,
-    (fit, (separation, residuals)): (&GlmmFit, (Option<&str>, Option<&[f64; 5]>)),
+    (fit, (separation, residuals, intervals)): (&GlmmFit, Notes<'_>),
     s: &Summary,
     seconds: f64,
 ) -> String {
@@ -274,6 +323,9 @@ fn render(
     fixed_effects(&mut o, family, d, fit, s);
     if let Some(w) = separation {
         let _ = writeln!(o, "warning: {w}");
+    }
+    if let Some(p) = intervals {
+        p.table(&mut o);
     }
     let _ = writeln!(o, "({seconds:.2} s)");
     o
@@ -470,107 +522,6 @@ fn shown(v: f64, decimals: usize) -> String {
     } else {
         format!("{v:.3e}")
     }
-}
-
-/// `v` as a CSV field: quoted, its quotes doubled.
-pub(super) fn csv_text(v: &str) -> String {
-    format!("\"{}\"", v.replace('"', "\"\""))
-}
-
-/// One row per parameter on lme4's scales: kind, group, name, estimate, standard error.
-fn estimates_csv(d: &Design, fit: &GlmmFit, s: &Summary) -> String {
-    let mut o = String::from("kind,group,name,estimate,se\n");
-    for (name, e) in d.x_names.iter().zip(&s.fixed) {
-        let _ = writeln!(o, "fixed,,{},{},{}", csv_text(name), e.value, e.se);
-    }
-    for (names, term) in d.term_names.iter().zip(&s.random) {
-        for (k, (effect, sd)) in names.effects.iter().zip(&term.sd).enumerate() {
-            let _ = writeln!(
-                o,
-                "sd,{},{},{},{}",
-                csv_text(&names.group),
-                csv_text(effect),
-                sd.value,
-                sd.se
-            );
-            for (b, other) in names.effects.iter().enumerate().take(k) {
-                let _ = writeln!(
-                    o,
-                    "cor,{},{},{},",
-                    csv_text(&names.group),
-                    csv_text(&format!("{other}:{effect}")),
-                    term.cor[k][b]
-                );
-            }
-        }
-    }
-    if let Some(sigma) = s.sigma {
-        let _ = writeln!(o, "sigma,,Residual,{},{}", sigma.value, sigma.se);
-    }
-    let (value, name) = criterion(fit);
-    let _ = writeln!(
-        o,
-        "loglik,,{},{value},{}",
-        csv_text(name),
-        fit.log_likelihood.se
-    );
-    o
-}
-
-/// `result.json`: the command, the data's shape, the estimate on both scales and how it was made.
-fn result_json(
-    a: &GlmmArgs,
-    family: Family,
-    d: &Design,
-    (fit, separation): (&GlmmFit, Option<&str>),
-    s: &Summary,
-    seconds: f64,
-) -> serde_json::Value {
-    let (value, name) = criterion(fit);
-    let method = match &fit.fitted {
-        Fitted::Exact(e) => json!({"kind": "exact", "fit": e}),
-        Fitted::Em(t) => json!({
-            "kind": "em",
-            "status": t.final_estimate().status.name(),
-            "polish_error": t.polish_error,
-            "estimate_mc_se": t.final_estimate().se,
-            "msteps": t.msteps.len(),
-            "converged": t.converged,
-            "handover_rate": t.handover_rate,
-            "em_resumed": t.em_resumed,
-            "langevin_steps": t.langevin_steps,
-            "polished": t.polished,
-        }),
-    };
-    json!({
-        "command": "glmm",
-        "sagd_version": env!("CARGO_PKG_VERSION"),
-        "flags": a,
-        "formula": a.formula,
-        "family": family,
-        "data": {
-            "file": a.data,
-            "n_obs": d.n_obs,
-            "dropped": d.dropped,
-            "response": d.response,
-        },
-        "fixed": d.x_names.iter().zip(&s.fixed).map(|(n, e)| json!({"name": n, "estimate": e.value, "se": e.se})).collect::<Vec<_>>(),
-        "random": d.term_names.iter().zip(&s.random).map(|(t, r)| json!({
-            "group": t.group, "levels": t.levels.len(), "effects": t.effects, "sd": r.sd, "cor": r.cor,
-        })).collect::<Vec<_>>(),
-        "sigma": s.sigma,
-        "log_likelihood": fit.log_likelihood,
-        "criterion": {"name": name, "value": value},
-        "aic": s.aic(value),
-        "bic": s.bic(value, d.n_obs),
-        "n_params": s.n_params,
-        "singular": fit.singular,
-        "separation": separation,
-        "theta": fit.theta,
-        "covariance": fit.covariance,
-        "method": method,
-        "seconds": seconds,
-    })
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use sagd::glmm::{Design, Estimate, Glmm, SampledMeans};
 use serde_json::json;
 
-use super::csv_text;
+use super::files::csv_text;
 
 /// Each level's conditional means, as far as they were computed.
 pub(super) enum Means {

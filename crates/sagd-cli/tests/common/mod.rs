@@ -1,6 +1,7 @@
 //! What the binary's test files share.
 #![allow(dead_code)]
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// The binary under test.
@@ -24,6 +25,20 @@ pub fn succeeded(command: &mut Command) -> Output {
     let o = command.output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     o
+}
+
+/// Runs `sagd glmm ARGS --data DATA --out OUT --quiet`, which must succeed, and gives its output.
+pub fn glmm(args: &[&str], data: &Path, out: &Path) -> Output {
+    succeeded(
+        sagd()
+            .arg("glmm")
+            .args(args)
+            .arg("--data")
+            .arg(data)
+            .arg("--out")
+            .arg(out)
+            .arg("--quiet"),
+    )
 }
 
 /// Runs `command`, which must fail, and gives its standard error.

@@ -29,6 +29,7 @@ def fit_glmm(
     nodes: Optional[int] = ...,
     ranef_draws: int = ...,
     offset: Optional[npt.NDArray[np.float64]] = ...,
+    profile: Optional[float] = ...,
 ) -> Dict[str, Any]: ...
 def glmm_loglik(
     *,

@@ -72,6 +72,12 @@ class GlmmResult(FitResult):
             ``summary`` prints as its scaled residuals.
         rows: with a formula, the positions in ``data`` of the observations used; None with
             arrays (every row, in order).
+        confint: with ``profile=level``, the profile-likelihood confidence intervals (lme4's
+            ``confint(fit)``) of the fixed effects, the random effects' sds that are one
+            parameter each (every effect of an independent term, the first of a correlated
+            one) and sigma: a dict name -> (lower, upper) on the summary's scales, an sd's
+            lower end 0 where its profile never falls far enough; ``confint_level`` the level.
+            None (and why, in ``warning``) for a fit by EM.
         n_points: the independent blocks of the data EM works on: the groups of one factor, the
             top-level groups of nested ones, often the whole data set for crossed ones.
     """
@@ -110,6 +116,8 @@ class GlmmResult(FitResult):
     resid_deviance: Optional[np.ndarray] = None
     resid_quantiles: Optional[np.ndarray] = None
     rows: Optional[np.ndarray] = None
+    confint: Optional[Dict[str, Tuple[float, float]]] = None
+    confint_level: Optional[float] = None
 
     def __repr__(self) -> str:
         p = len(self.fixed)
@@ -149,6 +157,11 @@ class GlmmResult(FitResult):
             out += f"\nREML criterion {self.reml_loglik:.4f}"
         if self.aic is not None:
             out += f"\nAIC {self.aic:.2f}  BIC {self.bic:.2f}"
+        if self.confint:
+            pct = f"{100 * self.confint_level:g}%"
+            out += f"\nprofile confidence intervals ({pct}, exact likelihood):"
+            out += "".join(f"\n  {n:<28} {lo:10.5f} {hi:10.5f}"
+                           for n, (lo, hi) in self.confint.items())
         if self.resid_quantiles is not None:
             q = "  ".join(f"{v:.4f}" for v in self.resid_quantiles)
             out += f"\nscaled residuals (min, 1Q, median, 3Q, max): {q}"
@@ -309,6 +322,7 @@ def glmm(
     data: Any = None,
     ranef_draws: int = 500,
     offset: Any = None,
+    profile: Optional[float] = None,
 ) -> GlmmResult:
     """Fits a generalised linear mixed model by maximum likelihood: directly where the likelihood
     can be computed exactly, else by automated Monte Carlo EM.
@@ -366,6 +380,10 @@ def glmm(
         offset: a known part of each observation's eta (n finite values; glmer's ``offset``),
             such as ``np.log(exposure)`` for Poisson rates; with a formula, added to its
             ``offset(...)`` terms, as R adds them.
+        profile: a level (e.g. 0.95) for profile-likelihood confidence intervals (lme4's
+            ``confint(fit)``) from the exact likelihood, in ``confint``; exact maximum-likelihood
+            fits only (not ``reml=True`` or ``method="em"``; a fit that falls back to EM says
+            so in ``warning``).
 
     Returns:
         A :class:`GlmmResult`.
@@ -374,6 +392,16 @@ def glmm(
         ValueError: shapes that disagree, values that are not finite, counts that are not whole.
         KeyboardInterrupt: Ctrl-C during the fit.
     """
+    if profile is not None:
+        if not 0 < float(profile) < 1:
+            raise ValueError(f"profile: {profile}: give the intervals' level between 0 and 1, "
+                             "e.g. 0.95")
+        if reml:
+            raise ValueError("profile: the intervals profile the likelihood, not REML's "
+                             "criterion; leave out reml=True")
+        if str(method) == "em":
+            raise ValueError("profile: the intervals need the exact likelihood; leave out "
+                             "method='em'")
     formula, dropped, rows = None, 0, None
     if isinstance(y, str):
         if any(v is not None for v in (X, groups, Z, trials)) or correlated is not False:
@@ -415,7 +443,8 @@ def glmm(
                            max_msteps=(None if max_msteps is None
                                        else _whole("max_msteps", max_msteps, 1)),
                            progress=show, method=str(method), reml=bool(reml), nodes=nodes,
-                           ranef_draws=_whole("ranef_draws", ranef_draws))
+                           ranef_draws=_whole("ranef_draws", ranef_draws),
+                           profile=None if profile is None else float(profile))
     finally:
         close()
     # θ's names and the sds' labels come from the core (`Glmm::theta_names`, `effect_names`).
@@ -432,6 +461,8 @@ def glmm(
         _warn(base, f"no ranef: {d['ranef_error']}")
     if d.get("fitted_error"):
         _warn(base, f"no fitted values: {d['fitted_error']}")
+    if d.get("profile_error"):
+        _warn(base, f"no profile intervals: {d['profile_error']}")
     if d.get("ranef_mean_rhat", 1.0) > 1.01:
         _warn(base, f"ranef_mean is sampled and its chains have not mixed (R-hat "
                     f"{d['ranef_mean_rhat']:.3f} > 1.01): refit with more ranef_draws")
@@ -474,7 +505,27 @@ def glmm(
         **{f: _array(d.get(f)) for f in ("eta", "fitted", "resid_response", "resid_pearson",
                                          "resid_deviance", "resid_quantiles")},
         rows=rows,
+        confint=_confint(d.get("profile"), d["names"], est),
+        confint_level=None if d.get("profile") is None else float(profile),
     )
+
+
+def _confint(profile: Optional[List[Any]], names: List[str],
+             theta: np.ndarray) -> Optional[Dict[str, Tuple[float, float]]]:
+    """The core's intervals of theta's entries (None where not profiled) on the summary's
+    scales: the fixed effects as they are, ``sd ...`` and ``sigma`` from their logs."""
+    if profile is None:
+        return None
+    out = {}
+    for name, ends in zip(names, profile):
+        if ends is None:
+            continue
+        lo, hi = float(ends[0]), float(ends[1])
+        if name.startswith("log sd ") or name == "log(sigma)":
+            name = "sigma" if name == "log(sigma)" else name[len("log "):]
+            lo, hi = math.exp(lo), math.exp(hi)
+        out[name] = (lo, hi)
+    return out
 
 
 def _array(v: Any) -> Optional[np.ndarray]:

@@ -225,6 +225,12 @@ impl Glmm {
         Ok(-v / self.y.len() as f64)
     }
 
+    /// ℓ(θ) in closed form.
+    pub(super) fn gaussian_log_likelihood(&self, theta: &[f64]) -> Result<f64> {
+        let pieces = self.gaussian_pieces(&self.relative(theta))?;
+        Ok(pieces.ml(&theta[..self.p], theta[self.theta_len() - 1]))
+    }
+
     pub(super) fn fit_gaussian(&self, settings: &ExactSettings, start: &[f64]) -> Result<ExactFit> {
         let criterion = settings.criterion;
         let psi0 = self.relative(start)[self.psi_range()].to_vec();
@@ -245,10 +251,7 @@ impl Glmm {
         let (_, beta, s2) = pieces.profiled(criterion)?;
         let log_sigma = 0.5 * s2.ln();
         let theta = self.absolute(&r.x, &beta, log_sigma);
-        let ml = |th: &[f64]| -> Result<f64> {
-            let pieces = self.gaussian_pieces(&self.relative(th))?;
-            Ok(pieces.ml(&th[..self.p], th[self.theta_len() - 1]))
-        };
+        let ml = |th: &[f64]| self.gaussian_log_likelihood(th);
         let log_likelihood = ml(&theta)?;
         let (information, reml) = match criterion {
             Criterion::Ml => {

@@ -8,6 +8,7 @@
 //! (crossed non-Gaussian designs, long latents) are fitted by automated EM.
 
 mod gaussian;
+mod profile;
 mod quadrature;
 pub(super) use quadrature::{NodeScratch, ProductRule};
 #[cfg(test)]
@@ -36,7 +37,7 @@ pub(super) const POINTS_PER_PIECE: usize = 256;
 const AT_BOUNDARY: f64 = 1e-4;
 
 /// A diagonal factor the fit leaves below this share of its scale is tried at its boundary.
-const NEAR_BOUNDARY: f64 = 0.1;
+pub(super) const NEAR_BOUNDARY: f64 = 0.1;
 
 /// Where a factor tried at its boundary is put: this share of its scale.
 const TRIED_AT: f64 = 1e-6;
@@ -206,7 +207,7 @@ impl Glmm {
     /// scale, the term's largest sd (or, with one effect, σ for the Gaussian family and 1
     /// otherwise), every effect on η's scale (times its column's root mean square, so that a
     /// slope's covariate in other units does not move it).
-    fn factor_ratios(&self, theta: &[f64]) -> Vec<(usize, f64)> {
+    pub(super) fn factor_ratios(&self, theta: &[f64]) -> Vec<(usize, f64)> {
         let factors = self.factors(theta);
         let unit = if self.family == Family::Gaussian {
             theta[self.theta_len() - 1].exp()

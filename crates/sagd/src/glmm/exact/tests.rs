@@ -7,6 +7,7 @@ use crate::quadrature::GaussHermite;
 use crate::rng::NormalStream;
 
 mod offset;
+mod profile;
 mod units;
 
 /// y_ij = 1 + b_i + e_ij, b ~ N(0, 0.8²), e ~ N(0, 0.5²): `groups` balanced groups of `per`.

@@ -1,0 +1,161 @@
+//! `sagd glmm --profile`: profile-likelihood intervals against lme4's `confint(fit)` (its
+//! default method, the profile), R 4.2.2 with lme4 1.1-31 on `tests/data/glmm_counts.csv`:
+//! `glmer(count ~ x + dose + (1 | site), family = poisson, nAGQ = 25)` and
+//! `lmer(count ~ x + dose + (1 | site), REML = FALSE)`. lme4 interpolates its profile by a
+//! spline; the two agree to about 1e-6.
+
+mod common;
+use common::{glmm, refused, sagd};
+
+use std::path::{Path, PathBuf};
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_counts.csv")
+}
+
+/// Runs `sagd glmm` with `args` into `dir`; returns the printout.
+fn run(args: &[&str], dir: &Path) -> String {
+    String::from_utf8_lossy(&glmm(args, &data(), dir).stdout).into_owned()
+}
+
+/// confint.csv's rows: (kind, name, lower, upper).
+fn intervals(dir: &Path) -> Vec<(String, String, f64, f64)> {
+    let text = std::fs::read_to_string(dir.join("confint.csv")).unwrap();
+    assert!(
+        text.starts_with("kind,group,name,estimate,lower,upper\n"),
+        "{text}"
+    );
+    text.lines()
+        .skip(1)
+        .map(|line| {
+            let f: Vec<&str> = line.split(',').collect();
+            let name = f[2].trim_matches('"').to_string();
+            (
+                f[0].to_string(),
+                name,
+                f[4].parse().unwrap(),
+                f[5].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn close(got: &[(String, String, f64, f64)], want: &[(&str, &str, f64, f64)]) {
+    assert_eq!(got.len(), want.len(), "{got:?}");
+    for (g, w) in got.iter().zip(want) {
+        assert_eq!((g.0.as_str(), g.1.as_str()), (w.0, w.1));
+        assert!(
+            (g.2 - w.2).abs() < 1e-5 && (g.3 - w.3).abs() < 1e-5,
+            "{g:?} against lme4's {w:?}"
+        );
+    }
+}
+
+#[test]
+fn poisson_profile_intervals_are_glmer_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "count ~ x + dose + (1 | site)",
+        "--family",
+        "poisson",
+        "--profile",
+    ];
+    let printed = run(&args, dir.path());
+    assert!(
+        printed.contains("Profile confidence intervals (95 %"),
+        "{printed}"
+    );
+    close(
+        &intervals(dir.path()),
+        &[
+            ("fixed", "(Intercept)", 0.23665239, 0.83249400),
+            ("fixed", "x", 0.20478772, 0.43151390),
+            ("fixed", "dosehigh", -1.00093898, -0.31226814),
+            ("fixed", "doselow", -0.30252315, 0.20643890),
+            ("sd", "(Intercept)", 0.44277413, 0.85831945),
+        ],
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("result.json")).unwrap())
+            .unwrap();
+    assert_eq!(r["confint"]["level"], 0.95);
+    assert_eq!(r["confint"]["intervals"].as_array().unwrap().len(), 5);
+}
+
+#[test]
+fn gaussian_profile_intervals_are_lmer_s() {
+    let dir = tempfile::tempdir().unwrap();
+    run(
+        &["count ~ x + dose + (1 | site)", "--profile", "0.95"],
+        dir.path(),
+    );
+    close(
+        &intervals(dir.path()),
+        &[
+            ("fixed", "(Intercept)", 1.56787314, 2.83160761),
+            ("fixed", "x", 0.40620280, 0.83801055),
+            ("fixed", "dosehigh", -1.59327750, -0.45360798),
+            ("fixed", "doselow", -0.58419573, 0.46206978),
+            ("sd", "(Intercept)", 1.04697384, 1.90901718),
+            ("sigma", "Residual", 1.25878250, 1.58029605),
+        ],
+    );
+}
+
+#[test]
+fn a_narrower_level_gives_narrower_intervals() {
+    let (wide, narrow) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let formula = "count ~ x + (1 | site)";
+    run(&[formula, "--family", "poisson", "--profile"], wide.path());
+    run(
+        &[formula, "--family", "poisson", "--profile", "0.5"],
+        narrow.path(),
+    );
+    for (w, n) in intervals(wide.path()).iter().zip(intervals(narrow.path())) {
+        assert!(w.2 < n.2 && n.3 < w.3, "{w:?} {n:?}");
+    }
+}
+
+#[test]
+fn what_cannot_be_profiled_is_refused_or_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let command = |args: &[&str]| {
+        refused(
+            sagd()
+                .arg("glmm")
+                .args(args)
+                .arg("--data")
+                .arg(data())
+                .arg("--out")
+                .arg(dir.path().join("no")),
+        )
+    };
+    let e = command(&["count ~ x + (1 | site)", "--reml", "--profile"]);
+    assert!(e.contains("--profile") && e.contains("--reml"), "{e}");
+    let e = command(&["count ~ x + (1 | site)", "--profile", "1.5"]);
+    assert!(e.contains("between 0 and 1"), "{e}");
+    let e = command(&[
+        "count ~ x + (1 | site)",
+        "--family",
+        "poisson",
+        "--method",
+        "em",
+        "--profile",
+    ]);
+    assert!(e.contains("--method em"), "{e}");
+    // Crossed counts are fitted by Langevin chains: the fit stands, without intervals.
+    let out = dir.path().join("crossed");
+    let crossed = "count ~ x + (1 | site) + (1 | dose)";
+    let args = [
+        crossed,
+        "--family",
+        "poisson",
+        "--profile",
+        "--ranef-draws",
+        "0",
+    ];
+    let o = glmm(&args, &data(), &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no profile intervals"), "{err}");
+    assert!(!out.join("confint.csv").exists());
+}
