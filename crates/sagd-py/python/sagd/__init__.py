@@ -11,7 +11,8 @@ Four entry points:
   arrays, with every gradient computed in Rust: by its exact likelihood where that can be
   computed to rounding (as lme4), by Langevin chains otherwise (the polish's Newton steps from
   Laplace's maximum, automated EM where they fail);
-  :func:`glmm_loglik` evaluates that likelihood at any estimate.
+  :func:`glmm_loglik` evaluates that likelihood at any estimate, and :func:`anova` compares
+  nested fits by likelihood-ratio tests.
 * :func:`fit` fits your own model, given as a Python function that returns log p(x_i, z; theta)
   and its gradients for a whole block of chains at once.
 * :func:`deconvolve` fits the law of Z from observations X = Z + N(0, sigma^2) (the paper's
@@ -32,11 +33,12 @@ import numpy as np
 
 from . import _core
 from ._common import FitResult, _progress, _threads, _vector, _whole
+from ._anova import AnovaResult, anova
 from ._glmm import GlmmResult, glmm, glmm_loglik
 
 __version__ = _core.__version__
 
-__all__ = ["glmm", "glmm_loglik", "fit", "minimize", "deconvolve", "GlmmResult", "FitResult", "MinimizeResult",
+__all__ = ["glmm", "glmm_loglik", "anova", "AnovaResult", "fit", "minimize", "deconvolve", "GlmmResult", "FitResult", "MinimizeResult",
            "Deconvolution", "__version__"]
 
 

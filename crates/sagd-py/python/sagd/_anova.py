@@ -1,0 +1,161 @@
+"""Likelihood-ratio tests of nested mixed models, as lme4's ``anova(m0, m1, ...)``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from ._glmm import GlmmResult
+
+
+@dataclass
+class AnovaResult:
+    """Nested fits ordered by their parameters, each against the one before it.
+
+    Attributes:
+        names: each model's label (its formula where it has one, else ``"model k"``, k its place
+            among the arguments).
+        n_params: the parameters each model estimates (lme4's ``npar``).
+        aic, bic, loglik, deviance: each model's, as its result gives them (-2 loglik for the
+            deviance); ``loglik_se`` their Monte Carlo errors (0 where exact).
+        chisq: twice the gain in log-likelihood over the model before (None for the first);
+            ``chisq_se`` its Monte Carlo error where a log-likelihood was sampled.
+        df: the parameters gained; p_value: the chi-square test's upper tail at ``chisq`` on
+            ``df`` degrees of freedom (None for the first, or where ``df`` is 0).
+        warning: what the reader must know (sampled log-likelihoods; variances tested at 0,
+            where the test is conservative).
+    """
+
+    names: List[str] = field(default_factory=list)
+    n_params: List[int] = field(default_factory=list)
+    aic: List[float] = field(default_factory=list)
+    bic: List[float] = field(default_factory=list)
+    loglik: List[float] = field(default_factory=list)
+    loglik_se: List[float] = field(default_factory=list)
+    deviance: List[float] = field(default_factory=list)
+    chisq: List[Optional[float]] = field(default_factory=list)
+    chisq_se: List[Optional[float]] = field(default_factory=list)
+    df: List[Optional[int]] = field(default_factory=list)
+    p_value: List[Optional[float]] = field(default_factory=list)
+    warning: Optional[str] = None
+
+    def __repr__(self) -> str:
+        width = max(len(n) for n in self.names)
+        head = (f"{'':<{width}} {'npar':>5} {'AIC':>10} {'BIC':>10} {'logLik':>11} "
+                f"{'deviance':>10} {'Chisq':>9} {'Df':>3} {'Pr(>Chisq)':>11}")
+        rows = [head]
+        for k, name in enumerate(self.names):
+            row = (f"{name:<{width}} {self.n_params[k]:>5} {self.aic[k]:>10.2f} "
+                   f"{self.bic[k]:>10.2f} {self.loglik[k]:>11.4f} {self.deviance[k]:>10.4f}")
+            if self.chisq[k] is not None:
+                p = self.p_value[k]
+                row += (f" {self.chisq[k]:>9.4f} {self.df[k]:>3} "
+                        f"{'' if p is None else format(p, '.4g'):>11}")
+            rows.append(row)
+        if self.warning:
+            rows.append(f"warning: {self.warning}")
+        return "\n".join(rows)
+
+    def to_pandas(self):
+        """The table as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame({"npar": self.n_params, "AIC": self.aic, "BIC": self.bic,
+                             "logLik": self.loglik, "deviance": self.deviance,
+                             "Chisq": self.chisq, "Df": self.df, "Pr(>Chisq)": self.p_value},
+                            index=self.names)
+
+
+def chi2_upper_tail(x: float, df: int) -> float:
+    """P(X > x) for X ~ chi-square on a whole number ``df`` of degrees of freedom, in closed
+    form: e^(-x/2) times a finite sum for even df, with erfc(sqrt(x/2)) for odd df."""
+    if df < 1 or int(df) != df:
+        raise ValueError(f"df: {df}: the degrees of freedom of a comparison are a whole number >= 1")
+    if not x > 0:
+        return 1.0
+    h = 0.5 * x
+    if df % 2 == 0:
+        term, total = 1.0, 1.0
+        for k in range(1, df // 2):
+            term *= h / k
+            total += term
+        return min(1.0, math.exp(-h) * total)
+    total = math.erfc(math.sqrt(h))
+    # The terms h^(k + 1/2) / Gamma(k + 3/2), k = 0 .. (df - 3) / 2, each from the one before.
+    term = math.sqrt(h) / math.gamma(1.5)
+    for k in range((df - 1) // 2):
+        if k > 0:
+            term *= h / (k + 0.5)
+        total += math.exp(-h) * term
+    return min(1.0, total)
+
+
+def anova(*models: GlmmResult) -> AnovaResult:
+    """Likelihood-ratio tests of nested GLMMs fitted to the same data, as lme4's
+    ``anova(m0, m1, ...)``: the models ordered by their parameters, each tested against the
+    one before by twice its gain in log-likelihood on the chi-square law with the parameters
+    gained as its degrees of freedom. The models must be nested, which is not checked (nor is
+    it by lme4). A variance tested at 0 sits on its boundary, where the test is conservative
+    (its p-value about twice the true one); the result's ``warning`` says so.
+
+    Args:
+        models: two or more :class:`GlmmResult`, fitted by maximum likelihood (not
+            ``reml=True``: lme4 refits such models by ML before comparing them) to the same
+            observations and family.
+
+    Returns:
+        An :class:`AnovaResult`.
+
+    Raises:
+        ValueError: fewer than two models, a REML fit, or fits of other data or families.
+    """
+    if len(models) < 2:
+        raise ValueError(f"anova: {len(models)} model(s): give two or more nested fits")
+    for k, m in enumerate(models, 1):
+        if not isinstance(m, GlmmResult):
+            raise ValueError(f"anova: argument {k} is a {type(m).__name__}, not a sagd.glmm fit")
+        if m.reml:
+            raise ValueError(f"anova: model {k} was fitted by REML, whose criterion does not "
+                             "compare models with other fixed effects; refit it with reml=False")
+        if m.loglik is None:
+            raise ValueError(f"anova: model {k} has no log-likelihood; refit it")
+    first = models[0]
+    for k, m in enumerate(models[1:], 2):
+        if (m.n_obs, m.family) != (first.n_obs, first.family):
+            raise ValueError(f"anova: model {k} is a {m.family} fit of {m.n_obs} observations, "
+                             f"model 1 a {first.family} fit of {first.n_obs}: compare fits of "
+                             "the same data and family")
+    order = sorted(range(len(models)), key=lambda k: len(models[k].estimate))
+    out = AnovaResult()
+    sampled = False
+    for place, k in enumerate(order):
+        m = models[k]
+        out.names.append(m.formula or f"model {k + 1}")
+        out.n_params.append(len(m.estimate))
+        out.aic.append(float(m.aic))
+        out.bic.append(float(m.bic))
+        out.loglik.append(float(m.loglik))
+        se = float(m.loglik_se or 0.0) if m.method != "exact" else 0.0
+        sampled = sampled or se > 0
+        out.loglik_se.append(se)
+        out.deviance.append(-2.0 * float(m.loglik))
+        if place == 0:
+            for column in (out.chisq, out.chisq_se, out.df, out.p_value):
+                column.append(None)
+            continue
+        chisq = 2.0 * (out.loglik[-1] - out.loglik[-2])
+        df = out.n_params[-1] - out.n_params[-2]
+        out.chisq.append(chisq)
+        out.chisq_se.append(2.0 * math.hypot(out.loglik_se[-1], out.loglik_se[-2]) or None)
+        out.df.append(df)
+        out.p_value.append(chi2_upper_tail(chisq, df) if df > 0 else None)
+    notes = []
+    if sampled:
+        notes.append("some log-likelihoods are sampled (fits by EM): each Chisq has the Monte "
+                     "Carlo error in chisq_se")
+    if len({len(m.random_sd) for m in models}) > 1:
+        notes.append("the models differ in their random effects: a variance tested at 0 lies on "
+                     "its boundary, where the chi-square test is conservative")
+    out.warning = "; ".join(notes) or None
+    return out

@@ -1,0 +1,65 @@
+"""sagd.anova against lme4's anova(m0, m1, ...) and the chi-square law's closed forms."""
+
+from pathlib import Path
+
+import math
+
+import pytest
+
+pd = pytest.importorskip("pandas")
+pytest.importorskip("formulaic")
+
+import sagd  # noqa: E402
+from sagd._anova import chi2_upper_tail  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "sagd-cli" / "tests" / "data" / "glmm_counts.csv"
+
+
+def test_the_chi_square_tail_is_r_s():
+    # R: pchisq(c(0.5, 3, 12.3, 40), c(1, 4, 3, 7), lower.tail = FALSE).
+    for x, df, want in [(0.5, 1, 0.479500122186953), (3.0, 4, 0.557825400371075),
+                        (12.3, 3, 0.00642305757657794), (40.0, 7, 1.25879038737131e-06)]:
+        assert chi2_upper_tail(x, df) == pytest.approx(want, rel=1e-12)
+    assert chi2_upper_tail(-0.1, 2) == 1.0
+    with pytest.raises(ValueError, match="whole number"):
+        chi2_upper_tail(1.0, 0)
+
+
+def test_nested_fits_are_tested_as_lme4_tests_them():
+    # R 4.2.2, lme4 1.1-31, the file without its row of a missing count:
+    # anova(glmer(count ~ x + (1 | site), poisson, nAGQ = 25), glmer(... + dose ...)):
+    # Chisq 16.29104 on 2 Df, p 0.00029003; and lmer (REML = FALSE) of count ~ x, x * dose,
+    # then x * dose with (1 + x | site): Chisq 16.47974 (4 Df, p 0.0024386), 6.00850 (2 Df,
+    # p 0.0495759), logLik -351.0115225, -342.7716538, -339.7674029.
+    df = pd.read_csv(DATA)
+    m1 = sagd.glmm("count ~ x + dose + (1 | site)", data=df, family="poisson")
+    m0 = sagd.glmm("count ~ x + (1 | site)", data=df, family="poisson")
+    a = sagd.anova(m1, m0)
+    assert a.names == ["count ~ x + (1 | site)", "count ~ x + dose + (1 | site)"]
+    assert a.n_params == [3, 5] and a.df == [None, 2]
+    assert a.chisq[1] == pytest.approx(16.29104, abs=2e-4)
+    assert a.p_value[1] == pytest.approx(0.00029003, rel=1e-3)
+    assert a.warning is None
+    g = [sagd.glmm(f, data=df) for f in ["count ~ x + (1 | site)", "count ~ x * dose + (1 | site)",
+                                         "count ~ x * dose + (1 + x | site)"]]
+    a = sagd.anova(*g)
+    assert a.n_params == [4, 8, 10]
+    assert a.loglik == pytest.approx([-351.0115225, -342.7716538, -339.7674029], abs=1e-5)
+    assert a.chisq[1:] == pytest.approx([16.47974, 6.00850], abs=1e-4)
+    assert a.p_value[1:] == pytest.approx([0.0024386, 0.0495759], rel=1e-4)
+    assert "boundary" in a.warning
+    assert "Pr(>Chisq)" in repr(a) and list(a.to_pandas()["Df"][1:]) == [4, 2]
+
+
+def test_what_cannot_be_compared_is_refused_by_name():
+    df = pd.read_csv(DATA)
+    m = sagd.glmm("count ~ x + (1 | site)", data=df, family="poisson")
+    with pytest.raises(ValueError, match="two or more"):
+        sagd.anova(m)
+    with pytest.raises(ValueError, match="REML"):
+        sagd.anova(m, sagd.glmm("count ~ x + (1 | site)", data=df, reml=True))
+    with pytest.raises(ValueError, match="same data and family"):
+        sagd.anova(m, sagd.glmm("count ~ x + (1 | site)", data=df))
+    with pytest.raises(ValueError, match="not a sagd.glmm fit"):
+        sagd.anova(m, 3)
+    assert math.isfinite(sagd.anova(m, m).chisq[1])
