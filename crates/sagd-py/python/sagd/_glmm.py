@@ -505,13 +505,13 @@ def glmm(
         **{f: _array(d.get(f)) for f in ("eta", "fitted", "resid_response", "resid_pearson",
                                          "resid_deviance", "resid_quantiles")},
         rows=rows,
-        confint=_confint(d.get("profile"), d["names"], est),
+        confint=_confint(d.get("profile"), d["names"]),
         confint_level=None if d.get("profile") is None else float(profile),
     )
 
 
-def _confint(profile: Optional[List[Any]], names: List[str],
-             theta: np.ndarray) -> Optional[Dict[str, Tuple[float, float]]]:
+def _confint(profile: Optional[List[Any]],
+             names: List[str]) -> Optional[Dict[str, Tuple[float, float]]]:
     """The core's intervals of theta's entries (None where not profiled) on the summary's
     scales: the fixed effects as they are, ``sd ...`` and ``sigma`` from their logs."""
     if profile is None:

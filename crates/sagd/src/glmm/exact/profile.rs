@@ -56,29 +56,25 @@ impl Glmm {
             .expect("the standard normal")
             .inverse_cdf(0.5 + 0.5 * level);
         let units = self.theta_units(&fit.theta);
+        let theta_hat = to_units(&fit.theta, &units);
         let mut loglik = self.loglik_in_units(fit, units.clone());
-        let top = loglik(&to_units(&fit.theta, &units))?.0;
+        let top = loglik(&theta_hat)?.0;
         let mut out = vec![None; fit.theta.len()];
         for j in self.profiled_entries() {
             let se = fit.se.get(j).copied().unwrap_or(f64::NAN) / units[j].0;
             let step = if se.is_finite() && se > 0.0 { se } else { 1.0 };
-            let mut ends = [0.0; 2];
-            for (end, side) in ends.iter_mut().zip([-1.0, 1.0]) {
-                let profile = Profile {
-                    model: self,
-                    units: &units,
-                    at: j,
-                    top,
-                    theta_hat: to_units(&fit.theta, &units),
-                };
-                let phi = profile.end(&mut loglik, side * z, step)?;
-                *end = if phi.is_finite() {
-                    phi * units[j].0 + units[j].1
-                } else {
-                    phi
-                };
-            }
-            out[j] = Some(ends);
+            let profile = Profile {
+                model: self,
+                units: &units,
+                at: j,
+                top,
+                theta_hat: &theta_hat,
+            };
+            // Back to θ (±∞ stays).
+            let mut end = |side: f64| {
+                from_units(&[profile.end(&mut loglik, side * z, step)], &units[j..=j])[0]
+            };
+            out[j] = Some([end(-1.0), end(1.0)]);
         }
         Ok(out)
     }
@@ -127,7 +123,7 @@ struct Profile<'m> {
     units: &'m [(f64, f64)],
     at: usize,
     top: f64,
-    theta_hat: Vec<f64>,
+    theta_hat: &'m [f64],
 }
 
 impl Profile<'_> {
@@ -180,9 +176,8 @@ impl Profile<'_> {
     }
 
     /// The signed root of the profile's deviance at φ_j = `value`: sign(value − φ̂_j) √(2 (ℓ(θ̂)
-    /// − ℓ_p)), the others maximised from `rest`.
-    /// Where ℓ cannot be computed there (rates that overflow, a mode not found), the profile
-    /// has fallen off: the root is infinite.
+    /// − ℓ_p)), the others maximised from `rest`; infinite where ℓ cannot be computed there
+    /// (rates that overflow, a mode not found): the profile has fallen off.
     fn signed_root(&self, loglik: &mut LogLik<'_>, value: f64, rest: &mut Vec<f64>) -> f64 {
         let mut tried = rest.clone();
         let drop = match self.at(loglik, value, &mut tried) {
@@ -200,10 +195,10 @@ impl Profile<'_> {
     /// Where the signed root reaches `target` (±z) on its side, from φ̂_j in steps of about
     /// `step` (the Wald standard error in units), by the secant rule once the end is
     /// bracketed; ±∞ where it does not within [`FARTHEST`] steps.
-    fn end(&self, loglik: &mut LogLik<'_>, target: f64, step: f64) -> Result<f64> {
+    fn end(&self, loglik: &mut LogLik<'_>, target: f64, step: f64) -> f64 {
         let j = self.at;
         let centre = self.theta_hat[j];
-        let mut rest: Vec<f64> = self.theta_hat.clone();
+        let mut rest = self.theta_hat.to_vec();
         rest.remove(j);
         // (φ_j, signed root − target) at the estimate and at the Wald end.
         let mut lo = (centre, -target);
@@ -222,7 +217,7 @@ impl Profile<'_> {
             };
             let next = hi.0 + secant.clamp(-reach, reach);
             if (next - centre).abs() > FARTHEST * step || points >= MAX_POINTS {
-                return Ok(f64::INFINITY.copysign(target));
+                return f64::INFINITY.copysign(target);
             }
             lo = hi;
             hi = (next, self.signed_root(loglik, next, &mut rest) - target);
@@ -240,7 +235,7 @@ impl Profile<'_> {
             let g = self.signed_root(loglik, t, &mut rest) - target;
             points += 1;
             if g.abs() < 1e-7 {
-                return Ok(t);
+                return t;
             }
             if g * target < 0.0 {
                 lo = (t, g);
@@ -256,9 +251,9 @@ impl Profile<'_> {
                 kept = 1;
             }
         }
-        Ok(match hi.1.is_finite() {
+        match hi.1.is_finite() {
             true => hi.0 - hi.1 * (hi.0 - lo.0) / (hi.1 - lo.1),
             false => lo.0,
-        })
+        }
     }
 }
