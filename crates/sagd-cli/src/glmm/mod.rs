@@ -3,7 +3,8 @@
 //! EM), printed as lme4's `summary` prints it and written to OUT/result.json, estimates.csv,
 //! ranef.csv (each level's random effects given the data: modes, and means integrated or
 //! sampled), fitted.csv (each observation's fit and residuals), with `--profile` confint.csv
-//! (profile-likelihood intervals), and summary.txt.
+//! (profile-likelihood intervals), with `--predict` predictions.csv (the fit on new rows), and
+//! summary.txt.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -27,10 +28,12 @@ use crate::progress::progress_bar;
 mod confint;
 mod files;
 mod fitted;
+mod predict;
 mod ranef;
 use confint::Profiled;
 use files::{estimates_csv, result_json};
 use fitted::{fitted_csv, scaled_residuals};
+use predict::NewRows;
 use ranef::{ranef_csv, sampled_note, Means};
 
 /// Flags of `sagd glmm`.
@@ -78,6 +81,12 @@ pub struct GlmmArgs {
     /// only (not --reml, not EM).
     #[arg(long, num_args = 0..=1, default_missing_value = "0.95", value_name = "LEVEL")]
     profile: Option<f64>,
+    /// New data to predict (lme4's `predict(fit, newdata, allow.new.levels = TRUE)`): a CSV file
+    /// with the formula's predictors, grouping factors and offsets (the response may be left
+    /// out), written to predictions.csv with and without the levels' effects; a level the fit
+    /// has not seen gets none.
+    #[arg(long, value_name = "NEW.csv")]
+    predict: Option<PathBuf>,
     /// Output folder.
     #[arg(long, default_value = "out/glmm")]
     out: PathBuf,
@@ -103,6 +112,10 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         .design(&frame)
         .with_context(|| format!("the formula on {}", a.data.display()))?;
     let model = design.glmm(family)?;
+    let new_rows = match &a.predict {
+        Some(path) => Some(NewRows::read(path, &formula, &frame)?),
+        None => None,
+    };
     if (1..SampledMeans::MIN_DRAWS).contains(&a.ranef_draws) {
         anyhow::bail!(
             "--ranef-draws {}: use 0 (no sampled means) or at least {} draws a chain",
@@ -153,6 +166,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         "ranef.csv",
         "fitted.csv",
         "confint.csv",
+        "predictions.csv",
         "summary.txt",
     ]);
     let bar = progress_bar(
@@ -218,7 +232,21 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         Ok(f) => write_atomic(&staging.path("fitted.csv"), fitted_csv(&design, f))?,
         Err(e) => say_err!("warning: no fitted.csv: the fit at the random effects' modes: {e}"),
     }
+    let predictions = new_rows
+        .as_ref()
+        .map(|n| (n, n.predict(&model, &fit.theta, &design)));
+    match &predictions {
+        Some((n, Ok((csv, _)))) => {
+            write_atomic(&staging.path("predictions.csv"), csv)?;
+            n.notes(&design).iter().for_each(|note| say_err!("{note}"));
+        }
+        Some((_, Err(e))) => say_err!("warning: no predictions.csv: {e}"),
+        None => {}
+    }
     let mut result = result_json(&a, family, &design, (&fit, sep), &summary, seconds);
+    if let Some((_, Ok((_, json)))) = &predictions {
+        result["predictions"] = json.clone();
+    }
     if ranef.is_ok() {
         result["ranef_means"] = means.json();
     }

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -39,6 +39,22 @@ class Design:
     offset: Optional[np.ndarray] = None
     # The rows kept: their indices in the data frame.
     rows: Optional[np.ndarray] = None
+    # How the matrices were built, to build new rows' alike (`new_rows`).
+    spec: Optional["Spec"] = None
+
+
+@dataclass
+class Spec:
+    """How a formula's matrices were built from the fitted rows: formulaic's specs of the fixed
+    effects and of each grouping factor's effects (so that new rows get the same columns and
+    levels), each factor's columns, the offsets' expressions and the columns the right-hand side
+    reads."""
+
+    fixed: Any
+    terms: List[Any]
+    group_parts: List[List[str]]
+    offsets: List[str]
+    columns: List[str]
 
     def kept(self, v: Any, name: str) -> np.ndarray:
         """`v`, one value per row of the data frame, on the rows kept."""
@@ -131,6 +147,8 @@ def parse(formula: str, data: Any) -> Design:
     X = design(fixed, "the fixed effects")
     groups: Dict[str, np.ndarray] = {}
     Z, z_names, correlated = [], [], []
+    z_specs: List[Any] = []
+    group_parts: List[List[str]] = []
     for effects, bar, grouping in bars:
         z = design(effects.strip() or "1", "the random effects")
         factors = [g.strip() for g in grouping.split("/")]
@@ -145,12 +163,12 @@ def parse(formula: str, data: Any) -> Design:
             if label in groups:
                 raise _bad(formula, f"the grouping factor {label!r} twice",
                            "combine its terms in one (a + b | g), or use (a || g)")
-            cols = df[parts].astype(str)
-            groups[label] = cols.agg(":".join, axis=1).to_numpy() if len(parts) > 1 \
-                else df[parts[0]].to_numpy()
+            groups[label] = _labels(df, parts)
             Z.append(z.to_numpy(dtype=float))
             z_names.append(_lme4_names(z.columns))
             correlated.append(bar == "|")
+            z_specs.append(z.model_spec)
+            group_parts.append(parts)
     offset = None
     for expr in offsets:
         # A log of 0 is named below with its row, not warned of by numpy.
@@ -164,4 +182,49 @@ def parse(formula: str, data: Any) -> Design:
     return Design(y=np.asarray(y, dtype=float), X=X.to_numpy(dtype=float),
                   x_names=_lme4_names(X.columns), groups=groups, Z=Z, z_names=z_names,
                   correlated=correlated, trials=trials, dropped=before - len(df),
-                  offset=offset, rows=rows)
+                  offset=offset, rows=rows,
+                  spec=Spec(fixed=X.model_spec, terms=z_specs, group_parts=group_parts,
+                            offsets=offsets,
+                            columns=sorted(set(_NAME.findall(rhs)) & set(map(str, df.columns)))))
+
+
+def _labels(df: Any, parts: List[str]) -> np.ndarray:
+    """A grouping factor's label at each row: its column's values, or its columns' joined by
+    ':' for an interaction."""
+    if len(parts) == 1:
+        return df[parts[0]].to_numpy()
+    return df[parts].astype(str).agg(":".join, axis=1).to_numpy()
+
+
+def new_rows(spec: Spec, data: Any) -> Tuple[np.ndarray, List[np.ndarray], List[np.ndarray],
+                                              Optional[np.ndarray], np.ndarray]:
+    """New rows' arrays, built as the fitted rows' were: the fixed effects' X, each grouping
+    factor's labels and Z, the summed offsets, and which rows of ``data`` have every value
+    the right-hand side reads (the others get none)."""
+    import pandas as pd
+    from formulaic import model_matrix
+
+    df = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
+    absent = [c for c in spec.columns if c not in df.columns]
+    if absent:
+        raise ValueError(f"newdata: no column {absent[0]!r}, which the formula uses; new rows "
+                         "need every predictor, grouping factor and offset (not the response)")
+    rows = np.flatnonzero(df[spec.columns].notna().all(axis=1).to_numpy())
+    df = df.iloc[rows].reset_index(drop=True)
+
+    def build(what: str, make: Any) -> np.ndarray:
+        try:
+            return make().to_numpy(dtype=float)
+        except Exception as e:  # formulaic names the term and the level it has not seen
+            raise ValueError(f"newdata: {what}: {e}; predict for the levels the model was "
+                             "fitted to") from None
+
+    X = build("the fixed effects", lambda: spec.fixed.get_model_matrix(df))
+    Zs = [build("the random effects", lambda z=z: z.get_model_matrix(df)) for z in spec.terms]
+    labels = [_labels(df, parts) for parts in spec.group_parts]
+    offset = None
+    for expr in spec.offsets:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            o = build("the offset", lambda: model_matrix(f"0 + I({expr})", df))[:, 0]
+        offset = o if offset is None else offset + o
+    return X, labels, Zs, offset, rows

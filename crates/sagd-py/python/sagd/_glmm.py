@@ -118,6 +118,35 @@ class GlmmResult(FitResult):
     rows: Optional[np.ndarray] = None
     confint: Optional[Dict[str, Tuple[float, float]]] = None
     confint_level: Optional[float] = None
+    # With a formula: how its matrices were built, for `predict` on new rows.
+    _spec: Any = field(default=None, repr=False, compare=False)
+
+    def predict(self, newdata: Any = None, *, X: Any = None, groups: Any = None, Z: Any = None,
+                offset: Any = None, conditional: bool = True,
+                type: str = "link") -> np.ndarray:
+        """The fit on new rows, lme4's ``predict(fit, newdata, allow.new.levels = TRUE)``.
+
+        Args:
+            newdata: for a formula fit, the new rows (a DataFrame with the formula's
+                predictors, grouping factors and offsets; the response may be left out); a
+                categorical value the fitted data lack is refused. None with no other
+                argument: the fit's own ``eta`` (or ``fitted``).
+            X, groups, Z, offset: for a fit made from arrays, the new rows as ``sagd.glmm``
+                took them (X's columns, each factor's labels, Z where a factor has several
+                effects, the offset).
+            conditional: each level the fit has seen at its conditional mode (lme4's
+                ``re.form = NULL``, the default); False: no level's effect (``re.form = NA``).
+                A level the fit has not seen has no effect either way (the population's value).
+            type: ``"link"`` (eta, the default, as lme4's) or ``"response"`` (the mean: a
+                probability for the binomial family).
+
+        Returns:
+            One value per new row; NaN for a row missing a value the formula reads.
+        """
+        from ._predict import predict
+
+        return predict(self, newdata, X=X, groups=groups, Z=Z, offset=offset,
+                       conditional=conditional, type=type)
 
     def __repr__(self) -> str:
         p = len(self.fixed)
@@ -402,7 +431,7 @@ def glmm(
         if str(method) == "em":
             raise ValueError("profile: the intervals need the exact likelihood; leave out "
                              "method='em'")
-    formula, dropped, rows = None, 0, None
+    formula, dropped, rows, spec = None, 0, None, None
     if isinstance(y, str):
         if any(v is not None for v in (X, groups, Z, trials)) or correlated is not False:
             raise ValueError("with a formula, give the model in it alone: no X, groups, Z, "
@@ -410,6 +439,7 @@ def glmm(
         from ._formula import parse
 
         formula, d = y, parse(y, data)
+        spec = d.spec
         y, X, groups, Z, trials, correlated = d.y, d.X, d.groups, d.Z, d.trials, d.correlated
         x_names, dropped, rows = d.x_names, d.dropped, d.rows
         # R's rule: the formula's offsets and the argument's are summed, on the rows kept.
@@ -507,6 +537,7 @@ def glmm(
         rows=rows,
         confint=_confint(d.get("profile"), d["names"]),
         confint_level=None if d.get("profile") is None else float(profile),
+        _spec=spec,
     )
 
 

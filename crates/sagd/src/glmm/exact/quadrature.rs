@@ -14,48 +14,62 @@ use crate::glmm::LN_2PI;
 use crate::glmm::{Glmm, LikelihoodMethod};
 use crate::quadrature::GaussHermite;
 
-/// A product Gauss-Hermite rule in d dimensions on the scale of N(0, I/2)'s weight: nodes
-/// s = √2 t and log weights log Π w + |t|² + (d/2) log 2, so that ∫ f = Σ_k exp(log_w_k) f(s_k).
+/// Product Gauss-Hermite rules in 1 to d dimensions on the scale of N(0, I/2)'s weight: in k
+/// dimensions, nodes s = √2 t and log weights log Π w + |t|² + (k/2) log 2, so that
+/// ∫ f = Σ_j exp(log_w_j) f(s_j). A point takes the rule of its own dimension: points differ
+/// where levels are unevenly nested or crossed (a school of one class beside one of two).
 pub(in crate::glmm) struct ProductRule {
-    d: usize,
-    nodes: Vec<f64>,
-    log_w: Vec<f64>,
+    /// Per dimension k = 1, 2, …: the nodes (nodes × k) and their log weights.
+    by_dim: Vec<(Vec<f64>, Vec<f64>)>,
 }
 
 impl ProductRule {
-    /// The rule of `m` nodes per dimension in `d` dimensions.
+    /// The rules of `m` nodes per dimension in 1 to `d` dimensions.
     pub(in crate::glmm) fn new(d: usize, m: usize) -> Self {
-        let gh = GaussHermite::new(m);
-        let k = m.pow(d as u32);
-        let (mut nodes, mut log_w) = (Vec::with_capacity(k * d), Vec::with_capacity(k));
-        for flat in 0..k {
-            let (mut rest, mut lw) = (flat, 0.5 * d as f64 * std::f64::consts::LN_2);
-            for _ in 0..d {
-                let (t, w) = (gh.nodes[rest % m], gh.weights[rest % m]);
-                rest /= m;
-                nodes.push(std::f64::consts::SQRT_2 * t);
-                lw += w.ln() + t * t;
-            }
-            log_w.push(lw);
-        }
-        ProductRule { d, nodes, log_w }
+        Self::with_nodes(&vec![m; d])
     }
 
-    /// How many nodes the rule has.
-    pub(in crate::glmm) fn len(&self) -> usize {
-        self.log_w.len()
+    /// The rules of `m[k − 1]` nodes per dimension in k = 1 to `m.len()` dimensions.
+    pub(in crate::glmm) fn with_nodes(m: &[usize]) -> Self {
+        let by_dim = m.iter().enumerate().map(|(k, &m)| grid(k + 1, m)).collect();
+        ProductRule { by_dim }
     }
 
-    /// Node `j` centred at a point's mode and scaled by its curvature H = L Lᵀ there:
-    /// u = mode + L⁻ᵀ s_j, into `u`; returns the node's log weight (the change of variables'
-    /// log det is the caller's, once per point).
+    /// How many nodes the rule in `d` dimensions has.
+    pub(in crate::glmm) fn len(&self, d: usize) -> usize {
+        self.by_dim[d - 1].1.len()
+    }
+
+    /// Node `j` of the rule in u's dimension, centred at a point's mode and scaled by its
+    /// curvature H = L Lᵀ there: u = mode + L⁻ᵀ s_j, into `u`; returns the node's log weight
+    /// (the change of variables' log det is the caller's, once per point).
     pub(in crate::glmm) fn place(&self, j: usize, lap: &Laplace, u: &mut [f64]) -> f64 {
-        let d = self.d;
-        u.copy_from_slice(&self.nodes[j * d..(j + 1) * d]);
+        let d = u.len();
+        let (nodes, log_w) = &self.by_dim[d - 1];
+        u.copy_from_slice(&nodes[j * d..(j + 1) * d]);
         lap.curvature.solve_upper(u);
         u.iter_mut().zip(&lap.mode).for_each(|(u, m)| *u += m);
-        self.log_w[j]
+        log_w[j]
     }
+}
+
+/// The product rule of `m` nodes per dimension in `d` dimensions: its nodes (nodes × d) and log
+/// weights.
+fn grid(d: usize, m: usize) -> (Vec<f64>, Vec<f64>) {
+    let gh = GaussHermite::new(m);
+    let k = m.pow(d as u32);
+    let (mut nodes, mut log_w) = (Vec::with_capacity(k * d), Vec::with_capacity(k));
+    for flat in 0..k {
+        let (mut rest, mut lw) = (flat, 0.5 * d as f64 * std::f64::consts::LN_2);
+        for _ in 0..d {
+            let (t, w) = (gh.nodes[rest % m], gh.weights[rest % m]);
+            rest /= m;
+            nodes.push(std::f64::consts::SQRT_2 * t);
+            lw += w.ln() + t * t;
+        }
+        log_w.push(lw);
+    }
+    (nodes, log_w)
 }
 
 /// A point's buffers over its nodes ([`Glmm::posterior_at_nodes`]), kept from point to point of
@@ -146,7 +160,7 @@ impl Glmm {
         }
         let value = self.posterior_at_nodes(theta, factors, at, scratch)?;
         let (inv_var, _) = self.scale(theta);
-        let (rows, nodes) = (self.points[c].rows.clone(), at.2.len());
+        let (rows, nodes) = (self.points[c].rows.clone(), at.2.len(d));
         let NodeScratch {
             u,
             shares,
@@ -184,8 +198,7 @@ impl Glmm {
         scratch: &mut NodeScratch,
     ) -> Result<f64> {
         let d = self.points[c].dim;
-        debug_assert_eq!(d, rule.d);
-        let (rows, nodes) = (self.points[c].rows.clone(), rule.len());
+        let (rows, nodes) = (self.points[c].rows.clone(), rule.len(d));
         let (inv_var, log_sigma) = self.scale(theta);
         let NodeScratch {
             u,

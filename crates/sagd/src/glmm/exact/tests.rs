@@ -8,6 +8,7 @@ use crate::rng::NormalStream;
 
 mod offset;
 mod profile;
+mod uneven;
 mod units;
 
 /// y_ij = 1 + b_i + e_ij, b ~ N(0, 0.8²), e ~ N(0, 0.5²): `groups` balanced groups of `per`.

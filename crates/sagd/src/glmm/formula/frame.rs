@@ -56,7 +56,7 @@ impl Column {
 /// A table of named columns of equal length: the data a formula refers to.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Frame {
-    names: Vec<String>,
+    pub(super) names: Vec<String>,
     pub(super) columns: Vec<Column>,
 }
 
@@ -100,9 +100,15 @@ impl Frame {
         self.columns.first().map_or(0, Column::len)
     }
 
+    /// The column `name`, if there is one.
+    pub(super) fn find(&self, name: &str) -> Option<&Column> {
+        let k = self.names.iter().position(|n| n == name)?;
+        Some(&self.columns[k])
+    }
+
     pub(super) fn column(&self, name: &str) -> Result<&Column> {
-        match self.names.iter().position(|n| n == name) {
-            Some(k) => Ok(&self.columns[k]),
+        match self.find(name) {
+            Some(col) => Ok(col),
             None => Err(invalid(
                 "formula",
                 format!("no column `{name}` in the data"),

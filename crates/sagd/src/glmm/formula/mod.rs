@@ -20,12 +20,16 @@
 //! `gB`, `x:gB`. Rows with a missing value (an empty field, `NA` or `NaN`) in any variable the
 //! formula uses are dropped and counted, as lme4's `na.omit`.
 
+mod coding;
 mod frame;
+mod new_data;
 mod parse;
 
 pub use frame::{Column, Frame};
 
 use std::collections::BTreeMap;
+
+use coding::{Coding, Columns, Source};
 
 use super::{checks, Family, Glmm, RandomTerm};
 use crate::error::{invalid, Result};
@@ -194,12 +198,17 @@ impl Formula {
         &self.text
     }
 
-    /// Every column the formula uses.
-    fn columns(&self) -> Vec<&str> {
-        let mut out: Vec<&str> = match &self.response {
+    /// The response's columns.
+    fn response_columns(&self) -> Vec<&str> {
+        match &self.response {
             Response::Column(y) => vec![y],
             Response::Cbind(s, f) => vec![s, f],
-        };
+        }
+    }
+
+    /// Every column the formula uses.
+    fn columns(&self) -> Vec<&str> {
+        let mut out = self.response_columns();
         let effects = std::iter::once(&self.fixed).chain(self.random.iter().map(|b| &b.effects));
         for e in effects {
             out.extend(e.terms.iter().flatten().map(|v| v.name.as_str()));
@@ -217,29 +226,14 @@ impl Formula {
 
     /// The formula's arrays on `frame`'s rows without a missing value.
     pub fn design(&self, frame: &Frame) -> Result<Design> {
-        let used = self.columns();
-        let mut cols = BTreeMap::new();
-        for name in &used {
-            cols.insert(*name, frame.column(name)?);
-        }
-        let rows: Vec<usize> = (0..frame.n_rows())
-            .filter(|&i| cols.values().all(|c| !c.missing(i)))
-            .collect();
-        if rows.is_empty() {
-            return Err(invalid(
-                "data",
-                format!(
-                    "no row without a missing value in the formula's columns ({} rows read)",
-                    frame.n_rows()
-                ),
-                "fill in or remove the missing values",
-            ));
-        }
+        let (cols, rows) = complete_rows(frame, &self.columns(), Source::Fitted)?;
         let n = rows.len();
-        let (response, y, trials) = self.response_values(&cols, &rows)?;
-        let (x, x_names) = self.matrix(&self.fixed, &cols, &rows)?;
-        let (terms, term_names) = self.random_terms(&cols, &rows)?;
-        let offset = self.offset_values(&cols, &rows)?;
+        let coding = self.coding(&cols, &rows);
+        let fitted = (&coding, Source::Fitted);
+        let (response, y, trials) = self.response_values(&cols, &rows, fitted)?;
+        let (x, x_names) = self.matrix(&self.fixed, &cols, &rows, fitted)?;
+        let (terms, term_names) = self.random_terms(&cols, &rows, fitted)?;
+        let offset = self.offset_values(&cols, &rows, Source::Fitted)?;
         Ok(Design {
             y,
             trials,
@@ -259,24 +253,25 @@ impl Formula {
     /// not positive is an error that names its row.
     fn offset_values(
         &self,
-        cols: &BTreeMap<&str, &Column>,
+        cols: &Columns<'_>,
         rows: &[usize],
+        source: Source,
     ) -> Result<Option<Vec<f64>>> {
         if self.offsets.is_empty() {
             return Ok(None);
         }
         let mut total = vec![0.0; rows.len()];
         for o in &self.offsets {
-            let values = numbers(cols, rows, &o.column, "offset")?;
+            let values = numbers(cols, rows, &o.column, "offset", source)?;
             for (k, (t, v)) in total.iter_mut().zip(values).enumerate() {
                 if o.log && v <= 0.0 {
                     return Err(invalid(
-                        "data",
+                        source.input(),
                         format!(
-                            "{}: `{}` is {v} at data row {}",
+                            "{}: `{}` is {v} at {}",
                             o.shown(),
                             o.column,
-                            rows[k] + 1
+                            source.row(rows[k])
                         ),
                         "the log of an exposure needs it above 0: fix the value or drop the row",
                     ));
@@ -286,8 +281,8 @@ impl Formula {
         }
         if let Some(k) = total.iter().position(|v| !v.is_finite()) {
             return Err(invalid(
-                "data",
-                format!("the offset is {} at data row {}", total[k], rows[k] + 1),
+                source.input(),
+                format!("the offset is {} at {}", total[k], source.row(rows[k])),
                 "give offsets that are finite numbers",
             ));
         }
@@ -295,19 +290,19 @@ impl Formula {
     }
 
     /// The response's name as the formula gives it, its values, and the numbers of trials
-    /// (`cbind(successes, failures)`), on the rows kept.
+    /// (`cbind(successes, failures)`), on `rows`; a text response as its level's index under
+    /// `coding` (the first level the failure, as R's), NaN where a row of new data lacks it.
     #[allow(clippy::type_complexity)]
     fn response_values(
         &self,
-        cols: &BTreeMap<&str, &Column>,
+        cols: &Columns<'_>,
         rows: &[usize],
+        (coding, source): (&Coding, Source),
     ) -> Result<(String, Vec<f64>, Option<Vec<f64>>)> {
         Ok(match &self.response {
             Response::Column(name) => {
-                let y = match cols[name.as_str()] {
-                    // A two-level categorical response: the first level is the failure (R's).
-                    Column::Text(_) => {
-                        let (index, levels) = Self::levels(cols, name, rows);
+                let y = match coding.response_levels() {
+                    Some(levels) => {
                         if levels.len() != 2 {
                             return Err(invalid(
                                 "data",
@@ -318,157 +313,83 @@ impl Formula {
                                 "give numbers, or two levels for a binary response",
                             ));
                         }
-                        index.iter().map(|&k| k as f64).collect()
+                        let col = cols[name.as_str()];
+                        rows.iter()
+                            .map(|&i| match coding::label(col, i) {
+                                _ if col.missing(i) => Ok(f64::NAN),
+                                l if l == levels[0] => Ok(0.0),
+                                l if l == levels[1] => Ok(1.0),
+                                l => Err(invalid(
+                                    source.input(),
+                                    format!("the response `{name}` is `{l}` at {}", source.row(i)),
+                                    &format!("give one of its two levels, {}", levels.join(" or ")),
+                                )),
+                            })
+                            .collect::<Result<_>>()?
                     }
-                    Column::Number(_) => numbers(cols, rows, name, "response")?,
+                    None => numbers(cols, rows, name, "response", source)?,
                 };
-                (name.clone(), y, None)
+                (self.response_name(), y, None)
             }
             Response::Cbind(s, f) => {
-                let succ = numbers(cols, rows, s, "response")?;
-                let fail = numbers(cols, rows, f, "response")?;
+                let succ = numbers(cols, rows, s, "response", source)?;
+                let fail = numbers(cols, rows, f, "response", source)?;
                 let trials = succ.iter().zip(&fail).map(|(a, b)| a + b).collect();
-                (format!("cbind({s}, {f})"), succ, Some(trials))
+                (self.response_name(), succ, Some(trials))
             }
         })
     }
 
-    /// Each random-effect term's groups and design on the rows kept, and the names of its
-    /// grouping factor, effects and levels.
-    fn random_terms(
-        &self,
-        cols: &BTreeMap<&str, &Column>,
-        rows: &[usize],
-    ) -> Result<(Vec<RandomTerm>, Vec<TermNames>)> {
-        let mut terms = Vec::new();
-        let mut term_names = Vec::new();
-        for b in &self.random {
-            let (z, effects) = self.matrix(&b.effects, cols, rows)?;
-            let labels: Vec<String> = rows
-                .iter()
-                .map(|&i| {
-                    b.group
-                        .iter()
-                        .map(|g| label(cols[g.as_str()], i))
-                        .collect::<Vec<_>>()
-                        .join(":")
-                })
-                .collect();
-            // Numbers by value where the factor is one numeric column.
-            let numeric =
-                b.group.len() == 1 && matches!(cols[b.group[0].as_str()], Column::Number(_));
-            let (group, levels) = index_labels(&labels, numeric);
-            terms.push(RandomTerm {
-                group,
-                z,
-                correlated: b.correlated,
-            });
-            term_names.push(TermNames {
-                group: b.group.join(":"),
-                effects,
-                levels,
-            });
+    /// The response as written: its column, or `cbind(successes, failures)`.
+    fn response_name(&self) -> String {
+        match &self.response {
+            Response::Column(name) => name.clone(),
+            Response::Cbind(s, f) => format!("cbind({s}, {f})"),
         }
-        Ok((terms, term_names))
     }
+}
 
-    /// A categorical variable's level index at each used row and its levels, sorted.
-    fn levels(
-        cols: &BTreeMap<&str, &Column>,
-        name: &str,
-        rows: &[usize],
-    ) -> (Vec<usize>, Vec<String>) {
-        let col = cols[name];
-        let labels: Vec<String> = rows.iter().map(|&i| label(col, i)).collect();
-        index_labels(&labels, matches!(col, Column::Number(_)))
-    }
-
-    /// The model matrix of `effects` on `rows` (row-major) and its columns' names.
-    fn matrix(
-        &self,
-        effects: &Effects,
-        cols: &BTreeMap<&str, &Column>,
-        rows: &[usize],
-    ) -> Result<(Vec<f64>, Vec<String>)> {
-        let n = rows.len();
-        // Column-major while built.
-        let mut columns: Vec<Vec<f64>> = Vec::new();
-        let mut names = Vec::new();
-        if effects.intercept {
-            columns.push(vec![1.0; n]);
-            names.push("(Intercept)".to_string());
-        }
-        let present = |t: &[Var]| {
-            if t.is_empty() {
-                effects.intercept
-            } else {
-                effects.terms.iter().any(|u| same_term(u, t))
+/// The columns `names` of `frame` and its rows without a missing value in any of them; a
+/// column that is not there, or no such row, is an error that says so.
+fn complete_rows<'f>(
+    frame: &'f Frame,
+    names: &[&'f str],
+    source: Source,
+) -> Result<(Columns<'f>, Vec<usize>)> {
+    let mut cols = BTreeMap::new();
+    for &name in names {
+        let col = match (frame.find(name), source) {
+            (Some(col), _) => col,
+            (None, Source::Fitted) => frame.column(name)?,
+            (None, Source::New) => {
+                return Err(invalid(
+                    "new data",
+                    format!("no column `{name}`, which the formula uses"),
+                    "add it: new data need every predictor, grouping factor and offset of the \
+                     formula (the response may be left out)",
+                ))
             }
         };
-        for term in &effects.terms {
-            // Each variable's columns, then their products (the first varying fastest).
-            let mut parts: Vec<Vec<(String, Vec<f64>)>> = Vec::new();
-            for (k, v) in term.iter().enumerate() {
-                if let (Column::Number(values), false) = (cols[v.name.as_str()], v.factor) {
-                    parts.push(vec![(
-                        v.name.clone(),
-                        rows.iter().map(|&i| values[i]).collect(),
-                    )]);
-                    continue;
-                }
-                let (index, levels) = Self::levels(cols, &v.name, rows);
-                let mut rest = term.clone();
-                rest.remove(k);
-                let contrasts = present(&rest);
-                let shown = if v.factor {
-                    format!("factor({})", v.name)
-                } else {
-                    v.name.clone()
-                };
-                let skip = usize::from(contrasts);
-                parts.push(
-                    levels
-                        .iter()
-                        .enumerate()
-                        .skip(skip)
-                        .map(|(l, level)| {
-                            (
-                                format!("{shown}{level}"),
-                                index.iter().map(|&j| f64::from(u8::from(j == l))).collect(),
-                            )
-                        })
-                        .collect(),
-                );
-            }
-            let mut product: Vec<(String, Vec<f64>)> = vec![(String::new(), vec![1.0; n])];
-            for part in parts {
-                let mut next = Vec::with_capacity(product.len() * part.len());
-                for (pname, pv) in &part {
-                    for (name, v) in &product {
-                        let joined = if name.is_empty() {
-                            pname.clone()
-                        } else {
-                            format!("{name}:{pname}")
-                        };
-                        next.push((joined, v.iter().zip(pv).map(|(a, b)| a * b).collect()));
-                    }
-                }
-                product = next;
-            }
-            for (name, v) in product {
-                names.push(name);
-                columns.push(v);
-            }
-        }
-        let p = columns.len();
-        let mut x = vec![0.0; n * p];
-        for (j, c) in columns.iter().enumerate() {
-            for (i, v) in c.iter().enumerate() {
-                x[i * p + j] = *v;
-            }
-        }
-        Ok((x, names))
+        cols.insert(name, col);
     }
+    let rows: Vec<usize> = (0..frame.n_rows())
+        .filter(|&i| cols.values().all(|c| !c.missing(i)))
+        .collect();
+    if rows.is_empty() {
+        let what = match source {
+            Source::Fitted => "the formula's columns",
+            Source::New => "the formula's predictors, grouping factors and offsets",
+        };
+        return Err(invalid(
+            source.input(),
+            format!(
+                "no row without a missing value in {what} ({} rows read)",
+                frame.n_rows()
+            ),
+            "fill in or remove the missing values",
+        ));
+    }
+    Ok((cols, rows))
 }
 
 /// Whether two interactions have the same variables (in any order).
@@ -476,46 +397,21 @@ fn same_term(a: &[Var], b: &[Var]) -> bool {
     a.len() == b.len() && a.iter().all(|v| b.contains(v))
 }
 
-/// A value as a level's label: numbers as R prints them (`3`, `2.5`).
-fn label(col: &Column, i: usize) -> String {
-    match col {
-        Column::Number(v) => format!("{}", v[i]),
-        Column::Text(v) => v[i].clone().unwrap_or_default(),
-    }
-}
-
-/// Each label's index among the distinct labels, sorted (by value when `numeric`, else in byte
-/// order), and those labels.
-fn index_labels(labels: &[String], numeric: bool) -> (Vec<usize>, Vec<String>) {
-    let mut levels: Vec<String> = labels.to_vec();
-    levels.sort_by(|a, b| match (a.parse::<f64>(), b.parse::<f64>()) {
-        (Ok(x), Ok(y)) if numeric => x.total_cmp(&y),
-        _ => a.cmp(b),
-    });
-    levels.dedup();
-    let at: BTreeMap<&str, usize> = levels
-        .iter()
-        .enumerate()
-        .map(|(k, l)| (l.as_str(), k))
-        .collect();
-    let index = labels.iter().map(|l| at[l.as_str()]).collect();
-    (index, levels)
-}
-
 /// The values of the numeric column `name` (the formula's `role`) on the rows kept; text is an
 /// error that names it.
 fn numbers(
-    cols: &BTreeMap<&str, &Column>,
+    cols: &Columns<'_>,
     rows: &[usize],
     name: &str,
     role: &str,
+    source: Source,
 ) -> Result<Vec<f64>> {
     match cols[name] {
         Column::Number(v) => Ok(rows.iter().map(|&i| v[i]).collect()),
         Column::Text(v) => {
             let i = rows.iter().copied().find(|&i| v[i].is_some()).unwrap_or(0);
             Err(invalid(
-                "data",
+                source.input(),
                 format!(
                     "the {role} `{name}` has text (`{}`)",
                     v[i].as_deref().unwrap_or("")

@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn frame() -> Frame {
+pub(super) fn frame() -> Frame {
     let text = |v: &[&str]| Column::Text(v.iter().map(|s| Some(s.to_string())).collect());
     Frame::new(
         vec!["y".into(), "x".into(), "f".into(), "g".into(), "h".into()],

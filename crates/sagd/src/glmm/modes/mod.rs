@@ -85,7 +85,8 @@ impl Glmm {
                 ),
             });
         }
-        let rule = ProductRule::new(d, MEAN_NODES[d.max(1) - 1]);
+        // Each point by the rule of its own dimension.
+        let rule = ProductRule::with_nodes(&MEAN_NODES[..d]);
         self.given_data(theta, |factors, c| {
             let lap = self.laplace(theta, factors, c, None)?;
             self.quadrature_moments(theta, factors, c, &lap, &rule)

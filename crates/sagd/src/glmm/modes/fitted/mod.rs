@@ -9,7 +9,8 @@ use crate::error::Result;
 
 /// Each observation's linear predictor, mean and residuals at θ with the random effects at
 /// their conditional modes ([`Glmm::random_effects`]' values), one entry per row of the data in
-/// the order the model was given them ([`Glmm::fitted_values`]).
+/// the order the model was given them ([`Glmm::fitted_values`]), or per new row
+/// ([`Glmm::predict`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FittedValues {
     /// η_i = o_i + x_iᵀβ + Σ_t z_{t,i}ᵀ b̂_{t, g_t(i)}, offset included (lme4's `predict(fit)`).
@@ -143,6 +144,8 @@ fn residuals(family: Family, eta: f64, y: f64, m: f64, sigma: f64) -> (f64, [f64
 fn logistic(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
+
+mod predict;
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,8 @@
 
 use statrs::distribution::{Binomial, Discrete, Poisson};
 
-use super::super::super::{Family, Glmm, RandomTerm};
+use super::super::super::{Design, Family, Glmm, RandomTerm};
+use super::FittedValues;
 
 /// 24 rows in an order the model stores otherwise (its groups interleaved): correlated slopes by
 /// `a` (4 levels) and intercepts by `b` nested in them (8 levels), an offset, and for the
@@ -188,4 +189,96 @@ fn pearson_quantiles_are_r_s_type_seven() {
 fn a_theta_of_another_length_is_refused() {
     let (m, ..) = nested(Family::Poisson);
     assert!(m.fitted_values(&[0.0; 3]).is_err());
+}
+
+/// The 24 rows of [`nested`] as new data: its arrays in a [`Design`], with `group` in place of
+/// each term's groups.
+fn as_new(family: Family, group: impl Fn(usize, usize) -> usize) -> Design {
+    let (_, y, terms, offset) = nested(family);
+    let n = y.len();
+    let terms: Vec<RandomTerm> = terms
+        .into_iter()
+        .enumerate()
+        .map(|(t, term)| RandomTerm {
+            group: (0..n).map(|i| group(t, term.group[i])).collect(),
+            ..term
+        })
+        .collect();
+    Design {
+        y,
+        trials: (family == Family::Binomial).then(|| (0..n).map(|i| (1 + i % 5) as f64).collect()),
+        x: (0..n).flat_map(|i| [1.0, (i as f64 * 0.9).cos()]).collect(),
+        x_names: vec!["(Intercept)".into(), "x".into()],
+        term_names: Vec::new(),
+        terms,
+        n_obs: n,
+        dropped: 0,
+        response: "y".into(),
+        rows: (0..n).collect(),
+        offset: Some(offset),
+    }
+}
+
+#[test]
+fn predictions_on_the_fitted_rows_are_their_fit_and_unseen_levels_have_no_effect() {
+    for family in [Family::Gaussian, Family::Poisson, Family::Binomial] {
+        let (m, y, terms, offset) = nested(family);
+        let th = theta(family);
+        let fit = m.fitted_values(&th).unwrap();
+        let same = m.predict(&th, &as_new(family, |_, g| g), true).unwrap();
+        let columns = |f: &FittedValues| {
+            [&f.eta, &f.mean, &f.response, &f.pearson, &f.deviance].map(|v| v.clone())
+        };
+        for (a, b) in columns(&fit).iter().zip(columns(&same)) {
+            for (i, (u, v)) in a.iter().zip(&b).enumerate() {
+                assert!(
+                    (u - v).abs() < 1e-12 * (1.0 + u.abs()),
+                    "{family:?} row {i}"
+                );
+            }
+        }
+        // Population level: the offset and the fixed part alone.
+        let population = m.predict(&th, &as_new(family, |_, g| g), false).unwrap();
+        let fixed = |i: usize| offset[i] + th[0] + th[1] * (i as f64 * 0.9).cos();
+        for i in 0..y.len() {
+            assert!(
+                (population.eta[i] - fixed(i)).abs() < 1e-12,
+                "{family:?} row {i}"
+            );
+        }
+        // Without responses, no residuals.
+        let mut blind = as_new(family, |_, g| g);
+        blind.y.fill(f64::NAN);
+        let blind = m.predict(&th, &blind, true).unwrap();
+        assert_eq!(blind.eta, same.eta);
+        for r in [&blind.response, &blind.pearson, &blind.deviance] {
+            assert!(r.iter().all(|v| v.is_nan()), "{family:?}");
+        }
+        // The second term's levels unseen (numbered past its 8): the first term's effects alone.
+        let unseen = m
+            .predict(&th, &as_new(family, |t, g| g + 8 * t), true)
+            .unwrap();
+        let re = m.random_effects(&th).unwrap();
+        for i in 0..y.len() {
+            let b = &re[0][terms[0].group[i]];
+            let z = &terms[0].z[2 * i..2 * i + 2];
+            let eta = fixed(i) + z[0] * b[0].value + z[1] * b[1].value;
+            assert!((unseen.eta[i] - eta).abs() < 1e-12, "{family:?} row {i}");
+        }
+    }
+}
+
+#[test]
+fn new_rows_of_another_shape_are_refused_by_name() {
+    let (m, ..) = nested(Family::Poisson);
+    let th = theta(Family::Poisson);
+    let mut new = as_new(Family::Poisson, |_, g| g);
+    new.terms.pop();
+    let e = m.predict(&th, &new, true).unwrap_err().to_string();
+    assert!(e.contains("1 random-effect terms for the model's 2"), "{e}");
+    assert!(e.contains("Formula::new_design"), "{e}");
+    let mut new = as_new(Family::Poisson, |_, g| g);
+    new.x.pop();
+    let e = m.predict(&th, &new, true).unwrap_err().to_string();
+    assert!(e.contains("47 fixed-effect values for 24 rows"), "{e}");
 }

@@ -1,0 +1,145 @@
+//! `--predict NEW.csv`: the fit carried to new rows, lme4's `predict(fit, newdata,
+//! allow.new.levels = TRUE)` with the levels' effects and without them (`re.form = NA`), in
+//! predictions.csv.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use sagd::glmm::{Design, FittedValues, Formula, Frame, Glmm};
+use serde_json::json;
+
+use super::files::csv_text;
+use crate::input::read_table;
+
+/// The new rows, coded as the fitted data.
+pub(super) struct NewRows {
+    path: PathBuf,
+    design: Design,
+}
+
+impl NewRows {
+    /// The rows of the CSV file `path` under `formula`, coded as the fitted data `frame`.
+    pub(super) fn read(path: &Path, formula: &Formula, frame: &Frame) -> Result<NewRows> {
+        let new = read_table(path)?;
+        let design = formula
+            .new_design(frame, &new)
+            .with_context(|| format!("--predict {}", path.display()))?;
+        Ok(NewRows {
+            path: path.to_path_buf(),
+            design,
+        })
+    }
+
+    /// Per row, the grouping factors at a level the fit has not seen (`fitted`'s levels are
+    /// the first of each factor's).
+    fn unseen<'f>(&self, fitted: &'f Design) -> Vec<Vec<&'f str>> {
+        let d = &self.design;
+        (0..d.n_obs)
+            .map(|i| {
+                d.terms
+                    .iter()
+                    .zip(&fitted.term_names)
+                    .filter(|(t, names)| t.group[i] >= names.levels.len())
+                    .map(|(_, names)| names.group.as_str())
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// predictions.csv (one row per new row kept: its row in the file, η and the mean with the
+    /// levels' effects and without, the factors at an unseen level, and the residuals where the
+    /// file gives the response) and result.json's account of it.
+    pub(super) fn predict(
+        &self,
+        model: &Glmm,
+        theta: &[f64],
+        fitted: &Design,
+    ) -> sagd::error::Result<(String, serde_json::Value)> {
+        let with = model.predict(theta, &self.design, true)?;
+        let without = model.predict(theta, &self.design, false)?;
+        let unseen = self.unseen(fitted);
+        Ok((
+            csv(&self.design, (&with, &without), &unseen),
+            self.json(fitted, &unseen),
+        ))
+    }
+
+    fn json(&self, fitted: &Design, unseen: &[Vec<&str>]) -> serde_json::Value {
+        let counts: serde_json::Map<String, serde_json::Value> = fitted
+            .term_names
+            .iter()
+            .map(|t| {
+                let rows = unseen.iter().filter(|u| u.contains(&t.group.as_str()));
+                (t.group.clone(), json!(rows.count()))
+            })
+            .collect();
+        json!({
+            "data": self.path.display().to_string(),
+            "file": "predictions.csv",
+            "rows": self.design.n_obs,
+            "dropped": self.design.dropped,
+            "rows_at_unseen_levels": counts,
+        })
+    }
+
+    /// What a reader should know on stderr: rows dropped, rows at unseen levels.
+    pub(super) fn notes(&self, fitted: &Design) -> Vec<String> {
+        let mut out = Vec::new();
+        let d = &self.design;
+        if d.dropped > 0 {
+            out.push(format!(
+                "note: --predict {}: {} row(s) with a missing predictor left out of predictions.csv",
+                self.path.display(),
+                d.dropped
+            ));
+        }
+        let unseen = self.unseen(fitted).iter().filter(|u| !u.is_empty()).count();
+        if unseen > 0 {
+            out.push(format!(
+                "note: --predict {}: {unseen} row(s) at a level the fit has not seen: that factor's effect is 0 there (the population's), as lme4's allow.new.levels = TRUE",
+                self.path.display()
+            ));
+        }
+        out
+    }
+}
+
+/// A number as a CSV field, blank for NaN (a response the file does not give).
+fn field(v: f64) -> String {
+    if v.is_nan() {
+        String::new()
+    } else {
+        v.to_string()
+    }
+}
+
+/// One row per new row kept.
+fn csv(
+    d: &Design,
+    (with, without): (&FittedValues, &FittedValues),
+    unseen: &[Vec<&str>],
+) -> String {
+    let mut o = String::from(
+        "row,eta,fitted,eta_fixed,fitted_fixed,unseen_levels,residual,pearson,deviance\n",
+    );
+    for (k, row) in d.rows.iter().enumerate() {
+        let levels = match unseen[k].is_empty() {
+            true => String::new(),
+            false => csv_text(&unseen[k].join(";")),
+        };
+        let _ = writeln!(
+            o,
+            "{},{},{},{},{},{levels},{},{},{}",
+            row + 1,
+            with.eta[k],
+            with.mean[k],
+            without.eta[k],
+            without.mean[k],
+            field(with.response[k]),
+            field(with.pearson[k]),
+            field(with.deviance[k]),
+        );
+    }
+    o
+}
