@@ -42,6 +42,14 @@ class Design:
     # How the matrices were built, to build new rows' alike (`new_rows`).
     spec: Optional["Spec"] = None
 
+    def kept(self, v: Any, name: str) -> np.ndarray:
+        """`v`, one value per row of the data frame, on the rows kept."""
+        a = np.asarray(v, dtype=float)
+        if a.ndim != 1 or self.rows is None or a.shape[0] != self.dropped + len(self.y):
+            raise ValueError(f"{name}: expected one value per row of data "
+                             f"({self.dropped + len(self.y)}), got shape {a.shape}")
+        return a[self.rows]
+
 
 @dataclass
 class Spec:
@@ -55,14 +63,8 @@ class Spec:
     group_parts: List[List[str]]
     offsets: List[str]
     columns: List[str]
-
-    def kept(self, v: Any, name: str) -> np.ndarray:
-        """`v`, one value per row of the data frame, on the rows kept."""
-        a = np.asarray(v, dtype=float)
-        if a.ndim != 1 or self.rows is None or a.shape[0] != self.dropped + len(self.y):
-            raise ValueError(f"{name}: expected one value per row of data "
-                             f"({self.dropped + len(self.y)}), got shape {a.shape}")
-        return a[self.rows]
+    # The fitted rows' values of each text column the effects read as categorical.
+    levels: Dict[str, List[Any]]
 
 
 def _bad(formula: str, why: str, fix: str) -> ValueError:
@@ -185,7 +187,15 @@ def parse(formula: str, data: Any) -> Design:
                   offset=offset, rows=rows,
                   spec=Spec(fixed=X.model_spec, terms=z_specs, group_parts=group_parts,
                             offsets=offsets,
-                            columns=sorted(set(_NAME.findall(rhs)) & set(map(str, df.columns)))))
+                            columns=sorted(set(_NAME.findall(rhs)) & set(map(str, df.columns))),
+                            levels=_categorical(df, [fixed] + [e for e, _, _ in bars])))
+
+
+def _categorical(df: Any, exprs: List[str]) -> Dict[str, List[Any]]:
+    """The values of each column that is not numeric among those `exprs` read."""
+    names = set().union(*(_NAME.findall(e) for e in exprs)) & set(map(str, df.columns))
+    return {n: sorted(set(df[n].tolist()), key=str) for n in sorted(names)
+            if df[n].dtype.kind not in "iuf"}
 
 
 def _labels(df: Any, parts: List[str]) -> np.ndarray:
@@ -211,6 +221,13 @@ def new_rows(spec: Spec, data: Any) -> Tuple[np.ndarray, List[np.ndarray], List[
                          "need every predictor, grouping factor and offset (not the response)")
     rows = np.flatnonzero(df[spec.columns].notna().all(axis=1).to_numpy())
     df = df.iloc[rows].reset_index(drop=True)
+    for name, known in spec.levels.items():
+        fresh = ~df[name].isin(known).to_numpy()
+        if fresh.any():
+            k = int(np.flatnonzero(fresh)[0])
+            raise ValueError(f"newdata: {name!r} is {df[name].iloc[k]!r} at row {rows[k]}, a "
+                             "level the fitted data do not have; predict for the levels the "
+                             f"model was fitted to ({', '.join(map(str, known))})")
 
     def build(what: str, make: Any) -> np.ndarray:
         try:

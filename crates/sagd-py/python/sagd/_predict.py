@@ -36,7 +36,7 @@ def predict(r: Any, newdata: Any = None, *, X: Any = None, groups: Any = None, Z
         if not conditional or offset is not None or Z is not None:
             raise ValueError("newdata: give the rows to predict (newdata=df, or X and groups); "
                              "without them predict gives the fit's own eta, with every level")
-        return _scale(r.family, np.asarray(r.eta, dtype=float), type)
+        return np.array(r.eta if type == "link" else r.fitted, dtype=float)
     if spec is not None:
         if any(v is not None for v in (X, groups, Z, offset)):
             raise ValueError("with a formula fit, give the new rows as newdata=df alone (no X, "

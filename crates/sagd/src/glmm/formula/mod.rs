@@ -227,13 +227,24 @@ impl Formula {
     /// The formula's arrays on `frame`'s rows without a missing value.
     pub fn design(&self, frame: &Frame) -> Result<Design> {
         let (cols, rows) = complete_rows(frame, &self.columns(), Source::Fitted)?;
-        let n = rows.len();
         let coding = self.coding(&cols, &rows);
         let fitted = (&coding, Source::Fitted);
-        let (response, y, trials) = self.response_values(&cols, &rows, fitted)?;
-        let (x, x_names) = self.matrix(&self.fixed, &cols, &rows, fitted)?;
-        let (terms, term_names) = self.random_terms(&cols, &rows, fitted)?;
-        let offset = self.offset_values(&cols, &rows, Source::Fitted)?;
+        let response = self.response_values(&cols, &rows, fitted)?;
+        self.arrays(&cols, (rows, frame.n_rows()), fitted, response)
+    }
+
+    /// The design of `rows` of `cols` (of `read` rows in all) under `coding`, with the
+    /// response's name, values and trials.
+    fn arrays(
+        &self,
+        cols: &Columns<'_>,
+        (rows, read): (Vec<usize>, usize),
+        (coding, source): (&Coding, Source),
+        (response, y, trials): (String, Vec<f64>, Option<Vec<f64>>),
+    ) -> Result<Design> {
+        let (x, x_names) = self.matrix(&self.fixed, cols, &rows, (coding, source))?;
+        let (terms, term_names) = self.random_terms(cols, &rows, (coding, source))?;
+        let offset = self.offset_values(cols, &rows, source)?;
         Ok(Design {
             y,
             trials,
@@ -241,8 +252,8 @@ impl Formula {
             x_names,
             terms,
             term_names,
-            n_obs: n,
-            dropped: frame.n_rows() - n,
+            n_obs: rows.len(),
+            dropped: read - rows.len(),
             response,
             rows,
             offset,

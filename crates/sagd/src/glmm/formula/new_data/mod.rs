@@ -30,28 +30,12 @@ impl Formula {
         let has_response = given.len() == response.len();
         cols.extend(given);
         let on_new = (&coding, Source::New);
-        let n = rows.len();
-        let (response, y, trials) = if has_response {
+        let response = if has_response {
             self.response_values(&cols, &rows, on_new)?
         } else {
-            (self.response_name(), vec![f64::NAN; n], None)
+            (self.response_name(), vec![f64::NAN; rows.len()], None)
         };
-        let (x, x_names) = self.matrix(&self.fixed, &cols, &rows, on_new)?;
-        let (terms, term_names) = self.random_terms(&cols, &rows, on_new)?;
-        let offset = self.offset_values(&cols, &rows, Source::New)?;
-        Ok(Design {
-            y,
-            trials,
-            x,
-            x_names,
-            terms,
-            term_names,
-            n_obs: n,
-            dropped: new.n_rows() - n,
-            response,
-            rows,
-            offset,
-        })
+        self.arrays(&cols, (rows, new.n_rows()), on_new, response)
     }
 }
 

@@ -31,6 +31,17 @@ pub struct FittedValues {
 }
 
 impl FittedValues {
+    /// n rows of zeros, to be filled.
+    fn zeros(n: usize) -> Self {
+        FittedValues {
+            eta: vec![0.0; n],
+            mean: vec![0.0; n],
+            response: vec![0.0; n],
+            pearson: vec![0.0; n],
+            deviance: vec![0.0; n],
+        }
+    }
+
     /// The minimum, quartiles and maximum of the Pearson residuals (R's `quantile`, type 7), as
     /// lme4's `summary` prints them under "Scaled residuals"; `None` without observations.
     pub fn pearson_quantiles(&self) -> Option<[f64; 5]> {
@@ -84,13 +95,7 @@ impl Glmm {
             .concat();
         let sigma = self.scale(theta).1.exp();
         let n = self.n_obs();
-        let mut out = FittedValues {
-            eta: vec![0.0; n],
-            mean: vec![0.0; n],
-            response: vec![0.0; n],
-            pearson: vec![0.0; n],
-            deviance: vec![0.0; n],
-        };
+        let mut out = FittedValues::zeros(n);
         for (k, &eta) in etas.iter().enumerate() {
             let i = self.given_row(k);
             // A Gaussian's offset was taken from its response: it goes back into η and μ.

@@ -25,13 +25,7 @@ impl Glmm {
         };
         let beta = &theta[..self.p];
         let sigma = self.scale(theta).1.exp();
-        let mut out = FittedValues {
-            eta: vec![0.0; n],
-            mean: vec![0.0; n],
-            response: vec![0.0; n],
-            pearson: vec![0.0; n],
-            deviance: vec![0.0; n],
-        };
+        let mut out = FittedValues::zeros(n);
         for i in 0..n {
             let xi = &new.x[i * self.p..(i + 1) * self.p];
             let fixed: f64 = xi.iter().zip(beta).map(|(a, b)| a * b).sum();

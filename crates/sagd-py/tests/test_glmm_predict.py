@@ -1,0 +1,77 @@
+"""`GlmmResult.predict`: new rows against lme4 1.1-31's ``predict(fit, newdata,
+allow.new.levels = TRUE)`` (the references of ``crates/sagd-cli/tests/glmm_predict.rs``), the
+formula and the arrays giving the same, and new rows the fit cannot predict refused by name."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pd = pytest.importorskip("pandas")
+pytest.importorskip("formulaic")
+
+import sagd  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "sagd-cli" / "tests" / "data"
+
+# glmer(count ~ x + dose + (1 | site), poisson, nAGQ = 25) on glmm_counts.csv, predicting
+# glmm_counts_new.csv: eta, the mean, and eta without the levels (re.form = NA).
+LME4 = np.array([
+    [0.461278165181, 1.586099987714, 0.656546943482],
+    [-0.615593677245, 0.540320024368, -0.484851990813],
+    [0.577354797358, 1.781320240210, 0.577354797358],
+    [0.340170604557, 1.405187301472, 0.340170604557],
+    [1.537940187821, 4.654991979871, 0.402693837214],
+])
+
+
+@pytest.fixture(scope="module")
+def fit():
+    df = pd.read_csv(DATA / "glmm_counts.csv")
+    return df, sagd.glmm("count ~ x + dose + (1 | site)", data=df, family="poisson")
+
+
+def test_new_rows_are_predicted_as_glmer_predicts_them(fit):
+    _, r = fit
+    new = pd.read_csv(DATA / "glmm_counts_new.csv")
+    np.testing.assert_allclose(r.predict(new), LME4[:, 0], atol=5e-5)
+    np.testing.assert_allclose(r.predict(new, type="response"), LME4[:, 1], atol=5e-5)
+    np.testing.assert_allclose(r.predict(new, conditional=False), LME4[:, 2], atol=5e-5)
+    # Without the response, and with a row missing a predictor: NaN there, the rest the same.
+    blank = new.drop(columns="count")
+    blank.loc[1, "x"] = np.nan
+    got = r.predict(blank)
+    assert np.isnan(got[1])
+    np.testing.assert_array_equal(np.delete(got, 1), np.delete(r.predict(new), 1))
+    # No new rows: the fit's own.
+    np.testing.assert_array_equal(r.predict(), r.eta)
+    np.testing.assert_array_equal(r.predict(type="response"), r.fitted)
+
+
+def test_arrays_predict_as_the_formula_does(fit):
+    df, r = fit
+    kept = df.dropna()
+
+    def design(d):
+        return np.column_stack([np.ones(len(d)), d.x, d.dose == "high", d.dose == "low"])
+
+    a = sagd.glmm(kept["count"].to_numpy(), design(kept), kept.site.to_numpy(),
+                  family="poisson")
+    new = pd.read_csv(DATA / "glmm_counts_new.csv")
+    got = a.predict(X=design(new), groups=new.site.to_numpy())
+    np.testing.assert_allclose(got, r.predict(new), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="groups"):
+        a.predict(X=design(new))
+
+
+def test_rows_the_fit_cannot_predict_are_refused_by_name(fit):
+    _, r = fit
+    new = pd.DataFrame({"x": [0.1, 0.2], "dose": ["low", "medium"], "site": ["site 0"] * 2})
+    with pytest.raises(ValueError, match="medium"):
+        r.predict(new)
+    with pytest.raises(ValueError, match="no column 'dose'"):
+        r.predict(new.drop(columns="dose"))
+    with pytest.raises(ValueError, match="type"):
+        r.predict(new.iloc[:1], type="mean")
+    with pytest.raises(ValueError, match="newdata=df alone"):
+        r.predict(new, X=np.ones((2, 4)))
