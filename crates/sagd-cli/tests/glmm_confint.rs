@@ -102,6 +102,57 @@ fn gaussian_profile_intervals_are_lmer_s() {
     );
 }
 
+/// Correlated slopes, ML: every sd and the correlation are profiled, as lme4's `.sig` entries.
+/// lme4's spline falls back to linear interpolation on this correlation's profile (it warns of
+/// a non-monotonic profile) and puts its lower end at 0.0567, where the profile deviance is
+/// 4.28 above its minimum. The deviance from lme4's own `devFunOnly` function, minimised by R's
+/// `optim` over the sds with the correlation held, rises through χ²₁(0.95) = 3.8415 between
+/// 0.1005 (3.8505) and 0.1025 (3.8311): the end must lie there. Its upper end is 1, as lme4's
+/// (at 0.95 the rise is 0.10). The fixed effects, the intercept's sd, the slope's upper end and
+/// σ agree with lme4's `confint` to 1e-4.
+#[test]
+fn every_sd_and_the_correlation_of_correlated_slopes_are_profiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let printed = run(
+        &["count ~ x + dose + (1 + x | site)", "--profile"],
+        dir.path(),
+    );
+    assert!(printed.contains("cor site (Intercept):x"), "{printed}");
+    let got = intervals(dir.path());
+    let names: Vec<(&str, &str)> = got.iter().map(|g| (g.0.as_str(), g.1.as_str())).collect();
+    assert_eq!(
+        names,
+        [
+            ("fixed", "(Intercept)"),
+            ("fixed", "x"),
+            ("fixed", "dosehigh"),
+            ("fixed", "doselow"),
+            ("sd", "(Intercept)"),
+            ("sd", "x"),
+            ("cor", "(Intercept):x"),
+            ("sigma", "Residual"),
+        ]
+    );
+    let lme4 = [
+        (1.53983298325, 2.8235429526),
+        (0.35030202719, 0.8612317302),
+        (-1.49237757615, -0.3678108298),
+        (-0.58534601014, 0.4542499269),
+        (1.08525248875, 1.9639612854),
+    ];
+    for (g, w) in got.iter().zip(lme4) {
+        assert!(
+            (g.2 - w.0).abs() < 1e-4 && (g.3 - w.1).abs() < 1e-4,
+            "{g:?} {w:?}"
+        );
+    }
+    let (slope, cor, sigma) = (&got[5], &got[6], &got[7]);
+    assert!((slope.3 - 0.6926119210).abs() < 1e-4, "{slope:?}");
+    assert!(slope.2 > 0.0 && slope.2 < 0.2, "{slope:?}");
+    assert!(cor.2 > 0.1005 && cor.2 < 0.1025 && cor.3 == 1.0, "{cor:?}");
+    assert!((sigma.2 - 1.20276301037).abs() < 1e-4 && (sigma.3 - 1.5379710894).abs() < 1e-4);
+}
+
 #[test]
 fn a_narrower_level_gives_narrower_intervals() {
     let (wide, narrow) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

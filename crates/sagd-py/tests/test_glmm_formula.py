@@ -174,3 +174,13 @@ def test_profile_intervals_are_lme4_s_and_what_cannot_be_profiled_is_said():
     crossed = sagd.glmm("count ~ x + (1 | site) + (1 | dose)", data=df, family="poisson",
                         profile=0.95, ranef_draws=0, max_msteps=3)
     assert crossed.confint is None and "no profile intervals" in crossed.warning
+    # Correlated slopes (ML): every sd and the correlation, as lme4's .sig entries; the
+    # correlation's lower end where lme4's own deviance function, minimised over the sds with
+    # the correlation held, rises through 3.8415 (between 0.1005 and 0.1025; lme4's confint
+    # interpolates it linearly to 0.0567), its upper end 1 as lme4's.
+    slopes = sagd.glmm("count ~ x + dose + (1 + x | site)", data=df, profile=0.95)
+    ci = slopes.confint
+    assert list(ci)[4:] == ["sd (Intercept)", "sd x", "cor (Intercept):x", "sigma"]
+    np.testing.assert_allclose(ci["sd (Intercept)"], (1.08525248875, 1.9639612854), atol=1e-4)
+    lo, hi = ci["cor (Intercept):x"]
+    assert 0.1005 < lo < 0.1025 and hi == 1.0

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use sagd::glmm::{Design, Fitted, Glmm, GlmmFit};
+use sagd::glmm::{Design, Fitted, Glmm, GlmmFit, Summary};
 use serde_json::json;
 
 use super::files::csv_text;
@@ -25,11 +25,12 @@ pub(super) struct Profiled {
 }
 
 impl Profiled {
-    /// The intervals of `fit` (an exact maximum-likelihood fit) at `level`, or why there are none.
+    /// The intervals of `fit` (an exact maximum-likelihood fit, summarised by `s`) at `level`,
+    /// or why there are none.
     pub(super) fn find(
         model: &Glmm,
         d: &Design,
-        fit: &GlmmFit,
+        (fit, s): (&GlmmFit, &Summary),
         level: f64,
     ) -> Result<Profiled, String> {
         let Fitted::Exact(exact) = &fit.fitted else {
@@ -43,32 +44,56 @@ impl Profiled {
             .profile_intervals(exact, level)
             .map_err(|e| e.to_string())?;
         let theta = &exact.theta;
-        let p = model.n_fixed();
         let mut rows = Vec::new();
-        let mut add = |kind, group: &str, name: &str, j: usize, scale: fn(f64) -> f64| {
+        let mut add = |(kind, group, name): (&'static str, &str, String),
+                       j: usize,
+                       estimate: f64,
+                       scale: fn(f64) -> f64| {
             if let Some([lo, hi]) = intervals[j] {
                 rows.push(Row {
                     kind,
                     group: group.to_string(),
-                    name: name.to_string(),
-                    estimate: scale(theta[j]),
+                    name,
+                    estimate,
                     ends: [scale(lo), scale(hi)],
                 });
             }
         };
         for (j, name) in d.x_names.iter().enumerate() {
-            add("fixed", "", name, j, |v| v);
+            add(("fixed", "", name.clone()), j, theta[j], |v| v);
         }
-        // θ's entries of each term: its q log diagonal factors, then (correlated) the rest.
-        let mut at = p;
-        for ((q, correlated), names) in model.terms().into_iter().zip(&d.term_names) {
+        // θ's places of each term: its q log sds, then (correlated) each correlation row by
+        // row, profiled where it is with the first effect.
+        let mut at = model.n_fixed();
+        let terms = model.terms().into_iter().zip(&d.term_names).zip(&s.random);
+        for (((q, correlated), names), term) in terms {
+            let group = names.group.as_str();
             for (a, effect) in names.effects.iter().enumerate() {
-                add("sd", &names.group, effect, at + a, f64::exp);
+                add(
+                    ("sd", group, effect.clone()),
+                    at + a,
+                    term.sd[a].value,
+                    f64::exp,
+                );
             }
-            at += q + if correlated { q * (q - 1) / 2 } else { 0 };
+            at += q;
+            if correlated {
+                for a in 1..q {
+                    for b in 0..a {
+                        let name = format!("{}:{}", names.effects[b], names.effects[a]);
+                        add(("cor", group, name), at, term.cor[a][b], |v| v);
+                        at += 1;
+                    }
+                }
+            }
         }
         if at < theta.len() {
-            add("sigma", "", "Residual", at, f64::exp);
+            add(
+                ("sigma", "", "Residual".into()),
+                at,
+                theta[at].exp(),
+                f64::exp,
+            );
         }
         Ok(Profiled { level, rows })
     }
@@ -89,7 +114,7 @@ impl Profiled {
         for r in &self.rows {
             let name = match r.kind {
                 "fixed" => r.name.clone(),
-                "sd" => format!("sd {} {}", r.group, r.name),
+                "sd" | "cor" => format!("{} {} {}", r.kind, r.group, r.name),
                 _ => "sigma".to_string(),
             };
             let _ = writeln!(

@@ -195,7 +195,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     let quantiles = fitted.as_ref().ok().and_then(|f| f.pearson_quantiles());
     let profiled = a
         .profile
-        .map(|level| Profiled::find(&model, &design, &fit, level));
+        .map(|level| Profiled::find(&model, &design, (&fit, &summary), level));
     let sep = separation.as_deref();
     let seconds = t0.elapsed().as_secs_f64();
     let intervals = match &profiled {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -73,10 +74,11 @@ class GlmmResult(FitResult):
         rows: with a formula, the positions in ``data`` of the observations used; None with
             arrays (every row, in order).
         confint: with ``profile=level``, the profile-likelihood confidence intervals (lme4's
-            ``confint(fit)``) of the fixed effects, the random effects' sds that are one
-            parameter each (every effect of an independent term, the first of a correlated
-            one) and sigma: a dict name -> (lower, upper) on the summary's scales, an sd's
-            lower end 0 where its profile never falls far enough; ``confint_level`` the level.
+            ``confint(fit)``) of the fixed effects, every random effect's sd, each correlation
+            with a factor's first effect (``"cor (Intercept):x"``; between later effects of 3 or
+            more, none) and sigma: a dict name -> (lower, upper) on the summary's scales, an
+            sd's lower end 0 and a correlation's end ±1 where the profile never falls far
+            enough; ``confint_level`` the level.
             None (and why, in ``warning``) for a fit by EM.
         n_points: the independent blocks of the data EM works on: the groups of one factor, the
             top-level groups of nested ones, often the whole data set for crossed ones.
@@ -535,16 +537,18 @@ def glmm(
         **{f: _array(d.get(f)) for f in ("eta", "fitted", "resid_response", "resid_pearson",
                                          "resid_deviance", "resid_quantiles")},
         rows=rows,
-        confint=_confint(d.get("profile"), d["names"]),
+        confint=_confint(d.get("profile"), d["names"], list(zip(factor_names, zn))),
         confint_level=None if d.get("profile") is None else float(profile),
         _spec=spec,
     )
 
 
-def _confint(profile: Optional[List[Any]],
-             names: List[str]) -> Optional[Dict[str, Tuple[float, float]]]:
-    """The core's intervals of theta's entries (None where not profiled) on the summary's
-    scales: the fixed effects as they are, ``sd ...`` and ``sigma`` from their logs."""
+def _confint(profile: Optional[List[Any]], names: List[str],
+             terms: List[Tuple[str, List[str]]]) -> Optional[Dict[str, Tuple[float, float]]]:
+    """The core's intervals in theta's places (None where not profiled) on the summary's
+    scales: the fixed effects as they are, ``sd ...`` and ``sigma`` from their logs, and in the
+    place ``L[a,0] g`` of a correlated factor ``g`` the correlation of its effects 0 and a,
+    named ``cor [g: ]e0:ea`` (the factor's name where the model has several, as the sds')."""
     if profile is None:
         return None
     out = {}
@@ -552,7 +556,13 @@ def _confint(profile: Optional[List[Any]],
         if ends is None:
             continue
         lo, hi = float(ends[0]), float(ends[1])
-        if name.startswith("log sd ") or name == "log(sigma)":
+        cor = re.match(r"^L\[(\d+),(\d+)\] (.*)$", name)
+        if cor:
+            a, b, group = int(cor.group(1)), int(cor.group(2)), cor.group(3)
+            effects = dict(terms)[group]
+            prefix = f"{group}: " if len(terms) > 1 else ""
+            name = f"cor {prefix}{effects[b]}:{effects[a]}"
+        elif name.startswith("log sd ") or name == "log(sigma)":
             name = "sigma" if name == "log(sigma)" else name[len("log "):]
             lo, hi = math.exp(lo), math.exp(hi)
         out[name] = (lo, hi)

@@ -181,9 +181,9 @@ fn a_singular_fit_s_sd_reaches_zero_and_the_others_leave_the_boundary() {
 }
 
 #[test]
-fn only_entries_that_are_one_parameter_each_are_profiled() {
-    // Poisson correlated slopes: β₀, β₁, log L₀₀ (the intercept's sd) are; log L₁₁ and L₁₀ are
-    // not (the slope's sd and the correlation mix them).
+fn every_sd_and_each_correlation_with_the_first_effect_are_profiled() {
+    // Poisson correlated slopes: β₀, β₁, the intercept's and the slope's log sds in the places
+    // of log L₀₀ and log L₁₁, their correlation in L₁₀'s.
     let n = 60;
     let x: Vec<f64> = (0..n)
         .flat_map(|i| [1.0, ((i * 7) % 11) as f64 / 5.0 - 1.0])
@@ -197,12 +197,20 @@ fn only_entries_that_are_one_parameter_each_are_profiled() {
     let m = Glmm::with_terms(Family::Poisson, y, x, vec![term], None).unwrap();
     let fit = m.fit_exact(&ExactSettings::default()).unwrap();
     let got = m.profile_intervals(&fit, 0.9).unwrap();
-    let profiled: Vec<bool> = got.iter().map(Option::is_some).collect();
-    assert_eq!(profiled, [true, true, true, false, false]);
-    for (j, r) in got.iter().enumerate().take(3) {
+    let s = m.summary(&fit.theta, Some(&fit.covariance));
+    let sd = &s.random[0].sd;
+    let estimates = [
+        fit.theta[0],
+        fit.theta[1],
+        sd[0].value.ln(),
+        sd[1].value.ln(),
+        s.random[0].cor[1][0],
+    ];
+    for (j, (r, e)) in got.iter().zip(estimates).enumerate() {
         let [lo, hi] = r.unwrap();
-        assert!(lo < fit.theta[j] && fit.theta[j] < hi, "{j}: {r:?}");
+        assert!(lo < e && e < hi, "{j}: {e} outside {r:?}");
     }
+    assert!(got[4].unwrap().iter().all(|c| c.abs() <= 1.0));
 }
 
 #[test]

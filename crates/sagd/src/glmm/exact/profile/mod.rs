@@ -5,6 +5,9 @@
 use statrs::distribution::{ContinuousCDF, Normal};
 
 use super::quadrature::ProductRule;
+use coords::Coords;
+
+mod coords;
 use super::{central_gradient, from_units, to_units, Criterion, ExactFit, GTOL, NEAR_BOUNDARY};
 use crate::error::{invalid, Result};
 use crate::glmm::{Family, Glmm, LikelihoodMethod};
@@ -25,17 +28,23 @@ const TRIED_FROM: f64 = 0.3;
 type LogLik<'a> = Box<dyn FnMut(&[f64]) -> Result<(f64, Vec<f64>)> + 'a>;
 
 impl Glmm {
-    /// Profile-likelihood confidence intervals at `level` (e.g. 0.95) for the entries of θ that
-    /// are one parameter of [`Glmm::summary`] each: every β_j, log σ (Gaussian), and the log of
-    /// each random effect's sd where it is a single entry of θ (the first effect of a term, and
-    /// every effect of an independent one); `None` for the others (a correlated term's later
-    /// diagonal factors and its off-diagonal ones). Each interval is on θ's scale, where the
-    /// profile ℓ_p(θ_j) = max over the rest of ℓ falls χ²₁(level)/2 below ℓ(θ̂): e^θ gives an
-    /// sd's or σ's. A log sd whose profile never falls that far towards 0 has −∞ as its lower end
-    /// (the sd's interval reaches 0), and an end not reached within 60 standard errors is ±∞.
-    /// lme4's `confint(fit)` profiles the same way, glmer's on Laplace's approximation; this is
-    /// the exact likelihood of `fit` (quadrature with its nodes, or the Gaussian closed form).
-    /// `fit` must be this model's maximum-likelihood fit ([`Glmm::fit_exact`]).
+    /// Profile-likelihood confidence intervals at `level` (e.g. 0.95), one per place of θ: for
+    /// every β_j and log σ (Gaussian) their own; in the place of each term's log L_aa, the log
+    /// of effect a's sd; in the place of a correlated term's L_a0, the correlation of effect a
+    /// with the term's first effect (on its own scale, −1 to 1); `None` in the places L_ab,
+    /// b ≥ 1, of terms of 3 or more correlated effects (those correlations are not one
+    /// coordinate of the parametrisation profiled), and in all but the first sd's of a
+    /// correlated term whose correlations lie at ±1. Each interval is where the profile
+    /// ℓ_p = max over the rest of ℓ falls χ²₁(level)/2 below ℓ(θ̂), the rest being θ's other
+    /// entries, with each correlated term's taken as its effects' log sds and the Fisher
+    /// transforms of its canonical partial correlations. e^v gives an sd's or σ's ends. A log sd
+    /// whose profile never falls that far towards 0 has −∞ as its lower end (the sd's interval
+    /// reaches 0), a correlation whose profile never falls that far has ±1, and an end not
+    /// reached within 60 standard errors is ±∞. lme4's `confint(fit)` profiles the same
+    /// quantities, glmer's on Laplace's approximation and with a spline between its profile's
+    /// points; this is the exact likelihood of `fit` (quadrature with its nodes, or the
+    /// Gaussian closed form). `fit` must be this model's maximum-likelihood fit
+    /// ([`Glmm::fit_exact`]).
     pub fn profile_intervals(&self, fit: &ExactFit, level: f64) -> Result<Vec<Option<[f64; 2]>>> {
         if !(level > 0.0 && level < 1.0) {
             return Err(invalid(
@@ -55,37 +64,52 @@ impl Glmm {
         let z = Normal::new(0.0, 1.0)
             .expect("the standard normal")
             .inverse_cdf(0.5 + 0.5 * level);
-        let units = self.theta_units(&fit.theta);
-        let theta_hat = to_units(&fit.theta, &units);
-        let mut loglik = self.loglik_in_units(fit, units.clone());
-        let top = loglik(&theta_hat)?.0;
+        let theta_units = self.theta_units(&fit.theta);
+        // Each correlated term's sds and correlations with its first effect as coordinates.
+        let coords = Coords::new(self, &fit.theta, &theta_units);
+        let units = &coords.units;
+        let psi_hat = to_units(&coords.psi(&fit.theta), units);
+        let se = coords.psi_se(&fit.theta, (&fit.se, &fit.covariance));
+        let mut loglik: LogLik<'_> =
+            Box::new(coords.loglik(self.loglik_in_units(fit, theta_units.clone())));
+        let top = loglik(&psi_hat)?.0;
         let mut out = vec![None; fit.theta.len()];
-        for j in self.profiled_entries() {
-            let se = fit.se.get(j).copied().unwrap_or(f64::NAN) / units[j].0;
+        for j in self.profiled_entries(&coords) {
+            let se = se[j] / units[j].0;
             let step = if se.is_finite() && se > 0.0 { se } else { 1.0 };
             let profile = Profile {
                 model: self,
-                units: &units,
+                coords: &coords,
                 at: j,
                 top,
-                theta_hat: &theta_hat,
+                psi_hat: &psi_hat,
             };
-            // Back to θ (±∞ stays).
+            // Back to ψ (±∞ stays), a correlation on its own scale.
             let mut end = |side: f64| {
-                from_units(&[profile.end(&mut loglik, side * z, step)], &units[j..=j])[0]
+                let v = from_units(&[profile.end(&mut loglik, side * z, step)], &units[j..=j])[0];
+                if coords.is_correlation(j) {
+                    v.tanh()
+                } else {
+                    v
+                }
             };
             out[j] = Some([end(-1.0), end(1.0)]);
         }
         Ok(out)
     }
 
-    /// The entries of θ that are one parameter of the summary each (see
-    /// [`Glmm::profile_intervals`]).
-    fn profiled_entries(&self) -> Vec<usize> {
+    /// The entries of θ whose places are profiled (see [`Glmm::profile_intervals`]): every
+    /// β_j, log σ, each effect's log sd, and each correlation with a term's first effect; of a
+    /// correlated term at the boundary (a correlation of ±1), its first sd alone.
+    fn profiled_entries(&self, coords: &Coords) -> Vec<usize> {
         let mut entries: Vec<usize> = (0..self.p).collect();
         for t in &self.terms {
-            let diagonal = if t.correlated { 1 } else { t.q };
-            entries.extend(t.theta_at..t.theta_at + diagonal);
+            let block = t.theta_at..t.theta_at + t.n_params();
+            if t.correlated && !coords.is_reparametrised(t.theta_at) {
+                entries.push(t.theta_at);
+            } else {
+                entries.extend(block.filter(|&j| coords.profiled(j)));
+            }
         }
         if self.family == Family::Gaussian {
             entries.push(self.theta_len() - 1);
@@ -116,14 +140,14 @@ impl Glmm {
     }
 }
 
-/// One entry's profile: the model and θ's units, the entry's place in θ, ℓ(θ̂) and θ̂ in
-/// those units.
+/// One entry's profile: the model and its coordinates (ψ, [`Coords`]), the entry's place, ℓ
+/// at the estimate and the estimate in ψ's units.
 struct Profile<'m> {
     model: &'m Glmm,
-    units: &'m [(f64, f64)],
+    coords: &'m Coords,
     at: usize,
     top: f64,
-    theta_hat: &'m [f64],
+    psi_hat: &'m [f64],
 }
 
 impl Profile<'_> {
@@ -134,9 +158,9 @@ impl Profile<'_> {
     /// singular fit's, stays there where moving θ_j has taken the maximum away from it.)
     fn at(&self, loglik: &mut LogLik<'_>, value: f64, rest: &mut Vec<f64>) -> Result<f64> {
         let (mut best, mut x) = (self.maximised(loglik, value, rest)?, rest.clone());
-        let mut theta = x.clone();
-        theta.insert(self.at, value);
-        let theta = from_units(&theta, self.units);
+        let mut psi = x.clone();
+        psi.insert(self.at, value);
+        let theta = self.coords.theta(&from_units(&psi, &self.coords.units));
         for (k, ratio) in self.model.factor_ratios(&theta) {
             if k == self.at || ratio >= NEAR_BOUNDARY {
                 continue;
@@ -187,9 +211,7 @@ impl Profile<'_> {
             }
             Err(_) => f64::INFINITY,
         };
-        (2.0 * drop)
-            .sqrt()
-            .copysign(value - self.theta_hat[self.at])
+        (2.0 * drop).sqrt().copysign(value - self.psi_hat[self.at])
     }
 
     /// Where the signed root reaches `target` (±z) on its side, from φ̂_j in steps of about
@@ -197,8 +219,8 @@ impl Profile<'_> {
     /// bracketed; ±∞ where it does not within [`FARTHEST`] steps.
     fn end(&self, loglik: &mut LogLik<'_>, target: f64, step: f64) -> f64 {
         let j = self.at;
-        let centre = self.theta_hat[j];
-        let mut rest = self.theta_hat.to_vec();
+        let centre = self.psi_hat[j];
+        let mut rest = self.psi_hat.to_vec();
         rest.remove(j);
         // (φ_j, signed root − target) at the estimate and at the Wald end.
         let mut lo = (centre, -target);
