@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use sagd::em::{EmEvent, EmSettings, EstimateStatus};
 use sagd::glmm::{
-    Criterion, Design, ExactSettings, Family, FitSettings, Fitted, Formula, GlmmFit,
+    Criterion, Design, ExactSettings, Family, FitSettings, Fitted, Formula, Glmm, GlmmFit,
     LikelihoodMethod, Method, SampledMeans, Summary,
 };
 use sagd::run::Control;
@@ -34,7 +34,7 @@ use confint::Profiled;
 use files::{estimates_csv, result_json};
 use fitted::{fitted_csv, scaled_residuals};
 use predict::NewRows;
-use ranef::{ranef_csv, sampled_note, Means};
+use ranef::{write_ranef, Means};
 
 /// Flags of `sagd glmm`.
 #[derive(Args, Debug, Clone, Serialize)]
@@ -102,10 +102,6 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         .family
         .parse()
         .map_err(|e| anyhow::anyhow!("--family: {e}"))?;
-    let method: Method = a
-        .method
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--method: {e}"))?;
     let formula = Formula::parse(&a.formula)?;
     let frame = read_table(&a.data)?;
     let design = formula
@@ -116,48 +112,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         Some(path) => Some(NewRows::read(path, &formula, &frame)?),
         None => None,
     };
-    if (1..SampledMeans::MIN_DRAWS).contains(&a.ranef_draws) {
-        anyhow::bail!(
-            "--ranef-draws {}: use 0 (no sampled means) or at least {} draws a chain",
-            a.ranef_draws,
-            SampledMeans::MIN_DRAWS
-        );
-    }
-    if a.reml && family != Family::Gaussian {
-        anyhow::bail!("--reml: REML is for the Gaussian family only; leave it out for {family:?}");
-    }
-    if let Some(level) = a.profile {
-        if !(level > 0.0 && level < 1.0) {
-            anyhow::bail!(
-                "--profile {level}: give the intervals' level between 0 and 1, e.g. 0.95"
-            );
-        }
-        if a.reml {
-            anyhow::bail!("--profile: the intervals profile the likelihood, not REML's criterion; leave out --reml");
-        }
-        if method == Method::Em {
-            anyhow::bail!(
-                "--profile: the intervals need the exact likelihood; leave out --method em"
-            );
-        }
-    }
-    let settings = FitSettings {
-        method,
-        exact: ExactSettings {
-            criterion: if a.reml {
-                Criterion::Reml
-            } else {
-                Criterion::Ml
-            },
-            nodes: a.nodes,
-            ..ExactSettings::default()
-        },
-        em: EmSettings {
-            max_msteps: a.max_msteps,
-            ..EmSettings::default()
-        },
-        seed: a.seed,
-    };
+    let settings = fit_settings(&a, family)?;
     // Nothing is written before the data and the formula are known to be good.
     let mut staging = Staging::new(&a.out, "glmm")?;
     staging.owns(&[
@@ -169,18 +124,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         "predictions.csv",
         "summary.txt",
     ]);
-    let bar = progress_bar(
-        a.quiet,
-        (settings.em.max_msteps * settings.em.updates_per_mstep) as u64,
-    );
-    let fit = model.fit(&settings, &mut |e| {
-        if let EmEvent::Update { mstep, .. } = e {
-            bar.inc(1);
-            bar.set_message(format!("EM, M-step {}", mstep + 1));
-        }
-        Control::Continue
-    })?;
-    bar.finish_and_clear();
+    let fit = fit_with_progress(&model, &settings, a.quiet)?;
     let summary = model.summary(&fit.theta, fit.covariance.as_deref());
     let separation = model.separation(&fit.theta);
     // The fit stands without them: a level whose mode cannot be found leaves no ranef.csv.
@@ -214,17 +158,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         &staging.path("estimates.csv"),
         estimates_csv(&design, &fit, &summary),
     )?;
-    match &ranef {
-        Ok(r) => {
-            match &means {
-                Means::Blank(e) => say_err!("note: ranef.csv's mean and mean_sd are blank: {e}"),
-                Means::Sampled(m) => say_err!("{}", sampled_note(m)),
-                Means::Exact(_) => {}
-            }
-            write_atomic(&staging.path("ranef.csv"), ranef_csv(&design, r, &means))?
-        }
-        Err(e) => say_err!("warning: no ranef.csv: the random effects given the data: {e}"),
-    }
+    write_ranef(&mut staging, &design, &ranef, &means)?;
     if let Some(Ok(p)) = &profiled {
         write_atomic(&staging.path("confint.csv"), p.csv())?;
     }
@@ -232,20 +166,13 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         Ok(f) => write_atomic(&staging.path("fitted.csv"), fitted_csv(&design, f))?,
         Err(e) => say_err!("warning: no fitted.csv: the fit at the random effects' modes: {e}"),
     }
-    let predictions = new_rows
-        .as_ref()
-        .map(|n| (n, n.predict(&model, &fit.theta, &design)));
-    match &predictions {
-        Some((n, Ok((csv, _)))) => {
-            write_atomic(&staging.path("predictions.csv"), csv)?;
-            n.notes(&design).iter().for_each(|note| say_err!("{note}"));
-        }
-        Some((_, Err(e))) => say_err!("warning: no predictions.csv: {e}"),
-        None => {}
-    }
+    let predictions = match &new_rows {
+        Some(n) => n.write(&mut staging, (&model, &fit.theta), &design)?,
+        None => None,
+    };
     let mut result = result_json(&a, family, &design, (&fit, sep), &summary, seconds);
-    if let Some((_, Ok((_, json)))) = &predictions {
-        result["predictions"] = json.clone();
+    if let Some(json) = predictions {
+        result["predictions"] = json;
     }
     if ranef.is_ok() {
         result["ranef_means"] = means.json();
@@ -262,6 +189,73 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     let files = staging.commit("result.json")?;
     say!("wrote {}: {}", a.out.display(), files.join(", "));
     Ok(())
+}
+
+/// `model` fitted under `settings`, EM's updates on a progress bar unless `quiet`.
+fn fit_with_progress(model: &Glmm, settings: &FitSettings, quiet: bool) -> Result<GlmmFit> {
+    let bar = progress_bar(
+        quiet,
+        (settings.em.max_msteps * settings.em.updates_per_mstep) as u64,
+    );
+    let fit = model.fit(settings, &mut |e| {
+        if let EmEvent::Update { mstep, .. } = e {
+            bar.inc(1);
+            bar.set_message(format!("EM, M-step {}", mstep + 1));
+        }
+        Control::Continue
+    })?;
+    bar.finish_and_clear();
+    Ok(fit)
+}
+
+/// The fit's settings from the flags, each checked against the others and the family.
+fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
+    let method: Method = a
+        .method
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--method: {e}"))?;
+    if (1..SampledMeans::MIN_DRAWS).contains(&a.ranef_draws) {
+        anyhow::bail!(
+            "--ranef-draws {}: use 0 (no sampled means) or at least {} draws a chain",
+            a.ranef_draws,
+            SampledMeans::MIN_DRAWS
+        );
+    }
+    if a.reml && family != Family::Gaussian {
+        anyhow::bail!("--reml: REML is for the Gaussian family only; leave it out for {family:?}");
+    }
+    if let Some(level) = a.profile {
+        if !(level > 0.0 && level < 1.0) {
+            anyhow::bail!(
+                "--profile {level}: give the intervals' level between 0 and 1, e.g. 0.95"
+            );
+        }
+        if a.reml {
+            anyhow::bail!("--profile: the intervals profile the likelihood, not REML's criterion; leave out --reml");
+        }
+        if method == Method::Em {
+            anyhow::bail!(
+                "--profile: the intervals need the exact likelihood; leave out --method em"
+            );
+        }
+    }
+    Ok(FitSettings {
+        method,
+        exact: ExactSettings {
+            criterion: if a.reml {
+                Criterion::Reml
+            } else {
+                Criterion::Ml
+            },
+            nodes: a.nodes,
+            ..ExactSettings::default()
+        },
+        em: EmSettings {
+            max_msteps: a.max_msteps,
+            ..EmSettings::default()
+        },
+        seed: a.seed,
+    })
 }
 
 /// What the summary adds to the fit: the separation warning, the scaled residuals' quantiles

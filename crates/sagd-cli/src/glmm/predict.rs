@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::files::csv_text;
 use crate::input::read_table;
+use crate::output::{write_atomic, Staging};
 
 /// The new rows, coded as the fitted data.
 pub(super) struct NewRows {
@@ -50,7 +51,7 @@ impl NewRows {
     /// predictions.csv (one row per new row kept: its row in the file, η and the mean with the
     /// levels' effects and without, the factors at an unseen level, and the residuals where the
     /// file gives the response) and result.json's account of it.
-    pub(super) fn predict(
+    fn predict(
         &self,
         model: &Glmm,
         theta: &[f64],
@@ -83,8 +84,32 @@ impl NewRows {
         })
     }
 
+    /// predictions.csv into `staging` and what a reader should know on stderr, from `model` at
+    /// `theta` (fitted to `fitted`); returns result.json's account, or `None` (and a warning)
+    /// where the levels' modes could not be found.
+    pub(super) fn write(
+        &self,
+        staging: &mut Staging,
+        (model, theta): (&Glmm, &[f64]),
+        fitted: &Design,
+    ) -> Result<Option<serde_json::Value>> {
+        match self.predict(model, theta, fitted) {
+            Ok((csv, json)) => {
+                write_atomic(&staging.path("predictions.csv"), csv)?;
+                self.notes(fitted)
+                    .iter()
+                    .for_each(|note| say_err!("{note}"));
+                Ok(Some(json))
+            }
+            Err(e) => {
+                say_err!("warning: no predictions.csv: {e}");
+                Ok(None)
+            }
+        }
+    }
+
     /// What a reader should know on stderr: rows dropped, rows at unseen levels.
-    pub(super) fn notes(&self, fitted: &Design) -> Vec<String> {
+    fn notes(&self, fitted: &Design) -> Vec<String> {
         let mut out = Vec::new();
         let d = &self.design;
         if d.dropped > 0 {

@@ -7,6 +7,29 @@ use sagd::glmm::{Design, Estimate, Glmm, SampledMeans};
 use serde_json::json;
 
 use super::files::csv_text;
+use crate::output::{write_atomic, Staging};
+
+/// ranef.csv into `staging`, with a note on stderr of how its means were found; where the modes
+/// could not be found (`ranef`'s error), a warning instead of the file.
+pub(super) fn write_ranef(
+    staging: &mut Staging,
+    d: &Design,
+    ranef: &sagd::error::Result<Vec<Vec<Vec<Estimate>>>>,
+    means: &Means,
+) -> anyhow::Result<()> {
+    match ranef {
+        Ok(r) => {
+            match means {
+                Means::Blank(e) => say_err!("note: ranef.csv's mean and mean_sd are blank: {e}"),
+                Means::Sampled(m) => say_err!("{}", sampled_note(m)),
+                Means::Exact(_) => {}
+            }
+            write_atomic(&staging.path("ranef.csv"), ranef_csv(d, r, means))?
+        }
+        Err(e) => say_err!("warning: no ranef.csv: the random effects given the data: {e}"),
+    }
+    Ok(())
+}
 
 /// Each level's conditional means, as far as they were computed.
 pub(super) enum Means {
