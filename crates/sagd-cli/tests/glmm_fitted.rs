@@ -133,3 +133,60 @@ fn an_offset_is_in_each_row_s_linear_predictor_as_glmer_has_it() {
     ];
     matches_lme4("exposure", "glmm_exposure.csv", &args, 1e-4);
 }
+
+/// simulate.csv's draws, row by row (each row's data-file number, then its draws).
+fn simulations(dir: &Path) -> Vec<Vec<f64>> {
+    let text = std::fs::read_to_string(dir.join("simulate.csv")).unwrap();
+    text.lines()
+        .skip(1)
+        .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect()
+}
+
+/// `--simulate`: new counts from the fitted Poisson model, each site's effect drawn afresh, so
+/// that a row's mean over the draws is exp(η_fixed + τ²/2) (η_fixed from predictions.csv, the
+/// data themselves predicted without the levels; τ from estimates.csv); the same seed gives the
+/// same file.
+#[test]
+fn simulated_counts_have_the_fitted_model_s_means() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_counts.csv");
+    let data = data.to_str().unwrap();
+    let args = ["count ~ x + dose + (1 | site)", "--family", "poisson"];
+    let with =
+        |extra: &[&'static str]| -> Vec<&str> { args.iter().chain(extra).copied().collect() };
+    let predicted = [&with(&["--simulate", "2000", "--predict"])[..], &[data]].concat();
+    glmm(&predicted, Path::new(data), a.path());
+    glmm(&with(&["--simulate", "2000"]), Path::new(data), b.path());
+    let sims = simulations(a.path());
+    assert_eq!(sims, simulations(b.path()));
+    assert_eq!((sims.len(), sims[0].len()), (179, 2001));
+    assert!(sims
+        .iter()
+        .all(|r| r[1..].iter().all(|y| *y >= 0.0 && y.fract() == 0.0)));
+    let estimates = std::fs::read_to_string(a.path().join("estimates.csv")).unwrap();
+    let tau: f64 = estimates
+        .lines()
+        .find(|l| l.starts_with("sd,"))
+        .and_then(|l| l.split(',').nth(3))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let predictions = std::fs::read_to_string(a.path().join("predictions.csv")).unwrap();
+    // The data file's rows with a count (row 8 has none) in simulate.csv's order.
+    let eta_fixed: Vec<f64> = predictions
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with("8,"))
+        .map(|l| l.split(',').nth(3).unwrap().parse().unwrap())
+        .collect();
+    let mut z_max: f64 = 0.0;
+    for (r, eta) in sims.iter().zip(&eta_fixed) {
+        let mean = (eta + tau * tau / 2.0).exp();
+        let var = mean + mean * mean * ((tau * tau).exp() - 1.0);
+        let got = r[1..].iter().sum::<f64>() / 2000.0;
+        z_max = z_max.max((got - mean).abs() / (var / 2000.0).sqrt());
+    }
+    // The largest of 179 standard normals passes 4.5 in about 1 run of 800.
+    assert!(z_max < 4.5, "{z_max}");
+}

@@ -158,7 +158,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, profile=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, profile=None, simulate=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -181,6 +181,7 @@ pub(crate) fn fit_glmm<'py>(
     ranef_draws: usize,
     offset: Option<PyReadonlyArray1<'py, f64>>,
     profile: Option<f64>,
+    simulate: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
     if (1..SampledMeans::MIN_DRAWS).contains(&ranef_draws) {
@@ -222,6 +223,13 @@ pub(crate) fn fit_glmm<'py>(
     fitted_items(py, &d, &model, &fit.theta)?;
     if let Some(level) = profile {
         profile_items(py, &d, &model, &fit, level)?;
+    }
+    if let Some(draws) = simulate {
+        // Draws × observations, lme4's simulate(fit, nsim) transposed.
+        let sims = py
+            .detach(|| model.simulate(&fit.theta, draws, seed, false))
+            .map_err(py_error)?;
+        d.set_item("simulations", sims)?;
     }
     d.set_item("n_points", model.n_data())?;
     d.set_item("names", names)?;

@@ -75,3 +75,23 @@ def test_rows_the_fit_cannot_predict_are_refused_by_name(fit):
         r.predict(new.iloc[:1], type="mean")
     with pytest.raises(ValueError, match="newdata=df alone"):
         r.predict(new, X=np.ones((2, 4)))
+
+
+def test_simulations_have_the_fitted_model_s_moments():
+    rng = np.random.default_rng(4)
+    g = np.repeat(np.arange(20), 6)
+    x = rng.normal(size=g.size)
+    y = 1.0 + 0.5 * x + rng.normal(size=20)[g] * 0.7 + rng.normal(size=g.size) * 0.5
+    X = np.column_stack([np.ones_like(x), x])
+    r = sagd.glmm(y, X, g, simulate=3000, seed=3)
+    sims = r.simulations
+    assert sims.shape == (3000, g.size)
+    np.testing.assert_array_equal(sims, sagd.glmm(y, X, g, simulate=3000, seed=3).simulations)
+    # Each row: mean x_i beta, variance tau^2 + sigma^2 (the sds fitted); five Monte Carlo
+    # errors of each.
+    var = r.random_sd[0] ** 2 + r.sigma ** 2
+    n = sims.shape[0]
+    assert np.all(np.abs(sims.mean(axis=0) - X @ r.fixed) < 5 * np.sqrt(var / n))
+    assert np.all(np.abs(sims.var(axis=0, ddof=1) - var) < 5 * var * np.sqrt(2 / n))
+    with pytest.raises(ValueError, match="simulate"):
+        sagd.glmm(y, X, g, simulate=0)

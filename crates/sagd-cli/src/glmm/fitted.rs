@@ -1,5 +1,6 @@
 //! fitted.csv and the summary's scaled residuals: each observation's fit at the levels'
-//! conditional modes (lme4's `predict`, `fitted` and `residuals`).
+//! conditional modes (lme4's `predict`, `fitted` and `residuals`); simulate.csv, new responses
+//! from the fitted model (`simulate`).
 
 use std::fmt::Write as _;
 
@@ -21,6 +22,24 @@ pub(super) fn fitted_csv(d: &Design, f: &FittedValues) -> String {
             f.pearson[k],
             f.deviance[k]
         );
+    }
+    o
+}
+
+/// simulate.csv: one row per observation used, its row in the data file, then each draw's
+/// response (lme4's `simulate(fit)`, one column per draw).
+pub(super) fn simulate_csv(d: &Design, sims: &[Vec<f64>]) -> String {
+    let mut o = String::from("row");
+    for k in 1..=sims.len() {
+        let _ = write!(o, ",sim_{k}");
+    }
+    o.push('\n');
+    for (i, row) in d.rows.iter().enumerate() {
+        let _ = write!(o, "{}", row + 1);
+        for s in sims {
+            let _ = write!(o, ",{}", s[i]);
+        }
+        o.push('\n');
     }
     o
 }

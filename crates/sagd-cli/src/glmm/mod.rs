@@ -3,8 +3,8 @@
 //! EM), printed as lme4's `summary` prints it and written to OUT/result.json, estimates.csv,
 //! ranef.csv (each level's random effects given the data: modes, and means integrated or
 //! sampled), fitted.csv (each observation's fit and residuals), with `--profile` confint.csv
-//! (profile-likelihood intervals), with `--predict` predictions.csv (the fit on new rows), and
-//! summary.txt.
+//! (profile-likelihood intervals), with `--predict` predictions.csv (the fit on new rows), with
+//! `--simulate` simulate.csv (new responses from the fitted model), and summary.txt.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -32,7 +32,7 @@ mod predict;
 mod ranef;
 use confint::Profiled;
 use files::{estimates_csv, result_json};
-use fitted::{fitted_csv, scaled_residuals};
+use fitted::{fitted_csv, scaled_residuals, simulate_csv};
 use predict::NewRows;
 use ranef::{write_ranef, Means};
 
@@ -87,6 +87,11 @@ pub struct GlmmArgs {
     /// has not seen gets none.
     #[arg(long, value_name = "NEW.csv")]
     predict: Option<PathBuf>,
+    /// Draws of new responses from the fitted model (lme4's `simulate(fit, nsim = N)`: every
+    /// level's effects drawn afresh, then each response from its family), one column each in
+    /// simulate.csv, from --seed.
+    #[arg(long, value_name = "N")]
+    simulate: Option<usize>,
     /// Output folder.
     #[arg(long, default_value = "out/glmm")]
     out: PathBuf,
@@ -122,6 +127,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         "fitted.csv",
         "confint.csv",
         "predictions.csv",
+        "simulate.csv",
         "summary.txt",
     ]);
     let fit = fit_with_progress(&model, &settings, a.quiet)?;
@@ -170,6 +176,12 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         Some(n) => n.write(&mut staging, (&model, &fit.theta), &design)?,
         None => None,
     };
+    if let Some(draws) = a.simulate {
+        match model.simulate(&fit.theta, draws, a.seed, false) {
+            Ok(sims) => write_atomic(&staging.path("simulate.csv"), simulate_csv(&design, &sims))?,
+            Err(e) => say_err!("warning: no simulate.csv: {e}"),
+        }
+    }
     let mut result = result_json(&a, family, &design, (&fit, sep), &summary, seconds);
     if let Some(json) = predictions {
         result["predictions"] = json;
@@ -220,6 +232,9 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
             a.ranef_draws,
             SampledMeans::MIN_DRAWS
         );
+    }
+    if a.simulate == Some(0) {
+        anyhow::bail!("--simulate 0: give the number of draws, 1 or more");
     }
     if a.reml && family != Family::Gaussian {
         anyhow::bail!("--reml: REML is for the Gaussian family only; leave it out for {family:?}");

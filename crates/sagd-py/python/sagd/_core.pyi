@@ -30,6 +30,7 @@ def fit_glmm(
     ranef_draws: int = ...,
     offset: Optional[npt.NDArray[np.float64]] = ...,
     profile: Optional[float] = ...,
+    simulate: Optional[int] = ...,
 ) -> Dict[str, Any]: ...
 def glmm_loglik(
     *,

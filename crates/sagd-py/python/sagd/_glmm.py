@@ -80,6 +80,9 @@ class GlmmResult(FitResult):
             sd's lower end 0 and a correlation's end ±1 where the profile never falls far
             enough; ``confint_level`` the level.
             None (and why, in ``warning``) for a fit by EM.
+        simulations: with ``simulate=N``, N draws of new responses from the fitted model, an
+            array of N rows of one value per observation used (lme4's ``simulate(fit, N)``,
+            transposed).
         n_points: the independent blocks of the data EM works on: the groups of one factor, the
             top-level groups of nested ones, often the whole data set for crossed ones.
     """
@@ -120,6 +123,7 @@ class GlmmResult(FitResult):
     rows: Optional[np.ndarray] = None
     confint: Optional[Dict[str, Tuple[float, float]]] = None
     confint_level: Optional[float] = None
+    simulations: Optional[np.ndarray] = None
     # With a formula: how its matrices were built, for `predict` on new rows.
     _spec: Any = field(default=None, repr=False, compare=False)
 
@@ -354,6 +358,7 @@ def glmm(
     ranef_draws: int = 500,
     offset: Any = None,
     profile: Optional[float] = None,
+    simulate: Optional[int] = None,
 ) -> GlmmResult:
     """Fits a generalised linear mixed model by maximum likelihood: directly where the likelihood
     can be computed exactly, else by automated Monte Carlo EM.
@@ -415,6 +420,9 @@ def glmm(
             ``confint(fit)``) from the exact likelihood, in ``confint``; exact maximum-likelihood
             fits only (not ``reml=True`` or ``method="em"``; a fit that falls back to EM says
             so in ``warning``).
+        simulate: a number of draws of new responses from the fitted model (lme4's
+            ``simulate(fit, nsim)``: every level's effects drawn afresh, then each response
+            from its family), in ``simulations``, from ``seed``.
 
     Returns:
         A :class:`GlmmResult`.
@@ -476,7 +484,8 @@ def glmm(
                                        else _whole("max_msteps", max_msteps, 1)),
                            progress=show, method=str(method), reml=bool(reml), nodes=nodes,
                            ranef_draws=_whole("ranef_draws", ranef_draws),
-                           profile=None if profile is None else float(profile))
+                           profile=None if profile is None else float(profile),
+                           simulate=None if simulate is None else _whole("simulate", simulate, 1))
     finally:
         close()
     # θ's names and the sds' labels come from the core (`Glmm::theta_names`, `effect_names`).
@@ -539,6 +548,8 @@ def glmm(
         rows=rows,
         confint=_confint(d.get("profile"), d["names"], list(zip(factor_names, zn))),
         confint_level=None if d.get("profile") is None else float(profile),
+        simulations=None if d.get("simulations") is None else np.asarray(d["simulations"],
+                                                                          dtype=float),
         _spec=spec,
     )
 

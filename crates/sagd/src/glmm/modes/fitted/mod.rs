@@ -151,6 +151,7 @@ fn logistic(x: f64) -> f64 {
 }
 
 mod predict;
+mod simulate;
 
 #[cfg(test)]
 mod tests;

@@ -282,3 +282,111 @@ fn new_rows_of_another_shape_are_refused_by_name() {
     let e = m.predict(&th, &new, true).unwrap_err().to_string();
     assert!(e.contains("47 fixed-effect values for 24 rows"), "{e}");
 }
+
+/// Σ_t z_{t,i} Σ_t z_{t,j}ᵀ over the terms whose level rows i and j share, under [`theta`]:
+/// a's Σ = L Lᵀ with L = [[0.8, 0], [0.3, 0.5]], b's 0.6².
+fn effects_cov(terms: &[RandomTerm], i: usize, j: usize) -> f64 {
+    let sigma_a = [[0.64, 0.24], [0.24, 0.09 + 0.25]];
+    let mut v = 0.0;
+    if terms[0].group[i] == terms[0].group[j] {
+        let (zi, zj) = (&terms[0].z[2 * i..2 * i + 2], &terms[0].z[2 * j..2 * j + 2]);
+        for a in 0..2 {
+            for b in 0..2 {
+                v += zi[a] * sigma_a[a][b] * zj[b];
+            }
+        }
+    }
+    if terms[1].group[i] == terms[1].group[j] {
+        v += 0.36 * terms[1].z[i] * terms[1].z[j];
+    }
+    v
+}
+
+/// The draws' mean and variance of row `i`.
+fn moments(sims: &[Vec<f64>], i: usize) -> (f64, f64) {
+    let n = sims.len() as f64;
+    let mean = sims.iter().map(|y| y[i]).sum::<f64>() / n;
+    let var = sims.iter().map(|y| (y[i] - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, var)
+}
+
+#[test]
+fn simulated_responses_have_the_model_s_moments() {
+    let draws = 4000;
+    let fixed = |i: usize, offset: &[f64]| offset[i] + 0.3 - 0.4 * (i as f64 * 0.9).cos();
+    // Gaussian: y_i ~ N(o_i + x_iβ, Σ-part + σ²), rows sharing a level covary.
+    let (m, _, terms, offset) = nested(Family::Gaussian);
+    let sims = m
+        .simulate(&theta(Family::Gaussian), draws, 7, false)
+        .unwrap();
+    for i in 0..24 {
+        let var = effects_cov(&terms, i, i) + 0.49;
+        let (mean, v) = moments(&sims, i);
+        // Five Monte Carlo errors: of the mean √(var/N); of the variance var √(2/N).
+        assert!(
+            (mean - fixed(i, &offset)).abs() < 5.0 * (var / draws as f64).sqrt(),
+            "row {i}"
+        );
+        assert!(
+            (v - var).abs() < 5.0 * var * (2.0 / draws as f64).sqrt(),
+            "row {i}: {v} vs {var}"
+        );
+    }
+    // Rows 0 and 8 share a's level 0 and b's level 0.
+    let c = effects_cov(&terms, 0, 8);
+    let (m0, m8) = (moments(&sims, 0).0, moments(&sims, 8).0);
+    let cov = sims.iter().map(|y| (y[0] - m0) * (y[8] - m8)).sum::<f64>() / (draws - 1) as f64;
+    let sd = ((effects_cov(&terms, 0, 0) + 0.49) * (effects_cov(&terms, 8, 8) + 0.49)).sqrt();
+    assert!(
+        (cov - c).abs() < 5.0 * sd / (draws as f64).sqrt(),
+        "{cov} vs {c}"
+    );
+    // Poisson: E y_i = exp(o_i + x_iβ + Var(η_i)/2).
+    let (m, _, terms, offset) = nested(Family::Poisson);
+    let sims = m
+        .simulate(&theta(Family::Poisson), draws, 7, false)
+        .unwrap();
+    for i in 0..24 {
+        let s2 = effects_cov(&terms, i, i);
+        let mean = (fixed(i, &offset) + s2 / 2.0).exp();
+        let var = mean + mean * mean * (s2.exp() - 1.0);
+        let got = moments(&sims, i).0;
+        assert!(
+            (got - mean).abs() < 5.0 * (var / draws as f64).sqrt(),
+            "row {i}"
+        );
+        assert!(sims.iter().all(|y| y[i] >= 0.0 && y[i].fract() == 0.0));
+    }
+    // Binomial, the levels held at their modes: successes m_i p_i on average, p_i the fit's.
+    let (m, ..) = nested(Family::Binomial);
+    let th = theta(Family::Binomial);
+    let sims = m.simulate(&th, draws, 7, true).unwrap();
+    let p = m.fitted_values(&th).unwrap().mean;
+    for i in 0..24 {
+        let trials = (1 + i % 5) as f64;
+        let (mean, var) = (trials * p[i], trials * p[i] * (1.0 - p[i]));
+        let got = moments(&sims, i).0;
+        assert!(
+            (got - mean).abs() < 5.0 * (var / draws as f64).sqrt(),
+            "row {i}"
+        );
+        assert!(sims.iter().all(|y| (0.0..=trials).contains(&y[i])));
+    }
+}
+
+#[test]
+fn simulations_are_the_seed_s_on_any_number_of_threads() {
+    let (m, ..) = nested(Family::Poisson);
+    let th = theta(Family::Poisson);
+    let on = |threads: usize, seed: u64| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| m.simulate(&th, 6, seed, false).unwrap())
+    };
+    assert_eq!(on(1, 3), on(2, 3));
+    assert_ne!(on(2, 3), on(2, 4));
+    // A draw's values do not depend on how many draws are asked for.
+    assert_eq!(on(2, 3)[..2], m.simulate(&th, 2, 3, false).unwrap()[..]);
+}
