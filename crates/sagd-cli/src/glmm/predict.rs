@@ -48,24 +48,8 @@ impl NewRows {
             .collect()
     }
 
-    /// predictions.csv (one row per new row kept: its row in the file, η and the mean with the
-    /// levels' effects and without, the factors at an unseen level, and the residuals where the
-    /// file gives the response) and result.json's account of it.
-    fn predict(
-        &self,
-        model: &Glmm,
-        theta: &[f64],
-        fitted: &Design,
-    ) -> sagd::error::Result<(String, serde_json::Value)> {
-        let with = model.predict(theta, &self.design, true)?;
-        let without = model.predict(theta, &self.design, false)?;
-        let unseen = self.unseen(fitted);
-        Ok((
-            csv(&self.design, (&with, &without), &unseen),
-            self.json(fitted, &unseen),
-        ))
-    }
-
+    /// result.json's account: the file, its rows kept and dropped, and per grouping factor the
+    /// rows at a level the fit has not seen.
     fn json(&self, fitted: &Design, unseen: &[Vec<&str>]) -> serde_json::Value {
         let counts: serde_json::Map<String, serde_json::Value> = fitted
             .term_names
@@ -84,32 +68,38 @@ impl NewRows {
         })
     }
 
-    /// predictions.csv into `staging` and what a reader should know on stderr, from `model` at
-    /// `theta` (fitted to `fitted`); returns result.json's account, or `None` (and a warning)
-    /// where the levels' modes could not be found.
+    /// predictions.csv into `staging` (one row per new row kept: its row in the file, η and the
+    /// mean with the levels' effects and without, the factors at an unseen level, and the
+    /// residuals where the file gives the response) and what a reader should know on stderr,
+    /// from `model` at `theta` (fitted to `fitted`); returns result.json's account, or `None`
+    /// (and a warning) where the levels' modes could not be found.
     pub(super) fn write(
         &self,
         staging: &mut Staging,
         (model, theta): (&Glmm, &[f64]),
         fitted: &Design,
     ) -> Result<Option<serde_json::Value>> {
-        match self.predict(model, theta, fitted) {
-            Ok((csv, json)) => {
-                write_atomic(&staging.path("predictions.csv"), csv)?;
-                self.notes(fitted)
-                    .iter()
-                    .for_each(|note| say_err!("{note}"));
-                Ok(Some(json))
-            }
+        let predicted = model
+            .predict(theta, &self.design, true)
+            .and_then(|with| Ok((with, model.predict(theta, &self.design, false)?)));
+        let (with, without) = match predicted {
+            Ok(p) => p,
             Err(e) => {
                 say_err!("warning: no predictions.csv: {e}");
-                Ok(None)
+                return Ok(None);
             }
+        };
+        let unseen = self.unseen(fitted);
+        let text = csv(&self.design, (&with, &without), &unseen);
+        write_atomic(&staging.path("predictions.csv"), text)?;
+        for note in self.notes(&unseen) {
+            say_err!("{note}");
         }
+        Ok(Some(self.json(fitted, &unseen)))
     }
 
     /// What a reader should know on stderr: rows dropped, rows at unseen levels.
-    fn notes(&self, fitted: &Design) -> Vec<String> {
+    fn notes(&self, unseen: &[Vec<&str>]) -> Vec<String> {
         let mut out = Vec::new();
         let d = &self.design;
         if d.dropped > 0 {
@@ -119,7 +109,7 @@ impl NewRows {
                 d.dropped
             ));
         }
-        let unseen = self.unseen(fitted).iter().filter(|u| !u.is_empty()).count();
+        let unseen = unseen.iter().filter(|u| !u.is_empty()).count();
         if unseen > 0 {
             out.push(format!(
                 "note: --predict {}: {unseen} row(s) at a level the fit has not seen: that factor's effect is 0 there (the population's), as lme4's allow.new.levels = TRUE",

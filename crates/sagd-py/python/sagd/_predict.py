@@ -3,22 +3,12 @@ allow.new.levels = TRUE)``."""
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any
 
 import numpy as np
 
 from ._common import _matrix, _vector
-
-
-def _per_factor(value: Any, names: List[str]) -> List[Any]:
-    """One value per grouping factor from a dict by name, a list, or one value."""
-    if isinstance(value, dict):
-        return [value.get(n) for n in names]
-    if isinstance(value, (list, tuple)) and len(names) > 1:
-        if len(value) != len(names):
-            raise ValueError(f"Z: give one per grouping factor ({len(names)}), got {len(value)}")
-        return list(value)
-    return [value] * len(names)
+from ._glmm import _per_factor
 
 
 def predict(r: Any, newdata: Any = None, *, X: Any = None, groups: Any = None, Z: Any = None,
@@ -61,7 +51,9 @@ def predict(r: Any, newdata: Any = None, *, X: Any = None, groups: Any = None, Z
         p = len(r.fixed)
         Xn = np.ones((n, 1)) if X is None and p == 1 else _matrix("X", X, n, least=0)
         Zs = []
-        for name, z, b in zip(names, _per_factor(Z, names), modes):
+        per_factor = ([Z.get(n) for n in names] if isinstance(Z, dict)
+                      else _per_factor("Z", Z, len(names)))
+        for name, z, b in zip(names, per_factor, modes):
             if z is None and b.shape[1] > 1:
                 raise ValueError(f"Z: {name}'s {b.shape[1]} effects need their design for the "
                                  "new rows")

@@ -120,9 +120,10 @@ impl Formula {
         for (b, (known, numeric)) in self.random.iter().zip(&coding.groups) {
             let (z, effects) = self.matrix(&b.effects, cols, rows, (coding, source))?;
             let labels = group_labels(&b.group, cols, rows);
+            let fitted = positions(known);
             let unseen: Vec<String> = labels
                 .iter()
-                .filter(|l| !known.contains(l))
+                .filter(|l| !fitted.contains_key(l.as_str()))
                 .cloned()
                 .collect();
             let mut levels = known.clone();

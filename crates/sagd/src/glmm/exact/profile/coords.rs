@@ -147,31 +147,30 @@ impl Coords {
         se.resize(theta.len(), f64::NAN);
         for b in &self.blocks {
             let block = b.at..b.at + b.n_params();
-            for j in block.clone() {
-                // Row j of ∂ψ/∂θ.
-                let row: Vec<f64> = block
-                    .clone()
-                    .map(|i| {
-                        let at = |h: f64| {
-                            let mut t = theta.to_vec();
-                            t[i] += h;
-                            self.psi(&t)[j]
-                        };
-                        (at(H) - at(-H)) / (2.0 * H)
-                    })
-                    .collect();
-                let var: f64 = block
-                    .clone()
-                    .zip(&row)
-                    .flat_map(|(i, ri)| block.clone().zip(&row).map(move |(k, rk)| (i, k, ri * rk)))
-                    .map(|(i, k, w)| {
-                        w * cov
-                            .get(i)
-                            .and_then(|r| r.get(k))
-                            .copied()
-                            .unwrap_or(f64::NAN)
-                    })
-                    .sum();
+            // ∂ψ/∂θ on the block, column by column: jac[i][j] = ∂ψ_j/∂θ_i.
+            let jac: Vec<Vec<f64>> = block
+                .clone()
+                .map(|i| {
+                    let at = |h: f64| {
+                        let mut t = theta.to_vec();
+                        t[i] += h;
+                        b.psi(&t)
+                    };
+                    let (up, down) = (at(H), at(-H));
+                    up.iter()
+                        .zip(&down)
+                        .map(|(u, d)| (u - d) / (2.0 * H))
+                        .collect()
+                })
+                .collect();
+            for (jj, j) in block.clone().enumerate() {
+                let mut var = 0.0;
+                for (ii, i) in block.clone().enumerate() {
+                    for (kk, k) in block.clone().enumerate() {
+                        let c = cov.get(i).and_then(|r| r.get(k)).copied();
+                        var += jac[ii][jj] * jac[kk][jj] * c.unwrap_or(f64::NAN);
+                    }
+                }
                 se[j] = var.sqrt();
             }
         }

@@ -5,13 +5,13 @@
 use statrs::distribution::{ContinuousCDF, Normal};
 
 use super::quadrature::ProductRule;
-use coords::Coords;
-
-mod coords;
 use super::{central_gradient, from_units, to_units, Criterion, ExactFit, GTOL, NEAR_BOUNDARY};
 use crate::error::{invalid, Result};
 use crate::glmm::{Family, Glmm, LikelihoodMethod};
 use crate::optim::bfgs;
+use coords::Coords;
+
+mod coords;
 
 /// How far out (in units of θ_j's Wald standard error, or of θ_j itself where it has none) a
 /// profile is followed before its end is taken to be unbounded.

@@ -118,11 +118,12 @@ impl Glmm {
 }
 
 /// One row's mean at η and its response, Pearson and deviance residuals (response y, m trials,
-/// residual sd σ for the Gaussian family).
+/// residual sd σ for the Gaussian family); NaN residuals where y is NaN (not given).
 fn residuals(family: Family, eta: f64, y: f64, m: f64, sigma: f64) -> (f64, [f64; 3]) {
-    // y ln(y/μ), 0 at y = 0.
-    let ylog = |y: f64, mu: f64| if y > 0.0 { y * (y / mu).ln() } else { 0.0 };
-    let signed = |r: f64, d: f64| d.max(0.0).sqrt().copysign(r);
+    // y ln(y/μ), 0 at y = 0; NaN for a response not given (new rows'), as every residual.
+    let ylog = |y: f64, mu: f64| if y == 0.0 { 0.0 } else { y * (y / mu).ln() };
+    // A deviance below 0 by rounding is 0 (`f64::max` would make NaN's 0 too).
+    let signed = |r: f64, d: f64| (if d < 0.0 { 0.0 } else { d }).sqrt().copysign(r);
     match family {
         Family::Gaussian => {
             let r = y - eta;

@@ -40,12 +40,8 @@ impl Glmm {
             }
             let eta = fixed + offset + random;
             let trials = new.trials.as_ref().map_or(1.0, |t| t[i]);
-            let (mean, mut parts) = residuals(self.family, eta, new.y[i], trials, sigma);
-            if new.y[i].is_nan() {
-                // No response, no residual (f64::max would make the deviance's 0).
-                parts = [f64::NAN; 3];
-            }
-            let [response, pearson, deviance] = parts;
+            let (mean, [response, pearson, deviance]) =
+                residuals(self.family, eta, new.y[i], trials, sigma);
             out.eta[i] = eta;
             out.mean[i] = mean;
             out.response[i] = response;

@@ -34,9 +34,6 @@ impl Glmm {
             ),
             false => None,
         };
-        let designs: Vec<_> = (0..self.points.len())
-            .map(|c| self.point_design(&factors, c))
-            .collect();
         let sigma = self.scale(theta).1.exp();
         let beta = &theta[..self.p];
         let stream = Seed::new(seed).stream("simulate");
@@ -46,19 +43,19 @@ impl Glmm {
                 let draw = stream.index(d as u64);
                 let (mut normals, mut rng) = (draw.stream("effects").normals(), draw.rng());
                 let mut noise = draw.stream("noise").normals();
-                let mut y = vec![0.0; self.n_obs()];
-                for (c, design) in designs.iter().enumerate() {
+                let (mut y, mut drawn, mut eta) = (vec![0.0; self.n_obs()], Vec::new(), Vec::new());
+                for (c, point) in self.points.iter().enumerate() {
                     let u = match &modes {
-                        Some(m) => m[c].clone(),
+                        Some(m) => &m[c],
                         None => {
-                            let mut u = vec![0.0; self.points[c].dim];
-                            normals.fill(&mut u);
-                            u
+                            drawn.resize(point.dim, 0.0);
+                            normals.fill(&mut drawn);
+                            &drawn
                         }
                     };
-                    for (k, a) in self.points[c].rows.clone().zip(design) {
-                        let random: f64 = a.iter().map(|&(j, v)| v * u[j]).sum();
-                        let eta = self.fixed_part(beta, k) + random;
+                    eta.resize(point.rows.len(), 0.0);
+                    self.etas_by_rows(beta, &factors, point.rows.clone(), u, &mut eta);
+                    for (k, &eta) in point.rows.clone().zip(&eta) {
                         let i = self.given_row(k);
                         y[i] = match self.family {
                             Family::Gaussian => {
