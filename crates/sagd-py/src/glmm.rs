@@ -158,7 +158,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, profile=None, simulate=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, profile=None, simulate=None, bootstrap=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -182,6 +182,7 @@ pub(crate) fn fit_glmm<'py>(
     offset: Option<PyReadonlyArray1<'py, f64>>,
     profile: Option<f64>,
     simulate: Option<usize>,
+    bootstrap: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
     if (1..SampledMeans::MIN_DRAWS).contains(&ranef_draws) {
@@ -231,10 +232,42 @@ pub(crate) fn fit_glmm<'py>(
             .map_err(py_error)?;
         d.set_item("simulations", sims)?;
     }
+    if let Some(draws) = bootstrap {
+        bootstrap_items(py, &d, &model, (&fit, &settings), (draws, seed, threads))?;
+    }
     d.set_item("n_points", model.n_data())?;
     d.set_item("names", names)?;
     d.set_item("random_names", random_names)?;
     Ok(d)
+}
+
+/// The parametric bootstrap's items: `bootstrap`, each refit's estimates on the summary's
+/// scales in θ's order (`Summary::values`; NaN where the refit failed), and `bootstrap_failed`,
+/// the failed draws with why.
+fn bootstrap_items(
+    py: Python<'_>,
+    d: &Bound<'_, PyDict>,
+    model: &Glmm,
+    (fit, settings): (&GlmmFit, &FitSettings),
+    (draws, seed, threads): (usize, u64, Option<usize>),
+) -> PyResult<()> {
+    let reps = detached(py, threads, None, None, |_| {
+        model.bootstrap(fit, settings, draws, seed)
+    })?
+    .map_err(py_error)?;
+    let terms = model.terms();
+    let (mut values, mut failed) = (Vec::new(), Vec::new());
+    for (draw, rep) in reps.iter().enumerate() {
+        match rep {
+            Ok(refit) => values.push(model.summary(&refit.theta, None).values(&terms)),
+            Err(e) => {
+                values.push(vec![f64::NAN; fit.theta.len()]);
+                failed.push((draw, e.to_string()));
+            }
+        }
+    }
+    d.set_item("bootstrap", values)?;
+    d.set_item("bootstrap_failed", failed)
 }
 
 /// A fit's items of `sagd.glmm`'s result: the exact fit's or EM's own, the verdicts on a singular

@@ -4,7 +4,9 @@
 //! ranef.csv (each level's random effects given the data: modes, and means integrated or
 //! sampled), fitted.csv (each observation's fit and residuals), with `--profile` confint.csv
 //! (profile-likelihood intervals), with `--predict` predictions.csv (the fit on new rows), with
-//! `--simulate` simulate.csv (new responses from the fitted model), and summary.txt.
+//! `--simulate` simulate.csv (new responses from the fitted model), with `--bootstrap`
+//! bootstrap.csv and confint_bootstrap.csv (the parametric bootstrap's refits and their
+//! percentile intervals), and summary.txt.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -30,7 +32,7 @@ mod files;
 mod fitted;
 mod predict;
 mod ranef;
-use confint::Profiled;
+use confint::Intervals;
 use files::{estimates_csv, result_json};
 use fitted::{fitted_csv, scaled_residuals, simulate_csv};
 use predict::NewRows;
@@ -92,6 +94,15 @@ pub struct GlmmArgs {
     /// simulate.csv, from --seed.
     #[arg(long, value_name = "N")]
     simulate: Option<usize>,
+    /// The parametric bootstrap (lme4's `bootMer` and `confint(fit, method = "boot")`): N
+    /// responses drawn from the fitted model, each fitted again the way the model was; their
+    /// estimates in bootstrap.csv, and their percentile intervals at --bootstrap-level in the
+    /// summary, confint_bootstrap.csv and result.json. From --seed.
+    #[arg(long, value_name = "N")]
+    bootstrap: Option<usize>,
+    /// The level of the bootstrap's intervals.
+    #[arg(long, default_value_t = 0.95, value_name = "LEVEL")]
+    bootstrap_level: f64,
     /// Output folder.
     #[arg(long, default_value = "out/glmm")]
     out: PathBuf,
@@ -128,6 +139,8 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         "confint.csv",
         "predictions.csv",
         "simulate.csv",
+        "bootstrap.csv",
+        "confint_bootstrap.csv",
         "summary.txt",
     ]);
     let fit = fit_with_progress(&model, &settings, a.quiet)?;
@@ -145,18 +158,37 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     let quantiles = fitted.as_ref().ok().and_then(|f| f.pearson_quantiles());
     let profiled = a
         .profile
-        .map(|level| Profiled::find(&model, &design, (&fit, &summary), level));
-    let sep = separation.as_deref();
-    let seconds = t0.elapsed().as_secs_f64();
-    let intervals = match &profiled {
-        Some(Ok(p)) => Some(p),
-        Some(Err(e)) => {
-            say_err!("warning: no profile intervals: {e}");
-            None
-        }
+        .map(|level| Intervals::profile(&model, &design, (&fit, &summary), level));
+    let booted = match a.bootstrap {
+        Some(draws) => Some(bootstrap(
+            &a,
+            &model,
+            &design,
+            (&fit, &summary),
+            &settings,
+            draws,
+        )?),
         None => None,
     };
-    let notes = (sep, quantiles.as_ref(), intervals);
+    let sep = separation.as_deref();
+    let seconds = t0.elapsed().as_secs_f64();
+    let intervals = [
+        ("profile", profiled.as_ref().map(|p| p.as_ref())),
+        (
+            "bootstrap",
+            booted.as_ref().map(|b| b.as_ref().map(|b| &b.0)),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(what, i)| match i? {
+        Ok(i) => Some(i),
+        Err(e) => {
+            say_err!("warning: no {what} intervals: {e}");
+            None
+        }
+    })
+    .collect::<Vec<_>>();
+    let notes = (sep, quantiles.as_ref(), &intervals[..]);
     let text = render(&a, family, &design, (&fit, notes), &summary, seconds);
     say_part!("{text}");
     write_atomic(&staging.path("summary.txt"), &text)?;
@@ -167,6 +199,10 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     write_ranef(&mut staging, &design, &ranef, &means)?;
     if let Some(Ok(p)) = &profiled {
         write_atomic(&staging.path("confint.csv"), p.csv())?;
+    }
+    if let Some(Ok((b, reps))) = &booted {
+        write_atomic(&staging.path("confint_bootstrap.csv"), b.csv())?;
+        write_atomic(&staging.path("bootstrap.csv"), reps)?;
     }
     match &fitted {
         Ok(f) => write_atomic(&staging.path("fitted.csv"), fitted_csv(&design, f))?,
@@ -194,6 +230,9 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     if let Some(Ok(p)) = &profiled {
         result["confint"] = p.json();
     }
+    if let Some(Ok((b, _))) = &booted {
+        result["bootstrap"] = b.json();
+    }
     write_atomic(
         &staging.path("result.json"),
         serde_json::to_string_pretty(&result)?,
@@ -201,6 +240,29 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     let files = staging.commit("result.json")?;
     say!("wrote {}: {}", a.out.display(), files.join(", "));
     Ok(())
+}
+
+/// The parametric bootstrap's `draws` refits of `fit` under `settings` (a spinner unless
+/// `--quiet`), and their percentile intervals with bootstrap.csv, or why there are none.
+fn bootstrap(
+    a: &GlmmArgs,
+    model: &Glmm,
+    design: &Design,
+    (fit, summary): (&GlmmFit, &Summary),
+    settings: &FitSettings,
+    draws: usize,
+) -> Result<std::result::Result<(Intervals, String), String>> {
+    let bar = progress_bar(a.quiet, 0);
+    bar.set_message(format!("parametric bootstrap: {draws} refits"));
+    let reps = model.bootstrap(fit, settings, draws, a.seed);
+    bar.finish_and_clear();
+    Ok(Intervals::bootstrap(
+        model,
+        design,
+        summary,
+        &reps?,
+        a.bootstrap_level,
+    ))
 }
 
 /// `model` fitted under `settings`, EM's updates on a progress bar unless `quiet`.
@@ -235,6 +297,15 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
     }
     if a.simulate == Some(0) {
         anyhow::bail!("--simulate 0: give the number of draws, 1 or more");
+    }
+    if a.bootstrap.is_some_and(|n| n < 2) {
+        anyhow::bail!("--bootstrap {}: give the number of refits, 2 or more (lme4's bootMer takes 100 to 1000)", a.bootstrap.unwrap_or(0));
+    }
+    if !(a.bootstrap_level > 0.0 && a.bootstrap_level < 1.0) {
+        anyhow::bail!(
+            "--bootstrap-level {}: give the intervals' level between 0 and 1, e.g. 0.95",
+            a.bootstrap_level
+        );
     }
     if a.reml && family != Family::Gaussian {
         anyhow::bail!("--reml: REML is for the Gaussian family only; leave it out for {family:?}");
@@ -274,8 +345,8 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
 }
 
 /// What the summary adds to the fit: the separation warning, the scaled residuals' quantiles
-/// and the profile intervals.
-type Notes<'a> = (Option<&'a str>, Option<&'a [f64; 5]>, Option<&'a Profiled>);
+/// and the confidence intervals (profile, bootstrap).
+type Notes<'a> = (Option<&'a str>, Option<&'a [f64; 5]>, &'a [&'a Intervals]);
 
 /// The criterion maximised (ℓ, or REML's) and its name.
 pub(super) fn criterion(fit: &GlmmFit) -> (f64, &'static str) {
@@ -361,8 +432,8 @@ fn render(
     if let Some(w) = separation {
         let _ = writeln!(o, "warning: {w}");
     }
-    if let Some(p) = intervals {
-        p.table(&mut o);
+    for i in intervals {
+        i.table(&mut o);
     }
     let _ = writeln!(o, "({seconds:.2} s)");
     o

@@ -31,6 +31,7 @@ def fit_glmm(
     offset: Optional[npt.NDArray[np.float64]] = ...,
     profile: Optional[float] = ...,
     simulate: Optional[int] = ...,
+    bootstrap: Optional[int] = ...,
 ) -> Dict[str, Any]: ...
 def glmm_loglik(
     *,

@@ -83,6 +83,14 @@ class GlmmResult(FitResult):
         simulations: with ``simulate=N``, N draws of new responses from the fitted model, an
             array of N rows of one value per observation used (lme4's ``simulate(fit, N)``,
             transposed).
+        bootstrap: with ``bootstrap=N``, the parametric bootstrap's N refits (lme4's
+            ``bootMer``): an array of N rows, each refit's estimates on the summary's scales in
+            the order of ``bootstrap_names`` (the fixed effects, each factor's ``sd ...`` and
+            ``cor ...`` as ``confint`` names them, ``sigma``); a row of NaN where the refit
+            failed, and why in ``bootstrap_failed`` (draw -> reason).
+        confint_boot: the bootstrap's percentile intervals at ``confint_boot_level`` (lme4's
+            ``confint(fit, method = "boot")``): a dict name -> (lower, upper), the quantiles of
+            the refits that succeeded (numpy's and R's default interpolation).
         n_points: the independent blocks of the data EM works on: the groups of one factor, the
             top-level groups of nested ones, often the whole data set for crossed ones.
     """
@@ -124,6 +132,11 @@ class GlmmResult(FitResult):
     confint: Optional[Dict[str, Tuple[float, float]]] = None
     confint_level: Optional[float] = None
     simulations: Optional[np.ndarray] = None
+    bootstrap: Optional[np.ndarray] = None
+    bootstrap_names: List[str] = field(default_factory=list)
+    bootstrap_failed: Dict[int, str] = field(default_factory=dict)
+    confint_boot: Optional[Dict[str, Tuple[float, float]]] = None
+    confint_boot_level: Optional[float] = None
     # With a formula: how its matrices were built, for `predict` on new rows.
     _spec: Any = field(default=None, repr=False, compare=False)
 
@@ -197,6 +210,12 @@ class GlmmResult(FitResult):
             out += f"\nprofile confidence intervals ({pct}, exact likelihood):"
             out += "".join(f"\n  {n:<28} {lo:10.5f} {hi:10.5f}"
                            for n, (lo, hi) in self.confint.items())
+        if self.confint_boot:
+            pct = f"{100 * self.confint_boot_level:g}%"
+            refits = len(self.bootstrap) - len(self.bootstrap_failed)
+            out += f"\nparametric bootstrap intervals ({pct}, percentiles of {refits} refits):"
+            out += "".join(f"\n  {n:<28} {lo:10.5f} {hi:10.5f}"
+                           for n, (lo, hi) in self.confint_boot.items())
         if self.resid_quantiles is not None:
             q = "  ".join(f"{v:.4f}" for v in self.resid_quantiles)
             out += f"\nscaled residuals (min, 1Q, median, 3Q, max): {q}"
@@ -359,6 +378,8 @@ def glmm(
     offset: Any = None,
     profile: Optional[float] = None,
     simulate: Optional[int] = None,
+    bootstrap: Optional[int] = None,
+    bootstrap_level: float = 0.95,
 ) -> GlmmResult:
     """Fits a generalised linear mixed model by maximum likelihood: directly where the likelihood
     can be computed exactly, else by automated Monte Carlo EM.
@@ -423,6 +444,11 @@ def glmm(
         simulate: a number of draws of new responses from the fitted model (lme4's
             ``simulate(fit, nsim)``: every level's effects drawn afresh, then each response
             from its family), in ``simulations``, from ``seed``.
+        bootstrap: a number of refits for the parametric bootstrap (lme4's ``bootMer`` and
+            ``confint(fit, method = "boot")``): responses drawn from the fitted model, each
+            fitted again the way the model was (any method, REML too), from ``seed``; the same
+            refits on any number of threads. In ``bootstrap`` and ``confint_boot``.
+        bootstrap_level: the level of ``confint_boot``'s intervals (default 0.95).
 
     Returns:
         A :class:`GlmmResult`.
@@ -441,6 +467,9 @@ def glmm(
         if str(method) == "em":
             raise ValueError("profile: the intervals need the exact likelihood; leave out "
                              "method='em'")
+    if bootstrap is not None and not 0 < float(bootstrap_level) < 1:
+        raise ValueError(f"bootstrap_level: {bootstrap_level}: give the intervals' level between "
+                         "0 and 1, e.g. 0.95")
     formula, dropped, rows, spec = None, 0, None, None
     if isinstance(y, str):
         if any(v is not None for v in (X, groups, Z, trials)) or correlated is not False:
@@ -485,7 +514,9 @@ def glmm(
                            progress=show, method=str(method), reml=bool(reml), nodes=nodes,
                            ranef_draws=_whole("ranef_draws", ranef_draws),
                            profile=None if profile is None else float(profile),
-                           simulate=None if simulate is None else _whole("simulate", simulate, 1))
+                           simulate=None if simulate is None else _whole("simulate", simulate, 1),
+                           bootstrap=(None if bootstrap is None
+                                      else _whole("bootstrap", bootstrap, 2)))
     finally:
         close()
     # θ's names and the sds' labels come from the core (`Glmm::theta_names`, `effect_names`).
@@ -550,16 +581,31 @@ def glmm(
         confint_level=None if d.get("profile") is None else float(profile),
         simulations=None if d.get("simulations") is None else np.asarray(d["simulations"],
                                                                           dtype=float),
+        **_bootstrapped(d, list(zip(factor_names, zn)), float(bootstrap_level)),
         _spec=spec,
     )
+
+
+def _summary_name(name: str, terms: List[Tuple[str, List[str]]]) -> Tuple[str, bool]:
+    """The summary's name of theta's entry ``name``, and whether theta holds its log: the fixed
+    effects as they are, ``sd ...`` and ``sigma`` (from ``log sd ...`` and ``log(sigma)``), and in
+    the place ``L[a,b] g`` of a correlated factor ``g`` the correlation of its effects b and a,
+    ``cor [g: ]eb:ea`` (the factor's name where the model has several, as the sds')."""
+    cor = re.match(r"^L\[(\d+),(\d+)\] (.*)$", name)
+    if cor:
+        a, b, group = int(cor.group(1)), int(cor.group(2)), cor.group(3)
+        effects = dict(terms)[group]
+        prefix = f"{group}: " if len(terms) > 1 else ""
+        return f"cor {prefix}{effects[b]}:{effects[a]}", False
+    if name.startswith("log sd ") or name == "log(sigma)":
+        return ("sigma" if name == "log(sigma)" else name[len("log "):]), True
+    return name, False
 
 
 def _confint(profile: Optional[List[Any]], names: List[str],
              terms: List[Tuple[str, List[str]]]) -> Optional[Dict[str, Tuple[float, float]]]:
     """The core's intervals in theta's places (None where not profiled) on the summary's
-    scales: the fixed effects as they are, ``sd ...`` and ``sigma`` from their logs, and in the
-    place ``L[a,0] g`` of a correlated factor ``g`` the correlation of its effects 0 and a,
-    named ``cor [g: ]e0:ea`` (the factor's name where the model has several, as the sds')."""
+    scales, named as the summary names them."""
     if profile is None:
         return None
     out = {}
@@ -567,17 +613,28 @@ def _confint(profile: Optional[List[Any]], names: List[str],
         if ends is None:
             continue
         lo, hi = float(ends[0]), float(ends[1])
-        cor = re.match(r"^L\[(\d+),(\d+)\] (.*)$", name)
-        if cor:
-            a, b, group = int(cor.group(1)), int(cor.group(2)), cor.group(3)
-            effects = dict(terms)[group]
-            prefix = f"{group}: " if len(terms) > 1 else ""
-            name = f"cor {prefix}{effects[b]}:{effects[a]}"
-        elif name.startswith("log sd ") or name == "log(sigma)":
-            name = "sigma" if name == "log(sigma)" else name[len("log "):]
-            lo, hi = math.exp(lo), math.exp(hi)
-        out[name] = (lo, hi)
+        name, log = _summary_name(name, terms)
+        out[name] = (math.exp(lo), math.exp(hi)) if log else (lo, hi)
     return out
+
+
+def _bootstrapped(d: Dict[str, Any], terms: List[Tuple[str, List[str]]],
+                  level: float) -> Dict[str, Any]:
+    """The bootstrap's items of a GlmmResult from the core's refits (on the summary's scales,
+    in theta's order): the refits, their names, the failed draws and the percentile
+    intervals at ``level``."""
+    if d.get("bootstrap") is None:
+        return {}
+    reps = np.asarray(d["bootstrap"], dtype=float).reshape(len(d["bootstrap"]), -1)
+    names = [_summary_name(n, terms)[0] for n in d["names"]]
+    failed = {int(k): str(why) for k, why in d["bootstrap_failed"]}
+    ok = reps[~np.isnan(reps).any(axis=1)]
+    tail = (1 - level) / 2
+    intervals = None if len(ok) == 0 else {
+        n: (float(np.quantile(ok[:, j], tail)), float(np.quantile(ok[:, j], 1 - tail)))
+        for j, n in enumerate(names)}
+    return dict(bootstrap=reps, bootstrap_names=names, bootstrap_failed=failed,
+                confint_boot=intervals, confint_boot_level=level)
 
 
 def _array(v: Any) -> Optional[np.ndarray]:

@@ -17,6 +17,7 @@
 //! every constant (log y!, the binomial coefficients, 2π), so that log-likelihoods compare with
 //! lme4's; [`Glmm::log_likelihood`] computes it.
 
+mod bootstrap;
 mod checks;
 mod exact;
 mod family;
@@ -253,6 +254,11 @@ impl Glmm {
     /// Whether every term is a scalar effect (one column per factor).
     fn scalar_effects(&self) -> bool {
         self.scalar_effects
+    }
+
+    /// The row of the data as given that stored row `k` holds.
+    fn given_row(&self, k: usize) -> usize {
+        self.order.get(k).copied().unwrap_or(k)
     }
 
     fn factors(&self, theta: &[f64]) -> Vec<Vec<f64>> {

@@ -110,11 +110,6 @@ impl Glmm {
         }
         Ok(out)
     }
-
-    /// The row of the data as given that stored row `k` holds.
-    fn given_row(&self, k: usize) -> usize {
-        self.order.get(k).copied().unwrap_or(k)
-    }
 }
 
 /// One row's mean at η and its response, Pearson and deviance residuals (response y, m trials,
