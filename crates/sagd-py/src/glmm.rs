@@ -158,7 +158,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, profile=None, simulate=None, bootstrap=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -183,6 +183,7 @@ pub(crate) fn fit_glmm<'py>(
     profile: Option<f64>,
     simulate: Option<usize>,
     bootstrap: Option<usize>,
+    bootstrap_progress: Option<Py<PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
     if (1..SampledMeans::MIN_DRAWS).contains(&ranef_draws) {
@@ -233,7 +234,14 @@ pub(crate) fn fit_glmm<'py>(
         d.set_item("simulations", sims)?;
     }
     if let Some(draws) = bootstrap {
-        bootstrap_items(py, &d, &model, (&fit, &settings), (draws, seed, threads))?;
+        bootstrap_items(
+            py,
+            &d,
+            &model,
+            (&fit, &settings),
+            (draws, seed, threads),
+            bootstrap_progress,
+        )?;
     }
     d.set_item("n_points", model.n_data())?;
     d.set_item("names", names)?;
@@ -241,7 +249,8 @@ pub(crate) fn fit_glmm<'py>(
     Ok(d)
 }
 
-/// The parametric bootstrap's items: `bootstrap`, each refit's estimates on the summary's
+/// The parametric bootstrap's items (its refits counted on `progress`, Ctrl-C watched):
+/// `bootstrap`, each refit's estimates on the summary's
 /// scales in θ's order (`Summary::values`; NaN where the refit failed), and `bootstrap_failed`,
 /// the failed draws with why.
 fn bootstrap_items(
@@ -250,9 +259,10 @@ fn bootstrap_items(
     model: &Glmm,
     (fit, settings): (&GlmmFit, &FitSettings),
     (draws, seed, threads): (usize, u64, Option<usize>),
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<()> {
-    let reps = detached(py, threads, None, None, |_| {
-        model.bootstrap(fit, settings, draws, seed)
+    let reps = detached(py, threads, progress, None, |watch| {
+        model.bootstrap(fit, settings, (draws, seed), &|| watch.tick(1))
     })?
     .map_err(py_error)?;
     let terms = model.terms();

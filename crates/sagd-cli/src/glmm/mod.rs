@@ -242,8 +242,8 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     Ok(())
 }
 
-/// The parametric bootstrap's `draws` refits of `fit` under `settings` (a spinner unless
-/// `--quiet`), and their percentile intervals with bootstrap.csv, or why there are none.
+/// The parametric bootstrap's `draws` refits of `fit` under `settings` (counted on a progress
+/// bar unless `--quiet`), and their percentile intervals with bootstrap.csv, or why there are none.
 fn bootstrap(
     a: &GlmmArgs,
     model: &Glmm,
@@ -252,9 +252,12 @@ fn bootstrap(
     settings: &FitSettings,
     draws: usize,
 ) -> Result<std::result::Result<(Intervals, String), String>> {
-    let bar = progress_bar(a.quiet, 0);
-    bar.set_message(format!("parametric bootstrap: {draws} refits"));
-    let reps = model.bootstrap(fit, settings, draws, a.seed);
+    let bar = progress_bar(a.quiet, draws as u64);
+    bar.set_message("parametric bootstrap's refits");
+    let reps = model.bootstrap(fit, settings, (draws, a.seed), &|| {
+        bar.inc(1);
+        Control::Continue
+    });
     bar.finish_and_clear();
     Ok(Intervals::bootstrap(
         model,

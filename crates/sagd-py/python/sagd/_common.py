@@ -86,8 +86,16 @@ def _progress(enabled: bool, total: Optional[int], desc: str):
                 print(f"{desc}: {done}{of} updates", file=sys.stderr, flush=True)
 
         return line, lambda: None
-    bar = tqdm(total=total, desc=desc, unit="update")
-    return (lambda done: bar.update(done - bar.n)), bar.close
+    # The bar appears with the first work it counts (a run may ask for a second one, such as
+    # a bootstrap's after a fit's, before the first has begun).
+    bars: List[Any] = []
+
+    def update(done: int) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, desc=desc, unit="update"))
+        bars[0].update(done - bars[0].n)
+
+    return update, lambda: [b.close() for b in bars]
 
 
 def _num(v: float, width: int) -> str:

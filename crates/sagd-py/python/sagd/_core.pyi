@@ -32,6 +32,7 @@ def fit_glmm(
     profile: Optional[float] = ...,
     simulate: Optional[int] = ...,
     bootstrap: Optional[int] = ...,
+    bootstrap_progress: Optional[Callable[[int], Any]] = ...,
 ) -> Dict[str, Any]: ...
 def glmm_loglik(
     *,

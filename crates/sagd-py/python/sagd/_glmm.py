@@ -506,6 +506,8 @@ def glmm(
                        for j in range(Zt.shape[1])]
         zn.append([str(v) for v in names_t])
     show, close = _progress(progress, 50 * (max_msteps or 20), "sagd.glmm")
+    boot_show, boot_close = _progress(bool(progress) and bootstrap is not None, bootstrap,
+                                      "sagd.glmm bootstrap")
     try:
         d = _core.fit_glmm(**a.core(), x_names=xn, terms=list(zip(factor_names, zn)),
                            seed=_whole("seed", seed), threads=_threads(threads),
@@ -516,9 +518,11 @@ def glmm(
                            profile=None if profile is None else float(profile),
                            simulate=None if simulate is None else _whole("simulate", simulate, 1),
                            bootstrap=(None if bootstrap is None
-                                      else _whole("bootstrap", bootstrap, 2)))
+                                      else _whole("bootstrap", bootstrap, 2)),
+                           bootstrap_progress=boot_show)
     finally:
         close()
+        boot_close()
     # θ's names and the sds' labels come from the core (`Glmm::theta_names`, `effect_names`).
     base = FitResult._of(d, d["names"])
     est = base.estimate

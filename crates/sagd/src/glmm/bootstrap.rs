@@ -7,7 +7,9 @@ use rayon::prelude::*;
 
 use super::{checks, row_constant, FitSettings, Fitted, Glmm, GlmmFit, Summary};
 use crate::em::EstimateStatus;
-use crate::error::{invalid, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::error::{invalid, LogpError, Result, SagdError};
 use crate::rng::Seed;
 use crate::run::Control;
 
@@ -68,45 +70,71 @@ impl Glmm {
     /// draw in order: the refit, or why it failed (a response at its edge, an exact fit that did
     /// not converge, an EM fit whose polish failed). Each refit's own draws (EM's chains) come
     /// from a stream of `seed` for that draw, so the replicates are the same on any number of
-    /// threads.
+    /// threads. `on_refit` is called after each refit (a progress bar's tick); once it says
+    /// [`Control::Stop`], the draws not yet refitted are left so, each with an error that says
+    /// it was stopped.
     pub fn bootstrap(
         &self,
         fit: &GlmmFit,
         settings: &FitSettings,
-        draws: usize,
-        seed: u64,
+        (draws, seed): (usize, u64),
+        on_refit: &(dyn Fn() -> Control + Sync),
     ) -> Result<Vec<Result<GlmmFit>>> {
         let responses = self.simulate(&fit.theta, draws, seed, false)?;
         let refits = Seed::new(seed).stream("bootstrap refits");
+        let stopped = AtomicBool::new(false);
         Ok(responses
             .into_par_iter()
             .enumerate()
             .map(|(d, y)| {
-                let model = self.with_response(&y)?;
-                let mut s = settings.clone();
-                s.exact.start = Some(fit.theta.clone());
-                s.seed = refits.index(d as u64).get();
-                let refit = model.fit(&s, &mut |_| Control::Continue)?;
-                let failed = match &refit.fitted {
-                    Fitted::Exact(e) if !e.converged => {
-                        Some(format!("the exact fit stopped unconverged after {} iterations", e.iterations))
-                    }
-                    Fitted::Em(t) => match &t.final_estimate().status {
-                        EstimateStatus::PolishFailed(why) => Some(format!("the polish failed ({why})")),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                match failed {
-                    Some(why) => Err(invalid(
-                        "bootstrap refit",
-                        format!("draw {d}: {why}"),
-                        "this draw is left out of the intervals; more draws, or another seed, make up for it",
-                    )),
-                    None => Ok(refit),
+                if stopped.load(Ordering::Relaxed) {
+                    let why = format!("stopped on request before draw {d} was refitted");
+                    return Err(SagdError::Model(LogpError::Fatal(why)));
                 }
+                let refit = self.refit(fit, settings, &y, refits.index(d as u64).get());
+                if let Control::Stop = on_refit() {
+                    stopped.store(true, Ordering::Relaxed);
+                }
+                refit.map_err(|e| SagdError::Context {
+                    what: format!("bootstrap draw {d}"),
+                    cause: Box::new(e),
+                })
             })
             .collect())
+    }
+
+    /// The model fitted under `settings` (an exact fit started at θ̂) to the response `y`, its
+    /// own draws from `seed`: the fit, or why it failed or did not converge.
+    fn refit(
+        &self,
+        fit: &GlmmFit,
+        settings: &FitSettings,
+        y: &[f64],
+        seed: u64,
+    ) -> Result<GlmmFit> {
+        let model = self.with_response(y)?;
+        let mut s = settings.clone();
+        s.exact.start = Some(fit.theta.clone());
+        s.seed = seed;
+        let refit = model.fit(&s, &mut |_| Control::Continue)?;
+        let failed = match &refit.fitted {
+            Fitted::Exact(e) if !e.converged => Some(format!(
+                "the exact fit stopped unconverged after {} iterations",
+                e.iterations
+            )),
+            Fitted::Em(t) => match &t.final_estimate().status {
+                EstimateStatus::PolishFailed(why) => Some(format!("the polish failed ({why})")),
+                _ => None,
+            },
+            _ => None,
+        };
+        match failed {
+            Some(why) => Err(SagdError::Model(LogpError::Fatal(format!(
+                "{why}: this draw is left out of the intervals (more draws, or another seed, \
+                 make up for it)"
+            )))),
+            None => Ok(refit),
+        }
     }
 }
 
@@ -173,6 +201,10 @@ mod tests {
         (m.unwrap(), y)
     }
 
+    fn go() -> Control {
+        Control::Continue
+    }
+
     fn exact() -> FitSettings {
         FitSettings {
             method: Method::Exact,
@@ -213,6 +245,30 @@ mod tests {
         assert!(zeros.contains("0 in every row"), "{zeros}");
     }
 
+    /// A stop asked after the first refit leaves every draw not yet begun unrefitted, each
+    /// saying so; the refits under way when it came (one per thread) finish.
+    #[test]
+    fn a_stop_leaves_the_draws_not_begun() {
+        let (m, _) = model(Family::Gaussian);
+        let fit = m.fit(&exact(), &mut |_| Control::Continue).unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let reps = pool
+            .install(|| m.bootstrap(&fit, &exact(), (40, 1), &|| Control::Stop))
+            .unwrap();
+        let stopped = reps
+            .iter()
+            .filter(|r| matches!(r, Err(e) if e.to_string().contains("stopped on request")))
+            .count();
+        let done = reps.iter().filter(|r| r.is_ok()).count();
+        assert!(
+            (1..=2).contains(&done) && done + stopped == 40,
+            "{done} refitted, {stopped} stopped"
+        );
+    }
+
     /// The replicates' spread of β̂ is its standard error: the sd of 200 replicates of the
     /// intercept and the slope within 4 of its Monte Carlo errors (sd/√(2·199), Gaussian
     /// replicates) of the fit's; the mean of β̂* within 4 errors of β̂ (the Gaussian MLE of β is
@@ -221,13 +277,13 @@ mod tests {
     fn replicates_spread_as_the_standard_errors_say() {
         let (m, _) = model(Family::Gaussian);
         let fit = m.fit(&exact(), &mut |_| Control::Continue).unwrap();
-        let reps = m.bootstrap(&fit, &exact(), 200, 11).unwrap();
+        let reps = m.bootstrap(&fit, &exact(), (200, 11), &go).unwrap();
         let thetas: Vec<Vec<f64>> = reps.into_iter().map(|r| r.unwrap().theta).collect();
         let one = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .build()
             .unwrap()
-            .install(|| m.bootstrap(&fit, &exact(), 200, 11).unwrap());
+            .install(|| m.bootstrap(&fit, &exact(), (200, 11), &go).unwrap());
         let one: Vec<Vec<f64>> = one.into_iter().map(|r| r.unwrap().theta).collect();
         assert_eq!(thetas, one);
         let cov = fit.covariance.as_ref().unwrap();
