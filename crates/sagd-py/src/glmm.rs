@@ -87,6 +87,92 @@ pub(crate) fn glmm_loglik(
     Ok((l.value, l.se, likelihood_method_name(l.method)))
 }
 
+/// The draws whose bootstrap refit failed, with why.
+type Failed = Vec<(usize, String)>;
+
+/// Per draw of a bootstrap, `value` of its refit, or `failed` where it failed (and the draw and
+/// why in the second list).
+fn by_draw<T, V: Clone>(
+    draws: Vec<sagd::error::Result<T>>,
+    failed: V,
+    value: impl Fn(T) -> V,
+) -> (Vec<V>, Failed) {
+    let mut why = Vec::new();
+    let values = draws
+        .into_iter()
+        .enumerate()
+        .map(|(draw, r)| match r {
+            Ok(t) => value(t),
+            Err(e) => {
+                why.push((draw, e.to_string()));
+                failed.clone()
+            }
+        })
+        .collect();
+    (values, why)
+}
+
+/// A `Glmm` from a dict of [`glmm_model`]'s arguments by name (`_Arrays.core()`).
+fn model_of(d: &Bound<'_, PyDict>) -> PyResult<Glmm> {
+    let item = |k: &str| -> PyResult<Bound<'_, PyAny>> {
+        d.get_item(k)?
+            .ok_or_else(|| PyValueError::new_err(format!("the model's `{k}` is missing")))
+    };
+    let family: String = item("family")?.extract()?;
+    glmm_model(
+        &family,
+        item("y")?.extract()?,
+        item("x")?.extract()?,
+        item("groups")?.extract()?,
+        item("zs")?.extract()?,
+        item("correlated")?.extract()?,
+        item("trials")?.extract()?,
+        item("offset")?.extract()?,
+    )
+}
+
+/// The parametric bootstrap's likelihood-ratio statistics of the model `null` (a dict of
+/// `glmm_model`'s arguments) at θ̂ `theta_null` against the larger `alt` at `theta_alt`
+/// (`Glmm::bootstrap_lrt`), each refit under the method, nodes and M-steps given: one
+/// statistic per draw, NaN where a refit failed, and the failed draws with why.
+#[pyfunction]
+#[pyo3(signature = (*, null, alt, theta_null, theta_alt, draws, seed=0, threads=None, progress=None, method="auto", nodes=None, max_msteps=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn bootstrap_lrt(
+    py: Python<'_>,
+    null: Bound<'_, PyDict>,
+    alt: Bound<'_, PyDict>,
+    theta_null: Vec<f64>,
+    theta_alt: Vec<f64>,
+    draws: usize,
+    seed: u64,
+    threads: Option<usize>,
+    progress: Option<Py<PyAny>>,
+    method: &str,
+    nodes: Option<usize>,
+    max_msteps: Option<usize>,
+) -> PyResult<(Vec<f64>, Failed)> {
+    let (m0, m1) = (model_of(&null)?, model_of(&alt)?);
+    let settings = FitSettings {
+        method: method.parse().map_err(PyValueError::new_err)?,
+        exact: ExactSettings {
+            nodes,
+            ..ExactSettings::default()
+        },
+        em: em_settings(max_msteps),
+        seed,
+    };
+    let stats = detached(py, threads, progress, None, |watch| {
+        let alt = (&m1, &theta_alt[..]);
+        m0.bootstrap_lrt(&theta_null, alt, &settings, (draws, seed), &|| {
+            watch.tick(1)
+        })
+    })?
+    .map_err(py_error)?;
+    let (values, failed) = by_draw(stats, f64::NAN, |t| t);
+    Ok((values, failed))
+}
+
 fn likelihood_method_name(method: LikelihoodMethod) -> String {
     match method {
         LikelihoodMethod::Quadrature => "quadrature".to_string(),
@@ -262,20 +348,14 @@ fn bootstrap_items(
     progress: Option<Py<PyAny>>,
 ) -> PyResult<()> {
     let reps = detached(py, threads, progress, None, |watch| {
-        model.bootstrap(fit, settings, (draws, seed), &|| watch.tick(1))
+        model.bootstrap(&fit.theta, settings, (draws, seed), &|| watch.tick(1))
     })?
     .map_err(py_error)?;
     let terms = model.terms();
-    let (mut values, mut failed) = (Vec::new(), Vec::new());
-    for (draw, rep) in reps.iter().enumerate() {
-        match rep {
-            Ok(refit) => values.push(model.summary(&refit.theta, None).values(&terms)),
-            Err(e) => {
-                values.push(vec![f64::NAN; fit.theta.len()]);
-                failed.push((draw, e.to_string()));
-            }
-        }
-    }
+    let nan = vec![f64::NAN; fit.theta.len()];
+    let (values, failed) = by_draw(reps, nan, |refit| {
+        model.summary(&refit.theta, None).values(&terms)
+    });
     d.set_item("bootstrap", values)?;
     d.set_item("bootstrap_failed", failed)
 }

@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use sagd::glmm::{Design, Family, Fitted, GlmmFit, Summary};
 use serde_json::json;
 
-use super::{criterion, GlmmArgs};
+use super::summary::criterion;
+use super::GlmmArgs;
 
 /// `v` as a CSV field: quoted, its quotes doubled.
 pub(super) fn csv_text(v: &str) -> String {

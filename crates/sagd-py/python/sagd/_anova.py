@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
+import numpy as np
+
+from . import _core
+from ._common import _progress, _threads, _whole
 from ._glmm import GlmmResult
 
 
@@ -23,8 +27,13 @@ class AnovaResult:
             ``chisq_se`` its Monte Carlo error where a log-likelihood was sampled.
         df: the parameters gained; p_value: the chi-square test's upper tail at ``chisq`` on
             ``df`` degrees of freedom (None for the first, or where ``df`` is 0).
+        p_boot: with ``bootstrap=N``, the parametric bootstrap's p-value of each comparison
+            (pbkrtest's ``PBmodcomp``): (1 + the refits' statistics at or above Chisq) / (1 +
+            the refits), each of N responses drawn from the model before and fitted by both;
+            ``boot_refits`` the refits that succeeded, ``boot_failed`` per comparison the draws
+            whose refit failed and why.
         warning: what the reader must know (sampled log-likelihoods; variances tested at 0,
-            where the test is conservative).
+            where the chi-square test is conservative and the bootstrap's is not).
     """
 
     names: List[str] = field(default_factory=list)
@@ -38,12 +47,18 @@ class AnovaResult:
     chisq_se: List[Optional[float]] = field(default_factory=list)
     df: List[Optional[int]] = field(default_factory=list)
     p_value: List[Optional[float]] = field(default_factory=list)
+    p_boot: List[Optional[float]] = field(default_factory=list)
+    boot_refits: List[Optional[int]] = field(default_factory=list)
+    boot_failed: List[Dict[int, str]] = field(default_factory=list)
     warning: Optional[str] = None
 
     def __repr__(self) -> str:
         width = max(len(n) for n in self.names)
         head = (f"{'':<{width}} {'npar':>5} {'AIC':>10} {'BIC':>10} {'logLik':>11} "
                 f"{'deviance':>10} {'Chisq':>9} {'Df':>3} {'Pr(>Chisq)':>11}")
+        booted = any(p is not None for p in self.p_boot)
+        if booted:
+            head += f" {'Pr(boot)':>9}"
         rows = [head]
         for k, name in enumerate(self.names):
             row = (f"{name:<{width}} {self.n_params[k]:>5} {self.aic[k]:>10.2f} "
@@ -52,6 +67,9 @@ class AnovaResult:
                 p = self.p_value[k]
                 row += (f" {self.chisq[k]:>9.4f} {self.df[k]:>3} "
                         f"{'' if p is None else format(p, '.4g'):>11}")
+                if booted:
+                    pb = self.p_boot[k]
+                    row += f" {'' if pb is None else format(pb, '.4g'):>9}"
             rows.append(row)
         if self.warning:
             rows.append(f"warning: {self.warning}")
@@ -63,7 +81,8 @@ class AnovaResult:
 
         return pd.DataFrame({"npar": self.n_params, "AIC": self.aic, "BIC": self.bic,
                              "logLik": self.loglik, "deviance": self.deviance,
-                             "Chisq": self.chisq, "Df": self.df, "Pr(>Chisq)": self.p_value},
+                             "Chisq": self.chisq, "Df": self.df, "Pr(>Chisq)": self.p_value,
+                             "Pr(boot)": self.p_boot},
                             index=self.names)
 
 
@@ -91,18 +110,27 @@ def chi2_upper_tail(x: float, df: int) -> float:
     return min(1.0, total)
 
 
-def anova(*models: GlmmResult) -> AnovaResult:
+def anova(*models: GlmmResult, bootstrap: Optional[int] = None, seed: int = 0,
+          threads: Optional[int] = None, progress: bool = False) -> AnovaResult:
     """Likelihood-ratio tests of nested GLMMs fitted to the same data, as lme4's
     ``anova(m0, m1, ...)``: the models ordered by their parameters, each tested against the
     one before by twice its gain in log-likelihood on the chi-square law with the parameters
     gained as its degrees of freedom. The models must be nested, which is not checked (nor is
     it by lme4). A variance tested at 0 sits on its boundary, where the test is conservative
-    (its p-value about twice the true one); the result's ``warning`` says so.
+    (its p-value about twice the true one); the result's ``warning`` says so, and
+    ``bootstrap=N`` gives each comparison the parametric bootstrap's p-value too (pbkrtest's
+    ``PBmodcomp``), which holds there.
 
     Args:
         models: two or more :class:`GlmmResult`, fitted by maximum likelihood (not
             ``reml=True``: lme4 refits such models by ML before comparing them) to the same
             observations and family.
+        bootstrap: a number of draws for the parametric bootstrap's test of each model against
+            the one before it: responses drawn from the smaller model at its estimate, each
+            fitted by both (under the smaller fit's method, nodes and M-steps); in ``p_boot``.
+        seed: the bootstrap's draws; the same on any number of ``threads``.
+        threads: worker threads of the bootstrap's refits (default: all cores).
+        progress: a progress bar of the refits.
 
     Returns:
         An :class:`AnovaResult`.
@@ -158,4 +186,42 @@ def anova(*models: GlmmResult) -> AnovaResult:
         notes.append("the models differ in their random effects: a variance tested at 0 lies on "
                      "its boundary, where the chi-square test is conservative")
     out.warning = "; ".join(notes) or None
+    for column in (out.p_boot, out.boot_refits):
+        column.extend([None] * len(order))
+    out.boot_failed = [{} for _ in order]
+    if bootstrap is not None:
+        draws = _whole("bootstrap", bootstrap, 2)
+        for place in range(1, len(order)):
+            null, alt = models[order[place - 1]], models[order[place]]
+            stats, failed = _bootstrap_test(null, alt, draws, _whole("seed", seed),
+                                            threads, progress)
+            ok = stats[~np.isnan(stats)]
+            # Ties within rounding count as at or above (a null on its boundary gives 0 often).
+            at_least = int(np.sum(ok >= out.chisq[place] - 1e-6))
+            out.p_boot[place] = (1 + at_least) / (1 + len(ok)) if len(ok) else None
+            out.boot_refits[place] = len(ok)
+            out.boot_failed[place] = failed
     return out
+
+
+def _bootstrap_test(null: GlmmResult, alt: GlmmResult, draws: int, seed: int,
+                    threads: Optional[int], progress: bool) -> Any:
+    """The core's bootstrap statistics of ``null`` against ``alt`` (NaN where a refit failed)
+    and the failed draws."""
+    for k, m in ((1, null), (2, alt)):
+        if m._model is None:
+            raise ValueError(f"anova: bootstrap: the {'smaller' if k == 1 else 'larger'} model "
+                             "was not made by sagd.glmm here, so its data cannot be redrawn; "
+                             "fit it again with sagd.glmm")
+    show, close = _progress(progress, draws, "sagd.anova bootstrap")
+    settings = null._model
+    try:
+        stats, failed = _core.bootstrap_lrt(
+            null=settings["core"], alt=alt._model["core"],
+            theta_null=[float(v) for v in null.estimate],
+            theta_alt=[float(v) for v in alt.estimate], draws=draws, seed=seed,
+            threads=_threads(threads), progress=show, method=settings["method"],
+            nodes=settings["nodes"], max_msteps=settings["max_msteps"])
+    finally:
+        close()
+    return np.asarray(stats, dtype=float), {int(d): str(why) for d, why in failed}

@@ -47,6 +47,20 @@ def glmm_loglik(
     seed: int = ...,
     offset: Optional[npt.NDArray[np.float64]] = ...,
 ) -> Tuple[float, float, str]: ...
+def bootstrap_lrt(
+    *,
+    null: Dict[str, Any],
+    alt: Dict[str, Any],
+    theta_null: List[float],
+    theta_alt: List[float],
+    draws: int,
+    seed: int = ...,
+    threads: Optional[int] = ...,
+    progress: Optional[Callable[[int], Any]] = ...,
+    method: str = ...,
+    nodes: Optional[int] = ...,
+    max_msteps: Optional[int] = ...,
+) -> Tuple[List[float], List[Tuple[int, str]]]: ...
 def fit_function(
     *,
     f: Callable[[np.ndarray, np.ndarray, np.ndarray], Tuple[Any, Any, Any]],

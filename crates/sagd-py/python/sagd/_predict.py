@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ._common import _matrix, _vector
-from ._glmm import _per_factor
+from ._arrays import _per_factor
 
 
 def predict(r: Any, newdata: Any = None, *, X: Any = None, groups: Any = None, Z: Any = None,

@@ -64,23 +64,85 @@ impl Glmm {
         Ok(m)
     }
 
-    /// The parametric bootstrap at θ̂ = `fit.theta`: `draws` responses drawn from the model there
-    /// ([`Glmm::simulate`] with every level's effects drawn afresh, from `seed`), each fitted
-    /// again under `settings` (the fit's own method; an exact fit starts at θ̂), one result per
-    /// draw in order: the refit, or why it failed (a response at its edge, an exact fit that did
-    /// not converge, an EM fit whose polish failed). Each refit's own draws (EM's chains) come
-    /// from a stream of `seed` for that draw, so the replicates are the same on any number of
-    /// threads. `on_refit` is called after each refit (a progress bar's tick); once it says
-    /// [`Control::Stop`], the draws not yet refitted are left so, each with an error that says
-    /// it was stopped.
+    /// The parametric bootstrap at θ̂ = `theta` (a fit's estimate): `draws` responses drawn from
+    /// the model there ([`Glmm::simulate`] with every level's effects drawn afresh, from `seed`),
+    /// each fitted again under `settings` (the fit's own method; an exact fit starts at θ̂), one
+    /// result per draw in order: the refit, or why it failed (a response at its edge, an exact
+    /// fit that did not converge, an EM fit whose polish failed). Each refit's own draws (EM's
+    /// chains) come from a stream of `seed` for that draw, so the replicates are the same on any
+    /// number of threads. `on_refit` is called after each draw's refit (a progress bar's tick);
+    /// once it says [`Control::Stop`], the draws not yet refitted are left so, each with an
+    /// error that says it was stopped.
     pub fn bootstrap(
         &self,
-        fit: &GlmmFit,
+        theta: &[f64],
         settings: &FitSettings,
         (draws, seed): (usize, u64),
         on_refit: &(dyn Fn() -> Control + Sync),
     ) -> Result<Vec<Result<GlmmFit>>> {
-        let responses = self.simulate(&fit.theta, draws, seed, false)?;
+        self.over_draws(theta, (draws, seed), on_refit, |y, seed| {
+            self.refit(theta, settings, y, seed)
+        })
+    }
+
+    /// The parametric bootstrap's likelihood-ratio test of this model, the null, at its
+    /// estimate `theta` against `alt`, a larger model of the same rows that nests it, at its
+    /// estimate `alt_theta` (pbkrtest's `PBmodcomp(alt, null)`): `draws` responses drawn from the
+    /// null at `theta`, each fitted by both models under `settings` (each exact fit started at
+    /// its estimate), and its statistic 2 (ℓ_alt − ℓ_null) per draw, or why a refit failed;
+    /// draws, streams and `on_refit` as [`Glmm::bootstrap`]'s. The test's p-value is the share
+    /// of the statistics at or above the data's, (1 + #{T* ≥ T}) / (1 + draws that succeeded).
+    /// Unlike the chi-square law of `anova`, it holds where the null puts a variance at 0, on
+    /// its boundary. Refused where the models do not share their family, rows and response, or
+    /// `settings` asks for REML (whose criterion does not compare models).
+    pub fn bootstrap_lrt(
+        &self,
+        theta: &[f64],
+        (alt, alt_theta): (&Glmm, &[f64]),
+        settings: &FitSettings,
+        (draws, seed): (usize, u64),
+        on_refit: &(dyn Fn() -> Control + Sync),
+    ) -> Result<Vec<Result<f64>>> {
+        if settings.exact.criterion == super::Criterion::Reml {
+            return Err(invalid(
+                "reml",
+                "in a likelihood-ratio test".into(),
+                "fit both models by maximum likelihood (REML's criteria do not compare models)",
+            ));
+        }
+        if alt.family != self.family || alt.given_response() != self.given_response() {
+            return Err(invalid(
+                "alt",
+                format!("a {:?} model of {} rows", alt.family, alt.n_obs()),
+                &format!(
+                    "compare models of the same family and response: this one is a {:?} model \
+                     of {} rows",
+                    self.family,
+                    self.n_obs()
+                ),
+            ));
+        }
+        alt.check_theta(alt_theta)?;
+        let alt_seeds = Seed::new(seed).stream("bootstrap alternative refits");
+        self.over_draws(theta, (draws, seed), on_refit, |y, s| {
+            let null = self.refit(theta, settings, y, s)?;
+            let alt_seed = alt_seeds.index(s).get();
+            let larger = alt.refit(alt_theta, settings, y, alt_seed)?;
+            Ok(2.0 * (larger.log_likelihood.value - null.log_likelihood.value))
+        })
+    }
+
+    /// Each of `draws` responses drawn from the model at `theta` (from `seed`) through `each`,
+    /// with the seed of its own refits; `on_refit` after each, its Stop leaving the rest
+    /// undone.
+    fn over_draws<T: Send>(
+        &self,
+        theta: &[f64],
+        (draws, seed): (usize, u64),
+        on_refit: &(dyn Fn() -> Control + Sync),
+        each: impl Fn(&[f64], u64) -> Result<T> + Sync,
+    ) -> Result<Vec<Result<T>>> {
+        let responses = self.simulate(theta, draws, seed, false)?;
         let refits = Seed::new(seed).stream("bootstrap refits");
         let stopped = AtomicBool::new(false);
         Ok(responses
@@ -91,7 +153,7 @@ impl Glmm {
                     let why = format!("stopped on request before draw {d} was refitted");
                     return Err(SagdError::Model(LogpError::Fatal(why)));
                 }
-                let refit = self.refit(fit, settings, &y, refits.index(d as u64).get());
+                let refit = each(&y, refits.index(d as u64).get());
                 if let Control::Stop = on_refit() {
                     stopped.store(true, Ordering::Relaxed);
                 }
@@ -103,18 +165,28 @@ impl Glmm {
             .collect())
     }
 
-    /// The model fitted under `settings` (an exact fit started at θ̂) to the response `y`, its
-    /// own draws from `seed`: the fit, or why it failed or did not converge.
+    /// The response in the order the rows were given (the Gaussian's offset added back).
+    fn given_response(&self) -> Vec<f64> {
+        let mut y = vec![0.0; self.n_obs()];
+        for (k, v) in self.y.iter().enumerate() {
+            let i = self.given_row(k);
+            y[i] = v + self.response_shift.get(i).copied().unwrap_or(0.0);
+        }
+        y
+    }
+
+    /// The model fitted under `settings` (an exact fit started at `theta`) to the response `y`,
+    /// its own draws from `seed`: the fit, or why it failed or did not converge.
     fn refit(
         &self,
-        fit: &GlmmFit,
+        theta: &[f64],
         settings: &FitSettings,
         y: &[f64],
         seed: u64,
     ) -> Result<GlmmFit> {
         let model = self.with_response(y)?;
         let mut s = settings.clone();
-        s.exact.start = Some(fit.theta.clone());
+        s.exact.start = Some(theta.to_vec());
         s.seed = seed;
         let refit = model.fit(&s, &mut |_| Control::Continue)?;
         let failed = match &refit.fitted {
@@ -166,6 +238,11 @@ mod tests {
     /// offset, or Poisson counts with β = (0.3, 0.5), sd 0.5 and an exposure offset; the
     /// response as given.
     fn model(family: Family) -> (Glmm, Vec<f64>) {
+        model_with(family, true)
+    }
+
+    /// [`model`]'s data, the fixed effects an intercept and x (`slope`) or the intercept alone.
+    fn model_with(family: Family, slope: bool) -> (Glmm, Vec<f64>) {
         let (g, n) = (30, 180);
         let mut rng = crate::rng::Seed::new(7).stream("data").normals();
         let b: Vec<f64> = (0..g).map(|_| rng.draw()).collect();
@@ -174,7 +251,7 @@ mod tests {
         let mut u = crate::rng::Seed::new(8).rng();
         for (i, &l) in group.iter().enumerate() {
             let xi = (i / g) as f64 / 6.0 - 0.5;
-            x.extend([1.0, xi]);
+            x.extend(if slope { vec![1.0, xi] } else { vec![1.0] });
             let exposure = 1.0 + (i % 4) as f64;
             offset.push(f64::ln(exposure));
             y.push(match family {
@@ -256,7 +333,7 @@ mod tests {
             .build()
             .unwrap();
         let reps = pool
-            .install(|| m.bootstrap(&fit, &exact(), (40, 1), &|| Control::Stop))
+            .install(|| m.bootstrap(&fit.theta, &exact(), (40, 1), &|| Control::Stop))
             .unwrap();
         let stopped = reps
             .iter()
@@ -269,6 +346,54 @@ mod tests {
         );
     }
 
+    /// The bootstrap's likelihood-ratio statistics for a fixed effect at 0, an interior null,
+    /// follow the chi-square law on 1 degree of freedom, as the test's theory says: their mean
+    /// within 4 Monte Carlo errors (√2/√n) of 1, their share above its 95% quantile within 4
+    /// errors of 0.05; none below 0 (beyond rounding), the larger model nesting the smaller.
+    #[test]
+    fn likelihood_ratios_of_an_interior_null_are_chi_square() {
+        let (null, _) = model_with(Family::Gaussian, false);
+        let (alt, _) = model_with(Family::Gaussian, true);
+        let fit0 = null.fit(&exact(), &mut |_| Control::Continue).unwrap();
+        let fit1 = alt.fit(&exact(), &mut |_| Control::Continue).unwrap();
+        let t = null
+            .bootstrap_lrt(&fit0.theta, (&alt, &fit1.theta), &exact(), (400, 2), &go)
+            .unwrap();
+        let t: Vec<f64> = t.into_iter().map(|r| r.unwrap()).collect();
+        let n = t.len() as f64;
+        let mean = t.iter().sum::<f64>() / n;
+        assert!((mean - 1.0).abs() < 4.0 * (2.0 / n).sqrt(), "mean {mean}");
+        let above = t.iter().filter(|&&v| v > 3.841_459).count() as f64 / n;
+        assert!(
+            (above - 0.05).abs() < 4.0 * (0.05 * 0.95 / n).sqrt(),
+            "{above} above"
+        );
+        assert!(
+            t.iter().all(|&v| v > -1e-6),
+            "a larger model's likelihood is never lower"
+        );
+    }
+
+    #[test]
+    fn tests_of_other_data_or_by_reml_are_refused() {
+        let (null, _) = model_with(Family::Gaussian, false);
+        let (other, _) = model_with(Family::Poisson, true);
+        let fit0 = null.fit(&exact(), &mut |_| Control::Continue).unwrap();
+        let theta1 = other.start();
+        let err = null
+            .bootstrap_lrt(&fit0.theta, (&other, &theta1), &exact(), (10, 2), &go)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("same family and response"), "{err}");
+        let mut reml = exact();
+        reml.exact.criterion = crate::glmm::Criterion::Reml;
+        let err = null
+            .bootstrap_lrt(&fit0.theta, (&null, &fit0.theta), &reml, (10, 2), &go)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("maximum likelihood"), "{err}");
+    }
+
     /// The replicates' spread of β̂ is its standard error: the sd of 200 replicates of the
     /// intercept and the slope within 4 of its Monte Carlo errors (sd/√(2·199), Gaussian
     /// replicates) of the fit's; the mean of β̂* within 4 errors of β̂ (the Gaussian MLE of β is
@@ -277,13 +402,13 @@ mod tests {
     fn replicates_spread_as_the_standard_errors_say() {
         let (m, _) = model(Family::Gaussian);
         let fit = m.fit(&exact(), &mut |_| Control::Continue).unwrap();
-        let reps = m.bootstrap(&fit, &exact(), (200, 11), &go).unwrap();
+        let reps = m.bootstrap(&fit.theta, &exact(), (200, 11), &go).unwrap();
         let thetas: Vec<Vec<f64>> = reps.into_iter().map(|r| r.unwrap().theta).collect();
         let one = rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .build()
             .unwrap()
-            .install(|| m.bootstrap(&fit, &exact(), (200, 11), &go).unwrap());
+            .install(|| m.bootstrap(&fit.theta, &exact(), (200, 11), &go).unwrap());
         let one: Vec<Vec<f64>> = one.into_iter().map(|r| r.unwrap().theta).collect();
         assert_eq!(thetas, one);
         let cov = fit.covariance.as_ref().unwrap();
