@@ -1,5 +1,7 @@
-//! `sagd glmm --bootstrap`: the parametric bootstrap's percentile intervals against lme4's
-//! `confint(fit, method = "boot", nsim = 2000, boot.type = "perc")` (R 4.2.2, lme4 1.1-31,
+//! `sagd glmm --bootstrap` and `--compare`: the parametric bootstrap's percentile intervals,
+//! and the likelihood-ratio test of two models with its bootstrap p-value. The intervals
+//! against lme4's `confint(fit, method = "boot", nsim = 2000, boot.type = "perc")` (R 4.2.2,
+//! lme4 1.1-31,
 //! `set.seed(1)`, 2.9 minutes on this machine's one thread) on `tests/data/glmm_counts.csv`:
 //! `glmer(count ~ x + dose + (1 | site), family = poisson, nAGQ = 25)`. The two draw different
 //! responses, so they agree within the Monte Carlo error of their quantiles.
@@ -173,9 +175,23 @@ fn reml_fits_with_correlated_effects_are_bootstrapped() {
     }
 }
 
+/// `sagd glmm count ~ x + (1 | site)` with each case's flags refused, saying its words.
+fn all_refused(cases: &[(&[&str], &str)]) {
+    for (flags, says) in cases {
+        let err = refused(
+            sagd()
+                .args(["glmm", "count ~ x + (1 | site)", "--data"])
+                .arg(data())
+                .args(*flags)
+                .args(["--out", "/nonexistent/never"]),
+        );
+        assert!(err.contains(says), "{err}");
+    }
+}
+
 #[test]
 fn bad_bootstrap_flags_are_refused() {
-    for (flags, says) in [
+    all_refused(&[
         (
             &["--bootstrap", "1"][..],
             "--bootstrap 1: give the number of refits, 2 or more",
@@ -184,14 +200,84 @@ fn bad_bootstrap_flags_are_refused() {
             &["--bootstrap", "20", "--bootstrap-level", "1.5"][..],
             "--bootstrap-level 1.5",
         ),
-    ] {
-        let err = refused(
-            sagd()
-                .args(["glmm", "count ~ x + (1 | site)", "--data"])
-                .arg(data())
-                .args(flags)
-                .args(["--out", "/nonexistent/never"]),
-        );
-        assert!(err.contains(says), "{err}");
+    ]);
+}
+
+/// anova.csv's second row: its statistic, degrees of freedom, p-value and bootstrap p-value.
+fn tested(dir: &Path) -> (f64, usize, f64, Option<f64>) {
+    let text = std::fs::read_to_string(dir.join("anova.csv")).unwrap();
+    let last = text.lines().nth(2).unwrap();
+    let f: Vec<&str> = last.rsplitn(5, ',').collect();
+    let boot = (!f[0].is_empty()).then(|| f[0].parse().unwrap());
+    (
+        f[3].parse().unwrap(),
+        f[2].parse().unwrap(),
+        f[1].parse().unwrap(),
+        boot,
+    )
+}
+
+/// `--compare`: lme4's `anova(glmer(count ~ x + (1 | site), poisson, nAGQ = 25),
+/// glmer(count ~ x + dose + (1 | site), ...))` on the file less its row of a missing count:
+/// Chisq 16.29104 on 2 Df, p 0.00029003; the bootstrap's p-value (1 + k)/(1 + refits), the same
+/// on any number of threads.
+#[test]
+fn compared_models_are_tested_as_lme4s_anova_tests_them() {
+    let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for (dir, threads) in [(&one, "1"), (&two, "2")] {
+        let args = [
+            "count ~ x + dose + (1 | site)",
+            "--family",
+            "poisson",
+            "--compare",
+            "count ~ x + (1 | site)",
+            "--compare-bootstrap",
+            "40",
+            "--threads",
+            threads,
+        ];
+        let out = String::from_utf8_lossy(&glmm(&args, &data(), dir.path()).stdout).into_owned();
+        assert!(out.contains("Likelihood-ratio test (lme4's anova)") && out.contains("Pr(boot)"));
     }
+    let (chisq, df, p, boot) = tested(one.path());
+    assert!((chisq - 16.29104).abs() < 2e-4 && df == 2, "{chisq} {df}");
+    assert!((p - 0.00029003).abs() < 1e-7, "{p}");
+    let boot = boot.unwrap();
+    let k = boot * 41.0 - 1.0;
+    assert!(
+        (k - k.round()).abs() < 1e-9 && (0.0..=40.0).contains(&k),
+        "{boot}"
+    );
+    let read = |d: &tempfile::TempDir| std::fs::read_to_string(d.path().join("anova.csv")).unwrap();
+    assert_eq!(read(&one), read(&two));
+    let result = json(&one.path().join("result.json"));
+    assert_eq!(result["anova"]["bootstrap"]["refits"], 40);
+    assert_eq!(result["anova"]["models"][0]["npar"], 3);
+}
+
+#[test]
+fn comparisons_that_mean_nothing_are_refused() {
+    all_refused(&[
+        (
+            &["--compare", "x ~ count + (1 | site)"][..],
+            "its response is `x`",
+        ),
+        (
+            &["--compare", "count ~ (1 | site)", "--reml"][..],
+            "leave out --reml",
+        ),
+        (
+            &["--compare-bootstrap", "20"][..],
+            "give the model to compare with",
+        ),
+        (
+            &[
+                "--compare",
+                "count ~ (1 | site)",
+                "--compare-bootstrap",
+                "0",
+            ][..],
+            "--compare-bootstrap 0",
+        ),
+    ]);
 }

@@ -26,12 +26,14 @@ use crate::input::read_table;
 use crate::output::{write_atomic, Staging};
 use crate::progress::progress_bar;
 
+mod anova;
 mod confint;
 mod files;
 mod fitted;
 mod predict;
 mod ranef;
 mod summary;
+use anova::{other_model, Compared};
 use confint::Intervals;
 use files::{estimates_csv, result_json};
 use fitted::{fitted_csv, simulate_csv};
@@ -104,6 +106,17 @@ pub struct GlmmArgs {
     /// The level of the bootstrap's intervals.
     #[arg(long, default_value_t = 0.95, value_name = "LEVEL")]
     bootstrap_level: f64,
+    /// Another model of the same rows and response to compare this one with, in lme4's
+    /// notation, e.g. 'y ~ x + (1 | g)': both fitted alike, the one with fewer parameters
+    /// tested against the other by their likelihood ratio on the chi-square law (lme4's
+    /// `anova(m0, m1)`; nesting is not checked), in the summary, anova.csv and result.json.
+    #[arg(long, value_name = "FORMULA")]
+    compare: Option<String>,
+    /// With --compare, the parametric bootstrap's p-value too (pbkrtest's `PBmodcomp`): N
+    /// responses drawn from the smaller model, each fitted by both; it holds where a variance
+    /// is tested at 0, where the chi-square's p is conservative. From --seed.
+    #[arg(long, value_name = "N")]
+    compare_bootstrap: Option<usize>,
     /// Output folder.
     #[arg(long, default_value = "out/glmm")]
     out: PathBuf,
@@ -125,6 +138,10 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         .design(&frame)
         .with_context(|| format!("the formula on {}", a.data.display()))?;
     let model = design.glmm(family)?;
+    let other = match &a.compare {
+        Some(f) => Some(other_model(f, &frame, family, &design)?),
+        None => None,
+    };
     let new_rows = match &a.predict {
         Some(path) => Some(NewRows::read(path, &formula, &frame)?),
         None => None,
@@ -142,6 +159,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         "simulate.csv",
         "bootstrap.csv",
         "confint_bootstrap.csv",
+        "anova.csv",
         "summary.txt",
     ]);
     let fit = fit_with_progress(&model, &settings, a.quiet)?;
@@ -171,6 +189,16 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         )?),
         None => None,
     };
+    let compared = match (&other, &a.compare) {
+        (Some(m), Some(f)) => {
+            let other_fit = fit_with_progress(m, &settings, a.quiet)?;
+            let boot = a.compare_bootstrap.map(|n| (n, a.seed));
+            let (one, two) = ((&a.formula[..], &model, &fit), (&f[..], m, &other_fit));
+            let fitted = (&settings, model.n_obs());
+            Some(Compared::find(one, two, fitted, boot, a.quiet)?)
+        }
+        _ => None,
+    };
     let sep = separation.as_deref();
     let seconds = t0.elapsed().as_secs_f64();
     let intervals = [
@@ -189,7 +217,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         }
     })
     .collect::<Vec<_>>();
-    let notes = (sep, quantiles.as_ref(), &intervals[..]);
+    let notes = (sep, quantiles.as_ref(), &intervals[..], compared.as_ref());
     let text = render(&a, family, &design, (&fit, notes), &summary, seconds);
     say_part!("{text}");
     write_atomic(&staging.path("summary.txt"), &text)?;
@@ -200,6 +228,9 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     write_ranef(&mut staging, &design, &ranef, &means)?;
     if let Some(Ok(p)) = &profiled {
         write_atomic(&staging.path("confint.csv"), p.csv())?;
+    }
+    if let Some(c) = &compared {
+        write_atomic(&staging.path("anova.csv"), c.csv())?;
     }
     if let Some(Ok((b, reps))) = &booted {
         write_atomic(&staging.path("confint_bootstrap.csv"), b.csv())?;
@@ -233,6 +264,9 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     }
     if let Some(Ok((b, _))) = &booted {
         result["bootstrap"] = b.json();
+    }
+    if let Some(c) = &compared {
+        result["anova"] = c.json();
     }
     write_atomic(
         &staging.path("result.json"),
@@ -304,6 +338,15 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
     }
     if a.bootstrap.is_some_and(|n| n < 2) {
         anyhow::bail!("--bootstrap {}: give the number of refits, 2 or more (lme4's bootMer takes 100 to 1000)", a.bootstrap.unwrap_or(0));
+    }
+    if a.compare_bootstrap.is_some() && a.compare.is_none() {
+        anyhow::bail!("--compare-bootstrap: give the model to compare with, --compare 'FORMULA'");
+    }
+    if let Some(n) = a.compare_bootstrap.filter(|&n| n < 2) {
+        anyhow::bail!("--compare-bootstrap {n}: give the number of draws, 2 or more (pbkrtest's PBmodcomp takes 1000)");
+    }
+    if a.compare.is_some() && a.reml {
+        anyhow::bail!("--compare: the test compares likelihoods, not REML's criteria (lme4's anova refits REML fits by ML); leave out --reml");
     }
     if !(a.bootstrap_level > 0.0 && a.bootstrap_level < 1.0) {
         anyhow::bail!(

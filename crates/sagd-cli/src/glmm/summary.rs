@@ -6,13 +6,19 @@ use std::fmt::Write as _;
 use sagd::em::EstimateStatus;
 use sagd::glmm::{Criterion, Design, Family, Fitted, GlmmFit, LikelihoodMethod, Summary};
 
+use super::anova::Compared;
 use super::confint::Intervals;
 use super::fitted::scaled_residuals;
 use super::GlmmArgs;
 
 /// What the summary adds to the fit: the separation warning, the scaled residuals' quantiles
-/// and the confidence intervals (profile, bootstrap).
-pub(super) type Notes<'a> = (Option<&'a str>, Option<&'a [f64; 5]>, &'a [&'a Intervals]);
+/// the confidence intervals (profile, bootstrap) and the comparison with another model.
+pub(super) type Notes<'a> = (
+    Option<&'a str>,
+    Option<&'a [f64; 5]>,
+    &'a [&'a Intervals],
+    Option<&'a Compared>,
+);
 
 /// The criterion maximised (ℓ, or REML's) and its name.
 pub(super) fn criterion(fit: &GlmmFit) -> (f64, &'static str) {
@@ -83,7 +89,7 @@ pub(super) fn render(
     a: &GlmmArgs,
     family: Family,
     d: &Design,
-    (fit, (separation, residuals, intervals)): (&GlmmFit, Notes<'_>),
+    (fit, (separation, residuals, intervals, compared)): (&GlmmFit, Notes<'_>),
     s: &Summary,
     seconds: f64,
 ) -> String {
@@ -100,6 +106,9 @@ pub(super) fn render(
     }
     for i in intervals {
         i.table(&mut o);
+    }
+    if let Some(c) = compared {
+        c.table(&mut o);
     }
     let _ = writeln!(o, "({seconds:.2} s)");
     o

@@ -360,6 +360,13 @@ mod tests {
             .bootstrap_lrt(&fit0.theta, (&alt, &fit1.theta), &exact(), (400, 2), &go)
             .unwrap();
         let t: Vec<f64> = t.into_iter().map(|r| r.unwrap()).collect();
+        // The data's own test: chi-square on 1 degree of freedom, P(X > x) = erfc(√(x/2)).
+        let (chisq, df, p) = fit1.likelihood_ratio(&fit0);
+        let gain = fit1.log_likelihood.value - fit0.log_likelihood.value;
+        assert_eq!((chisq, df), (2.0 * gain, 1));
+        let erfc = statrs::function::erf::erfc((chisq / 2.0).sqrt());
+        assert!((p.unwrap() - erfc).abs() < 1e-12, "{p:?} against {erfc}");
+        assert_eq!(fit0.likelihood_ratio(&fit0).2, None);
         let n = t.len() as f64;
         let mean = t.iter().sum::<f64>() / n;
         assert!((mean - 1.0).abs() < 4.0 * (2.0 / n).sqrt(), "mean {mean}");

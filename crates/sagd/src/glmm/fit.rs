@@ -103,6 +103,31 @@ pub struct GlmmFit {
     pub fitted: Fitted,
 }
 
+impl GlmmFit {
+    /// The likelihood-ratio test of `smaller`, a fit of a model this one nests, against this
+    /// fit (lme4's `anova(smaller, fit)`): the statistic 2 (ℓ − ℓ_smaller), the parameters
+    /// gained (its degrees of freedom), and its p-value on the chi-square law with them (`None`
+    /// where none is gained). Nesting is not checked (nor is it by lme4); where a variance is
+    /// tested at 0, on its boundary, this p-value is conservative
+    /// ([`Glmm::bootstrap_lrt`]'s holds there).
+    pub fn likelihood_ratio(&self, smaller: &GlmmFit) -> (f64, usize, Option<f64>) {
+        let chisq = 2.0 * (self.log_likelihood.value - smaller.log_likelihood.value);
+        let df = self.theta.len().saturating_sub(smaller.theta.len());
+        let p = statrs::distribution::ChiSquared::new(df as f64)
+            .ok()
+            .filter(|_| df > 0)
+            .map(|law| {
+                use statrs::distribution::ContinuousCDF;
+                if chisq > 0.0 {
+                    law.sf(chisq)
+                } else {
+                    1.0
+                }
+            });
+        (chisq, df, p)
+    }
+}
+
 impl Glmm {
     /// Fits the model by `settings.method`. `on_event` sees EM's progress (and may stop it);
     /// an exact fit does not call it. Errors name a method or setting that does not apply.
