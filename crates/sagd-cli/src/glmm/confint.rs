@@ -212,6 +212,7 @@ impl Intervals {
                 pct(self.level),
                 match failed.len() {
                     0 => String::new(),
+                    1 => "; 1 draw whose refit failed left out, see bootstrap.csv".into(),
                     k => format!("; {k} draws whose refit failed left out, see bootstrap.csv"),
                 }
             ),
