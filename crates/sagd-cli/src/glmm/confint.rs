@@ -146,10 +146,11 @@ impl Intervals {
         }
         csv.push('\n');
         let (mut values, mut failed) = (vec![Vec::new(); params.len()], Vec::new());
+        let terms = model.terms();
         for (draw, rep) in reps.iter().enumerate() {
             match rep {
                 Ok(fit) => {
-                    let v = model.summary(&fit.theta, None).values(&model.terms());
+                    let v = model.summary(&fit.theta, None).values(&terms);
                     let _ = write!(csv, "{draw},ok");
                     for (j, v) in v.into_iter().enumerate() {
                         let _ = write!(csv, ",{v}");
@@ -157,8 +158,9 @@ impl Intervals {
                     }
                 }
                 Err(e) => {
-                    failed.push((draw, e.to_string()));
-                    let _ = write!(csv, "{draw},{}", csv_text(&e.to_string()));
+                    let why = e.to_string();
+                    let _ = write!(csv, "{draw},{}", csv_text(&why));
+                    failed.push((draw, why));
                     csv.push_str(&",".repeat(params.len()));
                 }
             }

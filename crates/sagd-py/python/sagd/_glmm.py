@@ -415,11 +415,12 @@ def glmm(
                             "(Intercept)" if np.all(Zt[:, j] == 1) else f"z{j}")
                        for j in range(Zt.shape[1])]
         zn.append([str(v) for v in names_t])
+    core = a.core()
     show, close = _progress(progress, 50 * (max_msteps or 20), "sagd.glmm")
     boot_show, boot_close = _progress(bool(progress) and bootstrap is not None, bootstrap,
                                       "sagd.glmm bootstrap")
     try:
-        d = _core.fit_glmm(**a.core(), x_names=xn, terms=list(zip(factor_names, zn)),
+        d = _core.fit_glmm(**core, x_names=xn, terms=list(zip(factor_names, zn)),
                            seed=_whole("seed", seed), threads=_threads(threads),
                            max_msteps=(None if max_msteps is None
                                        else _whole("max_msteps", max_msteps, 1)),
@@ -497,7 +498,7 @@ def glmm(
                                                                           dtype=float),
         **_bootstrapped(d, list(zip(factor_names, zn)), float(bootstrap_level)),
         _spec=spec,
-        _model=dict(core=a.core(), method=str(method), nodes=nodes, max_msteps=max_msteps),
+        _model=dict(core=core, method=str(method), nodes=nodes, max_msteps=max_msteps),
     )
 
 

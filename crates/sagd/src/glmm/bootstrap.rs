@@ -31,7 +31,7 @@ impl Glmm {
         let mut stored = vec![0.0; n];
         for (k, v) in stored.iter_mut().enumerate() {
             let i = self.given_row(k);
-            let shift = self.response_shift.get(i).copied().unwrap_or(0.0);
+            let shift = self.response_shift_at(i);
             if !y[i].is_finite() || !self.family.admits(y[i] - shift, self.trials[k]) {
                 return Err(invalid(
                     "y",
@@ -132,9 +132,10 @@ impl Glmm {
         })
     }
 
-    /// Each of `draws` responses drawn from the model at `theta` (from `seed`) through `each`,
-    /// with the seed of its own refits; `on_refit` after each, its Stop leaving the rest
-    /// undone.
+    /// Each of `draws` responses drawn from the model at `theta` (from `seed`, each where it is
+    /// refitted: the draws are never all held at once) through `each`, with the seed of its own
+    /// refits; `on_refit` after each, its Stop leaving the rest undone. A response that cannot
+    /// be drawn fails the whole bootstrap, as [`Glmm::simulate`] fails.
     fn over_draws<T: Send>(
         &self,
         theta: &[f64],
@@ -142,27 +143,27 @@ impl Glmm {
         on_refit: &(dyn Fn() -> Control + Sync),
         each: impl Fn(&[f64], u64) -> Result<T> + Sync,
     ) -> Result<Vec<Result<T>>> {
-        let responses = self.simulate(theta, draws, seed, false)?;
+        let simulator = self.simulator(theta, seed, false)?;
         let refits = Seed::new(seed).stream("bootstrap refits");
         let stopped = AtomicBool::new(false);
-        Ok(responses
+        (0..draws)
             .into_par_iter()
-            .enumerate()
-            .map(|(d, y)| {
+            .map(|d| {
                 if stopped.load(Ordering::Relaxed) {
                     let why = format!("stopped on request before draw {d} was refitted");
-                    return Err(SagdError::Model(LogpError::Fatal(why)));
+                    return Ok(Err(SagdError::Model(LogpError::Fatal(why))));
                 }
+                let y = simulator.draw(d)?;
                 let refit = each(&y, refits.index(d as u64).get());
                 if let Control::Stop = on_refit() {
                     stopped.store(true, Ordering::Relaxed);
                 }
-                refit.map_err(|e| SagdError::Context {
+                Ok(refit.map_err(|e| SagdError::Context {
                     what: format!("bootstrap draw {d}"),
                     cause: Box::new(e),
-                })
+                }))
             })
-            .collect())
+            .collect()
     }
 
     /// The response in the order the rows were given (the Gaussian's offset added back).
@@ -170,7 +171,7 @@ impl Glmm {
         let mut y = vec![0.0; self.n_obs()];
         for (k, v) in self.y.iter().enumerate() {
             let i = self.given_row(k);
-            y[i] = v + self.response_shift.get(i).copied().unwrap_or(0.0);
+            y[i] = v + self.response_shift_at(i);
         }
         y
     }

@@ -261,6 +261,12 @@ impl Glmm {
         self.order.get(k).copied().unwrap_or(k)
     }
 
+    /// The Gaussian family's offset of row `i` as given, which its stored response is less
+    /// (0 for other families and without an offset).
+    fn response_shift_at(&self, i: usize) -> f64 {
+        self.response_shift.get(i).copied().unwrap_or(0.0)
+    }
+
     fn factors(&self, theta: &[f64]) -> Vec<Vec<f64>> {
         self.terms.iter().map(|t| t.factor(theta)).collect()
     }

@@ -23,6 +23,21 @@ impl Glmm {
         seed: u64,
         conditional: bool,
     ) -> Result<Vec<Vec<f64>>> {
+        let simulator = self.simulator(theta, seed, conditional)?;
+        (0..draws)
+            .into_par_iter()
+            .map(|d| simulator.draw(d))
+            .collect()
+    }
+
+    /// What every draw of [`Glmm::simulate`] at θ reads, so that a draw can be made on its own
+    /// (the bootstrap makes each where it refits it, not all of them first).
+    pub(in crate::glmm) fn simulator<'a>(
+        &'a self,
+        theta: &'a [f64],
+        seed: u64,
+        conditional: bool,
+    ) -> Result<Simulator<'a>> {
         self.check_theta(theta)?;
         let factors = self.factors(theta);
         let modes: Option<Vec<Vec<f64>>> = match conditional {
@@ -34,47 +49,62 @@ impl Glmm {
             ),
             false => None,
         };
-        let sigma = self.scale(theta).1.exp();
-        let beta = &theta[..self.p];
-        let stream = Seed::new(seed).stream("simulate");
-        (0..draws)
-            .into_par_iter()
-            .map(|d| {
-                let draw = stream.index(d as u64);
-                let (mut normals, mut rng) = (draw.stream("effects").normals(), draw.rng());
-                let mut noise = draw.stream("noise").normals();
-                let (mut y, mut drawn, mut eta) = (vec![0.0; self.n_obs()], Vec::new(), Vec::new());
-                for (c, point) in self.points.iter().enumerate() {
-                    let u = match &modes {
-                        Some(m) => &m[c],
-                        None => {
-                            drawn.resize(point.dim, 0.0);
-                            normals.fill(&mut drawn);
-                            &drawn
-                        }
-                    };
-                    eta.resize(point.rows.len(), 0.0);
-                    self.etas_by_rows(beta, &factors, point.rows.clone(), u, &mut eta);
-                    for (k, &eta) in point.rows.clone().zip(&eta) {
-                        let i = self.given_row(k);
-                        y[i] = match self.family {
-                            Family::Gaussian => {
-                                let shift = self.response_shift.get(i).copied().unwrap_or(0.0);
-                                eta + shift + sigma * noise.draw()
-                            }
-                            Family::Poisson => count(eta.exp(), &mut rng, i)?,
-                            Family::Binomial => {
-                                let p = 1.0 / (1.0 + (-eta).exp());
-                                let law = Binomial::new(self.trials[k] as u64, p)
-                                    .map_err(|_| not_drawable(i, p))?;
-                                law.sample(&mut rng) as f64
-                            }
-                        };
-                    }
+        Ok(Simulator {
+            model: self,
+            beta: &theta[..self.p],
+            factors,
+            modes,
+            sigma: self.scale(theta).1.exp(),
+            stream: Seed::new(seed).stream("simulate"),
+        })
+    }
+}
+
+/// The model at θ, ready to draw responses from: β, the effects' factors, the levels' modes
+/// where they are held there, σ, and the stream whose d-th member draw d takes.
+pub(in crate::glmm) struct Simulator<'a> {
+    model: &'a Glmm,
+    beta: &'a [f64],
+    factors: Vec<Vec<f64>>,
+    modes: Option<Vec<Vec<f64>>>,
+    sigma: f64,
+    stream: Seed,
+}
+
+impl Simulator<'_> {
+    /// Draw `d`: one response per row, in the order the rows were given.
+    pub(in crate::glmm) fn draw(&self, d: usize) -> Result<Vec<f64>> {
+        let m = self.model;
+        let draw = self.stream.index(d as u64);
+        let (mut normals, mut rng) = (draw.stream("effects").normals(), draw.rng());
+        let mut noise = draw.stream("noise").normals();
+        let (mut y, mut drawn, mut eta) = (vec![0.0; m.n_obs()], Vec::new(), Vec::new());
+        for (c, point) in m.points.iter().enumerate() {
+            let u = match &self.modes {
+                Some(modes) => &modes[c],
+                None => {
+                    drawn.resize(point.dim, 0.0);
+                    normals.fill(&mut drawn);
+                    &drawn
                 }
-                Ok(y)
-            })
-            .collect()
+            };
+            eta.resize(point.rows.len(), 0.0);
+            m.etas_by_rows(self.beta, &self.factors, point.rows.clone(), u, &mut eta);
+            for (k, &eta) in point.rows.clone().zip(&eta) {
+                let i = m.given_row(k);
+                y[i] = match m.family {
+                    Family::Gaussian => eta + m.response_shift_at(i) + self.sigma * noise.draw(),
+                    Family::Poisson => count(eta.exp(), &mut rng, i)?,
+                    Family::Binomial => {
+                        let p = 1.0 / (1.0 + (-eta).exp());
+                        let law =
+                            Binomial::new(m.trials[k] as u64, p).map_err(|_| not_drawable(i, p))?;
+                        law.sample(&mut rng) as f64
+                    }
+                };
+            }
+        }
+        Ok(y)
     }
 }
 
