@@ -200,7 +200,96 @@ fn bad_bootstrap_flags_are_refused() {
             &["--bootstrap", "20", "--bootstrap-level", "1.5"][..],
             "--bootstrap-level 1.5",
         ),
+        (
+            &["--checkpoint-every", "10"][..],
+            "keeps the refits of its bootstraps only",
+        ),
     ]);
+}
+
+/// Both bootstraps stopped part-way (`--interrupt-after`, as Ctrl-C stops them) and resumed
+/// (`--resume`, run after run) end with the files of an uninterrupted run, byte for byte, and
+/// say how many draws they took from the checkpoints; an interrupted run writes no result, and
+/// a resume with another seed is refused by name.
+#[test]
+fn interrupted_bootstraps_resume_to_the_same_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "count ~ x + dose + (1 | site)",
+        "--family",
+        "poisson",
+        "--bootstrap",
+        "30",
+        "--compare",
+        "count ~ x + (1 | site)",
+        "--compare-bootstrap",
+        "20",
+    ];
+    let whole = dir.path().join("whole");
+    glmm(&args, &data(), &whole);
+    let part = dir.path().join("part");
+    let run = |extra: &[&str]| {
+        sagd()
+            .arg("glmm")
+            .args(args)
+            .arg("--data")
+            .arg(data())
+            .arg("--out")
+            .arg(&part)
+            .arg("--quiet")
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let stop = ["--checkpoint-every", "7", "--interrupt-after", "8"];
+    let failure = |o: &std::process::Output| {
+        assert!(!o.status.success());
+        assert!(
+            !part.join("result.json").exists(),
+            "an interrupted run wrote a result"
+        );
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let err = failure(&run(&stop));
+    assert!(
+        err.contains("the parametric bootstrap's refits") && err.contains("--resume"),
+        "{err}"
+    );
+    let err = failure(&run(&["--resume", "--seed", "3"]));
+    assert!(err.contains("differs in --seed"), "{err}");
+    // Each resumed run keeps at least 8 more refits: the 30 and the 20 take at most 7 runs.
+    let again = [&["--resume"][..], &stop].concat();
+    let mut stopped = Vec::new();
+    let o = loop {
+        let o = run(&again);
+        if o.status.success() || stopped.len() == 7 {
+            break o;
+        }
+        stopped.push(failure(&o));
+    };
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let test = "the bootstrap test's refits";
+    assert!(stopped.iter().any(|e| e.contains(test)), "{stopped:?}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("taken from an interrupted run's checkpoint"),
+        "{out}"
+    );
+    for f in ["bootstrap.csv", "confint_bootstrap.csv", "anova.csv"] {
+        let read = |d: &Path| std::fs::read_to_string(d.join(f)).unwrap();
+        assert_eq!(read(&whole), read(&part), "{f}");
+    }
+    assert!(
+        !part.join("checkpoints").exists(),
+        "a finished run's checkpoints stay"
+    );
+    let result = json(&part.join("result.json"));
+    // The last run took the whole first bootstrap from its checkpoint, and at least 8 of the
+    // test's draws.
+    let resumed = |v: &serde_json::Value| v["resumed_refits"].as_u64().unwrap();
+    assert_eq!(resumed(&result["bootstrap"]), 30);
+    assert!((8..20).contains(&resumed(&result["anova"]["bootstrap"])));
+    assert_eq!(resumed(&json(&whole.join("result.json"))["bootstrap"]), 0);
 }
 
 /// anova.csv's second row: its statistic, degrees of freedom, p-value and bootstrap p-value.

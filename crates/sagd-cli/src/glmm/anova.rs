@@ -5,12 +5,11 @@
 use std::fmt::Write as _;
 
 use anyhow::{bail, Context, Result};
-use sagd::glmm::{Design, Family, FitSettings, Formula, Frame, Glmm, GlmmFit};
-use sagd::run::Control;
+use sagd::glmm::{Design, Family, Formula, Frame, Glmm, GlmmFit};
 use serde_json::json;
 
 use super::files::csv_text;
-use crate::progress::progress_bar;
+use super::refits::Refitted;
 
 /// One model of a comparison: its formula, parameters, AIC, BIC, log-likelihood and that
 /// value's Monte Carlo error (0 where exact).
@@ -29,12 +28,24 @@ pub(super) struct Compared {
     chisq: f64,
     df: usize,
     p: Option<f64>,
-    /// The bootstrap's p-value, the refits that succeeded and the draws that failed.
-    boot: Option<(Option<f64>, usize, usize)>,
+    /// The bootstrap's test, where it was asked for.
+    boot: Option<Boot>,
 }
 
-/// A fitted model of the comparison.
-type Fitted<'a> = (&'a str, &'a Glmm, &'a GlmmFit);
+/// The parametric bootstrap's test of a comparison.
+#[derive(Clone, Copy)]
+struct Boot {
+    /// Its p-value (none where no refit succeeded).
+    p: Option<f64>,
+    /// The draws refitted by both models, those whose refit failed, and those a resumed run
+    /// took from its checkpoint.
+    refits: usize,
+    failed: usize,
+    resumed: usize,
+}
+
+/// A fitted model of the comparison: its formula, model and fit.
+pub(super) type Fitted<'a> = (&'a str, &'a Glmm, &'a GlmmFit);
 
 /// The model of `formula` on `frame` and `family`, refused unless it uses the same rows and
 /// response as `design` (lme4's anova refuses models of other data).
@@ -69,13 +80,12 @@ pub(super) fn other_model(
 
 impl Compared {
     /// The test of the model with fewer parameters of `one` and `two` against the other, and
-    /// with `boot` (draws, seed) the bootstrap's p-value from refits under `settings`.
-    pub(super) fn find(
-        one: Fitted<'_>,
-        two: Fitted<'_>,
-        (settings, n_obs): (&FitSettings, usize),
-        boot: Option<(usize, u64)>,
-        quiet: bool,
+    /// with `boot` the bootstrap's p-value from its statistics, `boot(smaller, larger)`.
+    pub(super) fn find<'a>(
+        one: Fitted<'a>,
+        two: Fitted<'a>,
+        n_obs: usize,
+        boot: Option<impl FnOnce(Fitted<'a>, Fitted<'a>) -> Result<Refitted>>,
     ) -> Result<Compared> {
         let (small, large) = match one.2.theta.len() <= two.2.theta.len() {
             true => (one, two),
@@ -99,29 +109,22 @@ impl Compared {
         };
         let (chisq, df, p) = large.2.likelihood_ratio(small.2);
         let boot = match boot {
-            Some((draws, seed)) => {
-                let bar = progress_bar(quiet, draws as u64);
-                bar.set_message("the bootstrap test's refits");
-                let stats = small.1.bootstrap_lrt(
-                    &small.2.theta,
-                    (large.1, &large.2.theta),
-                    settings,
-                    (draws, seed),
-                    &|| {
-                        bar.inc(1);
-                        Control::Continue
-                    },
-                )?;
-                bar.finish_and_clear();
+            Some(test) => {
+                let stats = test(small, large)?;
                 let ok: Vec<f64> = stats
+                    .outcomes
                     .iter()
-                    .filter_map(|t| t.as_ref().ok())
-                    .copied()
+                    .filter_map(|t| t.as_ref().ok().map(|t| t[0]))
                     .collect();
                 // Ties within rounding count as at or above: a null on its boundary gives 0 often.
                 let above = ok.iter().filter(|&&t| t >= chisq - 1e-6).count();
                 let p = (!ok.is_empty()).then(|| (1 + above) as f64 / (1 + ok.len()) as f64);
-                Some((p, ok.len(), draws - ok.len()))
+                Some(Boot {
+                    p,
+                    refits: ok.len(),
+                    failed: stats.outcomes.len() - ok.len(),
+                    resumed: stats.resumed,
+                })
             }
             None => None,
         };
@@ -160,8 +163,8 @@ impl Compared {
             if k == 1 {
                 let p = self.p.map_or(String::new(), |p| format!("{p:.4e}"));
                 let _ = write!(o, " {:>9.4} {:>3} {p:>11}", self.chisq, self.df);
-                if let Some((pb, _, _)) = self.boot {
-                    let pb = pb.map_or(String::new(), |p| format!("{p:.4}"));
+                if let Some(b) = self.boot {
+                    let pb = b.p.map_or(String::new(), |p| format!("{p:.4}"));
                     let _ = write!(o, " {pb:>9}");
                 }
             }
@@ -171,11 +174,13 @@ impl Compared {
             let se = 2.0 * self.rows[0].se.hypot(self.rows[1].se);
             let _ = writeln!(o, "(Chisq is sampled: its Monte Carlo error is {se:.4})");
         }
-        if let Some((_, refits, failed)) = self.boot {
+        if let Some(b) = self.boot {
             let _ = writeln!(
                 o,
-                "(Pr(boot): {refits} draws from the smaller model, each fitted by both{})",
-                match failed {
+                "(Pr(boot): {} draws from the smaller model, each fitted by both{}{})",
+                b.refits,
+                Refitted::note(b.resumed),
+                match b.failed {
                     0 => String::new(),
                     k => format!("; {k} whose refit failed left out"),
                 }
@@ -203,7 +208,7 @@ impl Compared {
             match k {
                 0 => o.push_str(",,,,\n"),
                 _ => {
-                    let pb = self.boot.and_then(|b| b.0);
+                    let pb = self.boot.and_then(|b| b.p);
                     let _ = writeln!(
                         o,
                         ",{},{},{},{}",
@@ -228,9 +233,10 @@ impl Compared {
                        "loglik": r.loglik, "loglik_se": r.se, "deviance": -2.0 * r.loglik})
             })
             .collect();
-        let boot = self
-            .boot
-            .map(|(p, refits, failed)| json!({"p_value": p, "refits": refits, "failed": failed}));
+        let boot = self.boot.map(|b| {
+            json!({"p_value": b.p, "refits": b.refits, "failed": b.failed,
+                   "resumed_refits": b.resumed})
+        });
         json!({"models": rows, "chisq": self.chisq, "df": self.df, "p_value": self.p,
                "bootstrap": boot})
     }

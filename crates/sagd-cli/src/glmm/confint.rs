@@ -9,6 +9,7 @@ use sagd::glmm::{Design, Fitted, Glmm, GlmmFit, Summary};
 use serde_json::json;
 
 use super::files::csv_text;
+use super::refits::Refitted;
 
 /// One parameter's interval on the summary's scale: its kind (fixed, sd, cor, sigma), grouping
 /// factor and name, estimate and ends.
@@ -27,11 +28,12 @@ type Parameter = (&'static str, String, String, f64);
 pub(super) enum Source {
     /// By the profile of the exact likelihood.
     Profile,
-    /// As the percentiles of the parametric bootstrap's refits: their number, and the draws
-    /// whose refit failed, with why.
+    /// As the percentiles of the parametric bootstrap's refits: their number, the draws whose
+    /// refit failed, with why, and the refits a resumed run took from its checkpoint.
     Bootstrap {
         refits: usize,
         failed: Vec<(usize, String)>,
+        resumed: usize,
     },
 }
 
@@ -125,13 +127,14 @@ impl Intervals {
     }
 
     /// The percentile intervals at `level` of the parametric bootstrap's refits `reps` of the fit
-    /// summarised by `s`, and bootstrap.csv: each draw's status and parameters; or why there
-    /// are none (no refit succeeded).
+    /// summarised by `s` (each refit's [`Summary::values`], or why it failed), and
+    /// bootstrap.csv: each draw's status and parameters; or why there are none (no refit
+    /// succeeded).
     pub(super) fn bootstrap(
         model: &Glmm,
         d: &Design,
         s: &Summary,
-        reps: &[sagd::error::Result<GlmmFit>],
+        reps: &Refitted,
         level: f64,
     ) -> Result<(Intervals, String), String> {
         let params = parameters(model, d, s);
@@ -146,21 +149,19 @@ impl Intervals {
         }
         csv.push('\n');
         let (mut values, mut failed) = (vec![Vec::new(); params.len()], Vec::new());
-        let terms = model.terms();
+        let (resumed, reps) = (reps.resumed, &reps.outcomes);
         for (draw, rep) in reps.iter().enumerate() {
             match rep {
-                Ok(fit) => {
-                    let v = model.summary(&fit.theta, None).values(&terms);
+                Ok(v) => {
                     let _ = write!(csv, "{draw},ok");
-                    for (j, v) in v.into_iter().enumerate() {
+                    for (j, &v) in v.iter().enumerate() {
                         let _ = write!(csv, ",{v}");
                         values[j].push(v);
                     }
                 }
-                Err(e) => {
-                    let why = e.to_string();
-                    let _ = write!(csv, "{draw},{}", csv_text(&why));
-                    failed.push((draw, why));
+                Err(why) => {
+                    let _ = write!(csv, "{draw},{}", csv_text(why));
+                    failed.push((draw, why.clone()));
                     csv.push_str(&",".repeat(params.len()));
                 }
             }
@@ -189,7 +190,11 @@ impl Intervals {
                 }
             })
             .collect();
-        let source = Source::Bootstrap { refits, failed };
+        let source = Source::Bootstrap {
+            refits,
+            failed,
+            resumed,
+        };
         Ok((
             Intervals {
                 level,
@@ -209,9 +214,14 @@ impl Intervals {
                 "Profile confidence intervals ({}, exact likelihood)",
                 pct(self.level)
             ),
-            Source::Bootstrap { refits, failed } => format!(
-                "Parametric bootstrap intervals ({}, percentiles of {refits} refits{})",
+            Source::Bootstrap {
+                refits,
+                failed,
+                resumed,
+            } => format!(
+                "Parametric bootstrap intervals ({}, percentiles of {refits} refits{}{})",
                 pct(self.level),
+                Refitted::note(*resumed),
                 match failed.len() {
                     0 => String::new(),
                     1 => "; 1 draw whose refit failed left out, see bootstrap.csv".into(),
@@ -268,13 +278,17 @@ impl Intervals {
             .collect();
         match &self.source {
             Source::Profile => json!({"level": self.level, "method": "profile", "intervals": rows}),
-            Source::Bootstrap { refits, failed } => {
+            Source::Bootstrap {
+                refits,
+                failed,
+                resumed,
+            } => {
                 let failed: Vec<_> = failed
                     .iter()
                     .map(|(draw, why)| json!({"draw": draw, "error": why}))
                     .collect();
                 json!({"level": self.level, "method": "bootstrap percentile", "refits": refits,
-                       "failed": failed, "intervals": rows})
+                       "failed": failed, "resumed_refits": resumed, "intervals": rows})
             }
         }
     }

@@ -15,15 +15,14 @@ use anyhow::{Context, Result};
 use clap::Args;
 use sagd::em::{EmEvent, EmSettings};
 use sagd::glmm::{
-    Criterion, Design, ExactSettings, Family, FitSettings, Formula, Glmm, GlmmFit, Method,
-    SampledMeans, Summary,
+    Criterion, ExactSettings, Family, FitSettings, Formula, Glmm, GlmmFit, Method, SampledMeans,
 };
 use sagd::run::Control;
 use serde::Serialize;
 use serde_json::json;
 
 use crate::input::read_table;
-use crate::output::{write_atomic, Staging};
+use crate::output::{write_atomic, Checkpointing, Staging};
 use crate::progress::progress_bar;
 
 mod anova;
@@ -32,13 +31,15 @@ mod files;
 mod fitted;
 mod predict;
 mod ranef;
+mod refits;
 mod summary;
-use anova::{other_model, Compared};
+use anova::{other_model, Compared, Fitted as Compares};
 use confint::Intervals;
 use files::{estimates_csv, result_json};
 use fitted::{fitted_csv, simulate_csv};
 use predict::NewRows;
 use ranef::{write_ranef, Means};
+use refits::{Refits, Refitted};
 use summary::render;
 
 /// Flags of `sagd glmm`.
@@ -117,6 +118,9 @@ pub struct GlmmArgs {
     /// is tested at 0, where the chi-square's p is conservative. From --seed.
     #[arg(long, value_name = "N")]
     compare_bootstrap: Option<usize>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    checkpoints: Checkpointing,
     /// Output folder.
     #[arg(long, default_value = "out/glmm")]
     out: PathBuf,
@@ -162,6 +166,8 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         "anova.csv",
         "summary.txt",
     ]);
+    let kept = a.checkpoints.folder(&a.out, "glmm")?;
+    let refits = Refits::new(&a.checkpoints, kept, a.quiet);
     let fit = fit_with_progress(&model, &settings, a.quiet)?;
     let summary = model.summary(&fit.theta, fit.covariance.as_deref());
     let separation = model.separation(&fit.theta);
@@ -179,23 +185,28 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         .profile
         .map(|level| Intervals::profile(&model, &design, (&fit, &summary), level));
     let booted = match a.bootstrap {
-        Some(draws) => Some(bootstrap(
-            &a,
-            &model,
-            &design,
-            (&fit, &summary),
-            &settings,
-            draws,
-        )?),
+        Some(draws) => {
+            let fitted = (&model, &fit, &settings);
+            let reps = bootstrap(&a, &refits, fitted, draws)?;
+            Some(Intervals::bootstrap(
+                &model,
+                &design,
+                &summary,
+                &reps,
+                a.bootstrap_level,
+            ))
+        }
         None => None,
     };
     let compared = match (&other, &a.compare) {
         (Some(m), Some(f)) => {
             let other_fit = fit_with_progress(m, &settings, a.quiet)?;
-            let boot = a.compare_bootstrap.map(|n| (n, a.seed));
             let (one, two) = ((&a.formula[..], &model, &fit), (&f[..], m, &other_fit));
-            let fitted = (&settings, model.n_obs());
-            Some(Compared::find(one, two, fitted, boot, a.quiet)?)
+            let (a, refits, settings) = (&a, &refits, &settings);
+            let boot = a.compare_bootstrap.map(|draws| {
+                move |small, large| bootstrap_test(a, refits, settings, (small, large), draws)
+            });
+            Some(Compared::find(one, two, model.n_obs(), boot)?)
         }
         _ => None,
     };
@@ -277,30 +288,62 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     Ok(())
 }
 
-/// The parametric bootstrap's `draws` refits of `fit` under `settings` (counted on a progress
-/// bar unless `--quiet`), and their percentile intervals with bootstrap.csv, or why there are none.
+/// The parametric bootstrap's `draws` refits of `fit` under `settings`, each refit's estimates
+/// on the summary's scales (or why it failed), kept as `refits` says.
 fn bootstrap(
     a: &GlmmArgs,
-    model: &Glmm,
-    design: &Design,
-    (fit, summary): (&GlmmFit, &Summary),
-    settings: &FitSettings,
+    refits: &Refits,
+    (model, fit, settings): (&Glmm, &GlmmFit, &FitSettings),
     draws: usize,
-) -> Result<std::result::Result<(Intervals, String), String>> {
-    let bar = progress_bar(a.quiet, draws as u64);
-    bar.set_message("parametric bootstrap's refits");
-    let reps = model.bootstrap(&fit.theta, settings, (draws, a.seed), &|| {
-        bar.inc(1);
-        Control::Continue
-    });
-    bar.finish_and_clear();
-    Ok(Intervals::bootstrap(
-        model,
-        design,
-        summary,
-        &reps?,
-        a.bootstrap_level,
-    ))
+) -> Result<Refitted> {
+    let terms = model.terms();
+    let identity = identity(a, &[&fit.theta])?;
+    let what = ("bootstrap", "the parametric bootstrap's refits");
+    refits.run(what, identity, draws, |range, on_refit| {
+        let part = model.bootstrap_draws(&fit.theta, settings, (range, a.seed), on_refit)?;
+        let values = |f: GlmmFit| model.summary(&f.theta, None).values(&terms);
+        Ok(outcomes(part, values))
+    })
+}
+
+/// The bootstrap test's statistics of `draws` responses drawn from the smaller model, fitted by
+/// both under `settings`, kept as `refits` says.
+fn bootstrap_test(
+    a: &GlmmArgs,
+    refits: &Refits,
+    settings: &FitSettings,
+    ((_, small, small_fit), (_, large, large_fit)): (Compares<'_>, Compares<'_>),
+    draws: usize,
+) -> Result<Refitted> {
+    let identity = identity(a, &[&small_fit.theta, &large_fit.theta])?;
+    let what = ("compare-bootstrap", "the bootstrap test's refits");
+    refits.run(what, identity, draws, |range, on_refit| {
+        let alt = (large, &large_fit.theta[..]);
+        let theta = &small_fit.theta;
+        let part = small.bootstrap_lrt_draws(theta, alt, settings, (range, a.seed), on_refit)?;
+        Ok(outcomes(part, |t| vec![t]))
+    })
+}
+
+/// A part's refits as the results keep them: `values` of each, or why it failed.
+fn outcomes<T>(
+    part: Vec<Option<sagd::error::Result<T>>>,
+    values: impl Fn(T) -> Vec<f64>,
+) -> refits::Part {
+    let keep = |r: sagd::error::Result<T>| r.map(&values).map_err(|e| e.to_string());
+    part.into_iter().map(|r| r.map(keep)).collect()
+}
+
+/// What a bootstrap's kept refits belong to: the flags that make its draws and refits, and the
+/// estimates `thetas` it draws from (to the bit).
+fn identity(a: &GlmmArgs, thetas: &[&[f64]]) -> Result<sagd::run::Identity> {
+    let flags = (&a.formula, &a.family, &a.method, a.reml, a.nodes);
+    Ok(sagd::run::Identity::new()
+        .with("formula, family and method", &flags)?
+        .with("--max-msteps", &a.max_msteps)?
+        .with("--seed", &a.seed)?
+        .with("--compare", &a.compare)?
+        .with("the fit's estimates (the data)", thetas)?)
 }
 
 /// `model` fitted under `settings`, EM's updates on a progress bar unless `quiet`.
@@ -338,6 +381,11 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
     }
     if a.bootstrap.is_some_and(|n| n < 2) {
         anyhow::bail!("--bootstrap {}: give the number of refits, 2 or more (lme4's bootMer takes 100 to 1000)", a.bootstrap.unwrap_or(0));
+    }
+    let c = &a.checkpoints;
+    let keeps = c.checkpoint_every > 0 || c.resume || c.interrupt_after.is_some();
+    if keeps && a.bootstrap.is_none() && a.compare_bootstrap.is_none() {
+        anyhow::bail!("--checkpoint-every, --resume: sagd glmm keeps the refits of its bootstraps only; give --bootstrap N or --compare-bootstrap N");
     }
     if a.compare_bootstrap.is_some() && a.compare.is_none() {
         anyhow::bail!("--compare-bootstrap: give the model to compare with, --compare 'FORMULA'");

@@ -3,6 +3,8 @@
 //! turns into percentile intervals), and the model refitted to a response of one's own (lme4's
 //! `refit(fit, newresp)`).
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::{checks, row_constant, FitSettings, Fitted, Glmm, GlmmFit, Summary};
@@ -80,6 +82,22 @@ impl Glmm {
         (draws, seed): (usize, u64),
         on_refit: &(dyn Fn() -> Control + Sync),
     ) -> Result<Vec<Result<GlmmFit>>> {
+        let part = self.bootstrap_draws(theta, settings, (0..draws, seed), on_refit)?;
+        Ok(stopped_as_errors(part))
+    }
+
+    /// The draws `draws` of [`Glmm::bootstrap`] from `seed` (of any number of them: draw d is
+    /// the same response, refitted alike, whatever the range), one entry per draw of the range
+    /// in order; `None` where a [`Control::Stop`] of `on_refit` left the draw not begun. A long
+    /// bootstrap runs in parts this way and keeps each part's refits: a run stopped between
+    /// them goes on where it stopped and ends with the replicates of one uninterrupted run.
+    pub fn bootstrap_draws(
+        &self,
+        theta: &[f64],
+        settings: &FitSettings,
+        (draws, seed): (Range<usize>, u64),
+        on_refit: &(dyn Fn() -> Control + Sync),
+    ) -> Result<Vec<Option<Result<GlmmFit>>>> {
         self.over_draws(theta, (draws, seed), on_refit, |y, seed| {
             self.refit(theta, settings, y, seed)
         })
@@ -103,6 +121,22 @@ impl Glmm {
         (draws, seed): (usize, u64),
         on_refit: &(dyn Fn() -> Control + Sync),
     ) -> Result<Vec<Result<f64>>> {
+        let alt = (alt, alt_theta);
+        let part = self.bootstrap_lrt_draws(theta, alt, settings, (0..draws, seed), on_refit)?;
+        Ok(stopped_as_errors(part))
+    }
+
+    /// The draws `draws` of [`Glmm::bootstrap_lrt`]'s test from `seed`, one entry per draw of
+    /// the range, `None` where a stop left it not begun, as [`Glmm::bootstrap_draws`] gives
+    /// [`Glmm::bootstrap`]'s.
+    pub fn bootstrap_lrt_draws(
+        &self,
+        theta: &[f64],
+        (alt, alt_theta): (&Glmm, &[f64]),
+        settings: &FitSettings,
+        (draws, seed): (Range<usize>, u64),
+        on_refit: &(dyn Fn() -> Control + Sync),
+    ) -> Result<Vec<Option<Result<f64>>>> {
         if settings.exact.criterion == super::Criterion::Reml {
             return Err(invalid(
                 "reml",
@@ -132,36 +166,35 @@ impl Glmm {
         })
     }
 
-    /// Each of `draws` responses drawn from the model at `theta` (from `seed`, each where it is
-    /// refitted: the draws are never all held at once) through `each`, with the seed of its own
-    /// refits; `on_refit` after each, its Stop leaving the rest undone. A response that cannot
-    /// be drawn fails the whole bootstrap, as [`Glmm::simulate`] fails.
+    /// Each of the responses `draws` drawn from the model at `theta` (from `seed`, each where it
+    /// is refitted: the draws are never all held at once) through `each`, with the seed of its
+    /// own refits; `on_refit` after each, its Stop leaving the rest not begun (`None`). A
+    /// response that cannot be drawn fails the whole bootstrap, as [`Glmm::simulate`] fails.
     fn over_draws<T: Send>(
         &self,
         theta: &[f64],
-        (draws, seed): (usize, u64),
+        (draws, seed): (Range<usize>, u64),
         on_refit: &(dyn Fn() -> Control + Sync),
         each: impl Fn(&[f64], u64) -> Result<T> + Sync,
-    ) -> Result<Vec<Result<T>>> {
+    ) -> Result<Vec<Option<Result<T>>>> {
         let simulator = self.simulator(theta, seed, false)?;
         let refits = Seed::new(seed).stream("bootstrap refits");
         let stopped = AtomicBool::new(false);
-        (0..draws)
+        draws
             .into_par_iter()
             .map(|d| {
                 if stopped.load(Ordering::Relaxed) {
-                    let why = format!("stopped on request before draw {d} was refitted");
-                    return Ok(Err(SagdError::Model(LogpError::Fatal(why))));
+                    return Ok(None);
                 }
                 let y = simulator.draw(d)?;
                 let refit = each(&y, refits.index(d as u64).get());
                 if let Control::Stop = on_refit() {
                     stopped.store(true, Ordering::Relaxed);
                 }
-                Ok(refit.map_err(|e| SagdError::Context {
+                Ok(Some(refit.map_err(|e| SagdError::Context {
                     what: format!("bootstrap draw {d}"),
                     cause: Box::new(e),
-                }))
+                })))
             })
             .collect()
     }
@@ -209,6 +242,19 @@ impl Glmm {
             None => Ok(refit),
         }
     }
+}
+
+/// A whole bootstrap's draws, each that a stop left not begun an error that says so.
+fn stopped_as_errors<T>(part: Vec<Option<Result<T>>>) -> Vec<Result<T>> {
+    part.into_iter()
+        .enumerate()
+        .map(|(d, r)| {
+            r.unwrap_or_else(|| {
+                let why = format!("stopped on request before draw {d} was refitted");
+                Err(SagdError::Model(LogpError::Fatal(why)))
+            })
+        })
+        .collect()
 }
 
 impl Summary {
@@ -345,6 +391,46 @@ mod tests {
             (1..=2).contains(&done) && done + stopped == 40,
             "{done} refitted, {stopped} stopped"
         );
+    }
+
+    /// A bootstrap run in parts (as a resumed run goes on) gives each draw's refit of the whole
+    /// run, on any number of threads: the estimates and, for the test, the statistics.
+    #[test]
+    fn a_bootstrap_in_parts_is_the_whole_bootstrap() {
+        let (m, _) = model(Family::Poisson);
+        let (null, _) = model_with(Family::Poisson, false);
+        let fit = m.fit(&exact(), &mut |_| Control::Continue).unwrap();
+        let fit0 = null.fit(&exact(), &mut |_| Control::Continue).unwrap();
+        let theta = |r: Result<GlmmFit>| r.unwrap().theta;
+        let whole: Vec<Vec<f64>> = m
+            .bootstrap(&fit.theta, &exact(), (12, 5), &go)
+            .unwrap()
+            .into_iter()
+            .map(theta)
+            .collect();
+        let lrt = |r: std::ops::Range<usize>| -> Vec<f64> {
+            let alt = (&m, &fit.theta[..]);
+            let t = null.bootstrap_lrt_draws(&fit0.theta, alt, &exact(), (r, 5), &go);
+            t.unwrap()
+                .into_iter()
+                .map(|t| t.unwrap().unwrap())
+                .collect()
+        };
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let parts: Vec<Vec<f64>> = [0..5, 5..12]
+            .into_iter()
+            .flat_map(|r| {
+                one.install(|| m.bootstrap_draws(&fit.theta, &exact(), (r, 5), &go))
+                    .unwrap()
+            })
+            .map(|r| theta(r.expect("not stopped")))
+            .collect();
+        assert_eq!(parts, whole);
+        let tests = [lrt(0..12), [lrt(0..4), one.install(|| lrt(4..12))].concat()];
+        assert_eq!(tests[0], tests[1]);
     }
 
     /// The bootstrap's likelihood-ratio statistics for a fixed effect at 0, an interior null,
