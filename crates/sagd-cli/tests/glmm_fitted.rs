@@ -190,3 +190,46 @@ fn simulated_counts_have_the_fitted_model_s_means() {
     // The largest of 179 standard normals passes 4.5 in about 1 run of 800.
     assert!(z_max < 4.5, "{z_max}");
 }
+
+/// `--simulate-conditional`: each site's effect held at its conditional mode, so that a row's
+/// counts are Poisson with the fitted mean (predictions.csv's `fitted`, the data themselves
+/// predicted with their levels): their mean over 2000 draws within the Monte Carlo error of it,
+/// their variance its own (the Poisson's, far below the unconditional draws' spread).
+#[test]
+fn conditional_simulations_are_poisson_at_the_fitted_means() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_counts.csv");
+    let args = [
+        "count ~ x + dose + (1 | site)",
+        "--family",
+        "poisson",
+        "--simulate",
+        "2000",
+        "--simulate-conditional",
+        "--predict",
+        data.to_str().unwrap(),
+    ];
+    glmm(&args, &data, dir.path());
+    let sims = simulations(dir.path());
+    let predictions = std::fs::read_to_string(dir.path().join("predictions.csv")).unwrap();
+    let fitted: Vec<f64> = predictions
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with("8,"))
+        .map(|l| l.split(',').nth(2).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(sims.len(), fitted.len());
+    let (rows, mut z_max) = (fitted.len() as f64, 0.0f64);
+    let (mut ratio, mut ratio_var) = (0.0, 0.0);
+    for (r, mean) in sims.iter().zip(&fitted) {
+        let n = (r.len() - 1) as f64;
+        let got = r[1..].iter().sum::<f64>() / n;
+        let var = r[1..].iter().map(|y| (y - got).powi(2)).sum::<f64>() / (n - 1.0);
+        z_max = z_max.max((got - mean).abs() / (mean / n).sqrt());
+        // A Poisson's sample variance s² has Var ≈ (μ + 2μ²)/n: s²/μ's is (1/μ + 2)/n.
+        ratio += var / mean / rows;
+        ratio_var += (1.0 / mean + 2.0) / n / (rows * rows);
+    }
+    assert!(z_max < 4.5, "{z_max}");
+    assert!((ratio - 1.0).abs() < 4.0 * ratio_var.sqrt(), "{ratio}");
+}

@@ -173,6 +173,27 @@ pub(crate) fn bootstrap_lrt(
     Ok((values, failed))
 }
 
+/// Draws of new responses from the model `model` at `theta` (`Glmm::simulate`), draws ×
+/// observations: every level's effects drawn afresh, or held at their conditional modes where
+/// `conditional`.
+#[pyfunction]
+#[pyo3(signature = (*, model, theta, draws, seed=0, conditional=false, threads=None))]
+pub(crate) fn simulate_glmm(
+    py: Python<'_>,
+    model: Bound<'_, PyDict>,
+    theta: Vec<f64>,
+    draws: usize,
+    seed: u64,
+    conditional: bool,
+    threads: Option<usize>,
+) -> PyResult<Vec<Vec<f64>>> {
+    let m = model_of(&model)?;
+    detached(py, threads, None, None, |_| {
+        m.simulate(&theta, draws, seed, conditional)
+    })?
+    .map_err(py_error)
+}
+
 fn likelihood_method_name(method: LikelihoodMethod) -> String {
     match method {
         LikelihoodMethod::Quadrature => "quadrature".to_string(),

@@ -22,7 +22,7 @@ mod callbacks;
 mod glmm;
 
 use callbacks::{Callback, Halt, PyModel, PyProblem};
-use glmm::{bootstrap_lrt, fit_glmm, glmm_loglik};
+use glmm::{bootstrap_lrt, fit_glmm, glmm_loglik, simulate_glmm};
 
 /// A library error as the Python exception a user expects: bad input or settings are a
 /// `ValueError`, anything else a `RuntimeError`; the message names the input and the fix.
@@ -442,6 +442,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fit_glmm, m)?)?;
     m.add_function(wrap_pyfunction!(glmm_loglik, m)?)?;
     m.add_function(wrap_pyfunction!(bootstrap_lrt, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_glmm, m)?)?;
     m.add_function(wrap_pyfunction!(fit_function, m)?)?;
     m.add_function(wrap_pyfunction!(minimize, m)?)?;
     m.add_function(wrap_pyfunction!(deconvolve, m)?)?;

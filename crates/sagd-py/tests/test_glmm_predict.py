@@ -95,3 +95,23 @@ def test_simulations_have_the_fitted_model_s_moments():
     assert np.all(np.abs(sims.var(axis=0, ddof=1) - var) < 5 * var * np.sqrt(2 / n))
     with pytest.raises(ValueError, match="simulate"):
         sagd.glmm(y, X, g, simulate=0)
+
+
+def test_the_fit_simulates_afresh_or_at_its_levels_modes():
+    rng = np.random.default_rng(4)
+    g = np.repeat(np.arange(20), 6)
+    x = rng.normal(size=g.size)
+    y = 1.0 + 0.5 * x + rng.normal(size=20)[g] * 0.7 + rng.normal(size=g.size) * 0.5
+    X = np.column_stack([np.ones_like(x), x])
+    r = sagd.glmm(y, X, g, simulate=50, seed=3)
+    # The method draws what sagd.glmm(simulate=) drew from the same seed, on any threads.
+    np.testing.assert_array_equal(r.simulate(50, seed=3, threads=1), r.simulations)
+    # Conditional draws (lme4's use.u = TRUE): each row N(fitted_i, sigma^2), the levels'
+    # effects at their modes; five Monte Carlo errors of each row's mean and variance.
+    sims = r.simulate(3000, seed=8, conditional=True)
+    n, var = sims.shape[0], r.sigma ** 2
+    assert sims.shape == (3000, g.size)
+    assert np.all(np.abs(sims.mean(axis=0) - r.fitted) < 5 * np.sqrt(var / n))
+    assert np.all(np.abs(sims.var(axis=0, ddof=1) - var) < 5 * var * np.sqrt(2 / n))
+    with pytest.raises(ValueError, match="nsim"):
+        r.simulate(0)

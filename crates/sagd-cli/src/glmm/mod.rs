@@ -98,6 +98,10 @@ pub struct GlmmArgs {
     /// simulate.csv, from --seed.
     #[arg(long, value_name = "N")]
     simulate: Option<usize>,
+    /// With --simulate, each level's effects held at their conditional modes (lme4's
+    /// `simulate(fit, use.u = TRUE)`): the responses' own variation given the levels fitted.
+    #[arg(long)]
+    simulate_conditional: bool,
     /// The parametric bootstrap (lme4's `bootMer` and `confint(fit, method = "boot")`): N
     /// responses drawn from the fitted model, each fitted again the way the model was; their
     /// estimates in bootstrap.csv, and their percentile intervals at --bootstrap-level in the
@@ -256,7 +260,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         None => None,
     };
     if let Some(draws) = a.simulate {
-        match model.simulate(&fit.theta, draws, a.seed, false) {
+        match model.simulate(&fit.theta, draws, a.seed, a.simulate_conditional) {
             Ok(sims) => write_atomic(&staging.path("simulate.csv"), simulate_csv(&design, &sims))?,
             Err(e) => say_err!("warning: no simulate.csv: {e}"),
         }
@@ -375,6 +379,9 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
             a.ranef_draws,
             SampledMeans::MIN_DRAWS
         );
+    }
+    if a.simulate_conditional && a.simulate.is_none() {
+        anyhow::bail!("--simulate-conditional: give the number of draws too, --simulate N");
     }
     if a.simulate == Some(0) {
         anyhow::bail!("--simulate 0: give the number of draws, 1 or more");

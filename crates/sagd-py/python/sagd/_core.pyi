@@ -61,6 +61,15 @@ def bootstrap_lrt(
     nodes: Optional[int] = ...,
     max_msteps: Optional[int] = ...,
 ) -> Tuple[List[float], List[Tuple[int, str]]]: ...
+def simulate_glmm(
+    *,
+    model: Dict[str, Any],
+    theta: List[float],
+    draws: int,
+    seed: int = ...,
+    conditional: bool = ...,
+    threads: Optional[int] = ...,
+) -> List[List[float]]: ...
 def fit_function(
     *,
     f: Callable[[np.ndarray, np.ndarray, np.ndarray], Tuple[Any, Any, Any]],

@@ -170,6 +170,37 @@ class GlmmResult(FitResult):
         return predict(self, newdata, X=X, groups=groups, Z=Z, offset=offset,
                        conditional=conditional, type=type)
 
+    def simulate(self, nsim: int = 1, *, seed: int = 0, conditional: bool = False,
+                 threads: Optional[int] = None) -> np.ndarray:
+        """New responses drawn from the fitted model, lme4's ``simulate(fit, nsim, seed)``:
+        the draws a parametric bootstrap or a check of the model against its data is made of.
+
+        Args:
+            nsim: the number of response vectors.
+            seed: their randomness; draw d the same on any number of ``threads`` and the same
+                as ``sagd.glmm(..., simulate=N, seed=seed)``'s draw d.
+            conditional: hold each level's effects at their conditional modes (lme4's
+                ``use.u = TRUE``, the variation left that of the responses given them); False
+                (lme4's default): every level's effects drawn afresh from their fitted law.
+            threads: worker threads (default: all cores).
+
+        Returns:
+            An array of ``nsim`` rows of one value per observation used (lme4's result,
+            transposed).
+
+        Raises:
+            ValueError: ``nsim`` not a whole number of at least 1, or a fit that was not made
+                by ``sagd.glmm`` here.
+        """
+        if self._model is None:
+            raise ValueError("simulate: this fit was not made by sagd.glmm here, so its model "
+                             "cannot be drawn from; fit it again with sagd.glmm")
+        sims = _core.simulate_glmm(model=self._model["core"],
+                                   theta=[float(v) for v in self.estimate],
+                                   draws=_whole("nsim", nsim, 1), seed=_whole("seed", seed),
+                                   conditional=bool(conditional), threads=_threads(threads))
+        return np.asarray(sims, dtype=float).reshape(len(sims), -1)
+
     def __repr__(self) -> str:
         p = len(self.fixed)
         n_groups = (len(self.groups) if not isinstance(self.groups, dict) else
