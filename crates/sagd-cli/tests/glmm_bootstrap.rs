@@ -288,7 +288,8 @@ fn interrupted_bootstraps_resume_to_the_same_result() {
     // test's draws.
     let resumed = |v: &serde_json::Value| v["resumed_refits"].as_u64().unwrap();
     assert_eq!(resumed(&result["bootstrap"]), 30);
-    assert!((8..20).contains(&resumed(&result["anova"]["bootstrap"])));
+    let test = &result["anova"]["models"][1]["test"];
+    assert!((8..20).contains(&resumed(&test["bootstrap"])));
     assert_eq!(resumed(&json(&whole.join("result.json"))["bootstrap"]), 0);
 }
 
@@ -340,8 +341,54 @@ fn compared_models_are_tested_as_lme4s_anova_tests_them() {
     let read = |d: &tempfile::TempDir| std::fs::read_to_string(d.path().join("anova.csv")).unwrap();
     assert_eq!(read(&one), read(&two));
     let result = json(&one.path().join("result.json"));
-    assert_eq!(result["anova"]["bootstrap"]["refits"], 40);
-    assert_eq!(result["anova"]["models"][0]["npar"], 3);
+    let models = &result["anova"]["models"];
+    assert_eq!(models[1]["test"]["bootstrap"]["refits"], 40);
+    assert_eq!(
+        (&models[0]["npar"], &models[0]["test"]),
+        (&3.into(), &().into())
+    );
+}
+
+/// `--compare` given twice: the three models ordered by their parameters and each tested against
+/// the one before, as lme4's `anova(m2, m0, m1)` tests them (R 4.2.2, lme4 1.1-31, nAGQ = 25):
+/// Chisq 32.60437 on 1 Df, p 1.1296e-08, then 16.29104 on 2 Df, p 0.00029003.
+#[test]
+fn three_models_are_tested_in_turn_as_lme4s_anova_tests_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "count ~ x + dose + (1 | site)",
+        "--family",
+        "poisson",
+        "--compare",
+        "count ~ 1 + (1 | site)",
+        "--compare",
+        "count ~ x + (1 | site)",
+    ];
+    let out = String::from_utf8_lossy(&glmm(&args, &data(), dir.path()).stdout).into_owned();
+    assert!(
+        out.contains("Likelihood-ratio test (lme4's anova)"),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(dir.path().join("anova.csv")).unwrap();
+    let order: Vec<&str> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split('"').nth(1).unwrap())
+        .collect();
+    assert_eq!(order, [args[4], args[6], args[0]]);
+    let models = json(&dir.path().join("result.json"))["anova"]["models"].clone();
+    assert!(models[0]["test"].is_null());
+    for (k, (chisq, df, p)) in [(32.60437, 1, 1.1296e-08), (16.29104, 2, 0.00029003)]
+        .into_iter()
+        .enumerate()
+    {
+        let t = &models[k + 1]["test"];
+        let got = t["chisq"].as_f64().unwrap();
+        assert!((got - chisq).abs() < 2e-4 && t["df"] == df, "{t}");
+        let got = t["p_value"].as_f64().unwrap();
+        assert!((got - p).abs() < 1e-4 * p, "{t}");
+        assert!(t["bootstrap"].is_null());
+    }
 }
 
 #[test]

@@ -1,6 +1,7 @@
-//! `--compare`: the likelihood-ratio test of the model against another of the same rows
-//! (lme4's `anova(m0, m1)`), and with `--compare-bootstrap N` the parametric bootstrap's
-//! p-value (pbkrtest's `PBmodcomp`); in the summary, anova.csv and result.json.
+//! `--compare`: likelihood-ratio tests of the model and others of the same rows, each against
+//! the one with the next fewer parameters (lme4's `anova(m0, m1, ...)`), and with
+//! `--compare-bootstrap N` each test's parametric bootstrap p-value (pbkrtest's `PBmodcomp`);
+//! in the summary, anova.csv and result.json.
 
 use std::fmt::Write as _;
 
@@ -22,14 +23,21 @@ struct Row {
     se: f64,
 }
 
-/// The two models ordered by their parameters, and the test of the second against the first.
-pub(super) struct Compared {
-    rows: [Row; 2],
+/// The test of a model against the one before it: the statistic 2 (ℓ − ℓ_before), its degrees
+/// of freedom (the parameters gained), the chi-square's p-value (none where none are gained),
+/// and the bootstrap's, where asked for.
+struct Test {
     chisq: f64,
     df: usize,
     p: Option<f64>,
-    /// The bootstrap's test, where it was asked for.
     boot: Option<Boot>,
+}
+
+/// The models ordered by their parameters (the first given first among equals), each after the
+/// first tested against the one before it, as lme4's `anova(m0, m1, ...)` tests them.
+pub(super) struct Compared {
+    rows: Vec<Row>,
+    tests: Vec<Test>,
 }
 
 /// The parametric bootstrap's test of a comparison.
@@ -79,18 +87,15 @@ pub(super) fn other_model(
 }
 
 impl Compared {
-    /// The test of the model with fewer parameters of `one` and `two` against the other, and
-    /// with `boot` the bootstrap's p-value from its statistics, `boot(smaller, larger)`.
+    /// The tests of `models` (two or more), each against the one with the next fewer
+    /// parameters, and with `boot` each test's bootstrap p-value from its statistics,
+    /// `boot(k, smaller, larger)` for the k-th test (from 1).
     pub(super) fn find<'a>(
-        one: Fitted<'a>,
-        two: Fitted<'a>,
+        mut models: Vec<Fitted<'a>>,
         n_obs: usize,
-        boot: Option<impl FnOnce(Fitted<'a>, Fitted<'a>) -> Result<Refitted>>,
+        mut boot: Option<impl FnMut(usize, Fitted<'a>, Fitted<'a>) -> Result<Refitted>>,
     ) -> Result<Compared> {
-        let (small, large) = match one.2.theta.len() <= two.2.theta.len() {
-            true => (one, two),
-            false => (two, one),
-        };
+        models.sort_by_key(|m| m.2.theta.len());
         let row = |(formula, model, fit): Fitted<'_>| {
             let s = model.summary(&fit.theta, None);
             let l = fit.log_likelihood;
@@ -107,45 +112,32 @@ impl Compared {
                 },
             }
         };
-        let (chisq, df, p) = large.2.likelihood_ratio(small.2);
-        let boot = match boot {
-            Some(test) => {
-                let stats = test(small, large)?;
-                let ok: Vec<f64> = stats
-                    .outcomes
-                    .iter()
-                    .filter_map(|t| t.as_ref().ok().map(|t| t[0]))
-                    .collect();
-                // Ties within rounding count as at or above: a null on its boundary gives 0 often.
-                let above = ok.iter().filter(|&&t| t >= chisq - 1e-6).count();
-                let p = (!ok.is_empty()).then(|| (1 + above) as f64 / (1 + ok.len()) as f64);
-                Some(Boot {
-                    p,
-                    refits: ok.len(),
-                    failed: stats.outcomes.len() - ok.len(),
-                    resumed: stats.resumed,
-                })
-            }
-            None => None,
-        };
+        let mut tests = Vec::new();
+        for (k, pair) in models.windows(2).enumerate() {
+            let (small, large) = (pair[0], pair[1]);
+            let (chisq, df, p) = large.2.likelihood_ratio(small.2);
+            let boot = match boot.as_mut() {
+                Some(test) => Some(Boot::of(test(k + 1, small, large)?, chisq)),
+                None => None,
+            };
+            tests.push(Test { chisq, df, p, boot });
+        }
         Ok(Compared {
-            rows: [row(small), row(large)],
-            chisq,
-            df,
-            p,
-            boot,
+            rows: models.into_iter().map(row).collect(),
+            tests,
         })
     }
 
-    /// lme4's table of `anova(m0, m1)`, with the bootstrap's p-value where there is one.
+    /// lme4's table of `anova(m0, m1, ...)`, with the bootstrap's p-values where there are.
     pub(super) fn table(&self, o: &mut String) {
         let width = self.rows.iter().map(|r| r.formula.len()).max().unwrap_or(0);
+        let booted = self.tests.iter().any(|t| t.boot.is_some());
         let _ = write!(
             o,
             "\nLikelihood-ratio test (lme4's anova):\n{:<width$} {:>5} {:>10} {:>10} {:>11} {:>10} {:>9} {:>3} {:>11}",
             "", "npar", "AIC", "BIC", "logLik", "deviance", "Chisq", "Df", "Pr(>Chisq)"
         );
-        if self.boot.is_some() {
+        if booted {
             let _ = write!(o, " {:>9}", "Pr(boot)");
         }
         o.push('\n');
@@ -160,35 +152,43 @@ impl Compared {
                 r.loglik,
                 -2.0 * r.loglik
             );
-            if k == 1 {
-                let p = self.p.map_or(String::new(), |p| format!("{p:.4e}"));
-                let _ = write!(o, " {:>9.4} {:>3} {p:>11}", self.chisq, self.df);
-                if let Some(b) = self.boot {
+            if let Some(t) = k.checked_sub(1).map(|j| &self.tests[j]) {
+                let p = t.p.map_or(String::new(), |p| format!("{p:.4e}"));
+                let _ = write!(o, " {:>9.4} {:>3} {p:>11}", t.chisq, t.df);
+                if let Some(b) = t.boot {
                     let pb = b.p.map_or(String::new(), |p| format!("{p:.4}"));
                     let _ = write!(o, " {pb:>9}");
                 }
             }
             o.push('\n');
         }
-        if self.rows.iter().any(|r| r.se > 0.0) {
-            let se = 2.0 * self.rows[0].se.hypot(self.rows[1].se);
-            let _ = writeln!(o, "(Chisq is sampled: its Monte Carlo error is {se:.4})");
-        }
-        if let Some(b) = self.boot {
-            let _ = writeln!(
-                o,
-                "(Pr(boot): {} draws from the smaller model, each fitted by both{}{})",
-                b.refits,
-                Refitted::note(b.resumed),
-                match b.failed {
-                    0 => String::new(),
-                    k => format!("; {k} whose refit failed left out"),
-                }
-            );
+        for (t, pair) in self.tests.iter().zip(self.rows.windows(2)) {
+            if pair[0].se > 0.0 || pair[1].se > 0.0 {
+                let se = 2.0 * pair[0].se.hypot(pair[1].se);
+                let _ = writeln!(
+                    o,
+                    "(Chisq of {} is sampled: its Monte Carlo error is {se:.4})",
+                    pair[1].formula
+                );
+            }
+            if let Some(b) = t.boot {
+                let _ = writeln!(
+                    o,
+                    "(Pr(boot) of {}: {} draws from {}, each fitted by both{}{})",
+                    pair[1].formula,
+                    b.refits,
+                    pair[0].formula,
+                    Refitted::note(b.resumed),
+                    match b.failed {
+                        0 => String::new(),
+                        k => format!("; {k} whose refit failed left out"),
+                    }
+                );
+            }
         }
     }
 
-    /// anova.csv: one row per model, the test on the second.
+    /// anova.csv: one row per model, each after the first with its test against the one before.
     pub(super) fn csv(&self) -> String {
         let mut o =
             String::from("formula,npar,aic,bic,loglik,loglik_se,deviance,chisq,df,p,p_boot\n");
@@ -205,39 +205,57 @@ impl Compared {
                 -2.0 * r.loglik
             );
             let text = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
-            match k {
-                0 => o.push_str(",,,,\n"),
-                _ => {
-                    let pb = self.boot.and_then(|b| b.p);
-                    let _ = writeln!(
-                        o,
-                        ",{},{},{},{}",
-                        self.chisq,
-                        self.df,
-                        text(self.p),
-                        text(pb)
-                    );
+            match k.checked_sub(1).map(|j| &self.tests[j]) {
+                None => o.push_str(",,,,\n"),
+                Some(t) => {
+                    let pb = t.boot.and_then(|b| b.p);
+                    let (p, pb) = (text(t.p), text(pb));
+                    let _ = writeln!(o, ",{},{},{p},{pb}", t.chisq, t.df);
                 }
             }
         }
         o
     }
 
-    /// For result.json.
+    /// For result.json: the models in order, each after the first with its test.
     pub(super) fn json(&self) -> serde_json::Value {
         let rows: Vec<_> = self
             .rows
             .iter()
-            .map(|r| {
+            .enumerate()
+            .map(|(k, r)| {
+                let test = k.checked_sub(1).map(|j| &self.tests[j]).map(|t| {
+                    let boot = t.boot.map(|b| {
+                        json!({"p_value": b.p, "refits": b.refits, "failed": b.failed,
+                               "resumed_refits": b.resumed})
+                    });
+                    json!({"chisq": t.chisq, "df": t.df, "p_value": t.p, "bootstrap": boot})
+                });
                 json!({"formula": r.formula, "npar": r.npar, "aic": r.aic, "bic": r.bic,
-                       "loglik": r.loglik, "loglik_se": r.se, "deviance": -2.0 * r.loglik})
+                       "loglik": r.loglik, "loglik_se": r.se, "deviance": -2.0 * r.loglik,
+                       "test": test})
             })
             .collect();
-        let boot = self.boot.map(|b| {
-            json!({"p_value": b.p, "refits": b.refits, "failed": b.failed,
-                   "resumed_refits": b.resumed})
-        });
-        json!({"models": rows, "chisq": self.chisq, "df": self.df, "p_value": self.p,
-               "bootstrap": boot})
+        json!({ "models": rows })
+    }
+}
+
+impl Boot {
+    /// The bootstrap's test from the statistics `stats` of its draws, the data's being `chisq`:
+    /// (1 + #{T* ≥ T}) / (1 + refits), none where no refit succeeded.
+    fn of(stats: Refitted, chisq: f64) -> Boot {
+        let ok: Vec<f64> = stats
+            .outcomes
+            .iter()
+            .filter_map(|t| t.as_ref().ok().map(|t| t[0]))
+            .collect();
+        // Ties within rounding count as at or above: a null on its boundary gives 0 often.
+        let above = ok.iter().filter(|&&t| t >= chisq - 1e-6).count();
+        Boot {
+            p: (!ok.is_empty()).then(|| (1 + above) as f64 / (1 + ok.len()) as f64),
+            refits: ok.len(),
+            failed: stats.outcomes.len() - ok.len(),
+            resumed: stats.resumed,
+        }
     }
 }

@@ -112,14 +112,15 @@ pub struct GlmmArgs {
     #[arg(long, default_value_t = 0.95, value_name = "LEVEL")]
     bootstrap_level: f64,
     /// Another model of the same rows and response to compare this one with, in lme4's
-    /// notation, e.g. 'y ~ x + (1 | g)': both fitted alike, the one with fewer parameters
-    /// tested against the other by their likelihood ratio on the chi-square law (lme4's
-    /// `anova(m0, m1)`; nesting is not checked), in the summary, anova.csv and result.json.
+    /// notation, e.g. 'y ~ x + (1 | g)' (given again for more models): all fitted alike and
+    /// ordered by their parameters, each tested against the one before by their likelihood
+    /// ratio on the chi-square law (lme4's `anova(m0, m1, ...)`; nesting is not checked), in
+    /// the summary, anova.csv and result.json.
     #[arg(long, value_name = "FORMULA")]
-    compare: Option<String>,
-    /// With --compare, the parametric bootstrap's p-value too (pbkrtest's `PBmodcomp`): N
-    /// responses drawn from the smaller model, each fitted by both; it holds where a variance
-    /// is tested at 0, where the chi-square's p is conservative. From --seed.
+    compare: Vec<String>,
+    /// With --compare, the parametric bootstrap's p-value of each test too (pbkrtest's
+    /// `PBmodcomp`): N responses drawn from the smaller model, each fitted by both; it holds
+    /// where a variance is tested at 0, where the chi-square's p is conservative. From --seed.
     #[arg(long, value_name = "N")]
     compare_bootstrap: Option<usize>,
     #[command(flatten)]
@@ -146,10 +147,9 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         .design(&frame)
         .with_context(|| format!("the formula on {}", a.data.display()))?;
     let model = design.glmm(family)?;
-    let other = match &a.compare {
-        Some(f) => Some(other_model(f, &frame, family, &design)?),
-        None => None,
-    };
+    let others = (a.compare.iter())
+        .map(|f| other_model(f, &frame, family, &design))
+        .collect::<Result<Vec<_>>>()?;
     let new_rows = match &a.predict {
         Some(path) => Some(NewRows::read(path, &formula, &frame)?),
         None => None,
@@ -202,17 +202,21 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         }
         None => None,
     };
-    let compared = match (&other, &a.compare) {
-        (Some(m), Some(f)) => {
-            let other_fit = fit_with_progress(m, &settings, a.quiet)?;
-            let (one, two) = ((&a.formula[..], &model, &fit), (&f[..], m, &other_fit));
+    let other_fits = (others.iter())
+        .map(|m| fit_with_progress(m, &settings, a.quiet))
+        .collect::<Result<Vec<_>>>()?;
+    let compared = match others.is_empty() {
+        true => None,
+        false => {
+            let mut models = vec![(&a.formula[..], &model, &fit)];
+            let given = a.compare.iter().zip(&others).zip(&other_fits);
+            models.extend(given.map(|((f, m), fit)| (&f[..], m, fit)));
             let (a, refits, settings) = (&a, &refits, &settings);
             let boot = a.compare_bootstrap.map(|draws| {
-                move |small, large| bootstrap_test(a, refits, settings, (small, large), draws)
+                move |k, small, large| bootstrap_test(a, refits, settings, (k, small, large), draws)
             });
-            Some(Compared::find(one, two, model.n_obs(), boot)?)
+            Some(Compared::find(models, model.n_obs(), boot)?)
         }
-        _ => None,
     };
     let sep = separation.as_deref();
     let seconds = t0.elapsed().as_secs_f64();
@@ -310,18 +314,27 @@ fn bootstrap(
     })
 }
 
-/// The bootstrap test's statistics of `draws` responses drawn from the smaller model, fitted by
-/// both under `settings`, kept as `refits` says.
+/// The k-th bootstrap test's statistics of `draws` responses drawn from the smaller model,
+/// fitted by both under `settings`, kept as `refits` says.
 fn bootstrap_test(
     a: &GlmmArgs,
     refits: &Refits,
     settings: &FitSettings,
-    ((_, small, small_fit), (_, large, large_fit)): (Compares<'_>, Compares<'_>),
+    (k, (_, small, small_fit), (_, large, large_fit)): (usize, Compares<'_>, Compares<'_>),
     draws: usize,
 ) -> Result<Refitted> {
     let identity = identity(a, &[&small_fit.theta, &large_fit.theta])?;
-    let what = ("compare-bootstrap", "the bootstrap test's refits");
-    refits.run(what, identity, draws, |range, on_refit| {
+    let (name, what) = match a.compare.len() {
+        1 => (
+            "compare-bootstrap".into(),
+            "the bootstrap test's refits".into(),
+        ),
+        _ => (
+            format!("compare-bootstrap-{k}"),
+            format!("the bootstrap test {k}'s refits"),
+        ),
+    };
+    refits.run((&name, &what), identity, draws, |range, on_refit| {
         let alt = (large, &large_fit.theta[..]);
         let theta = &small_fit.theta;
         let part = small.bootstrap_lrt_draws(theta, alt, settings, (range, a.seed), on_refit)?;
@@ -394,13 +407,13 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
     if keeps && a.bootstrap.is_none() && a.compare_bootstrap.is_none() {
         anyhow::bail!("--checkpoint-every, --resume: sagd glmm keeps the refits of its bootstraps only; give --bootstrap N or --compare-bootstrap N");
     }
-    if a.compare_bootstrap.is_some() && a.compare.is_none() {
+    if a.compare_bootstrap.is_some() && a.compare.is_empty() {
         anyhow::bail!("--compare-bootstrap: give the model to compare with, --compare 'FORMULA'");
     }
     if let Some(n) = a.compare_bootstrap.filter(|&n| n < 2) {
         anyhow::bail!("--compare-bootstrap {n}: give the number of draws, 2 or more (pbkrtest's PBmodcomp takes 1000)");
     }
-    if a.compare.is_some() && a.reml {
+    if !a.compare.is_empty() && a.reml {
         anyhow::bail!("--compare: the test compares likelihoods, not REML's criteria (lme4's anova refits REML fits by ML); leave out --reml");
     }
     if !(a.bootstrap_level > 0.0 && a.bootstrap_level < 1.0) {
