@@ -77,12 +77,17 @@ def test_rows_the_fit_cannot_predict_are_refused_by_name(fit):
         r.predict(new, X=np.ones((2, 4)))
 
 
-def test_simulations_have_the_fitted_model_s_moments():
+def _gaussian_groups():
+    """A Gaussian random intercept (sd 0.7, sigma 0.5) of 20 groups of 6 rows: y, X, groups."""
     rng = np.random.default_rng(4)
     g = np.repeat(np.arange(20), 6)
     x = rng.normal(size=g.size)
     y = 1.0 + 0.5 * x + rng.normal(size=20)[g] * 0.7 + rng.normal(size=g.size) * 0.5
-    X = np.column_stack([np.ones_like(x), x])
+    return y, np.column_stack([np.ones_like(x), x]), g
+
+
+def test_simulations_have_the_fitted_model_s_moments():
+    y, X, g = _gaussian_groups()
     r = sagd.glmm(y, X, g, simulate=3000, seed=3)
     sims = r.simulations
     assert sims.shape == (3000, g.size)
@@ -98,11 +103,7 @@ def test_simulations_have_the_fitted_model_s_moments():
 
 
 def test_the_fit_simulates_afresh_or_at_its_levels_modes():
-    rng = np.random.default_rng(4)
-    g = np.repeat(np.arange(20), 6)
-    x = rng.normal(size=g.size)
-    y = 1.0 + 0.5 * x + rng.normal(size=20)[g] * 0.7 + rng.normal(size=g.size) * 0.5
-    X = np.column_stack([np.ones_like(x), x])
+    y, X, g = _gaussian_groups()
     r = sagd.glmm(y, X, g, simulate=50, seed=3)
     # The method draws what sagd.glmm(simulate=) drew from the same seed, on any threads.
     np.testing.assert_array_equal(r.simulate(50, seed=3, threads=1), r.simulations)
