@@ -252,17 +252,19 @@ pub fn writable_folder(dir: &Path, flag: &str) -> Result<()> {
     Ok(())
 }
 
-/// The checkpoint flags of the commands that train in phases (`debias`, `mnist`).
+/// The checkpoint flags of the commands that train in phases (`debias`, `mnist`) or refit in
+/// bootstraps (`glmm`).
 #[derive(clap::Args, Debug, Clone, serde::Serialize)]
 pub struct Checkpointing {
-    /// Checkpoint every training phase into OUT/checkpoints every this many updates (and at the
-    /// end of each phase); 0: off.
+    /// Checkpoint into OUT/checkpoints every this many updates of a training phase (and at its
+    /// end), or refits of a bootstrap; 0: off.
     #[arg(long, default_value_t = 0)]
     pub checkpoint_every: usize,
     /// Continue an interrupted run from OUT/checkpoints (same flags as the interrupted run).
     #[arg(long)]
     pub resume: bool,
-    /// Stop every training phase after this many updates, checkpointed (to try --resume).
+    /// Stop every training phase (or bootstrap) after this many updates (refits), checkpointed
+    /// (to try --resume).
     #[arg(long, hide = true)]
     pub interrupt_after: Option<usize>,
 }

@@ -61,28 +61,30 @@ pub(super) struct Refits {
 
 impl Refits {
     /// The keeping that the flags `c` ask for, into the checkpoints folder `dir` (where they ask
-    /// for one). Where refits are kept, Ctrl-C stops a bootstrap after the refits under way,
-    /// keeps them and says how to go on; a second Ctrl-C ends the run at once.
+    /// for one).
     pub(super) fn new(c: &Checkpointing, dir: Option<PathBuf>, quiet: bool) -> Refits {
-        let stop = Arc::new(AtomicBool::new(false));
-        if dir.is_some() {
-            let flag = Arc::clone(&stop);
-            // Another handler (none today) would keep Ctrl-C's default: the run ends at once.
-            let _ = ctrlc::set_handler(move || {
-                if flag.swap(true, Ordering::Relaxed) {
-                    std::process::exit(130);
-                }
-                eprintln!("\nstopping: the refits under way finish and are kept (Ctrl-C again ends the run now)");
-            });
-        }
         Refits {
             dir,
             every: c.checkpoint_every,
             resume: c.resume,
             interrupt_after: c.interrupt_after,
-            stop,
+            stop: Arc::new(AtomicBool::new(false)),
             quiet,
         }
+    }
+
+    /// From the first bootstrap on, where refits are kept: Ctrl-C stops a bootstrap after the
+    /// refits under way, keeps them and says how to go on; a second Ctrl-C ends the run at once.
+    /// Before (in the fits) Ctrl-C keeps its default, ending the run at once.
+    fn watch_ctrl_c(&self) {
+        let flag = Arc::clone(&self.stop);
+        // A second call finds the handler set (on the same flag) and leaves it.
+        let _ = ctrlc::set_handler(move || {
+            if flag.swap(true, Ordering::Relaxed) {
+                std::process::exit(130);
+            }
+            eprintln!("\nstopping: the refits under way finish and are kept (Ctrl-C again ends the run now)");
+        });
     }
 
     /// Every outcome of `draws` draws, `what` on the progress bar: those a resumed run's
@@ -98,6 +100,9 @@ impl Refits {
     ) -> Result<Refitted> {
         let identity = identity.with("draws", &draws)?;
         let path = self.dir.as_ref().map(|d| d.join(format!("{name}.ckpt")));
+        if path.is_some() {
+            self.watch_ctrl_c();
+        }
         let mut done = match &path {
             Some(p) if self.resume && p.exists() => read(p, &identity, draws)?,
             _ => vec![None; draws],
