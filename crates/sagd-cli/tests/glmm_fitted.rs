@@ -6,7 +6,7 @@
 //! each file, and `quantile(summary(fit)$residuals)`.
 
 mod common;
-use common::glmm;
+use common::{glmm, refused, sagd};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -26,6 +26,10 @@ exposure,q,-2.7667920218,-0.8130055041,-0.1257351473,0.6720093047,4.1767411684
 exposure,1,0.0802522036325112,1.08356031106352,-0.0835603110635179,-0.0802737410992908,-0.0813401184042237
 exposure,2,1.36564524286605,3.91825045966563,-0.91825045966563,-0.463890050424818,-0.484048751825311
 exposure,240,1.00050209823108,2.71964701565706,-1.71964701565706,-1.04275682283827,-1.19928721949829
+weights,q,-1.6768849607,-0.7099651843,0.1329617112,0.6263802992,2.7995011288
+weights,1,0.934357929686249,0.934357929686249,0.661642070313751,0.903307715836821,0.661642070313751
+weights,2,1.25146417329217,1.25146417329217,0.128235826707829,0.391477662136304,0.286744025669589
+weights,90,-0.497625616458697,-0.497625616458697,2.0244256164587,2.76384976338898,2.0244256164587
 ";
 
 /// A fitted.csv row, or lme4's: η, the fitted mean, the response, Pearson and deviance residuals.
@@ -122,6 +126,67 @@ fn a_row_with_a_missing_value_has_no_fit_and_the_others_keep_their_rows() {
 fn a_reml_fit_s_values_and_residuals_are_lmer_s() {
     let args = ["count ~ x * dose + (1 | site)", "--reml"];
     matches_lme4("reml", "glmm_counts.csv", &args, 1e-6);
+}
+
+/// `--weights w` (lmer's `weights = w`, row i's variance σ²/wᵢ) on `glmm_weights.csv`: by REML
+/// the rows' values and residuals are lmer's (Pearson's and the deviance's scaled by √wᵢ), and by
+/// maximum likelihood the estimates, their errors and the log-likelihood (every constant, ½ Σ
+/// ln wᵢ too) are: β (0.768485129871, 0.513035185089), sds 0.704721656834 and 0.727599559139,
+/// ℓ −77.7018135966, standard errors 0.1875235480811 and 0.0531146670861.
+#[test]
+fn weighted_gaussian_fits_are_lmer_s() {
+    let reml = ["y ~ x + (1 | site)", "--weights", "w", "--reml"];
+    let printed = matches_lme4("weights", "glmm_weights.csv", &reml, 1e-6);
+    assert!(printed.contains("Weights: w"), "{printed}");
+    let dir = tempfile::tempdir().unwrap();
+    let (_, r, _) = fit("glmm_weights.csv", &reml[..3], dir.path());
+    let close = |v: &serde_json::Value, want: f64, tol: f64| {
+        let got = v.as_f64().unwrap();
+        assert!((got - want).abs() < tol, "{got} against lmer's {want}");
+    };
+    for (k, (beta, se)) in [
+        (0.768485129871, 0.1875235480811),
+        (0.513035185089, 0.0531146670861),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        close(&r["fixed"][k]["estimate"], beta, 1e-7);
+        // lmer's errors are β's given the variances; sagd's invert the whole observed
+        // information, whose cross terms move them slightly (here 1e-5 of them).
+        close(&r["fixed"][k]["se"], se, 1e-4 * se);
+    }
+    close(&r["random"][0]["sd"][0]["value"], 0.704721656834, 1e-6);
+    close(&r["sigma"]["value"], 0.727599559139, 1e-6);
+    close(&r["log_likelihood"]["value"], -77.7018135966, 1e-8);
+    assert_eq!(r["data"]["weights"], "w");
+}
+
+/// Weights of another family, a column that is not there or holds labels, and a weight of 0 are
+/// refused by name, before anything is written.
+#[test]
+fn bad_weights_are_refused() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_weights.csv");
+    let (y, w) = ("y ~ x + (1 | site)", "w ~ x + (1 | site)");
+    for (formula, flags, says) in [
+        (
+            w,
+            &["--weights", "w", "--family", "poisson"][..],
+            "Gaussian family",
+        ),
+        (y, &["--weights", "v"][..], "no column `v`"),
+        (y, &["--weights", "site"][..], "column `site` holds labels"),
+        (y, &["--weights", "x"][..], "positive"),
+    ] {
+        let err = refused(
+            sagd()
+                .args(["glmm", formula, "--data"])
+                .arg(&data)
+                .args(flags)
+                .args(["--out", "/nonexistent/never"]),
+        );
+        assert!(err.contains("--weights") && err.contains(says), "{err}");
+    }
 }
 
 #[test]

@@ -15,7 +15,8 @@ use sagd::model::LatentModel;
 
 use crate::{detached, em_settings, py_error, trace_dict};
 
-/// A `Glmm` from `sagd.glmm`'s checked arrays (one random-effect term per entry of `groups`).
+/// A `Glmm` from `sagd.glmm`'s checked arrays (one random-effect term per entry of `groups`),
+/// with the Gaussian's prior weights where given.
 #[allow(clippy::too_many_arguments)]
 fn glmm_model(
     family: &str,
@@ -26,6 +27,7 @@ fn glmm_model(
     correlated: Vec<bool>,
     trials: Option<PyReadonlyArray1<'_, f64>>,
     offset: Option<PyReadonlyArray1<'_, f64>>,
+    weights: Option<PyReadonlyArray1<'_, f64>>,
 ) -> PyResult<Glmm> {
     let family: Family = family.parse().map_err(PyValueError::new_err)?;
     if zs.len() != groups.len() || correlated.len() != groups.len() {
@@ -56,16 +58,20 @@ fn glmm_model(
         x.as_array().iter().copied().collect(),
     );
     let trials = trials.map(|t| t.as_array().to_vec());
-    match offset {
+    let model = match offset {
         Some(o) => Glmm::with_offset(family, y, x, terms, trials, o.as_array().to_vec()),
         None => Glmm::with_terms(family, y, x, terms, trials),
+    };
+    match weights {
+        Some(w) => model.and_then(|m| m.with_weights(&w.as_array().to_vec())),
+        None => model,
     }
     .map_err(py_error)
 }
 
 /// ℓ(θ) of a GLMM (see `sagd.glmm_loglik`): (value, its error, how it was computed).
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, theta, seed=0, offset=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, theta, seed=0, offset=None, weights=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn glmm_loglik(
     py: Python<'_>,
@@ -79,8 +85,11 @@ pub(crate) fn glmm_loglik(
     theta: Vec<f64>,
     seed: u64,
     offset: Option<PyReadonlyArray1<'_, f64>>,
+    weights: Option<PyReadonlyArray1<'_, f64>>,
 ) -> PyResult<(f64, f64, String)> {
-    let model = glmm_model(family, y, x, groups, zs, correlated, trials, offset)?;
+    let model = glmm_model(
+        family, y, x, groups, zs, correlated, trials, offset, weights,
+    )?;
     let l = py
         .detach(|| model.log_likelihood(&theta, seed))
         .map_err(py_error)?;
@@ -128,6 +137,7 @@ fn model_of(d: &Bound<'_, PyDict>) -> PyResult<Glmm> {
         item("correlated")?.extract()?,
         item("trials")?.extract()?,
         item("offset")?.extract()?,
+        item("weights")?.extract()?,
     )
 }
 
@@ -265,7 +275,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -287,6 +297,7 @@ pub(crate) fn fit_glmm<'py>(
     nodes: Option<usize>,
     ranef_draws: usize,
     offset: Option<PyReadonlyArray1<'py, f64>>,
+    weights: Option<PyReadonlyArray1<'py, f64>>,
     profile: Option<f64>,
     simulate: Option<usize>,
     bootstrap: Option<usize>,
@@ -299,7 +310,9 @@ pub(crate) fn fit_glmm<'py>(
             SampledMeans::MIN_DRAWS
         )));
     }
-    let model = glmm_model(family, y, x, groups, zs, correlated, trials, offset)?;
+    let model = glmm_model(
+        family, y, x, groups, zs, correlated, trials, offset, weights,
+    )?;
     let terms: Vec<TermNames> = terms
         .into_iter()
         .map(|(group, effects)| TermNames {

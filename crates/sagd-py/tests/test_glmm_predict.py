@@ -116,3 +116,26 @@ def test_the_fit_simulates_afresh_or_at_its_levels_modes():
     assert np.all(np.abs(sims.var(axis=0, ddof=1) - var) < 5 * var * np.sqrt(2 / n))
     with pytest.raises(ValueError, match="nsim"):
         r.simulate(0)
+
+
+def test_prior_weights_fit_as_lmer_fits_them():
+    """lme4 1.1-31's lmer(y ~ x + (1 | site), weights = w, REML = FALSE) on glmm_weights.csv
+    (the reference of crates/sagd-cli/tests/glmm_fitted.rs): beta, the sds and the
+    log-likelihood; the formula's column name and the arrays give the same fit."""
+    df = pd.read_csv(DATA / "glmm_weights.csv")
+    r = sagd.glmm("y ~ x + (1 | site)", data=df, weights="w")
+    np.testing.assert_allclose(r.fixed, [0.768485129871, 0.513035185089], atol=1e-7)
+    np.testing.assert_allclose([r.random_sd[0], r.sigma], [0.704721656834, 0.727599559139],
+                               atol=1e-6)
+    assert abs(r.loglik - -77.7018135966) < 1e-8
+    X = np.column_stack([np.ones(len(df)), df.x])
+    arrays = sagd.glmm(df.y.to_numpy(), X, df.site.to_numpy(), weights=df.w.to_numpy())
+    np.testing.assert_array_equal(arrays.estimate, r.estimate)
+    # Unweighted, the fit is another.
+    assert abs(sagd.glmm("y ~ x + (1 | site)", data=df).loglik - r.loglik) > 1
+    with pytest.raises(ValueError, match="no column 'v'"):
+        sagd.glmm("y ~ x + (1 | site)", data=df, weights="v")
+    with pytest.raises(ValueError, match="Gaussian family"):
+        sagd.glmm("y ~ x + (1 | site)", data=df.assign(y=df.w), weights="w", family="poisson")
+    with pytest.raises(ValueError, match="positive"):
+        sagd.glmm("y ~ x + (1 | site)", data=df.assign(w=df.w - 1.0), weights="w")

@@ -90,6 +90,7 @@ pub(super) fn result_json(
             "n_obs": d.n_obs,
             "dropped": d.dropped,
             "response": d.response,
+            "weights": a.weights,
         },
         "fixed": d.x_names.iter().zip(&s.fixed).map(|(n, e)| json!({"name": n, "estimate": e.value, "se": e.se})).collect::<Vec<_>>(),
         "random": d.term_names.iter().zip(&s.random).map(|(t, r)| json!({

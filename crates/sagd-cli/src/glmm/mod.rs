@@ -58,6 +58,11 @@ pub struct GlmmArgs {
     /// gaussian, poisson or binomial (0/1, two levels, or cbind(successes, failures)).
     #[arg(long, default_value = "gaussian")]
     family: String,
+    /// Gaussian family: a column of prior weights (lme4's `weights = w`), row i's residual
+    /// variance σ²/wᵢ, as for the mean of wᵢ measurements; every row the model uses needs a
+    /// positive weight.
+    #[arg(long, value_name = "COLUMN")]
+    weights: Option<String>,
     /// auto: the exact likelihood where it can be computed (Gaussian; up to 3 random effects per
     /// independent block by adaptive quadrature), else Langevin chains from Laplace's maximum
     /// (the polish's Newton steps; automated EM where they fail); exact; em.
@@ -146,9 +151,19 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     let design = formula
         .design(&frame)
         .with_context(|| format!("the formula on {}", a.data.display()))?;
-    let model = design.glmm(family)?;
+    let weights = match &a.weights {
+        Some(column) => Some(frame.numbers_at(column, &design.rows, "--weights")?),
+        None => None,
+    };
+    let weighted = |m: Glmm| -> Result<Glmm> {
+        Ok(match &weights {
+            Some(w) => m.with_weights(w).context("--weights")?,
+            None => m,
+        })
+    };
+    let model = weighted(design.glmm(family)?)?;
     let others = (a.compare.iter())
-        .map(|f| other_model(f, &frame, family, &design))
+        .map(|f| weighted(other_model(f, &frame, family, &design)?))
         .collect::<Result<Vec<_>>>()?;
     let new_rows = match &a.predict {
         Some(path) => Some(NewRows::read(path, &formula, &frame)?),

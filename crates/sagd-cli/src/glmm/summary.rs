@@ -135,10 +135,14 @@ fn header(o: &mut String, a: &GlmmArgs, family: Family, d: &Design, fit: &GlmmFi
     };
     let _ = writeln!(
         o,
-        "   Data: {} ({} observations{dropped})\n",
+        "   Data: {} ({} observations{dropped})",
         a.data.display(),
         d.n_obs
     );
+    if let Some(w) = &a.weights {
+        let _ = writeln!(o, "Weights: {w}");
+    }
+    o.push('\n');
 }
 
 /// AIC, BIC, the criterion, the deviance and the log-likelihood with its error.

@@ -57,10 +57,11 @@ class _Arrays:
     cor: List[bool]
     trials: Optional[np.ndarray]
     offset: Optional[np.ndarray] = None
+    weights: Optional[np.ndarray] = None
 
     @classmethod
     def of(cls, y: Any, X: Any, groups: Any, family: str, Z: Any, trials: Any,
-           correlated: Any, offset: Any = None) -> "_Arrays":
+           correlated: Any, offset: Any = None, weights: Any = None) -> "_Arrays":
         yv = _vector("y", y)
         n = yv.shape[0]
         if n == 0:
@@ -96,10 +97,15 @@ class _Arrays:
         if tv is not None and family.lower() not in ("binomial", "bernoulli"):
             raise ValueError("trials: only the binomial family has trials")
         ov = None if offset is None else _vector("offset", offset, n)
-        return cls(family, yv, n, factor_names, k, labels, index, Xm, Zs, cor, tv, ov)
+        wv = None if weights is None else _vector("weights", weights, n)
+        if wv is not None and family.lower() not in ("gaussian", "normal"):
+            raise ValueError("weights: prior weights are the Gaussian family's; give a "
+                             "binomial's trials as trials, a Poisson's exposure as an offset")
+        return cls(family, yv, n, factor_names, k, labels, index, Xm, Zs, cor, tv, ov, wv)
 
     def core(self) -> Dict[str, Any]:
         """The model's arguments of ``_core.fit_glmm`` and ``_core.glmm_loglik``, by name."""
         return dict(family=self.family, y=self.y, x=self.X,
                     groups=[i.astype(np.int64) for i in self.index], zs=self.Zs,
-                    correlated=self.cor, trials=self.trials, offset=self.offset)
+                    correlated=self.cor, trials=self.trials, offset=self.offset,
+                    weights=self.weights)

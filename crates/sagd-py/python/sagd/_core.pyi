@@ -29,6 +29,7 @@ def fit_glmm(
     nodes: Optional[int] = ...,
     ranef_draws: int = ...,
     offset: Optional[npt.NDArray[np.float64]] = ...,
+    weights: Optional[npt.NDArray[np.float64]] = ...,
     profile: Optional[float] = ...,
     simulate: Optional[int] = ...,
     bootstrap: Optional[int] = ...,
@@ -46,6 +47,7 @@ def glmm_loglik(
     theta: List[float],
     seed: int = ...,
     offset: Optional[npt.NDArray[np.float64]] = ...,
+    weights: Optional[npt.NDArray[np.float64]] = ...,
 ) -> Tuple[float, float, str]: ...
 def bootstrap_lrt(
     *,

@@ -275,6 +275,7 @@ def glmm_loglik(
     correlated: Any = False,
     seed: int = 0,
     offset: Any = None,
+    weights: Any = None,
 ) -> Tuple[float, float, str]:
     """The log-likelihood of a GLMM at ``theta``, every constant included as lme4's: exact
     where it can be (quadrature with up to 3 random effects per independent block, the closed
@@ -285,13 +286,13 @@ def glmm_loglik(
         theta: on :class:`GlmmResult`'s internal scale (beta; per grouping factor, log of the
             diagonal of the Cholesky factor L of its effects' covariance, then, when
             correlated, L's lower off-diagonal row by row; log sigma).
-        y, X, groups, family, Z, trials, correlated, offset: as :func:`glmm`.
+        y, X, groups, family, Z, trials, correlated, offset, weights: as :func:`glmm`.
         seed: fixes the importance sampler's draws (unused when exact).
 
     Returns:
         (log-likelihood, its Monte Carlo error (0 when exact), how it was computed).
     """
-    a = _Arrays.of(y, X, groups, family, Z, trials, correlated, offset)
+    a = _Arrays.of(y, X, groups, family, Z, trials, correlated, offset, weights)
     return _core.glmm_loglik(**a.core(), theta=[float(v) for v in np.asarray(theta, dtype=float)],
                              seed=_whole("seed", seed))
 
@@ -317,6 +318,7 @@ def glmm(
     data: Any = None,
     ranef_draws: int = 500,
     offset: Any = None,
+    weights: Any = None,
     profile: Optional[float] = None,
     simulate: Optional[int] = None,
     bootstrap: Optional[int] = None,
@@ -378,6 +380,10 @@ def glmm(
         offset: a known part of each observation's eta (n finite values; glmer's ``offset``),
             such as ``np.log(exposure)`` for Poisson rates; with a formula, added to its
             ``offset(...)`` terms, as R adds them.
+        weights: Gaussian family: prior weights (lmer's ``weights``), observation i's
+            residual variance sigma^2 / w_i, as for the mean of w_i measurements: n positive
+            values, or with a formula the name of a column of ``data`` (or one value per row of
+            it).
         profile: a level (e.g. 0.95) for profile-likelihood confidence intervals (lme4's
             ``confint(fit)``) from the exact likelihood, in ``confint``; exact maximum-likelihood
             fits only (not ``reml=True`` or ``method="em"``; a fit that falls back to EM says
@@ -425,10 +431,19 @@ def glmm(
         # R's rule: the formula's offsets and the argument's are summed, on the rows kept.
         extra = None if offset is None else d.kept(offset, "offset")
         offset = d.offset if extra is None else extra if d.offset is None else d.offset + extra
+        if weights is not None:
+            column = isinstance(weights, str)
+            if column and weights not in data:
+                raise ValueError(f"weights: no column {weights!r} in data; give one of "
+                                 f"{', '.join(map(str, list(data)))}")
+            weights = d.kept(data[weights] if column else weights, "weights")
+            if np.isnan(weights).any():
+                raise ValueError("weights: a missing weight on a row the model uses; give every "
+                                 "such row a weight, or drop it from data")
         z_names = d.z_names[0] if len(d.z_names) == 1 else d.z_names
     elif data is not None:
         raise ValueError("data: only with a formula, e.g. sagd.glmm('y ~ x + (1 | g)', data=df)")
-    a = _Arrays.of(y, X, groups, family, Z, trials, correlated, offset)
+    a = _Arrays.of(y, X, groups, family, Z, trials, correlated, offset, weights)
     n, factor_names, k, labels, Xm, Zs = a.n, a.factor_names, a.k, a.labels, a.X, a.Zs
     p = Xm.shape[1]
     # Unnamed columns: a column of ones is R's (Intercept); a column of Z that is one of X's

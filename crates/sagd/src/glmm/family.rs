@@ -75,8 +75,8 @@ impl Rows {
         }
     }
 
-    /// Fills `l`, `d` and `w` of the rows in use, whose responses are `y` and trials `m`, for
-    /// `family` (1/σ² `inv_var`, Gaussian), and returns Σ l.
+    /// Fills `l`, `d` and `w` of the rows in use, whose responses are `y` and trials `m` (the
+    /// Gaussian's prior weights), for `family` (1/σ² `inv_var`, Gaussian), and returns Σ l.
     pub(super) fn evaluate(&mut self, family: Family, inv_var: f64, y: &[f64], m: &[f64]) -> f64 {
         let n = self.len;
         evaluate_rows(
@@ -111,11 +111,13 @@ crate::vectorized! {
         let (y, m, l, d, w) = (&y[..n], &m[..n], &mut l[..n], &mut d[..n], &mut w[..n]);
         match family {
             Family::Gaussian => {
+                // m: the rows' prior weights, each row's variance σ²/m (1 without weights, which
+                // multiplies exactly).
                 for j in 0..n {
-                    let e = y[j] - eta[j];
-                    l[j] = -0.5 * e * e * inv_var;
-                    d[j] = e * inv_var;
-                    w[j] = inv_var;
+                    let (e, prec) = (y[j] - eta[j], inv_var * m[j]);
+                    l[j] = -0.5 * e * e * prec;
+                    d[j] = e * prec;
+                    w[j] = prec;
                 }
             }
             Family::Poisson => {

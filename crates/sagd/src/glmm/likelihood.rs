@@ -164,14 +164,17 @@ impl Glmm {
         let mut m = vec![0.0; dim * dim];
         (0..dim).for_each(|k| m[k * dim + k] = s2);
         let mut v = vec![0.0; dim];
-        let mut rr = 0.0;
+        let (mut rr, mut log_w) = (0.0, 0.0);
+        // Prior weights as rows scaled by √w: det V = det Ṽ / det W (weights of 1 exact).
         for (ai, i) in a.iter().zip(rows.clone()) {
-            let r = self.y[i] - self.fixed_part(&theta[..self.p], i);
+            let sw = self.row_weight(i, &mut log_w);
+            let r = (self.y[i] - self.fixed_part(&theta[..self.p], i)) * sw;
             rr += r * r;
             for &(j, aj) in ai {
+                let aj = aj * sw;
                 v[j] += aj * r;
                 for &(k, ak) in ai {
-                    m[j * dim + k] += aj * ak;
+                    m[j * dim + k] += aj * (ak * sw);
                 }
             }
         }
@@ -179,8 +182,18 @@ impl Glmm {
         let mut w = v.clone();
         f.solve_lower(&mut w);
         let quad = (rr - w.iter().map(|x| x * x).sum::<f64>()) / s2;
-        let log_det = 2.0 * (rows.len() as f64 - dim as f64) * log_sigma + f.log_det();
+        let log_det = 2.0 * (rows.len() as f64 - dim as f64) * log_sigma + f.log_det() - log_w;
         Ok(-0.5 * rows.len() as f64 * LN_2PI - 0.5 * log_det - 0.5 * quad)
+    }
+
+    /// The Gaussian row `i`'s √w, its prior weight's ln w added to `log_w` (1 and nothing
+    /// without weights).
+    pub(super) fn row_weight(&self, i: usize, log_w: &mut f64) -> f64 {
+        if !self.weighted {
+            return 1.0;
+        }
+        *log_w += self.trials[i].ln();
+        self.trials[i].sqrt()
     }
 
     /// [`Glmm::laplace`] started at `mode` (the point's last mode), from 0 if that search fails;

@@ -46,7 +46,7 @@ use family::ln_factorial;
 pub use terms::RandomTerm;
 use terms::{Component, Layout, Term};
 
-use crate::error::{LogpError, Result};
+use crate::error::{invalid, LogpError, Result};
 use crate::model::LatentModel;
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
@@ -61,7 +61,8 @@ pub struct Glmm {
     x: Vec<f64>,
     p: usize,
     terms: Vec<Term>,
-    /// Trials per row (binomial).
+    /// Trials per row (binomial), or prior weights (Gaussian: row i's variance σ²/wᵢ; 1 unless
+    /// [`Glmm::with_weights`] gave them).
     trials: Vec<f64>,
     points: Vec<Component>,
     latent_dim: usize,
@@ -83,6 +84,9 @@ pub struct Glmm {
     response_shift: Vec<f64>,
     /// The row of the data as given that each stored row holds; empty where they are the same.
     order: Vec<usize>,
+    /// Whether [`Glmm::with_weights`] gave the Gaussian's rows prior weights (the closed form
+    /// then scales its rows; without, it skips a root and a logarithm per row).
+    weighted: bool,
 }
 
 impl Glmm {
@@ -132,6 +136,50 @@ impl Glmm {
         Glmm::build(family, y, x, terms, trials, Some(offset))
     }
 
+    /// The same Gaussian model with prior weights `w`, one per row in the order the rows were
+    /// given (lme4's `lmer(..., weights = w)`): row i's residual variance is σ²/wᵢ, as for the
+    /// mean of wᵢ measurements. Refused by name for other families (the binomial's trials are
+    /// its `trials`, a Poisson's exposure an offset) and unless each weight is positive and
+    /// finite.
+    pub fn with_weights(&self, w: &[f64]) -> Result<Glmm> {
+        let n = self.n_obs();
+        if self.family != Family::Gaussian {
+            return Err(invalid(
+                "weights",
+                format!("for the {:?} family", self.family),
+                "prior weights are the Gaussian family's: give a binomial's trials as trials \
+                 (cbind(successes, failures)), a Poisson's exposure as an offset",
+            ));
+        }
+        if w.len() != n {
+            return Err(invalid(
+                "weights",
+                format!("{} values", w.len()),
+                &format!("give one weight per row of the model ({n})"),
+            ));
+        }
+        if let Some(i) = w.iter().position(|v| !(v.is_finite() && *v > 0.0)) {
+            return Err(invalid(
+                "weights",
+                format!("{} at row {i}", w[i]),
+                "give each row a positive, finite weight (its variance is σ²/weight)",
+            ));
+        }
+        let mut m = self.clone();
+        m.weighted = true;
+        for (k, t) in m.trials.iter_mut().enumerate() {
+            *t = w[self.given_row(k)];
+        }
+        m.row_constant = (m.points.iter())
+            .map(|p| {
+                (p.rows.clone())
+                    .map(|k| row_constant(m.family, m.y[k], m.trials[k]))
+                    .sum()
+            })
+            .collect();
+        Ok(m)
+    }
+
     fn build(
         family: Family,
         y: Vec<f64>,
@@ -142,6 +190,12 @@ impl Glmm {
     ) -> Result<Self> {
         let n = y.len();
         let checks::Checked { p, levels, trials } = checks::data(family, &y, &x, &terms, trials)?;
+        // The Gaussian reads its trials as prior weights: 1 here, whatever was given (trials
+        // are the binomial's), until `with_weights` gives them.
+        let trials = match family {
+            Family::Gaussian => vec![1.0; n],
+            _ => trials,
+        };
         let offset = checks::offset(offset, n)?;
         // A Gaussian's offset moves its response: y − o given η has y's density given η + o.
         let (y, offset, response_shift) = match family {
@@ -200,6 +254,7 @@ impl Glmm {
             offset,
             response_shift,
             order: if reordered { order } else { Vec::new() },
+            weighted: false,
         };
         // The Gaussian's polish keeps steps of 1e-5 (1 + |θ_j|): its exact control variate
         // leaves the information's error at 1e-10, where the one-sided differences' bias
@@ -355,7 +410,8 @@ pub(super) fn column_rms(m: &[f64], width: usize, col: usize) -> f64 {
 /// The constant of one row's log-likelihood (its terms free of θ), as the family's density has it.
 fn row_constant(family: Family, y: f64, trials: f64) -> f64 {
     match family {
-        Family::Gaussian => -0.5 * LN_2PI,
+        // A weight w makes the row's sd σ/√w: its density gains ½ ln w (0 at w = 1).
+        Family::Gaussian => -0.5 * LN_2PI + 0.5 * trials.ln(),
         Family::Poisson => -ln_factorial(y),
         Family::Binomial => ln_factorial(trials) - ln_factorial(y) - ln_factorial(trials - y),
     }

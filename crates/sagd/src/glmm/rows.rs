@@ -251,7 +251,9 @@ impl Glmm {
         inv_var: f64,
         g: &mut [f64],
     ) {
-        let d_log_sigma = (self.family == Family::Gaussian).then(|| -1.0 + dl_sq / inv_var);
+        // The row's precision m/σ² under its prior weight m (1 without weights: exact).
+        let prec = inv_var * self.trials[i];
+        let d_log_sigma = (self.family == Family::Gaussian).then(|| -1.0 + dl_sq / prec);
         self.add_row_parts(factors, i, dl, (1.0, dl_u), d_log_sigma, g);
     }
 
@@ -265,7 +267,8 @@ impl Glmm {
         inv_var: f64,
         g: &mut [f64],
     ) {
-        let d_log_sigma = (self.family == Family::Gaussian).then(|| d_log_sigma(dl, inv_var));
+        let prec = inv_var * self.trials[i];
+        let d_log_sigma = (self.family == Family::Gaussian).then(|| d_log_sigma(dl, prec));
         self.add_row_parts(factors, i, dl, (dl, u), d_log_sigma, g);
     }
 
@@ -331,8 +334,8 @@ impl Glmm {
         }
         if self.family == Family::Gaussian {
             let last = g.len() - 1;
-            for &dl in dl {
-                g[last] += d_log_sigma(dl, inv_var);
+            for (&dl, &m) in dl.iter().zip(&self.trials[block]) {
+                g[last] += d_log_sigma(dl, inv_var * m);
             }
         }
     }
@@ -378,8 +381,8 @@ impl Glmm {
     }
 }
 
-/// A Gaussian row's d/d log σ of −log σ − e²/(2σ²), −1 + e²/σ², from its derivative in η
-/// `dl` = e/σ² (1/σ² `inv_var`).
+/// A Gaussian row's d/d log σ of −log σ − m e²/(2σ²), −1 + m e²/σ², from its derivative in η
+/// `dl` = m e/σ² (its precision m/σ² `inv_var`, m its prior weight).
 fn d_log_sigma(dl: f64, inv_var: f64) -> f64 {
     let e = dl / inv_var;
     -1.0 + e * e * inv_var

@@ -284,7 +284,8 @@ fn rows_in_any_order_give_each_point_the_same_bits() {
     }
 }
 
-/// log N(y; Xβ, σ²I + A Aᵀ) from the n × n covariance itself.
+/// log N(y; Xβ, σ²W⁻¹ + A Aᵀ) from the n × n covariance itself (W the prior weights, I
+/// without).
 fn dense_gaussian(m: &Glmm, theta: &[f64]) -> f64 {
     let factors = m.factors(theta);
     let (_, log_sigma) = m.scale(theta);
@@ -303,7 +304,11 @@ fn dense_gaussian(m: &Glmm, theta: &[f64]) -> f64 {
             cov[i * n + j] = (0..dim)
                 .map(|k| a[i * dim + k] * a[j * dim + k])
                 .sum::<f64>()
-                + if i == j { (2.0 * log_sigma).exp() } else { 0.0 };
+                + if i == j {
+                    (2.0 * log_sigma).exp() / m.trials[i]
+                } else {
+                    0.0
+                };
         }
     }
     let f = Factor::cholesky(&cov, n).unwrap();
@@ -338,6 +343,65 @@ fn the_gaussian_closed_form_is_the_dense_normal_density() {
     assert_eq!(q.method, LikelihoodMethod::Quadrature);
     let want = dense_gaussian(&one_q, &th);
     assert!((q.value - want).abs() < 1e-8, "{} vs {want}", q.value);
+}
+
+/// Prior weights (row i's variance σ²/wᵢ): the closed form (two terms), the sums the exact fit
+/// maximises and the rows' quadrature (one effect per point) each give the dense normal
+/// density, the rows' gradients are their central differences, and weights of 1 give the
+/// unweighted model's bits.
+#[test]
+fn weighted_gaussian_likelihoods_are_the_dense_density() {
+    let weights = |m: &Glmm| -> Vec<f64> { (0..m.n_obs()).map(|i| 0.5 + (i % 4) as f64).collect() };
+    let plain = two_terms(Family::Gaussian, false);
+    let m = plain.with_weights(&weights(&plain)).unwrap();
+    let theta: Vec<f64> = (0..m.theta_dim()).map(|k| 0.1 * k as f64 - 0.2).collect();
+    let want = dense_gaussian(&m, &theta);
+    let l = m.log_likelihood(&theta, 0).unwrap();
+    assert!((l.value - want).abs() < 1e-9, "{} vs {want}", l.value);
+    let pieces = m.gaussian_log_likelihood(&theta).unwrap();
+    assert!((pieces - want).abs() < 1e-9, "{pieces} vs {want}");
+    assert!((want - dense_gaussian(&plain, &theta)).abs() > 0.1);
+    let z: Vec<f64> = (0..m.n_data() * m.latent_dim())
+        .map(|k| (k as f64 * 1.3).sin())
+        .collect();
+    let check = check_gradients(&m, &theta, &z, 1e-6).unwrap();
+    assert!(check.worst_error() < 1e-6, "{check:?}");
+    let small = small(Family::Gaussian);
+    let groups: Vec<usize> = (0..12).map(|i| i % 3).collect();
+    let (y, x) = (small.y.clone(), small.x.clone());
+    let one = Glmm::new(Family::Gaussian, y, x, &groups, vec![1.0; 12], None).unwrap();
+    let one = one.with_weights(&weights(&one)).unwrap();
+    let th = [0.3, -0.2, -0.4, 0.1];
+    let q = one.log_likelihood(&th, 0).unwrap();
+    assert_eq!(q.method, LikelihoodMethod::Quadrature);
+    let want = dense_gaussian(&one, &th);
+    assert!((q.value - want).abs() < 1e-8, "{} vs {want}", q.value);
+    let ones = plain.with_weights(&vec![1.0; plain.n_obs()]).unwrap();
+    let bits = |m: &Glmm| m.log_likelihood(&theta, 0).unwrap().value.to_bits();
+    assert_eq!(bits(&ones), bits(&plain));
+}
+
+#[test]
+fn weights_outside_the_gaussian_family_or_not_positive_are_refused() {
+    let m = small(Family::Poisson);
+    let err = m
+        .with_weights(&vec![1.0; m.n_obs()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("Gaussian family") && err.contains("offset"),
+        "{err}"
+    );
+    let g = small(Family::Gaussian);
+    let err = g.with_weights(&[1.0; 2]).unwrap_err().to_string();
+    assert!(err.contains("one weight per row"), "{err}");
+    let mut w = vec![1.0; g.n_obs()];
+    w[3] = 0.0;
+    let err = g.with_weights(&w).unwrap_err().to_string();
+    assert!(
+        err.contains("0 at row 3") && err.contains("positive"),
+        "{err}"
+    );
 }
 
 #[test]

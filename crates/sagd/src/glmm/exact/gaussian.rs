@@ -164,7 +164,9 @@ impl Glmm {
     }
 
     /// One point's sums, by Woodbury's identity in its latent dimension: with A = Z_c Λ and
-    /// M = I + AᵀA = L Lᵀ, V₀⁻¹ = I − A M⁻¹ Aᵀ and det V₀ = det M.
+    /// M = I + AᵀA = L Lᵀ, V₀⁻¹ = I − A M⁻¹ Aᵀ and det V₀ = det M. Prior weights W enter as
+    /// rows scaled by √w (V₀ = W⁻¹ + ZΛΛᵀZᵀ = W^−½ (I + ÃÃᵀ) W^−½, so det V₀ = det M / det W);
+    /// weights of 1 multiply exactly.
     fn gaussian_point_pieces(&self, factors: &[Vec<f64>], c: usize) -> Result<Pieces> {
         let (p, rows, dim) = (self.p, self.points[c].rows.clone(), self.points[c].dim);
         let a = self.point_design(factors, c);
@@ -174,8 +176,12 @@ impl Glmm {
         let mut aty = vec![0.0; dim];
         let mut out = Pieces::zero(p);
         out.n = rows.len() as f64;
+        let (mut xi, mut log_w) = (vec![0.0; p], 0.0);
         for (ai, i) in a.iter().zip(rows) {
-            let (xi, yi) = (&self.x[i * p..(i + 1) * p], self.y[i]);
+            let sw = self.row_weight(i, &mut log_w);
+            let row = self.x[i * p..(i + 1) * p].iter();
+            xi.iter_mut().zip(row).for_each(|(s, v)| *s = v * sw);
+            let yi = self.y[i] * sw;
             for j in 0..p {
                 out.xvy[j] += xi[j] * yi;
                 for k in 0..p {
@@ -184,17 +190,18 @@ impl Glmm {
             }
             out.yvy += yi * yi;
             for &(k, ak) in ai {
+                let ak = ak * sw;
                 aty[k] += ak * yi;
                 for j in 0..p {
                     atx[j * dim + k] += ak * xi[j];
                 }
                 for &(l, al) in ai {
-                    m[k * dim + l] += ak * al;
+                    m[k * dim + l] += ak * (al * sw);
                 }
             }
         }
         let f = Factor::cholesky(&m, dim).ok_or_else(|| not_finite(c))?;
-        out.log_det = f.log_det();
+        out.log_det = f.log_det() - log_w;
         f.solve_lower(&mut aty);
         atx.chunks_mut(dim.max(1))
             .for_each(|col| f.solve_lower(col));
@@ -226,7 +233,7 @@ impl Glmm {
     }
 
     /// ℓ(θ) in closed form.
-    pub(super) fn gaussian_log_likelihood(&self, theta: &[f64]) -> Result<f64> {
+    pub(in crate::glmm) fn gaussian_log_likelihood(&self, theta: &[f64]) -> Result<f64> {
         let pieces = self.gaussian_pieces(&self.relative(theta))?;
         Ok(pieces.ml(&theta[..self.p], theta[self.theta_len() - 1]))
     }

@@ -116,4 +116,35 @@ impl Frame {
             )),
         }
     }
+
+    /// The numbers of the column `name` at the frame's rows `rows` (a [`Design`]'s), for a
+    /// column the formula does not read (lme4's `weights = w`): refused by name where there is
+    /// no such column, it holds labels, or one of those rows misses its value. `what` names the
+    /// input in the errors.
+    ///
+    /// [`Design`]: super::Design
+    pub fn numbers_at(&self, name: &str, rows: &[usize], what: &'static str) -> Result<Vec<f64>> {
+        let Column::Number(v) = self.column(name).map_err(|_| {
+            invalid(
+                what,
+                format!("no column `{name}` in the data"),
+                &format!("use one of the columns: {}", self.names.join(", ")),
+            )
+        })?
+        else {
+            return Err(invalid(
+                what,
+                format!("column `{name}` holds labels"),
+                "give a column of numbers",
+            ));
+        };
+        match rows.iter().find(|&&i| v[i].is_nan()) {
+            Some(i) => Err(invalid(
+                what,
+                format!("column `{name}` misses its value at data row {}", i + 1),
+                "give every row the model uses a value, or leave that row out of the data",
+            )),
+            None => Ok(rows.iter().map(|&i| v[i]).collect()),
+        }
+    }
 }

@@ -121,8 +121,9 @@ fn residuals(family: Family, eta: f64, y: f64, m: f64, sigma: f64) -> (f64, [f64
     let signed = |r: f64, d: f64| (if d < 0.0 { 0.0 } else { d }).sqrt().copysign(r);
     match family {
         Family::Gaussian => {
-            let r = y - eta;
-            (eta, [r, r / sigma, r])
+            // m: the row's prior weight, its sd σ/√m.
+            let (r, sw) = (y - eta, m.sqrt());
+            (eta, [r, sw * r / sigma, sw * r])
         }
         Family::Poisson => {
             let mu = eta.exp();

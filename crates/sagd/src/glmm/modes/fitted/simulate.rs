@@ -93,7 +93,10 @@ impl Simulator<'_> {
             for (k, &eta) in point.rows.clone().zip(&eta) {
                 let i = m.given_row(k);
                 y[i] = match m.family {
-                    Family::Gaussian => eta + m.response_shift_at(i) + self.sigma * noise.draw(),
+                    Family::Gaussian => {
+                        let sd = self.sigma / m.trials[k].sqrt();
+                        eta + m.response_shift_at(i) + sd * noise.draw()
+                    }
                     Family::Poisson => count(eta.exp(), &mut rng, i)?,
                     Family::Binomial => {
                         let p = 1.0 / (1.0 + (-eta).exp());
