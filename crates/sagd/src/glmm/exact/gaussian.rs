@@ -166,8 +166,16 @@ impl Glmm {
     /// One point's sums, by Woodbury's identity in its latent dimension: with A = Z_c Λ and
     /// M = I + AᵀA = L Lᵀ, V₀⁻¹ = I − A M⁻¹ Aᵀ and det V₀ = det M. Prior weights W enter as
     /// rows scaled by √w (V₀ = W⁻¹ + ZΛΛᵀZᵀ = W^−½ (I + ÃÃᵀ) W^−½, so det V₀ = det M / det W);
-    /// weights of 1 multiply exactly.
+    /// without weights the scaling is compiled out.
     fn gaussian_point_pieces(&self, factors: &[Vec<f64>], c: usize) -> Result<Pieces> {
+        match self.weighted {
+            true => self.point_pieces::<true>(factors, c),
+            false => self.point_pieces::<false>(factors, c),
+        }
+    }
+
+    /// [`Glmm::gaussian_point_pieces`], the rows scaled by their weights' roots where `WEIGHTED`.
+    fn point_pieces<const WEIGHTED: bool>(&self, factors: &[Vec<f64>], c: usize) -> Result<Pieces> {
         let (p, rows, dim) = (self.p, self.points[c].rows.clone(), self.points[c].dim);
         let a = self.point_design(factors, c);
         let mut m = vec![0.0; dim * dim];
@@ -176,11 +184,17 @@ impl Glmm {
         let mut aty = vec![0.0; dim];
         let mut out = Pieces::zero(p);
         out.n = rows.len() as f64;
-        let (mut xi, mut log_w) = (vec![0.0; p], 0.0);
+        let (mut scaled, mut log_w) = (vec![0.0; if WEIGHTED { p } else { 0 }], 0.0);
         for (ai, i) in a.iter().zip(rows) {
-            let sw = self.row_weight(i, &mut log_w);
-            let row = self.x[i * p..(i + 1) * p].iter();
-            xi.iter_mut().zip(row).for_each(|(s, v)| *s = v * sw);
+            let row = &self.x[i * p..(i + 1) * p];
+            let (sw, xi) = match WEIGHTED {
+                true => {
+                    let sw = self.row_weight(i, &mut log_w);
+                    scaled.iter_mut().zip(row).for_each(|(s, v)| *s = v * sw);
+                    (sw, &scaled[..])
+                }
+                false => (1.0, row),
+            };
             let yi = self.y[i] * sw;
             for j in 0..p {
                 out.xvy[j] += xi[j] * yi;
