@@ -212,3 +212,30 @@ fn what_cannot_be_profiled_is_refused_or_said() {
     assert!(err.contains("no profile intervals"), "{err}");
     assert!(!out.join("confint.csv").exists());
 }
+
+/// A weighted Gaussian fit's profile intervals (`--weights w`, `tests/data/glmm_weights.csv`):
+/// the sd's and σ's are lme4's `confint(lmer(y ~ x + (1 | site), weights = w, REML = FALSE))`;
+/// its β's are not, since lme4 1.1-31's profile of a weighted fit's fixed effects is wrong
+/// (it warns of a non-monotonic profile and gives (0.766, 0.796) for the intercept, against its
+/// Wald interval (0.401, 1.136)). The β's ends here are instead the roots of lmer's own
+/// deviance, 2 (ℓ̂ − ℓ(β_j)) = χ²₁(0.95), each β_j held by an offset and the rest refitted
+/// (`uniroot` to 1e-10).
+#[test]
+fn weighted_profile_intervals_are_the_roots_of_lmer_s_deviance() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_weights.csv");
+    glmm(
+        &["y ~ x + (1 | site)", "--weights", "w", "--profile"],
+        &data,
+        dir.path(),
+    );
+    close(
+        &intervals(dir.path()),
+        &[
+            ("fixed", "(Intercept)", 0.376716, 1.161205),
+            ("fixed", "x", 0.407531, 0.618392),
+            ("sd", "(Intercept)", 0.49792322, 1.07496096),
+            ("sigma", "Residual", 0.62506759, 0.86154881),
+        ],
+    );
+}
