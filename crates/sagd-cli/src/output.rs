@@ -273,8 +273,12 @@ impl Checkpointing {
     /// The checkpoints folder of a run of `command` into `out` ([`checkpoints`]), on when any of
     /// the flags asks for checkpoints.
     pub fn folder(&self, out: &Path, command: &str) -> Result<Option<PathBuf>> {
-        let on = self.checkpoint_every > 0 || self.resume || self.interrupt_after.is_some();
-        checkpoints(out, command, self.resume, on)
+        checkpoints(out, command, self.resume, self.asked())
+    }
+
+    /// Whether any of the flags asks for checkpoints.
+    pub fn asked(&self) -> bool {
+        self.checkpoint_every > 0 || self.resume || self.interrupt_after.is_some()
     }
 }
 

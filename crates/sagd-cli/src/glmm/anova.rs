@@ -128,6 +128,11 @@ impl Compared {
         })
     }
 
+    /// The test of the model in row `k` against the one before it (none for the first).
+    fn test_of(&self, k: usize) -> Option<&Test> {
+        k.checked_sub(1).map(|j| &self.tests[j])
+    }
+
     /// lme4's table of `anova(m0, m1, ...)`, with the bootstrap's p-values where there are.
     pub(super) fn table(&self, o: &mut String) {
         let width = self.rows.iter().map(|r| r.formula.len()).max().unwrap_or(0);
@@ -152,7 +157,7 @@ impl Compared {
                 r.loglik,
                 -2.0 * r.loglik
             );
-            if let Some(t) = k.checked_sub(1).map(|j| &self.tests[j]) {
+            if let Some(t) = self.test_of(k) {
                 let p = t.p.map_or(String::new(), |p| format!("{p:.4e}"));
                 let _ = write!(o, " {:>9.4} {:>3} {p:>11}", t.chisq, t.df);
                 if let Some(b) = t.boot {
@@ -205,7 +210,7 @@ impl Compared {
                 -2.0 * r.loglik
             );
             let text = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
-            match k.checked_sub(1).map(|j| &self.tests[j]) {
+            match self.test_of(k) {
                 None => o.push_str(",,,,\n"),
                 Some(t) => {
                     let pb = t.boot.and_then(|b| b.p);
@@ -224,7 +229,7 @@ impl Compared {
             .iter()
             .enumerate()
             .map(|(k, r)| {
-                let test = k.checked_sub(1).map(|j| &self.tests[j]).map(|t| {
+                let test = self.test_of(k).map(|t| {
                     let boot = t.boot.map(|b| {
                         json!({"p_value": b.p, "refits": b.refits, "failed": b.failed,
                                "resumed_refits": b.resumed})

@@ -417,9 +417,7 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
     if a.bootstrap.is_some_and(|n| n < 2) {
         anyhow::bail!("--bootstrap {}: give the number of refits, 2 or more (lme4's bootMer takes 100 to 1000)", a.bootstrap.unwrap_or(0));
     }
-    let c = &a.checkpoints;
-    let keeps = c.checkpoint_every > 0 || c.resume || c.interrupt_after.is_some();
-    if keeps && a.bootstrap.is_none() && a.compare_bootstrap.is_none() {
+    if a.checkpoints.asked() && a.bootstrap.is_none() && a.compare_bootstrap.is_none() {
         anyhow::bail!("--checkpoint-every, --resume: sagd glmm keeps the refits of its bootstraps only; give --bootstrap N or --compare-bootstrap N");
     }
     if a.compare_bootstrap.is_some() && a.compare.is_empty() {

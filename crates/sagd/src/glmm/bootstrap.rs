@@ -7,7 +7,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::{checks, row_constant, FitSettings, Fitted, Glmm, GlmmFit, Summary};
+use super::{checks, FitSettings, Fitted, Glmm, GlmmFit, Summary};
 use crate::em::EstimateStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -52,17 +52,8 @@ impl Glmm {
             ));
         }
         let mut m = self.clone();
-        m.row_constant = m
-            .points
-            .iter()
-            .map(|p| {
-                p.rows
-                    .clone()
-                    .map(|k| row_constant(self.family, stored[k], self.trials[k]))
-                    .sum()
-            })
-            .collect();
         m.y = stored;
+        m.row_constant = m.row_constants();
         Ok(m)
     }
 

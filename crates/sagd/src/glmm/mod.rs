@@ -170,14 +170,20 @@ impl Glmm {
         for (k, t) in m.trials.iter_mut().enumerate() {
             *t = w[self.given_row(k)];
         }
-        m.row_constant = (m.points.iter())
+        m.row_constant = m.row_constants();
+        Ok(m)
+    }
+
+    /// Per point, Σ over its stored rows of [`row_constant`] of their responses and trials:
+    /// what a model made from another's with a new response or new weights carries.
+    fn row_constants(&self) -> Vec<f64> {
+        (self.points.iter())
             .map(|p| {
                 (p.rows.clone())
-                    .map(|k| row_constant(m.family, m.y[k], m.trials[k]))
+                    .map(|k| row_constant(self.family, self.y[k], self.trials[k]))
                     .sum()
             })
-            .collect();
-        Ok(m)
+            .collect()
     }
 
     fn build(

@@ -252,8 +252,8 @@ impl Glmm {
         g: &mut [f64],
     ) {
         // The row's precision m/σ² under its prior weight m (1 without weights: exact).
-        let prec = inv_var * self.trials[i];
-        let d_log_sigma = (self.family == Family::Gaussian).then(|| -1.0 + dl_sq / prec);
+        let gaussian = self.family == Family::Gaussian;
+        let d_log_sigma = gaussian.then(|| -1.0 + dl_sq / (inv_var * self.trials[i]));
         self.add_row_parts(factors, i, dl, (1.0, dl_u), d_log_sigma, g);
     }
 
@@ -267,8 +267,8 @@ impl Glmm {
         inv_var: f64,
         g: &mut [f64],
     ) {
-        let prec = inv_var * self.trials[i];
-        let d_log_sigma = (self.family == Family::Gaussian).then(|| d_log_sigma(dl, prec));
+        let gaussian = self.family == Family::Gaussian;
+        let d_log_sigma = gaussian.then(|| d_log_sigma(dl, inv_var * self.trials[i]));
         self.add_row_parts(factors, i, dl, (dl, u), d_log_sigma, g);
     }
 
