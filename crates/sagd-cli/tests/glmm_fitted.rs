@@ -30,6 +30,10 @@ weights,q,-1.6768849607,-0.7099651843,0.1329617112,0.6263802992,2.7995011288
 weights,1,0.934357929686249,0.934357929686249,0.661642070313751,0.903307715836821,0.661642070313751
 weights,2,1.25146417329217,1.25146417329217,0.128235826707829,0.391477662136304,0.286744025669589
 weights,90,-0.497625616458697,-0.497625616458697,2.0244256164587,2.76384976338898,2.0244256164587
+proportions,q,-1.80828699504,-0.63264976564,0.05691098009,0.65186668661,1.63713950551
+proportions,1,-1.628217393927266,0.164074706744166,-0.1640747067441655,-0.767357447729175,-1.036964894366163
+proportions,2,-0.052938652675752,0.486768426811436,-0.0252299652729744,-0.181999605090947,-0.182119548941547
+proportions,96,0.136069977029730,0.533965104985824,0.0260348950141757,0.260951728957069,0.261321475037732
 ";
 
 /// A fitted.csv row, or lme4's: η, the fitted mean, the response, Pearson and deviance residuals.
@@ -162,8 +166,54 @@ fn weighted_gaussian_fits_are_lmer_s() {
     assert_eq!(r["data"]["weights"], "w");
 }
 
+/// A binomial's `--weights n` with the response a proportion (`glmer(prop ~ x + (1 | site),
+/// weights = n, family = binomial, nAGQ = 25)` on `glmm_proportions.csv`, lme4 1.1-31, bobyqa to
+/// rhoend 1e-10): n trials a row. The rows' values and residuals are lme4's; β (−0.379607838497,
+/// 0.674348776221) and the sd 0.655906188943 are glmer's, ℓ (−179.80785245198) the exact
+/// log-likelihood at glmer's estimate, constants included (R's `integrate` per site, relative
+/// tolerance 1e-13); the fit is the one of `cbind(s, f)` on the same rows, and simulate.csv's
+/// draws are proportions of n, as lme4's `simulate` gives them.
+#[test]
+fn binomial_weights_are_trials_as_glmer_reads_them() {
+    let args = ["prop ~ x + (1 | site)", "--family", "binomial", "--weights", "n"];
+    let printed = matches_lme4("proportions", "glmm_proportions.csv", &args, 1e-6);
+    assert!(printed.contains("Weights: n"), "{printed}");
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let with_sims: Vec<&str> = args.iter().copied().chain(["--simulate", "20"]).collect();
+    let (_, r, _) = fit("glmm_proportions.csv", &with_sims, a.path());
+    let counts = ["cbind(s, f) ~ x + (1 | site)", "--family", "binomial"];
+    let (_, c, _) = fit("glmm_proportions.csv", &counts, b.path());
+    let close = |v: &serde_json::Value, want: f64, tol: f64| {
+        let got = v.as_f64().unwrap();
+        assert!((got - want).abs() < tol, "{got} against {want}");
+    };
+    for (k, beta) in [-0.379607838497, 0.674348776221].into_iter().enumerate() {
+        close(&r["fixed"][k]["estimate"], beta, 1e-6);
+    }
+    close(&r["random"][0]["sd"][0]["value"], 0.655906188943, 1e-6);
+    close(&r["log_likelihood"]["value"], -179.80785245198, 1e-8);
+    for key in ["fixed", "random", "log_likelihood"] {
+        assert_eq!(r[key], c[key], "{key}");
+    }
+    let data = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_proportions.csv"),
+    )
+    .unwrap();
+    let trials: Vec<f64> = (data.lines().skip(1))
+        .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+        .collect();
+    for row in simulations(a.path()) {
+        let n = trials[row[0] as usize - 1];
+        for p in &row[1..] {
+            let s = p * n;
+            assert!((0.0..=1.0).contains(p) && (s - s.round()).abs() < 1e-9, "{p} of {n}");
+        }
+    }
+}
+
 /// Weights of another family, a column that is not there or holds labels, and a weight of 0 are
-/// refused by name, before anything is written.
+/// refused by name, before anything is written; so are a binomial's weights beside
+/// `cbind(successes, failures)` (its trials given twice) and weights that are not whole trials.
 #[test]
 fn bad_weights_are_refused() {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_weights.csv");
@@ -184,6 +234,19 @@ fn bad_weights_are_refused() {
                 .arg(&data)
                 .args(flags)
                 .args(["--out", "/nonexistent/never"]),
+        );
+        assert!(err.contains("--weights") && err.contains(says), "{err}");
+    }
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_proportions.csv");
+    for (formula, weights, says) in [
+        ("cbind(s, f) ~ x + (1 | site)", "n", "not both"),
+        ("prop ~ x + (1 | site)", "x", "whole number"),
+    ] {
+        let err = refused(
+            sagd()
+                .args(["glmm", formula, "--family", "binomial", "--data"])
+                .arg(&data)
+                .args(["--weights", weights, "--out", "/nonexistent/never"]),
         );
         assert!(err.contains("--weights") && err.contains(says), "{err}");
     }

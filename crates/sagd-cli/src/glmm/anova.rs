@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use anyhow::{bail, Context, Result};
-use sagd::glmm::{Design, Family, Formula, Frame, Glmm, GlmmFit};
+use sagd::glmm::{Design, Formula, Frame, Glmm, GlmmFit};
 use serde_json::json;
 
 use super::files::csv_text;
@@ -55,14 +55,9 @@ struct Boot {
 /// A fitted model of the comparison: its formula, model and fit.
 pub(super) type Fitted<'a> = (&'a str, &'a Glmm, &'a GlmmFit);
 
-/// The model of `formula` on `frame` and `family`, refused unless it uses the same rows and
-/// response as `design` (lme4's anova refuses models of other data).
-pub(super) fn other_model(
-    formula: &str,
-    frame: &Frame,
-    family: Family,
-    design: &Design,
-) -> Result<Glmm> {
+/// The design of `formula` on `frame`, refused unless it uses the same rows and response as
+/// `design` (lme4's anova refuses models of other data).
+pub(super) fn other_design(formula: &str, frame: &Frame, design: &Design) -> Result<Design> {
     let other = Formula::parse(formula)
         .and_then(|f| f.design(frame))
         .with_context(|| format!("--compare '{formula}'"))?;
@@ -83,7 +78,7 @@ pub(super) fn other_model(
             design.n_obs
         );
     }
-    Ok(other.glmm(family)?)
+    Ok(other)
 }
 
 impl Compared {

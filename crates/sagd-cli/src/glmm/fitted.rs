@@ -27,8 +27,9 @@ pub(super) fn fitted_csv(d: &Design, f: &FittedValues) -> String {
 }
 
 /// simulate.csv: one row per observation used, its row in the data file, then each draw's
-/// response (lme4's `simulate(fit)`, one column per draw).
-pub(super) fn simulate_csv(d: &Design, sims: &[Vec<f64>]) -> String {
+/// response (lme4's `simulate(fit)`, one column per draw); each divided by the row's entry of
+/// `per` where given (a binomial's successes as proportions of its weights, as lme4 gives them).
+pub(super) fn simulate_csv(d: &Design, sims: &[Vec<f64>], per: Option<&[f64]>) -> String {
     let mut o = String::from("row");
     for k in 1..=sims.len() {
         let _ = write!(o, ",sim_{k}");
@@ -36,8 +37,9 @@ pub(super) fn simulate_csv(d: &Design, sims: &[Vec<f64>]) -> String {
     o.push('\n');
     for (i, row) in d.rows.iter().enumerate() {
         let _ = write!(o, "{}", row + 1);
+        let per = per.map_or(1.0, |w| w[i]);
         for s in sims {
-            let _ = write!(o, ",{}", s[i]);
+            let _ = write!(o, ",{}", s[i] / per);
         }
         o.push('\n');
     }

@@ -11,10 +11,11 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use sagd::em::{EmEvent, EmSettings};
 use sagd::glmm::{
+    Design,
     Criterion, ExactSettings, Family, FitSettings, Formula, Glmm, GlmmFit, Method, SampledMeans,
 };
 use sagd::run::Control;
@@ -33,7 +34,7 @@ mod predict;
 mod ranef;
 mod refits;
 mod summary;
-use anova::{other_model, Compared, Fitted as Compares};
+use anova::{other_design, Compared, Fitted as Compares};
 use confint::Intervals;
 use files::{estimates_csv, result_json};
 use fitted::{fitted_csv, simulate_csv};
@@ -58,9 +59,10 @@ pub struct GlmmArgs {
     /// gaussian, poisson or binomial (0/1, two levels, or cbind(successes, failures)).
     #[arg(long, default_value = "gaussian")]
     family: String,
-    /// Gaussian family: a column of prior weights (lme4's `weights = w`), row i's residual
-    /// variance σ²/wᵢ, as for the mean of wᵢ measurements; every row the model uses needs a
-    /// positive weight.
+    /// A column of prior weights (lme4's `weights = w`), a positive value on every row the model
+    /// uses. Gaussian family: row i's residual variance σ²/wᵢ, as for the mean of wᵢ
+    /// measurements. Binomial family: row i's number of trials, the response then the
+    /// proportion of them that succeeded (simulate.csv gives proportions too).
     #[arg(long, value_name = "COLUMN")]
     weights: Option<String>,
     /// auto: the exact likelihood where it can be computed (Gaussian; up to 3 random effects per
@@ -139,6 +141,34 @@ pub struct GlmmArgs {
     quiet: bool,
 }
 
+/// The model of `design` in `family` under --weights `w`: the Gaussian's prior weights, or the
+/// binomial's trials, its response then the proportion of them that succeeded (lme4's
+/// `glmer(y ~ …, weights = w, family = binomial)`).
+fn weighted_model(design: &Design, family: Family, w: Option<&[f64]>) -> Result<Glmm> {
+    let Some(w) = w else {
+        return Ok(design.glmm(family)?);
+    };
+    if family != Family::Binomial {
+        return design.glmm(family)?.with_weights(w).context("--weights");
+    }
+    if design.trials.is_some() {
+        bail!(
+            "--weights with the response {}: a binomial's weights are its trials, which \
+             cbind(successes, failures) gives already: give the counts by cbind, or the \
+             proportion of successes as the response with --weights, not both",
+            design.response
+        );
+    }
+    let row = |k: usize| format!("data row {}", design.rows[k] + 1);
+    let (y, trials) = Glmm::weighted_proportions(&design.y, w, row).context("--weights")?;
+    let counts = Design {
+        y,
+        trials: Some(trials),
+        ..design.clone()
+    };
+    Ok(counts.glmm(family)?)
+}
+
 /// Runs `sagd glmm`.
 pub fn run(a: GlmmArgs) -> Result<()> {
     let t0 = Instant::now();
@@ -155,15 +185,10 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         Some(column) => Some(frame.numbers_at(column, &design.rows, "--weights")?),
         None => None,
     };
-    let weighted = |m: Glmm| -> Result<Glmm> {
-        Ok(match &weights {
-            Some(w) => m.with_weights(w).context("--weights")?,
-            None => m,
-        })
-    };
-    let model = weighted(design.glmm(family)?)?;
+    let weights = weights.as_deref();
+    let model = weighted_model(&design, family, weights)?;
     let others = (a.compare.iter())
-        .map(|f| weighted(other_model(f, &frame, family, &design)?))
+        .map(|f| weighted_model(&other_design(f, &frame, &design)?, family, weights))
         .collect::<Result<Vec<_>>>()?;
     let new_rows = match &a.predict {
         Some(path) => Some(NewRows::read(path, &formula, &frame)?),
@@ -280,7 +305,12 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     };
     if let Some(draws) = a.simulate {
         match model.simulate(&fit.theta, draws, a.seed, a.simulate_conditional) {
-            Ok(sims) => write_atomic(&staging.path("simulate.csv"), simulate_csv(&design, &sims))?,
+            Ok(sims) => {
+                // A binomial's draws as its response was given: proportions of the weights.
+                let per = weights.filter(|_| family == Family::Binomial);
+                let csv = simulate_csv(&design, &sims, per);
+                write_atomic(&staging.path("simulate.csv"), csv)?
+            }
             Err(e) => say_err!("warning: no simulate.csv: {e}"),
         }
     }

@@ -305,6 +305,57 @@ pub(super) fn dependent_column(x: &[f64], n: usize, p: usize) -> Option<usize> {
     None
 }
 
+/// How far from a whole number, relative to the row's trials, a binomial row's successes from a
+/// proportion may be (float rounding of a proportion such as 1/3) and still count as whole.
+const WHOLE: f64 = 1e-6;
+
+impl super::Glmm {
+    /// A binomial response given lme4's way with prior weights (`glmer(y ~ …, weights = w,
+    /// family = binomial)`): each yᵢ the proportion of wᵢ trials that succeeded, turned into the
+    /// successes yᵢwᵢ and the trials wᵢ that [`super::Glmm::with_terms`] takes (the same
+    /// likelihood as lme4's, its constant included). A 0/1 response with weights is the
+    /// proportion 0 or 1 of wᵢ trials. Refused by name unless each wᵢ is a whole number, at
+    /// least 1, each yᵢ in [0, 1] and yᵢwᵢ a whole number (to a relative 1e-6: lme4 warns and
+    /// fits fractional successes); `row` names row i in the errors.
+    pub fn weighted_proportions(
+        y: &[f64],
+        w: &[f64],
+        row: impl Fn(usize) -> String,
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
+        if w.len() != y.len() {
+            return Err(invalid(
+                "weights",
+                format!("{} values", w.len()),
+                &format!("give one weight per row of the response ({})", y.len()),
+            ));
+        }
+        let mut successes = Vec::with_capacity(y.len());
+        for (i, (&p, &m)) in y.iter().zip(w).enumerate() {
+            if !(m.is_finite() && m >= 1.0 && m.fract() == 0.0) {
+                return Err(invalid(
+                    "weights",
+                    format!("{m} at {}", row(i)),
+                    "a binomial's weights are its rows' numbers of trials: give each a whole \
+                     number, at least 1 (drop a row of weight 0)",
+                ));
+            }
+            let s = p * m;
+            if !(0.0..=1.0).contains(&p) || (s - s.round()).abs() > WHOLE * m {
+                return Err(invalid(
+                    "data",
+                    format!("the response is {p} of {m} trials at {}", row(i)),
+                    "with weights, a binomial's response is the proportion of the row's trials \
+                     that succeeded, in [0, 1], and that proportion times the weight a whole \
+                     number of successes: give the proportion to more digits, or the counts as \
+                     cbind(successes, failures) without weights",
+                ));
+            }
+            successes.push(s.round());
+        }
+        Ok((successes, w.to_vec()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,5 +473,30 @@ mod tests {
         );
         assert!(model(Family::Poisson, &[0, 1, 2, 3]).is_ok());
         assert!(model(Family::Gaussian, &[0, 1, 2, 2]).is_ok());
+    }
+
+    /// lme4's binomial weights: proportions of whole trials (1/3 of 3 to its float rounding, a
+    /// 0/1 response) become successes and trials; weights that are not whole trials, a
+    /// proportion outside [0, 1] or one that is no whole number of its trials is refused with
+    /// the row named.
+    #[test]
+    fn binomial_weights_are_trials_of_proportions() {
+        let row = |i: usize| format!("row {i}");
+        let y = [1.0 / 3.0, 0.0, 1.0, 0.25];
+        let (s, m) = Glmm::weighted_proportions(&y, &[3.0, 5.0, 2.0, 8.0], row).unwrap();
+        assert_eq!((s, m), (vec![1.0, 0.0, 2.0, 2.0], vec![3.0, 5.0, 2.0, 8.0]));
+        for (w, y, says) in [
+            (2.5, 0.4, "2.5 at row 1"),
+            (0.0, 0.0, "whole number, at least 1"),
+            (f64::NAN, 0.0, "NaN at row 1"),
+            (4.0, 1.5, "1.5 of 4 trials at row 1"),
+            (4.0, -0.25, "-0.25 of 4 trials"),
+            (3.0, 0.3333, "0.3333 of 3 trials"),
+        ] {
+            let e = Glmm::weighted_proportions(&[0.5, y], &[2.0, w], row).unwrap_err();
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        let e = Glmm::weighted_proportions(&y, &[1.0], row).unwrap_err();
+        assert!(e.to_string().contains("one weight per row"), "{e}");
     }
 }

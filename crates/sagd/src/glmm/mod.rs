@@ -138,17 +138,18 @@ impl Glmm {
 
     /// The same Gaussian model with prior weights `w`, one per row in the order the rows were
     /// given (lme4's `lmer(..., weights = w)`): row i's residual variance is σ²/wᵢ, as for the
-    /// mean of wᵢ measurements. Refused by name for other families (the binomial's trials are
-    /// its `trials`, a Poisson's exposure an offset) and unless each weight is positive and
-    /// finite.
+    /// mean of wᵢ measurements. Refused by name for other families (a binomial's weights are its
+    /// trials, which [`Glmm::weighted_proportions`] reads from lme4's proportions and weights; a
+    /// Poisson's exposure is an offset) and unless each weight is positive and finite.
     pub fn with_weights(&self, w: &[f64]) -> Result<Glmm> {
         let n = self.n_obs();
         if self.family != Family::Gaussian {
             return Err(invalid(
                 "weights",
                 format!("for the {:?} family", self.family),
-                "prior weights are the Gaussian family's: give a binomial's trials as trials \
-                 (cbind(successes, failures)), a Poisson's exposure as an offset",
+                "prior weights are the Gaussian family's: a binomial's weights are its trials \
+                 (build the model from proportions and weights by Glmm::weighted_proportions, \
+                 or from cbind(successes, failures)), a Poisson's exposure is an offset",
             ));
         }
         if w.len() != n {
