@@ -175,7 +175,13 @@ fn weighted_gaussian_fits_are_lmer_s() {
 /// draws are proportions of n, as lme4's `simulate` gives them.
 #[test]
 fn binomial_weights_are_trials_as_glmer_reads_them() {
-    let args = ["prop ~ x + (1 | site)", "--family", "binomial", "--weights", "n"];
+    let args = [
+        "prop ~ x + (1 | site)",
+        "--family",
+        "binomial",
+        "--weights",
+        "n",
+    ];
     let printed = matches_lme4("proportions", "glmm_proportions.csv", &args, 1e-6);
     assert!(printed.contains("Weights: n"), "{printed}");
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -206,7 +212,10 @@ fn binomial_weights_are_trials_as_glmer_reads_them() {
         let n = trials[row[0] as usize - 1];
         for p in &row[1..] {
             let s = p * n;
-            assert!((0.0..=1.0).contains(p) && (s - s.round()).abs() < 1e-9, "{p} of {n}");
+            assert!(
+                (0.0..=1.0).contains(p) && (s - s.round()).abs() < 1e-9,
+                "{p} of {n}"
+            );
         }
     }
 }

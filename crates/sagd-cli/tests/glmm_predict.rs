@@ -161,3 +161,79 @@ fn new_data_the_fit_cannot_predict_are_refused_before_the_fit() {
         "nothing is written for new data that cannot be predicted"
     );
 }
+
+/// A weighted fit (lmer's `weights = w`; glmer's binomial `weights = n` beside a proportion)
+/// predicting its own data file: each new row takes its weight from the file's --weights
+/// column, so its residuals are the fitted rows' (fitted.csv's, which are lme4's,
+/// `tests/glmm_fitted.rs`). Without that column the Pearson and deviance residuals, which a
+/// weight scales, are left blank, and result.json says so.
+#[test]
+fn new_rows_of_a_weighted_fit_take_their_own_weights() {
+    let runs = [
+        (
+            "glmm_weights.csv",
+            &["y ~ x + (1 | site)", "--weights", "w"][..],
+            2,
+        ),
+        (
+            "glmm_proportions.csv",
+            &[
+                "prop ~ x + (1 | site)",
+                "--family",
+                "binomial",
+                "--weights",
+                "n",
+            ][..],
+            1,
+        ),
+    ];
+    for (file, args, weight_column) in runs {
+        let dir = tempfile::tempdir().unwrap();
+        let path = data(file);
+        let mut all = args.to_vec();
+        all.extend(["--predict", path.to_str().unwrap()]);
+        glmm(&all, &path, dir.path());
+        let fitted = std::fs::read_to_string(dir.path().join("fitted.csv")).unwrap();
+        let rows = predictions(dir.path());
+        for (got, want) in rows.iter().zip(fitted.lines().skip(1)) {
+            let want: Vec<f64> = want.split(',').map(|v| v.parse().unwrap()).collect();
+            for (g, w) in got[6..].iter().zip(&want[3..]) {
+                let g: f64 = g.parse().unwrap();
+                assert!(
+                    (g - w).abs() < 1e-12 * (1.0 + w.abs()),
+                    "{file}: {got:?} {want:?}"
+                );
+            }
+        }
+        let result: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("result.json")).unwrap())
+                .unwrap();
+        assert_eq!(result["predictions"]["weights"], args[args.len() - 1]);
+        // The same file without its weights.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let unweighted: String = (text.lines())
+            .map(|l| {
+                let mut f: Vec<&str> = l.split(',').collect();
+                f.remove(weight_column);
+                f.join(",") + "\n"
+            })
+            .collect();
+        let new = dir.path().join("new.csv");
+        std::fs::write(&new, unweighted).unwrap();
+        let blank = dir.path().join("blank");
+        let mut all = args.to_vec();
+        all.extend(["--predict", new.to_str().unwrap()]);
+        let o = glmm(&all, &path, &blank);
+        assert!(String::from_utf8_lossy(&o.stderr).contains("left blank"));
+        for (got, fitted) in predictions(&blank).iter().zip(&rows) {
+            // The response residual needs no weight (a binomial's y·n/n to rounding).
+            let (g, w): (f64, f64) = (got[6].parse().unwrap(), fitted[6].parse().unwrap());
+            assert!((g - w).abs() < 1e-12, "{file}: {got:?} {fitted:?}");
+            assert_eq!((&got[7], &got[8]), (&String::new(), &String::new()));
+        }
+        let result: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(blank.join("result.json")).unwrap())
+                .unwrap();
+        assert!(result["predictions"]["weights"].is_null());
+    }
+}

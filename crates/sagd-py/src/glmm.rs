@@ -16,7 +16,8 @@ use sagd::model::LatentModel;
 use crate::{detached, em_settings, py_error, trace_dict};
 
 /// A `Glmm` from `sagd.glmm`'s checked arrays (one random-effect term per entry of `groups`),
-/// with the Gaussian's prior weights where given.
+/// with the Gaussian's prior weights where given, or the binomial's (its trials, y then the
+/// proportion of them that succeeded: `Glmm::weighted_proportions`).
 #[allow(clippy::too_many_arguments)]
 fn glmm_model(
     family: &str,
@@ -57,16 +58,42 @@ fn glmm_model(
         y.as_array().to_vec(),
         x.as_array().iter().copied().collect(),
     );
-    let trials = trials.map(|t| t.as_array().to_vec());
+    let mut trials = trials.map(|t| t.as_array().to_vec());
+    let mut weights = weights.map(|w| w.as_array().to_vec());
+    let mut y = y;
+    if let (Family::Binomial, Some(w)) = (family, &weights) {
+        if trials.is_some() {
+            return Err(PyValueError::new_err(
+                "weights: a binomial's weights are its trials: give trials (or \
+                 cbind(successes, failures)) or the proportion of successes as y with weights, \
+                 not both",
+            ));
+        }
+        let row = |i: usize| format!("observation {i}");
+        let (successes, w) = Glmm::weighted_proportions(&y, w, row).map_err(py_error)?;
+        (y, trials, weights) = (successes, Some(w), None);
+    }
     let model = match offset {
         Some(o) => Glmm::with_offset(family, y, x, terms, trials, o.as_array().to_vec()),
         None => Glmm::with_terms(family, y, x, terms, trials),
     };
     match weights {
-        Some(w) => model.and_then(|m| m.with_weights(&w.as_array().to_vec())),
+        Some(w) => model.and_then(|m| m.with_weights(&w)),
         None => model,
     }
     .map_err(py_error)
+}
+
+/// Draws of a model's responses as its response was given: a binomial's successes as
+/// proportions of its `weights` (lme4's `simulate` of a weighted binomial fit), others as drawn.
+fn as_given(mut sims: Vec<Vec<f64>>, family: &str, weights: Option<&[f64]>) -> Vec<Vec<f64>> {
+    let binomial = family.parse::<Family>() == Ok(Family::Binomial);
+    if let Some(w) = weights.filter(|_| binomial) {
+        for draw in &mut sims {
+            draw.iter_mut().zip(w).for_each(|(s, m)| *s /= m);
+        }
+    }
+    sims
 }
 
 /// ℓ(θ) of a GLMM (see `sagd.glmm_loglik`): (value, its error, how it was computed).
@@ -198,10 +225,18 @@ pub(crate) fn simulate_glmm(
     threads: Option<usize>,
 ) -> PyResult<Vec<Vec<f64>>> {
     let m = model_of(&model)?;
-    detached(py, threads, None, None, |_| {
+    let family: String = model
+        .get_item("family")?
+        .map_or(Ok(String::new()), |f| f.extract())?;
+    let weights: Option<Vec<f64>> = match model.get_item("weights")? {
+        Some(w) => w.extract()?,
+        None => None,
+    };
+    let sims = detached(py, threads, None, None, |_| {
         m.simulate(&theta, draws, seed, conditional)
     })?
-    .map_err(py_error)
+    .map_err(py_error)?;
+    Ok(as_given(sims, &family, weights.as_deref()))
 }
 
 fn likelihood_method_name(method: LikelihoodMethod) -> String {
@@ -310,6 +345,7 @@ pub(crate) fn fit_glmm<'py>(
             SampledMeans::MIN_DRAWS
         )));
     }
+    let given_weights = weights.as_ref().map(|w| w.as_array().to_vec());
     let model = glmm_model(
         family, y, x, groups, zs, correlated, trials, offset, weights,
     )?;
@@ -351,7 +387,10 @@ pub(crate) fn fit_glmm<'py>(
         let sims = py
             .detach(|| model.simulate(&fit.theta, draws, seed, false))
             .map_err(py_error)?;
-        d.set_item("simulations", sims)?;
+        d.set_item(
+            "simulations",
+            as_given(sims, family, given_weights.as_deref()),
+        )?;
     }
     if let Some(draws) = bootstrap {
         bootstrap_items(

@@ -139,3 +139,28 @@ def test_prior_weights_fit_as_lmer_fits_them():
         sagd.glmm("y ~ x + (1 | site)", data=df.assign(y=df.w), weights="w", family="poisson")
     with pytest.raises(ValueError, match="positive"):
         sagd.glmm("y ~ x + (1 | site)", data=df.assign(w=df.w - 1.0), weights="w")
+
+
+def test_binomial_weights_are_trials_as_glmer_reads_them():
+    """lme4 1.1-31's glmer(prop ~ x + (1 | site), weights = n, family = binomial, nAGQ = 25) on
+    glmm_proportions.csv (the reference of crates/sagd-cli/tests/glmm_fitted.rs): beta, the sd
+    and the exact log-likelihood; the same fit as cbind(s, f); simulations as proportions of n,
+    as lme4's simulate gives them; trials beside weights, and weights that are not whole
+    trials, refused by name."""
+    df = pd.read_csv(DATA / "glmm_proportions.csv")
+    r = sagd.glmm("prop ~ x + (1 | site)", data=df, family="binomial", weights="n", simulate=5)
+    np.testing.assert_allclose(r.fixed, [-0.379607838497, 0.674348776221], atol=1e-6)
+    assert abs(r.random_sd[0] - 0.655906188943) < 1e-6
+    assert abs(r.loglik - -179.80785245198) < 1e-8
+    counts = sagd.glmm("cbind(s, f) ~ x + (1 | site)", data=df, family="binomial")
+    np.testing.assert_array_equal(counts.estimate, r.estimate)
+    n = df.n.to_numpy()
+    for sims in (r.simulations, r.simulate(5, seed=3)):
+        assert np.all((sims >= 0) & (sims <= 1))
+        np.testing.assert_allclose(sims * n, np.round(sims * n), atol=1e-9)
+    X = np.column_stack([np.ones(len(df)), df.x])
+    with pytest.raises(ValueError, match="not both"):
+        sagd.glmm(df.prop.to_numpy(), X, df.site.to_numpy(), family="binomial",
+                  trials=n, weights=n)
+    with pytest.raises(ValueError, match="whole number"):
+        sagd.glmm("prop ~ x + (1 | site)", data=df, family="binomial", weights=n + 0.5)

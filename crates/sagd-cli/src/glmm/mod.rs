@@ -15,8 +15,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use sagd::em::{EmEvent, EmSettings};
 use sagd::glmm::{
-    Design,
-    Criterion, ExactSettings, Family, FitSettings, Formula, Glmm, GlmmFit, Method, SampledMeans,
+    Criterion, Design, ExactSettings, Family, FitSettings, Formula, Glmm, GlmmFit, Method,
+    SampledMeans,
 };
 use sagd::run::Control;
 use serde::Serialize;
@@ -191,7 +191,12 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         .map(|f| weighted_model(&other_design(f, &frame, &design)?, family, weights))
         .collect::<Result<Vec<_>>>()?;
     let new_rows = match &a.predict {
-        Some(path) => Some(NewRows::read(path, &formula, &frame)?),
+        Some(path) => Some(NewRows::read(
+            path,
+            &formula,
+            &frame,
+            (a.weights.as_deref(), family),
+        )?),
         None => None,
     };
     let settings = fit_settings(&a, family)?;

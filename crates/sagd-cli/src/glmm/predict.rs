@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use sagd::glmm::{Design, FittedValues, Formula, Frame, Glmm};
+use sagd::glmm::{Design, Family, FittedValues, Formula, Frame, Glmm};
 use serde_json::json;
 
 use super::files::csv_text;
@@ -17,18 +17,38 @@ use crate::output::{write_atomic, Staging};
 pub(super) struct NewRows {
     path: PathBuf,
     design: Design,
+    /// The fit's --weights column, and whether the new file has it (without it, the residuals
+    /// that a weight scales are left blank).
+    weights: Option<(String, bool)>,
 }
 
 impl NewRows {
-    /// The rows of the CSV file `path` under `formula`, coded as the fitted data `frame`.
-    pub(super) fn read(path: &Path, formula: &Formula, frame: &Frame) -> Result<NewRows> {
+    /// The rows of the CSV file `path` under `formula`, coded as the fitted data `frame`; with
+    /// the fit's --weights column `weights` of `family`, each row's weight from the file where
+    /// it has that column (the Gaussian's prior weight, the binomial's trials under its
+    /// proportion), as the fitted rows take theirs.
+    pub(super) fn read(
+        path: &Path,
+        formula: &Formula,
+        frame: &Frame,
+        (weights, family): (Option<&str>, Family),
+    ) -> Result<NewRows> {
         let new = read_table(path)?;
-        let design = formula
-            .new_design(frame, &new)
-            .with_context(|| format!("--predict {}", path.display()))?;
+        let context = || format!("--predict {}", path.display());
+        let mut design = formula.new_design(frame, &new).with_context(context)?;
+        let weights = weights.map(|c| (c.to_string(), new.has_column(c)));
+        if let Some((column, true)) = &weights {
+            let w = (new.numbers_at(column, &design.rows, "--weights")).with_context(context)?;
+            if family == Family::Binomial {
+                // The proportion's successes of the row's trials (NaN where not given).
+                design.y.iter_mut().zip(&w).for_each(|(y, m)| *y *= m);
+            }
+            design.trials = Some(w);
+        }
         Ok(NewRows {
             path: path.to_path_buf(),
             design,
+            weights,
         })
     }
 
@@ -59,13 +79,17 @@ impl NewRows {
                 (t.group.clone(), json!(rows.count()))
             })
             .collect();
-        json!({
+        let mut out = json!({
             "data": self.path.display().to_string(),
             "file": "predictions.csv",
             "rows": self.design.n_obs,
             "dropped": self.design.dropped,
             "rows_at_unseen_levels": counts,
-        })
+        });
+        if let Some((column, has)) = &self.weights {
+            out["weights"] = json!(has.then_some(column));
+        }
+        out
     }
 
     /// predictions.csv into `staging` (one row per new row kept: its row in the file, η and the
@@ -82,13 +106,18 @@ impl NewRows {
         let predicted = model
             .predict(theta, &self.design, true)
             .and_then(|with| Ok((with, model.predict(theta, &self.design, false)?)));
-        let (with, without) = match predicted {
+        let (mut with, without) = match predicted {
             Ok(p) => p,
             Err(e) => {
                 say_err!("warning: no predictions.csv: {e}");
                 return Ok(None);
             }
         };
+        if let Some((_, false)) = &self.weights {
+            // Without the rows' weights, only the response residual is the fit's.
+            with.pearson.fill(f64::NAN);
+            with.deviance.fill(f64::NAN);
+        }
         let unseen = self.unseen(fitted);
         let text = csv(&self.design, (&with, &without), &unseen);
         write_atomic(&staging.path("predictions.csv"), text)?;
@@ -107,6 +136,12 @@ impl NewRows {
                 "note: --predict {}: {} row(s) with a missing predictor left out of predictions.csv",
                 self.path.display(),
                 d.dropped
+            ));
+        }
+        if let Some((column, false)) = &self.weights {
+            out.push(format!(
+                "note: --predict {}: no column `{column}` (the fit's --weights): the Pearson and deviance residuals, which a row's weight scales, are left blank",
+                self.path.display()
             ));
         }
         let unseen = unseen.iter().filter(|u| !u.is_empty()).count();

@@ -98,9 +98,10 @@ class _Arrays:
             raise ValueError("trials: only the binomial family has trials")
         ov = None if offset is None else _vector("offset", offset, n)
         wv = None if weights is None else _vector("weights", weights, n)
-        if wv is not None and family.lower() not in ("gaussian", "normal"):
-            raise ValueError("weights: prior weights are the Gaussian family's; give a "
-                             "binomial's trials as trials, a Poisson's exposure as an offset")
+        if wv is not None and family.lower() not in ("gaussian", "normal", "binomial",
+                                                     "bernoulli"):
+            raise ValueError("weights: prior weights are the Gaussian family's and the "
+                             "binomial's (its trials); give a Poisson's exposure as an offset")
         return cls(family, yv, n, factor_names, k, labels, index, Xm, Zs, cor, tv, ov, wv)
 
     def core(self) -> Dict[str, Any]:

@@ -380,10 +380,12 @@ def glmm(
         offset: a known part of each observation's eta (n finite values; glmer's ``offset``),
             such as ``np.log(exposure)`` for Poisson rates; with a formula, added to its
             ``offset(...)`` terms, as R adds them.
-        weights: Gaussian family: prior weights (lmer's ``weights``), observation i's
-            residual variance sigma^2 / w_i, as for the mean of w_i measurements: n positive
-            values, or with a formula the name of a column of ``data`` (or one value per row of
-            it).
+        weights: prior weights (lme4's ``weights``): n positive values, or with a formula the
+            name of a column of ``data`` (or one value per row of it). Gaussian family:
+            observation i's residual variance sigma^2 / w_i, as for the mean of w_i
+            measurements. Binomial family: observation i's number of trials, y then the
+            proportion of them that succeeded (``glmer(prop ~ ..., weights = n)``; simulations
+            are proportions too).
         profile: a level (e.g. 0.95) for profile-likelihood confidence intervals (lme4's
             ``confint(fit)``) from the exact likelihood, in ``confint``; exact maximum-likelihood
             fits only (not ``reml=True`` or ``method="em"``; a fit that falls back to EM says

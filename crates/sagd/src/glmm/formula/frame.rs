@@ -106,6 +106,11 @@ impl Frame {
         Some(&self.columns[k])
     }
 
+    /// Whether the frame has a column `name`.
+    pub fn has_column(&self, name: &str) -> bool {
+        self.find(name).is_some()
+    }
+
     pub(super) fn column(&self, name: &str) -> Result<&Column> {
         match self.find(name) {
             Some(col) => Ok(col),
