@@ -239,3 +239,89 @@ fn weighted_profile_intervals_are_the_roots_of_lmer_s_deviance() {
         ],
     );
 }
+
+/// lmerTest 3.1-3's `coef(summary(fit))` (R 4.2.2, lme4 1.1-31): per fit, each fixed effect's
+/// standard error, Satterthwaite's degrees of freedom and the t test's p-value.
+const LMERTEST: &str = "\
+reml,0.325529380617,46.1385327864,2.56695316639e-08
+reml,0.200407585302,63.1822914510,2.31957687763e-04
+reml,0.284970157699,151.1124505586,1.75535495202e-03
+reml,0.270736573938,143.4894045321,7.90134925587e-01
+reml,0.294306710652,99.9411829810,1.21889490207e-01
+reml,0.266397507334,153.4368952777,5.35793528451e-01
+ml,0.319406575594,47.7594291518,1.35696330232e-08
+ml,0.194255368414,63.2235421137,1.64412627691e-04
+ml,0.280425002459,155.9434428134,1.38949063023e-03
+ml,0.265506014443,147.5833676104,7.91059548310e-01
+ml,0.286964557687,99.1894617065,1.17957589065e-01
+ml,0.261669209553,158.2472043459,5.28369995126e-01
+weights,0.1941446362385,14.0798559677,1.41196027676e-03
+weights,0.0534838850733,75.3796817473,1.06070252054e-14
+";
+
+/// `--ddf satterthwaite` against lmerTest's `summary(fit)`: `lmer(count ~ x * dose + (1 + x |
+/// site), REML = TRUE` and `FALSE)` on glmm_counts.csv, and the weighted `lmer(y ~ x + (1 |
+/// site), weights = w)` (REML) on glmm_weights.csv. The two maximisers' θ̂ differ by about 1e-6,
+/// which moves the errors by about that and the degrees of freedom by 1e-5 of themselves. Other
+/// families and EM's fits are refused by name.
+#[test]
+fn satterthwaite_tests_are_lmertest_s() {
+    let slopes = "count ~ x * dose + (1 + x | site)";
+    let weights = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_weights.csv");
+    let fits: [(&str, &[&str], PathBuf); 3] = [
+        ("reml", &[slopes, "--reml"], data()),
+        ("ml", &[slopes], data()),
+        (
+            "weights",
+            &["y ~ x + (1 | site)", "--weights", "w", "--reml"],
+            weights,
+        ),
+    ];
+    for (name, args, file) in fits {
+        let dir = tempfile::tempdir().unwrap();
+        let all: Vec<&str> = args
+            .iter()
+            .copied()
+            .chain(["--ddf", "satterthwaite"])
+            .collect();
+        let printed = String::from_utf8_lossy(&glmm(&all, &file, dir.path()).stdout).into_owned();
+        assert!(
+            printed.contains("Satterthwaite's degrees of freedom"),
+            "{printed}"
+        );
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("result.json")).unwrap())
+                .unwrap();
+        let want: Vec<Vec<f64>> = (LMERTEST.lines())
+            .filter(|l| l.starts_with(&format!("{name},")))
+            .map(|l| l.split(',').skip(1).map(|v| v.parse().unwrap()).collect())
+            .collect();
+        let got = r["satterthwaite"].as_array().unwrap();
+        assert_eq!(got.len(), want.len(), "{name}");
+        for (g, w) in got.iter().zip(&want) {
+            let rel = |key: &str, v: f64| (g[key].as_f64().unwrap() / v - 1.0).abs();
+            assert!(rel("se", w[0]) < 1e-5, "{name}: {g} against {w:?}");
+            assert!(rel("df", w[1]) < 1e-4, "{name}: {g} against {w:?}");
+            assert!(rel("p", w[2]) < 1e-4, "{name}: {g} against {w:?}");
+        }
+    }
+    for (flags, says) in [
+        (&["--family", "poisson"][..], "Gaussian family"),
+        (&["--method", "em"][..], "exact likelihood"),
+    ] {
+        let err = refused(
+            sagd()
+                .args([
+                    "glmm",
+                    "count ~ x + (1 | site)",
+                    "--ddf",
+                    "satterthwaite",
+                    "--data",
+                ])
+                .arg(data())
+                .args(flags)
+                .args(["--out", "/nonexistent/never"]),
+        );
+        assert!(err.contains("--ddf") && err.contains(says), "{err}");
+    }
+}

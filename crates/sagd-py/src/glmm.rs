@@ -310,7 +310,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None, satterthwaite=false))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -337,6 +337,7 @@ pub(crate) fn fit_glmm<'py>(
     simulate: Option<usize>,
     bootstrap: Option<usize>,
     bootstrap_progress: Option<Py<PyAny>>,
+    satterthwaite: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
     if (1..SampledMeans::MIN_DRAWS).contains(&ranef_draws) {
@@ -381,6 +382,19 @@ pub(crate) fn fit_glmm<'py>(
     fitted_items(py, &d, &model, &fit.theta)?;
     if let Some(level) = profile {
         profile_items(py, &d, &model, &fit, level)?;
+    }
+    if satterthwaite {
+        // Per fixed effect: its error given the variances, the degrees of freedom, p.
+        let tests = match &fit.covariance {
+            Some(cov) => model.satterthwaite(&fit.theta, cov).map_err(py_error)?,
+            None => {
+                return Err(PyValueError::new_err(
+                    "ddf: the fit's information could not be inverted, so it has no \
+                     Satterthwaite tests",
+                ))
+            }
+        };
+        d.set_item("satterthwaite", tests)?;
     }
     if let Some(draws) = simulate {
         // Draws × observations, lme4's simulate(fit, nsim) transposed.

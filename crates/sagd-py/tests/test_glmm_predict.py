@@ -164,3 +164,24 @@ def test_binomial_weights_are_trials_as_glmer_reads_them():
                   trials=n, weights=n)
     with pytest.raises(ValueError, match="whole number"):
         sagd.glmm("prop ~ x + (1 | site)", data=df, family="binomial", weights=n + 0.5)
+
+
+def test_satterthwaite_tests_are_lmertest_s():
+    """lmerTest 3.1-3's summary(lmer(count ~ x * dose + (1 + x | site), REML = TRUE)) on
+    glmm_counts.csv (the reference of crates/sagd-cli/tests/glmm_confint.rs): each fixed
+    effect's standard error, Satterthwaite's degrees of freedom and p-value; other families
+    refused by name."""
+    df = pd.read_csv(DATA / "glmm_counts.csv").dropna()
+    r = sagd.glmm("count ~ x * dose + (1 + x | site)", data=df, reml=True, ddf="satterthwaite")
+    lmertest = np.array([
+        [0.325529380617, 46.1385327864, 2.56695316639e-08],
+        [0.200407585302, 63.1822914510, 2.31957687763e-04],
+        [0.284970157699, 151.1124505586, 1.75535495202e-03],
+        [0.270736573938, 143.4894045321, 7.90134925587e-01],
+        [0.294306710652, 99.9411829810, 1.21889490207e-01],
+        [0.266397507334, 153.4368952777, 5.35793528451e-01],
+    ])
+    np.testing.assert_allclose(r.satterthwaite, lmertest, rtol=1e-4)
+    assert sagd.glmm("count ~ x + (1 | site)", data=df).satterthwaite is None
+    with pytest.raises(ValueError, match="Gaussian family"):
+        sagd.glmm("count ~ x + (1 | site)", data=df, family="poisson", ddf="satterthwaite")

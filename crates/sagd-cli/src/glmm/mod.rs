@@ -65,6 +65,11 @@ pub struct GlmmArgs {
     /// proportion of them that succeeded (simulate.csv gives proportions too).
     #[arg(long, value_name = "COLUMN")]
     weights: Option<String>,
+    /// Gaussian family: the fixed effects' t tests with Satterthwaite's degrees of freedom and
+    /// p-values (lmerTest's `summary(fit, ddf = "Satterthwaite")`), ML or REML; their standard
+    /// errors given the variance parameters, as lmer's `vcov`.
+    #[arg(long, value_name = "METHOD", value_parser = ["satterthwaite"])]
+    ddf: Option<String>,
     /// auto: the exact likelihood where it can be computed (Gaussian; up to 3 random effects per
     /// independent block by adaptive quadrature), else Langevin chains from Laplace's maximum
     /// (the polish's Newton steps; automated EM where they fail); exact; em.
@@ -167,6 +172,30 @@ fn weighted_model(design: &Design, family: Family, w: Option<&[f64]>) -> Result<
         ..design.clone()
     };
     Ok(counts.glmm(family)?)
+}
+
+/// With --ddf satterthwaite, each fixed effect's standard error given the variance parameters,
+/// Satterthwaite's degrees of freedom and the t test's p-value (`None`, and a warning, where
+/// the fit has no covariance to take them from).
+fn satterthwaite(a: &GlmmArgs, model: &Glmm, fit: &GlmmFit) -> Option<Vec<(f64, f64, f64)>> {
+    a.ddf.as_ref()?;
+    let tests = match &fit.covariance {
+        Some(cov) => model
+            .satterthwaite(&fit.theta, cov)
+            .map_err(|e| e.to_string()),
+        None => Err("the fit's information could not be inverted".to_string()),
+    };
+    tests
+        .map_err(|e| say_err!("warning: no Satterthwaite tests: {e}"))
+        .ok()
+}
+
+/// result.json's `satterthwaite`: per fixed effect its name, estimate, standard error given
+/// the variance parameters, degrees of freedom, t and p.
+fn satterthwaite_json(d: &Design, tests: &[(f64, f64, f64)]) -> serde_json::Value {
+    json!((d.x_names.iter().zip(tests))
+        .map(|(name, (se, df, p))| json!({"name": name, "se": se, "df": df, "p": p}))
+        .collect::<Vec<_>>())
 }
 
 /// Runs `sagd glmm`.
@@ -281,7 +310,14 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         }
     })
     .collect::<Vec<_>>();
-    let notes = (sep, quantiles.as_ref(), &intervals[..], compared.as_ref());
+    let tests = satterthwaite(&a, &model, &fit);
+    let notes = (
+        sep,
+        quantiles.as_ref(),
+        &intervals[..],
+        compared.as_ref(),
+        tests.as_deref(),
+    );
     let text = render(&a, family, &design, (&fit, notes), &summary, seconds);
     say_part!("{text}");
     write_atomic(&staging.path("summary.txt"), &text)?;
@@ -328,6 +364,9 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     }
     // lme4's `summary(fit)$residuals`' minimum, quartiles and maximum.
     result["scaled_residuals"] = json!(quantiles);
+    if let Some(t) = &tests {
+        result["satterthwaite"] = satterthwaite_json(&design, t);
+    }
     if let Some(Ok(p)) = &profiled {
         result["confint"] = p.json();
     }
@@ -472,6 +511,14 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
     }
     if a.reml && family != Family::Gaussian {
         anyhow::bail!("--reml: REML is for the Gaussian family only; leave it out for {family:?}");
+    }
+    if a.ddf.is_some() && family != Family::Gaussian {
+        anyhow::bail!("--ddf satterthwaite: Satterthwaite's degrees of freedom are the Gaussian family's t tests (lmerTest's); {family:?} fixed effects have Wald z tests: leave it out");
+    }
+    if a.ddf.is_some() && method == Method::Em {
+        anyhow::bail!(
+            "--ddf satterthwaite: the tests need the exact likelihood; leave out --method em"
+        );
     }
     if let Some(level) = a.profile {
         if !(level > 0.0 && level < 1.0) {

@@ -18,6 +18,7 @@ pub(super) type Notes<'a> = (
     Option<&'a [f64; 5]>,
     &'a [&'a Intervals],
     Option<&'a Compared>,
+    Option<&'a [(f64, f64, f64)]>,
 );
 
 /// The criterion maximised (ℓ, or REML's) and its name.
@@ -89,7 +90,7 @@ pub(super) fn render(
     a: &GlmmArgs,
     family: Family,
     d: &Design,
-    (fit, (separation, residuals, intervals, compared)): (&GlmmFit, Notes<'_>),
+    (fit, (separation, residuals, intervals, compared, tests)): (&GlmmFit, Notes<'_>),
     s: &Summary,
     seconds: f64,
 ) -> String {
@@ -100,7 +101,10 @@ pub(super) fn render(
         scaled_residuals(&mut o, q);
     }
     random_effects(&mut o, d, fit, s);
-    fixed_effects(&mut o, family, d, fit, s);
+    match tests {
+        Some(t) => satterthwaite_table(&mut o, d, s, t),
+        None => fixed_effects(&mut o, family, d, fit, s),
+    }
     if let Some(w) = separation {
         let _ = writeln!(o, "warning: {w}");
     }
@@ -279,6 +283,25 @@ fn fixed_effects(o: &mut String, family: Family, d: &Design, fit: &GlmmFit, s: &
         if let Some(w) = t.polished.as_ref().and_then(|p| p.se_warning.as_ref()) {
             let _ = writeln!(o, "warning: {w}");
         }
+    }
+}
+
+/// The fixed effects' table with Satterthwaite's t tests, as lmerTest prints it.
+fn satterthwaite_table(o: &mut String, d: &Design, s: &Summary, tests: &[(f64, f64, f64)]) {
+    let _ = writeln!(
+        o,
+        "\nFixed effects (t tests with Satterthwaite's degrees of freedom):\n {:<20} {:>10} {:>11} {:>9} {:>8} {:>10}",
+        "", "Estimate", "Std. Error", "df", "t value", "Pr(>|t|)"
+    );
+    for ((name, e), &(se, df, p)) in d.x_names.iter().zip(&s.fixed).zip(tests) {
+        let _ = writeln!(
+            o,
+            " {name:<20} {:>10} {:>11} {df:>9.2} {:>8.3} {:>10}",
+            shown(e.value, 5),
+            se_text(se),
+            e.value / se,
+            p_text(p)
+        );
     }
 }
 

@@ -34,6 +34,7 @@ def fit_glmm(
     simulate: Optional[int] = ...,
     bootstrap: Optional[int] = ...,
     bootstrap_progress: Optional[Callable[[int], Any]] = ...,
+    satterthwaite: bool = ...,
 ) -> Dict[str, Any]: ...
 def glmm_loglik(
     *,

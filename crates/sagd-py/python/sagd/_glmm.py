@@ -84,6 +84,9 @@ class GlmmResult(FitResult):
         simulations: with ``simulate=N``, N draws of new responses from the fitted model, an
             array of N rows of one value per observation used (lme4's ``simulate(fit, N)``,
             transposed).
+        satterthwaite: with ``ddf="satterthwaite"``, one row per fixed effect: its standard
+            error given the variance parameters (lmer's ``vcov``), Satterthwaite's degrees of
+            freedom and the t test's two-sided p-value (lmerTest's Std. Error, df, Pr(>|t|)).
         bootstrap: with ``bootstrap=N``, the parametric bootstrap's N refits (lme4's
             ``bootMer``): an array of N rows, each refit's estimates on the summary's scales in
             the order of ``bootstrap_names`` (the fixed effects, each factor's ``sd ...`` and
@@ -133,6 +136,7 @@ class GlmmResult(FitResult):
     confint: Optional[Dict[str, Tuple[float, float]]] = None
     confint_level: Optional[float] = None
     simulations: Optional[np.ndarray] = None
+    satterthwaite: Optional[np.ndarray] = None
     bootstrap: Optional[np.ndarray] = None
     bootstrap_names: List[str] = field(default_factory=list)
     bootstrap_failed: Dict[int, str] = field(default_factory=dict)
@@ -323,6 +327,7 @@ def glmm(
     simulate: Optional[int] = None,
     bootstrap: Optional[int] = None,
     bootstrap_level: float = 0.95,
+    ddf: Optional[str] = None,
 ) -> GlmmResult:
     """Fits a generalised linear mixed model by maximum likelihood: directly where the likelihood
     can be computed exactly, else by automated Monte Carlo EM.
@@ -398,6 +403,9 @@ def glmm(
             fitted again the way the model was (any method, REML too), from ``seed``; the same
             refits on any number of threads. In ``bootstrap`` and ``confint_boot``.
         bootstrap_level: the level of ``confint_boot``'s intervals (default 0.95).
+        ddf: ``"satterthwaite"``: Gaussian family, exact fit (ML or REML): the fixed effects'
+            t tests with Satterthwaite's degrees of freedom (lmerTest's ``summary(fit)``), in
+            ``satterthwaite``.
 
     Returns:
         A :class:`GlmmResult`.
@@ -416,6 +424,14 @@ def glmm(
         if str(method) == "em":
             raise ValueError("profile: the intervals need the exact likelihood; leave out "
                              "method='em'")
+    if ddf is not None:
+        if str(ddf).lower() != "satterthwaite":
+            raise ValueError(f"ddf: {ddf!r}: the one method is 'satterthwaite'")
+        if str(family).lower() not in ("gaussian", "normal"):
+            raise ValueError("ddf: Satterthwaite's degrees of freedom are the Gaussian family's "
+                             "t tests (lmerTest's); other families have Wald z tests")
+        if str(method) == "em":
+            raise ValueError("ddf: the tests need the exact likelihood; leave out method='em'")
     if bootstrap is not None and not 0 < float(bootstrap_level) < 1:
         raise ValueError(f"bootstrap_level: {bootstrap_level}: give the intervals' level between "
                          "0 and 1, e.g. 0.95")
@@ -478,7 +494,7 @@ def glmm(
                            simulate=None if simulate is None else _whole("simulate", simulate, 1),
                            bootstrap=(None if bootstrap is None
                                       else _whole("bootstrap", bootstrap, 2)),
-                           bootstrap_progress=boot_show)
+                           bootstrap_progress=boot_show, satterthwaite=ddf is not None)
     finally:
         close()
         boot_close()
@@ -544,6 +560,7 @@ def glmm(
         confint_level=None if d.get("profile") is None else float(profile),
         simulations=None if d.get("simulations") is None else np.asarray(d["simulations"],
                                                                           dtype=float),
+        satterthwaite=_array(d.get("satterthwaite")),
         **_bootstrapped(d, list(zip(factor_names, zn)), float(bootstrap_level)),
         _spec=spec,
         _model=dict(core=core, method=str(method), nodes=nodes, max_msteps=max_msteps),

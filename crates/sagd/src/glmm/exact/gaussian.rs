@@ -4,12 +4,12 @@
 use rayon::prelude::*;
 
 use super::{
-    central_gradient, from_units, negated, Criterion, ExactFit, ExactSettings, GTOL,
-    POINTS_PER_PIECE,
+    central_gradient, central_jacobian, from_units, negated, Criterion, ExactFit, ExactSettings,
+    GTOL, POINTS_PER_PIECE,
 };
-use crate::error::{Result, SagdError};
+use crate::error::{invalid, Result, SagdError};
 use crate::glmm::likelihood::not_finite;
-use crate::glmm::{Glmm, LikelihoodMethod, LN_2PI};
+use crate::glmm::{Family, Glmm, LikelihoodMethod, LN_2PI};
 use crate::metric::Factor;
 
 /// Per-point sums of the Gaussian closed form at relative factors Λ (V₀ = I + Z Λ Λᵀ Zᵀ).
@@ -318,5 +318,84 @@ impl Glmm {
             grad_max: r.grad_max,
         }
         .with_errors(self))
+    }
+}
+
+impl Glmm {
+    /// lmerTest's Satterthwaite t tests of a Gaussian fit's fixed effects (`summary(fit,
+    /// ddf = "Satterthwaite")`), at its estimate θ̂ with `covariance` θ̂'s (the fit's: the
+    /// likelihood's information, or for a REML fit the REML criterion's in the variance
+    /// parameters). For each βⱼ: its standard error given the variance parameters φ (lmer's
+    /// `vcov`: v = Var(β̂ⱼ | φ), σ²(XᵀV₀⁻¹X)⁻¹'s entry), the degrees of freedom ν = 2v² / (∇v ᵀ
+    /// A ∇v), ∇v v's gradient in φ by central differences and A φ's covariance (a parameter at
+    /// its boundary held fixed, as the standard errors are), and the two-sided p-value of t =
+    /// βⱼ/√v on Student's t with ν degrees of freedom (ν infinite where ∇v vanishes). Refused
+    /// for other families, whose tests are Wald z tests.
+    pub fn satterthwaite(
+        &self,
+        theta: &[f64],
+        covariance: &[Vec<f64>],
+    ) -> Result<Vec<(f64, f64, f64)>> {
+        use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+        if self.family != Family::Gaussian {
+            return Err(invalid(
+                "ddf",
+                format!("Satterthwaite for the {:?} family", self.family),
+                "Satterthwaite's degrees of freedom are a Gaussian model's (lmerTest's): other \
+                 families' fixed effects have Wald z tests",
+            ));
+        }
+        self.check_theta(theta)?;
+        let (p, k) = (self.p, theta.len());
+        if covariance.len() != k || covariance.iter().any(|row| row.len() != k) {
+            return Err(invalid(
+                "covariance",
+                format!("{} rows for θ's {k} entries", covariance.len()),
+                "give the fit's covariance of θ̂ (k × k)",
+            ));
+        }
+        // Var(β̂ⱼ | φ) for every j: ‖L⁻¹eⱼ‖² σ², XᵀV₀⁻¹X = LLᵀ.
+        let var_beta = |phi: &[f64]| -> Result<Vec<f64>> {
+            let mut th = theta.to_vec();
+            th[p..].copy_from_slice(phi);
+            let pieces = self.gaussian_pieces(&self.relative(&th))?;
+            let f = Factor::cholesky(&pieces.xvx, p).ok_or_else(|| {
+                invalid(
+                    "X",
+                    "columns that are linearly dependent".into(),
+                    "drop them",
+                )
+            })?;
+            let s2 = (2.0 * th[k - 1]).exp();
+            Ok((0..p)
+                .map(|j| {
+                    let mut e = vec![0.0; p];
+                    e[j] = 1.0;
+                    f.solve_lower(&mut e);
+                    s2 * e.iter().map(|v| v * v).sum::<f64>()
+                })
+                .collect())
+        };
+        let v = var_beta(&theta[p..])?;
+        let grad = central_jacobian(var_beta, &theta[p..])?;
+        let kept: Vec<usize> = (0..k - p)
+            .filter(|&a| covariance[p + a][p + a].is_finite())
+            .collect();
+        Ok((0..p)
+            .map(|j| {
+                let spread: f64 = (kept.iter())
+                    .flat_map(|&a| kept.iter().map(move |&b| (a, b)))
+                    .map(|(a, b)| grad[a][j] * covariance[p + a][p + b] * grad[b][j])
+                    .sum();
+                let df = 2.0 * v[j] * v[j] / spread;
+                let t = (theta[j] / v[j].sqrt()).abs();
+                let tail = match StudentsT::new(0.0, 1.0, df) {
+                    Ok(law) if df.is_finite() && df > 0.0 => law.sf(t),
+                    _ => Normal::standard().sf(t),
+                };
+                let df = if df > 0.0 { df } else { f64::INFINITY };
+                (v[j].sqrt(), df, 2.0 * tail)
+            })
+            .collect())
     }
 }

@@ -8,6 +8,7 @@ use crate::rng::NormalStream;
 
 mod offset;
 mod profile;
+mod satterthwaite;
 mod uneven;
 mod units;
 
