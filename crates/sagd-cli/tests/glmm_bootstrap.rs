@@ -391,16 +391,45 @@ fn three_models_are_tested_in_turn_as_lme4s_anova_tests_them() {
     }
 }
 
+/// `--reml` with `--compare`: the models, fitted by REML, refitted by ML and compared, as lme4's
+/// `anova(m0, m1)` of two REML fits does (R 4.2.2, lme4 1.1-31: `lmer(count ~ x + dose + (1 + x |
+/// site))` against `count ~ x * dose + ...`, logLik −341.0012367 and −339.7674029, Chisq
+/// 2.46767 on 2 Df, p 0.29117); the summary's own fit stays REML's.
+#[test]
+fn reml_fits_are_compared_by_their_ml_refits_as_lme4s_anova_compares_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "count ~ x * dose + (1 + x | site)",
+        "--reml",
+        "--compare",
+        "count ~ x + dose + (1 + x | site)",
+    ];
+    let out = String::from_utf8_lossy(&glmm(&args, &data(), dir.path()).stdout).into_owned();
+    assert!(out.contains("refitted by ML instead of REML"), "{out}");
+    assert!(out.contains("Mixed model fit by REML"), "{out}");
+    let result = json(&dir.path().join("result.json"));
+    let anova = &result["anova"];
+    assert_eq!(anova["refitted_by_ml"], true);
+    for (k, loglik) in [-341.0012367, -339.7674029].into_iter().enumerate() {
+        let got = anova["models"][k]["loglik"].as_f64().unwrap();
+        assert!((got - loglik).abs() < 1e-6, "{got} against {loglik}");
+    }
+    let t = &anova["models"][1]["test"];
+    assert!((t["chisq"].as_f64().unwrap() - 2.46767).abs() < 1e-5, "{t}");
+    assert_eq!(t["df"], 2);
+    assert!(
+        (t["p_value"].as_f64().unwrap() - 0.29117).abs() < 1e-5,
+        "{t}"
+    );
+    assert!(result["criterion"]["name"] == "REML criterion", "{result}");
+}
+
 #[test]
 fn comparisons_that_mean_nothing_are_refused() {
     all_refused(&[
         (
             &["--compare", "x ~ count + (1 | site)"][..],
             "its response is `x`",
-        ),
-        (
-            &["--compare", "count ~ (1 | site)", "--reml"][..],
-            "leave out --reml",
         ),
         (
             &["--compare-bootstrap", "20"][..],

@@ -38,6 +38,9 @@ struct Test {
 pub(super) struct Compared {
     rows: Vec<Row>,
     tests: Vec<Test>,
+    /// Whether the models, fitted by REML, were refitted by maximum likelihood to be compared
+    /// (as lme4's anova refits them).
+    pub(super) refitted_by_ml: bool,
 }
 
 /// The parametric bootstrap's test of a comparison.
@@ -120,6 +123,7 @@ impl Compared {
         Ok(Compared {
             rows: models.into_iter().map(row).collect(),
             tests,
+            refitted_by_ml: false,
         })
     }
 
@@ -134,7 +138,11 @@ impl Compared {
         let booted = self.tests.iter().any(|t| t.boot.is_some());
         let _ = write!(
             o,
-            "\nLikelihood-ratio test (lme4's anova):\n{:<width$} {:>5} {:>10} {:>10} {:>11} {:>10} {:>9} {:>3} {:>11}",
+            "\nLikelihood-ratio test (lme4's anova{}):\n{:<width$} {:>5} {:>10} {:>10} {:>11} {:>10} {:>9} {:>3} {:>11}",
+            match self.refitted_by_ml {
+                true => "; the models refitted by ML instead of REML",
+                false => "",
+            },
             "", "npar", "AIC", "BIC", "logLik", "deviance", "Chisq", "Df", "Pr(>Chisq)"
         );
         if booted {
@@ -236,7 +244,7 @@ impl Compared {
                        "test": test})
             })
             .collect();
-        json!({ "models": rows })
+        json!({ "models": rows, "refitted_by_ml": self.refitted_by_ml })
     }
 }
 

@@ -276,20 +276,36 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         }
         None => None,
     };
+    // Models fitted by REML are compared by their likelihoods, refitted by ML (lme4's anova).
+    let ml_settings = FitSettings {
+        exact: ExactSettings {
+            criterion: Criterion::Ml,
+            ..settings.exact.clone()
+        },
+        ..settings.clone()
+    };
+    let by_ml = a.reml && !others.is_empty();
+    let compare_settings = if by_ml { &ml_settings } else { &settings };
+    let ml_fit = match by_ml {
+        true => Some(fit_with_progress(&model, compare_settings, a.quiet)?),
+        false => None,
+    };
     let other_fits = (others.iter())
-        .map(|m| fit_with_progress(m, &settings, a.quiet))
+        .map(|m| fit_with_progress(m, compare_settings, a.quiet))
         .collect::<Result<Vec<_>>>()?;
     let compared = match others.is_empty() {
         true => None,
         false => {
-            let mut models = vec![(&a.formula[..], &model, &fit)];
+            let mut models = vec![(&a.formula[..], &model, ml_fit.as_ref().unwrap_or(&fit))];
             let given = a.compare.iter().zip(&others).zip(&other_fits);
             models.extend(given.map(|((f, m), fit)| (&f[..], m, fit)));
-            let (a, refits, settings) = (&a, &refits, &settings);
+            let (a, refits, settings) = (&a, &refits, compare_settings);
             let boot = a.compare_bootstrap.map(|draws| {
                 move |k, small, large| bootstrap_test(a, refits, settings, (k, small, large), draws)
             });
-            Some(Compared::find(models, model.n_obs(), boot)?)
+            let mut compared = Compared::find(models, model.n_obs(), boot)?;
+            compared.refitted_by_ml = by_ml;
+            Some(compared)
         }
     };
     let sep = separation.as_deref();
@@ -499,9 +515,6 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
     }
     if let Some(n) = a.compare_bootstrap.filter(|&n| n < 2) {
         anyhow::bail!("--compare-bootstrap {n}: give the number of draws, 2 or more (pbkrtest's PBmodcomp takes 1000)");
-    }
-    if !a.compare.is_empty() && a.reml {
-        anyhow::bail!("--compare: the test compares likelihoods, not REML's criteria (lme4's anova refits REML fits by ML); leave out --reml");
     }
     if !(a.bootstrap_level > 0.0 && a.bootstrap_level < 1.0) {
         anyhow::bail!(
