@@ -10,18 +10,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use sagd::glmm::refits::{in_parts, Keeping};
 use sagd::run::{Control, Identity};
-use serde::{Deserialize, Serialize};
 
 use crate::output::Checkpointing;
 use crate::progress::progress_bar;
 
-/// One draw's outcome as the results keep it: the refit's values (the summary's estimates, or
-/// the test's statistic), or why its refit failed.
-pub(super) type Outcome = std::result::Result<Vec<f64>, String>;
-
-/// The outcomes of the draws of a part, `None` where a stop left a draw not begun.
-pub(super) type Part = Vec<Option<Outcome>>;
+pub(super) use sagd::glmm::refits::{Outcome, Part};
 
 /// A bootstrap's outcomes, one per draw, and how many of them a resumed run took from the
 /// checkpoint of the run it resumed (the same outcomes as an uninterrupted run's).
@@ -38,13 +33,6 @@ impl Refitted {
             k => format!("; {k} draws taken from an interrupted run's checkpoint"),
         }
     }
-}
-
-/// What a bootstrap's checkpoint holds: the run it belongs to, and each draw's outcome so far.
-#[derive(Serialize, Deserialize)]
-struct Saved {
-    identity: Identity,
-    done: Part,
 }
 
 /// How the bootstraps of a run keep their refits: where, how often, when to stop.
@@ -98,19 +86,17 @@ impl Refits {
         draws: usize,
         part: impl Fn(Range<usize>, &(dyn Fn() -> Control + Sync)) -> sagd::error::Result<Part>,
     ) -> Result<Refitted> {
-        let identity = identity.with("draws", &draws)?;
         let path = self.dir.as_ref().map(|d| d.join(format!("{name}.ckpt")));
         if path.is_some() {
             self.watch_ctrl_c();
         }
-        let mut done = match &path {
-            Some(p) if self.resume && p.exists() => read(p, &identity, draws)?,
-            _ => vec![None; draws],
-        };
-        let kept = done.iter().filter(|o| o.is_some()).count();
+        let keeping = path.as_deref().map(|path| Keeping {
+            path,
+            every: self.every,
+            resume: self.resume,
+        });
         let bar = progress_bar(self.quiet, draws as u64);
         bar.set_message(what.to_string());
-        bar.set_position(kept as u64);
         let refitted = AtomicUsize::new(0);
         let on_refit = || {
             bar.inc(1);
@@ -122,109 +108,25 @@ impl Refits {
                 _ => Control::Continue,
             }
         };
-        let size = match (&path, self.every) {
-            (Some(_), every) if every > 0 => every,
-            _ => draws,
-        };
-        for range in parts(&done, size) {
-            let start = range.start;
-            let outcomes = part(range, &on_refit)?;
-            let stopped = outcomes.iter().any(Option::is_none);
-            for (slot, o) in done[start..].iter_mut().zip(outcomes) {
-                *slot = o;
-            }
-            if let Some(p) = &path {
-                let saved = Saved {
-                    identity: identity.clone(),
-                    done: done.clone(),
-                };
-                sagd::run::write_framed(p, &sagd::run::encode(&saved)?)?;
-            }
-            if stopped {
-                bar.abandon();
-                let kept = done.iter().filter(|o| o.is_some()).count();
-                let at = path
-                    .as_ref()
-                    .map_or(String::new(), |p| format!(", kept in {}", p.display()));
-                bail!(
-                    "interrupted: {what}: {kept} of {draws} done{at}: rerun the same command with --resume to go on"
-                );
-            }
+        let resumed = |kept: usize| bar.set_position(kept as u64);
+        let (done, kept) = in_parts(keeping, &identity, draws, resumed, |range| {
+            part(range, &on_refit)
+        })
+        .context("--resume")?;
+        if done.iter().any(Option::is_none) {
+            bar.abandon();
+            let finished = done.iter().filter(|o| o.is_some()).count();
+            let at = path
+                .as_ref()
+                .map_or(String::new(), |p| format!(", kept in {}", p.display()));
+            bail!(
+                "interrupted: {what}: {finished} of {draws} done{at}: rerun the same command with --resume to go on"
+            );
         }
         bar.finish_and_clear();
         Ok(Refitted {
             outcomes: done.into_iter().flatten().collect(),
             resumed: kept,
         })
-    }
-}
-
-/// The ranges of the draws not yet done, each at most `size` draws.
-fn parts(done: &[Option<Outcome>], size: usize) -> Vec<Range<usize>> {
-    let mut out: Vec<Range<usize>> = Vec::new();
-    for d in (0..done.len()).filter(|&d| done[d].is_none()) {
-        match out.last_mut() {
-            Some(r) if r.end == d && r.len() < size => r.end += 1,
-            _ => out.push(d..d + 1),
-        }
-    }
-    out
-}
-
-/// The outcomes kept at `path`, refused where another run (another `identity`) wrote them.
-fn read(path: &std::path::Path, identity: &Identity, draws: usize) -> Result<Part> {
-    let bytes = sagd::run::read_framed(path).context("--resume")?;
-    let saved: Saved =
-        sagd::run::decode(&bytes).with_context(|| format!("--resume: {}", path.display()))?;
-    let mut differ = saved.identity.differences(identity);
-    if differ.is_empty() && saved.done.len() != draws {
-        differ.push("draws".into());
-    }
-    if !differ.is_empty() {
-        bail!(
-            "--resume: {} holds the refits of a run that differs in {}: rerun with that run's flags, or leave out --resume to start afresh",
-            path.display(),
-            differ.join(", ")
-        );
-    }
-    Ok(saved.done)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::output::write_atomic;
-
-    #[test]
-    fn parts_cover_the_draws_not_done_in_order() {
-        let mut done: Vec<Option<Outcome>> = vec![None; 10];
-        assert_eq!(parts(&done, 4), vec![0..4, 4..8, 8..10]);
-        for d in [0, 1, 5] {
-            done[d] = Some(Ok(vec![1.0]));
-        }
-        done[6] = Some(Err("failed".into()));
-        assert_eq!(parts(&done, 4), vec![2..5, 7..10]);
-        assert_eq!(parts(&done, 100), vec![2..5, 7..10]);
-        assert!(parts(&vec![Some(Ok(vec![])); 3], 2).is_empty());
-    }
-
-    #[test]
-    fn a_checkpoint_of_another_run_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("bootstrap.ckpt");
-        let id = |seed: u64| Identity::new().with("seed", &seed).unwrap();
-        let saved = Saved {
-            identity: id(1),
-            done: vec![Some(Ok(vec![0.5])), None],
-        };
-        sagd::run::write_framed(&path, &sagd::run::encode(&saved).unwrap()).unwrap();
-        assert_eq!(read(&path, &id(1), 2).unwrap(), saved.done);
-        let err = format!("{:#}", read(&path, &id(2), 2).unwrap_err());
-        assert!(err.contains("differs in seed"), "{err}");
-        let err = format!("{:#}", read(&path, &id(1), 3).unwrap_err());
-        assert!(err.contains("--resume"), "{err}");
-        write_atomic(&path, "not a checkpoint").unwrap();
-        let err = format!("{:#}", read(&path, &id(1), 2).unwrap_err());
-        assert!(err.contains("not a sagd checkpoint"), "{err}");
     }
 }

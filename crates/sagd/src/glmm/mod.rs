@@ -27,6 +27,8 @@ pub mod formula;
 mod laplace;
 mod likelihood;
 mod modes;
+#[doc(hidden)]
+pub mod refits;
 mod rows;
 mod summary;
 mod terms;
