@@ -3,15 +3,18 @@
 //! any θ.
 
 use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2};
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use sagd::em::EmEvent;
+use sagd::glmm::refits::{in_parts, Keeping};
 use sagd::glmm::{
     Criterion, ExactFit, ExactSettings, Family, FitSettings, Fitted, Glmm, GlmmFit,
     LikelihoodMethod, Method, RandomTerm, SampledMeans, TermNames,
 };
 use sagd::model::LatentModel;
+use sagd::run::{Control, Identity};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use crate::{detached, em_settings, py_error, trace_dict};
 
@@ -128,8 +131,8 @@ type Failed = Vec<(usize, String)>;
 
 /// Per draw of a bootstrap, `value` of its refit, or `failed` where it failed (and the draw and
 /// why in the second list).
-fn by_draw<T, V: Clone>(
-    draws: Vec<sagd::error::Result<T>>,
+fn by_draw<T, E: ToString, V: Clone>(
+    draws: Vec<Result<T, E>>,
     failed: V,
     value: impl Fn(T) -> V,
 ) -> (Vec<V>, Failed) {
@@ -310,7 +313,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None, satterthwaite=false))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None, satterthwaite=false, checkpoint=None, checkpoint_every=100, interrupt_after=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -338,7 +341,11 @@ pub(crate) fn fit_glmm<'py>(
     bootstrap: Option<usize>,
     bootstrap_progress: Option<Py<PyAny>>,
     satterthwaite: bool,
+    checkpoint: Option<std::path::PathBuf>,
+    checkpoint_every: usize,
+    interrupt_after: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let kept: Kept = (checkpoint, checkpoint_every, interrupt_after);
     let method: Method = method.parse().map_err(PyValueError::new_err)?;
     if (1..SampledMeans::MIN_DRAWS).contains(&ranef_draws) {
         return Err(PyValueError::new_err(format!(
@@ -413,7 +420,7 @@ pub(crate) fn fit_glmm<'py>(
             &model,
             (&fit, &settings),
             (draws, seed, threads),
-            bootstrap_progress,
+            (bootstrap_progress, kept),
         )?;
     }
     d.set_item("n_points", model.n_data())?;
@@ -422,27 +429,74 @@ pub(crate) fn fit_glmm<'py>(
     Ok(d)
 }
 
+/// Where `sagd.glmm`'s bootstrap keeps its refits (`checkpoint=`, `checkpoint_every=`), and
+/// after how many it stops as if interrupted (`_interrupt_after`, for the tests).
+pub(crate) type Kept = (Option<std::path::PathBuf>, usize, Option<usize>);
+
 /// The parametric bootstrap's items (its refits counted on `progress`, Ctrl-C watched):
-/// `bootstrap`, each refit's estimates on the summary's
-/// scales in θ's order (`Summary::values`; NaN where the refit failed), and `bootstrap_failed`,
-/// the failed draws with why.
+/// `bootstrap`, each refit's estimates on the summary's scales in θ's order
+/// (`Summary::values`; NaN where the refit failed), and `bootstrap_failed`, the failed draws
+/// with why. With a checkpoint the refits run in parts, each part's kept there
+/// (`sagd::glmm::refits`): a bootstrap stopped by Ctrl-C keeps what it refitted, and the same
+/// call goes on from there to the replicates of an uninterrupted run.
 fn bootstrap_items(
     py: Python<'_>,
     d: &Bound<'_, PyDict>,
     model: &Glmm,
     (fit, settings): (&GlmmFit, &FitSettings),
     (draws, seed, threads): (usize, u64, Option<usize>),
-    progress: Option<Py<PyAny>>,
+    (progress, (path, every, interrupt_after)): (Option<Py<PyAny>>, Kept),
 ) -> PyResult<()> {
-    let reps = detached(py, threads, progress, None, |watch| {
-        model.bootstrap(&fit.theta, settings, (draws, seed), &|| watch.tick(1))
+    let how = format!(
+        "{:?}",
+        (
+            settings.method,
+            settings.exact.criterion,
+            settings.exact.nodes,
+            settings.em.max_msteps
+        )
+    );
+    let identity = (Identity::new().with("method, criterion, nodes and M-steps", &how))
+        .and_then(|i| i.with("seed", &seed))
+        .and_then(|i| i.with("the fit's estimates (the data)", &fit.theta))
+        .map_err(py_error)?;
+    let keeping = path.as_deref().map(|path| Keeping {
+        path,
+        every,
+        resume: true,
+    });
+    let terms = model.terms();
+    let refitted = AtomicUsize::new(0);
+    let (done, _) = detached(py, threads, progress, None, |watch| {
+        let on_refit = || match watch.tick(1) {
+            _ if interrupt_after.is_some_and(|k| refitted.fetch_add(1, Relaxed) + 1 >= k) => {
+                Control::Stop
+            }
+            c => c,
+        };
+        in_parts(
+            keeping,
+            &identity,
+            draws,
+            |kept| _ = watch.tick(kept),
+            |range| {
+                let part = model.bootstrap_draws(&fit.theta, settings, (range, seed), &on_refit)?;
+                let values = |f: GlmmFit| model.summary(&f.theta, None).values(&terms);
+                Ok((part.into_iter())
+                    .map(|o| o.map(|r| r.map(values).map_err(|e| e.to_string())))
+                    .collect())
+            },
+        )
     })?
     .map_err(py_error)?;
-    let terms = model.terms();
+    if done.iter().any(Option::is_none) {
+        let finished = done.iter().filter(|o| o.is_some()).count();
+        return Err(PyKeyboardInterrupt::new_err(format!(
+            "bootstrap stopped after {finished} of {draws} refits"
+        )));
+    }
     let nan = vec![f64::NAN; fit.theta.len()];
-    let (values, failed) = by_draw(reps, nan, |refit| {
-        model.summary(&refit.theta, None).values(&terms)
-    });
+    let (values, failed) = by_draw(done.into_iter().flatten().collect(), nan, |v| v);
     d.set_item("bootstrap", values)?;
     d.set_item("bootstrap_failed", failed)
 }

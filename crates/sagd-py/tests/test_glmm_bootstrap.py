@@ -65,3 +65,32 @@ def test_bad_bootstrap_settings_are_refused(counts):
         sagd.glmm("count ~ x + (1 | site)", data=counts, bootstrap=1)
     with pytest.raises(ValueError, match="bootstrap_level: 1.5"):
         sagd.glmm("count ~ x + (1 | site)", data=counts, bootstrap=20, bootstrap_level=1.5)
+
+
+def test_an_interrupted_bootstrap_goes_on_from_its_checkpoint(counts, tmp_path):
+    """A bootstrap with ``checkpoint=`` stopped (as Ctrl-C stops it) after some refits keeps
+    them; the same call goes on from there, stopped again and again, and ends with the
+    replicates of an uninterrupted run, bit for bit; another seed's call is refused by name, and
+    a checkpoint without a bootstrap."""
+    args = dict(data=counts, family="poisson", bootstrap=40, seed=5)
+    whole = sagd.glmm("count ~ x + dose + (1 | site)", **args)
+    path = tmp_path / "boot.ckpt"
+    # Every call stops at its 9th refit (those under way finish: at most a part more), so the
+    # 40 take several calls, and the one that finishes has gone on from the checkpoint.
+    stops = 0
+    while True:
+        try:
+            resumed = sagd.glmm("count ~ x + dose + (1 | site)", **args, checkpoint=path,
+                                checkpoint_every=4, _interrupt_after=9)
+            break
+        except KeyboardInterrupt as stop:
+            assert "kept in" in str(stop) and path.exists(), stop
+            stops += 1
+            assert stops < 10
+    assert stops >= 3
+    np.testing.assert_array_equal(resumed.bootstrap, whole.bootstrap)
+    assert resumed.confint_boot == whole.confint_boot
+    with pytest.raises(ValueError, match="differs in seed"):
+        sagd.glmm("count ~ x + dose + (1 | site)", **{**args, "seed": 6}, checkpoint=path)
+    with pytest.raises(ValueError, match="give bootstrap=N"):
+        sagd.glmm("count ~ x + dose + (1 | site)", data=counts, checkpoint=path)

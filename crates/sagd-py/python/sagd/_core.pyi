@@ -35,6 +35,9 @@ def fit_glmm(
     bootstrap: Optional[int] = ...,
     bootstrap_progress: Optional[Callable[[int], Any]] = ...,
     satterthwaite: bool = ...,
+    checkpoint: Optional[str] = ...,
+    checkpoint_every: int = ...,
+    interrupt_after: Optional[int] = ...,
 ) -> Dict[str, Any]: ...
 def glmm_loglik(
     *,

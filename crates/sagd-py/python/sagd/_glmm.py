@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -328,6 +329,9 @@ def glmm(
     bootstrap: Optional[int] = None,
     bootstrap_level: float = 0.95,
     ddf: Optional[str] = None,
+    checkpoint: Any = None,
+    checkpoint_every: int = 100,
+    _interrupt_after: Optional[int] = None,
 ) -> GlmmResult:
     """Fits a generalised linear mixed model by maximum likelihood: directly where the likelihood
     can be computed exactly, else by automated Monte Carlo EM.
@@ -403,6 +407,11 @@ def glmm(
             fitted again the way the model was (any method, REML too), from ``seed``; the same
             refits on any number of threads. In ``bootstrap`` and ``confint_boot``.
         bootstrap_level: the level of ``confint_boot``'s intervals (default 0.95).
+        checkpoint: with ``bootstrap``, a file that keeps the refits, written after every
+            ``checkpoint_every`` of them (default 100): a bootstrap stopped by Ctrl-C keeps
+            them there, and the same call goes on from there (where the file holds another
+            fit's or another seed's refits it is refused by name) and ends with the replicates
+            of an uninterrupted run.
         ddf: ``"satterthwaite"``: Gaussian family, exact fit (ML or REML): the fixed effects'
             t tests with Satterthwaite's degrees of freedom (lmerTest's ``summary(fit)``), in
             ``satterthwaite``.
@@ -432,6 +441,8 @@ def glmm(
                              "t tests (lmerTest's); other families have Wald z tests")
         if str(method) == "em":
             raise ValueError("ddf: the tests need the exact likelihood; leave out method='em'")
+    if checkpoint is not None and bootstrap is None:
+        raise ValueError("checkpoint: it keeps the bootstrap's refits; give bootstrap=N too")
     if bootstrap is not None and not 0 < float(bootstrap_level) < 1:
         raise ValueError(f"bootstrap_level: {bootstrap_level}: give the intervals' level between "
                          "0 and 1, e.g. 0.95")
@@ -494,7 +505,16 @@ def glmm(
                            simulate=None if simulate is None else _whole("simulate", simulate, 1),
                            bootstrap=(None if bootstrap is None
                                       else _whole("bootstrap", bootstrap, 2)),
-                           bootstrap_progress=boot_show, satterthwaite=ddf is not None)
+                           bootstrap_progress=boot_show, satterthwaite=ddf is not None,
+                           checkpoint=None if checkpoint is None else os.fspath(checkpoint),
+                           checkpoint_every=_whole("checkpoint_every", checkpoint_every, 1),
+                           interrupt_after=_interrupt_after)
+    except KeyboardInterrupt as stop:
+        if checkpoint is not None and os.path.exists(checkpoint):
+            raise KeyboardInterrupt(f"{stop or 'interrupted'}: the bootstrap's refits done are "
+                                    f"kept in {os.fspath(checkpoint)}; the same call goes on "
+                                    "from there") from None
+        raise
     finally:
         close()
         boot_close()
