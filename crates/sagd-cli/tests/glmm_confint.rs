@@ -259,6 +259,71 @@ weights,0.1941446362385,14.0798559677,1.41196027676e-03
 weights,0.0534838850733,75.3796817473,1.06070252054e-14
 ";
 
+/// lmerTest 3.1-3's `anova(fit)` (type III, Satterthwaite): per fit, each term's name, its
+/// numerator degrees of freedom, denominator degrees of freedom, F and p.
+const LMERTEST_ANOVA: &str = "\
+reml,x,1,20.4826333192,18.76201,0.0003090
+reml,dose,2,150.2435221639,6.01838,0.0030597
+reml,x:dose,2,110.5844645650,1.22128,0.2987976
+factorial-reml,A,2,71.0235304579,15.56794044698,2.47479997618e-06
+factorial-reml,B,1,76.2310655460,24.81294245087,3.83858902786e-06
+factorial-reml,x,1,76.4751889377,11.00455241643,1.39292029385e-03
+factorial-reml,A:B,2,74.8968106563,1.02240202126,3.64694835559e-01
+factorial-ml,A,2,76.7391129245,16.86333120995,8.50188512436e-07
+factorial-ml,B,1,82.4158553241,26.86242925237,1.52688231499e-06
+factorial-ml,x,1,82.6819732174,11.92069993819,8.77561146933e-04
+factorial-ml,A:B,2,80.9600608738,1.10712901476,3.35457658685e-01
+";
+
+/// `--ddf satterthwaite`'s type III table against lmerTest's `anova(fit)`: the correlated
+/// slopes' REML fit of `glmm_counts.csv` (a numeric variable crossed with a factor) and
+/// `y ~ A * B + x + (1 | subj)` on `glmm_factorial.csv` (two factors crossed, unbalanced: 92
+/// rows of 16 subjects), by REML and ML. F to 1e-5 and the degrees of freedom and p to 1e-4 of
+/// themselves (lmerTest prints 7 digits of F and p for the first fit).
+#[test]
+fn type3_tests_are_lmertest_s_anova() {
+    let factorial = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_factorial.csv");
+    let slopes = "count ~ x * dose + (1 + x | site)";
+    let two = "y ~ A * B + x + (1 | subj)";
+    let fits: [(&str, &[&str], PathBuf); 3] = [
+        ("reml", &[slopes, "--reml"], data()),
+        ("factorial-reml", &[two, "--reml"], factorial.clone()),
+        ("factorial-ml", &[two], factorial),
+    ];
+    for (name, args, file) in fits {
+        let dir = tempfile::tempdir().unwrap();
+        let all: Vec<&str> = args
+            .iter()
+            .copied()
+            .chain(["--ddf", "satterthwaite"])
+            .collect();
+        let printed = String::from_utf8_lossy(&glmm(&all, &file, dir.path()).stdout).into_owned();
+        assert!(
+            printed.contains("Type III analysis of variance"),
+            "{printed}"
+        );
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("result.json")).unwrap())
+                .unwrap();
+        let got = r["anova_type3"].as_array().unwrap();
+        let want: Vec<Vec<&str>> = (LMERTEST_ANOVA.lines())
+            .filter(|l| l.starts_with(&format!("{name},")))
+            .map(|l| l.split(',').skip(1).collect())
+            .collect();
+        assert_eq!(got.len(), want.len(), "{name}: {got:?}");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g["term"], w[0], "{name}");
+            assert_eq!(g["num_df"].to_string(), w[1], "{name}");
+            let rel = |key: &str, v: &str| {
+                (g[key].as_f64().unwrap() / v.parse::<f64>().unwrap() - 1.0).abs()
+            };
+            assert!(rel("den_df", w[2]) < 1e-4, "{name}: {g} against {w:?}");
+            assert!(rel("f", w[3]) < 1e-5, "{name}: {g} against {w:?}");
+            assert!(rel("p", w[4]) < 1e-4, "{name}: {g} against {w:?}");
+        }
+    }
+}
+
 /// `--ddf satterthwaite` against lmerTest's `summary(fit)`: `lmer(count ~ x * dose + (1 + x |
 /// site), REML = TRUE` and `FALSE)` on glmm_counts.csv, and the weighted `lmer(y ~ x + (1 |
 /// site), weights = w)` (REML) on glmm_weights.csv. The two maximisers' θ̂ differ by about 1e-6,

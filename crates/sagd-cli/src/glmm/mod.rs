@@ -28,6 +28,7 @@ use crate::progress::progress_bar;
 
 mod anova;
 mod confint;
+mod ddf;
 mod files;
 mod fitted;
 mod predict;
@@ -36,6 +37,7 @@ mod refits;
 mod summary;
 use anova::{other_design, Compared, Fitted as Compares};
 use confint::Intervals;
+use ddf::Ddf;
 use files::{estimates_csv, result_json};
 use fitted::{fitted_csv, simulate_csv};
 use predict::NewRows;
@@ -174,30 +176,6 @@ fn weighted_model(design: &Design, family: Family, w: Option<&[f64]>) -> Result<
     Ok(counts.glmm(family)?)
 }
 
-/// With --ddf satterthwaite, each fixed effect's standard error given the variance parameters,
-/// Satterthwaite's degrees of freedom and the t test's p-value (`None`, and a warning, where
-/// the fit has no covariance to take them from).
-fn satterthwaite(a: &GlmmArgs, model: &Glmm, fit: &GlmmFit) -> Option<Vec<(f64, f64, f64)>> {
-    a.ddf.as_ref()?;
-    let tests = match &fit.covariance {
-        Some(cov) => model
-            .satterthwaite(&fit.theta, cov)
-            .map_err(|e| e.to_string()),
-        None => Err("the fit's information could not be inverted".to_string()),
-    };
-    tests
-        .map_err(|e| say_err!("warning: no Satterthwaite tests: {e}"))
-        .ok()
-}
-
-/// result.json's `satterthwaite`: per fixed effect its name, estimate, standard error given
-/// the variance parameters, degrees of freedom, t and p.
-fn satterthwaite_json(d: &Design, tests: &[(f64, f64, f64)]) -> serde_json::Value {
-    json!((d.x_names.iter().zip(tests))
-        .map(|(name, (se, df, p))| json!({"name": name, "se": se, "df": df, "p": p}))
-        .collect::<Vec<_>>())
-}
-
 /// Runs `sagd glmm`.
 pub fn run(a: GlmmArgs) -> Result<()> {
     let t0 = Instant::now();
@@ -326,13 +304,16 @@ pub fn run(a: GlmmArgs) -> Result<()> {
         }
     })
     .collect::<Vec<_>>();
-    let tests = satterthwaite(&a, &model, &fit);
+    let tests = a
+        .ddf
+        .as_ref()
+        .and_then(|_| Ddf::find(&model, &fit, (&formula, &frame)));
     let notes = (
         sep,
         quantiles.as_ref(),
         &intervals[..],
         compared.as_ref(),
-        tests.as_deref(),
+        tests.as_ref(),
     );
     let text = render(&a, family, &design, (&fit, notes), &summary, seconds);
     say_part!("{text}");
@@ -381,7 +362,7 @@ pub fn run(a: GlmmArgs) -> Result<()> {
     // lme4's `summary(fit)$residuals`' minimum, quartiles and maximum.
     result["scaled_residuals"] = json!(quantiles);
     if let Some(t) = &tests {
-        result["satterthwaite"] = satterthwaite_json(&design, t);
+        t.json(&design, &mut result);
     }
     if let Some(Ok(p)) = &profiled {
         result["confint"] = p.json();

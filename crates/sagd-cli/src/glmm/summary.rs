@@ -8,6 +8,7 @@ use sagd::glmm::{Criterion, Design, Family, Fitted, GlmmFit, LikelihoodMethod, S
 
 use super::anova::Compared;
 use super::confint::Intervals;
+use super::ddf::Ddf;
 use super::fitted::scaled_residuals;
 use super::GlmmArgs;
 
@@ -18,7 +19,7 @@ pub(super) type Notes<'a> = (
     Option<&'a [f64; 5]>,
     &'a [&'a Intervals],
     Option<&'a Compared>,
-    Option<&'a [(f64, f64, f64)]>,
+    Option<&'a Ddf>,
 );
 
 /// The criterion maximised (ℓ, or REML's) and its name.
@@ -102,7 +103,7 @@ pub(super) fn render(
     }
     random_effects(&mut o, d, fit, s);
     match tests {
-        Some(t) => satterthwaite_table(&mut o, d, s, t),
+        Some(t) => t.tables(&mut o, d, s),
         None => fixed_effects(&mut o, family, d, fit, s),
     }
     if let Some(w) = separation {
@@ -286,28 +287,9 @@ fn fixed_effects(o: &mut String, family: Family, d: &Design, fit: &GlmmFit, s: &
     }
 }
 
-/// The fixed effects' table with Satterthwaite's t tests, as lmerTest prints it.
-fn satterthwaite_table(o: &mut String, d: &Design, s: &Summary, tests: &[(f64, f64, f64)]) {
-    let _ = writeln!(
-        o,
-        "\nFixed effects (t tests with Satterthwaite's degrees of freedom):\n {:<20} {:>10} {:>11} {:>9} {:>8} {:>10}",
-        "", "Estimate", "Std. Error", "df", "t value", "Pr(>|t|)"
-    );
-    for ((name, e), &(se, df, p)) in d.x_names.iter().zip(&s.fixed).zip(tests) {
-        let _ = writeln!(
-            o,
-            " {name:<20} {:>10} {:>11} {df:>9.2} {:>8.3} {:>10}",
-            shown(e.value, 5),
-            se_text(se),
-            e.value / se,
-            p_text(p)
-        );
-    }
-}
-
 /// A p-value as R's summaries print it: below the double's precision (|z| > 8.2) it reads
 /// `<2e-16`, not a number (erfc is 0 beyond |z| ≈ 38, which printed as `0.000e0`).
-fn p_text(p: f64) -> String {
+pub(super) fn p_text(p: f64) -> String {
     if p < f64::EPSILON {
         "<2e-16".to_string()
     } else {
@@ -315,7 +297,7 @@ fn p_text(p: f64) -> String {
     }
 }
 
-fn se_text(se: f64) -> String {
+pub(super) fn se_text(se: f64) -> String {
     if se.is_finite() {
         shown(se, 4)
     } else {
@@ -326,7 +308,7 @@ fn se_text(se: f64) -> String {
 /// `v` with `decimals` decimals, or in scientific notation with 4 significant digits where
 /// those decimals would hide it (below 10⁻³) or it would run past its column (10⁷ and above):
 /// a response in small or large units reads as one in the usual ones.
-fn shown(v: f64, decimals: usize) -> String {
+pub(super) fn shown(v: f64, decimals: usize) -> String {
     if v == 0.0 || !v.is_finite() || (1e-3..1e7).contains(&v.abs()) {
         format!("{v:.decimals$}")
     } else {

@@ -337,6 +337,95 @@ impl Glmm {
         covariance: &[Vec<f64>],
     ) -> Result<Vec<(f64, f64, f64)>> {
         use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+        self.check_tests(theta, covariance)?;
+        let p = self.p;
+        let units: Vec<Vec<f64>> = (0..p)
+            .map(|j| (0..p).map(|k| f64::from(u8::from(j == k))).collect())
+            .collect();
+        let (v, nu) = self.satterthwaite_dfs(theta, covariance, &units)?;
+        Ok((0..p)
+            .map(|j| {
+                let t = (theta[j] / v[j].sqrt()).abs();
+                let tail = match StudentsT::new(0.0, 1.0, nu[j]) {
+                    Ok(law) if nu[j].is_finite() => law.sf(t),
+                    _ => Normal::standard().sf(t),
+                };
+                (v[j].sqrt(), nu[j], 2.0 * tail)
+            })
+            .collect())
+    }
+
+    /// lmerTest's Satterthwaite F test of the hypothesis Lβ = 0 on a Gaussian fit's fixed effects
+    /// (`contest(fit, L)`), at θ̂ with `covariance` as [`Glmm::satterthwaite`]'s: L's rows
+    /// (each p values) turned by the eigenvectors of L Var(β̂ | φ) Lᵀ into independent contrasts
+    /// (those of eigenvalues above 1.5e-8 of the largest: q of them); F = Σ tₘ²/q, each contrast
+    /// with its own Satterthwaite degrees of freedom νₘ, and the denominator's degrees of freedom
+    /// 2E/(E − q), E = Σ νₘ/(νₘ − 2) (νₘ itself for q = 1; their mean where they are equal; 2
+    /// where one is 2 or less). Returns F, q, the denominator's degrees of freedom and F's
+    /// p-value on Fisher's law with them.
+    pub fn satterthwaite_f(
+        &self,
+        theta: &[f64],
+        covariance: &[Vec<f64>],
+        l: &[Vec<f64>],
+    ) -> Result<(f64, usize, f64, f64)> {
+        use statrs::distribution::{ChiSquared, ContinuousCDF, FisherSnedecor};
+        self.check_tests(theta, covariance)?;
+        let p = self.p;
+        if l.is_empty() || l.iter().any(|row| row.len() != p) {
+            return Err(invalid(
+                "contrasts",
+                format!("{} rows for the model's {p} fixed effects", l.len()),
+                "give one or more rows of p values each",
+            ));
+        }
+        let vb = self.beta_quadratics(theta, &theta[p..], l, true)?;
+        let r = l.len();
+        let eig =
+            nalgebra::SymmetricEigen::new(nalgebra::DMatrix::from_fn(r, r, |i, j| vb[i * r + j]));
+        let top = eig.eigenvalues.iter().copied().fold(0.0, f64::max);
+        let kept: Vec<usize> = (0..r)
+            .filter(|&m| eig.eigenvalues[m] > 1.5e-8 * top)
+            .collect();
+        // Each independent contrast: Σᵢ Pᵢₘ Lᵢ.
+        let rotated: Vec<Vec<f64>> = (kept.iter())
+            .map(|&m| {
+                (0..p)
+                    .map(|k| (0..r).map(|i| eig.eigenvectors[(i, m)] * l[i][k]).sum())
+                    .collect()
+            })
+            .collect();
+        let (d, nu) = self.satterthwaite_dfs(theta, covariance, &rotated)?;
+        let q = rotated.len();
+        let t2: f64 = (rotated.iter().zip(&d))
+            .map(|(lm, dm)| {
+                lm.iter()
+                    .zip(theta)
+                    .map(|(a, b)| a * b)
+                    .sum::<f64>()
+                    .powi(2)
+                    / dm
+            })
+            .sum();
+        let f = t2 / q as f64;
+        let ddf = match q {
+            1 => nu[0],
+            _ if nu.iter().all(|v| (v - nu[0]).abs() < 1e-8) => nu[0],
+            _ if nu.iter().any(|&v| v <= 2.0) => 2.0,
+            _ => {
+                let e: f64 = nu.iter().map(|v| v / (v - 2.0)).sum();
+                2.0 * e / (e - q as f64)
+            }
+        };
+        let tail = match FisherSnedecor::new(q as f64, ddf) {
+            Ok(law) if ddf.is_finite() => law.sf(f),
+            _ => ChiSquared::new(q as f64).map_or(f64::NAN, |law| law.sf(q as f64 * f)),
+        };
+        Ok((f, q, ddf, tail))
+    }
+
+    /// That θ and its covariance are a Gaussian fit's: the tests are refused for other families.
+    fn check_tests(&self, theta: &[f64], covariance: &[Vec<f64>]) -> Result<()> {
         if self.family != Family::Gaussian {
             return Err(invalid(
                 "ddf",
@@ -346,7 +435,7 @@ impl Glmm {
             ));
         }
         self.check_theta(theta)?;
-        let (p, k) = (self.p, theta.len());
+        let k = theta.len();
         if covariance.len() != k || covariance.iter().any(|row| row.len() != k) {
             return Err(invalid(
                 "covariance",
@@ -354,48 +443,77 @@ impl Glmm {
                 "give the fit's covariance of θ̂ (k × k)",
             ));
         }
-        // Var(β̂ⱼ | φ) for every j: ‖L⁻¹eⱼ‖² σ², XᵀV₀⁻¹X = LLᵀ.
-        let var_beta = |phi: &[f64]| -> Result<Vec<f64>> {
-            let mut th = theta.to_vec();
-            th[p..].copy_from_slice(phi);
-            let pieces = self.gaussian_pieces(&self.relative(&th))?;
-            let f = Factor::cholesky(&pieces.xvx, p).ok_or_else(|| {
-                invalid(
-                    "X",
-                    "columns that are linearly dependent".into(),
-                    "drop them",
-                )
-            })?;
-            let s2 = (2.0 * th[k - 1]).exp();
-            Ok((0..p)
-                .map(|j| {
-                    let mut e = vec![0.0; p];
-                    e[j] = 1.0;
-                    f.solve_lower(&mut e);
-                    s2 * e.iter().map(|v| v * v).sum::<f64>()
-                })
-                .collect())
-        };
-        let v = var_beta(&theta[p..])?;
-        let grad = central_jacobian(var_beta, &theta[p..])?;
+        Ok(())
+    }
+
+    /// For each contrast l of `ls`: v = lᵀ Var(β̂ | φ̂) l and Satterthwaite's ν = 2v² / (∇v ᵀ A
+    /// ∇v), ∇v by central differences in φ (θ after β) and A φ's block of `covariance` (its
+    /// parameters at a boundary, NaN there, held fixed); ν infinite where ∇v vanishes.
+    fn satterthwaite_dfs(
+        &self,
+        theta: &[f64],
+        covariance: &[Vec<f64>],
+        ls: &[Vec<f64>],
+    ) -> Result<(Vec<f64>, Vec<f64>)> {
+        let (p, k) = (self.p, theta.len());
+        let v = self.beta_quadratics(theta, &theta[p..], ls, false)?;
+        let grad = central_jacobian(
+            |phi| self.beta_quadratics(theta, phi, ls, false),
+            &theta[p..],
+        )?;
         let kept: Vec<usize> = (0..k - p)
             .filter(|&a| covariance[p + a][p + a].is_finite())
             .collect();
-        Ok((0..p)
+        let nu = (0..ls.len())
             .map(|j| {
                 let spread: f64 = (kept.iter())
                     .flat_map(|&a| kept.iter().map(move |&b| (a, b)))
                     .map(|(a, b)| grad[a][j] * covariance[p + a][p + b] * grad[b][j])
                     .sum();
-                let df = 2.0 * v[j] * v[j] / spread;
-                let t = (theta[j] / v[j].sqrt()).abs();
-                let tail = match StudentsT::new(0.0, 1.0, df) {
-                    Ok(law) if df.is_finite() && df > 0.0 => law.sf(t),
-                    _ => Normal::standard().sf(t),
-                };
-                let df = if df > 0.0 { df } else { f64::INFINITY };
-                (v[j].sqrt(), df, 2.0 * tail)
+                match 2.0 * v[j] * v[j] / spread {
+                    nu if nu > 0.0 => nu,
+                    _ => f64::INFINITY,
+                }
             })
-            .collect())
+            .collect();
+        Ok((v, nu))
+    }
+
+    /// lᵢᵀ Var(β̂ | φ) lⱼ, Var(β̂ | φ) = σ²(XᵀV₀⁻¹X)⁻¹ at θ with its variance parameters (after
+    /// β) set to `phi`: every pair (row-major, with `all`) or the diagonal i = j.
+    fn beta_quadratics(
+        &self,
+        theta: &[f64],
+        phi: &[f64],
+        ls: &[Vec<f64>],
+        all: bool,
+    ) -> Result<Vec<f64>> {
+        let (p, k) = (self.p, theta.len());
+        let mut th = theta.to_vec();
+        th[p..].copy_from_slice(phi);
+        let pieces = self.gaussian_pieces(&self.relative(&th))?;
+        let f = Factor::cholesky(&pieces.xvx, p).ok_or_else(|| {
+            invalid(
+                "X",
+                "columns that are linearly dependent".into(),
+                "drop them",
+            )
+        })?;
+        let s2 = (2.0 * th[k - 1]).exp();
+        // L⁻¹lᵢ, XᵀV₀⁻¹X = LLᵀ: lᵢᵀ(LLᵀ)⁻¹lⱼ = (L⁻¹lᵢ)ᵀ(L⁻¹lⱼ).
+        let w: Vec<Vec<f64>> = (ls.iter())
+            .map(|l| {
+                let mut e = l.clone();
+                f.solve_lower(&mut e);
+                e
+            })
+            .collect();
+        let dot = |a: &[f64], b: &[f64]| s2 * a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+        Ok(match all {
+            true => (w.iter())
+                .flat_map(|a| w.iter().map(|b| dot(a, b)))
+                .collect(),
+            false => w.iter().map(|a| dot(a, a)).collect(),
+        })
     }
 }

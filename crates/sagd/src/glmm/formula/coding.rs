@@ -65,6 +65,9 @@ impl Source {
     }
 }
 
+/// A model matrix (row-major), its columns' names and each term's columns.
+pub(super) type Coded = (Vec<f64>, Vec<String>, Vec<std::ops::Range<usize>>);
+
 impl Formula {
     /// The coding of `rows` of `cols`: every variable that a term reads as categorical and every
     /// grouping factor, with the levels these rows have.
@@ -152,7 +155,24 @@ impl Formula {
         rows: &[usize],
         (coding, source): (&Coding, Source),
     ) -> Result<(Vec<f64>, Vec<String>)> {
+        let (x, names, _) = self.coded_matrix(effects, cols, rows, (coding, source), false)?;
+        Ok((x, names))
+    }
+
+    /// [`Formula::matrix`], a categorical variable coded by contrasts coded by R's
+    /// `contr.treatment` (indicators of every level but the first) or, with `sum`, by
+    /// `contr.sum` (level l < k − 1 its column's 1, the last level −1 in every column); and each
+    /// term's columns.
+    pub(super) fn coded_matrix(
+        &self,
+        effects: &Effects,
+        cols: &Columns<'_>,
+        rows: &[usize],
+        (coding, source): (&Coding, Source),
+        sum: bool,
+    ) -> Result<Coded> {
         let n = rows.len();
+        let mut ranges = Vec::with_capacity(effects.terms.len());
         // Column-major while built.
         let mut columns: Vec<Vec<f64>> = Vec::new();
         let mut names = Vec::new();
@@ -185,19 +205,27 @@ impl Formula {
                 } else {
                     v.name.clone()
                 };
-                let skip = usize::from(contrasts);
+                let last = levels.len() - 1;
+                let value = |j: usize, l: usize| match (contrasts && sum, j == l) {
+                    (_, true) => 1.0,
+                    (true, false) if j == last => -1.0,
+                    _ => 0.0,
+                };
+                // Treatment contrasts drop the first level's column, sum contrasts the last's.
+                let kept = match (contrasts, sum) {
+                    (false, _) => 0..levels.len(),
+                    (true, false) => 1..levels.len(),
+                    (true, true) => 0..last,
+                };
                 parts.push(
-                    levels
-                        .iter()
-                        .enumerate()
-                        .skip(skip)
-                        .map(|(l, level)| {
-                            (
-                                format!("{shown}{level}"),
-                                index.iter().map(|&j| f64::from(u8::from(j == l))).collect(),
-                            )
-                        })
-                        .collect(),
+                    kept.map(|l| {
+                        let name = match contrasts && sum {
+                            true => format!("{shown}{}", l + 1),
+                            false => format!("{shown}{}", levels[l]),
+                        };
+                        (name, index.iter().map(|&j| value(j, l)).collect())
+                    })
+                    .collect(),
                 );
             }
             let mut product: Vec<(String, Vec<f64>)> = vec![(String::new(), vec![1.0; n])];
@@ -215,10 +243,12 @@ impl Formula {
                 }
                 product = next;
             }
+            let start = columns.len();
             for (name, v) in product {
                 names.push(name);
                 columns.push(v);
             }
+            ranges.push(start..columns.len());
         }
         let p = columns.len();
         let mut x = vec![0.0; n * p];
@@ -227,7 +257,7 @@ impl Formula {
                 x[i * p + j] = *v;
             }
         }
-        Ok((x, names))
+        Ok((x, names, ranges))
     }
 }
 

@@ -24,6 +24,7 @@ mod coding;
 mod frame;
 mod new_data;
 mod parse;
+mod type3;
 
 pub use frame::{Column, Frame};
 

@@ -1,0 +1,114 @@
+//! `--ddf satterthwaite`: lmerTest's tests of a Gaussian fit's fixed effects, the t test of
+//! each coefficient (`summary(fit)`) and the type III F test of each term (`anova(fit)`), with
+//! Satterthwaite's degrees of freedom; in the summary and result.json.
+
+use std::fmt::Write as _;
+
+use sagd::glmm::{Design, Formula, Frame, Glmm, GlmmFit, Summary};
+use serde_json::json;
+
+use super::summary::{p_text, se_text, shown};
+
+/// A term's type III test: its name, F, its degrees of freedom (numerator, denominator), p.
+type TermTest = (String, f64, usize, f64, f64);
+
+/// A fit's Satterthwaite tests: per coefficient its standard error given the variance
+/// parameters, degrees of freedom and p; per term of the fixed effects its F test; and σ².
+pub(super) struct Ddf {
+    t: Vec<(f64, f64, f64)>,
+    terms: Vec<TermTest>,
+    sigma2: f64,
+}
+
+impl Ddf {
+    /// The tests of `fit` (of `model`, from `formula` on `frame`), or `None` (and a warning)
+    /// where the fit has no covariance to take them from; a term whose test cannot be made is
+    /// left out with a warning.
+    pub(super) fn find(
+        model: &Glmm,
+        fit: &GlmmFit,
+        (formula, frame): (&Formula, &Frame),
+    ) -> Option<Ddf> {
+        let warn = |what: &str, e: String| say_err!("warning: no Satterthwaite {what}: {e}");
+        let Some(cov) = &fit.covariance else {
+            warn(
+                "tests",
+                "the fit's information could not be inverted".into(),
+            );
+            return None;
+        };
+        let t = match model.satterthwaite(&fit.theta, cov) {
+            Ok(t) => t,
+            Err(e) => {
+                warn("tests", e.to_string());
+                return None;
+            }
+        };
+        let contrasts = formula.type3_contrasts(frame).unwrap_or_else(|e| {
+            warn("F tests of the terms", e.to_string());
+            Vec::new()
+        });
+        let terms = (contrasts.into_iter())
+            .filter_map(
+                |(name, l)| match model.satterthwaite_f(&fit.theta, cov, &l) {
+                    Ok((f, q, ddf, p)) => Some((name, f, q, ddf, p)),
+                    Err(e) => {
+                        warn(&format!("F test of {name}"), e.to_string());
+                        None
+                    }
+                },
+            )
+            .collect();
+        let sigma2 = (2.0 * fit.theta[fit.theta.len() - 1]).exp();
+        Some(Ddf { t, terms, sigma2 })
+    }
+
+    /// The fixed effects' table with the t tests, then the terms' type III table, as lmerTest
+    /// prints them.
+    pub(super) fn tables(&self, o: &mut String, d: &Design, s: &Summary) {
+        let _ = writeln!(
+            o,
+            "\nFixed effects (t tests with Satterthwaite's degrees of freedom):\n {:<20} {:>10} {:>11} {:>9} {:>8} {:>10}",
+            "", "Estimate", "Std. Error", "df", "t value", "Pr(>|t|)"
+        );
+        for ((name, e), &(se, df, p)) in d.x_names.iter().zip(&s.fixed).zip(&self.t) {
+            let _ = writeln!(
+                o,
+                " {name:<20} {:>10} {:>11} {df:>9.2} {:>8.3} {:>10}",
+                shown(e.value, 5),
+                se_text(se),
+                e.value / se,
+                p_text(p)
+            );
+        }
+        if self.terms.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            o,
+            "\nType III analysis of variance with Satterthwaite's method:\n {:<20} {:>10} {:>10} {:>5} {:>9} {:>9} {:>10}",
+            "", "Sum Sq", "Mean Sq", "NumDF", "DenDF", "F value", "Pr(>F)"
+        );
+        for (name, f, q, ddf, p) in &self.terms {
+            let ms = f * self.sigma2;
+            let _ = writeln!(
+                o,
+                " {name:<20} {:>10.4} {ms:>10.4} {q:>5} {ddf:>9.2} {f:>9.4} {:>10}",
+                ms * *q as f64,
+                p_text(*p)
+            );
+        }
+    }
+
+    /// result.json's `satterthwaite` (per coefficient its name, standard error given the
+    /// variance parameters, degrees of freedom and p) and `anova_type3` (per term its F, degrees
+    /// of freedom and p).
+    pub(super) fn json(&self, d: &Design, result: &mut serde_json::Value) {
+        result["satterthwaite"] = json!((d.x_names.iter().zip(&self.t))
+            .map(|(name, (se, df, p))| json!({"name": name, "se": se, "df": df, "p": p}))
+            .collect::<Vec<_>>());
+        result["anova_type3"] = json!((self.terms.iter())
+            .map(|(name, f, q, ddf, p)| json!({"term": name, "f": f, "num_df": q, "den_df": ddf, "p": p}))
+            .collect::<Vec<_>>());
+    }
+}
