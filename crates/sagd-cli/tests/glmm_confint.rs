@@ -259,6 +259,19 @@ weights,0.1941446362385,14.0798559677,1.41196027676e-03
 weights,0.0534838850733,75.3796817473,1.06070252054e-14
 ";
 
+/// `sagd glmm` with `args` and `--ddf satterthwaite` on `file`: its printout and result.json.
+fn with_ddf(args: &[&str], file: &Path) -> (String, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let all: Vec<&str> = args
+        .iter()
+        .copied()
+        .chain(["--ddf", "satterthwaite"])
+        .collect();
+    let printed = String::from_utf8_lossy(&glmm(&all, file, dir.path()).stdout).into_owned();
+    let result = std::fs::read_to_string(dir.path().join("result.json")).unwrap();
+    (printed, serde_json::from_str(&result).unwrap())
+}
+
 /// lmerTest 3.1-3's `anova(fit)` (type III, Satterthwaite): per fit, each term's name, its
 /// numerator degrees of freedom, denominator degrees of freedom, F and p.
 const LMERTEST_ANOVA: &str = "\
@@ -291,20 +304,11 @@ fn type3_tests_are_lmertest_s_anova() {
         ("factorial-ml", &[two], factorial),
     ];
     for (name, args, file) in fits {
-        let dir = tempfile::tempdir().unwrap();
-        let all: Vec<&str> = args
-            .iter()
-            .copied()
-            .chain(["--ddf", "satterthwaite"])
-            .collect();
-        let printed = String::from_utf8_lossy(&glmm(&all, &file, dir.path()).stdout).into_owned();
+        let (printed, r) = with_ddf(args, &file);
         assert!(
             printed.contains("Type III analysis of variance"),
             "{printed}"
         );
-        let r: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join("result.json")).unwrap())
-                .unwrap();
         let got = r["anova_type3"].as_array().unwrap();
         let want: Vec<Vec<&str>> = (LMERTEST_ANOVA.lines())
             .filter(|l| l.starts_with(&format!("{name},")))
@@ -343,20 +347,11 @@ fn satterthwaite_tests_are_lmertest_s() {
         ),
     ];
     for (name, args, file) in fits {
-        let dir = tempfile::tempdir().unwrap();
-        let all: Vec<&str> = args
-            .iter()
-            .copied()
-            .chain(["--ddf", "satterthwaite"])
-            .collect();
-        let printed = String::from_utf8_lossy(&glmm(&all, &file, dir.path()).stdout).into_owned();
+        let (printed, r) = with_ddf(args, &file);
         assert!(
             printed.contains("Satterthwaite's degrees of freedom"),
             "{printed}"
         );
-        let r: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join("result.json")).unwrap())
-                .unwrap();
         let want: Vec<Vec<f64>> = (LMERTEST.lines())
             .filter(|l| l.starts_with(&format!("{name},")))
             .map(|l| l.split(',').skip(1).map(|v| v.parse().unwrap()).collect())

@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use sagd::em::EmEvent;
-use sagd::glmm::refits::{in_parts, Keeping};
+use sagd::glmm::refits::{in_parts, Keeping, Outcome, Part};
 use sagd::glmm::{
     Criterion, ExactFit, ExactSettings, Family, FitSettings, Fitted, Glmm, GlmmFit,
     LikelihoodMethod, Method, RandomTerm, SampledMeans, TermNames,
@@ -176,7 +176,7 @@ fn model_of(d: &Bound<'_, PyDict>) -> PyResult<Glmm> {
 /// (`Glmm::bootstrap_lrt`), each refit under the method, nodes and M-steps given: one
 /// statistic per draw, NaN where a refit failed, and the failed draws with why.
 #[pyfunction]
-#[pyo3(signature = (*, null, alt, theta_null, theta_alt, draws, seed=0, threads=None, progress=None, method="auto", nodes=None, max_msteps=None))]
+#[pyo3(signature = (*, null, alt, theta_null, theta_alt, draws, seed=0, threads=None, progress=None, method="auto", nodes=None, max_msteps=None, checkpoint=None, checkpoint_every=100, interrupt_after=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn bootstrap_lrt(
     py: Python<'_>,
@@ -191,6 +191,9 @@ pub(crate) fn bootstrap_lrt(
     method: &str,
     nodes: Option<usize>,
     max_msteps: Option<usize>,
+    checkpoint: Option<std::path::PathBuf>,
+    checkpoint_every: usize,
+    interrupt_after: Option<usize>,
 ) -> PyResult<(Vec<f64>, Failed)> {
     let (m0, m1) = (model_of(&null)?, model_of(&alt)?);
     let settings = FitSettings {
@@ -202,14 +205,19 @@ pub(crate) fn bootstrap_lrt(
         em: em_settings(max_msteps),
         seed,
     };
-    let stats = detached(py, threads, progress, None, |watch| {
-        let alt = (&m1, &theta_alt[..]);
-        m0.bootstrap_lrt(&theta_null, alt, &settings, (draws, seed), &|| {
-            watch.tick(1)
-        })
-    })?
-    .map_err(py_error)?;
-    let (values, failed) = by_draw(stats, f64::NAN, |t| t);
+    let identity = refits_identity(&settings, seed, &[&theta_null, &theta_alt])?;
+    let kept = (checkpoint, checkpoint_every, interrupt_after);
+    let stats = refits_kept(
+        py,
+        (threads, progress),
+        (identity, draws, kept),
+        |range, on| {
+            let alt = (&m1, &theta_alt[..]);
+            let part = m0.bootstrap_lrt_draws(&theta_null, alt, &settings, (range, seed), on)?;
+            Ok(outcomes(part, |t| vec![t]))
+        },
+    )?;
+    let (values, failed) = by_draw(stats, f64::NAN, |t| t[0]);
     Ok((values, failed))
 }
 
@@ -436,17 +444,36 @@ pub(crate) type Kept = (Option<std::path::PathBuf>, usize, Option<usize>);
 /// The parametric bootstrap's items (its refits counted on `progress`, Ctrl-C watched):
 /// `bootstrap`, each refit's estimates on the summary's scales in θ's order
 /// (`Summary::values`; NaN where the refit failed), and `bootstrap_failed`, the failed draws
-/// with why. With a checkpoint the refits run in parts, each part's kept there
-/// (`sagd::glmm::refits`): a bootstrap stopped by Ctrl-C keeps what it refitted, and the same
-/// call goes on from there to the replicates of an uninterrupted run.
+/// with why; kept as `kept` says ([`refits_kept`]).
 fn bootstrap_items(
     py: Python<'_>,
     d: &Bound<'_, PyDict>,
     model: &Glmm,
     (fit, settings): (&GlmmFit, &FitSettings),
     (draws, seed, threads): (usize, u64, Option<usize>),
-    (progress, (path, every, interrupt_after)): (Option<Py<PyAny>>, Kept),
+    (progress, kept): (Option<Py<PyAny>>, Kept),
 ) -> PyResult<()> {
+    let terms = model.terms();
+    let identity = refits_identity(settings, seed, &[&fit.theta])?;
+    let outcomes = refits_kept(
+        py,
+        (threads, progress),
+        (identity, draws, kept),
+        |range, on| {
+            let part = model.bootstrap_draws(&fit.theta, settings, (range, seed), on)?;
+            let values = |f: GlmmFit| model.summary(&f.theta, None).values(&terms);
+            Ok(outcomes(part, values))
+        },
+    )?;
+    let nan = vec![f64::NAN; fit.theta.len()];
+    let (values, failed) = by_draw(outcomes, nan, |v| v);
+    d.set_item("bootstrap", values)?;
+    d.set_item("bootstrap_failed", failed)
+}
+
+/// What a bootstrap's checkpoint is kept for: the refits' settings, the seed and the fits'
+/// estimates to the bit (the data).
+fn refits_identity(settings: &FitSettings, seed: u64, thetas: &[&[f64]]) -> PyResult<Identity> {
     let how = format!(
         "{:?}",
         (
@@ -456,16 +483,36 @@ fn bootstrap_items(
             settings.em.max_msteps
         )
     );
-    let identity = (Identity::new().with("method, criterion, nodes and M-steps", &how))
+    (Identity::new().with("method, criterion, nodes and M-steps", &how))
         .and_then(|i| i.with("seed", &seed))
-        .and_then(|i| i.with("the fit's estimates (the data)", &fit.theta))
-        .map_err(py_error)?;
+        .and_then(|i| i.with("the fits' estimates (the data)", thetas))
+        .map_err(py_error)
+}
+
+/// A part's refits as the checkpoint keeps them: `values` of each, or why it failed.
+fn outcomes<T>(part: Vec<Option<sagd::error::Result<T>>>, values: impl Fn(T) -> Vec<f64>) -> Part {
+    (part.into_iter())
+        .map(|o| o.map(|r| r.map(&values).map_err(|e| e.to_string())))
+        .collect()
+}
+
+/// Every outcome of `draws` draws of a bootstrap, from `part(range, on_refit)` (its refits
+/// counted on `progress`, Ctrl-C watched), on `threads`: with a checkpoint, run in parts
+/// each kept there (`sagd::glmm::refits`), a call stopped by Ctrl-C keeping what it refitted
+/// and the same call going on from there to the outcomes of an uninterrupted run. A stop
+/// (Ctrl-C, or `_interrupt_after` refits) raises KeyboardInterrupt.
+fn refits_kept(
+    py: Python<'_>,
+    (threads, progress): (Option<usize>, Option<Py<PyAny>>),
+    (identity, draws, (path, every, interrupt_after)): (Identity, usize, Kept),
+    part: impl Fn(std::ops::Range<usize>, &(dyn Fn() -> Control + Sync)) -> sagd::error::Result<Part>
+        + Sync,
+) -> PyResult<Vec<Outcome>> {
     let keeping = path.as_deref().map(|path| Keeping {
         path,
         every,
         resume: true,
     });
-    let terms = model.terms();
     let refitted = AtomicUsize::new(0);
     let (done, _) = detached(py, threads, progress, None, |watch| {
         let on_refit = || match watch.tick(1) {
@@ -474,19 +521,8 @@ fn bootstrap_items(
             }
             c => c,
         };
-        in_parts(
-            keeping,
-            &identity,
-            draws,
-            |kept| _ = watch.tick(kept),
-            |range| {
-                let part = model.bootstrap_draws(&fit.theta, settings, (range, seed), &on_refit)?;
-                let values = |f: GlmmFit| model.summary(&f.theta, None).values(&terms);
-                Ok((part.into_iter())
-                    .map(|o| o.map(|r| r.map(values).map_err(|e| e.to_string())))
-                    .collect())
-            },
-        )
+        let resumed = |kept| _ = watch.tick(kept);
+        in_parts(keeping, &identity, draws, resumed, |r| part(r, &on_refit))
     })?
     .map_err(py_error)?;
     if done.iter().any(Option::is_none) {
@@ -495,10 +531,7 @@ fn bootstrap_items(
             "bootstrap stopped after {finished} of {draws} refits"
         )));
     }
-    let nan = vec![f64::NAN; fit.theta.len()];
-    let (values, failed) = by_draw(done.into_iter().flatten().collect(), nan, |v| v);
-    d.set_item("bootstrap", values)?;
-    d.set_item("bootstrap_failed", failed)
+    Ok(done.into_iter().flatten().collect())
 }
 
 /// A fit's items of `sagd.glmm`'s result: the exact fit's or EM's own, the verdicts on a singular

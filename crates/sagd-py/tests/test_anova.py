@@ -89,9 +89,31 @@ def test_bootstrap_statistics_are_the_same_on_any_number_of_threads():
     df = pd.read_csv(DATA)
     m0 = sagd.glmm("count ~ x + (1 | site)", data=df, family="poisson")
     m1 = sagd.glmm("count ~ x + dose + (1 | site)", data=df, family="poisson")
-    one, _ = _bootstrap_test(m0, m1, 24, 3, 1, False)
-    two, _ = _bootstrap_test(m0, m1, 24, 3, 2, False)
+    one, _ = _bootstrap_test(m0, m1, 24, 3, None, 1, False)
+    two, _ = _bootstrap_test(m0, m1, 24, 3, None, 2, False)
     assert one.tolist() == two.tolist() and all(v > -1e-6 for v in one)
+
+
+def test_an_interrupted_bootstrap_test_goes_on_from_its_checkpoint(tmp_path):
+    """``checkpoint=`` keeps each test's refits in its folder: calls stopped (as Ctrl-C stops
+    them) at every 9th refit go on from there, and the one that finishes gives the p-values of
+    an uninterrupted run, bit for bit."""
+    df = pd.read_csv(DATA)
+    m0 = sagd.glmm("count ~ x + (1 | site)", data=df, family="poisson")
+    m1 = sagd.glmm("count ~ x + dose + (1 | site)", data=df, family="poisson")
+    whole = sagd.anova(m0, m1, bootstrap=30, seed=4)
+    stops = 0
+    while True:
+        try:
+            a = sagd.anova(m0, m1, bootstrap=30, seed=4, checkpoint=tmp_path / "anova",
+                           checkpoint_every=4, _interrupt_after=9)
+            break
+        except KeyboardInterrupt as stop:
+            assert "test-1.ckpt" in str(stop), stop
+            stops += 1
+            assert stops < 10
+    assert stops >= 2
+    assert (a.p_boot, a.boot_refits) == (whole.p_boot, whole.boot_refits)
 
 
 def test_a_bootstrap_needs_fits_made_here():

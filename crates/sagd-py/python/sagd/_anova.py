@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -111,7 +112,8 @@ def chi2_upper_tail(x: float, df: int) -> float:
 
 
 def anova(*models: GlmmResult, bootstrap: Optional[int] = None, seed: int = 0,
-          threads: Optional[int] = None, progress: bool = False) -> AnovaResult:
+          threads: Optional[int] = None, progress: bool = False, checkpoint: Any = None,
+          checkpoint_every: int = 100, _interrupt_after: Optional[int] = None) -> AnovaResult:
     """Likelihood-ratio tests of nested GLMMs fitted to the same data, as lme4's
     ``anova(m0, m1, ...)``: the models ordered by their parameters, each tested against the
     one before by twice its gain in log-likelihood on the chi-square law with the parameters
@@ -131,6 +133,11 @@ def anova(*models: GlmmResult, bootstrap: Optional[int] = None, seed: int = 0,
         seed: the bootstrap's draws; the same on any number of ``threads``.
         threads: worker threads of the bootstrap's refits (default: all cores).
         progress: a progress bar of the refits.
+        checkpoint: with ``bootstrap``, a folder (made if missing) that keeps each test's
+            refits (``test-1.ckpt``, ...), written after every ``checkpoint_every`` of them
+            (default 100): Ctrl-C keeps those done, and the same call goes on from there to the
+            p-values of an uninterrupted run (a file of other fits or another seed is refused
+            by name).
 
     Returns:
         An :class:`AnovaResult`.
@@ -193,7 +200,12 @@ def anova(*models: GlmmResult, bootstrap: Optional[int] = None, seed: int = 0,
         draws = _whole("bootstrap", bootstrap, 2)
         for place in range(1, len(order)):
             null, alt = models[order[place - 1]], models[order[place]]
-            stats, failed = _bootstrap_test(null, alt, draws, _whole("seed", seed),
+            kept = None
+            if checkpoint is not None:
+                os.makedirs(checkpoint, exist_ok=True)
+                kept = (os.path.join(os.fspath(checkpoint), f"test-{place}.ckpt"),
+                        _whole("checkpoint_every", checkpoint_every, 1), _interrupt_after)
+            stats, failed = _bootstrap_test(null, alt, draws, _whole("seed", seed), kept,
                                             threads, progress)
             ok = stats[~np.isnan(stats)]
             # Ties within rounding count as at or above (a null on its boundary gives 0 often).
@@ -204,10 +216,11 @@ def anova(*models: GlmmResult, bootstrap: Optional[int] = None, seed: int = 0,
     return out
 
 
-def _bootstrap_test(null: GlmmResult, alt: GlmmResult, draws: int, seed: int,
+def _bootstrap_test(null: GlmmResult, alt: GlmmResult, draws: int, seed: int, kept: Any,
                     threads: Optional[int], progress: bool) -> Any:
     """The core's bootstrap statistics of ``null`` against ``alt`` (NaN where a refit failed)
-    and the failed draws."""
+    and the failed draws; kept, where ``kept`` gives them, in its file after every so many
+    refits (and stopped after so many, for the tests)."""
     for k, m in ((1, null), (2, alt)):
         if m._model is None:
             raise ValueError(f"anova: bootstrap: the {'smaller' if k == 1 else 'larger'} model "
@@ -221,7 +234,14 @@ def _bootstrap_test(null: GlmmResult, alt: GlmmResult, draws: int, seed: int,
             theta_null=[float(v) for v in null.estimate],
             theta_alt=[float(v) for v in alt.estimate], draws=draws, seed=seed,
             threads=_threads(threads), progress=show, method=settings["method"],
-            nodes=settings["nodes"], max_msteps=settings["max_msteps"])
+            nodes=settings["nodes"], max_msteps=settings["max_msteps"],
+            **({} if kept is None else dict(checkpoint=kept[0], checkpoint_every=kept[1],
+                                            interrupt_after=kept[2])))
+    except KeyboardInterrupt as stop:
+        if kept is not None and os.path.exists(kept[0]):
+            raise KeyboardInterrupt(f"{stop or 'interrupted'}: the bootstrap's refits done are "
+                                    f"kept in {kept[0]}; the same call goes on from there") from None
+        raise
     finally:
         close()
     return np.asarray(stats, dtype=float), {int(d): str(why) for d, why in failed}

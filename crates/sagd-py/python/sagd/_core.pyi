@@ -66,6 +66,9 @@ def bootstrap_lrt(
     method: str = ...,
     nodes: Optional[int] = ...,
     max_msteps: Optional[int] = ...,
+    checkpoint: Optional[str] = ...,
+    checkpoint_every: int = ...,
+    interrupt_after: Optional[int] = ...,
 ) -> Tuple[List[float], List[Tuple[int, str]]]: ...
 def simulate_glmm(
     *,
