@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from . import _core
-from ._common import _progress, _threads, _whole
+from ._common import _progress, _say_kept, _threads, _whole
 from ._glmm import GlmmResult
 
 
@@ -238,10 +238,7 @@ def _bootstrap_test(null: GlmmResult, alt: GlmmResult, draws: int, seed: int, ke
             **({} if kept is None else dict(checkpoint=kept[0], checkpoint_every=kept[1],
                                             interrupt_after=kept[2])))
     except KeyboardInterrupt as stop:
-        if kept is not None and os.path.exists(kept[0]):
-            raise KeyboardInterrupt(f"{stop or 'interrupted'}: the bootstrap's refits done are "
-                                    f"kept in {kept[0]}; the same call goes on from there") from None
-        raise
+        _say_kept(stop, None if kept is None else kept[0])
     finally:
         close()
     return np.asarray(stats, dtype=float), {int(d): str(why) for d, why in failed}

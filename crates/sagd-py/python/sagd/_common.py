@@ -4,8 +4,9 @@ of automated EM (`FitResult`)."""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -223,3 +224,13 @@ class FitResult:
              "mc_se": self.mc_se},
             index=self.names,
         )
+
+
+def _say_kept(stop: KeyboardInterrupt, checkpoint: Any) -> NoReturn:
+    """Raises ``stop`` again, saying where a bootstrap's refits are kept when ``checkpoint``
+    holds them (the same call goes on from there)."""
+    if checkpoint is not None and os.path.exists(checkpoint):
+        raise KeyboardInterrupt(f"{stop or 'interrupted'}: the bootstrap's refits done are kept "
+                                f"in {os.fspath(checkpoint)}; the same call goes on from "
+                                "there") from None
+    raise stop

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _core
 from ._arrays import _Arrays, _per_factor
-from ._common import FitResult, _progress, _table, _threads, _whole
+from ._common import FitResult, _progress, _say_kept, _table, _threads, _whole
 
 
 @dataclass
@@ -510,11 +510,7 @@ def glmm(
                            checkpoint_every=_whole("checkpoint_every", checkpoint_every, 1),
                            interrupt_after=_interrupt_after)
     except KeyboardInterrupt as stop:
-        if checkpoint is not None and os.path.exists(checkpoint):
-            raise KeyboardInterrupt(f"{stop or 'interrupted'}: the bootstrap's refits done are "
-                                    f"kept in {os.fspath(checkpoint)}; the same call goes on "
-                                    "from there") from None
-        raise
+        _say_kept(stop, checkpoint)
     finally:
         close()
         boot_close()
