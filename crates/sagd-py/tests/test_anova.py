@@ -56,13 +56,31 @@ def test_what_cannot_be_compared_is_refused_by_name():
     m = sagd.glmm("count ~ x + (1 | site)", data=df, family="poisson")
     with pytest.raises(ValueError, match="two or more"):
         sagd.anova(m)
-    with pytest.raises(ValueError, match="REML"):
-        sagd.anova(m, sagd.glmm("count ~ x + (1 | site)", data=df, reml=True))
+    import dataclasses
+
+    reml = sagd.glmm("count ~ x + (1 | site)", data=df, reml=True)
+    with pytest.raises(ValueError, match="REML and not by sagd.glmm here"):
+        sagd.anova(m, dataclasses.replace(reml, _model=None))
     with pytest.raises(ValueError, match="same data and family"):
         sagd.anova(m, sagd.glmm("count ~ x + (1 | site)", data=df))
     with pytest.raises(ValueError, match="not a sagd.glmm fit"):
         sagd.anova(m, 3)
     assert math.isfinite(sagd.anova(m, m).chisq[1])
+
+
+def test_reml_fits_are_compared_by_their_ml_refits_as_lme4s_anova_compares_them():
+    """lme4 1.1-31's anova of two REML fits refits them by ML (the reference of
+    crates/sagd-cli/tests/glmm_bootstrap.rs): logLik -341.0012367 and -339.7674029, Chisq
+    2.46767 on 2 Df, p 0.29117; the REML fits themselves are left as they were."""
+    df = pd.read_csv(DATA)
+    m1 = sagd.glmm("count ~ x * dose + (1 + x | site)", data=df, reml=True)
+    m0 = sagd.glmm("count ~ x + dose + (1 + x | site)", data=df, reml=True)
+    a = sagd.anova(m1, m0)
+    assert a.refitted_by_ml and "refitted by ML" in repr(a)
+    assert a.loglik == pytest.approx([-341.0012367, -339.7674029], abs=1e-6)
+    assert (a.df[1], a.chisq[1]) == (2, pytest.approx(2.46767, abs=1e-5))
+    assert a.p_value[1] == pytest.approx(0.29117, abs=1e-5)
+    assert m1.reml and m0.reml
 
 
 def test_bootstrap_p_values_agree_with_pbkrtest():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ class AnovaResult:
             whose refit failed and why.
         warning: what the reader must know (sampled log-likelihoods; variances tested at 0,
             where the chi-square test is conservative and the bootstrap's is not).
+        refitted_by_ml: whether REML fits were refitted by maximum likelihood to be compared.
     """
 
     names: List[str] = field(default_factory=list)
@@ -52,6 +54,7 @@ class AnovaResult:
     boot_refits: List[Optional[int]] = field(default_factory=list)
     boot_failed: List[Dict[int, str]] = field(default_factory=list)
     warning: Optional[str] = None
+    refitted_by_ml: bool = False
 
     def __repr__(self) -> str:
         width = max(len(n) for n in self.names)
@@ -60,7 +63,7 @@ class AnovaResult:
         booted = any(p is not None for p in self.p_boot)
         if booted:
             head += f" {'Pr(boot)':>9}"
-        rows = [head]
+        rows = ["(the models refitted by ML instead of REML)", head][not self.refitted_by_ml:]
         for k, name in enumerate(self.names):
             row = (f"{name:<{width}} {self.n_params[k]:>5} {self.aic[k]:>10.2f} "
                    f"{self.bic[k]:>10.2f} {self.loglik[k]:>11.4f} {self.deviance[k]:>10.4f}")
@@ -124,9 +127,9 @@ def anova(*models: GlmmResult, bootstrap: Optional[int] = None, seed: int = 0,
     ``PBmodcomp``), which holds there.
 
     Args:
-        models: two or more :class:`GlmmResult`, fitted by maximum likelihood (not
-            ``reml=True``: lme4 refits such models by ML before comparing them) to the same
-            observations and family.
+        models: two or more :class:`GlmmResult` fitted to the same observations and family;
+            those fitted by REML (``reml=True``) are refitted by maximum likelihood first, as
+            lme4's ``anova`` refits them, and the result's ``refitted_by_ml`` says so.
         bootstrap: a number of draws for the parametric bootstrap's test of each model against
             the one before it: responses drawn from the smaller model at its estimate, each
             fitted by both (under the smaller fit's method, nodes and M-steps); in ``p_boot``.
@@ -143,18 +146,18 @@ def anova(*models: GlmmResult, bootstrap: Optional[int] = None, seed: int = 0,
         An :class:`AnovaResult`.
 
     Raises:
-        ValueError: fewer than two models, a REML fit, or fits of other data or families.
+        ValueError: fewer than two models, a REML fit not made here (so not refitted), or fits of
+            other data or families.
     """
     if len(models) < 2:
         raise ValueError(f"anova: {len(models)} model(s): give two or more nested fits")
     for k, m in enumerate(models, 1):
         if not isinstance(m, GlmmResult):
             raise ValueError(f"anova: argument {k} is a {type(m).__name__}, not a sagd.glmm fit")
-        if m.reml:
-            raise ValueError(f"anova: model {k} was fitted by REML, whose criterion does not "
-                             "compare models with other fixed effects; refit it with reml=False")
         if m.loglik is None:
             raise ValueError(f"anova: model {k} has no log-likelihood; refit it")
+    refitted = any(m.reml for m in models)
+    models = tuple(_by_ml(m, k) if m.reml else m for k, m in enumerate(models, 1))
     first = models[0]
     for k, m in enumerate(models[1:], 2):
         if (m.n_obs, m.family) != (first.n_obs, first.family):
@@ -162,7 +165,7 @@ def anova(*models: GlmmResult, bootstrap: Optional[int] = None, seed: int = 0,
                              f"model 1 a {first.family} fit of {first.n_obs}: compare fits of "
                              "the same data and family")
     order = sorted(range(len(models)), key=lambda k: len(models[k].estimate))
-    out = AnovaResult()
+    out = AnovaResult(refitted_by_ml=refitted)
     sampled = False
     for place, k in enumerate(order):
         m = models[k]
@@ -214,6 +217,21 @@ def anova(*models: GlmmResult, bootstrap: Optional[int] = None, seed: int = 0,
             out.boot_refits[place] = len(ok)
             out.boot_failed[place] = failed
     return out
+
+
+def _by_ml(m: GlmmResult, k: int) -> GlmmResult:
+    """The REML fit ``m`` (argument ``k``) refitted by maximum likelihood from its model's
+    arrays: its estimate, log-likelihood, AIC and BIC, the rest kept."""
+    if m._model is None or "terms" not in m._model:
+        raise ValueError(f"anova: model {k} was fitted by REML and not by sagd.glmm here, so it "
+                         "cannot be refitted by ML, which the comparison needs; refit it with "
+                         "reml=False")
+    s = m._model
+    d = _core.fit_glmm(**s["core"], x_names=s["x_names"], terms=s["terms"], method=s["method"],
+                       reml=False, nodes=s["nodes"], max_msteps=s["max_msteps"], ranef_draws=0)
+    return dataclasses.replace(m, estimate=np.asarray(d["estimate"], dtype=float), reml=False,
+                               loglik=d.get("loglik"), aic=d.get("aic"), bic=d.get("bic"),
+                               method=str(d.get("method", m.method)))
 
 
 def _bootstrap_test(null: GlmmResult, alt: GlmmResult, draws: int, seed: int, kept: Any,

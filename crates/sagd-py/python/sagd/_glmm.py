@@ -579,7 +579,8 @@ def glmm(
         satterthwaite=_array(d.get("satterthwaite")),
         **_bootstrapped(d, list(zip(factor_names, zn)), float(bootstrap_level)),
         _spec=spec,
-        _model=dict(core=core, method=str(method), nodes=nodes, max_msteps=max_msteps),
+        _model=dict(core=core, method=str(method), nodes=nodes, max_msteps=max_msteps,
+                    x_names=xn, terms=list(zip(factor_names, zn))),
     )
 
 
