@@ -22,8 +22,8 @@ pub(super) struct Ddf {
 
 impl Ddf {
     /// The tests of `fit` (of `model`, from `formula` on `frame`), or `None` (and a warning)
-    /// where the fit has no covariance to take them from; a term whose test cannot be made is
-    /// left out with a warning.
+    /// where the fit has no covariance to take them from; without the terms' tests (and a
+    /// warning) where those cannot be made.
     pub(super) fn find(
         model: &Glmm,
         fit: &GlmmFit,
@@ -48,17 +48,16 @@ impl Ddf {
             warn("F tests of the terms", e.to_string());
             Vec::new()
         });
-        let terms = (contrasts.into_iter())
-            .filter_map(
-                |(name, l)| match model.satterthwaite_f(&fit.theta, cov, &l) {
-                    Ok((f, q, ddf, p)) => Some((name, f, q, ddf, p)),
-                    Err(e) => {
-                        warn(&format!("F test of {name}"), e.to_string());
-                        None
-                    }
-                },
-            )
-            .collect();
+        let (names, hypotheses): (Vec<String>, Vec<_>) = contrasts.into_iter().unzip();
+        let terms = match model.satterthwaite_f(&fit.theta, cov, &hypotheses) {
+            Ok(tests) => (names.into_iter().zip(tests))
+                .map(|(name, (f, q, ddf, p))| (name, f, q, ddf, p))
+                .collect(),
+            Err(e) => {
+                warn("F tests of the terms", e.to_string());
+                Vec::new()
+            }
+        };
         let sigma2 = (2.0 * fit.theta[fit.theta.len() - 1]).exp();
         Some(Ddf { t, terms, sigma2 })
     }

@@ -4,20 +4,20 @@
 use rayon::prelude::*;
 
 use super::{
-    central_gradient, central_jacobian, from_units, negated, Criterion, ExactFit, ExactSettings,
-    GTOL, POINTS_PER_PIECE,
+    central_gradient, from_units, negated, Criterion, ExactFit, ExactSettings, GTOL,
+    POINTS_PER_PIECE,
 };
-use crate::error::{invalid, Result, SagdError};
+use crate::error::{Result, SagdError};
 use crate::glmm::likelihood::not_finite;
-use crate::glmm::{Family, Glmm, LikelihoodMethod, LN_2PI};
+use crate::glmm::{Glmm, LikelihoodMethod, LN_2PI};
 use crate::metric::Factor;
 
 /// Per-point sums of the Gaussian closed form at relative factors Λ (V₀ = I + Z Λ Λᵀ Zᵀ).
-struct Pieces {
+pub(super) struct Pieces {
     n: f64,
     p: usize,
     /// Xᵀ V₀⁻¹ X (p × p), Xᵀ V₀⁻¹ y, yᵀ V₀⁻¹ y, log det V₀.
-    xvx: Vec<f64>,
+    pub(super) xvx: Vec<f64>,
     xvy: Vec<f64>,
     yvy: f64,
     log_det: f64,
@@ -116,7 +116,7 @@ impl Glmm {
     }
 
     /// θ with the terms' factors made relative to σ: Λ = L/σ.
-    fn relative(&self, theta: &[f64]) -> Vec<f64> {
+    pub(super) fn relative(&self, theta: &[f64]) -> Vec<f64> {
         let log_sigma = theta[self.theta_len() - 1];
         let mut rel = theta.to_vec();
         for t in &self.terms {
@@ -145,7 +145,7 @@ impl Glmm {
 
     /// The sums of the closed form at `rel` (θ whose factors are relative), over the points in
     /// fixed pieces taken in order.
-    fn gaussian_pieces(&self, rel: &[f64]) -> Result<Pieces> {
+    pub(super) fn gaussian_pieces(&self, rel: &[f64]) -> Result<Pieces> {
         let factors = self.factors(rel);
         let points: Vec<usize> = (0..self.points.len()).collect();
         let parts = points
@@ -318,202 +318,5 @@ impl Glmm {
             grad_max: r.grad_max,
         }
         .with_errors(self))
-    }
-}
-
-impl Glmm {
-    /// lmerTest's Satterthwaite t tests of a Gaussian fit's fixed effects (`summary(fit,
-    /// ddf = "Satterthwaite")`), at its estimate θ̂ with `covariance` θ̂'s (the fit's: the
-    /// likelihood's information, or for a REML fit the REML criterion's in the variance
-    /// parameters). For each βⱼ: its standard error given the variance parameters φ (lmer's
-    /// `vcov`: v = Var(β̂ⱼ | φ), σ²(XᵀV₀⁻¹X)⁻¹'s entry), the degrees of freedom ν = 2v² / (∇v ᵀ
-    /// A ∇v), ∇v v's gradient in φ by central differences and A φ's covariance (a parameter at
-    /// its boundary held fixed, as the standard errors are), and the two-sided p-value of t =
-    /// βⱼ/√v on Student's t with ν degrees of freedom (ν infinite where ∇v vanishes). Refused
-    /// for other families, whose tests are Wald z tests.
-    pub fn satterthwaite(
-        &self,
-        theta: &[f64],
-        covariance: &[Vec<f64>],
-    ) -> Result<Vec<(f64, f64, f64)>> {
-        use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
-        self.check_tests(theta, covariance)?;
-        let p = self.p;
-        let units: Vec<Vec<f64>> = (0..p)
-            .map(|j| (0..p).map(|k| f64::from(u8::from(j == k))).collect())
-            .collect();
-        let (v, nu) = self.satterthwaite_dfs(theta, covariance, &units)?;
-        Ok((0..p)
-            .map(|j| {
-                let t = (theta[j] / v[j].sqrt()).abs();
-                let tail = match StudentsT::new(0.0, 1.0, nu[j]) {
-                    Ok(law) if nu[j].is_finite() => law.sf(t),
-                    _ => Normal::standard().sf(t),
-                };
-                (v[j].sqrt(), nu[j], 2.0 * tail)
-            })
-            .collect())
-    }
-
-    /// lmerTest's Satterthwaite F test of the hypothesis Lβ = 0 on a Gaussian fit's fixed effects
-    /// (`contest(fit, L)`), at θ̂ with `covariance` as [`Glmm::satterthwaite`]'s: L's rows
-    /// (each p values) turned by the eigenvectors of L Var(β̂ | φ) Lᵀ into independent contrasts
-    /// (those of eigenvalues above 1.5e-8 of the largest: q of them); F = Σ tₘ²/q, each contrast
-    /// with its own Satterthwaite degrees of freedom νₘ, and the denominator's degrees of freedom
-    /// 2E/(E − q), E = Σ νₘ/(νₘ − 2) (νₘ itself for q = 1; their mean where they are equal; 2
-    /// where one is 2 or less). Returns F, q, the denominator's degrees of freedom and F's
-    /// p-value on Fisher's law with them.
-    pub fn satterthwaite_f(
-        &self,
-        theta: &[f64],
-        covariance: &[Vec<f64>],
-        l: &[Vec<f64>],
-    ) -> Result<(f64, usize, f64, f64)> {
-        use statrs::distribution::{ChiSquared, ContinuousCDF, FisherSnedecor};
-        self.check_tests(theta, covariance)?;
-        let p = self.p;
-        if l.is_empty() || l.iter().any(|row| row.len() != p) {
-            return Err(invalid(
-                "contrasts",
-                format!("{} rows for the model's {p} fixed effects", l.len()),
-                "give one or more rows of p values each",
-            ));
-        }
-        let vb = self.beta_quadratics(theta, &theta[p..], l, true)?;
-        let r = l.len();
-        let eig =
-            nalgebra::SymmetricEigen::new(nalgebra::DMatrix::from_fn(r, r, |i, j| vb[i * r + j]));
-        let top = eig.eigenvalues.iter().copied().fold(0.0, f64::max);
-        let kept: Vec<usize> = (0..r)
-            .filter(|&m| eig.eigenvalues[m] > 1.5e-8 * top)
-            .collect();
-        // Each independent contrast: Σᵢ Pᵢₘ Lᵢ.
-        let rotated: Vec<Vec<f64>> = (kept.iter())
-            .map(|&m| {
-                (0..p)
-                    .map(|k| (0..r).map(|i| eig.eigenvectors[(i, m)] * l[i][k]).sum())
-                    .collect()
-            })
-            .collect();
-        let (d, nu) = self.satterthwaite_dfs(theta, covariance, &rotated)?;
-        let q = rotated.len();
-        let t2: f64 = (rotated.iter().zip(&d))
-            .map(|(lm, dm)| {
-                lm.iter()
-                    .zip(theta)
-                    .map(|(a, b)| a * b)
-                    .sum::<f64>()
-                    .powi(2)
-                    / dm
-            })
-            .sum();
-        let f = t2 / q as f64;
-        let ddf = match q {
-            1 => nu[0],
-            _ if nu.iter().all(|v| (v - nu[0]).abs() < 1e-8) => nu[0],
-            _ if nu.iter().any(|&v| v <= 2.0) => 2.0,
-            _ => {
-                let e: f64 = nu.iter().map(|v| v / (v - 2.0)).sum();
-                2.0 * e / (e - q as f64)
-            }
-        };
-        let tail = match FisherSnedecor::new(q as f64, ddf) {
-            Ok(law) if ddf.is_finite() => law.sf(f),
-            _ => ChiSquared::new(q as f64).map_or(f64::NAN, |law| law.sf(q as f64 * f)),
-        };
-        Ok((f, q, ddf, tail))
-    }
-
-    /// That θ and its covariance are a Gaussian fit's: the tests are refused for other families.
-    fn check_tests(&self, theta: &[f64], covariance: &[Vec<f64>]) -> Result<()> {
-        if self.family != Family::Gaussian {
-            return Err(invalid(
-                "ddf",
-                format!("Satterthwaite for the {:?} family", self.family),
-                "Satterthwaite's degrees of freedom are a Gaussian model's (lmerTest's): other \
-                 families' fixed effects have Wald z tests",
-            ));
-        }
-        self.check_theta(theta)?;
-        let k = theta.len();
-        if covariance.len() != k || covariance.iter().any(|row| row.len() != k) {
-            return Err(invalid(
-                "covariance",
-                format!("{} rows for θ's {k} entries", covariance.len()),
-                "give the fit's covariance of θ̂ (k × k)",
-            ));
-        }
-        Ok(())
-    }
-
-    /// For each contrast l of `ls`: v = lᵀ Var(β̂ | φ̂) l and Satterthwaite's ν = 2v² / (∇v ᵀ A
-    /// ∇v), ∇v by central differences in φ (θ after β) and A φ's block of `covariance` (its
-    /// parameters at a boundary, NaN there, held fixed); ν infinite where ∇v vanishes.
-    fn satterthwaite_dfs(
-        &self,
-        theta: &[f64],
-        covariance: &[Vec<f64>],
-        ls: &[Vec<f64>],
-    ) -> Result<(Vec<f64>, Vec<f64>)> {
-        let (p, k) = (self.p, theta.len());
-        let v = self.beta_quadratics(theta, &theta[p..], ls, false)?;
-        let grad = central_jacobian(
-            |phi| self.beta_quadratics(theta, phi, ls, false),
-            &theta[p..],
-        )?;
-        let kept: Vec<usize> = (0..k - p)
-            .filter(|&a| covariance[p + a][p + a].is_finite())
-            .collect();
-        let nu = (0..ls.len())
-            .map(|j| {
-                let spread: f64 = (kept.iter())
-                    .flat_map(|&a| kept.iter().map(move |&b| (a, b)))
-                    .map(|(a, b)| grad[a][j] * covariance[p + a][p + b] * grad[b][j])
-                    .sum();
-                match 2.0 * v[j] * v[j] / spread {
-                    nu if nu > 0.0 => nu,
-                    _ => f64::INFINITY,
-                }
-            })
-            .collect();
-        Ok((v, nu))
-    }
-
-    /// lᵢᵀ Var(β̂ | φ) lⱼ, Var(β̂ | φ) = σ²(XᵀV₀⁻¹X)⁻¹ at θ with its variance parameters (after
-    /// β) set to `phi`: every pair (row-major, with `all`) or the diagonal i = j.
-    fn beta_quadratics(
-        &self,
-        theta: &[f64],
-        phi: &[f64],
-        ls: &[Vec<f64>],
-        all: bool,
-    ) -> Result<Vec<f64>> {
-        let (p, k) = (self.p, theta.len());
-        let mut th = theta.to_vec();
-        th[p..].copy_from_slice(phi);
-        let pieces = self.gaussian_pieces(&self.relative(&th))?;
-        let f = Factor::cholesky(&pieces.xvx, p).ok_or_else(|| {
-            invalid(
-                "X",
-                "columns that are linearly dependent".into(),
-                "drop them",
-            )
-        })?;
-        let s2 = (2.0 * th[k - 1]).exp();
-        // L⁻¹lᵢ, XᵀV₀⁻¹X = LLᵀ: lᵢᵀ(LLᵀ)⁻¹lⱼ = (L⁻¹lᵢ)ᵀ(L⁻¹lⱼ).
-        let w: Vec<Vec<f64>> = (ls.iter())
-            .map(|l| {
-                let mut e = l.clone();
-                f.solve_lower(&mut e);
-                e
-            })
-            .collect();
-        let dot = |a: &[f64], b: &[f64]| s2 * a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
-        Ok(match all {
-            true => (w.iter())
-                .flat_map(|a| w.iter().map(|b| dot(a, b)))
-                .collect(),
-            false => w.iter().map(|a| dot(a, a)).collect(),
-        })
     }
 }

@@ -10,6 +10,7 @@
 mod gaussian;
 mod profile;
 mod quadrature;
+mod satterthwaite;
 pub(super) use quadrature::{NodeScratch, ProductRule};
 #[cfg(test)]
 mod tests;
