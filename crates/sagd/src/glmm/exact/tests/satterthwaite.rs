@@ -107,7 +107,7 @@ fn a_split_plot_s_f_test_is_the_classical_anova_s() {
     let (name, l) = &contrasts[0];
     assert_eq!((name.as_str(), l.len()), ("A", levels - 1));
     let (f, q, ddf, _) = m
-        .satterthwaite_f(&fit.theta, &fit.covariance, &[l.clone()])
+        .satterthwaite_f(&fit.theta, &fit.covariance, std::slice::from_ref(l))
         .unwrap()[0];
     let subjects = levels * per;
     assert_eq!(q, levels - 1);
