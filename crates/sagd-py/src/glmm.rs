@@ -67,15 +67,9 @@ fn glmm_model(
     let mut weights = weights.map(|w| w.as_array().to_vec());
     let mut y = y;
     if let (Family::Binomial, Some(w)) = (family, &weights) {
-        if trials.is_some() {
-            return Err(PyValueError::new_err(
-                "weights: a binomial's weights are its trials: give trials (or \
-                 cbind(successes, failures)) or the proportion of successes as y with weights, \
-                 not both",
-            ));
-        }
         let row = |i: usize| format!("observation {i}");
-        let (successes, w) = Glmm::weighted_proportions(&y, w, row).map_err(py_error)?;
+        let given = (&y[..], trials.as_deref());
+        let (successes, w) = Glmm::weighted_proportions(given, w, row).map_err(py_error)?;
         (y, trials, weights) = (successes, Some(w), None);
     }
     let model = match offset {

@@ -22,8 +22,8 @@ pub(super) struct Ddf {
 
 impl Ddf {
     /// The tests of `fit` (of `model`, from `formula` on `frame`), or `None` (and a warning)
-    /// where the fit has no covariance to take them from; without the terms' tests (and a
-    /// warning) where those cannot be made.
+    /// where the fit has no covariance to take them from or the tests cannot be made; without
+    /// the terms' tests (and a warning) where their hypotheses cannot be made.
     pub(super) fn find(
         model: &Glmm,
         fit: &GlmmFit,
@@ -37,27 +37,21 @@ impl Ddf {
             );
             return None;
         };
-        let t = match model.satterthwaite(&fit.theta, cov) {
-            Ok(t) => t,
-            Err(e) => {
-                warn("tests", e.to_string());
-                return None;
-            }
-        };
         let contrasts = formula.type3_contrasts(frame).unwrap_or_else(|e| {
             warn("F tests of the terms", e.to_string());
             Vec::new()
         });
         let (names, hypotheses): (Vec<String>, Vec<_>) = contrasts.into_iter().unzip();
-        let terms = match model.satterthwaite_f(&fit.theta, cov, &hypotheses) {
-            Ok(tests) => (names.into_iter().zip(tests))
-                .map(|(name, (f, q, ddf, p))| (name, f, q, ddf, p))
-                .collect(),
+        let (t, f) = match model.satterthwaite_tests(&fit.theta, cov, &hypotheses) {
+            Ok(tests) => tests,
             Err(e) => {
-                warn("F tests of the terms", e.to_string());
-                Vec::new()
+                warn("tests", e.to_string());
+                return None;
             }
         };
+        let terms = (names.into_iter().zip(f))
+            .map(|(name, (f, q, ddf, p))| (name, f, q, ddf, p))
+            .collect();
         let sigma2 = (2.0 * fit.theta[fit.theta.len() - 1]).exp();
         Some(Ddf { t, terms, sigma2 })
     }

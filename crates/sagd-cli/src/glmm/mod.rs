@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use sagd::em::{EmEvent, EmSettings};
 use sagd::glmm::{
@@ -158,16 +158,9 @@ fn weighted_model(design: &Design, family: Family, w: Option<&[f64]>) -> Result<
     if family != Family::Binomial {
         return design.glmm(family)?.with_weights(w).context("--weights");
     }
-    if design.trials.is_some() {
-        bail!(
-            "--weights with the response {}: a binomial's weights are its trials, which \
-             cbind(successes, failures) gives already: give the counts by cbind, or the \
-             proportion of successes as the response with --weights, not both",
-            design.response
-        );
-    }
     let row = |k: usize| format!("data row {}", design.rows[k] + 1);
-    let (y, trials) = Glmm::weighted_proportions(&design.y, w, row).context("--weights")?;
+    let given = (&design.y[..], design.trials.as_deref());
+    let (y, trials) = Glmm::weighted_proportions(given, w, row).context("--weights")?;
     let counts = Design {
         y,
         trials: Some(trials),

@@ -314,14 +314,23 @@ impl super::Glmm {
     /// family = binomial)`): each yᵢ the proportion of wᵢ trials that succeeded, turned into the
     /// successes yᵢwᵢ and the trials wᵢ that [`super::Glmm::with_terms`] takes (the same
     /// likelihood as lme4's, its constant included). A 0/1 response with weights is the
-    /// proportion 0 or 1 of wᵢ trials. Refused by name unless each wᵢ is a whole number, at
-    /// least 1, each yᵢ in [0, 1] and yᵢwᵢ a whole number (to a relative 1e-6: lme4 warns and
-    /// fits fractional successes); `row` names row i in the errors.
+    /// proportion 0 or 1 of wᵢ trials. Refused by name where `trials` are given too (the
+    /// weights would give them twice) and unless each wᵢ is a whole number, at least 1, each yᵢ
+    /// in [0, 1] and yᵢwᵢ a whole number (to a relative 1e-6: lme4 warns and fits fractional
+    /// successes); `row` names row i in the errors.
     pub fn weighted_proportions(
-        y: &[f64],
+        (y, trials): (&[f64], Option<&[f64]>),
         w: &[f64],
         row: impl Fn(usize) -> String,
     ) -> Result<(Vec<f64>, Vec<f64>)> {
+        if trials.is_some() {
+            return Err(invalid(
+                "weights",
+                "beside the trials of cbind(successes, failures)".into(),
+                "a binomial's weights are its trials: give the counts by cbind(successes, \
+                 failures) or the proportion of successes with weights, not both",
+            ));
+        }
         if w.len() != y.len() {
             return Err(invalid(
                 "weights",
@@ -483,7 +492,7 @@ mod tests {
     fn binomial_weights_are_trials_of_proportions() {
         let row = |i: usize| format!("row {i}");
         let y = [1.0 / 3.0, 0.0, 1.0, 0.25];
-        let (s, m) = Glmm::weighted_proportions(&y, &[3.0, 5.0, 2.0, 8.0], row).unwrap();
+        let (s, m) = Glmm::weighted_proportions((&y, None), &[3.0, 5.0, 2.0, 8.0], row).unwrap();
         assert_eq!((s, m), (vec![1.0, 0.0, 2.0, 2.0], vec![3.0, 5.0, 2.0, 8.0]));
         for (w, y, says) in [
             (2.5, 0.4, "2.5 at row 1"),
@@ -493,10 +502,13 @@ mod tests {
             (4.0, -0.25, "-0.25 of 4 trials"),
             (3.0, 0.3333, "0.3333 of 3 trials"),
         ] {
-            let e = Glmm::weighted_proportions(&[0.5, y], &[2.0, w], row).unwrap_err();
+            let e = Glmm::weighted_proportions((&[0.5, y], None), &[2.0, w], row).unwrap_err();
             assert!(e.to_string().contains(says), "{e}");
         }
-        let e = Glmm::weighted_proportions(&y, &[1.0], row).unwrap_err();
+        let e = Glmm::weighted_proportions((&y, None), &[1.0], row).unwrap_err();
         assert!(e.to_string().contains("one weight per row"), "{e}");
+        let trials = [3.0; 4];
+        let e = Glmm::weighted_proportions((&y, Some(&trials)), &trials, row).unwrap_err();
+        assert!(e.to_string().contains("not both"), "{e}");
     }
 }

@@ -58,36 +58,26 @@ impl Glmm {
         theta: &[f64],
         covariance: &[Vec<f64>],
     ) -> Result<Vec<(f64, f64, f64)>> {
-        let s = self.spread(theta, covariance)?;
-        Ok((0..self.p)
-            .map(|j| {
-                let unit: Vec<f64> = (0..self.p).map(|k| f64::from(u8::from(j == k))).collect();
-                let (v, nu) = s.df(&unit);
-                let t = (theta[j] / v.sqrt()).abs();
-                let tail = match StudentsT::new(0.0, 1.0, nu) {
-                    Ok(law) if nu.is_finite() => law.sf(t),
-                    _ => Normal::standard().sf(t),
-                };
-                (v.sqrt(), nu, 2.0 * tail)
-            })
-            .collect())
+        Ok(self.satterthwaite_tests(theta, covariance, &[])?.0)
     }
 
-    /// lmerTest's Satterthwaite F tests of hypotheses Lβ = 0 on a Gaussian fit's fixed effects
-    /// (`contest(fit, L)`), at θ̂ with `covariance` as [`Glmm::satterthwaite`]'s, one per matrix
-    /// of `hypotheses` (its rows of p values each). L's rows are turned by the eigenvectors of
+    /// [`Glmm::satterthwaite`]'s t tests and lmerTest's Satterthwaite F tests of hypotheses
+    /// Lβ = 0 on a Gaussian fit's fixed effects (`contest(fit, L)`), at θ̂ with `covariance` as
+    /// [`Glmm::satterthwaite`]'s, one per matrix of `hypotheses` (its rows of p values each),
+    /// all from one pass of Var(β̂ | φ)'s derivatives. L's rows are turned by the eigenvectors of
     /// L Var(β̂ | φ) Lᵀ into independent contrasts (those of eigenvalues above 1.5e-8 of the
     /// largest: q of them); F = Σ tₘ²/q, each contrast with its own degrees of freedom νₘ, and
     /// the denominator's 2E/(E − q), E = Σ νₘ/(νₘ − 2) (νₘ itself for q = 1; their mean where
     /// they are equal; 2 where one is 2 or less). For each: F, q, the denominator's degrees of
     /// freedom and F's p-value on Fisher's law with them (NaN, with q = 0, for a hypothesis whose
     /// contrasts have no variance).
-    pub fn satterthwaite_f(
+    #[allow(clippy::type_complexity)]
+    pub fn satterthwaite_tests(
         &self,
         theta: &[f64],
         covariance: &[Vec<f64>],
         hypotheses: &[Vec<Vec<f64>>],
-    ) -> Result<Vec<(f64, usize, f64, f64)>> {
+    ) -> Result<(Vec<(f64, f64, f64)>, Vec<(f64, usize, f64, f64)>)> {
         let p = self.p;
         if let Some(l) =
             (hypotheses.iter()).find(|l| l.is_empty() || l.iter().any(|r| r.len() != p))
@@ -102,7 +92,8 @@ impl Glmm {
             ));
         }
         let s = self.spread(theta, covariance)?;
-        Ok(hypotheses.iter().map(|l| f_test(&s, theta, l)).collect())
+        let t = (0..p).map(|j| t_test(&s, theta, j)).collect();
+        Ok((t, hypotheses.iter().map(|l| f_test(&s, theta, l)).collect()))
     }
 
     /// V = Var(β̂ | φ̂), its derivatives in φ (θ after β) by central differences, and φ's
@@ -168,6 +159,18 @@ impl Glmm {
         }
         Ok(out)
     }
+}
+
+/// The t test of βⱼ = 0 from `s` at θ: its standard error, degrees of freedom, p.
+fn t_test(s: &Spread, theta: &[f64], j: usize) -> (f64, f64, f64) {
+    let unit: Vec<f64> = (0..s.p).map(|k| f64::from(u8::from(j == k))).collect();
+    let (v, nu) = s.df(&unit);
+    let t = (theta[j] / v.sqrt()).abs();
+    let tail = match StudentsT::new(0.0, 1.0, nu) {
+        Ok(law) if nu.is_finite() => law.sf(t),
+        _ => Normal::standard().sf(t),
+    };
+    (v.sqrt(), nu, 2.0 * tail)
 }
 
 /// The F test of Lβ = 0 from `s` at θ: F, q, the denominator's degrees of freedom, p.

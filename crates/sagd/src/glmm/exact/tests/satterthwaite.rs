@@ -107,8 +107,9 @@ fn a_split_plot_s_f_test_is_the_classical_anova_s() {
     let (name, l) = &contrasts[0];
     assert_eq!((name.as_str(), l.len()), ("A", levels - 1));
     let (f, q, ddf, _) = m
-        .satterthwaite_f(&fit.theta, &fit.covariance, std::slice::from_ref(l))
-        .unwrap()[0];
+        .satterthwaite_tests(&fit.theta, &fit.covariance, std::slice::from_ref(l))
+        .unwrap()
+        .1[0];
     let subjects = levels * per;
     assert_eq!(q, levels - 1);
     assert!((ddf - (subjects - levels) as f64).abs() < 1e-5, "{ddf}");
@@ -138,8 +139,9 @@ fn a_split_plot_s_f_test_is_the_classical_anova_s() {
         let mut row = vec![0.0; fit.theta.len() - 2];
         row[j] = 1.0;
         let (f1, q1, ddf1, p1) = m
-            .satterthwaite_f(&fit.theta, &fit.covariance, &[vec![row]])
-            .unwrap()[0];
+            .satterthwaite_tests(&fit.theta, &fit.covariance, &[vec![row]])
+            .unwrap()
+            .1[0];
         let t = fit.theta[j] / tests[j].0;
         assert_eq!(q1, 1);
         assert!((f1 / (t * t) - 1.0).abs() < 1e-10 && (ddf1 / df - 1.0).abs() < 1e-10);
