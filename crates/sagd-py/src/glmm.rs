@@ -275,7 +275,6 @@ pub(crate) fn fit_glmm<'py>(
     interrupt_after: Option<usize>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let kept: Kept = (checkpoint, checkpoint_every, interrupt_after);
-    let method: Method = method.parse().map_err(PyValueError::new_err)?;
     if (1..SampledMeans::MIN_DRAWS).contains(&ranef_draws) {
         return Err(PyValueError::new_err(format!(
             "ranef_draws: {ranef_draws}: use 0 (no sampled means) or at least {} draws a chain",
@@ -296,16 +295,7 @@ pub(crate) fn fit_glmm<'py>(
         .collect();
     let names = model.theta_names(&x_names, &terms).map_err(py_error)?;
     let random_names = model.effect_names(&terms).map_err(py_error)?;
-    let settings = FitSettings {
-        method,
-        exact: ExactSettings {
-            criterion: if reml { Criterion::Reml } else { Criterion::Ml },
-            nodes,
-            ..ExactSettings::default()
-        },
-        em: em_settings(max_msteps),
-        seed,
-    };
+    let settings = fit_settings(method, reml, nodes, max_msteps, seed)?;
     let fit = detached(py, threads, progress, None, |watch| {
         model.fit(&settings, &mut |e| match e {
             EmEvent::Update { .. } => watch.tick(1),
@@ -320,27 +310,11 @@ pub(crate) fn fit_glmm<'py>(
         profile_items(py, &d, &model, &fit, level)?;
     }
     if satterthwaite {
-        // Per fixed effect: its error given the variances, the degrees of freedom, p.
-        let tests = match &fit.covariance {
-            Some(cov) => model.satterthwaite(&fit.theta, cov).map_err(py_error)?,
-            None => {
-                return Err(PyValueError::new_err(
-                    "ddf: the fit's information could not be inverted, so it has no \
-                     Satterthwaite tests",
-                ))
-            }
-        };
-        d.set_item("satterthwaite", tests)?;
+        satterthwaite_items(&d, &model, &fit)?;
     }
     if let Some(draws) = simulate {
-        // Draws × observations, lme4's simulate(fit, nsim) transposed.
-        let sims = py
-            .detach(|| model.simulate(&fit.theta, draws, seed, false))
-            .map_err(py_error)?;
-        d.set_item(
-            "simulations",
-            as_given(sims, family, given_weights.as_deref()),
-        )?;
+        let given = (family, given_weights.as_deref());
+        simulation_items(py, &d, &model, &fit.theta, (draws, seed), given)?;
     }
     if let Some(draws) = bootstrap {
         bootstrap_items(
@@ -356,6 +330,57 @@ pub(crate) fn fit_glmm<'py>(
     d.set_item("names", names)?;
     d.set_item("random_names", random_names)?;
     Ok(d)
+}
+
+/// The fit's settings from `sagd.glmm`'s (and the bootstrap test's) arguments: the method by
+/// name, REML or ML, the quadrature's nodes, EM's M-steps and the seed.
+pub(crate) fn fit_settings(
+    method: &str,
+    reml: bool,
+    nodes: Option<usize>,
+    max_msteps: Option<usize>,
+    seed: u64,
+) -> PyResult<FitSettings> {
+    let method: Method = method.parse().map_err(PyValueError::new_err)?;
+    Ok(FitSettings {
+        method,
+        exact: ExactSettings {
+            criterion: if reml { Criterion::Reml } else { Criterion::Ml },
+            nodes,
+            ..ExactSettings::default()
+        },
+        em: em_settings(max_msteps),
+        seed,
+    })
+}
+
+/// `satterthwaite`: per fixed effect, its error given the variances, the degrees of freedom and
+/// the p-value; refused where the fit's information could not be inverted.
+fn satterthwaite_items(d: &Bound<'_, PyDict>, model: &Glmm, fit: &GlmmFit) -> PyResult<()> {
+    let Some(cov) = &fit.covariance else {
+        return Err(PyValueError::new_err(
+            "ddf: the fit's information could not be inverted, so it has no Satterthwaite tests",
+        ));
+    };
+    let tests = model.satterthwaite(&fit.theta, cov).map_err(py_error)?;
+    d.set_item("satterthwaite", tests)
+}
+
+/// `simulations`: `draws` new responses from the fit at `theta` from `seed`, draws ×
+/// observations (lme4's `simulate(fit, nsim)` transposed), a binomial's as its response was
+/// given (proportions of its weights where the model had them).
+fn simulation_items(
+    py: Python<'_>,
+    d: &Bound<'_, PyDict>,
+    model: &Glmm,
+    theta: &[f64],
+    (draws, seed): (usize, u64),
+    (family, weights): (&str, Option<&[f64]>),
+) -> PyResult<()> {
+    let sims = py
+        .detach(|| model.simulate(theta, draws, seed, false))
+        .map_err(py_error)?;
+    d.set_item("simulations", as_given(sims, family, weights))
 }
 
 /// A fit's items of `sagd.glmm`'s result: the exact fit's or EM's own, the verdicts on a singular

@@ -229,6 +229,41 @@ fn far_or_diverged(
     warnings
 }
 
+/// Exact GD from θ₀ over as many updates as EM's `trace` took, then the log-likelihood along
+/// both paths by quadrature: (exact GD's path, ℓ along EM's, ℓ along exact GD's).
+fn exact_paths(
+    s: &E1Settings,
+    model: &GammaSigmoid,
+    trace: &EmTrace,
+    gh: &GaussHermite,
+    laps: &mut Laps,
+) -> Result<(Vec<Vec<f64>>, Vec<f64>, Vec<f64>)> {
+    let ll = |path: &[Vec<f64>]| -> Result<Vec<f64>> {
+        sagd::share::map(path.len(), |i| log_likelihood(model, &path[i], gh))
+    };
+    let (msteps, updates) = (trace.msteps.len(), s.em().updates_per_mstep);
+    let exact = exact_gd(model, &s.theta0, msteps, updates, s.alpha, gh)?;
+    laps.lap("exact_gd");
+    let (a, b) = (ll(&trace.path)?, ll(&exact)?);
+    laps.lap("loglik_paths");
+    Ok((exact, a, b))
+}
+
+/// The warnings of an MLE that did not converge or ran off to the boundary.
+fn mle_warnings(model: &GammaSigmoid, mle: &Mle) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if !mle.converged {
+        warnings.push(format!(
+            "the MLE did not converge (BFGS stopped after {} iterations with max |∂ℓ/∂θ| = {:.2e}): its value is a lower bound on the maximum",
+            mle.iterations, mle.grad_max
+        ));
+    }
+    if mle.unbounded {
+        warnings.push(unbounded_warning(model, mle));
+    }
+    warnings
+}
+
 /// [`run`] (`compare`) or [`fit`].
 fn run_scoped(
     s: &E1Settings,
@@ -246,25 +281,9 @@ fn run_scoped(
     laps.lap("sagd");
 
     let gh = GaussHermite::new(s.quad_nodes);
-    let ll = |path: &[Vec<f64>]| -> Result<Vec<f64>> {
-        sagd::share::map(path.len(), |i| log_likelihood(&model, &path[i], &gh))
-    };
-    let (exact, loglik_sagd, loglik_exact) = if compare {
-        let msteps = trace.msteps.len();
-        let exact = exact_gd(
-            &model,
-            &s.theta0,
-            msteps,
-            s.em().updates_per_mstep,
-            s.alpha,
-            &gh,
-        )?;
-        laps.lap("exact_gd");
-        let (a, b) = (ll(&trace.path)?, ll(&exact)?);
-        laps.lap("loglik_paths");
-        (exact, a, b)
-    } else {
-        (Vec::new(), Vec::new(), Vec::new())
+    let (exact, loglik_sagd, loglik_exact) = match compare {
+        true => exact_paths(s, &model, &trace, &gh, &mut laps)?,
+        false => (Vec::new(), Vec::new(), Vec::new()),
     };
     // BFGS starts at exact GD's end, or (the fit alone) at EM's estimate.
     let ex_end = exact
@@ -298,16 +317,7 @@ fn run_scoped(
         }
     };
     let estimate_loglik = log_likelihood(&model, &trace.estimate, &gh)?;
-    let mut warnings = Vec::new();
-    if !mle.converged {
-        warnings.push(format!(
-            "the MLE did not converge (BFGS stopped after {} iterations with max |∂ℓ/∂θ| = {:.2e}): its value is a lower bound on the maximum",
-            mle.iterations, mle.grad_max
-        ));
-    }
-    if mle.unbounded {
-        warnings.push(unbounded_warning(&model, &mle));
-    }
+    let mut warnings = mle_warnings(&model, &mle);
     let (information, polished) = standard_errors(s, &model, &trace.estimate, &gh, &mut warnings)?;
     laps.lap("standard_errors");
     // The final estimate: polished when asked.

@@ -11,18 +11,16 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use sagd::em::{EmEvent, EmSettings};
 use sagd::glmm::{
-    Criterion, Design, ExactSettings, Family, FitSettings, Formula, Glmm, GlmmFit, Method,
-    SampledMeans,
+    Criterion, Estimate, ExactSettings, Family, FitSettings, FittedValues, Glmm, GlmmFit, Summary,
 };
 use sagd::run::Control;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::input::read_table;
 use crate::output::{write_atomic, Checkpointing, Staging};
 use crate::progress::progress_bar;
 
@@ -31,16 +29,17 @@ mod confint;
 mod ddf;
 mod files;
 mod fitted;
+mod inputs;
 mod predict;
 mod ranef;
 mod refits;
 mod summary;
-use anova::{other_design, Compared, Fitted as Compares};
+use anova::{Compared, Fitted as Compares};
 use confint::Intervals;
 use ddf::Ddf;
 use files::{estimates_csv, result_json};
 use fitted::{fitted_csv, simulate_csv};
-use predict::NewRows;
+use inputs::Inputs;
 use ranef::{write_ranef, Means};
 use refits::{Refits, Refitted};
 use summary::render;
@@ -148,231 +147,246 @@ pub struct GlmmArgs {
     quiet: bool,
 }
 
-/// The model of `design` in `family` under --weights `w`: the Gaussian's prior weights, or the
-/// binomial's trials, its response then the proportion of them that succeeded (lme4's
-/// `glmer(y ~ …, weights = w, family = binomial)`).
-fn weighted_model(design: &Design, family: Family, w: Option<&[f64]>) -> Result<Glmm> {
-    let Some(w) = w else {
-        return Ok(design.glmm(family)?);
-    };
-    if family != Family::Binomial {
-        return design.glmm(family)?.with_weights(w).context("--weights");
-    }
-    let row = |k: usize| format!("data row {}", design.rows[k] + 1);
-    let given = (&design.y[..], design.trials.as_deref());
-    let (y, trials) = Glmm::weighted_proportions(given, w, row).context("--weights")?;
-    let counts = Design {
-        y,
-        trials: Some(trials),
-        ..design.clone()
-    };
-    Ok(counts.glmm(family)?)
-}
+/// The files `sagd glmm` writes into OUT.
+const OWNED: [&str; 11] = [
+    "result.json",
+    "estimates.csv",
+    "ranef.csv",
+    "fitted.csv",
+    "confint.csv",
+    "predictions.csv",
+    "simulate.csv",
+    "bootstrap.csv",
+    "confint_bootstrap.csv",
+    "anova.csv",
+    "summary.txt",
+];
 
 /// Runs `sagd glmm`.
 pub fn run(a: GlmmArgs) -> Result<()> {
     let t0 = Instant::now();
-    let family: Family = a
-        .family
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--family: {e}"))?;
-    let formula = Formula::parse(&a.formula)?;
-    let frame = read_table(&a.data)?;
-    let design = formula
-        .design(&frame)
-        .with_context(|| format!("the formula on {}", a.data.display()))?;
-    let weights = match &a.weights {
-        Some(column) => Some(frame.numbers_at(column, &design.rows, "--weights")?),
-        None => None,
-    };
-    let weights = weights.as_deref();
-    let model = weighted_model(&design, family, weights)?;
-    let others = (a.compare.iter())
-        .map(|f| weighted_model(&other_design(f, &frame, &design)?, family, weights))
-        .collect::<Result<Vec<_>>>()?;
-    let new_rows = match &a.predict {
-        Some(path) => Some(NewRows::read(
-            path,
-            &formula,
-            &frame,
-            (a.weights.as_deref(), family),
-        )?),
-        None => None,
-    };
-    let settings = fit_settings(&a, family)?;
+    let inputs = Inputs::read(&a)?;
     // Nothing is written before the data and the formula are known to be good.
     let mut staging = Staging::new(&a.out, "glmm")?;
-    staging.owns(&[
-        "result.json",
-        "estimates.csv",
-        "ranef.csv",
-        "fitted.csv",
-        "confint.csv",
-        "predictions.csv",
-        "simulate.csv",
-        "bootstrap.csv",
-        "confint_bootstrap.csv",
-        "anova.csv",
-        "summary.txt",
-    ]);
+    staging.owns(&OWNED);
     let kept = a.checkpoints.folder(&a.out, "glmm")?;
     let refits = Refits::new(&a.checkpoints, kept, a.quiet);
-    let fit = fit_with_progress(&model, &settings, a.quiet)?;
-    let summary = model.summary(&fit.theta, fit.covariance.as_deref());
-    let separation = model.separation(&fit.theta);
-    // The fit stands without them: a level whose mode cannot be found leaves no ranef.csv.
-    let ranef = model.random_effects(&fit.theta);
-    // The exact conditional means where quadrature reaches, sampled beyond it.
-    let means = match &ranef {
-        Ok(_) => Means::find(&model, &fit.theta, a.ranef_draws, a.seed),
-        Err(e) => Means::Blank(e.to_string()),
-    };
-    // Each observation's fit, at the same modes as ranef.csv's.
-    let fitted = model.fitted_values(&fit.theta);
-    let quantiles = fitted.as_ref().ok().and_then(|f| f.pearson_quantiles());
-    let profiled = a
-        .profile
-        .map(|level| Intervals::profile(&model, &design, (&fit, &summary), level));
-    let booted = match a.bootstrap {
-        Some(draws) => {
-            let fitted = (&model, &fit, &settings);
-            let reps = bootstrap(&a, &refits, fitted, draws)?;
-            Some(Intervals::bootstrap(
-                &model,
-                &design,
-                &summary,
-                &reps,
-                a.bootstrap_level,
-            ))
-        }
-        None => None,
-    };
-    // Models fitted by REML are compared by their likelihoods, refitted by ML (lme4's anova).
-    let ml_settings = FitSettings {
-        exact: ExactSettings {
-            criterion: Criterion::Ml,
-            ..settings.exact.clone()
-        },
-        ..settings.clone()
-    };
-    let by_ml = a.reml && !others.is_empty();
-    let compare_settings = if by_ml { &ml_settings } else { &settings };
-    let ml_fit = match by_ml {
-        true => Some(fit_with_progress(&model, compare_settings, a.quiet)?),
-        false => None,
-    };
-    let other_fits = (others.iter())
-        .map(|m| fit_with_progress(m, compare_settings, a.quiet))
-        .collect::<Result<Vec<_>>>()?;
-    let compared = match others.is_empty() {
-        true => None,
-        false => {
-            let mut models = vec![(&a.formula[..], &model, ml_fit.as_ref().unwrap_or(&fit))];
-            let given = a.compare.iter().zip(&others).zip(&other_fits);
-            models.extend(given.map(|((f, m), fit)| (&f[..], m, fit)));
-            let (a, refits, settings) = (&a, &refits, compare_settings);
-            let boot = a.compare_bootstrap.map(|draws| {
-                move |k, small, large| bootstrap_test(a, refits, settings, (k, small, large), draws)
-            });
-            let mut compared = Compared::find(models, model.n_obs(), boot)?;
-            compared.refitted_by_ml = by_ml;
-            Some(compared)
-        }
-    };
-    let sep = separation.as_deref();
+    let found = Found::find(&a, &inputs, &refits)?;
     let seconds = t0.elapsed().as_secs_f64();
-    let intervals = [
-        ("profile", profiled.as_ref().map(|p| p.as_ref())),
-        (
-            "bootstrap",
-            booted.as_ref().map(|b| b.as_ref().map(|b| &b.0)),
-        ),
-    ]
-    .into_iter()
-    .filter_map(|(what, i)| match i? {
-        Ok(i) => Some(i),
-        Err(e) => {
-            say_err!("warning: no {what} intervals: {e}");
-            None
-        }
-    })
-    .collect::<Vec<_>>();
-    let tests = a
-        .ddf
-        .as_ref()
-        .and_then(|_| Ddf::find(&model, &fit, (&formula, &frame)));
-    let notes = (
-        sep,
-        quantiles.as_ref(),
-        &intervals[..],
-        compared.as_ref(),
-        tests.as_ref(),
-    );
-    let text = render(&a, family, &design, (&fit, notes), &summary, seconds);
-    say_part!("{text}");
-    write_atomic(&staging.path("summary.txt"), &text)?;
-    write_atomic(
-        &staging.path("estimates.csv"),
-        estimates_csv(&design, &fit, &summary),
-    )?;
-    write_ranef(&mut staging, &design, &ranef, &means)?;
-    if let Some(Ok(p)) = &profiled {
-        write_atomic(&staging.path("confint.csv"), p.csv())?;
-    }
-    if let Some(c) = &compared {
-        write_atomic(&staging.path("anova.csv"), c.csv())?;
-    }
-    if let Some(Ok((b, reps))) = &booted {
-        write_atomic(&staging.path("confint_bootstrap.csv"), b.csv())?;
-        write_atomic(&staging.path("bootstrap.csv"), reps)?;
-    }
-    match &fitted {
-        Ok(f) => write_atomic(&staging.path("fitted.csv"), fitted_csv(&design, f))?,
-        Err(e) => say_err!("warning: no fitted.csv: the fit at the random effects' modes: {e}"),
-    }
-    let predictions = match &new_rows {
-        Some(n) => n.write(&mut staging, (&model, &fit.theta), &design)?,
-        None => None,
-    };
-    if let Some(draws) = a.simulate {
-        match model.simulate(&fit.theta, draws, a.seed, a.simulate_conditional) {
-            Ok(sims) => {
-                // A binomial's draws as its response was given: proportions of the weights.
-                let per = weights.filter(|_| family == Family::Binomial);
-                let csv = simulate_csv(&design, &sims, per);
-                write_atomic(&staging.path("simulate.csv"), csv)?
-            }
-            Err(e) => say_err!("warning: no simulate.csv: {e}"),
-        }
-    }
-    let mut result = result_json(&a, family, &design, (&fit, sep), &summary, seconds);
-    if let Some(json) = predictions {
-        result["predictions"] = json;
-    }
-    if ranef.is_ok() {
-        result["ranef_means"] = means.json();
-    }
-    // lme4's `summary(fit)$residuals`' minimum, quartiles and maximum.
-    result["scaled_residuals"] = json!(quantiles);
-    if let Some(t) = &tests {
-        t.json(&design, &mut result);
-    }
-    if let Some(Ok(p)) = &profiled {
-        result["confint"] = p.json();
-    }
-    if let Some(Ok((b, _))) = &booted {
-        result["bootstrap"] = b.json();
-    }
-    if let Some(c) = &compared {
-        result["anova"] = c.json();
-    }
-    write_atomic(
-        &staging.path("result.json"),
-        serde_json::to_string_pretty(&result)?,
-    )?;
+    found.write(&a, &inputs, &mut staging, seconds)?;
     let files = staging.commit("result.json")?;
     say!("wrote {}: {}", a.out.display(), files.join(", "));
     Ok(())
+}
+
+/// The fit and what the flags ask of it.
+struct Found {
+    fit: GlmmFit,
+    summary: Summary,
+    separation: Option<String>,
+    ranef: sagd::error::Result<Vec<Vec<Vec<Estimate>>>>,
+    means: Means,
+    fitted: sagd::error::Result<FittedValues>,
+    quantiles: Option<[f64; 5]>,
+    profiled: Option<std::result::Result<Intervals, String>>,
+    booted: Option<std::result::Result<(Intervals, String), String>>,
+    compared: Option<Compared>,
+}
+
+impl Found {
+    /// The model fitted, then its summary, random effects, fitted values, and the intervals
+    /// and comparisons the flags ask for.
+    fn find(a: &GlmmArgs, i: &Inputs, refits: &Refits) -> Result<Found> {
+        let (model, settings) = (&i.model, &i.settings);
+        let fit = fit_with_progress(model, settings, a.quiet)?;
+        let summary = model.summary(&fit.theta, fit.covariance.as_deref());
+        let separation = model.separation(&fit.theta);
+        // The fit stands without them: a level whose mode cannot be found leaves no ranef.csv.
+        let ranef = model.random_effects(&fit.theta);
+        // The exact conditional means where quadrature reaches, sampled beyond it.
+        let means = match &ranef {
+            Ok(_) => Means::find(model, &fit.theta, a.ranef_draws, a.seed),
+            Err(e) => Means::Blank(e.to_string()),
+        };
+        // Each observation's fit, at the same modes as ranef.csv's.
+        let fitted = model.fitted_values(&fit.theta);
+        let quantiles = fitted.as_ref().ok().and_then(|f| f.pearson_quantiles());
+        let profiled = a
+            .profile
+            .map(|level| Intervals::profile(model, &i.design, (&fit, &summary), level));
+        let booted = match a.bootstrap {
+            Some(draws) => {
+                let reps = bootstrap(a, refits, (model, &fit, settings), draws)?;
+                let level = a.bootstrap_level;
+                Some(Intervals::bootstrap(
+                    model, &i.design, &summary, &reps, level,
+                ))
+            }
+            None => None,
+        };
+        let compared = compare(a, i, &fit, refits)?;
+        Ok(Found {
+            fit,
+            summary,
+            separation,
+            ranef,
+            means,
+            fitted,
+            quantiles,
+            profiled,
+            booted,
+            compared,
+        })
+    }
+
+    /// The summary printed and every file written into `staging`, the run having taken
+    /// `seconds`.
+    fn write(&self, a: &GlmmArgs, i: &Inputs, staging: &mut Staging, seconds: f64) -> Result<()> {
+        let (design, fit) = (&i.design, &self.fit);
+        let intervals = [
+            ("profile", self.profiled.as_ref().map(|p| p.as_ref())),
+            (
+                "bootstrap",
+                self.booted.as_ref().map(|b| b.as_ref().map(|b| &b.0)),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(what, i)| match i? {
+            Ok(i) => Some(i),
+            Err(e) => {
+                say_err!("warning: no {what} intervals: {e}");
+                None
+            }
+        })
+        .collect::<Vec<_>>();
+        let tests = a
+            .ddf
+            .as_ref()
+            .and_then(|_| Ddf::find(&i.model, fit, (&i.formula, &i.frame)));
+        let sep = self.separation.as_deref();
+        let notes = (
+            sep,
+            self.quantiles.as_ref(),
+            &intervals[..],
+            self.compared.as_ref(),
+            tests.as_ref(),
+        );
+        let text = render(a, i.family, design, (fit, notes), &self.summary, seconds);
+        say_part!("{text}");
+        write_atomic(&staging.path("summary.txt"), &text)?;
+        let predictions = self.write_csv(a, i, staging)?;
+        let mut result = result_json(a, i.family, design, (fit, sep), &self.summary, seconds);
+        if let Some(json) = predictions {
+            result["predictions"] = json;
+        }
+        if self.ranef.is_ok() {
+            result["ranef_means"] = self.means.json();
+        }
+        // lme4's `summary(fit)$residuals`' minimum, quartiles and maximum.
+        result["scaled_residuals"] = json!(self.quantiles);
+        if let Some(t) = &tests {
+            t.json(design, &mut result);
+        }
+        if let Some(Ok(p)) = &self.profiled {
+            result["confint"] = p.json();
+        }
+        if let Some(Ok((b, _))) = &self.booted {
+            result["bootstrap"] = b.json();
+        }
+        if let Some(c) = &self.compared {
+            result["anova"] = c.json();
+        }
+        write_atomic(
+            &staging.path("result.json"),
+            serde_json::to_string_pretty(&result)?,
+        )?;
+        Ok(())
+    }
+
+    /// The CSV files written into `staging`; result.json's predictions where --predict asked.
+    fn write_csv(
+        &self,
+        a: &GlmmArgs,
+        i: &Inputs,
+        staging: &mut Staging,
+    ) -> Result<Option<serde_json::Value>> {
+        let (design, fit) = (&i.design, &self.fit);
+        write_atomic(
+            &staging.path("estimates.csv"),
+            estimates_csv(design, fit, &self.summary),
+        )?;
+        write_ranef(staging, design, &self.ranef, &self.means)?;
+        if let Some(Ok(p)) = &self.profiled {
+            write_atomic(&staging.path("confint.csv"), p.csv())?;
+        }
+        if let Some(c) = &self.compared {
+            write_atomic(&staging.path("anova.csv"), c.csv())?;
+        }
+        if let Some(Ok((b, reps))) = &self.booted {
+            write_atomic(&staging.path("confint_bootstrap.csv"), b.csv())?;
+            write_atomic(&staging.path("bootstrap.csv"), reps)?;
+        }
+        match &self.fitted {
+            Ok(f) => write_atomic(&staging.path("fitted.csv"), fitted_csv(design, f))?,
+            Err(e) => say_err!("warning: no fitted.csv: the fit at the random effects' modes: {e}"),
+        }
+        let predictions = match &i.new_rows {
+            Some(n) => n.write(staging, (&i.model, &fit.theta), design)?,
+            None => None,
+        };
+        if let Some(draws) = a.simulate {
+            match i
+                .model
+                .simulate(&fit.theta, draws, a.seed, a.simulate_conditional)
+            {
+                Ok(sims) => {
+                    // A binomial's draws as its response was given: proportions of the weights.
+                    let per = i
+                        .weights
+                        .as_deref()
+                        .filter(|_| i.family == Family::Binomial);
+                    let csv = simulate_csv(design, &sims, per);
+                    write_atomic(&staging.path("simulate.csv"), csv)?
+                }
+                Err(e) => say_err!("warning: no simulate.csv: {e}"),
+            }
+        }
+        Ok(predictions)
+    }
+}
+
+/// The --compare models fitted as the model was and tested in turn (with --compare-bootstrap,
+/// by the bootstrap too); fits by REML are compared by their likelihoods refitted by ML, as
+/// lme4's anova compares them.
+fn compare(a: &GlmmArgs, i: &Inputs, fit: &GlmmFit, refits: &Refits) -> Result<Option<Compared>> {
+    if i.others.is_empty() {
+        return Ok(None);
+    }
+    let ml_settings = FitSettings {
+        exact: ExactSettings {
+            criterion: Criterion::Ml,
+            ..i.settings.exact.clone()
+        },
+        ..i.settings.clone()
+    };
+    let by_ml = a.reml;
+    let settings = if by_ml { &ml_settings } else { &i.settings };
+    let ml_fit = match by_ml {
+        true => Some(fit_with_progress(&i.model, settings, a.quiet)?),
+        false => None,
+    };
+    let other_fits = (i.others.iter())
+        .map(|m| fit_with_progress(m, settings, a.quiet))
+        .collect::<Result<Vec<_>>>()?;
+    let mut models = vec![(&a.formula[..], &i.model, ml_fit.as_ref().unwrap_or(fit))];
+    let given = a.compare.iter().zip(&i.others).zip(&other_fits);
+    models.extend(given.map(|((f, m), fit)| (&f[..], m, fit)));
+    let boot = a.compare_bootstrap.map(|draws| {
+        move |k, small, large| bootstrap_test(a, refits, settings, (k, small, large), draws)
+    });
+    let mut compared = Compared::find(models, i.model.n_obs(), boot)?;
+    compared.refitted_by_ml = by_ml;
+    Ok(Some(compared))
 }
 
 /// The parametric bootstrap's `draws` refits of `fit` under `settings`, each refit's estimates
@@ -457,86 +471,4 @@ fn fit_with_progress(model: &Glmm, settings: &FitSettings, quiet: bool) -> Resul
     })?;
     bar.finish_and_clear();
     Ok(fit)
-}
-
-/// The fit's settings from the flags, each checked against the others and the family.
-fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
-    let method: Method = a
-        .method
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--method: {e}"))?;
-    if (1..SampledMeans::MIN_DRAWS).contains(&a.ranef_draws) {
-        anyhow::bail!(
-            "--ranef-draws {}: use 0 (no sampled means) or at least {} draws a chain",
-            a.ranef_draws,
-            SampledMeans::MIN_DRAWS
-        );
-    }
-    if a.simulate_conditional && a.simulate.is_none() {
-        anyhow::bail!("--simulate-conditional: give the number of draws too, --simulate N");
-    }
-    if a.simulate == Some(0) {
-        anyhow::bail!("--simulate 0: give the number of draws, 1 or more");
-    }
-    if a.bootstrap.is_some_and(|n| n < 2) {
-        anyhow::bail!("--bootstrap {}: give the number of refits, 2 or more (lme4's bootMer takes 100 to 1000)", a.bootstrap.unwrap_or(0));
-    }
-    if a.checkpoints.asked() && a.bootstrap.is_none() && a.compare_bootstrap.is_none() {
-        anyhow::bail!("--checkpoint-every, --resume: sagd glmm keeps the refits of its bootstraps only; give --bootstrap N or --compare-bootstrap N");
-    }
-    if a.compare_bootstrap.is_some() && a.compare.is_empty() {
-        anyhow::bail!("--compare-bootstrap: give the model to compare with, --compare 'FORMULA'");
-    }
-    if let Some(n) = a.compare_bootstrap.filter(|&n| n < 2) {
-        anyhow::bail!("--compare-bootstrap {n}: give the number of draws, 2 or more (pbkrtest's PBmodcomp takes 1000)");
-    }
-    if !(a.bootstrap_level > 0.0 && a.bootstrap_level < 1.0) {
-        anyhow::bail!(
-            "--bootstrap-level {}: give the intervals' level between 0 and 1, e.g. 0.95",
-            a.bootstrap_level
-        );
-    }
-    if a.reml && family != Family::Gaussian {
-        anyhow::bail!("--reml: REML is for the Gaussian family only; leave it out for {family:?}");
-    }
-    if a.ddf.is_some() && family != Family::Gaussian {
-        anyhow::bail!("--ddf satterthwaite: Satterthwaite's degrees of freedom are the Gaussian family's t tests (lmerTest's); {family:?} fixed effects have Wald z tests: leave it out");
-    }
-    if a.ddf.is_some() && method == Method::Em {
-        anyhow::bail!(
-            "--ddf satterthwaite: the tests need the exact likelihood; leave out --method em"
-        );
-    }
-    if let Some(level) = a.profile {
-        if !(level > 0.0 && level < 1.0) {
-            anyhow::bail!(
-                "--profile {level}: give the intervals' level between 0 and 1, e.g. 0.95"
-            );
-        }
-        if a.reml {
-            anyhow::bail!("--profile: the intervals profile the likelihood, not REML's criterion; leave out --reml");
-        }
-        if method == Method::Em {
-            anyhow::bail!(
-                "--profile: the intervals need the exact likelihood; leave out --method em"
-            );
-        }
-    }
-    Ok(FitSettings {
-        method,
-        exact: ExactSettings {
-            criterion: if a.reml {
-                Criterion::Reml
-            } else {
-                Criterion::Ml
-            },
-            nodes: a.nodes,
-            ..ExactSettings::default()
-        },
-        em: EmSettings {
-            max_msteps: a.max_msteps,
-            ..EmSettings::default()
-        },
-        seed: a.seed,
-    })
 }

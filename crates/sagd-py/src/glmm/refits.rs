@@ -2,16 +2,16 @@
 //! parts kept in a checkpoint where `checkpoint=` asks (`sagd::glmm::refits`), their progress
 //! and Ctrl-C watched, and their outcomes as the Python layer takes them.
 
-use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
+use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use sagd::glmm::refits::{in_parts, Keeping, Outcome, Part};
-use sagd::glmm::{ExactSettings, FitSettings, Glmm, GlmmFit};
+use sagd::glmm::{FitSettings, Glmm, GlmmFit};
 use sagd::run::{Control, Identity};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use super::model_of;
-use crate::{detached, em_settings, py_error};
+use super::{fit_settings, model_of};
+use crate::{detached, py_error};
 
 /// The draws whose bootstrap refit failed, with why.
 type Failed = Vec<(usize, String)>;
@@ -63,15 +63,7 @@ pub(crate) fn bootstrap_lrt(
     interrupt_after: Option<usize>,
 ) -> PyResult<(Vec<f64>, Failed)> {
     let (m0, m1) = (model_of(&null)?, model_of(&alt)?);
-    let settings = FitSettings {
-        method: method.parse().map_err(PyValueError::new_err)?,
-        exact: ExactSettings {
-            nodes,
-            ..ExactSettings::default()
-        },
-        em: em_settings(max_msteps),
-        seed,
-    };
+    let settings = fit_settings(method, false, nodes, max_msteps, seed)?;
     let identity = refits_identity(&settings, seed, &[&theta_null, &theta_alt])?;
     let kept = (checkpoint, checkpoint_every, interrupt_after);
     let stats = refits_kept(
