@@ -134,18 +134,7 @@ def parse(formula: str, data: Any) -> Design:
             raise _bad(formula, f"{what} {expr!r}: {e}", "check the names and the syntax") \
                 from None
 
-    pair = _CBIND.match(lhs)
-    if pair:
-        # I(...): the arguments are arithmetic (n - s), not formulas.
-        succ, fail = (design(f"0 + I({c})", "the response").to_numpy()[:, 0]
-                      for c in pair.groups())
-        y, trials = succ.astype(float), (succ + fail).astype(float)
-    else:
-        y, trials = design(f"0 + {lhs}", "the response").to_numpy(dtype=float), None
-        if y.shape[1] != 1:
-            raise _bad(formula, f"the response {lhs!r} is not one numeric column",
-                       "give a numeric column (0/1 or counts), or cbind(successes, failures)")
-        y = y[:, 0]
+    y, trials = _response(formula, lhs, design)
     X = design(fixed, "the fixed effects")
     groups: Dict[str, np.ndarray] = {}
     Z, z_names, correlated = [], [], []
@@ -171,6 +160,37 @@ def parse(formula: str, data: Any) -> Design:
             correlated.append(bar == "|")
             z_specs.append(z.model_spec)
             group_parts.append(parts)
+    offset = _offset(formula, offsets, design, rows)
+    return Design(y=np.asarray(y, dtype=float), X=X.to_numpy(dtype=float),
+                  x_names=_lme4_names(X.columns), groups=groups, Z=Z, z_names=z_names,
+                  correlated=correlated, trials=trials, dropped=before - len(df),
+                  offset=offset, rows=rows,
+                  spec=Spec(fixed=X.model_spec, terms=z_specs, group_parts=group_parts,
+                            offsets=offsets,
+                            columns=sorted(set(_NAME.findall(rhs)) & set(map(str, df.columns))),
+                            levels=_categorical(df, [fixed] + [e for e, _, _ in bars])))
+
+
+def _response(formula: str, lhs: str, design: Any) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    """The response and, for ``cbind(successes, failures)``, the trials, from the formula's
+    left side through ``design`` (a term's model matrix on the rows kept)."""
+    pair = _CBIND.match(lhs)
+    if pair:
+        # I(...): the arguments are arithmetic (n - s), not formulas.
+        succ, fail = (design(f"0 + I({c})", "the response").to_numpy()[:, 0]
+                      for c in pair.groups())
+        return succ.astype(float), (succ + fail).astype(float)
+    y = design(f"0 + {lhs}", "the response").to_numpy(dtype=float)
+    if y.shape[1] != 1:
+        raise _bad(formula, f"the response {lhs!r} is not one numeric column",
+                   "give a numeric column (0/1 or counts), or cbind(successes, failures)")
+    return y[:, 0], None
+
+
+def _offset(formula: str, offsets: List[str], design: Any,
+            rows: np.ndarray) -> Optional[np.ndarray]:
+    """The sum of the formula's ``offset(...)`` expressions on the rows kept (their numbers in
+    the data, ``rows``), refused by name where one is not finite; None without any."""
     offset = None
     for expr in offsets:
         # A log of 0 is named below with its row, not warned of by numpy.
@@ -181,14 +201,7 @@ def parse(formula: str, data: Any) -> Design:
             raise _bad(formula, f"offset({expr}) is {o[bad[0]]} at data row {rows[bad[0]] + 1}",
                        "give offsets that are finite (the log of an exposure needs it above 0)")
         offset = o if offset is None else offset + o
-    return Design(y=np.asarray(y, dtype=float), X=X.to_numpy(dtype=float),
-                  x_names=_lme4_names(X.columns), groups=groups, Z=Z, z_names=z_names,
-                  correlated=correlated, trials=trials, dropped=before - len(df),
-                  offset=offset, rows=rows,
-                  spec=Spec(fixed=X.model_spec, terms=z_specs, group_parts=group_parts,
-                            offsets=offsets,
-                            columns=sorted(set(_NAME.findall(rhs)) & set(map(str, df.columns))),
-                            levels=_categorical(df, [fixed] + [e for e, _, _ in bars])))
+    return offset
 
 
 def _categorical(df: Any, exprs: List[str]) -> Dict[str, List[Any]]:
