@@ -7,6 +7,7 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use sagd::em::EmEvent;
+use sagd::glmm::formula::type3_hypotheses;
 use sagd::glmm::{
     Criterion, ExactFit, ExactSettings, Family, FitSettings, Fitted, Glmm, GlmmFit,
     LikelihoodMethod, Method, RandomTerm, SampledMeans, TermNames,
@@ -242,7 +243,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None, satterthwaite=false, checkpoint=None, checkpoint_every=100, interrupt_after=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None, satterthwaite=false, type3=None, checkpoint=None, checkpoint_every=100, interrupt_after=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -270,6 +271,7 @@ pub(crate) fn fit_glmm<'py>(
     bootstrap: Option<usize>,
     bootstrap_progress: Option<Py<PyAny>>,
     satterthwaite: bool,
+    type3: Option<Type3<'py>>,
     checkpoint: Option<std::path::PathBuf>,
     checkpoint_every: usize,
     interrupt_after: Option<usize>,
@@ -282,6 +284,10 @@ pub(crate) fn fit_glmm<'py>(
         )));
     }
     let given_weights = weights.as_ref().map(|w| w.as_array().to_vec());
+    let hypotheses = match type3 {
+        Some(coding) => type3_hypotheses_of(&x, coding)?,
+        None => Vec::new(),
+    };
     let model = glmm_model(
         family, y, x, groups, zs, correlated, trials, offset, weights,
     )?;
@@ -310,7 +316,7 @@ pub(crate) fn fit_glmm<'py>(
         profile_items(py, &d, &model, &fit, level)?;
     }
     if satterthwaite {
-        satterthwaite_items(&d, &model, &fit)?;
+        satterthwaite_items(&d, &model, &fit, &hypotheses)?;
     }
     if let Some(draws) = simulate {
         let given = (family, given_weights.as_deref());
@@ -354,16 +360,57 @@ pub(crate) fn fit_settings(
     })
 }
 
+/// The type III tests' sum-to-zero coding of the design's rows from the bindings' formula: per
+/// term its name, the coding (n × p) and each term's columns (start, end).
+type Type3<'py> = (Vec<String>, PyReadonlyArray2<'py, f64>, Vec<(usize, usize)>);
+
+/// Per term of `coding`, its name and its type III hypothesis on the design `x`'s coefficients
+/// (`sagd::glmm::formula::type3_hypotheses`, as `sagd glmm --ddf` takes them).
+fn type3_hypotheses_of(
+    x: &PyReadonlyArray2<'_, f64>,
+    (names, xs, ranges): Type3<'_>,
+) -> PyResult<Vec<(String, Vec<Vec<f64>>)>> {
+    let (x, xs) = (x.as_array(), xs.as_array());
+    if xs.dim() != x.dim() || names.len() != ranges.len() {
+        return Err(PyValueError::new_err(format!(
+            "type3: a coding of {:?} values for a design of {:?}, or {} names for {} terms",
+            xs.dim(),
+            x.dim(),
+            names.len(),
+            ranges.len()
+        )));
+    }
+    let ranges: Vec<_> = ranges.into_iter().map(|(a, b)| a..b).collect();
+    let (xv, xsv): (Vec<f64>, Vec<f64>) =
+        (x.iter().copied().collect(), xs.iter().copied().collect());
+    let hypotheses = type3_hypotheses(&xv, &xsv, x.ncols(), &ranges).map_err(py_error)?;
+    Ok(names.into_iter().zip(hypotheses).collect())
+}
+
 /// `satterthwaite`: per fixed effect, its error given the variances, the degrees of freedom and
-/// the p-value; refused where the fit's information could not be inverted.
-fn satterthwaite_items(d: &Bound<'_, PyDict>, model: &Glmm, fit: &GlmmFit) -> PyResult<()> {
+/// the p-value; with `hypotheses`, `anova_type3`: per term its name, F, the degrees of freedom
+/// (numerator, denominator) and p. Refused where the fit's information could not be inverted.
+fn satterthwaite_items(
+    d: &Bound<'_, PyDict>,
+    model: &Glmm,
+    fit: &GlmmFit,
+    hypotheses: &[(String, Vec<Vec<f64>>)],
+) -> PyResult<()> {
     let Some(cov) = &fit.covariance else {
         return Err(PyValueError::new_err(
             "ddf: the fit's information could not be inverted, so it has no Satterthwaite tests",
         ));
     };
-    let tests = model.satterthwaite(&fit.theta, cov).map_err(py_error)?;
-    d.set_item("satterthwaite", tests)
+    let ls: Vec<_> = hypotheses.iter().map(|(_, l)| l.clone()).collect();
+    let (t, f) = (model.satterthwaite_tests(&fit.theta, cov, &ls)).map_err(py_error)?;
+    d.set_item("satterthwaite", t)?;
+    if !hypotheses.is_empty() {
+        let terms: Vec<_> = (hypotheses.iter().zip(f))
+            .map(|((name, _), (f, q, ddf, p))| (name.clone(), f, q, ddf, p))
+            .collect();
+        d.set_item("anova_type3", terms)?;
+    }
+    Ok(())
 }
 
 /// `simulations`: `draws` new responses from the fit at `theta` from `seed`, draws ×

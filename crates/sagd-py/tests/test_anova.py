@@ -145,3 +145,47 @@ def test_a_bootstrap_needs_fits_made_here():
         sagd.anova(m0, m1, bootstrap=10)
     with pytest.raises(ValueError, match="bootstrap: 1; give at least 2"):
         sagd.anova(m0, m1, bootstrap=1)
+
+
+def test_type3_table_is_lmertest_s_anova():
+    """lmerTest 3.1-3's anova(fit) (type III, Satterthwaite; R 4.2.2, lme4 1.1-31) of
+    lmer(y ~ A * B + x + (1 | subj)) on glmm_factorial.csv (two factors crossed, unbalanced) by
+    REML and ML, and of count ~ x * dose + (1 + x | site) by REML on glmm_counts.csv (the
+    references of crates/sagd-cli/tests/glmm_confint.rs): each term's NumDF, DenDF, F and p;
+    Mean Sq is F sigma^2. A term that codes its variable itself has no table, and says why."""
+    factorial = pd.read_csv(DATA.parent / "glmm_factorial.csv")
+    counts = pd.read_csv(DATA).dropna()
+    lmertest = {
+        ("y ~ A * B + x + (1 | subj)", True): [
+            ("A", 2, 71.0235304579, 15.56794044698, 2.47479997618e-06),
+            ("B", 1, 76.2310655460, 24.81294245087, 3.83858902786e-06),
+            ("x", 1, 76.4751889377, 11.00455241643, 1.39292029385e-03),
+            ("A:B", 2, 74.8968106563, 1.02240202126, 3.64694835559e-01)],
+        ("y ~ A * B + x + (1 | subj)", False): [
+            ("A", 2, 76.7391129245, 16.86333120995, 8.50188512436e-07),
+            ("B", 1, 82.4158553241, 26.86242925237, 1.52688231499e-06),
+            ("x", 1, 82.6819732174, 11.92069993819, 8.77561146933e-04),
+            ("A:B", 2, 80.9600608738, 1.10712901476, 3.35457658685e-01)],
+        ("count ~ x * dose + (1 + x | site)", True): [
+            ("x", 1, 20.4826333192, 18.76201, 0.0003090),
+            ("dose", 2, 150.2435221639, 6.01838, 0.0030597),
+            ("x:dose", 2, 110.5844645650, 1.22128, 0.2987976)],
+    }
+    for (formula, reml), want in lmertest.items():
+        data = factorial if formula.startswith("y") else counts
+        r = sagd.glmm(formula, data=data, reml=reml, ddf="satterthwaite")
+        assert list(r.anova_type3) == [w[0] for w in want]
+        for term, q, ddf, f, p in want:
+            ss, ms, q_got, ddf_got, f_got, p_got = r.anova_type3[term]
+            assert q_got == q
+            # lmerTest printed 7 digits of F and p for the counts' fit.
+            assert f_got == pytest.approx(f, rel=1e-5)
+            assert ddf_got == pytest.approx(ddf, rel=1e-4)
+            assert p_got == pytest.approx(p, rel=1e-4)
+            assert ms == pytest.approx(f_got * r.sigma ** 2, rel=1e-12)
+            assert ss == pytest.approx(ms * q, rel=1e-12)
+        assert "type III analysis of variance" in repr(r)
+    coded = sagd.glmm("y ~ C(A) + x + (1 | subj)", data=factorial, ddf="satterthwaite")
+    assert coded.anova_type3 is None and coded.satterthwaite is not None
+    assert "no type III table" in coded.warning and "C(A)" in coded.warning
+    assert sagd.glmm("y ~ A + (1 | subj)", data=factorial).anova_type3 is None

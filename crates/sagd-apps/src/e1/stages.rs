@@ -229,6 +229,9 @@ fn far_or_diverged(
     warnings
 }
 
+/// Exact GD's path, and the log-likelihood along EM's path and along exact GD's.
+type ExactPaths = (Vec<Vec<f64>>, Vec<f64>, Vec<f64>);
+
 /// Exact GD from θ₀ over as many updates as EM's `trace` took, then the log-likelihood along
 /// both paths by quadrature: (exact GD's path, ℓ along EM's, ℓ along exact GD's).
 fn exact_paths(
@@ -237,7 +240,7 @@ fn exact_paths(
     trace: &EmTrace,
     gh: &GaussHermite,
     laps: &mut Laps,
-) -> Result<(Vec<Vec<f64>>, Vec<f64>, Vec<f64>)> {
+) -> Result<ExactPaths> {
     let ll = |path: &[Vec<f64>]| -> Result<Vec<f64>> {
         sagd::share::map(path.len(), |i| log_likelihood(model, &path[i], gh))
     };

@@ -204,6 +204,41 @@ def _offset(formula: str, offsets: List[str], design: Any,
     return offset
 
 
+def type3_coding(spec: Spec, data: Any,
+                 rows: np.ndarray) -> Tuple[List[str], np.ndarray, List[Tuple[int, int]]]:
+    """lmerTest's type III coding of a formula fit's fixed effects: the fitted rows (``rows`` of
+    ``data``) coded again with every categorical variable by sum-to-zero contrasts (R's
+    ``contr.sum``), and per term but the intercept its name and columns there; the core turns
+    them into each term's hypothesis on the fit's own coefficients. Refused (ValueError) where a
+    term codes a variable itself (``C(...)``) or the codings do not match term by term."""
+    import pandas as pd
+    from formulaic import model_matrix
+
+    df = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
+    df = df.iloc[rows].reset_index(drop=True)
+    terms, names = [], []
+    for term in spec.fixed.formula:
+        factors = []
+        for f in term.factors:
+            if f.expr.replace(" ", "").startswith("C("):
+                raise ValueError(f"the term {term} codes its variable itself ({f.expr}); write "
+                                 "the variable alone to have its type III test")
+            factors.append(f"C({f.expr}, contr.sum)" if f.expr in spec.levels else f.expr)
+        terms.append(":".join(factors))
+        names.append(str(term))
+    intercept = "1" in names
+    xs = model_matrix(("" if intercept else "0 + ") + " + ".join(terms), df, na_action="raise")
+    fitted = list(spec.fixed.term_slices.values())
+    slices = list(xs.model_spec.term_slices.values())
+    widths = [(s.stop - s.start) for s in fitted]
+    if len(slices) != len(fitted) or [(s.stop - s.start) for s in slices] != widths:
+        raise ValueError("the sum-to-zero coding of the fixed effects does not match their "
+                         "coding term by term")
+    kept = [(n, (s.start, s.stop)) for n, s in zip(names, slices) if n != "1"]
+    return ([n for n, _ in kept], np.ascontiguousarray(xs.to_numpy(dtype=float)),
+            [r for _, r in kept])
+
+
 def _categorical(df: Any, exprs: List[str]) -> Dict[str, List[Any]]:
     """The values of each column that is not numeric among those `exprs` read."""
     names = set().union(*(_NAME.findall(e) for e in exprs)) & set(map(str, df.columns))

@@ -161,7 +161,9 @@ def glmm(
             of an uninterrupted run.
         ddf: ``"satterthwaite"``: Gaussian family, exact fit (ML or REML): the fixed effects'
             t tests with Satterthwaite's degrees of freedom (lmerTest's ``summary(fit)``), in
-            ``satterthwaite``.
+            ``satterthwaite``; with a formula, each term's type III F test too (lmerTest's
+            ``anova(fit)``, categorical variables under sum-to-zero contrasts), in
+            ``anova_type3``.
 
     Returns:
         A :class:`GlmmResult`.
@@ -190,6 +192,14 @@ def glmm(
         z_names = d.z_names[0] if len(d.z_names) == 1 else d.z_names
     elif data is not None:
         raise ValueError("data: only with a formula, e.g. sagd.glmm('y ~ x + (1 | g)', data=df)")
+    type3, type3_note = None, None
+    if spec is not None and ddf is not None:
+        from ._formula import type3_coding
+
+        try:
+            type3 = type3_coding(spec, data, rows)
+        except Exception as e:  # the fit stands without the table; the result says why
+            type3_note = f"no type III table: {e}"
     a = _Arrays.of(y, X, groups, family, Z, trials, correlated, offset, weights)
     n, factor_names, k, labels, Xm = a.n, a.factor_names, a.k, a.labels, a.X
     p = Xm.shape[1]
@@ -210,7 +220,7 @@ def glmm(
                            simulate=None if simulate is None else _whole("simulate", simulate, 1),
                            bootstrap=(None if bootstrap is None
                                       else _whole("bootstrap", bootstrap, 2)),
-                           bootstrap_progress=boot_show, satterthwaite=ddf is not None,
+                           bootstrap_progress=boot_show, satterthwaite=ddf is not None, type3=type3,
                            checkpoint=None if checkpoint is None else os.fspath(checkpoint),
                            checkpoint_every=_whole("checkpoint_every", checkpoint_every, 1),
                            interrupt_after=_interrupt_after)
@@ -222,6 +232,8 @@ def glmm(
     # θ's names and the sds' labels come from the core (`Glmm::theta_names`, `effect_names`).
     base = FitResult._of(d, d["names"])
     _notes(base, d, dropped)
+    if type3_note:
+        _warn(base, type3_note)
     est = base.estimate
     exact = d["status"] == "exact"
     reml_ll = d.get("reml_loglik")
@@ -259,6 +271,7 @@ def glmm(
         rows=rows,
         confint=_confint(d.get("profile"), d["names"], terms),
         confint_level=None if d.get("profile") is None else float(profile),
+        anova_type3=_type3_table(d.get("anova_type3"), d.get("sigma")),
         **_bootstrapped(d, terms, float(bootstrap_level)),
         _spec=spec,
         _model=dict(core=core, method=str(method), nodes=nodes, max_msteps=max_msteps,
@@ -405,6 +418,17 @@ def _bootstrapped(d: Dict[str, Any], terms: List[Tuple[str, List[str]]],
         for j, n in enumerate(names)}
     return dict(bootstrap=reps, bootstrap_names=names, bootstrap_failed=failed,
                 confint_boot=intervals, confint_boot_level=level)
+
+
+def _type3_table(tests: Optional[List[Any]], sigma: Optional[float]
+                 ) -> Optional[Dict[str, Tuple[float, float, int, float, float, float]]]:
+    """lmerTest's type III table from the core's F tests (term, F, NumDF, DenDF, p): per term
+    its Sum Sq, Mean Sq (F sigma^2), NumDF, DenDF, F value and Pr(>F)."""
+    if tests is None or sigma is None:
+        return None
+    s2 = float(sigma) ** 2
+    return {str(t): (float(f) * s2 * int(q), float(f) * s2, int(q), float(ddf), float(f), float(p))
+            for t, f, q, ddf, p in tests}
 
 
 def _array(v: Any) -> Optional[np.ndarray]:

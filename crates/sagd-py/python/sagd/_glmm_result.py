@@ -86,6 +86,11 @@ class GlmmResult(FitResult):
         satterthwaite: with ``ddf="satterthwaite"``, one row per fixed effect: its standard
             error given the variance parameters (lmer's ``vcov``), Satterthwaite's degrees of
             freedom and the t test's two-sided p-value (lmerTest's Std. Error, df, Pr(>|t|)).
+        anova_type3: with ``ddf="satterthwaite"`` and a formula, lmerTest's type III table
+            (``anova(fit)``): per term of the fixed effects but the intercept, in the formula's
+            order, (Sum Sq, Mean Sq, NumDF, DenDF, F value, Pr(>F)), the hypothesis that the
+            term's coefficients are 0 with every categorical variable under sum-to-zero
+            contrasts, Satterthwaite's denominator degrees of freedom.
         bootstrap: with ``bootstrap=N``, the parametric bootstrap's N refits (lme4's
             ``bootMer``): an array of N rows, each refit's estimates on the summary's scales in
             the order of ``bootstrap_names`` (the fixed effects, each factor's ``sd ...`` and
@@ -136,6 +141,7 @@ class GlmmResult(FitResult):
     confint_level: Optional[float] = None
     simulations: Optional[np.ndarray] = None
     satterthwaite: Optional[np.ndarray] = None
+    anova_type3: Optional[Dict[str, Tuple[float, float, int, float, float, float]]] = None
     bootstrap: Optional[np.ndarray] = None
     bootstrap_names: List[str] = field(default_factory=list)
     bootstrap_failed: Dict[int, str] = field(default_factory=dict)
@@ -253,6 +259,12 @@ class GlmmResult(FitResult):
             out += f"\nparametric bootstrap intervals ({pct}, percentiles of {refits} refits):"
             out += "".join(f"\n  {n:<28} {lo:10.5f} {hi:10.5f}"
                            for n, (lo, hi) in self.confint_boot.items())
+        if self.anova_type3:
+            out += ("\ntype III analysis of variance (Satterthwaite's method):\n"
+                    f"  {'':<20} {'Sum Sq':>10} {'Mean Sq':>10} {'NumDF':>5} {'DenDF':>9} "
+                    f"{'F value':>9} {'Pr(>F)':>10}")
+            out += "".join(f"\n  {t:<20} {ss:10.4f} {ms:10.4f} {q:5d} {ddf:9.2f} {f:9.4f} "
+                           f"{p:10.3g}" for t, (ss, ms, q, ddf, f, p) in self.anova_type3.items())
         if self.resid_quantiles is not None:
             q = "  ".join(f"{v:.4f}" for v in self.resid_quantiles)
             out += f"\nscaled residuals (min, 1Q, median, 3Q, max): {q}"
