@@ -243,7 +243,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None, satterthwaite=false, type3=None, checkpoint=None, checkpoint_every=100, interrupt_after=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None, satterthwaite=false, kenward_roger=false, type3=None, checkpoint=None, checkpoint_every=100, interrupt_after=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -271,6 +271,7 @@ pub(crate) fn fit_glmm<'py>(
     bootstrap: Option<usize>,
     bootstrap_progress: Option<Py<PyAny>>,
     satterthwaite: bool,
+    kenward_roger: bool,
     type3: Option<Type3<'py>>,
     checkpoint: Option<std::path::PathBuf>,
     checkpoint_every: usize,
@@ -315,8 +316,8 @@ pub(crate) fn fit_glmm<'py>(
     if let Some(level) = profile {
         profile_items(py, &d, &model, &fit, level)?;
     }
-    if satterthwaite {
-        satterthwaite_items(&d, &model, &fit, &hypotheses)?;
+    if satterthwaite || kenward_roger {
+        ddf_items(&d, &model, &fit, &hypotheses, kenward_roger)?;
     }
     if let Some(draws) = simulate {
         let given = (family, given_weights.as_deref());
@@ -387,23 +388,34 @@ fn type3_hypotheses_of(
     Ok(names.into_iter().zip(hypotheses).collect())
 }
 
-/// `satterthwaite`: per fixed effect, its error given the variances, the degrees of freedom and
-/// the p-value; with `hypotheses`, `anova_type3`: per term its name, F, the degrees of freedom
-/// (numerator, denominator) and p. Refused where the fit's information could not be inverted.
-fn satterthwaite_items(
+/// `satterthwaite` (or with `kenward_roger`, `kenward_roger`): per fixed effect, its standard
+/// error (given the variances, or Kenward and Roger's adjusted), the degrees of freedom and the
+/// p-value; with `hypotheses`, `anova_type3`: per term its name, F, the degrees of freedom
+/// (numerator, denominator) and p. Satterthwaite's are refused where the fit's information
+/// could not be inverted.
+fn ddf_items(
     d: &Bound<'_, PyDict>,
     model: &Glmm,
     fit: &GlmmFit,
     hypotheses: &[(String, Vec<Vec<f64>>)],
+    kenward_roger: bool,
 ) -> PyResult<()> {
-    let Some(cov) = &fit.covariance else {
-        return Err(PyValueError::new_err(
-            "ddf: the fit's information could not be inverted, so it has no Satterthwaite tests",
-        ));
-    };
     let ls: Vec<_> = hypotheses.iter().map(|(_, l)| l.clone()).collect();
-    let (t, f) = (model.satterthwaite_tests(&fit.theta, cov, &ls)).map_err(py_error)?;
-    d.set_item("satterthwaite", t)?;
+    let (key, tests) = match (kenward_roger, &fit.covariance) {
+        (true, _) => ("kenward_roger", model.kenward_roger_tests(&fit.theta, &ls)),
+        (false, Some(cov)) => (
+            "satterthwaite",
+            model.satterthwaite_tests(&fit.theta, cov, &ls),
+        ),
+        (false, None) => {
+            return Err(PyValueError::new_err(
+                "ddf: the fit's information could not be inverted, so it has no Satterthwaite \
+                 tests",
+            ))
+        }
+    };
+    let (t, f) = tests.map_err(py_error)?;
+    d.set_item(key, t)?;
     if !hypotheses.is_empty() {
         let terms: Vec<_> = (hypotheses.iter().zip(f))
             .map(|((name, _), (f, q, ddf, p))| (name.clone(), f, q, ddf, p))

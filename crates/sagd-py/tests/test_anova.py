@@ -4,6 +4,8 @@ from pathlib import Path
 
 import math
 
+import numpy as np
+
 import pytest
 
 pd = pytest.importorskip("pandas")
@@ -189,3 +191,36 @@ def test_type3_table_is_lmertest_s_anova():
     assert coded.anova_type3 is None and coded.satterthwaite is not None
     assert "no type III table" in coded.warning and "C(A)" in coded.warning
     assert sagd.glmm("y ~ A + (1 | subj)", data=factorial).anova_type3 is None
+
+
+def test_kenward_roger_tests_are_lmertest_s():
+    """lmerTest 3.1-3's summary(fit, ddf = "Kenward-Roger") and anova(fit, ddf =
+    "Kenward-Roger") (pbkrtest 0.5.2) of the factorial REML fit (the reference of
+    crates/sagd-cli/tests/glmm_ddf.rs); ML fits and weights refused by name."""
+    factorial = pd.read_csv(DATA.parent / "glmm_factorial.csv")
+    formula = "y ~ A * B + x + (1 | subj)"
+    r = sagd.glmm(formula, data=factorial, reml=True, ddf="Kenward-Roger")
+    t = [[0.1927064340519, 37.4474232152, 1.50135539632e-16],
+         [0.2105227462852, 71.4178309180, 1.35861656052e-03],
+         [0.2092661122826, 72.4139758119, 8.20197919268e-05],
+         [0.2969648810174, 76.2421933987, 1.14661281966e-03],
+         [0.0903137931697, 76.6955274129, 1.50790355386e-03],
+         [0.3905326124777, 74.8492618773, 2.17194425413e-01],
+         [0.4029337781992, 75.0113050745, 9.32994341316e-01]]
+    np.testing.assert_allclose(r.kenward_roger, t, rtol=1e-4)
+    assert r.satterthwaite is None
+    f = {"A": (2, 71.3587182956, 15.5211901463, 2.53175832178e-06),
+         "B": (1, 76.4570087133, 24.4444698717, 4.41572594292e-06),
+         "x": (1, 76.6955274129, 10.8340694447, 1.50790355386e-03),
+         "A:B": (2, 75.1549911349, 1.0100806553, 3.69079329037e-01)}
+    assert list(r.anova_type3) == list(f)
+    for term, (q, ddf, fv, p) in f.items():
+        got = r.anova_type3[term]
+        assert got[2] == q
+        np.testing.assert_allclose(got[3:], (ddf, fv, p), rtol=1e-4)
+    assert "Kenward-Roger's method" in repr(r)
+    with pytest.raises(ValueError, match="REML fits"):
+        sagd.glmm(formula, data=factorial, ddf="kenward-roger")
+    with pytest.raises(ValueError, match="weights"):
+        sagd.glmm(formula, data=factorial, reml=True, ddf="kenward-roger",
+                  weights=np.ones(len(factorial)))

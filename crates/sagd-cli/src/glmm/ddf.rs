@@ -1,6 +1,7 @@
-//! `--ddf satterthwaite`: lmerTest's tests of a Gaussian fit's fixed effects, the t test of
-//! each coefficient (`summary(fit)`) and the type III F test of each term (`anova(fit)`), with
-//! Satterthwaite's degrees of freedom; in the summary and result.json.
+//! `--ddf satterthwaite` and `--ddf kenward-roger`: lmerTest's tests of a Gaussian fit's fixed
+//! effects, the t test of each coefficient (`summary(fit)`) and the type III F test of each term
+//! (`anova(fit)`), with Satterthwaite's or Kenward and Roger's degrees of freedom; in the
+//! summary and result.json.
 
 use std::fmt::Write as _;
 
@@ -12,37 +13,51 @@ use super::summary::{p_text, se_text, shown};
 /// A term's type III test: its name, F, its degrees of freedom (numerator, denominator), p.
 type TermTest = (String, f64, usize, f64, f64);
 
-/// A fit's Satterthwaite tests: per coefficient its standard error given the variance
-/// parameters, degrees of freedom and p; per term of the fixed effects its F test; and σ².
+/// A fit's tests: per coefficient its standard error (given the variance parameters, or
+/// Kenward and Roger's adjusted), degrees of freedom and p; per term of the fixed effects its F
+/// test; σ²; and whether they are Kenward and Roger's.
 pub(super) struct Ddf {
+    kenward_roger: bool,
     t: Vec<(f64, f64, f64)>,
     terms: Vec<TermTest>,
     sigma2: f64,
 }
 
 impl Ddf {
-    /// The tests of `fit` (of `model`, from `formula` on `frame`), or `None` (and a warning)
-    /// where the fit has no covariance to take them from or the tests cannot be made; without
-    /// the terms' tests (and a warning) where their hypotheses cannot be made.
+    /// The tests of `fit` (of `model`, from `formula` on `frame`) by `method` (`satterthwaite`
+    /// or `kenward-roger`), or `None` (and a warning) where the fit has no covariance to take
+    /// Satterthwaite's from or the tests cannot be made; without the terms' tests (and a
+    /// warning) where their hypotheses cannot be made.
     pub(super) fn find(
+        method: &str,
         model: &Glmm,
         fit: &GlmmFit,
         (formula, frame): (&Formula, &Frame),
     ) -> Option<Ddf> {
-        let warn = |what: &str, e: String| say_err!("warning: no Satterthwaite {what}: {e}");
-        let Some(cov) = &fit.covariance else {
-            warn(
-                "tests",
-                "the fit's information could not be inverted".into(),
-            );
-            return None;
+        let kenward_roger = method == "kenward-roger";
+        let name = if kenward_roger {
+            "Kenward-Roger"
+        } else {
+            "Satterthwaite"
         };
+        let warn = |what: &str, e: String| say_err!("warning: no {name} {what}: {e}");
         let contrasts = formula.type3_contrasts(frame).unwrap_or_else(|e| {
             warn("F tests of the terms", e.to_string());
             Vec::new()
         });
         let (names, hypotheses): (Vec<String>, Vec<_>) = contrasts.into_iter().unzip();
-        let (t, f) = match model.satterthwaite_tests(&fit.theta, cov, &hypotheses) {
+        let tests = match (kenward_roger, &fit.covariance) {
+            (true, _) => model.kenward_roger_tests(&fit.theta, &hypotheses),
+            (false, Some(cov)) => model.satterthwaite_tests(&fit.theta, cov, &hypotheses),
+            (false, None) => {
+                warn(
+                    "tests",
+                    "the fit's information could not be inverted".into(),
+                );
+                return None;
+            }
+        };
+        let (t, f) = match tests {
             Ok(tests) => tests,
             Err(e) => {
                 warn("tests", e.to_string());
@@ -53,7 +68,20 @@ impl Ddf {
             .map(|(name, (f, q, ddf, p))| (name, f, q, ddf, p))
             .collect();
         let sigma2 = (2.0 * fit.theta[fit.theta.len() - 1]).exp();
-        Some(Ddf { t, terms, sigma2 })
+        Some(Ddf {
+            kenward_roger,
+            t,
+            terms,
+            sigma2,
+        })
+    }
+
+    /// The method's name as lmerTest prints it.
+    fn method(&self) -> &'static str {
+        match self.kenward_roger {
+            true => "Kenward-Roger's",
+            false => "Satterthwaite's",
+        }
     }
 
     /// The fixed effects' table with the t tests, then the terms' type III table, as lmerTest
@@ -61,8 +89,8 @@ impl Ddf {
     pub(super) fn tables(&self, o: &mut String, d: &Design, s: &Summary) {
         let _ = writeln!(
             o,
-            "\nFixed effects (t tests with Satterthwaite's degrees of freedom):\n {:<20} {:>10} {:>11} {:>9} {:>8} {:>10}",
-            "", "Estimate", "Std. Error", "df", "t value", "Pr(>|t|)"
+            "\nFixed effects (t tests with {} degrees of freedom):\n {:<20} {:>10} {:>11} {:>9} {:>8} {:>10}",
+            self.method(), "", "Estimate", "Std. Error", "df", "t value", "Pr(>|t|)"
         );
         for ((name, e), &(se, df, p)) in d.x_names.iter().zip(&s.fixed).zip(&self.t) {
             let _ = writeln!(
@@ -79,8 +107,8 @@ impl Ddf {
         }
         let _ = writeln!(
             o,
-            "\nType III analysis of variance with Satterthwaite's method:\n {:<20} {:>10} {:>10} {:>5} {:>9} {:>9} {:>10}",
-            "", "Sum Sq", "Mean Sq", "NumDF", "DenDF", "F value", "Pr(>F)"
+            "\nType III analysis of variance with {} method:\n {:<20} {:>10} {:>10} {:>5} {:>9} {:>9} {:>10}",
+            self.method(), "", "Sum Sq", "Mean Sq", "NumDF", "DenDF", "F value", "Pr(>F)"
         );
         for (name, f, q, ddf, p) in &self.terms {
             let ms = f * self.sigma2;
@@ -93,15 +121,21 @@ impl Ddf {
         }
     }
 
-    /// result.json's `satterthwaite` (per coefficient its name, standard error given the
-    /// variance parameters, degrees of freedom and p) and `anova_type3` (per term its F, degrees
-    /// of freedom and p).
+    /// result.json's `satterthwaite` (or `kenward_roger`: per coefficient its name, standard
+    /// error, degrees of freedom and p) and `anova_type3` (per term its F, degrees of freedom
+    /// and p; `anova_type3_ddf` says by which method).
     pub(super) fn json(&self, d: &Design, result: &mut serde_json::Value) {
-        result["satterthwaite"] = json!((d.x_names.iter().zip(&self.t))
+        let key = if self.kenward_roger {
+            "kenward_roger"
+        } else {
+            "satterthwaite"
+        };
+        result[key] = json!((d.x_names.iter().zip(&self.t))
             .map(|(name, (se, df, p))| json!({"name": name, "se": se, "df": df, "p": p}))
             .collect::<Vec<_>>());
         result["anova_type3"] = json!((self.terms.iter())
             .map(|(name, f, q, ddf, p)| json!({"term": name, "f": f, "num_df": q, "den_df": ddf, "p": p}))
             .collect::<Vec<_>>());
+        result["anova_type3_ddf"] = json!(key);
     }
 }

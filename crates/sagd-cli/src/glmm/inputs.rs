@@ -136,13 +136,21 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
     if a.reml && family != Family::Gaussian {
         anyhow::bail!("--reml: REML is for the Gaussian family only; leave it out for {family:?}");
     }
-    if a.ddf.is_some() && family != Family::Gaussian {
-        anyhow::bail!("--ddf satterthwaite: Satterthwaite's degrees of freedom are the Gaussian family's t tests (lmerTest's); {family:?} fixed effects have Wald z tests: leave it out");
-    }
-    if a.ddf.is_some() && method == Method::Em {
-        anyhow::bail!(
-            "--ddf satterthwaite: the tests need the exact likelihood; leave out --method em"
-        );
+    if let Some(ddf) = &a.ddf {
+        if family != Family::Gaussian {
+            anyhow::bail!("--ddf {ddf}: its degrees of freedom are the Gaussian family's t and F tests (lmerTest's); {family:?} fixed effects have Wald z tests: leave it out");
+        }
+        if method == Method::Em {
+            anyhow::bail!(
+                "--ddf {ddf}: the tests need the exact likelihood; leave out --method em"
+            );
+        }
+        if ddf == "kenward-roger" && !a.reml {
+            anyhow::bail!("--ddf kenward-roger: Kenward and Roger's method is for REML fits (as pbkrtest's and lmerTest's); add --reml, or use --ddf satterthwaite");
+        }
+        if ddf == "kenward-roger" && a.weights.is_some() {
+            anyhow::bail!("--ddf kenward-roger: pbkrtest's method leaves prior weights out of the covariance, so sagd has no reference for it with --weights; use --ddf satterthwaite");
+        }
     }
     if let Some(level) = a.profile {
         if !(level > 0.0 && level < 1.0) {

@@ -66,10 +66,12 @@ pub struct GlmmArgs {
     /// proportion of them that succeeded (simulate.csv gives proportions too).
     #[arg(long, value_name = "COLUMN")]
     weights: Option<String>,
-    /// Gaussian family: the fixed effects' t tests with Satterthwaite's degrees of freedom and
-    /// p-values (lmerTest's `summary(fit, ddf = "Satterthwaite")`), ML or REML; their standard
-    /// errors given the variance parameters, as lmer's `vcov`.
-    #[arg(long, value_name = "METHOD", value_parser = ["satterthwaite"])]
+    /// Gaussian family: the fixed effects' t tests and each term's type III F test with
+    /// denominator degrees of freedom by `satterthwaite` (lmerTest's `summary(fit, ddf =
+    /// "Satterthwaite")` and `anova(fit)`; ML or REML, the standard errors given the variance
+    /// parameters, as lmer's `vcov`) or `kenward-roger` (lmerTest's `ddf = "Kenward-Roger"`,
+    /// pbkrtest's: --reml fits, the standard errors of β̂'s adjusted covariance).
+    #[arg(long, value_name = "METHOD", value_parser = ["satterthwaite", "kenward-roger"])]
     ddf: Option<String>,
     /// auto: the exact likelihood where it can be computed (Gaussian; up to 3 random effects per
     /// independent block by adaptive quadrature), else Langevin chains from Laplace's maximum
@@ -261,8 +263,8 @@ impl Found {
         .collect::<Vec<_>>();
         let tests = a
             .ddf
-            .as_ref()
-            .and_then(|_| Ddf::find(&i.model, fit, (&i.formula, &i.frame)));
+            .as_deref()
+            .and_then(|method| Ddf::find(method, &i.model, fit, (&i.formula, &i.frame)));
         let sep = self.separation.as_deref();
         let notes = (
             sep,

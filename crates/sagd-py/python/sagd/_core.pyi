@@ -35,6 +35,7 @@ def fit_glmm(
     bootstrap: Optional[int] = ...,
     bootstrap_progress: Optional[Callable[[int], Any]] = ...,
     satterthwaite: bool = ...,
+    kenward_roger: bool = ...,
     type3: Optional[Tuple[List[str], npt.NDArray[np.float64], List[Tuple[int, int]]]] = ...,
     checkpoint: Optional[str] = ...,
     checkpoint_every: int = ...,

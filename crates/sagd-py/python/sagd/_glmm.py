@@ -163,6 +163,9 @@ def glmm(
             t tests with Satterthwaite's degrees of freedom (lmerTest's ``summary(fit)``), in
             ``satterthwaite``; with a formula, each term's type III F test too (lmerTest's
             ``anova(fit)``, categorical variables under sum-to-zero contrasts), in
+            ``anova_type3``. ``"kenward-roger"``: the same tests by Kenward and Roger's method
+            (lmerTest's ``ddf="Kenward-Roger"``, pbkrtest's; ``reml=True``, no weights), the
+            standard errors those of beta's adjusted covariance, in ``kenward_roger`` and
             ``anova_type3``.
 
     Returns:
@@ -172,7 +175,8 @@ def glmm(
         ValueError: shapes that disagree, values that are not finite, counts that are not whole.
         KeyboardInterrupt: Ctrl-C during the fit.
     """
-    _check_options(family, method, reml, profile, ddf, (bootstrap, bootstrap_level, checkpoint))
+    ddf = _check_options(family, method, reml, profile, ddf,
+                         (bootstrap, bootstrap_level, checkpoint, weights))
     formula, dropped, rows, spec = None, 0, None, None
     if isinstance(y, str):
         if any(v is not None for v in (X, groups, Z, trials)) or correlated is not False:
@@ -220,7 +224,8 @@ def glmm(
                            simulate=None if simulate is None else _whole("simulate", simulate, 1),
                            bootstrap=(None if bootstrap is None
                                       else _whole("bootstrap", bootstrap, 2)),
-                           bootstrap_progress=boot_show, satterthwaite=ddf is not None, type3=type3,
+                           bootstrap_progress=boot_show, satterthwaite=ddf == "satterthwaite",
+                           kenward_roger=ddf == "kenward-roger", type3=type3,
                            checkpoint=None if checkpoint is None else os.fspath(checkpoint),
                            checkpoint_every=_whole("checkpoint_every", checkpoint_every, 1),
                            interrupt_after=_interrupt_after)
@@ -267,7 +272,7 @@ def glmm(
         **per_factor,
         **{f: _array(d.get(f)) for f in ("eta", "fitted", "resid_response", "resid_pearson",
                                          "resid_deviance", "resid_quantiles", "simulations",
-                                         "satterthwaite")},
+                                         "satterthwaite", "kenward_roger")},
         rows=rows,
         confint=_confint(d.get("profile"), d["names"], terms),
         confint_level=None if d.get("profile") is None else float(profile),
@@ -280,11 +285,12 @@ def glmm(
 
 
 def _check_options(family: str, method: str, reml: bool, profile: Optional[float],
-                   ddf: Optional[str], boot: Tuple[Optional[int], float, Any]) -> None:
+                   ddf: Optional[str], boot: Tuple[Optional[int], float, Any, Any]) -> Optional[str]:
     """Refuses, by name, options that do not go together: profile intervals of REML or EM,
-    Satterthwaite's tests beyond the Gaussian's exact fit, a checkpoint without a bootstrap,
-    levels outside (0, 1)."""
-    bootstrap, bootstrap_level, checkpoint = boot
+    tests with small-sample degrees of freedom beyond the Gaussian's exact fit (Kenward and
+    Roger's beyond an unweighted REML fit), a checkpoint without a bootstrap, levels outside
+    (0, 1). The ddf method's name, lowercased."""
+    bootstrap, bootstrap_level, checkpoint, weights = boot
     if profile is not None:
         if not 0 < float(profile) < 1:
             raise ValueError(f"profile: {profile}: give the intervals' level between 0 and 1, "
@@ -296,18 +302,27 @@ def _check_options(family: str, method: str, reml: bool, profile: Optional[float
             raise ValueError("profile: the intervals need the exact likelihood; leave out "
                              "method='em'")
     if ddf is not None:
-        if str(ddf).lower() != "satterthwaite":
-            raise ValueError(f"ddf: {ddf!r}: the one method is 'satterthwaite'")
+        ddf = str(ddf).lower().replace("_", "-")
+        if ddf not in ("satterthwaite", "kenward-roger"):
+            raise ValueError(f"ddf: {ddf!r}: give 'satterthwaite' or 'kenward-roger'")
         if str(family).lower() not in ("gaussian", "normal"):
-            raise ValueError("ddf: Satterthwaite's degrees of freedom are the Gaussian family's "
-                             "t tests (lmerTest's); other families have Wald z tests")
+            raise ValueError(f"ddf: {ddf}'s degrees of freedom are the Gaussian family's t "
+                             "and F tests (lmerTest's); other families have Wald z tests")
         if str(method) == "em":
             raise ValueError("ddf: the tests need the exact likelihood; leave out method='em'")
+        if ddf == "kenward-roger" and not reml:
+            raise ValueError("ddf: Kenward and Roger's method is for REML fits (pbkrtest's, "
+                             "lmerTest's); add reml=True, or use ddf='satterthwaite'")
+        if ddf == "kenward-roger" and weights is not None:
+            raise ValueError("ddf: pbkrtest's Kenward-Roger leaves prior weights out of the "
+                             "covariance, so sagd has no reference for it with weights; use "
+                             "ddf='satterthwaite'")
     if checkpoint is not None and bootstrap is None:
         raise ValueError("checkpoint: it keeps the bootstrap's refits; give bootstrap=N too")
     if bootstrap is not None and not 0 < float(bootstrap_level) < 1:
         raise ValueError(f"bootstrap_level: {bootstrap_level}: give the intervals' level between "
                          "0 and 1, e.g. 0.95")
+    return ddf
 
 
 def _weights_of(d: Any, data: Any, weights: Any) -> np.ndarray:

@@ -86,11 +86,14 @@ class GlmmResult(FitResult):
         satterthwaite: with ``ddf="satterthwaite"``, one row per fixed effect: its standard
             error given the variance parameters (lmer's ``vcov``), Satterthwaite's degrees of
             freedom and the t test's two-sided p-value (lmerTest's Std. Error, df, Pr(>|t|)).
-        anova_type3: with ``ddf="satterthwaite"`` and a formula, lmerTest's type III table
+        kenward_roger: with ``ddf="kenward-roger"``, as ``satterthwaite`` by Kenward and
+            Roger's method: each fixed effect's standard error from beta's adjusted covariance
+            (pbkrtest's ``vcovAdj``), the degrees of freedom and p.
+        anova_type3: with ``ddf`` and a formula, lmerTest's type III table
             (``anova(fit)``): per term of the fixed effects but the intercept, in the formula's
             order, (Sum Sq, Mean Sq, NumDF, DenDF, F value, Pr(>F)), the hypothesis that the
             term's coefficients are 0 with every categorical variable under sum-to-zero
-            contrasts, Satterthwaite's denominator degrees of freedom.
+            contrasts, the denominator degrees of freedom by the ``ddf`` method.
         bootstrap: with ``bootstrap=N``, the parametric bootstrap's N refits (lme4's
             ``bootMer``): an array of N rows, each refit's estimates on the summary's scales in
             the order of ``bootstrap_names`` (the fixed effects, each factor's ``sd ...`` and
@@ -141,6 +144,7 @@ class GlmmResult(FitResult):
     confint_level: Optional[float] = None
     simulations: Optional[np.ndarray] = None
     satterthwaite: Optional[np.ndarray] = None
+    kenward_roger: Optional[np.ndarray] = None
     anova_type3: Optional[Dict[str, Tuple[float, float, int, float, float, float]]] = None
     bootstrap: Optional[np.ndarray] = None
     bootstrap_names: List[str] = field(default_factory=list)
@@ -260,7 +264,8 @@ class GlmmResult(FitResult):
             out += "".join(f"\n  {n:<28} {lo:10.5f} {hi:10.5f}"
                            for n, (lo, hi) in self.confint_boot.items())
         if self.anova_type3:
-            out += ("\ntype III analysis of variance (Satterthwaite's method):\n"
+            how = "Kenward-Roger's" if self.kenward_roger is not None else "Satterthwaite's"
+            out += (f"\ntype III analysis of variance ({how} method):\n"
                     f"  {'':<20} {'Sum Sq':>10} {'Mean Sq':>10} {'NumDF':>5} {'DenDF':>9} "
                     f"{'F value':>9} {'Pr(>F)':>10}")
             out += "".join(f"\n  {t:<20} {ss:10.4f} {ms:10.4f} {q:5d} {ddf:9.2f} {f:9.4f} "

@@ -8,6 +8,7 @@
 //! (crossed non-Gaussian designs, long latents) are fitted by automated EM.
 
 mod gaussian;
+mod kenward_roger;
 mod profile;
 mod quadrature;
 mod satterthwaite;

@@ -79,18 +79,7 @@ impl Glmm {
         hypotheses: &[Vec<Vec<f64>>],
     ) -> Result<(Vec<(f64, f64, f64)>, Vec<(f64, usize, f64, f64)>)> {
         let p = self.p;
-        if let Some(l) =
-            (hypotheses.iter()).find(|l| l.is_empty() || l.iter().any(|r| r.len() != p))
-        {
-            return Err(invalid(
-                "hypotheses",
-                format!(
-                    "a matrix of {} rows for the model's {p} fixed effects",
-                    l.len()
-                ),
-                "give each hypothesis one or more rows of p values",
-            ));
-        }
+        check_hypotheses(p, hypotheses)?;
         let s = self.spread(theta, covariance)?;
         let t = (0..p).map(|j| t_test(&s, theta, j)).collect();
         Ok((t, hypotheses.iter().map(|l| f_test(&s, theta, l)).collect()))
@@ -158,6 +147,22 @@ impl Glmm {
             }
         }
         Ok(out)
+    }
+}
+
+/// Nothing, or the error of a hypothesis with no rows or a row that is not of the model's `p`
+/// fixed effects.
+pub(super) fn check_hypotheses(p: usize, hypotheses: &[Vec<Vec<f64>>]) -> Result<()> {
+    match (hypotheses.iter()).find(|l| l.is_empty() || l.iter().any(|r| r.len() != p)) {
+        Some(l) => Err(invalid(
+            "hypotheses",
+            format!(
+                "a matrix of {} rows for the model's {p} fixed effects",
+                l.len()
+            ),
+            "give each hypothesis one or more rows of p values",
+        )),
+        None => Ok(()),
     }
 }
 

@@ -6,6 +6,7 @@ use crate::glmm::RandomTerm;
 use crate::quadrature::GaussHermite;
 use crate::rng::NormalStream;
 
+mod kenward_roger;
 mod offset;
 mod profile;
 mod satterthwaite;

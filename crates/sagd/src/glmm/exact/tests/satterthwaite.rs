@@ -8,7 +8,7 @@ use statrs::distribution::{ContinuousCDF, StudentsT};
 
 /// y_ij = 1 + 0.3 x_j + b_i + e_ij in `groups` groups of 5, x_j = −2 … 2 in every group (so
 /// that x varies within groups alone), b ~ N(0, 0.8²), e ~ N(0, 0.5²).
-fn within(groups: usize, seed: u64) -> Glmm {
+pub(super) fn within(groups: usize, seed: u64) -> Glmm {
     let per = 5;
     let mut s = NormalStream::new(seed);
     let b: Vec<f64> = (0..groups).map(|_| 0.8 * s.draw()).collect();
@@ -69,7 +69,7 @@ fn satterthwaite_is_the_gaussian_family_s() {
 
 /// A split plot: `levels` levels of A, `per` subjects in each, `obs` rows a subject; y with a
 /// subject effect (sd 0.7) and A's level effects.
-fn split_plot(levels: usize, per: usize, obs: usize) -> crate::glmm::Frame {
+pub(super) fn split_plot(levels: usize, per: usize, obs: usize) -> crate::glmm::Frame {
     use crate::glmm::{Column, Frame};
     let mut s = NormalStream::new(11);
     let subjects = levels * per;

@@ -1,0 +1,324 @@
+//! Kenward and Roger's tests of a Gaussian fit's fixed effects (pbkrtest's, which lmerTest's
+//! `ddf = "Kenward-Roger"` runs): β̂'s covariance adjusted for the variance parameters being
+//! estimated, and each test's denominator degrees of freedom and F's scaling from it. The
+//! marginal covariance Σ = Σᵢ σᵢ Gᵢ is linear in the variance parameters σ (each random term's
+//! covariance entries, then σ²), as pbkrtest writes it, and block-diagonal by EM's points, so
+//! every sum over Σ's entries is taken a point at a time (dense within a point: a crossed design
+//! is one point of all its rows).
+
+use nalgebra::{Cholesky, DMatrix};
+use rayon::prelude::*;
+use statrs::distribution::{ContinuousCDF, FisherSnedecor, Normal, StudentsT};
+
+use super::satterthwaite::check_hypotheses;
+use super::POINTS_PER_PIECE;
+use crate::error::{invalid, Result};
+use crate::glmm::{Family, Glmm};
+
+/// A variance parameter of Σ's linear form: entry (a, b), a ≥ b, of a random term's
+/// covariance, or σ².
+#[derive(Clone, Copy)]
+enum Param {
+    Entry { term: usize, a: usize, b: usize },
+    Residual,
+}
+
+/// The sums over the points that the adjustment reads: XᵀΣ⁻¹X, each Pᵢ = −XᵀΣ⁻¹GᵢΣ⁻¹X, each
+/// Qᵢⱼ = XᵀΣ⁻¹GᵢΣ⁻¹GⱼΣ⁻¹X (i ≤ j) and each tr(Σ⁻¹GᵢΣ⁻¹Gⱼ) (i ≤ j).
+struct Sums {
+    xsx: DMatrix<f64>,
+    p: Vec<DMatrix<f64>>,
+    q: Vec<DMatrix<f64>>,
+    t: Vec<f64>,
+}
+
+impl Sums {
+    fn zero(p: usize, k: usize) -> Sums {
+        let pairs = k * (k + 1) / 2;
+        Sums {
+            xsx: DMatrix::zeros(p, p),
+            p: vec![DMatrix::zeros(p, p); k],
+            q: vec![DMatrix::zeros(p, p); pairs],
+            t: vec![0.0; pairs],
+        }
+    }
+
+    fn add(&mut self, o: &Sums) {
+        self.xsx += &o.xsx;
+        self.p.iter_mut().zip(&o.p).for_each(|(a, b)| *a += b);
+        self.q.iter_mut().zip(&o.q).for_each(|(a, b)| *a += b);
+        self.t.iter_mut().zip(&o.t).for_each(|(a, b)| *a += b);
+    }
+}
+
+/// Where pair (i, j), i ≤ j, of k parameters sits among the pairs.
+fn pair(i: usize, j: usize, k: usize) -> usize {
+    let (i, j) = (i.min(j), i.max(j));
+    i * k - i * (i + 1) / 2 + j
+}
+
+/// The adjustment: Φ = (XᵀΣ⁻¹X)⁻¹, Φ_A (Kenward and Roger's adjusted covariance of β̂), the
+/// Pᵢ and W, the variance parameters' covariance (twice the inverse of REML's expected
+/// information).
+struct Adjusted {
+    phi: DMatrix<f64>,
+    phi_a: DMatrix<f64>,
+    p: Vec<DMatrix<f64>>,
+    w: DMatrix<f64>,
+}
+
+impl Adjusted {
+    /// Kenward and Roger's denominator degrees of freedom of a test of the q independent rows
+    /// of `l`, and F's scaling (pbkrtest's `.KR_adjust`).
+    fn ddf(&self, l: &DMatrix<f64>) -> (f64, f64) {
+        let q = l.nrows() as f64;
+        let lpl = l * &self.phi * l.transpose();
+        let Some(inv) = lpl.try_inverse() else {
+            return (f64::NAN, f64::NAN);
+        };
+        let theta_phi = l.transpose() * inv * l * &self.phi;
+        let u: Vec<DMatrix<f64>> = (self.p.iter())
+            .map(|pi| &theta_phi * pi * &self.phi)
+            .collect();
+        let (mut a1, mut a2) = (0.0, 0.0);
+        for (i, ui) in u.iter().enumerate() {
+            for (j, uj) in u.iter().enumerate() {
+                a1 += self.w[(i, j)] * ui.trace() * uj.trace();
+                a2 += self.w[(i, j)] * (ui * uj).trace();
+            }
+        }
+        let b = (a1 + 6.0 * a2) / (2.0 * q);
+        let g = ((q + 1.0) * a1 - (q + 4.0) * a2) / ((q + 2.0) * a2);
+        let den = 3.0 * q + 2.0 * (1.0 - g);
+        let (c1, c2, c3) = (g / den, (q - g) / den, (q + 2.0 - g) / den);
+        let v0 = match 1.0 + c1 * b {
+            v if v.abs() < 1e-10 => 0.0,
+            v => v,
+        };
+        let (v1, v2) = (1.0 - c2 * b, 1.0 - c3 * b);
+        let e = 1.0 - a2 / q;
+        let ratio = match e.abs() < 1e-14 && v1.abs() < 1e-14 {
+            true => 1.0,
+            false => e / v1,
+        };
+        let rho = ratio * ratio * v0 / (q * v2);
+        let df2 = 4.0 + (q + 2.0) / (q * rho - 1.0);
+        let scale = match (df2 - 4.0).abs() < 1e-2 {
+            true => 1.0,
+            false => df2 * e / (df2 - 2.0),
+        };
+        (df2, scale)
+    }
+}
+
+impl Glmm {
+    /// Kenward and Roger's tests of a Gaussian fit's fixed effects at its REML estimate θ̂
+    /// (pbkrtest's `vcovAdj` and `KRmodcomp`, lmerTest's `summary(fit, ddf = "Kenward-Roger")`
+    /// and `contest`): β̂'s covariance adjusted for the variance parameters' estimation, Φ_A =
+    /// Φ + 2Φ{Σᵢⱼ Wᵢⱼ(Qᵢⱼ − PᵢΦPⱼ)}Φ with Φ = (XᵀΣ⁻¹X)⁻¹ and W twice the inverse of REML's
+    /// expected information in σ (Σ's linear parameters: each term's covariance entries, σ²).
+    /// Per coefficient: its standard error √Φ_A,jj, the degrees of freedom, the two-sided
+    /// p-value of t on Student's t; per matrix of `hypotheses` (rows of p values, independent):
+    /// F = λ (Lβ̂)ᵀ(LΦ_ALᵀ)⁻¹(Lβ̂)/q with Kenward and Roger's scaling λ, q, the denominator's
+    /// degrees of freedom and p. Refused for other families and for prior weights (which
+    /// pbkrtest leaves out of Σ, so there is no reference to hold them to).
+    #[allow(clippy::type_complexity)]
+    pub fn kenward_roger_tests(
+        &self,
+        theta: &[f64],
+        hypotheses: &[Vec<Vec<f64>>],
+    ) -> Result<(Vec<(f64, f64, f64)>, Vec<(f64, usize, f64, f64)>)> {
+        if self.family != Family::Gaussian || self.weighted {
+            return Err(invalid(
+                "ddf",
+                format!(
+                    "Kenward-Roger for a {} {:?} model",
+                    if self.weighted { "weighted" } else { "" },
+                    self.family
+                ),
+                "Kenward and Roger's degrees of freedom are an unweighted Gaussian model's \
+                 (pbkrtest's): use Satterthwaite's for weights; other families have Wald z tests",
+            ));
+        }
+        self.check_theta(theta)?;
+        check_hypotheses(self.p, hypotheses)?;
+        let adj = self.kenward_roger_adjusted(theta)?;
+        let beta = DMatrix::from_column_slice(self.p, 1, &theta[..self.p]);
+        let test = |l: &DMatrix<f64>| {
+            let q = l.nrows();
+            let (df2, scale) = adj.ddf(l);
+            let lb = l * &beta;
+            let wald = match (l * &adj.phi_a * l.transpose()).try_inverse() {
+                Some(inv) => (lb.transpose() * inv * &lb)[(0, 0)],
+                None => f64::NAN,
+            };
+            (wald / q as f64, scale, df2)
+        };
+        let t = (0..self.p)
+            .map(|j| {
+                let l = DMatrix::from_fn(1, self.p, |_, k| f64::from(u8::from(j == k)));
+                let (t2, _, df) = test(&l);
+                let se = adj.phi_a[(j, j)].sqrt();
+                let t = t2.sqrt();
+                let tail = match StudentsT::new(0.0, 1.0, df) {
+                    Ok(law) if df.is_finite() => law.sf(t),
+                    _ => Normal::standard().sf(t),
+                };
+                (se, df, 2.0 * tail)
+            })
+            .collect();
+        let f = (hypotheses.iter())
+            .map(|rows| {
+                let l = DMatrix::from_fn(rows.len(), self.p, |i, k| rows[i][k]);
+                let (f, scale, df2) = test(&l);
+                let f = f * scale;
+                let tail = match FisherSnedecor::new(rows.len() as f64, df2) {
+                    Ok(law) if df2.is_finite() && f.is_finite() => law.sf(f),
+                    _ => f64::NAN,
+                };
+                (f, rows.len(), df2, tail)
+            })
+            .collect();
+        Ok((t, f))
+    }
+
+    /// Φ, Φ_A, the Pᵢ and W at θ.
+    fn kenward_roger_adjusted(&self, theta: &[f64]) -> Result<Adjusted> {
+        let params = self.linear_params();
+        let k = params.len();
+        let s = self.kenward_roger_sums(theta, &params)?;
+        let singular = || {
+            invalid(
+                "X",
+                "columns that are linearly dependent, or variance parameters that the data do \
+                 not determine"
+                    .into(),
+                "drop the columns that others determine, or the terms whose variances are 0",
+            )
+        };
+        let phi = s.xsx.clone().try_inverse().ok_or_else(singular)?;
+        // REML's expected information in σ, twice: tr(Σ⁻¹GᵢΣ⁻¹Gⱼ) − 2 tr(ΦQᵢⱼ) + tr(ΦPᵢΦPⱼ).
+        let phi_p: Vec<DMatrix<f64>> = s.p.iter().map(|pi| &phi * pi).collect();
+        let ie2 = DMatrix::from_fn(k, k, |i, j| {
+            let ij = pair(i, j, k);
+            s.t[ij] - 2.0 * (&phi * &s.q[ij]).trace() + (&phi_p[i] * &phi_p[j]).trace()
+        });
+        let w = ie2.try_inverse().ok_or_else(singular)? * 2.0;
+        let mut u = DMatrix::zeros(self.p, self.p);
+        for i in 0..k {
+            for j in 0..k {
+                // Qⱼᵢ = Qᵢⱼᵀ.
+                let q = match i <= j {
+                    true => s.q[pair(i, j, k)].clone(),
+                    false => s.q[pair(i, j, k)].transpose(),
+                };
+                u += (q - &s.p[i] * &phi * &s.p[j]) * w[(i, j)];
+            }
+        }
+        let phi_a = &phi + (&phi * u * &phi) * 2.0;
+        Ok(Adjusted {
+            phi,
+            phi_a,
+            p: s.p,
+            w,
+        })
+    }
+
+    /// Σ's linear parameters: each term's covariance entries (a ≥ b; the diagonal alone for
+    /// independent effects), then σ².
+    fn linear_params(&self) -> Vec<Param> {
+        let mut params = Vec::new();
+        for (term, t) in self.terms.iter().enumerate() {
+            for a in 0..t.q {
+                let bs = if t.correlated { 0..a + 1 } else { a..a + 1 };
+                params.extend(bs.map(|b| Param::Entry { term, a, b }));
+            }
+        }
+        params.push(Param::Residual);
+        params
+    }
+
+    /// [`Sums`] over the points, in fixed pieces taken in order (the same bits on any number of
+    /// threads).
+    fn kenward_roger_sums(&self, theta: &[f64], params: &[Param]) -> Result<Sums> {
+        let k = params.len();
+        let covs: Vec<DMatrix<f64>> = (self.terms.iter())
+            .map(|t| {
+                let l = DMatrix::from_row_slice(t.q, t.q, &t.factor(theta));
+                &l * l.transpose()
+            })
+            .collect();
+        let s2 = (2.0 * theta[theta.len() - 1]).exp();
+        let value = |prm: &Param| match *prm {
+            Param::Entry { term, a, b } => covs[term][(a, b)],
+            Param::Residual => s2,
+        };
+        let values: Vec<f64> = params.iter().map(value).collect();
+        let points: Vec<usize> = (0..self.points.len()).collect();
+        let parts = points
+            .par_chunks(POINTS_PER_PIECE)
+            .map(|chunk| {
+                let mut sum = Sums::zero(self.p, k);
+                for &c in chunk {
+                    sum.add(&self.kenward_roger_point(c, params, &values)?);
+                }
+                Ok(sum)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut total = Sums::zero(self.p, k);
+        parts.iter().for_each(|s| total.add(s));
+        Ok(total)
+    }
+
+    /// One point's [`Sums`]: its block of each Gᵢ and of Σ, dense.
+    fn kenward_roger_point(&self, c: usize, params: &[Param], values: &[f64]) -> Result<Sums> {
+        let (p, k, rows) = (self.p, params.len(), self.points[c].rows.clone());
+        let m = rows.len();
+        let g: Vec<DMatrix<f64>> = (params.iter())
+            .map(|prm| match *prm {
+                Param::Residual => DMatrix::identity(m, m),
+                Param::Entry { term, a, b } => {
+                    let t = &self.terms[term];
+                    let (q, z, slot) = (t.q, &t.z, &t.slot);
+                    DMatrix::from_fn(m, m, |r, s| {
+                        let (r, s) = (rows.start + r, rows.start + s);
+                        if slot[r] != slot[s] {
+                            return 0.0;
+                        }
+                        let v = z[r * q + a] * z[s * q + b];
+                        match a == b {
+                            true => v,
+                            false => v + z[r * q + b] * z[s * q + a],
+                        }
+                    })
+                }
+            })
+            .collect();
+        let mut sigma = DMatrix::zeros(m, m);
+        g.iter().zip(values).for_each(|(gi, v)| sigma += gi * *v);
+        let sinv = Cholesky::new(sigma)
+            .ok_or_else(|| {
+                invalid(
+                    "θ",
+                    "a marginal covariance that is not positive definite".into(),
+                    "give the estimate of a fit, whose σ is above 0",
+                )
+            })?
+            .inverse();
+        let x = DMatrix::from_row_slice(m, p, &self.x[rows.start * p..rows.end * p]);
+        let sx = &sinv * &x;
+        let gsx: Vec<DMatrix<f64>> = g.iter().map(|gi| gi * &sx).collect();
+        let sg: Vec<DMatrix<f64>> = g.iter().map(|gi| &sinv * gi).collect();
+        let mut out = Sums::zero(p, k);
+        out.xsx = x.transpose() * &sx;
+        for i in 0..k {
+            out.p[i] = -(sx.transpose() * &gsx[i]);
+            for j in i..k {
+                let ij = pair(i, j, k);
+                out.q[ij] = gsx[i].transpose() * &sinv * &gsx[j];
+                out.t[ij] = sg[i].component_mul(&sg[j].transpose()).sum();
+            }
+        }
+        Ok(out)
+    }
+}
