@@ -78,7 +78,7 @@ impl Inputs {
 /// The model of `design` in `family` under --weights `w`: the Gaussian's prior weights, or the
 /// binomial's trials, its response then the proportion of them that succeeded (lme4's
 /// `glmer(y ~ …, weights = w, family = binomial)`).
-fn weighted_model(design: &Design, family: Family, w: Option<&[f64]>) -> Result<Glmm> {
+pub(super) fn weighted_model(design: &Design, family: Family, w: Option<&[f64]>) -> Result<Glmm> {
     let Some(w) = w else {
         return Ok(design.glmm(family)?);
     };
@@ -135,6 +135,12 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
     }
     if a.reml && family != Family::Gaussian {
         anyhow::bail!("--reml: REML is for the Gaussian family only; leave it out for {family:?}");
+    }
+    if a.ranova && family != Family::Gaussian {
+        anyhow::bail!("--ranova: lmerTest's ranova tests a Gaussian model's random effects; compare {family:?} models with --compare 'FORMULA'");
+    }
+    if a.ranova && method == Method::Em {
+        anyhow::bail!("--ranova: the tests need the exact likelihood; leave out --method em");
     }
     if let Some(ddf) = &a.ddf {
         if family != Family::Gaussian {

@@ -32,6 +32,7 @@ mod fitted;
 mod inputs;
 mod predict;
 mod ranef;
+mod ranova;
 mod refits;
 mod summary;
 use anova::{Compared, Fitted as Compares};
@@ -41,6 +42,7 @@ use files::{estimates_csv, result_json};
 use fitted::{fitted_csv, simulate_csv};
 use inputs::Inputs;
 use ranef::{write_ranef, Means};
+use ranova::Ranova;
 use refits::{Refits, Refitted};
 use summary::render;
 
@@ -138,6 +140,13 @@ pub struct GlmmArgs {
     /// where a variance is tested at 0, where the chi-square's p is conservative. From --seed.
     #[arg(long, value_name = "N")]
     compare_bootstrap: Option<usize>,
+    /// Gaussian family: lmerTest's `ranova(fit)`, each random effect tested by the model
+    /// refitted without it under the fit's criterion (REML's with --reml), its likelihood ratio
+    /// on the chi-square law: a correlated term loses each effect but its intercept, a term of
+    /// one effect (and each effect of `(… || g)`) goes whole, the fixed effects alone fitted by
+    /// least squares where none is left; in the summary, ranova.csv and result.json.
+    #[arg(long)]
+    ranova: bool,
     #[command(flatten)]
     #[serde(flatten)]
     checkpoints: Checkpointing,
@@ -150,7 +159,7 @@ pub struct GlmmArgs {
 }
 
 /// The files `sagd glmm` writes into OUT.
-const OWNED: [&str; 11] = [
+const OWNED: [&str; 12] = [
     "result.json",
     "estimates.csv",
     "ranef.csv",
@@ -161,6 +170,7 @@ const OWNED: [&str; 11] = [
     "bootstrap.csv",
     "confint_bootstrap.csv",
     "anova.csv",
+    "ranova.csv",
     "summary.txt",
 ];
 
@@ -193,6 +203,7 @@ struct Found {
     profiled: Option<std::result::Result<Intervals, String>>,
     booted: Option<std::result::Result<(Intervals, String), String>>,
     compared: Option<Compared>,
+    ranova: Option<Ranova>,
 }
 
 impl Found {
@@ -227,6 +238,10 @@ impl Found {
             None => None,
         };
         let compared = compare(a, i, &fit, refits)?;
+        let ranova = match a.ranova {
+            true => Some(Ranova::find(a, i, &fit)?),
+            false => None,
+        };
         Ok(Found {
             fit,
             summary,
@@ -238,6 +253,7 @@ impl Found {
             profiled,
             booted,
             compared,
+            ranova,
         })
     }
 
@@ -272,6 +288,7 @@ impl Found {
             &intervals[..],
             self.compared.as_ref(),
             tests.as_ref(),
+            self.ranova.as_ref(),
         );
         let text = render(a, i.family, design, (fit, notes), &self.summary, seconds);
         say_part!("{text}");
@@ -298,6 +315,9 @@ impl Found {
         if let Some(c) = &self.compared {
             result["anova"] = c.json();
         }
+        if let Some(r) = &self.ranova {
+            result["ranova"] = r.json();
+        }
         write_atomic(
             &staging.path("result.json"),
             serde_json::to_string_pretty(&result)?,
@@ -323,6 +343,9 @@ impl Found {
         }
         if let Some(c) = &self.compared {
             write_atomic(&staging.path("anova.csv"), c.csv())?;
+        }
+        if let Some(r) = &self.ranova {
+            write_atomic(&staging.path("ranova.csv"), r.csv())?;
         }
         if let Some(Ok((b, reps))) = &self.booted {
             write_atomic(&staging.path("confint_bootstrap.csv"), b.csv())?;
@@ -459,7 +482,11 @@ fn identity(a: &GlmmArgs, thetas: &[&[f64]]) -> Result<sagd::run::Identity> {
 }
 
 /// `model` fitted under `settings`, EM's updates on a progress bar unless `quiet`.
-fn fit_with_progress(model: &Glmm, settings: &FitSettings, quiet: bool) -> Result<GlmmFit> {
+pub(super) fn fit_with_progress(
+    model: &Glmm,
+    settings: &FitSettings,
+    quiet: bool,
+) -> Result<GlmmFit> {
     let bar = progress_bar(
         quiet,
         (settings.em.max_msteps * settings.em.updates_per_mstep) as u64,

@@ -10,6 +10,7 @@ use super::anova::Compared;
 use super::confint::Intervals;
 use super::ddf::Ddf;
 use super::fitted::scaled_residuals;
+use super::ranova::Ranova;
 use super::GlmmArgs;
 
 /// What the summary adds to the fit: the separation warning, the scaled residuals' quantiles
@@ -20,6 +21,7 @@ pub(super) type Notes<'a> = (
     &'a [&'a Intervals],
     Option<&'a Compared>,
     Option<&'a Ddf>,
+    Option<&'a Ranova>,
 );
 
 /// The criterion maximised (ℓ, or REML's) and its name.
@@ -91,7 +93,7 @@ pub(super) fn render(
     a: &GlmmArgs,
     family: Family,
     d: &Design,
-    (fit, (separation, residuals, intervals, compared, tests)): (&GlmmFit, Notes<'_>),
+    (fit, (separation, residuals, intervals, compared, tests, ranova)): (&GlmmFit, Notes<'_>),
     s: &Summary,
     seconds: f64,
 ) -> String {
@@ -114,6 +116,9 @@ pub(super) fn render(
     }
     if let Some(c) = compared {
         c.table(&mut o);
+    }
+    if let Some(r) = ranova {
+        r.table(&mut o);
     }
     let _ = writeln!(o, "({seconds:.2} s)");
     o

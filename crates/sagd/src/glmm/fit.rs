@@ -111,8 +111,20 @@ impl GlmmFit {
     /// tested at 0, on its boundary, this p-value is conservative
     /// ([`Glmm::bootstrap_lrt`]'s holds there).
     pub fn likelihood_ratio(&self, smaller: &GlmmFit) -> (f64, usize, Option<f64>) {
-        let chisq = 2.0 * (self.log_likelihood.value - smaller.log_likelihood.value);
-        let df = self.theta.len().saturating_sub(smaller.theta.len());
+        let larger = (self.log_likelihood.value, self.theta.len());
+        let smaller = (smaller.log_likelihood.value, smaller.theta.len());
+        GlmmFit::likelihood_ratio_of(larger, smaller)
+    }
+
+    /// [`GlmmFit::likelihood_ratio`] from each model's maximised criterion (ℓ, or REML's where
+    /// both share their fixed effects, as lmerTest's `ranova` compares them) and number of
+    /// parameters, the larger model's first: 2 (ℓ − ℓ_smaller), the parameters gained, p.
+    pub fn likelihood_ratio_of(
+        (larger, k1): (f64, usize),
+        (smaller, k0): (f64, usize),
+    ) -> (f64, usize, Option<f64>) {
+        let chisq = 2.0 * (larger - smaller);
+        let df = k1.saturating_sub(k0);
         let p = statrs::distribution::ChiSquared::new(df as f64)
             .ok()
             .filter(|_| df > 0)

@@ -24,6 +24,7 @@ mod coding;
 mod frame;
 mod new_data;
 mod parse;
+mod ranova;
 mod type3;
 pub use type3::type3_hypotheses;
 
