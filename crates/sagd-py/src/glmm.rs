@@ -16,8 +16,10 @@ use sagd::model::LatentModel;
 
 use crate::{detached, em_settings, py_error, trace_dict};
 
+mod ranova;
 mod refits;
 
+pub(crate) use ranova::{least_squares_loglik, random_reductions};
 pub(crate) use refits::bootstrap_lrt;
 use refits::{bootstrap_items, Kept};
 

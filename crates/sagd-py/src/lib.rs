@@ -22,7 +22,9 @@ mod callbacks;
 mod glmm;
 
 use callbacks::{Callback, Halt, PyModel, PyProblem};
-use glmm::{bootstrap_lrt, fit_glmm, glmm_loglik, simulate_glmm};
+use glmm::{
+    bootstrap_lrt, fit_glmm, glmm_loglik, least_squares_loglik, random_reductions, simulate_glmm,
+};
 
 /// A library error as the Python exception a user expects: bad input or settings are a
 /// `ValueError`, anything else a `RuntimeError`; the message names the input and the fix.
@@ -442,6 +444,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(fit_glmm, m)?)?;
     m.add_function(wrap_pyfunction!(glmm_loglik, m)?)?;
     m.add_function(wrap_pyfunction!(bootstrap_lrt, m)?)?;
+    m.add_function(wrap_pyfunction!(random_reductions, m)?)?;
+    m.add_function(wrap_pyfunction!(least_squares_loglik, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_glmm, m)?)?;
     m.add_function(wrap_pyfunction!(fit_function, m)?)?;
     m.add_function(wrap_pyfunction!(minimize, m)?)?;

@@ -34,11 +34,12 @@ import numpy as np
 from . import _core
 from ._common import FitResult, _progress, _threads, _vector, _whole
 from ._anova import AnovaResult, anova
+from ._ranova import RanovaResult, ranova
 from ._glmm import GlmmResult, glmm, glmm_loglik
 
 __version__ = _core.__version__
 
-__all__ = ["glmm", "glmm_loglik", "anova", "AnovaResult", "fit", "minimize", "deconvolve", "GlmmResult", "FitResult", "MinimizeResult",
+__all__ = ["glmm", "glmm_loglik", "anova", "AnovaResult", "ranova", "RanovaResult", "fit", "minimize", "deconvolve", "GlmmResult", "FitResult", "MinimizeResult",
            "Deconvolution", "__version__"]
 
 

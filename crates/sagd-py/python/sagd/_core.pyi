@@ -72,6 +72,18 @@ def bootstrap_lrt(
     checkpoint_every: int = ...,
     interrupt_after: Optional[int] = ...,
 ) -> Tuple[List[float], List[Tuple[int, str]]]: ...
+def random_reductions(
+    *,
+    terms: List[Tuple[str, List[str], bool]],
+) -> List[Tuple[str, int, int]]: ...
+def least_squares_loglik(
+    *,
+    y: npt.NDArray[np.float64],
+    x: npt.NDArray[np.float64],
+    offset: Optional[npt.NDArray[np.float64]] = ...,
+    weights: Optional[npt.NDArray[np.float64]] = ...,
+    reml: bool = ...,
+) -> Tuple[float, int]: ...
 def simulate_glmm(
     *,
     model: Dict[str, Any],

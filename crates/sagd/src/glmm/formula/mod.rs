@@ -25,6 +25,7 @@ mod frame;
 mod new_data;
 mod parse;
 mod ranova;
+pub use ranova::term_reductions;
 mod type3;
 pub use type3::type3_hypotheses;
 

@@ -17,23 +17,8 @@ impl Formula {
         for (b, bar) in self.random.iter().enumerate() {
             let effects = effect_names(&bar.effects);
             let group = bar.group.join(":");
-            let whole = |e: &str| match e {
-                "1" => format!("(1 | {group})"),
-                _ => format!("{e} in (0 + {e} | {group})"),
-            };
-            for (k, e) in effects.iter().enumerate() {
-                let label = match (bar.correlated, effects.len()) {
-                    (false, _) | (true, 1) => whole(e),
-                    _ if e == "1" => continue,
-                    _ => {
-                        let all = match bar.effects.intercept {
-                            true => effects.join(" + "),
-                            false => format!("0 + {}", effects.join(" + ")),
-                        };
-                        format!("{e} in ({all} | {group})")
-                    }
-                };
-                out.push((label, self.without_effect(b, k)));
+            for (k, name) in term_reductions(&effects, bar.correlated, &group) {
+                out.push((name, self.without_effect(b, k)));
             }
         }
         out
@@ -55,6 +40,29 @@ impl Formula {
         f.text = format!("{} (one random effect less)", self.text);
         (!f.random.is_empty()).then_some(f)
     }
+}
+
+/// lmerTest's reductions of one random term: its `effects` as lme4 writes them (`1` for the
+/// intercept, first where the term has one), whether they are `correlated` (`|`, not `||`),
+/// and its grouping factor `group`; per effect that can go, its place among `effects` and the
+/// name lmerTest gives the reduced model ([`Formula::random_reductions`]'s rule). The bindings
+/// call it with their own formulas' terms.
+pub fn term_reductions(effects: &[String], correlated: bool, group: &str) -> Vec<(usize, String)> {
+    let whole = |e: &str| match e {
+        "1" => format!("(1 | {group})"),
+        _ => format!("{e} in (0 + {e} | {group})"),
+    };
+    let all = match effects.first().map(String::as_str) {
+        Some("1") => effects.join(" + "),
+        _ => format!("0 + {}", effects.join(" + ")),
+    };
+    (effects.iter().enumerate())
+        .filter_map(|(k, e)| match (correlated, effects.len()) {
+            (false, _) | (true, 1) => Some((k, whole(e))),
+            _ if e == "1" => None,
+            _ => Some((k, format!("{e} in ({all} | {group})"))),
+        })
+        .collect()
 }
 
 /// A right-hand side's effects as lme4 writes them: `1` for the intercept, then each term.

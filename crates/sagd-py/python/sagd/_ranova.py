@@ -1,0 +1,144 @@
+"""lmerTest's ``ranova(fit)``: each random effect tested by the model refitted without it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from . import _core
+from ._anova import chi2_upper_tail
+from ._glmm import GlmmResult
+
+
+@dataclass
+class RanovaResult:
+    """The model, then each random effect left out, as lmerTest's ``ranova`` tabulates them.
+
+    Attributes:
+        names: ``"<none>"`` (the model), then each reduced model's name as lmerTest prints it
+            (``"(1 | g)"``: that term left out; ``"x in (1 + x | g)"``: x left out of it).
+        n_params: each model's parameters (lmerTest's ``npar``).
+        loglik: each model's maximised criterion: REML's for a REML fit, else the
+            log-likelihood; ``aic`` = -2 loglik + 2 npar.
+        lrt: twice the model's criterion less the reduced model's (None for the model);
+            ``df`` the parameters dropped; ``p_value`` the chi-square law's upper tail (a
+            variance tested at 0 sits on its boundary, where it is conservative).
+        reml: whether the criterion is REML's.
+    """
+
+    names: List[str] = field(default_factory=list)
+    n_params: List[int] = field(default_factory=list)
+    loglik: List[float] = field(default_factory=list)
+    aic: List[float] = field(default_factory=list)
+    lrt: List[Optional[float]] = field(default_factory=list)
+    df: List[Optional[int]] = field(default_factory=list)
+    p_value: List[Optional[float]] = field(default_factory=list)
+    reml: bool = False
+
+    def __repr__(self) -> str:
+        width = max(len(n) for n in self.names)
+        rows = [f"{'':<{width}} {'npar':>5} {'logLik':>11} {'AIC':>10} {'LRT':>9} {'Df':>3} "
+                f"{'Pr(>Chisq)':>11}"]
+        for k, name in enumerate(self.names):
+            row = f"{name:<{width}} {self.n_params[k]:>5} {self.loglik[k]:>11.4f} {self.aic[k]:>10.4f}"
+            if self.lrt[k] is not None:
+                row += f" {self.lrt[k]:>9.4f} {self.df[k]:>3} {self.p_value[k]:>11.4g}"
+            rows.append(row)
+        return "\n".join(rows)
+
+    def to_pandas(self):
+        """The table as a pandas DataFrame (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame({"npar": self.n_params, "logLik": self.loglik, "AIC": self.aic,
+                             "LRT": self.lrt, "Df": self.df, "Pr(>Chisq)": self.p_value},
+                            index=self.names)
+
+
+def ranova(fit: GlmmResult) -> RanovaResult:
+    """lmerTest's ``ranova(fit)``: each random effect of a Gaussian fit made by
+    :func:`glmm` tested by the likelihood ratio of the model refitted without it, under the
+    fit's own criterion (REML's for ``reml=True``). A correlated term loses each effect but its
+    intercept (``x in (1 + x | g)``: the model with ``(1 | g)``), a term of one effect goes
+    whole, and independent effects (``(1 + x || g)``, lme4's ``(1 | g) + (0 + x | g)``) each go
+    whole; where no random term is left, the fixed effects alone are fitted by least squares
+    (R's ``logLik(lm(...), REML = ...)``). The same reductions and tests as ``sagd glmm
+    --ranova``.
+
+    Returns:
+        A :class:`RanovaResult` (``print`` it for lmerTest's table).
+
+    Raises:
+        ValueError: a fit not made by :func:`glmm` here, another family, or a fit by EM.
+    """
+    if not isinstance(fit, GlmmResult) or fit._model is None or "terms" not in fit._model:
+        raise ValueError("ranova: give a fit made by sagd.glmm here: its model's arrays are "
+                         "what is refitted")
+    if fit.family != "gaussian":
+        raise ValueError(f"ranova: lmerTest's ranova tests a Gaussian model's random effects; "
+                         f"compare {fit.family} fits with sagd.anova")
+    if fit.method != "exact":
+        raise ValueError("ranova: the tests need the exact likelihood; refit without "
+                         "method='em'")
+    s = fit._model
+    core, terms = s["core"], s["terms"]
+    full = fit.reml_loglik if fit.reml else fit.loglik
+    out = RanovaResult(reml=bool(fit.reml))
+    k_full = len(fit.estimate)
+    out_rows = [("<none>", k_full, float(full), None)]
+    effects = _effects(fit)
+    specs = [(str(g), [e for e, _ in effects[t]], bool(core["correlated"][t]))
+             for t, (g, _) in enumerate(terms)]
+    for name, t, k in _core.random_reductions(terms=specs):
+        reduced = _without(core, terms, t, effects[t][k][1])
+        if reduced is None:
+            ll, npar = _core.least_squares_loglik(y=core["y"], x=core["x"],
+                                                  offset=core["offset"],
+                                                  weights=core["weights"], reml=bool(fit.reml))
+        else:
+            c, tm = reduced
+            d = _core.fit_glmm(**c, x_names=s["x_names"], terms=tm, method=s["method"],
+                               reml=bool(fit.reml), nodes=s["nodes"],
+                               max_msteps=s["max_msteps"], ranef_draws=0)
+            ll, npar = (d.get("reml_loglik") if fit.reml else d.get("loglik")), len(d["estimate"])
+        lrt = 2.0 * (float(full) - float(ll))
+        out_rows.append((name, int(npar), float(ll), (lrt, k_full - int(npar))))
+    for name, npar, ll, test in out_rows:
+        out.names.append(name)
+        out.n_params.append(npar)
+        out.loglik.append(ll)
+        out.aic.append(-2.0 * ll + 2.0 * npar)
+        out.lrt.append(None if test is None else test[0])
+        out.df.append(None if test is None else test[1])
+        out.p_value.append(None if test is None else chi2_upper_tail(max(test[0], 0.0), test[1]))
+    return out
+
+
+def _effects(fit: GlmmResult) -> List[List[Tuple[str, range]]]:
+    """Per random term, its effects as lme4 writes them (``1`` for the intercept) and the
+    columns of its Z each takes: a formula's terms (a categorical variable's columns together),
+    else each column of Z alone."""
+    terms = fit._model["terms"]
+    if fit._spec is not None and len(fit._spec.terms) == len(terms):
+        return [[(str(term), range(sl.start, sl.stop)) for term, sl in spec.term_slices.items()]
+                for spec in fit._spec.terms]
+    return [[("1" if e == "(Intercept)" else str(e), range(j, j + 1)) for j, e in enumerate(names)]
+            for _, names in terms]
+
+
+def _without(core: Dict[str, Any], terms: List[Tuple[str, List[str]]], t: int,
+             cols: range) -> Optional[Tuple[Dict[str, Any], List[Tuple[str, List[str]]]]]:
+    """The model's arrays and terms with the columns ``cols`` of term ``t``'s Z left out (the
+    term too where they were all of it); None where no random term is left."""
+    groups, zs, cor = list(core["groups"]), list(core["zs"]), list(core["correlated"])
+    tm = [(g, list(e)) for g, e in terms]
+    if zs[t].shape[1] > len(cols):
+        zs[t] = np.ascontiguousarray(np.delete(zs[t], list(cols), axis=1))
+        tm[t] = (tm[t][0], [e for j, e in enumerate(tm[t][1]) if j not in cols])
+    else:
+        del groups[t], zs[t], cor[t], tm[t]
+    if not groups:
+        return None
+    return dict(core, groups=groups, zs=zs, correlated=cor), tm
