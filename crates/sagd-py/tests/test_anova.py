@@ -153,7 +153,7 @@ def test_type3_table_is_lmertest_s_anova():
     """lmerTest 3.1-3's anova(fit) (type III, Satterthwaite; R 4.2.2, lme4 1.1-31) of
     lmer(y ~ A * B + x + (1 | subj)) on glmm_factorial.csv (two factors crossed, unbalanced) by
     REML and ML, and of count ~ x * dose + (1 + x | site) by REML on glmm_counts.csv (the
-    references of crates/sagd-cli/tests/glmm_confint.rs): each term's NumDF, DenDF, F and p;
+    references of crates/sagd-cli/tests/glmm_ddf.rs): each term's NumDF, DenDF, F and p;
     Mean Sq is F sigma^2. A term that codes its variable itself has no table, and says why."""
     factorial = pd.read_csv(DATA.parent / "glmm_factorial.csv")
     counts = pd.read_csv(DATA).dropna()

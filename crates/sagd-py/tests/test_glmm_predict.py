@@ -168,7 +168,7 @@ def test_binomial_weights_are_trials_as_glmer_reads_them():
 
 def test_satterthwaite_tests_are_lmertest_s():
     """lmerTest 3.1-3's summary(lmer(count ~ x * dose + (1 + x | site), REML = TRUE)) on
-    glmm_counts.csv (the reference of crates/sagd-cli/tests/glmm_confint.rs): each fixed
+    glmm_counts.csv (the reference of crates/sagd-cli/tests/glmm_ddf.rs): each fixed
     effect's standard error, Satterthwaite's degrees of freedom and p-value; other families
     refused by name."""
     df = pd.read_csv(DATA / "glmm_counts.csv").dropna()

@@ -131,11 +131,10 @@ impl Glmm {
         if self.family != Family::Gaussian || self.weighted {
             return Err(invalid(
                 "ddf",
-                format!(
-                    "Kenward-Roger for a {} {:?} model",
-                    if self.weighted { "weighted" } else { "" },
-                    self.family
-                ),
+                match self.weighted {
+                    true => format!("Kenward-Roger for a weighted {:?} model", self.family),
+                    false => format!("Kenward-Roger for a {:?} model", self.family),
+                },
                 "Kenward and Roger's degrees of freedom are an unweighted Gaussian model's \
                  (pbkrtest's): use Satterthwaite's for weights; other families have Wald z tests",
             ));

@@ -1,6 +1,7 @@
 //! lmerTest's `ranova`: the models with one random effect less, each named as lmerTest names
 //! it; and the log-likelihood of the fixed effects alone, where no random effect is left.
 
+use super::type3::term_label;
 use super::*;
 use crate::glmm::Criterion;
 use crate::metric::Factor;
@@ -68,15 +69,7 @@ pub fn term_reductions(effects: &[String], correlated: bool, group: &str) -> Vec
 /// A right-hand side's effects as lme4 writes them: `1` for the intercept, then each term.
 fn effect_names(effects: &Effects) -> Vec<String> {
     let intercept = effects.intercept.then(|| "1".to_string());
-    let terms = effects.terms.iter().map(|t| {
-        (t.iter())
-            .map(|v| match v.factor {
-                true => format!("factor({})", v.name),
-                false => v.name.clone(),
-            })
-            .collect::<Vec<_>>()
-            .join(":")
-    });
+    let terms = effects.terms.iter().map(|t| term_label(t));
     intercept.into_iter().chain(terms).collect()
 }
 

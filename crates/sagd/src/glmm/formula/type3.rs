@@ -109,7 +109,7 @@ fn orthonormal(rows: &[Vec<f64>]) -> Vec<Vec<f64>> {
 }
 
 /// A term as R labels it: its variables joined by `:`, `factor(x)` where the formula says so.
-fn term_label(term: &[Var]) -> String {
+pub(super) fn term_label(term: &[Var]) -> String {
     (term.iter())
         .map(|v| match v.factor {
             true => format!("factor({})", v.name),
