@@ -51,6 +51,29 @@ impl Sums {
     }
 }
 
+/// The most memory one block's dense matrices may take (2k + 2 of them, m × m each).
+const DENSE_BYTES: usize = 1 << 30;
+
+/// Nothing, or the error of a block of `m` rows whose 2k + 2 dense m × m matrices (k variance
+/// parameters) would take more than [`DENSE_BYTES`].
+pub(super) fn dense_block_fits(m: usize, k: usize) -> Result<()> {
+    let bytes = (2 * k + 2)
+        .saturating_mul(m.saturating_mul(m))
+        .saturating_mul(8);
+    match bytes <= DENSE_BYTES {
+        true => Ok(()),
+        false => Err(invalid(
+            "ddf",
+            format!(
+                "Kenward-Roger on a block of {m} rows that share levels (crossed factors make \
+                 one block of every row): its dense matrices would take {:.1} GiB",
+                bytes as f64 / (1u64 << 30) as f64
+            ),
+            "use Satterthwaite's degrees of freedom, which need no dense block",
+        )),
+    }
+}
+
 /// Where pair (i, j), i ≤ j, of k parameters sits among the pairs.
 fn pair(i: usize, j: usize, k: usize) -> usize {
     let (i, j) = (i.min(j), i.max(j));
@@ -273,6 +296,7 @@ impl Glmm {
     fn kenward_roger_point(&self, c: usize, params: &[Param], values: &[f64]) -> Result<Sums> {
         let (p, k, rows) = (self.p, params.len(), self.points[c].rows.clone());
         let m = rows.len();
+        dense_block_fits(m, k)?;
         let g: Vec<DMatrix<f64>> = (params.iter())
             .map(|prm| match *prm {
                 Param::Residual => DMatrix::identity(m, m),

@@ -80,3 +80,16 @@ fn kenward_roger_is_an_unweighted_gaussian_model_s() {
         .unwrap_err();
     assert!(e.to_string().contains("hypotheses"), "{e}");
 }
+
+/// A block too large for its dense matrices is refused by name, before any is made.
+#[test]
+fn a_block_too_large_to_hold_dense_is_refused() {
+    use super::super::kenward_roger::dense_block_fits;
+    assert!(dense_block_fits(4000, 3).is_ok());
+    let e = dense_block_fits(20_000, 3).unwrap_err().to_string();
+    assert!(
+        e.contains("20000 rows") && e.contains("Satterthwaite"),
+        "{e}"
+    );
+    assert!(dense_block_fits(usize::MAX, 3).is_err());
+}
