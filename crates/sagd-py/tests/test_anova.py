@@ -224,3 +224,17 @@ def test_kenward_roger_tests_are_lmertest_s():
     with pytest.raises(ValueError, match="weights"):
         sagd.glmm(formula, data=factorial, reml=True, ddf="kenward-roger",
                   weights=np.ones(len(factorial)))
+
+
+def test_kenward_roger_too_large_a_block_leaves_the_fit_and_says_why():
+    """A crossed design is one block of every row: at 5000 rows Kenward-Roger's dense
+    matrices would pass 1 GiB, so the fit comes without its tests and ``warning`` says why."""
+    rng = np.random.default_rng(2)
+    g, h = np.repeat(np.arange(100), 50), np.tile(np.arange(50), 100)
+    x = rng.normal(size=5000)
+    y = x + rng.normal(0, 0.7, 100)[g] + rng.normal(0, 0.4, 50)[h] + rng.normal(0, 0.5, 5000)
+    df = pd.DataFrame(dict(y=y, x=x, g=g, h=h))
+    r = sagd.glmm("y ~ x + (1 | g) + (1 | h)", data=df, reml=True, ddf="kenward-roger")
+    assert r.kenward_roger is None and r.anova_type3 is None
+    assert "5000 rows" in r.warning and "Satterthwaite" in r.warning
+    assert abs(r.fixed[1] - 1) < 0.05

@@ -372,6 +372,8 @@ def _notes(base: FitResult, d: Dict[str, Any], dropped: int) -> None:
         _warn(base, f"no ranef: {d['ranef_error']}")
     if d.get("fitted_error"):
         _warn(base, f"no fitted values: {d['fitted_error']}")
+    if d.get("ddf_error"):
+        _warn(base, f"no tests with ddf: {d['ddf_error']}")
     if d.get("profile_error"):
         _warn(base, f"no profile intervals: {d['profile_error']}")
     if d.get("ranef_mean_rhat", 1.0) > 1.01:
