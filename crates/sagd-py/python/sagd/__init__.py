@@ -11,8 +11,10 @@ Four entry points:
   arrays, with every gradient computed in Rust: by its exact likelihood where that can be
   computed to rounding (as lme4), by Langevin chains otherwise (the polish's Newton steps from
   Laplace's maximum, automated EM where they fail);
-  :func:`glmm_loglik` evaluates that likelihood at any estimate, and :func:`anova` compares
-  nested fits by likelihood-ratio tests.
+  :func:`glmm_loglik` evaluates that likelihood at any estimate, :func:`anova` compares
+  nested fits by likelihood-ratio tests, and :func:`ranova` tests each random effect of a
+  Gaussian fit (lmerTest's ``ranova``); ``glmm(..., ddf=...)`` gives lmerTest's t and type III
+  F tests with Satterthwaite's or Kenward and Roger's degrees of freedom.
 * :func:`fit` fits your own model, given as a Python function that returns log p(x_i, z; theta)
   and its gradients for a whole block of chains at once.
 * :func:`deconvolve` fits the law of Z from observations X = Z + N(0, sigma^2) (the paper's
