@@ -289,7 +289,7 @@ pub(crate) fn fit_glmm<'py>(
     let given_weights = weights.as_ref().map(|w| w.as_array().to_vec());
     let hypotheses = match type3 {
         Some(coding) => type3_hypotheses_of(&x, coding)?,
-        None => Vec::new(),
+        None => (Vec::new(), Vec::new()),
     };
     let model = glmm_model(
         family, y, x, groups, zs, correlated, trials, offset, weights,
@@ -367,12 +367,15 @@ pub(crate) fn fit_settings(
 /// term its name, the coding (n × p) and each term's columns (start, end).
 type Type3<'py> = (Vec<String>, PyReadonlyArray2<'py, f64>, Vec<(usize, usize)>);
 
-/// Per term of `coding`, its name and its type III hypothesis on the design `x`'s coefficients
-/// (`sagd::glmm::formula::type3_hypotheses`, as `sagd glmm --ddf` takes them).
+/// The terms' names and each one's hypothesis L (rows of p values).
+type Hypotheses = (Vec<String>, Vec<Vec<Vec<f64>>>);
+
+/// The terms' names of `coding`, and each one's type III hypothesis on the design `x`'s
+/// coefficients (`sagd::glmm::formula::type3_hypotheses`, as `sagd glmm --ddf` takes them).
 fn type3_hypotheses_of(
     x: &PyReadonlyArray2<'_, f64>,
     (names, xs, ranges): Type3<'_>,
-) -> PyResult<Vec<(String, Vec<Vec<f64>>)>> {
+) -> PyResult<Hypotheses> {
     let (x, xs) = (x.as_array(), xs.as_array());
     if xs.dim() != x.dim() || names.len() != ranges.len() {
         return Err(PyValueError::new_err(format!(
@@ -387,7 +390,7 @@ fn type3_hypotheses_of(
     let (xv, xsv): (Vec<f64>, Vec<f64>) =
         (x.iter().copied().collect(), xs.iter().copied().collect());
     let hypotheses = type3_hypotheses(&xv, &xsv, x.ncols(), &ranges).map_err(py_error)?;
-    Ok(names.into_iter().zip(hypotheses).collect())
+    Ok((names, hypotheses))
 }
 
 /// `satterthwaite` (or with `kenward_roger`, `kenward_roger`): per fixed effect, its standard
@@ -399,15 +402,14 @@ fn ddf_items(
     d: &Bound<'_, PyDict>,
     model: &Glmm,
     fit: &GlmmFit,
-    hypotheses: &[(String, Vec<Vec<f64>>)],
+    (names, ls): &Hypotheses,
     kenward_roger: bool,
 ) -> PyResult<()> {
-    let ls: Vec<_> = hypotheses.iter().map(|(_, l)| l.clone()).collect();
     let (key, tests) = match (kenward_roger, &fit.covariance) {
-        (true, _) => ("kenward_roger", model.kenward_roger_tests(&fit.theta, &ls)),
+        (true, _) => ("kenward_roger", model.kenward_roger_tests(&fit.theta, ls)),
         (false, Some(cov)) => (
             "satterthwaite",
-            model.satterthwaite_tests(&fit.theta, cov, &ls),
+            model.satterthwaite_tests(&fit.theta, cov, ls),
         ),
         (false, None) => {
             return Err(PyValueError::new_err(
@@ -422,9 +424,9 @@ fn ddf_items(
         Err(e) => return d.set_item("ddf_error", e.to_string()),
     };
     d.set_item(key, t)?;
-    if !hypotheses.is_empty() {
-        let terms: Vec<_> = (hypotheses.iter().zip(f))
-            .map(|((name, _), (f, q, ddf, p))| (name.clone(), f, q, ddf, p))
+    if !names.is_empty() {
+        let terms: Vec<_> = (names.iter().zip(f))
+            .map(|(name, (f, q, ddf, p))| (name.clone(), f, q, ddf, p))
             .collect();
         d.set_item("anova_type3", terms)?;
     }

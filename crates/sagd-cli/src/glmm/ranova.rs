@@ -22,6 +22,13 @@ struct Row {
     test: Option<(f64, usize, f64)>,
 }
 
+impl Row {
+    /// Akaike's criterion, −2 logLik + 2 npar.
+    fn aic(&self) -> f64 {
+        -2.0 * self.loglik + 2.0 * self.npar as f64
+    }
+}
+
 /// lmerTest's `ranova` table, and whether its criterion is REML's.
 pub(super) struct Ranova {
     rows: Vec<Row>,
@@ -84,11 +91,13 @@ impl Ranova {
             "", "npar", "logLik", "AIC", "LRT", "Df", "Pr(>Chisq)"
         );
         for r in &self.rows {
-            let aic = -2.0 * r.loglik + 2.0 * r.npar as f64;
             let _ = write!(
                 o,
                 "\n{:<width$} {:>5} {:>11.4} {:>10.4}",
-                r.name, r.npar, r.loglik, aic
+                r.name,
+                r.npar,
+                r.loglik,
+                r.aic()
             );
             if let Some((lrt, df, p)) = r.test {
                 let _ = write!(o, " {lrt:>9.4} {df:>3} {:>11}", p_text(p));
@@ -101,8 +110,14 @@ impl Ranova {
     pub(super) fn csv(&self) -> String {
         let mut o = String::from("term,npar,loglik,aic,lrt,df,p\n");
         for r in &self.rows {
-            let aic = -2.0 * r.loglik + 2.0 * r.npar as f64;
-            let _ = write!(o, "{},{},{},{}", csv_text(&r.name), r.npar, r.loglik, aic);
+            let _ = write!(
+                o,
+                "{},{},{},{}",
+                csv_text(&r.name),
+                r.npar,
+                r.loglik,
+                r.aic()
+            );
             match r.test {
                 Some((lrt, df, p)) => {
                     let _ = writeln!(o, ",{lrt},{df},{p}");
@@ -121,7 +136,7 @@ impl Ranova {
                     .test
                     .map(|(lrt, df, p)| json!({"lrt": lrt, "df": df, "p": p}));
                 json!({"term": r.name, "npar": r.npar, "loglik": r.loglik,
-                       "aic": -2.0 * r.loglik + 2.0 * r.npar as f64, "test": test})
+                       "aic": r.aic(), "test": test})
             })
             .collect();
         json!({"criterion": if self.reml { "REML" } else { "ML" }, "models": rows})

@@ -4,8 +4,8 @@
 use numpy::{PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use sagd::glmm::formula::term_reductions;
-use sagd::glmm::{Criterion, Design};
+use sagd::glmm::formula::{self, term_reductions};
+use sagd::glmm::Criterion;
 
 use crate::py_error;
 
@@ -37,32 +37,18 @@ pub(crate) fn least_squares_loglik(
     reml: bool,
 ) -> PyResult<(f64, usize)> {
     let (y, x) = (y.as_array(), x.as_array());
-    let n = y.len();
-    let lengths = [
-        offset.as_ref().map(|o| o.as_array().len()),
-        weights.as_ref().map(|w| w.as_array().len()),
-    ];
-    if x.nrows() != n || x.ncols() >= n || lengths.iter().flatten().any(|&l| l != n) {
+    if x.nrows() != y.len() || x.ncols() >= y.len() {
         return Err(PyValueError::new_err(format!(
-            "least squares: {n} responses, a design of {:?} and offsets or weights of other \
-             lengths ({lengths:?}), or no fewer rows than columns",
+            "least squares: {} responses and a design of {:?}: give one row per response and \
+             fewer columns than rows",
+            y.len(),
             x.dim()
         )));
     }
-    let design = Design {
-        y: y.to_vec(),
-        trials: None,
-        x: x.iter().copied().collect(),
-        x_names: Vec::new(),
-        terms: Vec::new(),
-        term_names: Vec::new(),
-        n_obs: n,
-        dropped: 0,
-        response: "y".into(),
-        rows: (0..n).collect(),
-        offset: offset.map(|o| o.as_array().to_vec()),
-    };
+    let (y, x): (Vec<f64>, Vec<f64>) = (y.to_vec(), x.iter().copied().collect());
+    let offset = offset.map(|o| o.as_array().to_vec());
     let weights = weights.map(|w| w.as_array().to_vec());
     let criterion = if reml { Criterion::Reml } else { Criterion::Ml };
-    (design.least_squares_loglik(weights.as_deref(), criterion)).map_err(py_error)
+    let (offset, weights) = (offset.as_deref(), weights.as_deref());
+    formula::least_squares_loglik(&x, &y, offset, weights, criterion).map_err(py_error)
 }

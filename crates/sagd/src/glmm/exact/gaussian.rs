@@ -1,12 +1,7 @@
 //! The Gaussian family's exact fit: the closed form with β and σ profiled out (lmer's way), the
 //! variance parameters ψ = the factors relative to σ found by BFGS, ML or REML.
 
-use rayon::prelude::*;
-
-use super::{
-    central_gradient, from_units, negated, Criterion, ExactFit, ExactSettings, GTOL,
-    POINTS_PER_PIECE,
-};
+use super::{central_gradient, from_units, negated, Criterion, ExactFit, ExactSettings, GTOL};
 use crate::error::{Result, SagdError};
 use crate::glmm::likelihood::not_finite;
 use crate::glmm::{Glmm, LikelihoodMethod, LN_2PI};
@@ -66,6 +61,26 @@ impl Pieces {
         self.yvy - 2.0 * beta.iter().zip(&self.xvy).map(|(b, v)| b * v).sum::<f64>() + quad
     }
 
+    /// The sums of the fixed effects alone: rows `x` (n × p, row-major), responses `y` and
+    /// prior weights `w` (V₀ = W⁻¹, no random effect).
+    fn least_squares(x: &[f64], y: &[f64], w: Option<&[f64]>) -> Pieces {
+        let (n, p) = (y.len(), x.len() / y.len().max(1));
+        let mut s = Pieces::zero(p);
+        s.n = n as f64;
+        for (i, (row, yi)) in x.chunks_exact(p.max(1)).zip(y).enumerate() {
+            let wi = w.map_or(1.0, |w| w[i]);
+            for j in 0..p {
+                s.xvy[j] += wi * row[j] * yi;
+                for k in 0..p {
+                    s.xvx[j * p + k] += wi * row[j] * row[k];
+                }
+            }
+            s.yvy += wi * yi * yi;
+            s.log_det -= wi.ln();
+        }
+        s
+    }
+
     /// The criterion with β and σ at their maximising values: (value, β̂, σ̂²).
     fn profiled(&self, criterion: Criterion) -> Result<(f64, Vec<f64>, f64)> {
         let (beta, rss, log_det_x) = self.gls()?;
@@ -109,6 +124,18 @@ impl Pieces {
     }
 }
 
+/// The closed form's criterion of the fixed effects alone (no random effect: V₀ = W⁻¹), β and
+/// σ at their maximising values: R's `logLik(lm(…), REML = …)` of rows `x` (n × p), responses
+/// `y` and prior weights `w`.
+pub(in crate::glmm) fn least_squares_criterion(
+    x: &[f64],
+    y: &[f64],
+    w: Option<&[f64]>,
+    criterion: Criterion,
+) -> Result<f64> {
+    Ok(Pieces::least_squares(x, y, w).profiled(criterion)?.0)
+}
+
 impl Glmm {
     /// Where the variance parameters ψ sit in θ: after β, before log σ.
     fn psi_range(&self) -> std::ops::Range<usize> {
@@ -147,20 +174,11 @@ impl Glmm {
     /// fixed pieces taken in order.
     pub(super) fn gaussian_pieces(&self, rel: &[f64]) -> Result<Pieces> {
         let factors = self.factors(rel);
-        let points: Vec<usize> = (0..self.points.len()).collect();
-        let parts = points
-            .par_chunks(POINTS_PER_PIECE)
-            .map(|chunk| {
-                let mut sum = Pieces::zero(self.p);
-                for &c in chunk {
-                    sum.add(&self.gaussian_point_pieces(&factors, c)?);
-                }
-                Ok(sum)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let mut total = Pieces::zero(self.p);
-        parts.iter().for_each(|s| total.add(s));
-        Ok(total)
+        self.sum_over_points(
+            || Pieces::zero(self.p),
+            Pieces::add,
+            |c| self.gaussian_point_pieces(&factors, c),
+        )
     }
 
     /// One point's sums, by Woodbury's identity in its latent dimension: with A = Z_c Λ and

@@ -7,11 +7,9 @@
 //! is one point of all its rows).
 
 use nalgebra::{Cholesky, DMatrix};
-use rayon::prelude::*;
 use statrs::distribution::{ContinuousCDF, FisherSnedecor, Normal, StudentsT};
 
 use super::satterthwaite::check_hypotheses;
-use super::POINTS_PER_PIECE;
 use crate::error::{invalid, Result};
 use crate::glmm::{Family, Glmm};
 
@@ -260,7 +258,7 @@ impl Glmm {
         params
     }
 
-    /// [`Sums`] over the points, in fixed pieces taken in order (the same bits on any number of
+    /// [`Sums`] over the points ([`Glmm::sum_over_points`]: the same bits on any number of
     /// threads).
     fn kenward_roger_sums(&self, theta: &[f64], params: &[Param]) -> Result<Sums> {
         let k = params.len();
@@ -276,20 +274,11 @@ impl Glmm {
             Param::Residual => s2,
         };
         let values: Vec<f64> = params.iter().map(value).collect();
-        let points: Vec<usize> = (0..self.points.len()).collect();
-        let parts = points
-            .par_chunks(POINTS_PER_PIECE)
-            .map(|chunk| {
-                let mut sum = Sums::zero(self.p, k);
-                for &c in chunk {
-                    sum.add(&self.kenward_roger_point(c, params, &values)?);
-                }
-                Ok(sum)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let mut total = Sums::zero(self.p, k);
-        parts.iter().for_each(|s| total.add(s));
-        Ok(total)
+        self.sum_over_points(
+            || Sums::zero(self.p, k),
+            Sums::add,
+            |c| self.kenward_roger_point(c, params, &values),
+        )
     }
 
     /// One point's [`Sums`]: its block of each Gᵢ and of Σ, dense.

@@ -12,6 +12,7 @@ mod kenward_roger;
 mod profile;
 mod quadrature;
 mod satterthwaite;
+pub(super) use gaussian::least_squares_criterion;
 pub(super) use quadrature::{NodeScratch, ProductRule};
 #[cfg(test)]
 mod tests;
@@ -33,6 +34,33 @@ pub(super) const DEFAULT_NODES: [usize; MAX_QUADRATURE_DIM] = [25, 15, 9];
 /// Points per piece of a parallel pass: sums are taken piece by piece in order, so the result is
 /// the same bits on any number of threads.
 pub(super) const POINTS_PER_PIECE: usize = 256;
+
+impl Glmm {
+    /// The sum over the model's points of `point(c)`, the points in fixed pieces of
+    /// [`POINTS_PER_PIECE`] each summed in order and the pieces then added in order: the same
+    /// bits on any number of threads. `zero` is the empty sum, `add` adds one sum into another.
+    pub(super) fn sum_over_points<S: Send>(
+        &self,
+        zero: impl Fn() -> S + Sync,
+        add: impl Fn(&mut S, &S) + Sync,
+        point: impl Fn(usize) -> Result<S> + Sync,
+    ) -> Result<S> {
+        let points: Vec<usize> = (0..self.points.len()).collect();
+        let parts = points
+            .par_chunks(POINTS_PER_PIECE)
+            .map(|chunk| {
+                let mut sum = zero();
+                for &c in chunk {
+                    add(&mut sum, &point(c)?);
+                }
+                Ok(sum)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut total = zero();
+        parts.iter().for_each(|s| add(&mut total, s));
+        Ok(total)
+    }
+}
 
 /// A diagonal factor below this share of its scale is at its boundary (lme4's `isSingular`
 /// tolerance).

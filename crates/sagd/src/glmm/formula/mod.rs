@@ -25,7 +25,7 @@ mod frame;
 mod new_data;
 mod parse;
 mod ranova;
-pub use ranova::term_reductions;
+pub use ranova::{least_squares_loglik, term_reductions};
 mod type3;
 pub use type3::type3_hypotheses;
 

@@ -3,8 +3,8 @@
 
 use super::type3::term_label;
 use super::*;
+use crate::glmm::exact::least_squares_criterion;
 use crate::glmm::Criterion;
-use crate::metric::Factor;
 
 impl Formula {
     /// The formulas of lmerTest's `ranova(fit)` (its `reduce.terms = TRUE`): per random effect
@@ -83,49 +83,37 @@ impl Design {
         weights: Option<&[f64]>,
         criterion: Criterion,
     ) -> Result<(f64, usize)> {
-        let n = self.n_obs;
-        let p = self.x.len() / n.max(1);
-        let w = |i: usize| weights.map_or(1.0, |w| w[i]);
-        let y = |i: usize| self.y[i] - self.offset.as_ref().map_or(0.0, |o| o[i]);
-        // XᵀWX and XᵀWy, then β and the weighted residual sum of squares.
-        let (mut xwx, mut xwy) = (vec![0.0; p * p], vec![0.0; p]);
-        for i in 0..n {
-            let row = &self.x[i * p..(i + 1) * p];
-            for j in 0..p {
-                xwy[j] += w(i) * row[j] * y(i);
-                for k in 0..p {
-                    xwx[j * p + k] += w(i) * row[j] * row[k];
-                }
-            }
-        }
-        let f = Factor::cholesky(&xwx, p).ok_or_else(|| {
-            invalid(
-                "X",
-                "fixed effects whose columns are not independent".into(),
-                "drop the columns that others determine",
-            )
-        })?;
-        let mut beta = xwy;
-        f.solve_lower(&mut beta);
-        f.solve_upper(&mut beta);
-        let rss: f64 = (0..n)
-            .map(|i| {
-                let fit: f64 = (0..p).map(|j| self.x[i * p + j] * beta[j]).sum();
-                w(i) * (y(i) - fit).powi(2)
-            })
-            .sum();
-        let log_w: f64 = (0..n).map(|i| w(i).ln()).sum();
-        let m = match criterion {
-            Criterion::Ml => n as f64,
-            Criterion::Reml => (n - p) as f64,
-        };
-        let mut value =
-            0.5 * (log_w - m * ((2.0 * std::f64::consts::PI).ln() + 1.0 - m.ln() + rss.ln()));
-        if criterion == Criterion::Reml {
-            value -= 0.5 * f.log_det();
-        }
-        Ok((value, p + 1))
+        least_squares_loglik(&self.x, &self.y, self.offset.as_deref(), weights, criterion)
     }
+}
+
+/// [`Design::least_squares_loglik`] of rows `x` (n × p, row-major), responses `y`, an optional
+/// `offset` and prior `weights` (each n values): the Gaussian closed form's criterion with no
+/// random effect. The bindings call it with their own arrays.
+pub fn least_squares_loglik(
+    x: &[f64],
+    y: &[f64],
+    offset: Option<&[f64]>,
+    weights: Option<&[f64]>,
+    criterion: Criterion,
+) -> Result<(f64, usize)> {
+    let n = y.len();
+    let p = x.len() / n.max(1);
+    if p == 0 || x.len() != n * p || [offset, weights].iter().flatten().any(|v| v.len() != n) {
+        return Err(invalid(
+            "least squares",
+            format!(
+                "{n} responses with a design of {} values, or offsets or weights of another length",
+                x.len()
+            ),
+            "give n rows of p ≥ 1 columns and n offsets and weights",
+        ));
+    }
+    let y: Vec<f64> = match offset {
+        Some(o) => y.iter().zip(o).map(|(y, o)| y - o).collect(),
+        None => y.to_vec(),
+    };
+    Ok((least_squares_criterion(x, &y, weights, criterion)?, p + 1))
 }
 
 #[cfg(test)]
