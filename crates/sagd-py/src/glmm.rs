@@ -7,7 +7,6 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use sagd::em::EmEvent;
-use sagd::glmm::formula::type3_hypotheses;
 use sagd::glmm::{
     Criterion, ExactFit, ExactSettings, Family, FitSettings, Fitted, Glmm, GlmmFit,
     LikelihoodMethod, Method, RandomTerm, SampledMeans, TermNames,
@@ -16,9 +15,11 @@ use sagd::model::LatentModel;
 
 use crate::{detached, em_settings, py_error, trace_dict};
 
+mod lmertest;
 mod ranova;
 mod refits;
 
+use lmertest::{ddf_items, ls_means_items, type3_hypotheses_of, LsMeansCoding, Type3};
 pub(crate) use ranova::{least_squares_loglik, random_reductions};
 pub(crate) use refits::bootstrap_lrt;
 use refits::{bootstrap_items, Kept};
@@ -245,7 +246,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None, satterthwaite=false, kenward_roger=false, type3=None, checkpoint=None, checkpoint_every=100, interrupt_after=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None, satterthwaite=false, kenward_roger=false, type3=None, ls_means=None, ls_means_pairwise=false, ls_means_level=0.95, checkpoint=None, checkpoint_every=100, interrupt_after=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -275,6 +276,9 @@ pub(crate) fn fit_glmm<'py>(
     satterthwaite: bool,
     kenward_roger: bool,
     type3: Option<Type3<'py>>,
+    ls_means: Option<LsMeansCoding<'py>>,
+    ls_means_pairwise: bool,
+    ls_means_level: f64,
     checkpoint: Option<std::path::PathBuf>,
     checkpoint_every: usize,
     interrupt_after: Option<usize>,
@@ -321,6 +325,10 @@ pub(crate) fn fit_glmm<'py>(
     if satterthwaite || kenward_roger {
         ddf_items(&d, &model, &fit, &hypotheses, kenward_roger)?;
     }
+    if let Some(coding) = ls_means {
+        let asked = (ls_means_pairwise, kenward_roger);
+        ls_means_items(&d, (&model, &fit), coding, asked, ls_means_level)?;
+    }
     if let Some(draws) = simulate {
         let given = (family, given_weights.as_deref());
         simulation_items(py, &d, &model, &fit.theta, (draws, seed), given)?;
@@ -361,76 +369,6 @@ pub(crate) fn fit_settings(
         em: em_settings(max_msteps),
         seed,
     })
-}
-
-/// The type III tests' sum-to-zero coding of the design's rows from the bindings' formula: per
-/// term its name, the coding (n × p) and each term's columns (start, end).
-type Type3<'py> = (Vec<String>, PyReadonlyArray2<'py, f64>, Vec<(usize, usize)>);
-
-/// The terms' names and each one's hypothesis L (rows of p values).
-type Hypotheses = (Vec<String>, Vec<Vec<Vec<f64>>>);
-
-/// The terms' names of `coding`, and each one's type III hypothesis on the design `x`'s
-/// coefficients (`sagd::glmm::formula::type3_hypotheses`, as `sagd glmm --ddf` takes them).
-fn type3_hypotheses_of(
-    x: &PyReadonlyArray2<'_, f64>,
-    (names, xs, ranges): Type3<'_>,
-) -> PyResult<Hypotheses> {
-    let (x, xs) = (x.as_array(), xs.as_array());
-    if xs.dim() != x.dim() || names.len() != ranges.len() {
-        return Err(PyValueError::new_err(format!(
-            "type3: a coding of {:?} values for a design of {:?}, or {} names for {} terms",
-            xs.dim(),
-            x.dim(),
-            names.len(),
-            ranges.len()
-        )));
-    }
-    let ranges: Vec<_> = ranges.into_iter().map(|(a, b)| a..b).collect();
-    let (xv, xsv): (Vec<f64>, Vec<f64>) =
-        (x.iter().copied().collect(), xs.iter().copied().collect());
-    let hypotheses = type3_hypotheses(&xv, &xsv, x.ncols(), &ranges).map_err(py_error)?;
-    Ok((names, hypotheses))
-}
-
-/// `satterthwaite` (or with `kenward_roger`, `kenward_roger`): per fixed effect, its standard
-/// error (given the variances, or Kenward and Roger's adjusted), the degrees of freedom and the
-/// p-value; with `hypotheses`, `anova_type3`: per term its name, F, the degrees of freedom
-/// (numerator, denominator) and p. Satterthwaite's are refused where the fit's information
-/// could not be inverted; tests that cannot be made leave `ddf_error`, why.
-fn ddf_items(
-    d: &Bound<'_, PyDict>,
-    model: &Glmm,
-    fit: &GlmmFit,
-    (names, ls): &Hypotheses,
-    kenward_roger: bool,
-) -> PyResult<()> {
-    let (key, tests) = match (kenward_roger, &fit.covariance) {
-        (true, _) => ("kenward_roger", model.kenward_roger_tests(&fit.theta, ls)),
-        (false, Some(cov)) => (
-            "satterthwaite",
-            model.satterthwaite_tests(&fit.theta, cov, ls),
-        ),
-        (false, None) => {
-            return Err(PyValueError::new_err(
-                "ddf: the fit's information could not be inverted, so it has no Satterthwaite \
-                 tests",
-            ))
-        }
-    };
-    // The fit stands without them (a block too large for Kenward-Roger's dense matrices).
-    let (t, f) = match tests {
-        Ok(tests) => tests,
-        Err(e) => return d.set_item("ddf_error", e.to_string()),
-    };
-    d.set_item(key, t)?;
-    if !names.is_empty() {
-        let terms: Vec<_> = (names.iter().zip(f))
-            .map(|(name, (f, q, ddf, p))| (name.clone(), f, q, ddf, p))
-            .collect();
-        d.set_item("anova_type3", terms)?;
-    }
-    Ok(())
 }
 
 /// `simulations`: `draws` new responses from the fit at `theta` from `seed`, draws ×

@@ -136,28 +136,7 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
     if a.reml && family != Family::Gaussian {
         anyhow::bail!("--reml: REML is for the Gaussian family only; leave it out for {family:?}");
     }
-    if a.ranova && family != Family::Gaussian {
-        anyhow::bail!("--ranova: lmerTest's ranova tests a Gaussian model's random effects; compare {family:?} models with --compare 'FORMULA'");
-    }
-    if a.ranova && method == Method::Em {
-        anyhow::bail!("--ranova: the tests need the exact likelihood; leave out --method em");
-    }
-    if let Some(ddf) = &a.ddf {
-        if family != Family::Gaussian {
-            anyhow::bail!("--ddf {ddf}: its degrees of freedom are the Gaussian family's t and F tests (lmerTest's); {family:?} fixed effects have Wald z tests: leave it out");
-        }
-        if method == Method::Em {
-            anyhow::bail!(
-                "--ddf {ddf}: the tests need the exact likelihood; leave out --method em"
-            );
-        }
-        if ddf == "kenward-roger" && !a.reml {
-            anyhow::bail!("--ddf kenward-roger: Kenward and Roger's method is for REML fits (as pbkrtest's and lmerTest's); add --reml, or use --ddf satterthwaite");
-        }
-        if ddf == "kenward-roger" && a.weights.is_some() {
-            anyhow::bail!("--ddf kenward-roger: pbkrtest's method leaves prior weights out of the covariance, so sagd has no reference for it with --weights; use --ddf satterthwaite");
-        }
-    }
+    check_tests(a, family, method)?;
     if let Some(level) = a.profile {
         if !(level > 0.0 && level < 1.0) {
             anyhow::bail!(
@@ -190,4 +169,43 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
         },
         seed: a.seed,
     })
+}
+
+/// The flags of lmerTest's tests (--ddf, --ranova, --ls-means) checked against the family and
+/// the method.
+fn check_tests(a: &GlmmArgs, family: Family, method: Method) -> Result<()> {
+    if a.ranova && family != Family::Gaussian {
+        anyhow::bail!("--ranova: lmerTest's ranova tests a Gaussian model's random effects; compare {family:?} models with --compare 'FORMULA'");
+    }
+    if a.ranova && method == Method::Em {
+        anyhow::bail!("--ranova: the tests need the exact likelihood; leave out --method em");
+    }
+    if let Some(ddf) = &a.ddf {
+        if family != Family::Gaussian {
+            anyhow::bail!("--ddf {ddf}: its degrees of freedom are the Gaussian family's t and F tests (lmerTest's); {family:?} fixed effects have Wald z tests: leave it out");
+        }
+        if method == Method::Em {
+            anyhow::bail!(
+                "--ddf {ddf}: the tests need the exact likelihood; leave out --method em"
+            );
+        }
+        if ddf == "kenward-roger" && !a.reml {
+            anyhow::bail!("--ddf kenward-roger: Kenward and Roger's method is for REML fits (as pbkrtest's and lmerTest's); add --reml, or use --ddf satterthwaite");
+        }
+        if ddf == "kenward-roger" && a.weights.is_some() {
+            anyhow::bail!("--ddf kenward-roger: pbkrtest's method leaves prior weights out of the covariance, so sagd has no reference for it with --weights; use --ddf satterthwaite");
+        }
+    }
+    if a.ls_means.is_some() {
+        if !(a.ls_means_level > 0.0 && a.ls_means_level < 1.0) {
+            anyhow::bail!(
+                "--ls-means-level {}: give the intervals' level between 0 and 1, e.g. 0.95",
+                a.ls_means_level
+            );
+        }
+        if family == Family::Gaussian && method == Method::Em {
+            anyhow::bail!("--ls-means: a Gaussian model's tests need the exact likelihood; leave out --method em");
+        }
+    }
+    Ok(())
 }

@@ -6,7 +6,8 @@
 //! (profile-likelihood intervals), with `--predict` predictions.csv (the fit on new rows), with
 //! `--simulate` simulate.csv (new responses from the fitted model), with `--bootstrap`
 //! bootstrap.csv and confint_bootstrap.csv (the parametric bootstrap's refits and their
-//! percentile intervals), and summary.txt.
+//! percentile intervals), with `--compare` anova.csv, with `--ranova` ranova.csv, with
+//! `--ls-means` ls_means.csv (lmerTest's tests), and summary.txt.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -30,6 +31,7 @@ mod ddf;
 mod files;
 mod fitted;
 mod inputs;
+mod ls_means;
 mod predict;
 mod ranef;
 mod ranova;
@@ -41,6 +43,7 @@ use ddf::Ddf;
 use files::{estimates_csv, result_json};
 use fitted::{fitted_csv, simulate_csv};
 use inputs::Inputs;
+use ls_means::LsMeans;
 use ranef::{write_ranef, Means};
 use ranova::Ranova;
 use refits::{Refits, Refitted};
@@ -147,6 +150,18 @@ pub struct GlmmArgs {
     /// least squares where none is left; in the summary, ranova.csv and result.json.
     #[arg(long)]
     ranova: bool,
+    /// lmerTest's `ls_means(fit)`: the least-squares mean of each combination of the levels of
+    /// every term of categorical variables (over every level of the other factors, each as
+    /// often, and numeric variables at their means), or with `pairwise` the difference of each
+    /// pair, with t tests and intervals at --ls-means-level: Gaussian family with Satterthwaite's
+    /// degrees of freedom (Kenward and Roger's with --ddf kenward-roger), other families by Wald
+    /// z tests on the link's scale (emmeans' asymptotic ones); in the summary, ls_means.csv and
+    /// result.json.
+    #[arg(long, num_args = 0..=1, default_missing_value = "means", value_name = "pairwise", value_parser = ["means", "pairwise"])]
+    ls_means: Option<String>,
+    /// The level of --ls-means' intervals.
+    #[arg(long, default_value_t = 0.95, value_name = "LEVEL")]
+    ls_means_level: f64,
     #[command(flatten)]
     #[serde(flatten)]
     checkpoints: Checkpointing,
@@ -159,7 +174,7 @@ pub struct GlmmArgs {
 }
 
 /// The files `sagd glmm` writes into OUT.
-const OWNED: [&str; 12] = [
+const OWNED: [&str; 13] = [
     "result.json",
     "estimates.csv",
     "ranef.csv",
@@ -171,6 +186,7 @@ const OWNED: [&str; 12] = [
     "confint_bootstrap.csv",
     "anova.csv",
     "ranova.csv",
+    "ls_means.csv",
     "summary.txt",
 ];
 
@@ -204,6 +220,7 @@ struct Found {
     booted: Option<std::result::Result<(Intervals, String), String>>,
     compared: Option<Compared>,
     ranova: Option<Ranova>,
+    ls_means: Option<LsMeans>,
 }
 
 impl Found {
@@ -242,6 +259,7 @@ impl Found {
             true => Some(Ranova::find(a, i, &fit)?),
             false => None,
         };
+        let ls_means = LsMeans::find(a, i, &fit);
         Ok(Found {
             fit,
             summary,
@@ -254,6 +272,7 @@ impl Found {
             booted,
             compared,
             ranova,
+            ls_means,
         })
     }
 
@@ -289,6 +308,7 @@ impl Found {
             self.compared.as_ref(),
             tests.as_ref(),
             self.ranova.as_ref(),
+            self.ls_means.as_ref(),
         );
         let text = render(a, i.family, design, (fit, notes), &self.summary, seconds);
         say_part!("{text}");
@@ -318,6 +338,9 @@ impl Found {
         if let Some(r) = &self.ranova {
             result["ranova"] = r.json();
         }
+        if let Some(m) = &self.ls_means {
+            result["ls_means"] = m.json();
+        }
         write_atomic(
             &staging.path("result.json"),
             serde_json::to_string_pretty(&result)?,
@@ -346,6 +369,9 @@ impl Found {
         }
         if let Some(r) = &self.ranova {
             write_atomic(&staging.path("ranova.csv"), r.csv())?;
+        }
+        if let Some(m) = &self.ls_means {
+            write_atomic(&staging.path("ls_means.csv"), m.csv())?;
         }
         if let Some(Ok((b, reps))) = &self.booted {
             write_atomic(&staging.path("confint_bootstrap.csv"), b.csv())?;

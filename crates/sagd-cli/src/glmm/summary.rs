@@ -10,11 +10,13 @@ use super::anova::Compared;
 use super::confint::Intervals;
 use super::ddf::Ddf;
 use super::fitted::scaled_residuals;
+use super::ls_means::LsMeans;
 use super::ranova::Ranova;
 use super::GlmmArgs;
 
-/// What the summary adds to the fit: the separation warning, the scaled residuals' quantiles
-/// the confidence intervals (profile, bootstrap) and the comparison with another model.
+/// What the summary adds to the fit: the separation warning, the scaled residuals' quantiles,
+/// the confidence intervals (profile, bootstrap), the comparison with other models, the
+/// lmerTest tests (t and F with their degrees of freedom, ranova) and the least-squares means.
 pub(super) type Notes<'a> = (
     Option<&'a str>,
     Option<&'a [f64; 5]>,
@@ -22,6 +24,7 @@ pub(super) type Notes<'a> = (
     Option<&'a Compared>,
     Option<&'a Ddf>,
     Option<&'a Ranova>,
+    Option<&'a LsMeans>,
 );
 
 /// The criterion maximised (ℓ, or REML's) and its name.
@@ -93,7 +96,10 @@ pub(super) fn render(
     a: &GlmmArgs,
     family: Family,
     d: &Design,
-    (fit, (separation, residuals, intervals, compared, tests, ranova)): (&GlmmFit, Notes<'_>),
+    (fit, (separation, residuals, intervals, compared, tests, ranova, ls_means)): (
+        &GlmmFit,
+        Notes<'_>,
+    ),
     s: &Summary,
     seconds: f64,
 ) -> String {
@@ -119,6 +125,9 @@ pub(super) fn render(
     }
     if let Some(r) = ranova {
         r.table(&mut o);
+    }
+    if let Some(m) = ls_means {
+        m.table(&mut o);
     }
     let _ = writeln!(o, "({seconds:.2} s)");
     o

@@ -14,7 +14,8 @@ Four entry points:
   :func:`glmm_loglik` evaluates that likelihood at any estimate, :func:`anova` compares
   nested fits by likelihood-ratio tests, and :func:`ranova` tests each random effect of a
   Gaussian fit (lmerTest's ``ranova``); ``glmm(..., ddf=...)`` gives lmerTest's t and type III
-  F tests with Satterthwaite's or Kenward and Roger's degrees of freedom.
+  F tests with Satterthwaite's or Kenward and Roger's degrees of freedom, and
+  ``glmm(..., ls_means=...)`` lmerTest's least-squares means.
 * :func:`fit` fits your own model, given as a Python function that returns log p(x_i, z; theta)
   and its gradients for a whole block of chains at once.
 * :func:`deconvolve` fits the law of Z from observations X = Z + N(0, sigma^2) (the paper's
@@ -36,12 +37,13 @@ import numpy as np
 from . import _core
 from ._common import FitResult, _progress, _threads, _vector, _whole
 from ._anova import AnovaResult, anova
+from ._ls_means import LsMeansResult
 from ._ranova import RanovaResult, ranova
 from ._glmm import GlmmResult, glmm, glmm_loglik
 
 __version__ = _core.__version__
 
-__all__ = ["glmm", "glmm_loglik", "anova", "AnovaResult", "ranova", "RanovaResult", "fit", "minimize", "deconvolve", "GlmmResult", "FitResult", "MinimizeResult",
+__all__ = ["glmm", "glmm_loglik", "anova", "AnovaResult", "ranova", "RanovaResult", "LsMeansResult", "fit", "minimize", "deconvolve", "GlmmResult", "FitResult", "MinimizeResult",
            "Deconvolution", "__version__"]
 
 

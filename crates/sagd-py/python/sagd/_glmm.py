@@ -13,6 +13,7 @@ from . import _core
 from ._arrays import _Arrays, _per_factor
 from ._common import FitResult, _progress, _say_kept, _threads, _whole
 from ._glmm_result import GlmmResult
+from ._ls_means import LsMeansResult
 
 
 def glmm_loglik(
@@ -76,6 +77,8 @@ def glmm(
     bootstrap: Optional[int] = None,
     bootstrap_level: float = 0.95,
     ddf: Optional[str] = None,
+    ls_means: Optional[str] = None,
+    ls_means_level: float = 0.95,
     checkpoint: Any = None,
     checkpoint_every: int = 100,
     _interrupt_after: Optional[int] = None,
@@ -167,6 +170,14 @@ def glmm(
             (lmerTest's ``ddf="Kenward-Roger"``, pbkrtest's; ``reml=True``, no weights), the
             standard errors those of beta's adjusted covariance, in ``kenward_roger`` and
             ``anova_type3``.
+        ls_means: ``"means"`` (or ``True``): with a formula, lmerTest's ``ls_means(fit)``, the
+            least-squares mean of each combination of the levels of every term of categorical
+            columns (over every level of the other categorical columns, each as often, and
+            numeric columns at their means), with t tests and intervals at ``ls_means_level``:
+            Gaussian fits by Satterthwaite's degrees of freedom (Kenward and Roger's with
+            ``ddf="kenward-roger"``), other families by Wald z tests on the link's scale;
+            ``"pairwise"``: each pair's difference within a term. In ``ls_means``; the same
+            table as ``sagd glmm --ls-means``.
 
     Returns:
         A :class:`GlmmResult`.
@@ -177,6 +188,7 @@ def glmm(
     """
     ddf = _check_options(family, method, reml, profile, ddf,
                          (bootstrap, bootstrap_level, checkpoint, weights))
+    ls_means = _check_ls_means(ls_means, ls_means_level, family, method, y)
     formula, dropped, rows, spec = None, 0, None, None
     if isinstance(y, str):
         if any(v is not None for v in (X, groups, Z, trials)) or correlated is not False:
@@ -196,14 +208,13 @@ def glmm(
         z_names = d.z_names[0] if len(d.z_names) == 1 else d.z_names
     elif data is not None:
         raise ValueError("data: only with a formula, e.g. sagd.glmm('y ~ x + (1 | g)', data=df)")
-    type3, type3_note = None, None
-    if spec is not None and ddf is not None:
-        from ._formula import type3_coding
+    from ._formula import ls_means_coding, type3_coding
 
-        try:
-            type3 = type3_coding(spec, data, rows)
-        except Exception as e:  # the fit stands without the table; the result says why
-            type3_note = f"no type III table: {e}"
+    # The fit stands without the tables; the result says why.
+    type3, type3_note = _coded("type III table", spec is not None and ddf is not None,
+                               lambda: type3_coding(spec, data, rows))
+    lsm, lsm_note = _coded("least-squares means", ls_means is not None,
+                           lambda: ls_means_coding(spec, data, rows))
     a = _Arrays.of(y, X, groups, family, Z, trials, correlated, offset, weights)
     n, factor_names, k, labels, Xm = a.n, a.factor_names, a.k, a.labels, a.X
     p = Xm.shape[1]
@@ -226,6 +237,8 @@ def glmm(
                                       else _whole("bootstrap", bootstrap, 2)),
                            bootstrap_progress=boot_show, satterthwaite=ddf == "satterthwaite",
                            kenward_roger=ddf == "kenward-roger", type3=type3,
+                           ls_means=lsm, ls_means_pairwise=ls_means == "pairwise",
+                           ls_means_level=float(ls_means_level),
                            checkpoint=None if checkpoint is None else os.fspath(checkpoint),
                            checkpoint_every=_whole("checkpoint_every", checkpoint_every, 1),
                            interrupt_after=_interrupt_after)
@@ -237,27 +250,44 @@ def glmm(
     # θ's names and the sds' labels come from the core (`Glmm::theta_names`, `effect_names`).
     base = FitResult._of(d, d["names"])
     _notes(base, d, dropped)
-    if type3_note:
-        _warn(base, type3_note)
-    est = base.estimate
-    exact = d["status"] == "exact"
-    reml_ll = d.get("reml_loglik")
+    for note in (type3_note, lsm_note):
+        if note:
+            _warn(base, note)
     per_factor = {f: _per_factor_arrays(d.get(f), factor_names, k)
                   for f in ("ranef", "ranef_sd", "ranef_mean", "ranef_mean_sd", "ranef_mean_mcse")}
     return GlmmResult(
         **{f: getattr(base, f) for f in FitResult.__dataclass_fields__},
+        **_fit_items(d, base, p, family),
         formula=formula,
         n_obs=n,
-        method="exact" if exact else "em",
+        groups=labels[0] if k == 1 else dict(zip(factor_names, labels)),
+        **per_factor,
+        rows=rows,
+        confint=_confint(d.get("profile"), d["names"], terms),
+        confint_level=None if d.get("profile") is None else float(profile),
+        **_bootstrapped(d, terms, float(bootstrap_level)),
+        _spec=spec,
+        _model=dict(core=core, method=str(method), nodes=nodes, max_msteps=max_msteps,
+                    x_names=xn, terms=terms),
+    )
+
+
+def _fit_items(d: Dict[str, Any], base: FitResult, p: int, family: str) -> Dict[str, Any]:
+    """The result's fields that the core's dict gives (with ``base``, its estimate and errors,
+    and ``p`` fixed effects): how the fit was made, its criteria, the fixed effects, the sds
+    and correlations (their errors by the delta method, the core's), the fitted values and
+    residuals, the simulations and lmerTest's tests."""
+    reml_ll = d.get("reml_loglik")
+    return dict(
+        method="exact" if d["status"] == "exact" else "em",
         reml=reml_ll is not None,
         reml_loglik=reml_ll,
         aic=d.get("aic"),
         bic=d.get("bic"),
         iterations=int(d.get("iterations", 0)),
         family=family.lower(),
-        fixed=est[:p].copy(),
+        fixed=base.estimate[:p].copy(),
         fixed_se=base.se[:p].copy(),
-        # The sds' standard errors (delta method) and the correlations come from the core.
         random_sd=np.asarray(d["random_sd"], dtype=float),
         random_sd_se=np.asarray(d["random_sd_se"], dtype=float),
         random_names=list(d["random_names"]),
@@ -267,20 +297,12 @@ def glmm(
         loglik=d.get("loglik"),
         loglik_se=d.get("loglik_se"),
         loglik_method=d.get("loglik_method"),
-        groups=labels[0] if k == 1 else dict(zip(factor_names, labels)),
         n_points=int(d.get("n_points", 0)),
-        **per_factor,
         **{f: _array(d.get(f)) for f in ("eta", "fitted", "resid_response", "resid_pearson",
                                          "resid_deviance", "resid_quantiles", "simulations",
                                          "satterthwaite", "kenward_roger")},
-        rows=rows,
-        confint=_confint(d.get("profile"), d["names"], terms),
-        confint_level=None if d.get("profile") is None else float(profile),
         anova_type3=_type3_table(d.get("anova_type3"), d.get("sigma")),
-        **_bootstrapped(d, terms, float(bootstrap_level)),
-        _spec=spec,
-        _model=dict(core=core, method=str(method), nodes=nodes, max_msteps=max_msteps,
-                    x_names=xn, terms=terms),
+        ls_means=LsMeansResult._of(d.get("ls_means")),
     )
 
 
@@ -323,6 +345,39 @@ def _check_options(family: str, method: str, reml: bool, profile: Optional[float
         raise ValueError(f"bootstrap_level: {bootstrap_level}: give the intervals' level between "
                          "0 and 1, e.g. 0.95")
     return ddf
+
+
+def _coded(what: str, asked: bool, code: Any) -> Tuple[Any, Optional[str]]:
+    """``code()`` where ``asked``: a formula coding for a table of tests, or None and the note
+    that says why there is no ``what``."""
+    if not asked:
+        return None, None
+    try:
+        return code(), None
+    except Exception as e:
+        return None, f"no {what}: {e}"
+
+
+def _check_ls_means(ls_means: Any, level: float, family: str, method: str,
+                    y: Any) -> Optional[str]:
+    """``ls_means`` as ``"means"`` or ``"pairwise"`` (None without it), refused by name without
+    a formula, with another value, a level outside (0, 1) or a Gaussian fit by EM (whose tests
+    need the exact likelihood)."""
+    if ls_means is None or ls_means is False:
+        return None
+    asked = "means" if ls_means is True else str(ls_means).lower()
+    if asked not in ("means", "pairwise"):
+        raise ValueError(f"ls_means: {ls_means!r}: give 'means' (or True) or 'pairwise'")
+    if not isinstance(y, str):
+        raise ValueError("ls_means: the means' reference grid is a formula's variables; give "
+                         "the model as a formula with data=")
+    if not 0 < float(level) < 1:
+        raise ValueError(f"ls_means_level: {level}: give the intervals' level between 0 and 1, "
+                         "e.g. 0.95")
+    if str(family).lower() in ("gaussian", "normal") and str(method) == "em":
+        raise ValueError("ls_means: a Gaussian model's tests need the exact likelihood; leave "
+                         "out method='em'")
+    return asked
 
 
 def _weights_of(d: Any, data: Any, weights: Any) -> np.ndarray:
@@ -374,6 +429,8 @@ def _notes(base: FitResult, d: Dict[str, Any], dropped: int) -> None:
         _warn(base, f"no fitted values: {d['fitted_error']}")
     if d.get("ddf_error"):
         _warn(base, f"no tests with ddf: {d['ddf_error']}")
+    if d.get("ls_means_error"):
+        _warn(base, f"no least-squares means: {d['ls_means_error']}")
     if d.get("profile_error"):
         _warn(base, f"no profile intervals: {d['profile_error']}")
     if d.get("ranef_mean_rhat", 1.0) > 1.01:

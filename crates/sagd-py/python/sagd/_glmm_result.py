@@ -11,6 +11,7 @@ import numpy as np
 
 from . import _core
 from ._common import FitResult, _table, _threads, _whole
+from ._ls_means import LsMeansResult
 
 
 @dataclass
@@ -94,6 +95,8 @@ class GlmmResult(FitResult):
             order, (Sum Sq, Mean Sq, NumDF, DenDF, F value, Pr(>F)), the hypothesis that the
             term's coefficients are 0 with every categorical variable under sum-to-zero
             contrasts, the denominator degrees of freedom by the ``ddf`` method.
+        ls_means: with ``ls_means`` and a formula, lmerTest's least-squares means (a
+            :class:`LsMeansResult`; ``print`` it for the table).
         bootstrap: with ``bootstrap=N``, the parametric bootstrap's N refits (lme4's
             ``bootMer``): an array of N rows, each refit's estimates on the summary's scales in
             the order of ``bootstrap_names`` (the fixed effects, each factor's ``sd ...`` and
@@ -146,6 +149,7 @@ class GlmmResult(FitResult):
     satterthwaite: Optional[np.ndarray] = None
     kenward_roger: Optional[np.ndarray] = None
     anova_type3: Optional[Dict[str, Tuple[float, float, int, float, float, float]]] = None
+    ls_means: Optional[LsMeansResult] = None
     bootstrap: Optional[np.ndarray] = None
     bootstrap_names: List[str] = field(default_factory=list)
     bootstrap_failed: Dict[int, str] = field(default_factory=dict)
@@ -270,6 +274,8 @@ class GlmmResult(FitResult):
                     f"{'F value':>9} {'Pr(>F)':>10}")
             out += "".join(f"\n  {t:<20} {ss:10.4f} {ms:10.4f} {q:5d} {ddf:9.2f} {f:9.4f} "
                            f"{p:10.3g}" for t, (ss, ms, q, ddf, f, p) in self.anova_type3.items())
+        if self.ls_means is not None:
+            out += "\n" + repr(self.ls_means)
         if self.resid_quantiles is not None:
             q = "  ".join(f"{v:.4f}" for v in self.resid_quantiles)
             out += f"\nscaled residuals (min, 1Q, median, 3Q, max): {q}"

@@ -138,6 +138,52 @@ impl GlmmFit {
             });
         (chisq, df, p)
     }
+
+    /// θ̂'s covariance for tests of contrasts; refused by name where the fit has none.
+    pub(crate) fn tested_covariance(&self) -> Result<&[Vec<f64>]> {
+        self.covariance.as_deref().ok_or_else(|| {
+            crate::error::invalid(
+                "fit",
+                "no covariance of the estimate (its information could not be inverted)".into(),
+                "refit with more data or fewer parameters before testing contrasts",
+            )
+        })
+    }
+
+    /// The Wald z test of each contrast lᵀβ = 0 (emmeans' asymptotic test of a GLMM's means,
+    /// on the link's scale): per row l of `contrasts` (a value per fixed effect, θ's first
+    /// entries), the standard error √(lᵀ Cov(β̂) l) from the fit's covariance, the degrees of
+    /// freedom (infinite) and the two-sided p-value of z = lᵀβ̂ / se on the normal law. Refused
+    /// by name where the fit has no covariance or a row is longer than θ.
+    pub fn wald_contrasts(&self, contrasts: &[Vec<f64>]) -> Result<Vec<(f64, f64, f64)>> {
+        use statrs::distribution::{ContinuousCDF, Normal};
+        let cov = self.tested_covariance()?;
+        let p = contrasts.first().map_or(0, Vec::len);
+        if let Some(l) = contrasts
+            .iter()
+            .find(|l| l.len() != p || l.len() > self.theta.len())
+        {
+            return Err(crate::error::invalid(
+                "contrasts",
+                format!(
+                    "a row of {} values for {} fixed effects",
+                    l.len(),
+                    p.min(self.theta.len())
+                ),
+                "give each contrast one value per fixed effect",
+            ));
+        }
+        Ok((contrasts.iter())
+            .map(|l| {
+                let estimate: f64 = l.iter().zip(&self.theta).map(|(a, b)| a * b).sum();
+                let v: f64 = (0..p)
+                    .map(|j| l[j] * (0..p).map(|k| cov[j][k] * l[k]).sum::<f64>())
+                    .sum();
+                let z = (estimate / v.sqrt()).abs();
+                (v.sqrt(), f64::INFINITY, 2.0 * Normal::standard().sf(z))
+            })
+            .collect())
+    }
 }
 
 impl Glmm {

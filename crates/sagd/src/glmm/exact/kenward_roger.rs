@@ -7,9 +7,9 @@
 //! is one point of all its rows).
 
 use nalgebra::{Cholesky, DMatrix};
-use statrs::distribution::{ContinuousCDF, FisherSnedecor, Normal, StudentsT};
+use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
-use super::satterthwaite::check_hypotheses;
+use super::satterthwaite::{check_contrasts, check_hypotheses, t_tail, unit};
 use crate::error::{invalid, Result};
 use crate::glmm::{Family, Glmm};
 
@@ -89,6 +89,20 @@ struct Adjusted {
 }
 
 impl Adjusted {
+    /// The Wald statistic of Lβ = 0 at θ (β first), (Lβ̂)ᵀ(LΦ_ALᵀ)⁻¹(Lβ̂) / q, with F's scaling
+    /// and the denominator's degrees of freedom.
+    fn wald(&self, l: &DMatrix<f64>, theta: &[f64]) -> (f64, f64, f64) {
+        let q = l.nrows();
+        let beta = DMatrix::from_column_slice(self.phi.nrows(), 1, &theta[..self.phi.nrows()]);
+        let (df2, scale) = self.ddf(l);
+        let lb = l * &beta;
+        let wald = match (l * &self.phi_a * l.transpose()).try_inverse() {
+            Some(inv) => (lb.transpose() * inv * &lb)[(0, 0)],
+            None => f64::NAN,
+        };
+        (wald / q as f64, scale, df2)
+    }
+
     /// Kenward and Roger's denominator degrees of freedom of a test of the q independent rows
     /// of `l`, and F's scaling (pbkrtest's `.KR_adjust`).
     fn ddf(&self, l: &DMatrix<f64>) -> (f64, f64) {
@@ -149,6 +163,46 @@ impl Glmm {
         theta: &[f64],
         hypotheses: &[Vec<Vec<f64>>],
     ) -> Result<(Vec<(f64, f64, f64)>, Vec<(f64, usize, f64, f64)>)> {
+        check_hypotheses(self.p, hypotheses)?;
+        let units: Vec<Vec<f64>> = (0..self.p).map(|j| unit(self.p, j)).collect();
+        let (adj, t) = self.kenward_roger_t(theta, &units)?;
+        let f = (hypotheses.iter())
+            .map(|rows| {
+                let l = DMatrix::from_fn(rows.len(), self.p, |i, k| rows[i][k]);
+                let (f, scale, df2) = adj.wald(&l, theta);
+                let f = f * scale;
+                let tail = match FisherSnedecor::new(rows.len() as f64, df2) {
+                    Ok(law) if df2.is_finite() && f.is_finite() => law.sf(f),
+                    _ => f64::NAN,
+                };
+                (f, rows.len(), df2, tail)
+            })
+            .collect();
+        Ok((t, f))
+    }
+
+    /// Kenward and Roger's t test of each contrast lᵀβ = 0 of a Gaussian fit at its REML
+    /// estimate θ̂ (lmerTest's `contest1D` with `ddf = "Kenward-Roger"`, which `ls_means` runs
+    /// on each mean): per row l of `contrasts` (p values), the standard error √(lᵀΦ_A l), the
+    /// degrees of freedom and the two-sided p-value of t = lᵀβ̂ / se. Refused as
+    /// [`Glmm::kenward_roger_tests`] is.
+    pub fn kenward_roger_contrasts(
+        &self,
+        theta: &[f64],
+        contrasts: &[Vec<f64>],
+    ) -> Result<Vec<(f64, f64, f64)>> {
+        check_contrasts(self.p, contrasts)?;
+        Ok(self.kenward_roger_t(theta, contrasts)?.1)
+    }
+
+    /// The adjustment at θ and the t test of each row of `contrasts`: its standard error, the
+    /// degrees of freedom, p.
+    #[allow(clippy::type_complexity)]
+    fn kenward_roger_t(
+        &self,
+        theta: &[f64],
+        contrasts: &[Vec<f64>],
+    ) -> Result<(Adjusted, Vec<(f64, f64, f64)>)> {
         if self.family != Family::Gaussian || self.weighted {
             return Err(invalid(
                 "ddf",
@@ -161,45 +215,16 @@ impl Glmm {
             ));
         }
         self.check_theta(theta)?;
-        check_hypotheses(self.p, hypotheses)?;
         let adj = self.kenward_roger_adjusted(theta)?;
-        let beta = DMatrix::from_column_slice(self.p, 1, &theta[..self.p]);
-        let test = |l: &DMatrix<f64>| {
-            let q = l.nrows();
-            let (df2, scale) = adj.ddf(l);
-            let lb = l * &beta;
-            let wald = match (l * &adj.phi_a * l.transpose()).try_inverse() {
-                Some(inv) => (lb.transpose() * inv * &lb)[(0, 0)],
-                None => f64::NAN,
-            };
-            (wald / q as f64, scale, df2)
-        };
-        let t = (0..self.p)
-            .map(|j| {
-                let l = DMatrix::from_fn(1, self.p, |_, k| f64::from(u8::from(j == k)));
-                let (t2, _, df) = test(&l);
-                let se = adj.phi_a[(j, j)].sqrt();
-                let t = t2.sqrt();
-                let tail = match StudentsT::new(0.0, 1.0, df) {
-                    Ok(law) if df.is_finite() => law.sf(t),
-                    _ => Normal::standard().sf(t),
-                };
-                (se, df, 2.0 * tail)
+        let t = (contrasts.iter())
+            .map(|row| {
+                let l = DMatrix::from_row_slice(1, self.p, row);
+                let (t2, _, df) = adj.wald(&l, theta);
+                let se = (&l * &adj.phi_a * l.transpose())[(0, 0)].sqrt();
+                (se, df, t_tail(t2.sqrt(), df))
             })
             .collect();
-        let f = (hypotheses.iter())
-            .map(|rows| {
-                let l = DMatrix::from_fn(rows.len(), self.p, |i, k| rows[i][k]);
-                let (f, scale, df2) = test(&l);
-                let f = f * scale;
-                let tail = match FisherSnedecor::new(rows.len() as f64, df2) {
-                    Ok(law) if df2.is_finite() && f.is_finite() => law.sf(f),
-                    _ => f64::NAN,
-                };
-                (f, rows.len(), df2, tail)
-            })
-            .collect();
-        Ok((t, f))
+        Ok((adj, t))
     }
 
     /// Φ, Φ_A, the Pᵢ and W at θ.

@@ -81,8 +81,24 @@ impl Glmm {
         let p = self.p;
         check_hypotheses(p, hypotheses)?;
         let s = self.spread(theta, covariance)?;
-        let t = (0..p).map(|j| t_test(&s, theta, j)).collect();
+        let t = (0..p).map(|j| t_test(&s, theta, &unit(p, j))).collect();
         Ok((t, hypotheses.iter().map(|l| f_test(&s, theta, l)).collect()))
+    }
+
+    /// lmerTest's Satterthwaite t test of each contrast lᵀβ = 0 of a Gaussian fit (`contest1D`,
+    /// which `ls_means` runs on each mean), at θ̂ with `covariance` as [`Glmm::satterthwaite`]'s:
+    /// per row l of `contrasts` (p values), the standard error √(lᵀ Var(β̂ | φ) l), the degrees of
+    /// freedom and the two-sided p-value of t = lᵀβ̂ / se. [`Glmm::satterthwaite`]'s are those of
+    /// the unit rows.
+    pub fn satterthwaite_contrasts(
+        &self,
+        theta: &[f64],
+        covariance: &[Vec<f64>],
+        contrasts: &[Vec<f64>],
+    ) -> Result<Vec<(f64, f64, f64)>> {
+        check_contrasts(self.p, contrasts)?;
+        let s = self.spread(theta, covariance)?;
+        Ok(contrasts.iter().map(|l| t_test(&s, theta, l)).collect())
     }
 
     /// V = Var(β̂ | φ̂), its derivatives in φ (θ after β) by central differences, and φ's
@@ -166,16 +182,41 @@ pub(super) fn check_hypotheses(p: usize, hypotheses: &[Vec<Vec<f64>>]) -> Result
     }
 }
 
-/// The t test of βⱼ = 0 from `s` at θ: its standard error, degrees of freedom, p.
-fn t_test(s: &Spread, theta: &[f64], j: usize) -> (f64, f64, f64) {
-    let unit: Vec<f64> = (0..s.p).map(|k| f64::from(u8::from(j == k))).collect();
-    let (v, nu) = s.df(&unit);
-    let t = (theta[j] / v.sqrt()).abs();
+/// Nothing, or the error of a contrast that is not a row of the model's `p` fixed effects.
+pub(super) fn check_contrasts(p: usize, contrasts: &[Vec<f64>]) -> Result<()> {
+    match contrasts.iter().find(|l| l.len() != p) {
+        Some(l) => Err(invalid(
+            "contrasts",
+            format!(
+                "a row of {} values for the model's {p} fixed effects",
+                l.len()
+            ),
+            "give each contrast p values, one per fixed effect",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The unit row eⱼ of p values.
+pub(super) fn unit(p: usize, j: usize) -> Vec<f64> {
+    (0..p).map(|k| f64::from(u8::from(j == k))).collect()
+}
+
+/// The two-sided p-value of t on Student's t with ν degrees of freedom (the normal law's where
+/// ν is infinite).
+pub(super) fn t_tail(t: f64, nu: f64) -> f64 {
     let tail = match StudentsT::new(0.0, 1.0, nu) {
-        Ok(law) if nu.is_finite() => law.sf(t),
-        _ => Normal::standard().sf(t),
+        Ok(law) if nu.is_finite() => law.sf(t.abs()),
+        _ => Normal::standard().sf(t.abs()),
     };
-    (v.sqrt(), nu, 2.0 * tail)
+    2.0 * tail
+}
+
+/// The t test of lᵀβ = 0 from `s` at θ: its standard error, degrees of freedom, p.
+fn t_test(s: &Spread, theta: &[f64], l: &[f64]) -> (f64, f64, f64) {
+    let (v, nu) = s.df(l);
+    let estimate: f64 = l.iter().zip(theta).map(|(a, b)| a * b).sum();
+    (v.sqrt(), nu, t_tail(estimate / v.sqrt(), nu))
 }
 
 /// The F test of Lβ = 0 from `s` at θ: F, q, the denominator's degrees of freedom, p.

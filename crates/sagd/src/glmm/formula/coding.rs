@@ -31,7 +31,7 @@ impl Coding {
     }
 
     /// The levels of the variable `v` if it is categorical under this coding.
-    fn categorical(&self, v: &Var) -> Option<&[String]> {
+    pub(super) fn categorical(&self, v: &Var) -> Option<&[String]> {
         if v.factor || self.text.contains(&v.name) {
             self.levels.get(&v.name).map(Vec::as_slice)
         } else {

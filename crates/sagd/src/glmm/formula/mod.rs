@@ -22,6 +22,8 @@
 
 mod coding;
 mod frame;
+mod ls_means;
+pub use ls_means::{contrast_table, ls_means_table, pairwise_contrasts, LS_MEANS_METHODS};
 mod new_data;
 mod parse;
 mod ranova;

@@ -93,3 +93,69 @@ fn a_block_too_large_to_hold_dense_is_refused() {
     );
     assert!(dense_block_fits(usize::MAX, 3).is_err());
 }
+
+/// lmerTest's least-squares means of a balanced split plot's between-subjects factor, by both
+/// methods: each level's raw mean, with the classical standard error √(MS_subjects(A) / (per ·
+/// obs)) on S − a degrees of freedom; a difference of two levels, √2 times it; and the Wald z
+/// test's standard error is the fit's covariance's.
+#[test]
+fn a_split_plot_s_least_squares_means_are_the_classical_ones() {
+    use crate::glmm::formula::pairwise_contrasts;
+    use crate::glmm::Formula;
+    let (levels, per, obs) = (3, 4, 5);
+    let frame = split_plot(levels, per, obs);
+    let y = frame
+        .numbers_at("y", &(0..frame.n_rows()).collect::<Vec<_>>(), "response")
+        .unwrap();
+    let formula = Formula::parse("y ~ A + (1 | g)").unwrap();
+    let m = (formula.design(&frame).unwrap())
+        .glmm(Family::Gaussian)
+        .unwrap();
+    let fit = reml(&m);
+    let (term, means) = formula.ls_means_contrasts(&frame).unwrap().remove(0);
+    assert_eq!(term, "A");
+    let rows: Vec<Vec<f64>> = means.iter().map(|(_, l)| l.clone()).collect();
+    // The rows are subject-major: a level's per · obs rows, each subject's obs of them.
+    let mean = |r: std::ops::Range<usize>| y[r.clone()].iter().sum::<f64>() / r.len() as f64;
+    let (block, subjects) = (per * obs, levels * per);
+    let ms_subjects = (0..subjects)
+        .map(|s| {
+            (mean(s * obs..(s + 1) * obs) - mean(s / per * block..(s / per + 1) * block)).powi(2)
+        })
+        .sum::<f64>()
+        * obs as f64
+        / (subjects - levels) as f64;
+    let se = (ms_subjects / block as f64).sqrt();
+    let df = (subjects - levels) as f64;
+    let sat = m
+        .satterthwaite_contrasts(&fit.theta, &fit.covariance, &rows)
+        .unwrap();
+    let kr = m.kenward_roger_contrasts(&fit.theta, &rows).unwrap();
+    for (i, l) in rows.iter().enumerate() {
+        let estimate: f64 = l.iter().zip(&fit.theta).map(|(a, b)| a * b).sum();
+        assert!(
+            (estimate - mean(i * block..(i + 1) * block)).abs() < 1e-9,
+            "{i}"
+        );
+        for (what, (s, d, _)) in [("Satterthwaite", sat[i]), ("Kenward-Roger", kr[i])] {
+            assert!((s / se - 1.0).abs() < 1e-6, "{what} {i}: {s} vs {se}");
+            assert!((d - df).abs() < 1e-4, "{what} {i}: {d} vs {df}");
+        }
+    }
+    let pairs: Vec<Vec<f64>> = pairwise_contrasts(&means)
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect();
+    let (s, d, _) = m
+        .satterthwaite_contrasts(&fit.theta, &fit.covariance, &pairs)
+        .unwrap()[2];
+    assert!(
+        (s / (se * 2f64.sqrt()) - 1.0).abs() < 1e-6 && (d - df).abs() < 1e-4,
+        "{s} {d}"
+    );
+    let wrong = m.satterthwaite_contrasts(&fit.theta, &fit.covariance, &[vec![1.0]]);
+    assert!(wrong
+        .unwrap_err()
+        .to_string()
+        .contains("a row of 1 values for the model's 3 fixed effects"));
+}

@@ -1,0 +1,135 @@
+//! lmerTest's tests of a fit made by `sagd.glmm`: the type III hypotheses of the bindings'
+//! formula coding, the t and F tests with Satterthwaite's or Kenward and Roger's degrees of
+//! freedom, and the least-squares means.
+
+use numpy::PyReadonlyArray2;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use sagd::glmm::formula::{ls_means_table, type3_hypotheses};
+use sagd::glmm::{Glmm, GlmmFit};
+
+use crate::py_error;
+
+/// The type III tests' sum-to-zero coding of the design's rows from the bindings' formula: per
+/// term its name, the coding (n × p) and each term's columns (start, end).
+pub(super) type Type3<'py> = (Vec<String>, PyReadonlyArray2<'py, f64>, Vec<(usize, usize)>);
+
+/// The terms' names and each one's hypothesis L (rows of p values).
+type Hypotheses = (Vec<String>, Vec<Vec<Vec<f64>>>);
+
+/// The terms' names of `coding`, and each one's type III hypothesis on the design `x`'s
+/// coefficients (`sagd::glmm::formula::type3_hypotheses`, as `sagd glmm --ddf` takes them).
+pub(super) fn type3_hypotheses_of(
+    x: &PyReadonlyArray2<'_, f64>,
+    (names, xs, ranges): Type3<'_>,
+) -> PyResult<Hypotheses> {
+    let (x, xs) = (x.as_array(), xs.as_array());
+    if xs.dim() != x.dim() || names.len() != ranges.len() {
+        return Err(PyValueError::new_err(format!(
+            "type3: a coding of {:?} values for a design of {:?}, or {} names for {} terms",
+            xs.dim(),
+            x.dim(),
+            names.len(),
+            ranges.len()
+        )));
+    }
+    let ranges: Vec<_> = ranges.into_iter().map(|(a, b)| a..b).collect();
+    let (xv, xsv): (Vec<f64>, Vec<f64>) =
+        (x.iter().copied().collect(), xs.iter().copied().collect());
+    let hypotheses = type3_hypotheses(&xv, &xsv, x.ncols(), &ranges).map_err(py_error)?;
+    Ok((names, hypotheses))
+}
+
+/// `satterthwaite` (or with `kenward_roger`, `kenward_roger`): per fixed effect, its standard
+/// error (given the variances, or Kenward and Roger's adjusted), the degrees of freedom and the
+/// p-value; with `hypotheses`, `anova_type3`: per term its name, F, the degrees of freedom
+/// (numerator, denominator) and p. Satterthwaite's are refused where the fit's information
+/// could not be inverted; tests that cannot be made leave `ddf_error`, why.
+pub(super) fn ddf_items(
+    d: &Bound<'_, PyDict>,
+    model: &Glmm,
+    fit: &GlmmFit,
+    (names, ls): &Hypotheses,
+    kenward_roger: bool,
+) -> PyResult<()> {
+    let (key, tests) = match (kenward_roger, &fit.covariance) {
+        (true, _) => ("kenward_roger", model.kenward_roger_tests(&fit.theta, ls)),
+        (false, Some(cov)) => (
+            "satterthwaite",
+            model.satterthwaite_tests(&fit.theta, cov, ls),
+        ),
+        (false, None) => {
+            return Err(PyValueError::new_err(
+                "ddf: the fit's information could not be inverted, so it has no Satterthwaite \
+                 tests",
+            ))
+        }
+    };
+    // The fit stands without them (a block too large for Kenward-Roger's dense matrices).
+    let (t, f) = match tests {
+        Ok(tests) => tests,
+        Err(e) => return d.set_item("ddf_error", e.to_string()),
+    };
+    d.set_item(key, t)?;
+    if !names.is_empty() {
+        let terms: Vec<_> = (names.iter().zip(f))
+            .map(|(name, (f, q, ddf, p))| (name.clone(), f, q, ddf, p))
+            .collect();
+        d.set_item("anova_type3", terms)?;
+    }
+    Ok(())
+}
+
+/// The least-squares means of the bindings' formula coding: per mean its term, its name, and
+/// the rows L (m × p) of the fixed effects whose Lβ it is; a term's rows consecutive.
+pub(super) type LsMeansCoding<'py> = (Vec<String>, Vec<String>, PyReadonlyArray2<'py, f64>);
+
+/// `ls_means`: the table of `sagd::glmm::formula::ls_means_table` (the command line's) from the
+/// bindings' coding: its method (`ddf`), `level`, whether it holds `pairwise` differences, and
+/// per row its term, name, estimate, standard error, degrees of freedom, t, the interval's ends
+/// and p. Tests that cannot be made leave `ls_means_error`, why.
+#[allow(clippy::type_complexity)]
+pub(super) fn ls_means_items(
+    d: &Bound<'_, PyDict>,
+    fitted: (&Glmm, &GlmmFit),
+    (terms, names, l): LsMeansCoding<'_>,
+    asked: (bool, bool),
+    level: f64,
+) -> PyResult<()> {
+    let l = l.as_array();
+    if terms.len() != l.nrows() || names.len() != l.nrows() {
+        return Err(PyValueError::new_err(format!(
+            "ls_means: {} terms and {} names for {} rows",
+            terms.len(),
+            names.len(),
+            l.nrows()
+        )));
+    }
+    if !(level > 0.0 && level < 1.0) {
+        return Err(PyValueError::new_err(format!(
+            "ls_means_level: {level}: give the intervals' level between 0 and 1, e.g. 0.95"
+        )));
+    }
+    let mut grouped: Vec<(String, Vec<(String, Vec<f64>)>)> = Vec::new();
+    for ((term, name), row) in terms.into_iter().zip(names).zip(l.rows()) {
+        let mean = (name, row.to_vec());
+        match grouped.last_mut() {
+            Some((t, means)) if *t == term => means.push(mean),
+            _ => grouped.push((term, vec![mean])),
+        }
+    }
+    let (method, rows) = match ls_means_table(fitted, grouped, asked, level) {
+        Ok(table) => table,
+        Err(e) => return d.set_item("ls_means_error", e.to_string()),
+    };
+    let out = PyDict::new(d.py());
+    out.set_item("ddf", method)?;
+    out.set_item("level", level)?;
+    out.set_item("pairwise", asked.0)?;
+    let rows: Vec<_> = (rows.into_iter())
+        .map(|(term, name, v)| (term, name, v.to_vec()))
+        .collect();
+    out.set_item("rows", rows)?;
+    d.set_item("ls_means", out)
+}
