@@ -160,7 +160,9 @@ fn satterthwaite_tests_are_lmertest_s() {
 
 /// lmerTest 3.1-3's `summary(fit, ddf = "Kenward-Roger")` and `anova(fit, ddf =
 /// "Kenward-Roger")` (pbkrtest 0.5.2): per REML fit, each fixed effect's standard error from
-/// β̂'s adjusted covariance, degrees of freedom and p; then each term's NumDF, DenDF, F and p.
+/// β̂'s adjusted covariance, degrees of freedom and p; then each term's NumDF, DenDF, F, p and
+/// Sum Sq (pbkrtest's unscaled F times σ² times NumDF: the slopes' F scaling is 0.9997 for
+/// dose).
 const KENWARD_ROGER: &str = "\
 factorial,t,0.1927064340519,37.4474232152,1.50135539632e-16
 factorial,t,0.2105227462852,71.4178309180,1.35861656052e-03
@@ -169,19 +171,19 @@ factorial,t,0.2969648810174,76.2421933987,1.14661281966e-03
 factorial,t,0.0903137931697,76.6955274129,1.50790355386e-03
 factorial,t,0.3905326124777,74.8492618773,2.17194425413e-01
 factorial,t,0.4029337781992,75.0113050745,9.32994341316e-01
-factorial,F,2,71.3587182956,15.5211901463,2.53175832178e-06
-factorial,F,1,76.4570087133,24.4444698717,4.41572594292e-06
-factorial,F,1,76.6955274129,10.8340694447,1.50790355386e-03
-factorial,F,2,75.1549911349,1.0100806553,3.69079329037e-01
+factorial,F,2,71.3587182956,15.5211901463,2.53175832178e-06,13.6654083453
+factorial,F,1,76.4570087133,24.4444698717,4.41572594292e-06,10.7608867261
+factorial,F,1,76.6955274129,10.8340694447,1.50790355386e-03,4.76934834075
+factorial,F,2,75.1549911349,1.0100806553,3.69079329037e-01,0.889311465346
 slopes,t,0.327733514434,46.3004849028,2.95413595219e-08
 slopes,t,0.208188518302,66.2352246388,3.63313377070e-04
 slopes,t,0.289969770913,151.1927129611,2.09424148955e-03
 slopes,t,0.278292851110,143.7819844282,7.95703193535e-01
 slopes,t,0.309173986274,96.9727237780,1.40757997831e-01
 slopes,t,0.273313733707,152.8726707797,5.46154952957e-01
-slopes,F,1,22.445183580,17.63335437772,3.57864348031e-04
-slopes,F,2,148.520523650,5.85000687650,3.58494437684e-03
-slopes,F,2,105.570330431,1.10195112458,3.36012643048e-01
+slopes,F,1,22.445183580,17.63335437772,3.57864348031e-04,32.5309205899
+slopes,F,2,148.520523650,5.85000687650,3.58494437684e-03,21.5907417974
+slopes,F,2,105.570330431,1.10195112458,3.36012643048e-01,4.07312300547
 ";
 
 /// `--ddf kenward-roger` against lmerTest's Kenward-Roger tests (pbkrtest's) on the unbalanced
@@ -232,6 +234,7 @@ fn kenward_roger_tests_are_lmertest_s() {
             assert!(rel(g, "den_df", w[1]) < 1e-4, "{name}: {g} against {w:?}");
             assert!(rel(g, "f", w[2]) < 1e-4, "{name}: {g} against {w:?}");
             assert!(rel(g, "p", w[3]) < 1e-4, "{name}: {g} against {w:?}");
+            assert!(rel(g, "sum_sq", w[4]) < 2e-5, "{name}: {g} against {w:?}");
         }
     }
     let weights = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_weights.csv");

@@ -219,6 +219,15 @@ def test_kenward_roger_tests_are_lmertest_s():
         assert got[2] == q
         np.testing.assert_allclose(got[3:], (ddf, fv, p), rtol=1e-4)
     assert "Kenward-Roger's method" in repr(r)
+    # Sum Sq is the unscaled F sigma^2 NumDF (pbkrtest's FtestU), as lmerTest's: the correlated
+    # slopes' dose test has F scaling 0.9997.
+    counts = pd.read_csv(DATA).dropna()
+    s = sagd.glmm("count ~ x * dose + (1 + x | site)", data=counts, reml=True,
+                  ddf="kenward-roger").anova_type3
+    for term, ss, fv in [("x", 32.5309205899, 17.63335437772),
+                         ("dose", 21.5907417974, 5.85000687650),
+                         ("x:dose", 4.07312300547, 1.10195112458)]:
+        assert s[term][0] == pytest.approx(ss, rel=2e-5) and s[term][4] == pytest.approx(fv, rel=1e-4)
     with pytest.raises(ValueError, match="REML fits"):
         sagd.glmm(formula, data=factorial, ddf="kenward-roger")
     with pytest.raises(ValueError, match="weights"):

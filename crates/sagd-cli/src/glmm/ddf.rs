@@ -5,22 +5,23 @@
 
 use std::fmt::Write as _;
 
+use sagd::glmm::formula::ddf_tests;
 use sagd::glmm::{Design, Formula, Frame, Glmm, GlmmFit, Summary};
 use serde_json::json;
 
 use super::summary::{p_text, se_text, shown};
 
-/// A term's type III test: its name, F, its degrees of freedom (numerator, denominator), p.
-type TermTest = (String, f64, usize, f64, f64);
+/// A term's type III test: its name, F, its degrees of freedom (numerator, denominator), p, and
+/// its Mean Sq (the unscaled F times σ²; Kenward and Roger's F is scaled).
+type TermTest = (String, f64, usize, f64, f64, f64);
 
 /// A fit's tests: per coefficient its standard error (given the variance parameters, or
 /// Kenward and Roger's adjusted), degrees of freedom and p; per term of the fixed effects its F
-/// test; σ²; and whether they are Kenward and Roger's.
+/// test; and whether they are Kenward and Roger's.
 pub(super) struct Ddf {
     kenward_roger: bool,
     t: Vec<(f64, f64, f64)>,
     terms: Vec<TermTest>,
-    sigma2: f64,
 }
 
 impl Ddf {
@@ -46,33 +47,21 @@ impl Ddf {
             Vec::new()
         });
         let (names, hypotheses): (Vec<String>, Vec<_>) = contrasts.into_iter().unzip();
-        let tests = match (kenward_roger, &fit.covariance) {
-            (true, _) => model.kenward_roger_tests(&fit.theta, &hypotheses),
-            (false, Some(cov)) => model.satterthwaite_tests(&fit.theta, cov, &hypotheses),
-            (false, None) => {
-                warn(
-                    "tests",
-                    "the fit's information could not be inverted".into(),
-                );
-                return None;
-            }
-        };
-        let (t, f) = match tests {
-            Ok(tests) => tests,
+        let (t, f) = match ddf_tests((model, fit), &hypotheses, kenward_roger) {
+            Ok((_, t, f)) => (t, f),
             Err(e) => {
                 warn("tests", e.to_string());
                 return None;
             }
         };
-        let terms = (names.into_iter().zip(f))
-            .map(|(name, (f, q, ddf, p))| (name, f, q, ddf, p))
-            .collect();
         let sigma2 = (2.0 * fit.theta[fit.theta.len() - 1]).exp();
+        let terms = (names.into_iter().zip(f))
+            .map(|(name, (f, fu, q, ddf, p))| (name, f, q, ddf, p, fu * sigma2))
+            .collect();
         Some(Ddf {
             kenward_roger,
             t,
             terms,
-            sigma2,
         })
     }
 
@@ -110,8 +99,7 @@ impl Ddf {
             "\nType III analysis of variance with {} method:\n {:<20} {:>10} {:>10} {:>5} {:>9} {:>9} {:>10}",
             self.method(), "", "Sum Sq", "Mean Sq", "NumDF", "DenDF", "F value", "Pr(>F)"
         );
-        for (name, f, q, ddf, p) in &self.terms {
-            let ms = f * self.sigma2;
+        for (name, f, q, ddf, p, ms) in &self.terms {
             let _ = writeln!(
                 o,
                 " {name:<20} {:>10.4} {ms:>10.4} {q:>5} {ddf:>9.2} {f:>9.4} {:>10}",
@@ -134,7 +122,8 @@ impl Ddf {
             .map(|(name, (se, df, p))| json!({"name": name, "se": se, "df": df, "p": p}))
             .collect::<Vec<_>>());
         result["anova_type3"] = json!((self.terms.iter())
-            .map(|(name, f, q, ddf, p)| json!({"term": name, "f": f, "num_df": q, "den_df": ddf, "p": p}))
+            .map(|(name, f, q, ddf, p, ms)| json!({"term": name, "sum_sq": ms * *q as f64, "mean_sq": ms,
+                                                   "f": f, "num_df": q, "den_df": ddf, "p": p}))
             .collect::<Vec<_>>());
         result["anova_type3_ddf"] = json!(key);
     }

@@ -496,13 +496,14 @@ def _bootstrapped(d: Dict[str, Any], terms: List[Tuple[str, List[str]]],
 
 def _type3_table(tests: Optional[List[Any]], sigma: Optional[float]
                  ) -> Optional[Dict[str, Tuple[float, float, int, float, float, float]]]:
-    """lmerTest's type III table from the core's F tests (term, F, NumDF, DenDF, p): per term
-    its Sum Sq, Mean Sq (F sigma^2), NumDF, DenDF, F value and Pr(>F)."""
+    """lmerTest's type III table from the core's F tests (term, F, NumDF, DenDF, p, the
+    unscaled F): per term its Sum Sq, Mean Sq (the unscaled F sigma^2, as lmerTest's: Kenward
+    and Roger's F is scaled), NumDF, DenDF, F value and Pr(>F)."""
     if tests is None or sigma is None:
         return None
     s2 = float(sigma) ** 2
-    return {str(t): (float(f) * s2 * int(q), float(f) * s2, int(q), float(ddf), float(f), float(p))
-            for t, f, q, ddf, p in tests}
+    return {str(t): (float(fu) * s2 * int(q), float(fu) * s2, int(q), float(ddf), float(f),
+                     float(p)) for t, f, q, ddf, p, fu in tests}
 
 
 def _array(v: Any) -> Optional[np.ndarray]:

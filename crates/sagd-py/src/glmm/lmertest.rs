@@ -6,7 +6,7 @@ use numpy::PyReadonlyArray2;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use sagd::glmm::formula::{ls_means_table, type3_hypotheses};
+use sagd::glmm::formula::{ddf_tests, ls_means_table, type3_hypotheses};
 use sagd::glmm::{Glmm, GlmmFit};
 
 use crate::py_error;
@@ -44,8 +44,9 @@ pub(super) fn type3_hypotheses_of(
 /// `satterthwaite` (or with `kenward_roger`, `kenward_roger`): per fixed effect, its standard
 /// error (given the variances, or Kenward and Roger's adjusted), the degrees of freedom and the
 /// p-value; with `hypotheses`, `anova_type3`: per term its name, F, the degrees of freedom
-/// (numerator, denominator) and p. Satterthwaite's are refused where the fit's information
-/// could not be inverted; tests that cannot be made leave `ddf_error`, why.
+/// (numerator, denominator), p and the unscaled F (Kenward and Roger's F is scaled; the
+/// unscaled F σ² is lmerTest's Mean Sq). Tests that cannot be made (no covariance, a block too
+/// large for Kenward-Roger's dense matrices) leave `ddf_error`, why.
 pub(super) fn ddf_items(
     d: &Bound<'_, PyDict>,
     model: &Glmm,
@@ -53,28 +54,15 @@ pub(super) fn ddf_items(
     (names, ls): &Hypotheses,
     kenward_roger: bool,
 ) -> PyResult<()> {
-    let (key, tests) = match (kenward_roger, &fit.covariance) {
-        (true, _) => ("kenward_roger", model.kenward_roger_tests(&fit.theta, ls)),
-        (false, Some(cov)) => (
-            "satterthwaite",
-            model.satterthwaite_tests(&fit.theta, cov, ls),
-        ),
-        (false, None) => {
-            return Err(PyValueError::new_err(
-                "ddf: the fit's information could not be inverted, so it has no Satterthwaite \
-                 tests",
-            ))
-        }
-    };
     // The fit stands without them (a block too large for Kenward-Roger's dense matrices).
-    let (t, f) = match tests {
+    let (key, t, f) = match ddf_tests((model, fit), ls, kenward_roger) {
         Ok(tests) => tests,
         Err(e) => return d.set_item("ddf_error", e.to_string()),
     };
     d.set_item(key, t)?;
     if !names.is_empty() {
         let terms: Vec<_> = (names.iter().zip(f))
-            .map(|(name, (f, q, ddf, p))| (name.clone(), f, q, ddf, p))
+            .map(|(name, (f, unscaled, q, ddf, p))| (name.clone(), f, q, ddf, p, unscaled))
             .collect();
         d.set_item("anova_type3", terms)?;
     }

@@ -163,19 +163,39 @@ impl Glmm {
         theta: &[f64],
         hypotheses: &[Vec<Vec<f64>>],
     ) -> Result<(Vec<(f64, f64, f64)>, Vec<(f64, usize, f64, f64)>)> {
+        let (t, f) = self.kenward_roger_anova(theta, hypotheses)?;
+        Ok((
+            t,
+            f.into_iter()
+                .map(|(f, _, q, df2, p)| (f, q, df2, p))
+                .collect(),
+        ))
+    }
+
+    /// [`Glmm::kenward_roger_tests`] with each F test's unscaled F beside the scaled one
+    /// (pbkrtest's `FtestU`, whose F σ² is lmerTest's Mean Sq): per hypothesis F, the unscaled
+    /// F, q, the denominator's degrees of freedom and p. The command line's and the bindings'
+    /// type III tables read it.
+    #[doc(hidden)]
+    #[allow(clippy::type_complexity)]
+    pub fn kenward_roger_anova(
+        &self,
+        theta: &[f64],
+        hypotheses: &[Vec<Vec<f64>>],
+    ) -> Result<(Vec<(f64, f64, f64)>, Vec<(f64, f64, usize, f64, f64)>)> {
         check_hypotheses(self.p, hypotheses)?;
         let units: Vec<Vec<f64>> = (0..self.p).map(|j| unit(self.p, j)).collect();
         let (adj, t) = self.kenward_roger_t(theta, &units)?;
         let f = (hypotheses.iter())
             .map(|rows| {
                 let l = DMatrix::from_fn(rows.len(), self.p, |i, k| rows[i][k]);
-                let (f, scale, df2) = adj.wald(&l, theta);
-                let f = f * scale;
+                let (unscaled, scale, df2) = adj.wald(&l, theta);
+                let f = unscaled * scale;
                 let tail = match FisherSnedecor::new(rows.len() as f64, df2) {
                     Ok(law) if df2.is_finite() && f.is_finite() => law.sf(f),
                     _ => f64::NAN,
                 };
-                (f, rows.len(), df2, tail)
+                (f, unscaled, rows.len(), df2, tail)
             })
             .collect();
         Ok((t, f))

@@ -29,7 +29,7 @@ mod parse;
 mod ranova;
 pub use ranova::{least_squares_loglik, term_reductions};
 mod type3;
-pub use type3::type3_hypotheses;
+pub use type3::{ddf_tests, type3_hypotheses};
 
 pub use frame::{Column, Frame};
 

@@ -83,6 +83,33 @@ pub fn type3_hypotheses(
     Ok(ranges.iter().map(|r| orthonormal(&m[r.clone()])).collect())
 }
 
+/// lmerTest's tests of a Gaussian fit `(model, fit)` with Satterthwaite's or (`kenward_roger`)
+/// Kenward and Roger's degrees of freedom, as the command line and the bindings print them: the
+/// method's name (`"satterthwaite"` or `"kenward_roger"`), the t test of each fixed effect (its
+/// standard error, degrees of freedom, p), and the F test of each of `hypotheses` (F, the
+/// unscaled F whose F σ² is lmerTest's Mean Sq, q, the denominator's degrees of freedom, p; the
+/// two Fs are one for Satterthwaite's). Refused by name where Satterthwaite's tests have no
+/// covariance to read, and where the method refuses the model.
+#[allow(clippy::type_complexity)]
+pub fn ddf_tests(
+    (model, fit): (&Glmm, &crate::glmm::GlmmFit),
+    hypotheses: &[Vec<Vec<f64>>],
+    kenward_roger: bool,
+) -> Result<(
+    &'static str,
+    Vec<(f64, f64, f64)>,
+    Vec<(f64, f64, usize, f64, f64)>,
+)> {
+    if kenward_roger {
+        let (t, f) = model.kenward_roger_anova(&fit.theta, hypotheses)?;
+        return Ok(("kenward_roger", t, f));
+    }
+    let cov = fit.tested_covariance()?;
+    let (t, f) = model.satterthwaite_tests(&fit.theta, cov, hypotheses)?;
+    let f = f.into_iter().map(|(f, q, d, p)| (f, f, q, d, p)).collect();
+    Ok(("satterthwaite", t, f))
+}
+
 /// An orthonormal basis of the rows' span, by Gram–Schmidt (twice, for rounding) in their
 /// order, a row within 1e-10 of the span of those before it left out. Satterthwaite's degrees
 /// of freedom of a test of several rows depend on the basis of their span unless it is
