@@ -356,3 +356,147 @@ fn ranova_is_lmertest_s() {
         "{err}"
     );
 }
+
+/// lmerTest 3.1-3's `anova(fit, type = 1)` and `anova(fit, type = 2)` (pbkrtest 0.5.2 for
+/// Kenward-Roger): per fit and type, each term's Sum Sq, Mean Sq, NumDF, DenDF, F and p. `f`:
+/// `y ~ A * B + x + (1 | subj)` by REML on glmm_factorial.csv (`kr`: Kenward-Roger); `g`: `y ~
+/// x * A + B + (1 | subj)` by ML (x is contained in x:A, A is not: their numeric variables
+/// differ); `s`: the correlated slopes of glmm_counts.csv by REML.
+const LMERTEST_TYPES: &str = "\
+f1,A,13.5737692208,6.7868846104,2,69.9526742755,15.4171123451,2.83635963401e-06
+f1,B,7.69635380695,7.69635380695,1,75.7779814926,17.4830659575,7.70451424554e-05
+f1,x,4.87350818477,4.87350818477,1,76.7590746087,11.0706793341,0.00134825601007
+f1,A:B,0.900158783097,0.450079391549,2,74.9015588882,1.02240202126,0.36469452429
+f2,A,15.1650551029,7.58252755144,2,70.2370151824,17.2244978117,8.18783035929e-07
+f2,B,10.624871594,10.624871594,1,75.9259782174,24.1354978639,5.03704280539e-06
+f2,x,4.84439794999,4.84439794999,1,76.4751889377,11.0045524164,0.00139292029385
+f2,A:B,0.900158783097,0.450079391549,2,74.8968106563,1.02240202126,0.364694835559
+f1kr,A,13.5649066871,6.78245334353,2,70.3091953894,15.4070459403,2.82638720981e-06
+f1kr,B,7.58974557531,7.58974557531,1,76.0142231405,17.2408943016,8.52303984698e-05
+f1kr,x,4.79465151281,4.79465151281,1,76.9728457294,10.8915482245,0.00146548832123
+f1kr,A:B,0.889311465346,0.444655732673,2,75.1549911349,1.0100806553,0.369079329037
+f2kr,A,15.1489189293,7.57445946464,2,70.5880857972,17.2061695132,8.1884493775e-07
+f2kr,B,10.474722586,10.474722586,1,76.1588709378,23.7944188185,5.73769953392e-06
+f2kr,x,4.76934834075,4.76934834075,1,76.6955274129,10.8340694447,0.00150790355386
+f2kr,A:B,0.889311465346,0.444655732673,2,75.1549911349,1.0100806553,0.369079329037
+g1ml,x,2.49604788642,2.49604788642,1,83.1031646228,5.98982528573,0.0164951198846
+g1ml,A,12.8994357912,6.4497178956,2,76.0976006346,15.4775409347,2.29169096654e-06
+g1ml,B,10.3526628185,10.3526628185,1,82.170644137,24.8435303914,3.39781868934e-06
+g1ml,x:A,0.0978546407808,0.0489273203904,2,80.7054341113,0.117412050639,0.889370324151
+g2ml,x,4.67938640106,4.67938640106,1,83.3282262307,11.2292344787,0.00121195439986
+g2ml,A,14.2461590076,7.12307950381,2,76.2683419536,17.093422749,7.35242906512e-07
+g2ml,B,10.4102360486,10.4102360486,1,82.1904318789,24.9816902366,3.21502311416e-06
+g2ml,x:A,0.0978546407808,0.0489273203904,2,80.7704349055,0.117412050639,0.889370202367
+s1,x,37.9161125225,37.9161125225,1,18.9190030737,20.5523942738,0.000229481273925
+s1,dose,23.5915187631,11.7957593815,2,147.06804257,6.39388063386,0.00217433265673
+s1,x:dose,4.50616396881,2.25308198441,2,115.910470659,1.22128103843,0.298617712151
+s2,x,39.8644558376,39.8644558376,1,18.9366097463,21.608491994,0.000176578822024
+s2,dose,22.2060513268,11.1030256634,2,150.243522164,6.0183849526,0.00305965754292
+s2,x:dose,4.50616396881,2.25308198441,2,110.584464565,1.22128103843,0.298797635769
+";
+
+/// `--anova-type 1` and `2` against lmerTest's type I and type II tables: Sum Sq to 2e-5 of
+/// itself, DenDF and p to 1e-4, F to 2e-5 (the maximisers' θ̂ differ by about 1e-6). A type II
+/// term that no other contains is tested whole, and its degrees of freedom differ from type
+/// I's (the slopes' x:dose: 110.6 against 115.9): the rows of each hypothesis are lmerTest's.
+#[test]
+fn type1_and_type2_tables_are_lmertest_s() {
+    let factorial = factorial();
+    let fits: [(&str, &[&str], &PathBuf, &str); 4] = [
+        (
+            "f",
+            &["y ~ A * B + x + (1 | subj)", "--reml"],
+            &factorial,
+            "satterthwaite",
+        ),
+        (
+            "fkr",
+            &["y ~ A * B + x + (1 | subj)", "--reml"],
+            &factorial,
+            "kenward-roger",
+        ),
+        (
+            "gml",
+            &["y ~ x * A + B + (1 | subj)"],
+            &factorial,
+            "satterthwaite",
+        ),
+        (
+            "s",
+            &["count ~ x * dose + (1 + x | site)", "--reml"],
+            &data(),
+            "satterthwaite",
+        ),
+    ];
+    for (name, args, file, method) in fits {
+        for kind in ["1", "2"] {
+            let tag = match name.strip_suffix("kr").or(name.strip_suffix("ml")) {
+                Some(stem) => format!("{stem}{kind}{}", &name[stem.len()..]),
+                None => format!("{name}{kind}"),
+            };
+            let all: Vec<&str> = args.iter().copied().chain(["--anova-type", kind]).collect();
+            let (printed, r) = with_ddf(method, &all, file);
+            let heading = if kind == "1" {
+                "Type I analysis"
+            } else {
+                "Type II analysis"
+            };
+            assert!(printed.contains(heading), "{printed}");
+            let got = r[format!("anova_type{kind}")].as_array().unwrap().clone();
+            let want: Vec<Vec<&str>> = (LMERTEST_TYPES.lines())
+                .filter(|l| l.starts_with(&format!("{tag},")))
+                .map(|l| l.split(',').skip(1).collect())
+                .collect();
+            assert_eq!(got.len(), want.len(), "{tag}");
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g["term"], w[0], "{tag}");
+                assert_eq!(g["num_df"].as_f64().unwrap(), w[3].parse::<f64>().unwrap());
+                for (key, k, tol) in [
+                    ("sum_sq", 1, 2e-5),
+                    ("mean_sq", 2, 2e-5),
+                    ("den_df", 4, 1e-4),
+                    ("f", 5, 2e-5),
+                    ("p", 6, 1e-4),
+                ] {
+                    let (a, b) = (g[key].as_f64().unwrap(), w[k].parse::<f64>().unwrap());
+                    assert!(
+                        (a / b - 1.0).abs() < tol,
+                        "{tag} {}: {key} {a} against {b}",
+                        w[0]
+                    );
+                }
+            }
+        }
+    }
+    let err = refused(
+        sagd()
+            .args([
+                "glmm",
+                "count ~ x + (1 | site)",
+                "--ddf",
+                "satterthwaite",
+                "--anova-type",
+                "4",
+                "--data",
+            ])
+            .arg(data())
+            .args(["--out", "/nonexistent/never"]),
+    );
+    assert!(err.contains("--anova-type"), "{err}");
+    let err = refused(
+        sagd()
+            .args([
+                "glmm",
+                "count ~ x + (1 | site)",
+                "--anova-type",
+                "2",
+                "--data",
+            ])
+            .arg(data())
+            .args(["--out", "/nonexistent/never"]),
+    );
+    assert!(
+        err.contains("--anova-type 2: the terms' F tests come with --ddf"),
+        "{err}"
+    );
+}

@@ -19,7 +19,10 @@ mod lmertest;
 mod ranova;
 mod refits;
 
-use lmertest::{ddf_items, ls_means_items, type3_hypotheses_of, LsMeansCoding, Type3};
+use lmertest::{
+    anova_hypotheses_of, ddf_items, ls_means_items, type3_hypotheses_of, AnovaTerms, LsMeansCoding,
+    Type3,
+};
 pub(crate) use ranova::{least_squares_loglik, random_reductions};
 pub(crate) use refits::bootstrap_lrt;
 use refits::{bootstrap_items, Kept};
@@ -246,7 +249,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None, satterthwaite=false, kenward_roger=false, type3=None, ls_means=None, ls_means_pairwise=false, ls_means_level=0.95, checkpoint=None, checkpoint_every=100, interrupt_after=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None, satterthwaite=false, kenward_roger=false, type3=None, anova_terms=None, ls_means=None, ls_means_pairwise=false, ls_means_level=0.95, checkpoint=None, checkpoint_every=100, interrupt_after=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -276,6 +279,7 @@ pub(crate) fn fit_glmm<'py>(
     satterthwaite: bool,
     kenward_roger: bool,
     type3: Option<Type3<'py>>,
+    anova_terms: Option<AnovaTerms>,
     ls_means: Option<LsMeansCoding<'py>>,
     ls_means_pairwise: bool,
     ls_means_level: f64,
@@ -291,9 +295,10 @@ pub(crate) fn fit_glmm<'py>(
         )));
     }
     let given_weights = weights.as_ref().map(|w| w.as_array().to_vec());
-    let hypotheses = match type3 {
-        Some(coding) => type3_hypotheses_of(&x, coding)?,
-        None => (Vec::new(), Vec::new()),
+    let hypotheses = match (type3, anova_terms) {
+        (Some(coding), _) => type3_hypotheses_of(&x, coding)?,
+        (None, Some(terms)) => anova_hypotheses_of(&x, terms)?,
+        (None, None) => (3, Vec::new(), Vec::new()),
     };
     let model = glmm_model(
         family, y, x, groups, zs, correlated, trials, offset, weights,

@@ -247,3 +247,42 @@ def test_kenward_roger_too_large_a_block_leaves_the_fit_and_says_why():
     assert r.kenward_roger is None and r.anova_type3 is None
     assert "5000 rows" in r.warning and "Satterthwaite" in r.warning
     assert abs(r.fixed[1] - 1) < 0.05
+
+
+def test_type1_and_type2_tables_are_lmertest_s():
+    """lmerTest 3.1-3's anova(fit, type = 1) and anova(fit, type = 2) (pbkrtest 0.5.2 for
+    Kenward-Roger; the references of crates/sagd-cli/tests/glmm_ddf.rs): per term Sum Sq,
+    NumDF, DenDF, F and p. In y ~ x * A + B, x is contained in x:A and A is not (their numeric
+    variables differ), so type II tests A whole, as lmerTest does."""
+    factorial = pd.read_csv(DATA.parent / "glmm_factorial.csv")
+    counts = pd.read_csv(DATA).dropna()
+    cases = [
+        ("y ~ A * B + x + (1 | subj)", True, "satterthwaite", 1, factorial,
+         {"A": (13.5737692208, 2, 69.9526742755, 15.4171123451, 2.83635963401e-06),
+          "B": (7.69635380695, 1, 75.7779814926, 17.4830659575, 7.70451424554e-05)}),
+        ("y ~ A * B + x + (1 | subj)", True, "kenward-roger", "II", factorial,
+         {"A": (15.1489189293, 2, 70.5880857972, 17.2061695132, 8.1884493775e-07),
+          "x": (4.76934834075, 1, 76.6955274129, 10.8340694447, 0.00150790355386)}),
+        ("y ~ x * A + B + (1 | subj)", False, "satterthwaite", 2, factorial,
+         {"x": (4.67938640106, 1, 83.3282262307, 11.2292344787, 0.00121195439986),
+          "A": (14.2461590076, 2, 76.2683419536, 17.093422749, 7.35242906512e-07),
+          "x:A": (0.0978546407808, 2, 80.7704349055, 0.117412050639, 0.889370202367)}),
+        ("count ~ x * dose + (1 + x | site)", True, "satterthwaite", 2, counts,
+         {"dose": (22.2060513268, 2, 150.243522164, 6.0183849526, 0.00305965754292),
+          "x:dose": (4.50616396881, 2, 110.584464565, 1.22128103843, 0.298797635769)}),
+    ]
+    for formula, reml, ddf, kind, data, want in cases:
+        r = sagd.glmm(formula, data=data, reml=reml, ddf=ddf, anova_type=kind)
+        table = r.anova_type1 if kind == 1 else r.anova_type2
+        assert r.anova_type3 is None and table is not None
+        for term, (ss, q, den, f, p) in want.items():
+            got = table[term]
+            assert got[2] == q
+            np.testing.assert_allclose([got[0], got[3], got[4], got[5]], [ss, den, f, p],
+                                       rtol=1e-4, err_msg=f"{formula} {kind} {term}")
+        name = "type I " if kind == 1 else "type II "
+        assert name + "analysis of variance" in repr(r)
+    with pytest.raises(ValueError, match="anova_type"):
+        sagd.glmm("y ~ A + (1 | subj)", data=factorial, ddf="satterthwaite", anova_type=4)
+    with pytest.raises(ValueError, match="come with ddf"):
+        sagd.glmm("y ~ A + (1 | subj)", data=factorial, anova_type=2)

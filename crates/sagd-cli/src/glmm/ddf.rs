@@ -22,6 +22,8 @@ pub(super) struct Ddf {
     kenward_roger: bool,
     t: Vec<(f64, f64, f64)>,
     terms: Vec<TermTest>,
+    /// The terms' tests' type (lmerTest's 1, 2 or 3).
+    kind: usize,
 }
 
 impl Ddf {
@@ -30,7 +32,7 @@ impl Ddf {
     /// Satterthwaite's from or the tests cannot be made; without the terms' tests (and a
     /// warning) where their hypotheses cannot be made.
     pub(super) fn find(
-        method: &str,
+        (method, kind): (&str, usize),
         model: &Glmm,
         fit: &GlmmFit,
         (formula, frame): (&Formula, &Frame),
@@ -42,7 +44,7 @@ impl Ddf {
             "Satterthwaite"
         };
         let warn = |what: &str, e: String| say_err!("warning: no {name} {what}: {e}");
-        let contrasts = formula.type3_contrasts(frame).unwrap_or_else(|e| {
+        let contrasts = formula.anova_contrasts(frame, kind).unwrap_or_else(|e| {
             warn("F tests of the terms", e.to_string());
             Vec::new()
         });
@@ -62,6 +64,7 @@ impl Ddf {
             kenward_roger,
             t,
             terms,
+            kind,
         })
     }
 
@@ -96,8 +99,8 @@ impl Ddf {
         }
         let _ = writeln!(
             o,
-            "\nType III analysis of variance with {} method:\n {:<20} {:>10} {:>10} {:>5} {:>9} {:>9} {:>10}",
-            self.method(), "", "Sum Sq", "Mean Sq", "NumDF", "DenDF", "F value", "Pr(>F)"
+            "\nType {} analysis of variance with {} method:\n {:<20} {:>10} {:>10} {:>5} {:>9} {:>9} {:>10}",
+            ["I", "II", "III"][self.kind - 1], self.method(), "", "Sum Sq", "Mean Sq", "NumDF", "DenDF", "F value", "Pr(>F)"
         );
         for (name, f, q, ddf, p, ms) in &self.terms {
             let _ = writeln!(
@@ -110,8 +113,8 @@ impl Ddf {
     }
 
     /// result.json's `satterthwaite` (or `kenward_roger`: per coefficient its name, standard
-    /// error, degrees of freedom and p) and `anova_type3` (per term its F, degrees of freedom
-    /// and p; `anova_type3_ddf` says by which method).
+    /// error, degrees of freedom and p) and `anova_typeN` for the table's type N (per term its
+    /// Sum Sq, Mean Sq, F, degrees of freedom and p; `anova_typeN_ddf` says by which method).
     pub(super) fn json(&self, d: &Design, result: &mut serde_json::Value) {
         let key = if self.kenward_roger {
             "kenward_roger"
@@ -121,10 +124,10 @@ impl Ddf {
         result[key] = json!((d.x_names.iter().zip(&self.t))
             .map(|(name, (se, df, p))| json!({"name": name, "se": se, "df": df, "p": p}))
             .collect::<Vec<_>>());
-        result["anova_type3"] = json!((self.terms.iter())
+        result[format!("anova_type{}", self.kind)] = json!((self.terms.iter())
             .map(|(name, f, q, ddf, p, ms)| json!({"term": name, "sum_sq": ms * *q as f64, "mean_sq": ms,
                                                    "f": f, "num_df": q, "den_df": ddf, "p": p}))
             .collect::<Vec<_>>());
-        result["anova_type3_ddf"] = json!(key);
+        result[format!("anova_type{}_ddf", self.kind)] = json!(key);
     }
 }

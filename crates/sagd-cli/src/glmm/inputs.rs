@@ -196,6 +196,9 @@ fn check_tests(a: &GlmmArgs, family: Family, method: Method) -> Result<()> {
             anyhow::bail!("--ddf kenward-roger: pbkrtest's method leaves prior weights out of the covariance, so sagd has no reference for it with --weights; use --ddf satterthwaite");
         }
     }
+    if let (Some(kind), None) = (a.anova_type, &a.ddf) {
+        anyhow::bail!("--anova-type {kind}: the terms' F tests come with --ddf; add --ddf satterthwaite (or kenward-roger with --reml)");
+    }
     if a.ls_means.is_some() {
         if !(a.ls_means_level > 0.0 && a.ls_means_level < 1.0) {
             anyhow::bail!(

@@ -78,6 +78,12 @@ pub struct GlmmArgs {
     /// pbkrtest's: --reml fits, the standard errors of β̂'s adjusted covariance).
     #[arg(long, value_name = "METHOD", value_parser = ["satterthwaite", "kenward-roger"])]
     ddf: Option<String>,
+    /// With --ddf, the type of the terms' F tests (lmerTest's `anova(fit, type = …)`): 3 (each
+    /// term under sum-to-zero contrasts of the categorical variables), 2 (each term adjusted for
+    /// every term that does not contain it) or 1 (sequential, in the formula's order); 3 when
+    /// left out.
+    #[arg(long, value_name = "TYPE", value_parser = clap::value_parser!(u8).range(1..=3))]
+    anova_type: Option<u8>,
     /// auto: the exact likelihood where it can be computed (Gaussian; up to 3 random effects per
     /// independent block by adaptive quadrature), else Langevin chains from Laplace's maximum
     /// (the polish's Newton steps; automated EM where they fail); exact; em.
@@ -296,10 +302,10 @@ impl Found {
             }
         })
         .collect::<Vec<_>>();
-        let tests = a
-            .ddf
-            .as_deref()
-            .and_then(|method| Ddf::find(method, &i.model, fit, (&i.formula, &i.frame)));
+        let tests = a.ddf.as_deref().and_then(|method| {
+            let kind = (method, usize::from(a.anova_type.unwrap_or(3)));
+            Ddf::find(kind, &i.model, fit, (&i.formula, &i.frame))
+        });
         let sep = self.separation.as_deref();
         let notes = (
             sep,

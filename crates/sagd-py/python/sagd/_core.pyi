@@ -37,6 +37,7 @@ def fit_glmm(
     satterthwaite: bool = ...,
     kenward_roger: bool = ...,
     type3: Optional[Tuple[List[str], npt.NDArray[np.float64], List[Tuple[int, int]]]] = ...,
+    anova_terms: Optional[Tuple[int, List[str], List[Tuple[int, int]], List[List[int]]]] = ...,
     ls_means: Optional[Tuple[List[str], List[str], npt.NDArray[np.float64]]] = ...,
     ls_means_pairwise: bool = ...,
     ls_means_level: float = ...,

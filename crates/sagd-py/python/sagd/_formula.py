@@ -239,6 +239,26 @@ def type3_coding(spec: Spec, data: Any,
             [r for _, r in kept])
 
 
+def anova_terms(spec: Spec, kind: int) -> Tuple[int, List[str], List[Tuple[int, int]],
+                                                List[List[int]]]:
+    """The terms of lmerTest's type ``kind`` (1 or 2) table of a formula fit: per term but the
+    intercept its name, its columns of the fit's design and the terms that contain it (all its
+    variables and more, the same numeric ones: lmerTest's rule, a variable categorical where
+    it is a text column or written ``C(...)``). The core makes each term's hypothesis from the
+    design as the command line's."""
+    terms = [(str(t), [f.expr for f in t.factors], (s.start, s.stop))
+             for t, s in spec.fixed.term_slices.items() if str(t) != "1"]
+
+    def numeric(exprs: List[str]) -> set:
+        return {e for e in exprs
+                if e not in spec.levels and not e.replace(" ", "").startswith("C(")}
+
+    contains = [[k for k, (_, big, _) in enumerate(terms)
+                 if set(small) < set(big) and numeric(small) == numeric(big)]
+                for _, small, _ in terms]
+    return int(kind), [t[0] for t in terms], [t[2] for t in terms], contains
+
+
 # The most rows of least-squares means' reference grid.
 _MAX_GRID = 1_000_000
 

@@ -77,6 +77,7 @@ def glmm(
     bootstrap: Optional[int] = None,
     bootstrap_level: float = 0.95,
     ddf: Optional[str] = None,
+    anova_type: Any = None,
     ls_means: Optional[str] = None,
     ls_means_level: float = 0.95,
     checkpoint: Any = None,
@@ -170,6 +171,10 @@ def glmm(
             (lmerTest's ``ddf="Kenward-Roger"``, pbkrtest's; ``reml=True``, no weights), the
             standard errors those of beta's adjusted covariance, in ``kenward_roger`` and
             ``anova_type3``.
+        anova_type: with ``ddf``, the type of the terms' F tests (lmerTest's ``anova(fit,
+            type=...)``): 3 (the default), 2 (each term adjusted for every term that does not
+            contain it) or 1 (sequential, in the formula's order), in ``anova_type3``,
+            ``anova_type2`` or ``anova_type1``. Refused without ``ddf``.
         ls_means: ``"means"`` (or ``True``): with a formula, lmerTest's ``ls_means(fit)``, the
             least-squares mean of each combination of the levels of every term of categorical
             columns (over every level of the other categorical columns, each as often, and
@@ -189,6 +194,7 @@ def glmm(
     ddf = _check_options(family, method, reml, profile, ddf,
                          (bootstrap, bootstrap_level, checkpoint, weights))
     ls_means = _check_ls_means(ls_means, ls_means_level, family, method, y)
+    kind = _anova_kind(anova_type, ddf)
     formula, dropped, rows, spec = None, 0, None, None
     if isinstance(y, str):
         if any(v is not None for v in (X, groups, Z, trials)) or correlated is not False:
@@ -208,11 +214,13 @@ def glmm(
         z_names = d.z_names[0] if len(d.z_names) == 1 else d.z_names
     elif data is not None:
         raise ValueError("data: only with a formula, e.g. sagd.glmm('y ~ x + (1 | g)', data=df)")
-    from ._formula import ls_means_coding, type3_coding
+    from ._formula import anova_terms, ls_means_coding, type3_coding
 
     # The fit stands without the tables; the result says why.
-    type3, type3_note = _coded("type III table", spec is not None and ddf is not None,
+    table = spec is not None and ddf is not None
+    type3, type3_note = _coded("type III table", table and kind == 3,
                                lambda: type3_coding(spec, data, rows))
+    terms12 = anova_terms(spec, kind) if table and kind != 3 else None
     lsm, lsm_note = _coded("least-squares means", ls_means is not None,
                            lambda: ls_means_coding(spec, data, rows))
     a = _Arrays.of(y, X, groups, family, Z, trials, correlated, offset, weights)
@@ -237,6 +245,7 @@ def glmm(
                                       else _whole("bootstrap", bootstrap, 2)),
                            bootstrap_progress=boot_show, satterthwaite=ddf == "satterthwaite",
                            kenward_roger=ddf == "kenward-roger", type3=type3,
+                           anova_terms=terms12,
                            ls_means=lsm, ls_means_pairwise=ls_means == "pairwise",
                            ls_means_level=float(ls_means_level),
                            checkpoint=None if checkpoint is None else os.fspath(checkpoint),
@@ -301,7 +310,8 @@ def _fit_items(d: Dict[str, Any], base: FitResult, p: int, family: str) -> Dict[
         **{f: _array(d.get(f)) for f in ("eta", "fitted", "resid_response", "resid_pearson",
                                          "resid_deviance", "resid_quantiles", "simulations",
                                          "satterthwaite", "kenward_roger")},
-        anova_type3=_type3_table(d.get("anova_type3"), d.get("sigma")),
+        **{f"anova_type{k}": _anova_table(d.get(f"anova_type{k}"), d.get("sigma"))
+           for k in (1, 2, 3)},
         ls_means=LsMeansResult._of(d.get("ls_means")),
     )
 
@@ -494,9 +504,25 @@ def _bootstrapped(d: Dict[str, Any], terms: List[Tuple[str, List[str]]],
                 confint_boot=intervals, confint_boot_level=level)
 
 
-def _type3_table(tests: Optional[List[Any]], sigma: Optional[float]
+def _anova_kind(anova_type: Any, ddf: Optional[str]) -> int:
+    """lmerTest's type of an F table, 1, 2 or 3 (as a number, its digit or its Roman
+    numeral; 3 when None); another, or one without ``ddf``, is refused by name."""
+    if anova_type is None:
+        return 3
+    if ddf is None:
+        raise ValueError("anova_type: the terms' F tests come with ddf; add "
+                         "ddf='satterthwaite' (or 'kenward-roger' with reml=True)")
+    kinds = {"1": 1, "2": 2, "3": 3, "I": 1, "II": 2, "III": 3}
+    kind = kinds.get(str(anova_type).upper())
+    if kind is None:
+        raise ValueError(f"anova_type: {anova_type!r}: give 1, 2 or 3 (lmerTest's types I, II "
+                         "and III)")
+    return kind
+
+
+def _anova_table(tests: Optional[List[Any]], sigma: Optional[float]
                  ) -> Optional[Dict[str, Tuple[float, float, int, float, float, float]]]:
-    """lmerTest's type III table from the core's F tests (term, F, NumDF, DenDF, p, the
+    """lmerTest's type I, II or III table from the core's F tests (term, F, NumDF, DenDF, p, the
     unscaled F): per term its Sum Sq, Mean Sq (the unscaled F sigma^2, as lmerTest's: Kenward
     and Roger's F is scaled), NumDF, DenDF, F value and Pr(>F)."""
     if tests is None or sigma is None:

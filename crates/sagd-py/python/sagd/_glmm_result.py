@@ -95,6 +95,9 @@ class GlmmResult(FitResult):
             order, (Sum Sq, Mean Sq, NumDF, DenDF, F value, Pr(>F)), the hypothesis that the
             term's coefficients are 0 with every categorical variable under sum-to-zero
             contrasts, the denominator degrees of freedom by the ``ddf`` method.
+        anova_type2, anova_type1: with ``ddf`` and ``anova_type=2`` (or 1), lmerTest's type II
+            (type I) table, in the same form: each term adjusted for every term that does not
+            contain it (sequentially, in the formula's order).
         ls_means: with ``ls_means`` and a formula, lmerTest's least-squares means (a
             :class:`LsMeansResult`; ``print`` it for the table).
         bootstrap: with ``bootstrap=N``, the parametric bootstrap's N refits (lme4's
@@ -149,6 +152,8 @@ class GlmmResult(FitResult):
     satterthwaite: Optional[np.ndarray] = None
     kenward_roger: Optional[np.ndarray] = None
     anova_type3: Optional[Dict[str, Tuple[float, float, int, float, float, float]]] = None
+    anova_type2: Optional[Dict[str, Tuple[float, float, int, float, float, float]]] = None
+    anova_type1: Optional[Dict[str, Tuple[float, float, int, float, float, float]]] = None
     ls_means: Optional[LsMeansResult] = None
     bootstrap: Optional[np.ndarray] = None
     bootstrap_names: List[str] = field(default_factory=list)
@@ -267,13 +272,16 @@ class GlmmResult(FitResult):
             out += f"\nparametric bootstrap intervals ({pct}, percentiles of {refits} refits):"
             out += "".join(f"\n  {n:<28} {lo:10.5f} {hi:10.5f}"
                            for n, (lo, hi) in self.confint_boot.items())
-        if self.anova_type3:
+        for name, table in (("III", self.anova_type3), ("II", self.anova_type2),
+                            ("I", self.anova_type1)):
+            if not table:
+                continue
             how = "Kenward-Roger's" if self.kenward_roger is not None else "Satterthwaite's"
-            out += (f"\ntype III analysis of variance ({how} method):\n"
+            out += (f"\ntype {name} analysis of variance ({how} method):\n"
                     f"  {'':<20} {'Sum Sq':>10} {'Mean Sq':>10} {'NumDF':>5} {'DenDF':>9} "
                     f"{'F value':>9} {'Pr(>F)':>10}")
             out += "".join(f"\n  {t:<20} {ss:10.4f} {ms:10.4f} {q:5d} {ddf:9.2f} {f:9.4f} "
-                           f"{p:10.3g}" for t, (ss, ms, q, ddf, f, p) in self.anova_type3.items())
+                           f"{p:10.3g}" for t, (ss, ms, q, ddf, f, p) in table.items())
         if self.ls_means is not None:
             out += "\n" + repr(self.ls_means)
         if self.resid_quantiles is not None:

@@ -6,7 +6,7 @@ use numpy::PyReadonlyArray2;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use sagd::glmm::formula::{ddf_tests, ls_means_table, type3_hypotheses};
+use sagd::glmm::formula::{anova_hypotheses, ddf_tests, ls_means_table, type3_hypotheses};
 use sagd::glmm::{Glmm, GlmmFit};
 
 use crate::py_error;
@@ -15,8 +15,34 @@ use crate::py_error;
 /// term its name, the coding (n × p) and each term's columns (start, end).
 pub(super) type Type3<'py> = (Vec<String>, PyReadonlyArray2<'py, f64>, Vec<(usize, usize)>);
 
-/// The terms' names and each one's hypothesis L (rows of p values).
-type Hypotheses = (Vec<String>, Vec<Vec<Vec<f64>>>);
+/// The table's type (lmerTest's 1, 2 or 3), the terms' names and each one's hypothesis L (rows
+/// of p values).
+type Hypotheses = (usize, Vec<String>, Vec<Vec<Vec<f64>>>);
+
+/// The type I or II tests' terms from the bindings' formula: the type, per term its name, its
+/// columns of the design (start, end) and the terms that contain it.
+pub(super) type AnovaTerms = (usize, Vec<String>, Vec<(usize, usize)>, Vec<Vec<usize>>);
+
+/// The terms' names, and each one's type I or II hypothesis on the design `x`'s coefficients
+/// (`sagd::glmm::formula::anova_hypotheses`, as `sagd glmm --anova-type` takes them).
+pub(super) fn anova_hypotheses_of(
+    x: &PyReadonlyArray2<'_, f64>,
+    (kind, names, ranges, contains): AnovaTerms,
+) -> PyResult<Hypotheses> {
+    let x = x.as_array();
+    if names.len() != ranges.len() {
+        return Err(PyValueError::new_err(format!(
+            "anova_terms: {} names for {} terms",
+            names.len(),
+            ranges.len()
+        )));
+    }
+    let ranges: Vec<_> = ranges.into_iter().map(|(a, b)| a..b).collect();
+    let xv: Vec<f64> = x.iter().copied().collect();
+    let hypotheses =
+        anova_hypotheses(&xv, x.ncols(), &ranges, &contains, kind).map_err(py_error)?;
+    Ok((kind, names, hypotheses))
+}
 
 /// The terms' names of `coding`, and each one's type III hypothesis on the design `x`'s
 /// coefficients (`sagd::glmm::formula::type3_hypotheses`, as `sagd glmm --ddf` takes them).
@@ -38,12 +64,12 @@ pub(super) fn type3_hypotheses_of(
     let (xv, xsv): (Vec<f64>, Vec<f64>) =
         (x.iter().copied().collect(), xs.iter().copied().collect());
     let hypotheses = type3_hypotheses(&xv, &xsv, x.ncols(), &ranges).map_err(py_error)?;
-    Ok((names, hypotheses))
+    Ok((3, names, hypotheses))
 }
 
 /// `satterthwaite` (or with `kenward_roger`, `kenward_roger`): per fixed effect, its standard
 /// error (given the variances, or Kenward and Roger's adjusted), the degrees of freedom and the
-/// p-value; with `hypotheses`, `anova_type3`: per term its name, F, the degrees of freedom
+/// p-value; with `hypotheses`, `anova_typeN` (N the table's type): per term its name, F, the degrees of freedom
 /// (numerator, denominator), p and the unscaled F (Kenward and Roger's F is scaled; the
 /// unscaled F σ² is lmerTest's Mean Sq). Tests that cannot be made (no covariance, a block too
 /// large for Kenward-Roger's dense matrices) leave `ddf_error`, why.
@@ -51,7 +77,7 @@ pub(super) fn ddf_items(
     d: &Bound<'_, PyDict>,
     model: &Glmm,
     fit: &GlmmFit,
-    (names, ls): &Hypotheses,
+    (kind, names, ls): &Hypotheses,
     kenward_roger: bool,
 ) -> PyResult<()> {
     // The fit stands without them (a block too large for Kenward-Roger's dense matrices).
@@ -64,7 +90,7 @@ pub(super) fn ddf_items(
         let terms: Vec<_> = (names.iter().zip(f))
             .map(|(name, (f, unscaled, q, ddf, p))| (name.clone(), f, q, ddf, p, unscaled))
             .collect();
-        d.set_item("anova_type3", terms)?;
+        d.set_item(format!("anova_type{kind}"), terms)?;
     }
     Ok(())
 }

@@ -30,6 +30,8 @@ mod ranova;
 pub use ranova::{least_squares_loglik, term_reductions};
 mod type3;
 pub use type3::{ddf_tests, type3_hypotheses};
+mod types12;
+pub use types12::anova_hypotheses;
 
 pub use frame::{Column, Frame};
 
