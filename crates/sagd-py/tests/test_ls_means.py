@@ -91,6 +91,11 @@ def test_a_glmm_s_means_are_wald_z_on_the_link_scale():
     assert m.ddf == "wald"
     check(m, WALD, 5e-5)
     assert "z value" in repr(m)
+    # C(dose) is the same variable, named as written.
+    c = sagd.glmm("count ~ x + C(dose) + (1 | site)", data=df, family="poisson",
+                  ls_means=True).ls_means
+    assert c.names == ["C(dose)ctl", "C(dose)high", "C(dose)low"]
+    assert c.estimate == pytest.approx(m.estimate, rel=1e-9)
 
 
 def test_no_means_without_factor_terms_and_bad_options_are_refused():
@@ -98,6 +103,8 @@ def test_no_means_without_factor_terms_and_bad_options_are_refused():
     r = sagd.glmm("y ~ x + (1 | subj)", data=df, ls_means=True)
     assert r.ls_means is None
     assert "no least-squares means: the fixed effects have no term of categorical" in r.warning
+    coded = sagd.glmm("y ~ C(A, contr.sum) + (1 | subj)", data=df, ls_means=True)
+    assert coded.ls_means is None and "more than its column" in coded.warning
     for options, says in [(dict(ls_means="all"), "give 'means'"),
                           (dict(ls_means=True, ls_means_level=1.5), "between 0 and 1"),
                           (dict(ls_means=True, method="em"), "need the exact likelihood")]:

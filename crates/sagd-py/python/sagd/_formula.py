@@ -263,17 +263,21 @@ def anova_terms(spec: Spec, kind: int) -> Tuple[int, List[str], List[Tuple[int, 
 _MAX_GRID = 1_000_000
 
 
+_PLAIN_C = re.compile(r"^C\(\s*([A-Za-z_.][A-Za-z0-9_.]*)\s*\)$")
+
+
 def ls_means_coding(spec: Spec, data: Any,
                     rows: np.ndarray) -> Tuple[List[str], List[str], np.ndarray]:
     """lmerTest's least-squares means of a formula fit's fixed effects: per term whose
-    variables are all categorical columns, per combination of their levels (named as R names
-    them, ``Alo:Bu``, the first variable's level changing fastest), the row L of the fit's
-    fixed effects whose L beta is that combination's mean over the reference grid: every level
-    of the other categorical columns, each as often, and every numeric column at its mean over
-    the fitted rows (``rows`` of ``data``); a term's rows consecutive, as (terms, names, L). The
-    core tests them as the command line's. Refused (ValueError) where a term codes its variable
-    itself (``C(...)``), where no term is of categorical columns only, and for a grid of over a
-    million rows."""
+    variables are all categorical (text columns, or a column written ``C(x)``), per combination
+    of their levels (named as R names them, ``Alo:Bu``, ``C(d)2``, the first variable's level
+    changing fastest), the row L of the fit's fixed effects whose L beta is that combination's
+    mean over the reference grid: every level of the other categorical variables, each as
+    often, and every numeric column at its mean over the fitted rows (``rows`` of ``data``); a
+    term's rows consecutive, as (terms, names, L). The core tests them as the command line's.
+    Refused (ValueError) where ``C(...)`` has more than a column, where a column is read both
+    ways, where no term is of categorical variables only, and for a grid of over a million
+    rows."""
     import itertools
 
     import pandas as pd
@@ -281,42 +285,53 @@ def ls_means_coding(spec: Spec, data: Any,
     df = data if isinstance(data, pd.DataFrame) else pd.DataFrame(data)
     df = df.iloc[rows].reset_index(drop=True)
     terms = [t for t in spec.fixed.formula if str(t) != "1"]
-    exprs = [f.expr for t in terms for f in t.factors]
-    coded = [e for e in exprs if e.replace(" ", "").startswith("C(")]
-    if coded:
-        raise ValueError(f"the term {coded[0]} codes its variable itself; write the variable "
-                         "alone to have its least-squares means")
-    columns = list(dict.fromkeys(n for e in exprs for n in _NAME.findall(e) if n in df.columns))
-    factors = [c for c in columns if c in spec.levels]
+    exprs = list(dict.fromkeys(f.expr for t in terms for f in t.factors))
+    # Each categorical variable's column and levels (a C(x)'s: x's values, sorted).
+    factors: Dict[str, Tuple[str, List[Any]]] = {}
+    for e in exprs:
+        plain = _PLAIN_C.match(e.replace(" ", ""))
+        if plain and plain.group(1) in df.columns:
+            factors[e] = (plain.group(1), sorted(set(df[plain.group(1)].tolist())))
+        elif e.replace(" ", "").startswith("C("):
+            raise ValueError(f"{e} codes its variable with more than its column; write "
+                             "C(column) or the column alone to have its least-squares means")
+        elif e in spec.levels:
+            factors[e] = (e, list(spec.levels[e]))
+    columns = list(dict.fromkeys(n for e in exprs if e not in factors
+                                 for n in _NAME.findall(e) if n in df.columns))
+    both = [c for c, _ in factors.values() if c in columns]
+    if both:
+        raise ValueError(f"{both[0]!r} is read both as a number and as a category; add a copy "
+                         "of the column under another name")
     means = [t for t in terms if all(f.expr in factors for f in t.factors)]
     if not means:
         raise ValueError("the fixed effects have no term of categorical variables only")
-    size = int(np.prod([len(spec.levels[c]) for c in factors]))
+    size = int(np.prod([len(lv) for _, lv in factors.values()]))
     if size > _MAX_GRID:
         raise ValueError(f"a reference grid of {size} rows (every combination of the "
                          "categorical variables' levels); fit a model with fewer or coarser "
                          "factors")
-    # The grid, the first factor's level changing fastest.
-    combos = [c[::-1] for c in itertools.product(*(spec.levels[f] for f in factors[::-1]))]
-    grid = pd.DataFrame(combos, columns=factors) if factors else pd.DataFrame(index=[0])
+    # The grid, the first variable's level changing fastest.
+    order = list(factors)
+    combos = [c[::-1] for c in itertools.product(*(factors[f][1] for f in order[::-1]))]
+    grid = pd.DataFrame(combos, columns=[factors[f][0] for f in order])
     for c in columns:
-        if c not in spec.levels:
-            grid[c] = float(df[c].mean())
+        grid[c] = float(df[c].mean())
     X = spec.fixed.get_model_matrix(grid).to_numpy(dtype=float)
     names, labels, rows_l = [], [], []
     for term in means:
-        vs = [f.expr for f in term.factors]
-        levels = [spec.levels[v] for v in vs]
+        vs = [factors[f.expr] for f in term.factors]
         # Each grid row's combination of the term's levels, the first variable's fastest.
         index = np.zeros(len(grid), dtype=int)
         scale = 1
-        for v, lv in zip(vs, levels):
-            index += grid[v].map({l: k for k, l in enumerate(lv)}).to_numpy(dtype=int) * scale
+        for column, lv in vs:
+            index += grid[column].map({v: k for k, v in enumerate(lv)}).to_numpy(dtype=int) \
+                * scale
             scale *= len(lv)
         for k in range(scale):
             parts, rest = [], k
-            for v, lv in zip(vs, levels):
-                parts.append(f"{v}{lv[rest % len(lv)]}")
+            for f, (_, lv) in zip(term.factors, vs):
+                parts.append(f"{f.expr}{lv[rest % len(lv)]}")
                 rest //= len(lv)
             names.append(str(term))
             labels.append(":".join(parts))

@@ -181,8 +181,8 @@ def glmm(
             numeric columns at their means), with t tests and intervals at ``ls_means_level``:
             Gaussian fits by Satterthwaite's degrees of freedom (Kenward and Roger's with
             ``ddf="kenward-roger"``), other families by Wald z tests on the link's scale;
-            ``"pairwise"``: each pair's difference within a term. In ``ls_means``; the same
-            table as ``sagd glmm --ls-means``.
+            ``"pairwise"``: each pair's difference within a term. Text columns and ``C(x)``
+            are categorical. In ``ls_means``; the same table as ``sagd glmm --ls-means``.
 
     Returns:
         A :class:`GlmmResult`.
