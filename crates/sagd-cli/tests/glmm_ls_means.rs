@@ -195,6 +195,93 @@ fn a_glmm_s_means_are_wald_z_on_the_link_scale() {
     assert!(result["ls_means"]["means"][0]["df"].is_null());
 }
 
+/// glmer's (nAGQ = 25) means of `count ~ x + dose + (1 | site)` on the response scale: per mean
+/// (`rate`) or pairwise ratio (`ratio`) its name, exp(L β̂), exp(L β̂) √(L V Lᵀ) and the
+/// interval's ends exp(L β̂ ∓ 1.96 √(L V Lᵀ)).
+const RESPONSE: &str = "\
+rate,dosectl,1.7242737312,0.257380159479,1.28691076542,2.3102766563
+rate,dosehigh,0.900423965274,0.16736027637,0.625512016597,1.29615945933
+rate,doselow,1.64390010174,0.24642472829,1.22540087607,2.20532529174
+ratio,dosectl / dosehigh,1.91495761741,0.335776356164,1.35801970214,2.7003015278
+ratio,dosectl / doselow,1.04889203995,0.136056042075,0.813425876376,1.35251968671
+ratio,dosehigh / doselow,0.547736425296,0.0967799781325,0.387411185364,0.774410246609
+";
+
+/// `--ls-means-scale response`: a Poisson fit's means as rates and its pairwise differences as
+/// ratios (named `a / b`), within 1e-4 of glmer's, whose optimiser stops there; the tests stay
+/// the link's. Without --ls-means the scale is refused.
+#[test]
+fn a_poisson_fit_s_means_on_the_response_scale_are_rates_and_ratios() {
+    let file = data("glmm_counts.csv");
+    let link = ls_means(
+        &[
+            "count ~ x + dose + (1 | site)",
+            "--family",
+            "poisson",
+            "--ls-means",
+        ],
+        &file,
+    )
+    .0;
+    for (kind, asked) in [("rate", "means"), ("ratio", "pairwise")] {
+        let args = [
+            "count ~ x + dose + (1 | site)",
+            "--family",
+            "poisson",
+            "--ls-means",
+            asked,
+            "--ls-means-scale",
+            "response",
+        ];
+        let (rows, printed, result) = ls_means(&args, &file);
+        assert!(printed.contains("on the response scale"), "{printed}");
+        assert_eq!(result["ls_means"]["scale"], "response");
+        let want: Vec<Vec<&str>> = (RESPONSE.lines())
+            .filter(|l| l.starts_with(&format!("{kind},")))
+            .map(|l| l.split(',').skip(1).collect())
+            .collect();
+        assert_eq!(rows.len(), want.len());
+        for ((name, g), w) in rows.iter().zip(&want) {
+            assert_eq!(name, w[0]);
+            for (k, col) in [(0, 1), (1, 2), (3, 3), (4, 4)] {
+                let v: f64 = w[col].parse().unwrap();
+                assert!(
+                    (g[k] / v - 1.0).abs() < 1e-4,
+                    "{name} column {k}: {} against {v}",
+                    g[k]
+                );
+            }
+        }
+        if kind == "rate" {
+            // The link's p-values, unchanged.
+            for ((_, g), (_, l)) in rows.iter().zip(&link) {
+                assert_eq!(g[5], l[5]);
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let err = refused(
+        sagd()
+            .args([
+                "glmm",
+                "count ~ x + dose + (1 | site)",
+                "--family",
+                "poisson",
+                "--quiet",
+                "--ls-means-scale",
+                "response",
+                "--data",
+            ])
+            .arg(&file)
+            .arg("--out")
+            .arg(dir.path()),
+    );
+    assert!(
+        err.contains("--ls-means-scale response: give --ls-means too"),
+        "{err}"
+    );
+}
+
 /// A model without a term of categorical variables only has no means: the fit stands, a
 /// warning says why and no ls_means.csv is written; bad levels and EM's Gaussian fits are
 /// refused by name.

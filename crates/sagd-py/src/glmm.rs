@@ -249,7 +249,7 @@ fn exact_dict<'py>(py: Python<'py>, fit: &ExactFit) -> PyResult<Bound<'py, PyDic
 /// `correlated` flag and its names (`terms`: the factor and its effects); returns a dict of
 /// arrays, θ's `names` and the sds' `random_names` among them.
 #[pyfunction]
-#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None, satterthwaite=false, kenward_roger=false, type3=None, anova_terms=None, ls_means=None, ls_means_pairwise=false, ls_means_level=0.95, checkpoint=None, checkpoint_every=100, interrupt_after=None))]
+#[pyo3(signature = (*, family, y, x, groups, zs, correlated, trials, x_names, terms, seed=0, threads=None, max_msteps=None, progress=None, method="auto", reml=false, nodes=None, ranef_draws=500, offset=None, weights=None, profile=None, simulate=None, bootstrap=None, bootstrap_progress=None, satterthwaite=false, kenward_roger=false, type3=None, anova_terms=None, ls_means=None, ls_means_pairwise=false, ls_means_level=0.95, ls_means_response=false, checkpoint=None, checkpoint_every=100, interrupt_after=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn fit_glmm<'py>(
     py: Python<'py>,
@@ -283,6 +283,7 @@ pub(crate) fn fit_glmm<'py>(
     ls_means: Option<LsMeansCoding<'py>>,
     ls_means_pairwise: bool,
     ls_means_level: f64,
+    ls_means_response: bool,
     checkpoint: Option<std::path::PathBuf>,
     checkpoint_every: usize,
     interrupt_after: Option<usize>,
@@ -331,7 +332,7 @@ pub(crate) fn fit_glmm<'py>(
         ddf_items(&d, &model, &fit, &hypotheses, kenward_roger)?;
     }
     if let Some(coding) = ls_means {
-        let asked = (ls_means_pairwise, kenward_roger);
+        let asked = (ls_means_pairwise, kenward_roger, ls_means_response);
         ls_means_items(&d, (&model, &fit), coding, asked, ls_means_level)?;
     }
     if let Some(draws) = simulate {

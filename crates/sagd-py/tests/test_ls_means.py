@@ -98,6 +98,30 @@ def test_a_glmm_s_means_are_wald_z_on_the_link_scale():
     assert c.estimate == pytest.approx(m.estimate, rel=1e-9)
 
 
+def test_a_binomial_fit_s_means_on_the_response_scale_are_probabilities_and_odds_ratios():
+    # glmer(yb ~ A + (1 | subj), binomial, nAGQ = 25), yb = y > 2.5 on glmm_factorial.csv:
+    # plogis(L beta), its delta-method se and plogis of the link's ends; the odds ratio
+    # exp(d), exp(d) se(d) and exp of the ends.
+    df = pd.read_csv(DATA / "glmm_factorial.csv")
+    df["yb"] = (df["y"] > 2.5).astype(int)
+    probs = {"Ahi": (0.712970590829, 0.103483628451, 0.479697617041, 0.870000727022),
+             "Alo": (0.323471850279, 0.108057281333, 0.153728923305, 0.557229347781),
+             "Amid": (0.360789646297, 0.113122404755, 0.177507449823, 0.596150253489)}
+    m = sagd.glmm("yb ~ A + (1 | subj)", data=df, family="binomial", ls_means=True,
+                  ls_means_scale="response").ls_means
+    assert m.scale == "response" and "on the response scale" in repr(m)
+    for name, want in probs.items():
+        k = m.names.index(name)
+        got = (m.estimate[k], m.se[k], m.lower[k], m.upper[k])
+        assert got == pytest.approx(want, rel=2e-4), name
+    pairs = sagd.glmm("yb ~ A + (1 | subj)", data=df, family="binomial", ls_means="pairwise",
+                      ls_means_scale="response").ls_means
+    assert pairs.names[0] == "Ahi / Alo"
+    got = (pairs.estimate[0], pairs.se[0], pairs.lower[0], pairs.upper[0])
+    assert got == pytest.approx((5.19510821292, 3.23318209694, 1.53408086436, 17.5930421733),
+                                rel=2e-4)
+
+
 def test_no_means_without_factor_terms_and_bad_options_are_refused():
     df = pd.read_csv(DATA / "glmm_factorial.csv")
     r = sagd.glmm("y ~ x + (1 | subj)", data=df, ls_means=True)
@@ -107,7 +131,9 @@ def test_no_means_without_factor_terms_and_bad_options_are_refused():
     assert coded.ls_means is None and "more than its column" in coded.warning
     for options, says in [(dict(ls_means="all"), "give 'means'"),
                           (dict(ls_means=True, ls_means_level=1.5), "between 0 and 1"),
-                          (dict(ls_means=True, method="em"), "need the exact likelihood")]:
+                          (dict(ls_means=True, method="em"), "need the exact likelihood"),
+                          (dict(ls_means_scale="response"), "give ls_means too"),
+                          (dict(ls_means=True, ls_means_scale="log"), "give 'link'")]:
         with pytest.raises(ValueError, match=says):
             sagd.glmm(FACTORIAL, data=df, **options)
     with pytest.raises(ValueError, match="give the model as a formula"):

@@ -199,6 +199,9 @@ fn check_tests(a: &GlmmArgs, family: Family, method: Method) -> Result<()> {
     if let (Some(kind), None) = (a.anova_type, &a.ddf) {
         anyhow::bail!("--anova-type {kind}: the terms' F tests come with --ddf; add --ddf satterthwaite (or kenward-roger with --reml)");
     }
+    if a.ls_means.is_none() && a.ls_means_scale != "link" {
+        anyhow::bail!("--ls-means-scale {}: give --ls-means too", a.ls_means_scale);
+    }
     if a.ls_means.is_some() {
         if !(a.ls_means_level > 0.0 && a.ls_means_level < 1.0) {
             anyhow::bail!(

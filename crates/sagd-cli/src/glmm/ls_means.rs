@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use sagd::glmm::formula::ls_means_table;
-use sagd::glmm::GlmmFit;
+use sagd::glmm::{Family, GlmmFit};
 use serde_json::json;
 
 use super::files::csv_text;
@@ -30,6 +30,8 @@ pub(super) struct LsMeans {
     method: &'static str,
     level: f64,
     pairwise: bool,
+    /// Whether the rows are on the response's scale (a non-Gaussian family's, asked for).
+    response: bool,
 }
 
 impl LsMeans {
@@ -49,7 +51,12 @@ impl LsMeans {
                 return None;
             }
         };
-        let asked = (pairwise, a.ddf.as_deref() == Some("kenward-roger"));
+        let response = a.ls_means_scale == "response" && i.family != Family::Gaussian;
+        let asked = (
+            pairwise,
+            a.ddf.as_deref() == Some("kenward-roger"),
+            response,
+        );
         let fitted = (&i.model, fit);
         let (method, rows) = match ls_means_table(fitted, terms, asked, a.ls_means_level) {
             Ok(t) => t,
@@ -66,14 +73,17 @@ impl LsMeans {
             method,
             level: a.ls_means_level,
             pairwise,
+            response,
         })
     }
 
     /// The table as lmerTest prints it, under a heading that says what it holds.
     pub(super) fn table(&self, o: &mut String) {
-        let what = match self.pairwise {
-            true => "Pairwise differences of least-squares means",
-            false => "Least-squares means",
+        let what = match (self.pairwise, self.response) {
+            (true, false) => "Pairwise differences of least-squares means",
+            (true, true) => "Pairwise ratios of least-squares means on the response scale",
+            (false, false) => "Least-squares means",
+            (false, true) => "Least-squares means on the response scale",
         };
         let (how, stat, p) = match self.method {
             "kenward_roger" => ("Kenward-Roger's degrees of freedom", "t value", "Pr(>|t|)"),
@@ -119,7 +129,7 @@ impl LsMeans {
     }
 
     /// result.json's `ls_means`: how the degrees of freedom were found, the intervals' level,
-    /// whether the rows are pairwise differences, then a row per mean (or difference); infinite
+    /// whether the rows are pairwise differences, their scale (`link` or `response`), then a row per mean (or difference); infinite
     /// degrees of freedom (Wald's) are null.
     pub(super) fn json(&self) -> serde_json::Value {
         let rows: Vec<_> = (self.rows.iter())
@@ -130,6 +140,8 @@ impl LsMeans {
                        "t": t, "lower": lo, "upper": hi, "p": p})
             })
             .collect();
-        json!({"ddf": self.method, "level": self.level, "pairwise": self.pairwise, "means": rows})
+        let scale = if self.response { "response" } else { "link" };
+        json!({"ddf": self.method, "level": self.level, "pairwise": self.pairwise,
+               "scale": scale, "means": rows})
     }
 }

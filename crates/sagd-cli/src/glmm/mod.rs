@@ -168,6 +168,12 @@ pub struct GlmmArgs {
     /// The level of --ls-means' intervals.
     #[arg(long, default_value_t = 0.95, value_name = "LEVEL")]
     ls_means_level: f64,
+    /// --ls-means of a Poisson or binomial fit on the link's scale (log, logit) or on the
+    /// response's (emmeans' `type = "response"`): rates or probabilities with delta-method
+    /// standard errors and intervals mapped from the link's, and pairwise ratios of rates or
+    /// odds ratios (named `a / b`); the tests stay the link's.
+    #[arg(long, default_value = "link", value_name = "SCALE", value_parser = ["link", "response"])]
+    ls_means_scale: String,
     #[command(flatten)]
     #[serde(flatten)]
     checkpoints: Checkpointing,

@@ -41,6 +41,7 @@ def fit_glmm(
     ls_means: Optional[Tuple[List[str], List[str], npt.NDArray[np.float64]]] = ...,
     ls_means_pairwise: bool = ...,
     ls_means_level: float = ...,
+    ls_means_response: bool = ...,
     checkpoint: Optional[str] = ...,
     checkpoint_every: int = ...,
     interrupt_after: Optional[int] = ...,

@@ -80,6 +80,7 @@ def glmm(
     anova_type: Any = None,
     ls_means: Optional[str] = None,
     ls_means_level: float = 0.95,
+    ls_means_scale: str = "link",
     checkpoint: Any = None,
     checkpoint_every: int = 100,
     _interrupt_after: Optional[int] = None,
@@ -183,6 +184,11 @@ def glmm(
             ``ddf="kenward-roger"``), other families by Wald z tests on the link's scale;
             ``"pairwise"``: each pair's difference within a term. Text columns and ``C(x)``
             are categorical. In ``ls_means``; the same table as ``sagd glmm --ls-means``.
+        ls_means_scale: ``"link"`` (the default) or ``"response"`` (emmeans' ``type =
+            "response"``): a Poisson or binomial fit's means as rates or probabilities, their
+            standard errors by the delta method and their intervals mapped from the link's, and
+            pairwise ratios of rates or odds ratios (named ``"a / b"``); the tests stay the
+            link's.
 
     Returns:
         A :class:`GlmmResult`.
@@ -248,6 +254,7 @@ def glmm(
                            anova_terms=terms12,
                            ls_means=lsm, ls_means_pairwise=ls_means == "pairwise",
                            ls_means_level=float(ls_means_level),
+                           ls_means_response=_ls_means_scale(ls_means_scale, ls_means),
                            checkpoint=None if checkpoint is None else os.fspath(checkpoint),
                            checkpoint_every=_whole("checkpoint_every", checkpoint_every, 1),
                            interrupt_after=_interrupt_after)
@@ -355,6 +362,16 @@ def _check_options(family: str, method: str, reml: bool, profile: Optional[float
         raise ValueError(f"bootstrap_level: {bootstrap_level}: give the intervals' level between "
                          "0 and 1, e.g. 0.95")
     return ddf
+
+
+def _ls_means_scale(scale: str, ls_means: Optional[str]) -> bool:
+    """Whether the means are asked on the response's scale; another scale, or one without
+    ``ls_means``, is refused by name."""
+    if str(scale) not in ("link", "response"):
+        raise ValueError(f"ls_means_scale: {scale!r}: give 'link' or 'response'")
+    if scale == "response" and ls_means is None:
+        raise ValueError("ls_means_scale: give ls_means too")
+    return scale == "response"
 
 
 def _coded(what: str, asked: bool, code: Any) -> Tuple[Any, Optional[str]]:

@@ -23,7 +23,8 @@ class LsMeansResult:
         ddf: ``"satterthwaite"`` or ``"kenward_roger"`` (Gaussian fits), ``"wald"`` (the
             other families: z tests on the link's scale, emmeans' asymptotic ones).
         level: the intervals' level.
-        pairwise: whether the rows are pairwise differences.
+        pairwise: whether the rows are pairwise differences (ratios on the response scale).
+        scale: ``"link"``, or ``"response"`` (rates or probabilities, pairwise ratios).
     """
 
     terms: List[str] = field(default_factory=list)
@@ -38,6 +39,7 @@ class LsMeansResult:
     ddf: str = ""
     level: float = 0.95
     pairwise: bool = False
+    scale: str = "link"
 
     @classmethod
     def _of(cls, d: Optional[Dict[str, Any]]) -> Optional["LsMeansResult"]:
@@ -49,11 +51,14 @@ class LsMeansResult:
         return cls(terms=[r[0] for r in rows], names=[r[1] for r in rows],
                    estimate=column[0], se=column[1], df=column[2], t=column[3],
                    lower=column[4], upper=column[5], p_value=column[6], ddf=str(d["ddf"]),
-                   level=float(d["level"]), pairwise=bool(d["pairwise"]))
+                   level=float(d["level"]), pairwise=bool(d["pairwise"]),
+                   scale=str(d.get("scale", "link")))
 
     def __repr__(self) -> str:
         what = "pairwise differences of least-squares means" if self.pairwise else \
             "least-squares means"
+        if self.scale == "response":
+            what = what.replace("differences", "ratios") + " on the response scale"
         how = {"satterthwaite": "Satterthwaite's degrees of freedom",
                "kenward_roger": "Kenward-Roger's degrees of freedom"}.get(
                    self.ddf, "Wald z tests on the link's scale")

@@ -100,7 +100,8 @@ pub(super) fn ddf_items(
 pub(super) type LsMeansCoding<'py> = (Vec<String>, Vec<String>, PyReadonlyArray2<'py, f64>);
 
 /// `ls_means`: the table of `sagd::glmm::formula::ls_means_table` (the command line's) from the
-/// bindings' coding: its method (`ddf`), `level`, whether it holds `pairwise` differences, and
+/// bindings' coding: its method (`ddf`), `level`, whether it holds `pairwise` differences, its
+/// `scale` (`link`, or `response` where asked of a Poisson or binomial fit), and
 /// per row its term, name, estimate, standard error, degrees of freedom, t, the interval's ends
 /// and p. Tests that cannot be made leave `ls_means_error`, why.
 #[allow(clippy::type_complexity)]
@@ -108,7 +109,7 @@ pub(super) fn ls_means_items(
     d: &Bound<'_, PyDict>,
     fitted: (&Glmm, &GlmmFit),
     (terms, names, l): LsMeansCoding<'_>,
-    asked: (bool, bool),
+    asked: (bool, bool, bool),
     level: f64,
 ) -> PyResult<()> {
     let l = l.as_array();
@@ -141,6 +142,8 @@ pub(super) fn ls_means_items(
     out.set_item("ddf", method)?;
     out.set_item("level", level)?;
     out.set_item("pairwise", asked.0)?;
+    let response = asked.2 && fitted.0.family() != sagd::glmm::Family::Gaussian;
+    out.set_item("scale", if response { "response" } else { "link" })?;
     let rows: Vec<_> = (rows.into_iter())
         .map(|(term, name, v)| (term, name, v.to_vec()))
         .collect();

@@ -201,13 +201,17 @@ pub const LS_MEANS_METHODS: [&str; 3] = ["satterthwaite", "kenward_roger", "wald
 /// the bindings' own codings) at the fit θ̂ of `model`: for a Gaussian model Satterthwaite's t
 /// tests (Kenward and Roger's with `kenward_roger`), for the other families Wald z tests with
 /// the fit's covariance. Per row its term, its name and [`contrast_table`]'s values at
-/// `level`; and the method, one of [`LS_MEANS_METHODS`]. Refused by name where the tests
-/// cannot be made (no covariance, Kenward and Roger's refusals).
+/// `level`, on the link's scale or, with `response`, on the response's (emmeans' `type =
+/// "response"`: a mean g⁻¹(η̂) with the delta method's standard error |dμ/dη| se and its
+/// interval's ends mapped by g⁻¹; a pairwise difference of logs a ratio, of logits an odds
+/// ratio, exp(d) with standard error exp(d) se, named `a / b`; the tests stay the link's; the
+/// identity link's unchanged); and the method, one of [`LS_MEANS_METHODS`]. Refused by name
+/// where the tests cannot be made (no covariance, Kenward and Roger's refusals).
 #[allow(clippy::type_complexity)]
 pub fn ls_means_table(
     (model, fit): (&Glmm, &crate::glmm::GlmmFit),
     terms: Vec<(String, Vec<(String, Vec<f64>)>)>,
-    (pairwise, kenward_roger): (bool, bool),
+    (pairwise, kenward_roger, response): (bool, bool, bool),
     level: f64,
 ) -> Result<(&'static str, Vec<(String, String, [f64; 7])>)> {
     let mut named = Vec::new();
@@ -230,11 +234,39 @@ pub fn ls_means_table(
         ),
         _ => (LS_MEANS_METHODS[2], fit.wald_contrasts(&contrasts)?),
     };
-    let table = contrast_table(&fit.theta, &contrasts, &tests, level);
+    let mut table = contrast_table(&fit.theta, &contrasts, &tests, level);
+    if response && model.family != Family::Gaussian {
+        table
+            .iter_mut()
+            .for_each(|v| on_response_scale(model.family, pairwise, v));
+    }
     let rows = (named.into_iter().zip(table))
-        .map(|((term, name, _), values)| (term, name, values))
+        .map(|((term, mut name, _), values)| {
+            if response && pairwise && model.family != Family::Gaussian {
+                name = name.replacen(" - ", " / ", 1);
+            }
+            (term, name, values)
+        })
         .collect();
     Ok((method, rows))
+}
+
+/// A row of [`contrast_table`] on the link's scale taken to the response's: a mean through the
+/// inverse link (log: exp; logit: the logistic), its standard error by the delta method; a
+/// difference (`pairwise`) to exp(d), a ratio of rates or of odds. t and p are the link's.
+fn on_response_scale(family: Family, pairwise: bool, v: &mut [f64; 7]) {
+    let logistic = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let (inverse, slope): (&dyn Fn(f64) -> f64, f64) = match (family, pairwise) {
+        (Family::Binomial, false) => {
+            let mu = logistic(v[0]);
+            (&logistic, mu * (1.0 - mu))
+        }
+        _ => (&f64::exp, v[0].exp()),
+    };
+    v[0] = inverse(v[0]);
+    v[1] *= slope;
+    v[4] = inverse(v[4]);
+    v[5] = inverse(v[5]);
 }
 
 /// lmerTest's table of contrasts with intervals (`contest1D(…, confint = TRUE)`): per row l of
