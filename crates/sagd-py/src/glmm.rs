@@ -19,10 +19,7 @@ mod lmertest;
 mod ranova;
 mod refits;
 
-use lmertest::{
-    anova_hypotheses_of, ddf_items, ls_means_items, type3_hypotheses_of, AnovaTerms, LsMeansCoding,
-    Type3,
-};
+use lmertest::{ddf_items, hypotheses_of, ls_means_items, AnovaTerms, LsMeansCoding, Type3};
 pub(crate) use ranova::{least_squares_loglik, random_reductions};
 pub(crate) use refits::bootstrap_lrt;
 use refits::{bootstrap_items, Kept};
@@ -296,22 +293,11 @@ pub(crate) fn fit_glmm<'py>(
         )));
     }
     let given_weights = weights.as_ref().map(|w| w.as_array().to_vec());
-    let hypotheses = match (type3, anova_terms) {
-        (Some(coding), _) => type3_hypotheses_of(&x, coding)?,
-        (None, Some(terms)) => anova_hypotheses_of(&x, terms)?,
-        (None, None) => (3, Vec::new(), Vec::new()),
-    };
+    let hypotheses = hypotheses_of(&x, type3, anova_terms)?;
     let model = glmm_model(
         family, y, x, groups, zs, correlated, trials, offset, weights,
     )?;
-    let terms: Vec<TermNames> = terms
-        .into_iter()
-        .map(|(group, effects)| TermNames {
-            group,
-            effects,
-            levels: Vec::new(),
-        })
-        .collect();
+    let terms = term_names(terms);
     let names = model.theta_names(&x_names, &terms).map_err(py_error)?;
     let random_names = model.effect_names(&terms).map_err(py_error)?;
     let settings = fit_settings(method, reml, nodes, max_msteps, seed)?;
@@ -353,6 +339,18 @@ pub(crate) fn fit_glmm<'py>(
     d.set_item("names", names)?;
     d.set_item("random_names", random_names)?;
     Ok(d)
+}
+
+/// The names of the bindings' random-effect terms (each its factor and its effects), without
+/// their levels.
+fn term_names(terms: Vec<(String, Vec<String>)>) -> Vec<TermNames> {
+    (terms.into_iter())
+        .map(|(group, effects)| TermNames {
+            group,
+            effects,
+            levels: Vec::new(),
+        })
+        .collect()
 }
 
 /// The fit's settings from `sagd.glmm`'s (and the bootstrap test's) arguments: the method by

@@ -19,13 +19,27 @@ pub(super) type Type3<'py> = (Vec<String>, PyReadonlyArray2<'py, f64>, Vec<(usiz
 /// of p values).
 type Hypotheses = (usize, Vec<String>, Vec<Vec<Vec<f64>>>);
 
+/// The hypotheses of the terms' F tests from the bindings' formula: type III's from its
+/// sum-to-zero coding, type I's or II's from its terms, none (type III's, empty) without either.
+pub(super) fn hypotheses_of(
+    x: &PyReadonlyArray2<'_, f64>,
+    type3: Option<Type3<'_>>,
+    anova_terms: Option<AnovaTerms>,
+) -> PyResult<Hypotheses> {
+    match (type3, anova_terms) {
+        (Some(coding), _) => type3_hypotheses_of(x, coding),
+        (None, Some(terms)) => anova_hypotheses_of(x, terms),
+        (None, None) => Ok((3, Vec::new(), Vec::new())),
+    }
+}
+
 /// The type I or II tests' terms from the bindings' formula: the type, per term its name, its
 /// columns of the design (start, end) and the terms that contain it.
 pub(super) type AnovaTerms = (usize, Vec<String>, Vec<(usize, usize)>, Vec<Vec<usize>>);
 
 /// The terms' names, and each one's type I or II hypothesis on the design `x`'s coefficients
 /// (`sagd::glmm::formula::anova_hypotheses`, as `sagd glmm --anova-type` takes them).
-pub(super) fn anova_hypotheses_of(
+fn anova_hypotheses_of(
     x: &PyReadonlyArray2<'_, f64>,
     (kind, names, ranges, contains): AnovaTerms,
 ) -> PyResult<Hypotheses> {
@@ -46,7 +60,7 @@ pub(super) fn anova_hypotheses_of(
 
 /// The terms' names of `coding`, and each one's type III hypothesis on the design `x`'s
 /// coefficients (`sagd::glmm::formula::type3_hypotheses`, as `sagd glmm --ddf` takes them).
-pub(super) fn type3_hypotheses_of(
+fn type3_hypotheses_of(
     x: &PyReadonlyArray2<'_, f64>,
     (names, xs, ranges): Type3<'_>,
 ) -> PyResult<Hypotheses> {

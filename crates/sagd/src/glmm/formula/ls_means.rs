@@ -33,31 +33,7 @@ impl Formula {
     ) -> Result<Vec<(String, Vec<(String, Vec<f64>)>)>> {
         let (cols, rows) = complete_rows(frame, &self.columns(), Source::Fitted)?;
         let coding = self.coding(&cols, &rows);
-        let mut vars: Vec<(&Var, GridVar<'_>)> = Vec::new();
-        for v in self.fixed.terms.iter().flatten() {
-            if vars.iter().any(|(w, _)| *w == v) {
-                continue;
-            }
-            if let Some((w, _)) = vars.iter().find(|(w, _)| w.name == v.name) {
-                return Err(invalid(
-                    "formula",
-                    format!(
-                        "`{}` read both as a number and as `factor({})`",
-                        w.name, w.name
-                    ),
-                    "least-squares means need each column read one way: add a copy of the column \
-                     under another name",
-                ));
-            }
-            let g = match coding.categorical(v) {
-                Some(levels) => GridVar::Levels(levels),
-                None => {
-                    let values = numbers(&cols, &rows, &v.name, "variable", Source::Fitted)?;
-                    GridVar::Mean(values.iter().sum::<f64>() / values.len() as f64)
-                }
-            };
-            vars.push((v, g));
-        }
+        let vars = self.grid_vars(&cols, &rows, &coding)?;
         let terms: Vec<&Vec<Var>> = (self.fixed.terms.iter())
             .filter(|t| t.iter().all(|v| coding.categorical(v).is_some()))
             .collect();
@@ -97,10 +73,74 @@ impl Formula {
                     .collect()
             })
             .collect();
-        let mut sums: Vec<Vec<Vec<f64>>> = Vec::with_capacity(terms.len());
+        let sums = self.grid_sums((&vars, &strides, grid), &term_levels, (&cols, &coding))?;
+        Ok((terms.iter().zip(&term_levels).zip(sums))
+            .map(|((term, levels), sums)| {
+                let per = (grid / sums.len()) as f64;
+                let named = (sums.into_iter().enumerate())
+                    .map(|(combo, row)| {
+                        let name = combination_name(term, levels, combo);
+                        (name, row.into_iter().map(|s| s / per).collect())
+                    })
+                    .collect();
+                (type3::term_label(term), named)
+            })
+            .collect())
+    }
+}
+
+impl Formula {
+    /// The fixed effects' variables in order of appearance, each with its levels (categorical)
+    /// or its mean over `rows`; refused by name where a column is read both ways.
+    fn grid_vars<'c>(
+        &'c self,
+        cols: &Columns<'_>,
+        rows: &[usize],
+        coding: &'c Coding,
+    ) -> Result<Vec<(&'c Var, GridVar<'c>)>> {
+        let mut vars: Vec<(&Var, GridVar<'_>)> = Vec::new();
+        for v in self.fixed.terms.iter().flatten() {
+            if vars.iter().any(|(w, _)| *w == v) {
+                continue;
+            }
+            if let Some((w, _)) = vars.iter().find(|(w, _)| w.name == v.name) {
+                return Err(invalid(
+                    "formula",
+                    format!(
+                        "`{}` read both as a number and as `factor({})`",
+                        w.name, w.name
+                    ),
+                    "least-squares means need each column read one way: add a copy of the column \
+                     under another name",
+                ));
+            }
+            let g = match coding.categorical(v) {
+                Some(levels) => GridVar::Levels(levels),
+                None => {
+                    let values = numbers(cols, rows, &v.name, "variable", Source::Fitted)?;
+                    GridVar::Mean(values.iter().sum::<f64>() / values.len() as f64)
+                }
+            };
+            vars.push((v, g));
+        }
+        Ok(vars)
+    }
+
+    /// Per term (its variables' places in the grid and levels, `term_levels`), per combination
+    /// of its levels, the sum of the design's rows over the grid rows that have it: the grid
+    /// (`vars`, each categorical one's `strides`, `grid` rows) coded a block of rows at a time
+    /// under `coding`.
+    #[allow(clippy::type_complexity)]
+    fn grid_sums(
+        &self,
+        (vars, strides, grid): (&[(&Var, GridVar<'_>)], &[usize], usize),
+        term_levels: &[Vec<(usize, &[String])>],
+        (cols, coding): (&Columns<'_>, &Coding),
+    ) -> Result<Vec<Vec<Vec<f64>>>> {
+        let mut sums: Vec<Vec<Vec<f64>>> = Vec::with_capacity(term_levels.len());
         for start in (0..grid).step_by(GRID_BLOCK) {
             let n = GRID_BLOCK.min(grid - start);
-            let columns: Vec<Column> = (vars.iter().zip(&strides))
+            let columns: Vec<Column> = (vars.iter().zip(strides))
                 .map(|((v, g), &stride)| {
                     grid_column(cols[v.name.as_str()], g, stride, start..start + n)
                 })
@@ -109,7 +149,7 @@ impl Formula {
                 .map(|((v, _), c)| (v.name.as_str(), c))
                 .collect();
             let block_rows: Vec<usize> = (0..n).collect();
-            let (x, _) = self.matrix(&self.fixed, &block, &block_rows, (&coding, Source::New))?;
+            let (x, _) = self.matrix(&self.fixed, &block, &block_rows, (coding, Source::New))?;
             let p = x.len() / n;
             for (t, levels) in term_levels.iter().enumerate() {
                 if sums.len() == t {
@@ -129,18 +169,7 @@ impl Formula {
                 }
             }
         }
-        Ok((terms.iter().zip(&term_levels).zip(sums))
-            .map(|((term, levels), sums)| {
-                let per = (grid / sums.len()) as f64;
-                let named = (sums.into_iter().enumerate())
-                    .map(|(combo, row)| {
-                        let name = combination_name(term, levels, combo);
-                        (name, row.into_iter().map(|s| s / per).collect())
-                    })
-                    .collect();
-                (type3::term_label(term), named)
-            })
-            .collect())
+        Ok(sums)
     }
 }
 
