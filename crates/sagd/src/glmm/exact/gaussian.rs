@@ -8,7 +8,8 @@ use crate::glmm::{Glmm, LikelihoodMethod, LN_2PI};
 use crate::metric::Factor;
 
 /// Per-point sums of the Gaussian closed form at relative factors Λ (V₀ = I + Z Λ Λᵀ Zᵀ).
-pub(super) struct Pieces {
+#[derive(Clone, Debug)]
+pub(in crate::glmm) struct Pieces {
     n: f64,
     p: usize,
     /// Xᵀ V₀⁻¹ X (p × p), Xᵀ V₀⁻¹ y, yᵀ V₀⁻¹ y, log det V₀.
@@ -67,8 +68,8 @@ impl Pieces {
         let (n, p) = (y.len(), x.len() / y.len().max(1));
         let mut s = Pieces::zero(p);
         s.n = n as f64;
-        for (i, (row, yi)) in x.chunks_exact(p.max(1)).zip(y).enumerate() {
-            let wi = w.map_or(1.0, |w| w[i]);
+        for (i, yi) in y.iter().enumerate() {
+            let (row, wi) = (&x[i * p..(i + 1) * p], w.map_or(1.0, |w| w[i]));
             for j in 0..p {
                 s.xvy[j] += wi * row[j] * yi;
                 for k in 0..p {
@@ -174,22 +175,46 @@ impl Glmm {
     /// fixed pieces taken in order.
     pub(super) fn gaussian_pieces(&self, rel: &[f64]) -> Result<Pieces> {
         let factors = self.factors(rel);
-        self.sum_over_points(
+        let mut sums = self.sum_over_points(
             || Pieces::zero(self.p),
             Pieces::add,
             |c| self.gaussian_point_pieces(&factors, c),
-        )
+        )?;
+        sums.add(self.gaussian_cross());
+        Ok(sums)
     }
 
     /// One point's sums, by Woodbury's identity in its latent dimension: with A = Z_c Λ and
     /// M = I + AᵀA = L Lᵀ, V₀⁻¹ = I − A M⁻¹ Aᵀ and det V₀ = det M. Prior weights W enter as
     /// rows scaled by √w (V₀ = W⁻¹ + ZΛΛᵀZᵀ = W^−½ (I + ÃÃᵀ) W^−½, so det V₀ = det M / det W);
-    /// without weights the scaling is compiled out.
+    /// without weights the scaling is compiled out. The terms without Λ (XᵀWX, XᵀWy, yᵀWy,
+    /// −log det W) are [`Glmm::gaussian_cross`]'s, taken once; these are the rest.
     fn gaussian_point_pieces(&self, factors: &[Vec<f64>], c: usize) -> Result<Pieces> {
         match self.weighted {
             true => self.point_pieces::<true>(factors, c),
             false => self.point_pieces::<false>(factors, c),
         }
+    }
+
+    /// The closed form's sums over every point that do not depend on θ (XᵀWX, XᵀWy, yᵀWy,
+    /// −log det W and n), over the points in fixed pieces taken in order, made at the first
+    /// call and kept with the model.
+    fn gaussian_cross(&self) -> &Pieces {
+        self.gaussian_cross.get_or_init(|| {
+            let sums = self.sum_over_points(
+                || Pieces::zero(self.p),
+                Pieces::add,
+                |c| Ok(self.cross_pieces(c)),
+            );
+            sums.expect("the cross products are sums of products: they do not fail")
+        })
+    }
+
+    /// Point `c`'s terms of [`Glmm::gaussian_cross`]: its rows' least-squares sums.
+    fn cross_pieces(&self, c: usize) -> Pieces {
+        let (p, r) = (self.p, self.points[c].rows.clone());
+        let w = self.weighted.then(|| &self.trials[r.clone()]);
+        Pieces::least_squares(&self.x[r.start * p..r.end * p], &self.y[r], w)
     }
 
     /// [`Glmm::gaussian_point_pieces`], the rows scaled by their weights' roots where `WEIGHTED`.
@@ -201,7 +226,6 @@ impl Glmm {
         let mut atx = vec![0.0; p * dim]; // column j of AᵀX at [j*dim..]
         let mut aty = vec![0.0; dim];
         let mut out = Pieces::zero(p);
-        out.n = rows.len() as f64;
         let (mut scaled, mut log_w) = (vec![0.0; if WEIGHTED { p } else { 0 }], 0.0);
         for (ai, i) in a.iter().zip(rows) {
             let row = &self.x[i * p..(i + 1) * p];
@@ -214,13 +238,6 @@ impl Glmm {
                 false => (1.0, row),
             };
             let yi = self.y[i] * sw;
-            for j in 0..p {
-                out.xvy[j] += xi[j] * yi;
-                for k in 0..p {
-                    out.xvx[j * p + k] += xi[j] * xi[k];
-                }
-            }
-            out.yvy += yi * yi;
             for &(k, ak) in ai {
                 let ak = ak * sw;
                 aty[k] += ak * yi;
@@ -233,17 +250,17 @@ impl Glmm {
             }
         }
         let f = Factor::cholesky(&m, dim).ok_or_else(|| not_finite(c))?;
-        out.log_det = f.log_det() - log_w;
+        out.log_det = f.log_det();
         f.solve_lower(&mut aty);
         atx.chunks_mut(dim.max(1))
             .for_each(|col| f.solve_lower(col));
         let dot = |u: &[f64], v: &[f64]| u.iter().zip(v).map(|(a, b)| a * b).sum::<f64>();
-        out.yvy -= dot(&aty, &aty);
+        out.yvy = -dot(&aty, &aty);
         for j in 0..p {
             let wj = &atx[j * dim..(j + 1) * dim];
-            out.xvy[j] -= dot(wj, &aty);
+            out.xvy[j] = -dot(wj, &aty);
             for k in 0..p {
-                out.xvx[j * p + k] -= dot(wj, &atx[k * dim..(k + 1) * dim]);
+                out.xvx[j * p + k] = -dot(wj, &atx[k * dim..(k + 1) * dim]);
             }
         }
         Ok(out)

@@ -12,7 +12,7 @@ mod kenward_roger;
 mod profile;
 mod quadrature;
 mod satterthwaite;
-pub(super) use gaussian::least_squares_criterion;
+pub(super) use gaussian::{least_squares_criterion, Pieces};
 pub(super) use quadrature::{NodeScratch, ProductRule};
 #[cfg(test)]
 mod tests;

@@ -10,6 +10,9 @@ const GRID_BLOCK: usize = 4096;
 /// The most rows of the reference grid (the product of every categorical variable's levels).
 const MAX_GRID: usize = 10_000_000;
 
+/// The most pairwise differences a table tests (each a test of its own: 316 levels of one term).
+const MAX_PAIRS: usize = 50_000;
+
 /// A variable of the fixed effects on the reference grid: its levels, or its mean.
 enum GridVar<'a> {
     Levels(&'a [String]),
@@ -243,6 +246,17 @@ pub fn ls_means_table(
     (pairwise, kenward_roger, response): (bool, bool, bool),
     level: f64,
 ) -> Result<(&'static str, Vec<(String, String, [f64; 7])>)> {
+    let pairs: usize = terms
+        .iter()
+        .map(|(_, m)| m.len() * m.len().saturating_sub(1) / 2)
+        .sum();
+    if pairwise && pairs > MAX_PAIRS {
+        return Err(invalid(
+            "ls_means",
+            format!("{pairs} pairwise differences of least-squares means"),
+            &format!("each is tested on its own: ask for the means, or for terms with fewer levels (at most {MAX_PAIRS} pairs)"),
+        ));
+    }
     let mut named = Vec::new();
     for (term, means) in terms {
         let rows = match pairwise {
