@@ -1,7 +1,10 @@
 //! The Gaussian family's exact fit: the closed form with β and σ profiled out (lmer's way), the
 //! variance parameters ψ = the factors relative to σ found by BFGS, ML or REML.
 
-use super::{central_gradient, from_units, negated, Criterion, ExactFit, ExactSettings, GTOL};
+use super::{
+    central_gradient, central_jacobian, from_units, negated, to_units, Criterion, ExactFit,
+    ExactSettings, GTOL,
+};
 use crate::error::{Result, SagdError};
 use crate::glmm::likelihood::not_finite;
 use crate::glmm::{Glmm, LikelihoodMethod, LN_2PI};
@@ -266,6 +269,53 @@ impl Glmm {
         Ok(out)
     }
 
+    /// The observed information of an ML fit at θ̂ (whose closed-form sums at its relative
+    /// factors are `pieces`), using that ℓ is quadratic in β at any φ = (ψ, log σ): β's block
+    /// XᵀV₀⁻¹X/σ², β's cross terms with φ by central differences of ∇βℓ = XᵀV₀⁻¹(y − Xβ)/σ²
+    /// (closed form at each φ), φ's block by second differences of ℓ in φ, β held; all in θ's
+    /// units. The closed form is taken O(k²) times for φ's k entries, not O((p + k)²).
+    fn gaussian_ml_information(&self, theta: &[f64], pieces: &Pieces) -> Result<Vec<Vec<f64>>> {
+        let (p, k) = (self.p, theta.len());
+        let units = self.theta_units(theta);
+        let (beta, phi_units) = (&theta[..p], &units[p..]);
+        let with_phi = |phi: &[f64]| {
+            let mut th = theta.to_vec();
+            th[p..].copy_from_slice(phi);
+            th
+        };
+        let ml = |phi: &[f64]| self.gaussian_log_likelihood(&with_phi(phi));
+        let phi_block = negated(Glmm::hessian_in_units(ml, &theta[p..], phi_units)?);
+        let grad_beta = |u: &[f64]| -> Result<Vec<f64>> {
+            let th = with_phi(&from_units(u, phi_units));
+            let at = self.gaussian_pieces(&self.relative(&th))?;
+            let scale = (-2.0 * th[k - 1]).exp();
+            Ok((0..p)
+                .map(|j| {
+                    let xb: f64 = (0..p).map(|l| at.xvx[j * p + l] * beta[l]).sum();
+                    scale * (at.xvy[j] - xb)
+                })
+                .collect())
+        };
+        // Row a: ∂(∇βℓ)/∂ of φ's entry a in its units.
+        let cross = central_jacobian(grad_beta, &to_units(&theta[p..], phi_units))?;
+        let s2 = (2.0 * theta[k - 1]).exp();
+        let mut info = vec![vec![0.0; k]; k];
+        for (j, row) in info.iter_mut().enumerate().take(p) {
+            (0..p).for_each(|l| row[l] = pieces.xvx[j * p + l] / s2);
+        }
+        for (a, row) in cross.iter().enumerate() {
+            for (j, v) in row.iter().enumerate() {
+                let v = -v / phi_units[a].0;
+                info[p + a][j] = v;
+                info[j][p + a] = v;
+            }
+        }
+        for (a, row) in phi_block.iter().enumerate() {
+            info[p + a][p..].copy_from_slice(row);
+        }
+        Ok(info)
+    }
+
     /// θ with ψ's relative factors, β = 0 and log σ = 0: the closed form's argument, in which
     /// the factors' ratios to their scales are those of the absolute θ.
     fn relative_theta(&self, psi: &[f64]) -> Vec<f64> {
@@ -310,10 +360,7 @@ impl Glmm {
         let ml = |th: &[f64]| self.gaussian_log_likelihood(th);
         let log_likelihood = ml(&theta)?;
         let (information, reml) = match criterion {
-            Criterion::Ml => {
-                let units = self.theta_units(&theta);
-                (negated(Glmm::hessian_in_units(ml, &theta, &units)?), None)
-            }
+            Criterion::Ml => (self.gaussian_ml_information(&theta, &pieces)?, None),
             Criterion::Reml => {
                 // The variance parameters' block from the REML criterion; β's from GLS, as lmer.
                 let p = self.p;
