@@ -321,3 +321,29 @@ fn no_means_without_factor_terms_and_bad_flags_are_refused() {
         assert!(err.contains(says), "{flags:?}: {err}");
     }
 }
+
+/// A term of 400 levels has 79,800 pairwise differences, each a test of its own: refused by
+/// name (at most 50,000), the fit standing without them; its 400 means are made.
+#[test]
+fn too_many_pairwise_differences_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("levels.csv");
+    let mut text = String::from("y,f,g\n");
+    for i in 0..1600 {
+        let y = ((i * 37 % 101) as f64 - 50.0) / 25.0 + (i % 400) as f64 * 0.001;
+        text.push_str(&format!("{y},L{:03},G{}\n", i % 400, i * 7 % 20));
+    }
+    std::fs::write(&file, text).unwrap();
+    let out = dir.path().join("out");
+    let o = glmm(&["y ~ f + (1 | g)", "--ls-means", "pairwise"], &file, &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(
+            "no least-squares means: invalid setting `ls_means` = 79800 pairwise differences"
+        ),
+        "{err}"
+    );
+    assert!(!out.join("ls_means.csv").exists() && out.join("result.json").exists());
+    let (rows, _, _) = ls_means(&["y ~ f + (1 | g)", "--ls-means"], &file);
+    assert_eq!(rows.len(), 400);
+}
