@@ -156,7 +156,6 @@ impl GlmmFit {
     /// freedom (infinite) and the two-sided p-value of z = lᵀβ̂ / se on the normal law. Refused
     /// by name where the fit has no covariance or a row is longer than θ.
     pub fn wald_contrasts(&self, contrasts: &[Vec<f64>]) -> Result<Vec<(f64, f64, f64)>> {
-        use statrs::distribution::{ContinuousCDF, Normal};
         let cov = self.tested_covariance()?;
         let p = contrasts.first().map_or(0, Vec::len);
         if let Some(l) = contrasts
@@ -179,8 +178,12 @@ impl GlmmFit {
                 let v: f64 = (0..p)
                     .map(|j| l[j] * (0..p).map(|k| cov[j][k] * l[k]).sum::<f64>())
                     .sum();
-                let z = (estimate / v.sqrt()).abs();
-                (v.sqrt(), f64::INFINITY, 2.0 * Normal::standard().sf(z))
+                let z = estimate / v.sqrt();
+                (
+                    v.sqrt(),
+                    f64::INFINITY,
+                    super::exact::t_tail(z, f64::INFINITY),
+                )
             })
             .collect())
     }

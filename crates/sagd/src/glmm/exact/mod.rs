@@ -14,6 +14,7 @@ mod quadrature;
 mod satterthwaite;
 pub(super) use gaussian::{least_squares_criterion, Pieces};
 pub(super) use quadrature::{NodeScratch, ProductRule};
+pub(super) use satterthwaite::{t_tail, unit};
 #[cfg(test)]
 mod tests;
 

@@ -198,13 +198,13 @@ pub(super) fn check_contrasts(p: usize, contrasts: &[Vec<f64>]) -> Result<()> {
 }
 
 /// The unit row eⱼ of p values.
-pub(super) fn unit(p: usize, j: usize) -> Vec<f64> {
+pub(in crate::glmm) fn unit(p: usize, j: usize) -> Vec<f64> {
     (0..p).map(|k| f64::from(u8::from(j == k))).collect()
 }
 
 /// The two-sided p-value of t on Student's t with ν degrees of freedom (the normal law's where
 /// ν is infinite).
-pub(super) fn t_tail(t: f64, nu: f64) -> f64 {
+pub(in crate::glmm) fn t_tail(t: f64, nu: f64) -> f64 {
     let tail = match StudentsT::new(0.0, 1.0, nu) {
         Ok(law) if nu.is_finite() => law.sf(t.abs()),
         _ => Normal::standard().sf(t.abs()),

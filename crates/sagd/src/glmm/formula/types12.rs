@@ -4,6 +4,7 @@
 //! type II with each term and the terms that contain it moved last.
 
 use super::*;
+use crate::glmm::exact::unit;
 
 /// Doolittle's tolerance, lmerTest's: a pivot below it leaves its column 0, and entries below
 /// it are 0.
@@ -32,9 +33,10 @@ impl Formula {
         let (x, _, ranges) = self.coded_matrix(&self.fixed, &cols, &rows, fitted, false)?;
         let p = x.len() / rows.len().max(1);
         let terms = &self.fixed.terms;
-        fn numeric<'a>(coding: &Coding, t: &'a [Var]) -> Vec<&'a Var> {
+        fn numeric(coding: &Coding, t: &[Var]) -> Vec<Var> {
             (t.iter())
                 .filter(|v| coding.categorical(v).is_none())
+                .cloned()
                 .collect()
         }
         let contains: Vec<Vec<usize>> = (terms.iter())
@@ -43,7 +45,7 @@ impl Formula {
                     .filter(|(_, big)| {
                         small.iter().all(|v| big.contains(v))
                             && big.len() > small.len()
-                            && same_term_vars(&numeric(&coding, small), &numeric(&coding, big))
+                            && same_term(&numeric(&coding, small), &numeric(&coding, big))
                     })
                     .map(|(k, _)| k)
                     .collect()
@@ -55,11 +57,6 @@ impl Formula {
             .zip(hypotheses)
             .collect())
     }
-}
-
-/// Whether two lists of variables hold the same ones.
-fn same_term_vars(a: &[&Var], b: &[&Var]) -> bool {
-    a.len() == b.len() && a.iter().all(|v| b.contains(v))
 }
 
 /// The hypotheses of lmerTest's type `kind` (1 or 2) tests from a design `x` (n × p,
@@ -97,7 +94,7 @@ pub fn anova_hypotheses(
         .map(|(t, r)| {
             if contains[t].is_empty() {
                 // A term no other contains: its coefficients are 0.
-                return r.clone().map(|j| unit_row(p, j)).collect();
+                return r.clone().map(|j| unit(p, j)).collect();
             }
             // The term's columns and those of the terms containing it last, in that order.
             let mut last: Vec<usize> = r.clone().collect();
@@ -118,11 +115,6 @@ pub fn anova_hypotheses(
                 .collect()
         })
         .collect())
-}
-
-/// The unit row eⱼ of p values.
-fn unit_row(p: usize, j: usize) -> Vec<f64> {
-    (0..p).map(|k| f64::from(u8::from(j == k))).collect()
 }
 
 /// Lᵀ of Doolittle's XₒᵀXₒ = LU (L unit lower-triangular, no pivoting, lmerTest's tolerance),
