@@ -85,8 +85,8 @@ fn type3_hypotheses_of(
 /// error (given the variances, or Kenward and Roger's adjusted), the degrees of freedom and the
 /// p-value; with `hypotheses`, `anova_typeN` (N the table's type): per term its name, F, the degrees of freedom
 /// (numerator, denominator), p and the unscaled F (Kenward and Roger's F is scaled; the
-/// unscaled F σ² is lmerTest's Mean Sq). Tests that cannot be made (no covariance, a block too
-/// large for Kenward-Roger's dense matrices) leave `ddf_error`, why.
+/// unscaled F σ² is lmerTest's Mean Sq). Tests that cannot be made (no covariance, or
+/// variance parameters that the data do not determine) leave `ddf_error`, why.
 pub(super) fn ddf_items(
     d: &Bound<'_, PyDict>,
     model: &Glmm,
@@ -94,7 +94,7 @@ pub(super) fn ddf_items(
     (kind, names, ls): &Hypotheses,
     kenward_roger: bool,
 ) -> PyResult<()> {
-    // The fit stands without them (a block too large for Kenward-Roger's dense matrices).
+    // The fit stands without them (as the command line's does).
     let (key, t, f) = match ddf_tests((model, fit), ls, kenward_roger) {
         Ok(tests) => tests,
         Err(e) => return d.set_item("ddf_error", e.to_string()),

@@ -3,31 +3,33 @@
 //! estimated, and each test's denominator degrees of freedom and F's scaling from it. The
 //! marginal covariance Σ = Σᵢ σᵢ Gᵢ is linear in the variance parameters σ (each random term's
 //! covariance entries, then σ²), as pbkrtest writes it, and block-diagonal by EM's points, so
-//! every sum over Σ's entries is taken a point at a time (dense within a point: a crossed design
-//! is one point of all its rows).
+//! every sum over Σ's entries is taken a point at a time, through Woodbury's identity in the
+//! point's effects: a crossed design, one point of all its rows, needs no matrix of its rows
+//! squared (pbkrtest's are dense n × n).
 
-use nalgebra::{Cholesky, DMatrix};
+use nalgebra::DMatrix;
 use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
 use super::satterthwaite::{check_contrasts, check_hypotheses, t_tail, unit};
+use super::woodbury::{Block, Column};
 use crate::error::{invalid, Result};
 use crate::glmm::{Family, Glmm};
 
 /// A variance parameter of Σ's linear form: entry (a, b), a ≥ b, of a random term's
 /// covariance, or σ².
 #[derive(Clone, Copy)]
-enum Param {
+pub(super) enum Param {
     Entry { term: usize, a: usize, b: usize },
     Residual,
 }
 
 /// The sums over the points that the adjustment reads: XᵀΣ⁻¹X, each Pᵢ = −XᵀΣ⁻¹GᵢΣ⁻¹X, each
 /// Qᵢⱼ = XᵀΣ⁻¹GᵢΣ⁻¹GⱼΣ⁻¹X (i ≤ j) and each tr(Σ⁻¹GᵢΣ⁻¹Gⱼ) (i ≤ j).
-struct Sums {
-    xsx: DMatrix<f64>,
-    p: Vec<DMatrix<f64>>,
-    q: Vec<DMatrix<f64>>,
-    t: Vec<f64>,
+pub(super) struct Sums {
+    pub(super) xsx: DMatrix<f64>,
+    pub(super) p: Vec<DMatrix<f64>>,
+    pub(super) q: Vec<DMatrix<f64>>,
+    pub(super) t: Vec<f64>,
 }
 
 impl Sums {
@@ -49,31 +51,8 @@ impl Sums {
     }
 }
 
-/// The most memory one block's dense matrices may take (2k + 2 of them, m × m each).
-const DENSE_BYTES: usize = 1 << 30;
-
-/// Nothing, or the error of a block of `m` rows whose 2k + 2 dense m × m matrices (k variance
-/// parameters) would take more than [`DENSE_BYTES`].
-pub(super) fn dense_block_fits(m: usize, k: usize) -> Result<()> {
-    let bytes = (2 * k + 2)
-        .saturating_mul(m.saturating_mul(m))
-        .saturating_mul(8);
-    match bytes <= DENSE_BYTES {
-        true => Ok(()),
-        false => Err(invalid(
-            "ddf",
-            format!(
-                "Kenward-Roger on a block of {m} rows that share levels (crossed factors make \
-                 one block of every row): its dense matrices would take {:.1} GiB",
-                bytes as f64 / (1u64 << 30) as f64
-            ),
-            "use Satterthwaite's degrees of freedom, which need no dense block",
-        )),
-    }
-}
-
 /// Where pair (i, j), i ≤ j, of k parameters sits among the pairs.
-fn pair(i: usize, j: usize, k: usize) -> usize {
+pub(super) fn pair(i: usize, j: usize, k: usize) -> usize {
     let (i, j) = (i.min(j), i.max(j));
     i * k - i * (i + 1) / 2 + j
 }
@@ -291,7 +270,7 @@ impl Glmm {
 
     /// Σ's linear parameters: each term's covariance entries (a ≥ b; the diagonal alone for
     /// independent effects), then σ².
-    fn linear_params(&self) -> Vec<Param> {
+    pub(super) fn linear_params(&self) -> Vec<Param> {
         let mut params = Vec::new();
         for (term, t) in self.terms.iter().enumerate() {
             for a in 0..t.q {
@@ -307,75 +286,126 @@ impl Glmm {
     /// threads).
     fn kenward_roger_sums(&self, theta: &[f64], params: &[Param]) -> Result<Sums> {
         let k = params.len();
-        let covs: Vec<DMatrix<f64>> = (self.terms.iter())
-            .map(|t| {
-                let l = DMatrix::from_row_slice(t.q, t.q, &t.factor(theta));
-                &l * l.transpose()
-            })
-            .collect();
+        let factors: Vec<Vec<f64>> = self.terms.iter().map(|t| t.factor(theta)).collect();
         let s2 = (2.0 * theta[theta.len() - 1]).exp();
-        let value = |prm: &Param| match *prm {
-            Param::Entry { term, a, b } => covs[term][(a, b)],
-            Param::Residual => s2,
-        };
-        let values: Vec<f64> = params.iter().map(value).collect();
         self.sum_over_points(
             || Sums::zero(self.p, k),
             Sums::add,
-            |c| self.kenward_roger_point(c, params, &values),
+            |c| self.kenward_roger_point(c, params, (&factors, s2)),
         )
     }
 
-    /// One point's [`Sums`]: its block of each Gᵢ and of Σ, dense.
-    fn kenward_roger_point(&self, c: usize, params: &[Param], values: &[f64]) -> Result<Sums> {
+    /// One point's [`Sums`], through Woodbury's identity in its effects ([`Block`]): its Σ
+    /// from the terms' Cholesky factors and σ², each Gᵢ a product of the terms' effect columns
+    /// on its rows.
+    pub(super) fn kenward_roger_point(
+        &self,
+        c: usize,
+        params: &[Param],
+        (factors, s2): (&[Vec<f64>], f64),
+    ) -> Result<Sums> {
         let (p, k, rows) = (self.p, params.len(), self.points[c].rows.clone());
         let m = rows.len();
-        dense_block_fits(m, k)?;
-        let g: Vec<DMatrix<f64>> = (params.iter())
+        let (block, columns, first) = self.point_block(c, factors, s2)?;
+        // Gᵢ's pairs (A, B) of effect columns, Gᵢ = Σ ABᵀ; σ²'s, none (Gᵢ = I).
+        let pairs = |prm: &Param| match *prm {
+            Param::Residual => vec![],
+            Param::Entry { term, a, b } => {
+                let (ca, cb) = (first[term] + a, first[term] + b);
+                match a == b {
+                    true => vec![(ca, cb)],
+                    false => vec![(ca, cb), (cb, ca)],
+                }
+            }
+        };
+        let x = DMatrix::from_row_slice(m, p, &self.x[rows.start * p..rows.end * p]);
+        let sx = block.solve(&x);
+        let gsx: Vec<DMatrix<f64>> = (params.iter())
             .map(|prm| match *prm {
-                Param::Residual => DMatrix::identity(m, m),
+                Param::Residual => sx.clone(),
                 Param::Entry { term, a, b } => {
-                    let t = &self.terms[term];
-                    let (q, z, slot) = (t.q, &t.z, &t.slot);
-                    DMatrix::from_fn(m, m, |r, s| {
-                        let (r, s) = (rows.start + r, rows.start + s);
-                        if slot[r] != slot[s] {
-                            return 0.0;
-                        }
-                        let v = z[r * q + a] * z[s * q + b];
-                        match a == b {
-                            true => v,
-                            false => v + z[r * q + b] * z[s * q + a],
-                        }
-                    })
+                    let (ca, cb) = (&columns[first[term] + a], &columns[first[term] + b]);
+                    ca.outer_times(cb, &sx, a != b)
                 }
             })
             .collect();
-        let mut sigma = DMatrix::zeros(m, m);
-        g.iter().zip(values).for_each(|(gi, v)| sigma += gi * *v);
-        let sinv = Cholesky::new(sigma)
-            .ok_or_else(|| {
-                invalid(
-                    "θ",
-                    "a marginal covariance that is not positive definite".into(),
-                    "give the estimate of a fit, whose σ is above 0",
-                )
-            })?
-            .inverse();
-        let x = DMatrix::from_row_slice(m, p, &self.x[rows.start * p..rows.end * p]);
-        let sx = &sinv * &x;
-        let gsx: Vec<DMatrix<f64>> = g.iter().map(|gi| gi * &sx).collect();
-        let sg: Vec<DMatrix<f64>> = g.iter().map(|gi| &sinv * gi).collect();
+        let sgsx: Vec<DMatrix<f64>> = gsx.iter().map(|g| block.solve(g)).collect();
+        // AᵀΣ⁻¹B and AᵀΣ⁻²B of every two effect columns.
+        let inner = block.inners(&columns);
+        // tr(Σ⁻¹GᵢΣ⁻¹Gⱼ): tr(Σ⁻¹ABᵀΣ⁻¹CDᵀ) = tr((BᵀΣ⁻¹C)(DᵀΣ⁻¹A)) per pair, tr(BᵀΣ⁻²A)
+        // where Gⱼ = I, tr(Σ⁻²) where both are.
+        let trace = |i: &Param, j: &Param| -> f64 {
+            let (pi, pj) = (pairs(i), pairs(j));
+            match (pi.is_empty(), pj.is_empty()) {
+                (true, true) => block.trace_square(),
+                (false, true) | (true, false) => (pi.iter().chain(&pj))
+                    .map(|&(a, b)| inner[b][a].1.trace())
+                    .sum(),
+                (false, false) => (pi.iter())
+                    .flat_map(|&(a, b)| pj.iter().map(move |&(c, d)| (a, b, c, d)))
+                    .map(|(a, b, c, d)| {
+                        let (bc, da) = (&inner[b][c].0, &inner[d][a].0);
+                        bc.component_mul(&da.transpose()).sum()
+                    })
+                    .sum(),
+            }
+        };
         let mut out = Sums::zero(p, k);
         out.xsx = x.transpose() * &sx;
         for i in 0..k {
             out.p[i] = -(sx.transpose() * &gsx[i]);
             for j in i..k {
                 let ij = pair(i, j, k);
-                out.q[ij] = gsx[i].transpose() * &sinv * &gsx[j];
-                out.t[ij] = sg[i].component_mul(&sg[j].transpose()).sum();
+                out.q[ij] = gsx[i].transpose() * &sgsx[j];
+                out.t[ij] = trace(&params[i], &params[j]);
             }
         }
         Ok(out)
+    }
+
+    /// Point `c`'s [`Block`] (U = ZΛ from the terms' factors, σ² = `s2`), each term's effect
+    /// columns on its rows (its levels numbered within the point), and where each term's
+    /// columns start among them.
+    fn point_block(
+        &self,
+        c: usize,
+        factors: &[Vec<f64>],
+        s2: f64,
+    ) -> Result<(Block, Vec<Column>, Vec<usize>)> {
+        let (rows, dim) = (self.points[c].rows.clone(), self.points[c].dim);
+        let width: usize = self.terms.iter().map(|t| t.q).sum();
+        let (mut cols, mut vals) = (Vec::new(), Vec::new());
+        for r in rows.clone() {
+            for (t, l) in self.terms.iter().zip(factors) {
+                let (q, z) = (t.q, &t.z[r * t.q..(r + 1) * t.q]);
+                for e in 0..q {
+                    cols.push(t.slot[r] + e);
+                    vals.push((e..q).map(|a| z[a] * l[a * q + e]).sum());
+                }
+            }
+        }
+        let block = Block::new(dim, width, (cols, vals), s2)?;
+        let (mut columns, mut first) = (Vec::new(), Vec::new());
+        for t in &self.terms {
+            // The term's levels in the point, numbered in the order its rows meet them.
+            let mut number = vec![usize::MAX; dim];
+            let mut levels = 0;
+            let lev: Vec<usize> = (rows.clone())
+                .map(|r| {
+                    if number[t.slot[r]] == usize::MAX {
+                        number[t.slot[r]] = levels;
+                        levels += 1;
+                    }
+                    number[t.slot[r]]
+                })
+                .collect();
+            first.push(columns.len());
+            columns.extend((0..t.q).map(|a| Column {
+                lev: lev.clone(),
+                z: rows.clone().map(|r| t.z[r * t.q + a]).collect(),
+                levels,
+            }));
+        }
+        Ok((block, columns, first))
     }
 }

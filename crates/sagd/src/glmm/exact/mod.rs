@@ -12,6 +12,7 @@ mod kenward_roger;
 mod profile;
 mod quadrature;
 mod satterthwaite;
+mod woodbury;
 pub(super) use gaussian::{least_squares_criterion, Pieces};
 pub(super) use quadrature::{NodeScratch, ProductRule};
 pub(super) use satterthwaite::{t_tail, unit};
