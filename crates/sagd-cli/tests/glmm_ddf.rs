@@ -1,7 +1,7 @@
 //! `sagd glmm --ddf`: the fixed effects' t tests and each term's type III F test with
 //! Satterthwaite's or Kenward and Roger's degrees of freedom, against lmerTest 3.1-3 (with
 //! pbkrtest 0.5.2 for Kenward-Roger; R 4.2.2, lme4 1.1-31) on `tests/data/glmm_counts.csv`,
-//! `glmm_factorial.csv` and `glmm_weights.csv`; and `--ranova`, lmerTest's `ranova(fit)`.
+//! `glmm_factorial.csv` and `glmm_weights.csv`.
 
 mod common;
 use common::{glmm, refused, sagd};
@@ -260,101 +260,6 @@ fn kenward_roger_tests_are_lmertest_s() {
             "{err}"
         );
     }
-}
-
-/// lmerTest 3.1-3's `ranova(fit)`: per fit, each row's name, npar, logLik (REML's for a REML
-/// fit) and, past the model's own row, LRT, Df and Pr(>Chisq).
-const RANOVA: &str = "\
-factorial-reml;<none>;9;-106.914802275
-factorial-reml;(1 | subj);8;-115.205095563;16.5805865756;1;4.66258651185e-05
-factorial-ml;<none>;9;-101.330441309
-factorial-ml;(1 | subj);8;-110.169648823;17.678415027;1;2.61578131372e-05
-slopes;<none>;10;-343.055928870
-slopes;x in (1 + x | site);8;-346.135325056;6.15879237244;2;0.0459870158613
-independent;<none>;5;-351.850131961
-independent;(1 | site);4;-385.189617238;66.67897055394;1;3.19525673497e-16
-independent;x in (0 + x | site);4;-352.588474996;1.47668606819;1;0.224293738339
-weights;<none>;4;-80.453252454
-weights;(1 | site);3;-120.373115858;79.8397268091;1;4.0604598204e-19
-";
-
-/// `--ranova` against lmerTest's `ranova(fit)`: REML and ML fits of the unbalanced factorial,
-/// correlated slopes (x left out of `(1 + x | site)`), independent ones (lme4's `(1 | site) +
-/// (0 + x | site)`, each left out whole) and a weighted fit whose only term leaves the fixed
-/// effects alone (weighted least squares' REML log-likelihood, R's `logLik(lm)`): the models'
-/// criteria to 1e-7 of themselves, LRT and p to 1e-4; other families refused by name.
-#[test]
-fn ranova_is_lmertest_s() {
-    let weights = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_weights.csv");
-    let two = "y ~ A * B + x + (1 | subj)";
-    let fits: [(&str, &[&str], PathBuf); 5] = [
-        ("factorial-reml", &[two, "--reml"], factorial()),
-        ("factorial-ml", &[two], factorial()),
-        (
-            "slopes",
-            &["count ~ x * dose + (1 + x | site)", "--reml"],
-            data(),
-        ),
-        (
-            "independent",
-            &["count ~ x + (1 + x || site)", "--reml"],
-            data(),
-        ),
-        (
-            "weights",
-            &["y ~ x + (1 | site)", "--reml", "--weights", "w"],
-            weights,
-        ),
-    ];
-    for (name, args, file) in fits {
-        let dir = tempfile::tempdir().unwrap();
-        let all: Vec<&str> = args.iter().copied().chain(["--ranova"]).collect();
-        let printed = String::from_utf8_lossy(&glmm(&all, &file, dir.path()).stdout).into_owned();
-        assert!(printed.contains("lmerTest's ranova"), "{printed}");
-        let result = std::fs::read_to_string(dir.path().join("result.json")).unwrap();
-        let r: serde_json::Value = serde_json::from_str(&result).unwrap();
-        let got = r["ranova"]["models"].as_array().unwrap();
-        let want: Vec<Vec<&str>> = (RANOVA.lines())
-            .filter(|l| l.starts_with(&format!("{name};")))
-            .map(|l| l.split(';').skip(1).collect())
-            .collect();
-        assert_eq!(got.len(), want.len(), "{name}: {got:?}");
-        let csv = std::fs::read_to_string(dir.path().join("ranova.csv")).unwrap();
-        assert_eq!(csv.lines().count(), want.len() + 1, "{csv}");
-        for (g, w) in got.iter().zip(&want) {
-            assert_eq!(g["term"], w[0], "{name}");
-            assert_eq!(g["npar"].to_string(), w[1], "{name}");
-            let rel = |v: &serde_json::Value, want: &str| {
-                (v.as_f64().unwrap() / want.parse::<f64>().unwrap() - 1.0).abs()
-            };
-            assert!(rel(&g["loglik"], w[2]) < 1e-7, "{name}: {g} against {w:?}");
-            if w.len() > 3 {
-                let t = &g["test"];
-                assert!(rel(&t["lrt"], w[3]) < 1e-4, "{name}: {g} against {w:?}");
-                assert_eq!(t["df"].to_string(), w[4], "{name}");
-                assert!(rel(&t["p"], w[5]) < 1e-4, "{name}: {g} against {w:?}");
-            } else {
-                assert!(g["test"].is_null(), "{name}: {g}");
-            }
-        }
-    }
-    let err = refused(
-        sagd()
-            .args([
-                "glmm",
-                "count ~ x + (1 | site)",
-                "--family",
-                "poisson",
-                "--ranova",
-                "--data",
-            ])
-            .arg(data())
-            .args(["--out", "/nonexistent/never"]),
-    );
-    assert!(
-        err.contains("--ranova") && err.contains("--compare"),
-        "{err}"
-    );
 }
 
 /// lmerTest 3.1-3's `anova(fit, type = 1)` and `anova(fit, type = 2)` (pbkrtest 0.5.2 for

@@ -1,5 +1,6 @@
 """sagd.ranova against lmerTest 3.1-3's ranova(fit) (R 4.2.2, lme4 1.1-31): the references of
-crates/sagd-cli/tests/glmm_ddf.rs, and a categorical slope left out whole."""
+crates/sagd-cli/tests/glmm_deletions.rs, and a categorical slope left out whole; sagd.drop1
+against lme4 1.1-31's drop1(fit, test = "Chisq"), the same file's references."""
 
 from pathlib import Path
 
@@ -59,3 +60,41 @@ def test_ranova_refuses_what_it_cannot_test():
         sagd.ranova(sagd.glmm("count ~ x + (1 | site)", data=df, family="poisson"))
     with pytest.raises(ValueError, match="sagd.glmm"):
         sagd.ranova("not a fit")
+
+
+# Per fit: each row's name, the parameters it drops, lme4's AIC (None for glmer's AGQ fits,
+# whose AIC lacks constants the exact likelihood has), then LRT and p.
+DROP1 = {
+    ("y ~ A * B + x + (1 | subj)", "glmm_factorial.csv", True, None): [
+        ("<none>", 0, 220.6608826186),
+        ("x", 1, 229.6350054636, 10.97412284, 0.00092392977),
+        ("A:B", 2, 218.8459354476, 2.185052829, 0.3353681436)],
+    ("y ~ x * A + B + (1 | subj)", "glmm_factorial.csv", False, None): [
+        ("<none>", 0, 222.6114107559),
+        ("B", 1, 242.6775784224, 22.06616767, 2.634116435e-06),
+        ("x:A", 2, 218.8459354476, 0.2345246916, 0.8893518448)],
+    ("count ~ x + dose + (1 | site)", "glmm_counts.csv", False, "poisson"): [
+        ("<none>", 0, None),
+        ("x", 1, None, 31.16036685, 2.375672357e-08),
+        ("dose", 2, None, 16.29104394, 0.0002900312243)],
+}
+
+
+def test_drop1_is_lme4_s():
+    for (formula, file, reml, family), want in DROP1.items():
+        df = pd.read_csv(DATA / file).dropna()
+        fit = sagd.glmm(formula, data=df, reml=reml, family=family or "gaussian")
+        r = sagd.drop1(fit)
+        assert r.names == [w[0] for w in want] and r.refitted_by_ml == reml
+        assert [r.n_params[0] - n for n in r.n_params] == [w[1] for w in want]
+        for k, w in enumerate(want):
+            if w[2] is not None:
+                assert r.aic[k] == pytest.approx(w[2], rel=1e-7)
+            if k > 0:
+                assert r.df[k] == w[1]
+                np.testing.assert_allclose([r.lrt[k], r.p_value[k]], w[3:], rtol=1e-4)
+        assert "lme4's drop1" in repr(r) and ("refitted by ML" in repr(r)) == reml
+    with pytest.raises(ValueError, match="no fixed-effect term"):
+        sagd.drop1(sagd.glmm("count ~ 1 + (1 | site)", data=df, family="poisson"))
+    with pytest.raises(ValueError, match="sagd.glmm"):
+        sagd.drop1("not a fit")

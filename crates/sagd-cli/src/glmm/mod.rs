@@ -6,7 +6,8 @@
 //! (profile-likelihood intervals), with `--predict` predictions.csv (the fit on new rows), with
 //! `--simulate` simulate.csv (new responses from the fitted model), with `--bootstrap`
 //! bootstrap.csv and confint_bootstrap.csv (the parametric bootstrap's refits and their
-//! percentile intervals), with `--compare` anova.csv, with `--ranova` ranova.csv, with
+//! percentile intervals), with `--compare` anova.csv, with `--ranova` ranova.csv, with `--drop1`
+//! drop1.csv, with
 //! `--ls-means` ls_means.csv (lmerTest's tests), and summary.txt.
 
 use std::path::PathBuf;
@@ -28,24 +29,24 @@ use crate::progress::progress_bar;
 mod anova;
 mod confint;
 mod ddf;
+mod deletions;
 mod files;
 mod fitted;
 mod inputs;
 mod ls_means;
 mod predict;
 mod ranef;
-mod ranova;
 mod refits;
 mod summary;
 use anova::{Compared, Fitted as Compares};
 use confint::Intervals;
 use ddf::Ddf;
+use deletions::Deletions;
 use files::{estimates_csv, result_json};
 use fitted::{fitted_csv, simulate_csv};
 use inputs::Inputs;
 use ls_means::LsMeans;
 use ranef::{write_ranef, Means};
-use ranova::Ranova;
 use refits::{Refits, Refitted};
 use summary::render;
 
@@ -156,6 +157,12 @@ pub struct GlmmArgs {
     /// least squares where none is left; in the summary, ranova.csv and result.json.
     #[arg(long)]
     ranova: bool,
+    /// lme4's `drop1(fit, test = "Chisq")`: each fixed-effect term that no other contains (R's
+    /// `drop.scope`: `x` stays while `x:A` is in the model) tested by the model refitted
+    /// without it, by maximum likelihood (a REML fit refitted by ML first, as lme4 refits it),
+    /// its likelihood ratio on the chi-square law; in the summary, drop1.csv and result.json.
+    #[arg(long)]
+    drop1: bool,
     /// lmerTest's `ls_means(fit)`: the least-squares mean of each combination of the levels of
     /// every term of categorical variables (over every level of the other factors, each as
     /// often, and numeric variables at their means), or with `pairwise` the difference of each
@@ -186,7 +193,7 @@ pub struct GlmmArgs {
 }
 
 /// The files `sagd glmm` writes into OUT.
-const OWNED: [&str; 13] = [
+const OWNED: [&str; 14] = [
     "result.json",
     "estimates.csv",
     "ranef.csv",
@@ -198,6 +205,7 @@ const OWNED: [&str; 13] = [
     "confint_bootstrap.csv",
     "anova.csv",
     "ranova.csv",
+    "drop1.csv",
     "ls_means.csv",
     "summary.txt",
 ];
@@ -231,7 +239,8 @@ struct Found {
     profiled: Option<std::result::Result<Intervals, String>>,
     booted: Option<std::result::Result<(Intervals, String), String>>,
     compared: Option<Compared>,
-    ranova: Option<Ranova>,
+    /// lmerTest's ranova and lme4's drop1, where asked for.
+    deletions: Vec<Deletions>,
     ls_means: Option<LsMeans>,
 }
 
@@ -267,10 +276,13 @@ impl Found {
             None => None,
         };
         let compared = compare(a, i, &fit, refits)?;
-        let ranova = match a.ranova {
-            true => Some(Ranova::find(a, i, &fit)?),
-            false => None,
-        };
+        let mut deletions = Vec::new();
+        if a.ranova {
+            deletions.push(Deletions::ranova(a, i, &fit)?);
+        }
+        if a.drop1 {
+            deletions.push(Deletions::drop1(a, i, &fit)?);
+        }
         let ls_means = LsMeans::find(a, i, &fit);
         Ok(Found {
             fit,
@@ -283,7 +295,7 @@ impl Found {
             profiled,
             booted,
             compared,
-            ranova,
+            deletions,
             ls_means,
         })
     }
@@ -319,7 +331,7 @@ impl Found {
             &intervals[..],
             self.compared.as_ref(),
             tests.as_ref(),
-            self.ranova.as_ref(),
+            &self.deletions[..],
             self.ls_means.as_ref(),
         );
         let text = render(a, i.family, design, (fit, notes), &self.summary, seconds);
@@ -347,8 +359,8 @@ impl Found {
         if let Some(c) = &self.compared {
             result["anova"] = c.json();
         }
-        if let Some(r) = &self.ranova {
-            result["ranova"] = r.json();
+        for d in &self.deletions {
+            result[d.name()] = d.json();
         }
         if let Some(m) = &self.ls_means {
             result["ls_means"] = m.json();
@@ -379,8 +391,8 @@ impl Found {
         if let Some(c) = &self.compared {
             write_atomic(&staging.path("anova.csv"), c.csv())?;
         }
-        if let Some(r) = &self.ranova {
-            write_atomic(&staging.path("ranova.csv"), r.csv())?;
+        for d in &self.deletions {
+            write_atomic(&staging.path(&format!("{}.csv", d.name())), d.csv())?;
         }
         if let Some(m) = &self.ls_means {
             write_atomic(&staging.path("ls_means.csv"), m.csv())?;
@@ -425,13 +437,7 @@ fn compare(a: &GlmmArgs, i: &Inputs, fit: &GlmmFit, refits: &Refits) -> Result<O
     if i.others.is_empty() {
         return Ok(None);
     }
-    let ml_settings = FitSettings {
-        exact: ExactSettings {
-            criterion: Criterion::Ml,
-            ..i.settings.exact.clone()
-        },
-        ..i.settings.clone()
-    };
+    let ml_settings = ml_settings(&i.settings);
     let by_ml = a.reml;
     let settings = if by_ml { &ml_settings } else { &i.settings };
     let ml_fit = match by_ml {
@@ -450,6 +456,17 @@ fn compare(a: &GlmmArgs, i: &Inputs, fit: &GlmmFit, refits: &Refits) -> Result<O
     let mut compared = Compared::find(models, i.model.n_obs(), boot)?;
     compared.refitted_by_ml = by_ml;
     Ok(Some(compared))
+}
+
+/// `settings` with maximum likelihood as the exact fits' criterion (lme4's `refitML`).
+fn ml_settings(settings: &FitSettings) -> FitSettings {
+    FitSettings {
+        exact: ExactSettings {
+            criterion: Criterion::Ml,
+            ..settings.exact.clone()
+        },
+        ..settings.clone()
+    }
 }
 
 /// The parametric bootstrap's `draws` refits of `fit` under `settings`, each refit's estimates

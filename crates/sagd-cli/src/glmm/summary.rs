@@ -9,21 +9,22 @@ use sagd::glmm::{Criterion, Design, Family, Fitted, GlmmFit, LikelihoodMethod, S
 use super::anova::Compared;
 use super::confint::Intervals;
 use super::ddf::Ddf;
+use super::deletions::Deletions;
 use super::fitted::scaled_residuals;
 use super::ls_means::LsMeans;
-use super::ranova::Ranova;
 use super::GlmmArgs;
 
 /// What the summary adds to the fit: the separation warning, the scaled residuals' quantiles,
 /// the confidence intervals (profile, bootstrap), the comparison with other models, the
-/// lmerTest tests (t and F with their degrees of freedom, ranova) and the least-squares means.
+/// lmerTest tests (t and F with their degrees of freedom), ranova and drop1, and the
+/// least-squares means.
 pub(super) type Notes<'a> = (
     Option<&'a str>,
     Option<&'a [f64; 5]>,
     &'a [&'a Intervals],
     Option<&'a Compared>,
     Option<&'a Ddf>,
-    Option<&'a Ranova>,
+    &'a [Deletions],
     Option<&'a LsMeans>,
 );
 
@@ -96,7 +97,7 @@ pub(super) fn render(
     a: &GlmmArgs,
     family: Family,
     d: &Design,
-    (fit, (separation, residuals, intervals, compared, tests, ranova, ls_means)): (
+    (fit, (separation, residuals, intervals, compared, tests, deletions, ls_means)): (
         &GlmmFit,
         Notes<'_>,
     ),
@@ -123,8 +124,8 @@ pub(super) fn render(
     if let Some(c) = compared {
         c.table(&mut o);
     }
-    if let Some(r) = ranova {
-        r.table(&mut o);
+    for d in deletions {
+        d.table(&mut o);
     }
     if let Some(m) = ls_means {
         m.table(&mut o);

@@ -1,4 +1,6 @@
-"""lmerTest's ``ranova(fit)``: each random effect tested by the model refitted without it."""
+"""Models with one term less, each tested against the fit by the likelihood ratio: lmerTest's
+``ranova(fit)`` (each random effect left out) and lme4's ``drop1(fit, test = "Chisq")`` (each
+fixed-effect term that no other contains left out)."""
 
 from __future__ import annotations
 
@@ -55,6 +57,85 @@ class RanovaResult:
         return pd.DataFrame({"npar": self.n_params, "logLik": self.loglik, "AIC": self.aic,
                              "LRT": self.lrt, "Df": self.df, "Pr(>Chisq)": self.p_value},
                             index=self.names)
+
+
+@dataclass(repr=False)
+class Drop1Result(RanovaResult):
+    """The model, then each fixed-effect term left out, as lme4's ``drop1(fit, test =
+    "Chisq")`` tabulates them (with the columns of :class:`RanovaResult`; lme4's ``npar`` is
+    ``df`` here).
+
+    Attributes:
+        names: ``"<none>"`` (the model), then each term left out as formulaic writes it.
+        loglik_se: each log-likelihood's Monte Carlo error (0 where exact).
+        refitted_by_ml: whether the fit, by REML, was refitted by maximum likelihood first (as
+            lme4's ``drop1`` refits it); every model's criterion is then the likelihood.
+    """
+
+    loglik_se: List[float] = field(default_factory=list)
+    refitted_by_ml: bool = False
+
+    def __repr__(self) -> str:
+        head = ["Single term deletions (lme4's drop1, test = \"Chisq\""
+                + ("; the models refitted by ML instead of REML)" if self.refitted_by_ml else ")")]
+        return "\n".join(head + [RanovaResult.__repr__(self)])
+
+
+def drop1(fit: GlmmResult) -> Drop1Result:
+    """lme4's ``drop1(fit, test = "Chisq")``: each fixed-effect term of a fit made by
+    :func:`glmm` from a formula that no other term contains (R's ``drop.scope``: ``x`` stays
+    while ``x:A`` is in the model) tested by the likelihood ratio of the model refitted without
+    it, by maximum likelihood (a REML fit is refitted by ML first, as lme4 refits it), under the
+    fit's method, nodes and M-steps. The same terms and tests as ``sagd glmm --drop1``; any
+    family.
+
+    Returns:
+        A :class:`Drop1Result` (``print`` it for the table).
+
+    Raises:
+        ValueError: a fit not made by :func:`glmm` from a formula here, or a model with no
+            fixed-effect term to leave out.
+    """
+    if not isinstance(fit, GlmmResult) or fit._model is None or fit._spec is None:
+        raise ValueError("drop1: give a fit made by sagd.glmm from a formula here: its terms' "
+                         "columns are what is left out")
+    s = fit._model
+    core = s["core"]
+    terms = [(str(t), {f.expr for f in t.factors}, list(range(sl.start, sl.stop)))
+             for t, sl in fit._spec.fixed.term_slices.items() if str(t) != "1"]
+    scope = [(name, cols) for name, vs, cols in terms
+             if not any(vs < other for _, other, _ in terms)]
+    if not scope:
+        raise ValueError("drop1: the model has no fixed-effect term to leave out (its "
+                         "intercept stays, as lme4's drop1 keeps it)")
+
+    def ml_fit(c: Dict[str, Any], names: List[str]) -> Tuple[float, float, int]:
+        d = _core.fit_glmm(**c, x_names=names, terms=s["terms"], method=s["method"],
+                           reml=False, nodes=s["nodes"], max_msteps=s["max_msteps"],
+                           ranef_draws=0)
+        se = float(d.get("loglik_se") or 0.0) if d["status"] != "exact" else 0.0
+        return float(d["loglik"]), se, len(d["estimate"])
+
+    full = ml_fit(core, s["x_names"]) if fit.reml else (
+        float(fit.loglik), 0.0 if fit.method == "exact" else float(fit.loglik_se or 0.0),
+        len(fit.estimate))
+    out = Drop1Result(refitted_by_ml=bool(fit.reml))
+    rows = [("<none>", full, None)]
+    for name, cols in scope:
+        x = np.ascontiguousarray(np.delete(core["x"], cols, axis=1))
+        names = [n for j, n in enumerate(s["x_names"]) if j not in cols]
+        reduced = ml_fit(dict(core, x=x), names)
+        rows.append((name, reduced, 2.0 * (full[0] - reduced[0])))
+    for name, (ll, se, npar), lrt in rows:
+        out.names.append(name)
+        out.n_params.append(npar)
+        out.loglik.append(ll)
+        out.loglik_se.append(se)
+        out.aic.append(-2.0 * ll + 2.0 * npar)
+        out.lrt.append(lrt)
+        out.df.append(None if lrt is None else full[2] - npar)
+        out.p_value.append(None if lrt is None else chi2_upper_tail(max(lrt, 0.0), full[2] - npar))
+    return out
 
 
 def ranova(fit: GlmmResult) -> RanovaResult:

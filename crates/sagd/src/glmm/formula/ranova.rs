@@ -1,5 +1,6 @@
 //! lmerTest's `ranova`: the models with one random effect less, each named as lmerTest names
-//! it; and the log-likelihood of the fixed effects alone, where no random effect is left.
+//! it; and the log-likelihood of the fixed effects alone, where no random effect is left. And
+//! lme4's `drop1`: the models with one fixed-effect term less.
 
 use super::type3::term_label;
 use super::*;
@@ -23,6 +24,28 @@ impl Formula {
             }
         }
         out
+    }
+
+    /// The formulas of lme4's `drop1(fit)` (R's `drop.scope`): per fixed-effect term that no
+    /// other term contains (every variable of it in the other's: `x` stays while `x:A` is in
+    /// the model), its label as R prints it and the formula without it. The intercept is never
+    /// among them.
+    pub fn fixed_reductions(&self) -> Vec<(String, Formula)> {
+        let terms = &self.fixed.terms;
+        let contained = |i: usize| {
+            (terms.iter().enumerate())
+                .any(|(j, t)| j != i && terms[i].iter().all(|v| t.contains(v)))
+        };
+        (0..terms.len())
+            .filter(|&i| !contained(i))
+            .map(|i| {
+                let label = term_label(&terms[i]);
+                let mut f = self.clone();
+                f.fixed.terms.remove(i);
+                f.text = format!("{} (without {label})", self.text);
+                (label, f)
+            })
+            .collect()
     }
 
     /// This formula with effect `k` (the intercept first, where there is one) of random term
@@ -155,6 +178,37 @@ mod tests {
         let (_, reduced) = f.random_reductions().remove(0);
         let bar = &reduced.unwrap().random[0];
         assert!(bar.effects.intercept && bar.effects.terms.is_empty() && bar.correlated);
+    }
+
+    /// lme4's drop1 leaves out each fixed-effect term that no other contains (R's
+    /// `drop.scope`), by variables alone: `x` stays while `x:A` is in, `A` too; the intercept
+    /// and the random terms always stay.
+    #[test]
+    fn each_marginal_fixed_term_is_left_out_as_drop1_leaves_it_out() {
+        let reductions = |text: &str| -> Vec<(String, Vec<String>)> {
+            (Formula::parse(text).unwrap().fixed_reductions().into_iter())
+                .map(|(name, f)| {
+                    assert!(f.fixed.intercept && f.random.len() == 1, "{text}");
+                    (name, f.fixed.terms.iter().map(|t| term_label(t)).collect())
+                })
+                .collect()
+        };
+        let s = |v: &[&str]| -> Vec<String> { v.iter().map(|t| t.to_string()).collect() };
+        assert_eq!(
+            reductions("y ~ x * A + B + (1 | g)"),
+            [
+                ("B".to_string(), s(&["x", "A", "x:A"])),
+                ("x:A".to_string(), s(&["x", "A", "B"])),
+            ]
+        );
+        assert_eq!(
+            reductions("y ~ factor(d) + x:A + (1 | g)"),
+            [
+                ("factor(d)".to_string(), s(&["x:A"])),
+                ("x:A".to_string(), s(&["factor(d)"])),
+            ]
+        );
+        assert!(reductions("y ~ 1 + (1 | g)").is_empty());
     }
 
     /// The fixed effects alone by (weighted) least squares: ML's log-likelihood is the normal

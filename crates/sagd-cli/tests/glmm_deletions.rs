@@ -1,0 +1,228 @@
+//! Tables of models with one term less against their references: `--ranova` against lmerTest
+//! 3.1-3's `ranova(fit)` and `--drop1` against lme4 1.1-31's `drop1(fit, test = "Chisq")` (R
+//! 4.2.2), on `tests/data/glmm_factorial.csv`, `glmm_counts.csv` and `glmm_weights.csv`.
+
+mod common;
+use common::{glmm, refused, sagd};
+
+use std::path::{Path, PathBuf};
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_counts.csv")
+}
+
+fn factorial() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_factorial.csv")
+}
+
+/// `sagd glmm` with `args` and `flag` on `file`: its printout, result.json's table under
+/// `key`, and the table's CSV file, `key`.csv.
+fn table(
+    args: &[&str],
+    flag: &str,
+    file: &Path,
+    key: &str,
+) -> (String, Vec<serde_json::Value>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let all: Vec<&str> = args.iter().copied().chain([flag]).collect();
+    let printed = String::from_utf8_lossy(&glmm(&all, file, dir.path()).stdout).into_owned();
+    let result = std::fs::read_to_string(dir.path().join("result.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&result).unwrap();
+    let rows = r[key]["models"].as_array().unwrap().clone();
+    let csv = std::fs::read_to_string(dir.path().join(format!("{key}.csv"))).unwrap();
+    (printed, rows, csv)
+}
+
+/// The rows of `reference` (`;`-separated, the first field the fit's name) for the fit `name`,
+/// without the name.
+fn reference<'a>(reference: &'a str, name: &str) -> Vec<Vec<&'a str>> {
+    (reference.lines())
+        .filter(|l| l.starts_with(&format!("{name};")))
+        .map(|l| l.split(';').skip(1).collect())
+        .collect()
+}
+
+/// `v` relative to the number written `want`.
+fn rel(v: &serde_json::Value, want: &str) -> f64 {
+    (v.as_f64().unwrap() / want.parse::<f64>().unwrap() - 1.0).abs()
+}
+
+/// A table's row past the model's own: its test's LRT and p to 1e-4 of `lrt` and `p`, its
+/// degrees of freedom `df`.
+fn check_test(name: &str, g: &serde_json::Value, (lrt, df, p): (&str, &str, &str)) {
+    let t = &g["test"];
+    assert!(rel(&t["lrt"], lrt) < 1e-4, "{name}: {g} against {lrt}");
+    assert_eq!(t["df"].to_string(), df, "{name}: {g}");
+    assert!(rel(&t["p"], p) < 1e-4, "{name}: {g} against {p}");
+}
+
+/// lmerTest 3.1-3's `ranova(fit)`: per fit, each row's name, npar, logLik (REML's for a REML
+/// fit) and, past the model's own row, LRT, Df and Pr(>Chisq).
+const RANOVA: &str = "\
+factorial-reml;<none>;9;-106.914802275
+factorial-reml;(1 | subj);8;-115.205095563;16.5805865756;1;4.66258651185e-05
+factorial-ml;<none>;9;-101.330441309
+factorial-ml;(1 | subj);8;-110.169648823;17.678415027;1;2.61578131372e-05
+slopes;<none>;10;-343.055928870
+slopes;x in (1 + x | site);8;-346.135325056;6.15879237244;2;0.0459870158613
+independent;<none>;5;-351.850131961
+independent;(1 | site);4;-385.189617238;66.67897055394;1;3.19525673497e-16
+independent;x in (0 + x | site);4;-352.588474996;1.47668606819;1;0.224293738339
+weights;<none>;4;-80.453252454
+weights;(1 | site);3;-120.373115858;79.8397268091;1;4.0604598204e-19
+";
+
+/// `--ranova` against lmerTest's `ranova(fit)`: REML and ML fits of the unbalanced factorial,
+/// correlated slopes (x left out of `(1 + x | site)`), independent ones (lme4's `(1 | site) +
+/// (0 + x | site)`, each left out whole) and a weighted fit whose only term leaves the fixed
+/// effects alone (weighted least squares' REML log-likelihood, R's `logLik(lm)`): the models'
+/// criteria to 1e-7 of themselves, LRT and p to 1e-4; other families refused by name.
+#[test]
+fn ranova_is_lmertest_s() {
+    let weights = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/glmm_weights.csv");
+    let two = "y ~ A * B + x + (1 | subj)";
+    let fits: [(&str, &[&str], PathBuf); 5] = [
+        ("factorial-reml", &[two, "--reml"], factorial()),
+        ("factorial-ml", &[two], factorial()),
+        (
+            "slopes",
+            &["count ~ x * dose + (1 + x | site)", "--reml"],
+            data(),
+        ),
+        (
+            "independent",
+            &["count ~ x + (1 + x || site)", "--reml"],
+            data(),
+        ),
+        (
+            "weights",
+            &["y ~ x + (1 | site)", "--reml", "--weights", "w"],
+            weights,
+        ),
+    ];
+    for (name, args, file) in fits {
+        let (printed, got, csv) = table(args, "--ranova", &file, "ranova");
+        assert!(printed.contains("lmerTest's ranova"), "{printed}");
+        let want = reference(RANOVA, name);
+        assert_eq!(got.len(), want.len(), "{name}: {got:?}");
+        assert_eq!(csv.lines().count(), want.len() + 1, "{csv}");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g["term"], w[0], "{name}");
+            assert_eq!(g["npar"].to_string(), w[1], "{name}");
+            assert!(rel(&g["loglik"], w[2]) < 1e-7, "{name}: {g} against {w:?}");
+            match w.len() > 3 {
+                true => check_test(name, g, (w[3], w[4], w[5])),
+                false => assert!(g["test"].is_null(), "{name}: {g}"),
+            }
+        }
+    }
+    let err = refused(
+        sagd()
+            .args([
+                "glmm",
+                "count ~ x + (1 | site)",
+                "--family",
+                "poisson",
+                "--ranova",
+                "--data",
+            ])
+            .arg(data())
+            .args(["--out", "/nonexistent/never"]),
+    );
+    assert!(
+        err.contains("--ranova") && err.contains("--compare"),
+        "{err}"
+    );
+}
+
+/// lme4 1.1-31's `drop1(fit, test = "Chisq")`: per fit, each row's name, the parameters it
+/// drops (none for the model's own), AIC and, past the model's own row, LRT and Pr(Chi).
+/// A REML fit's table is its ML refit's. The Poisson fits are glmer's with nAGQ = 25, whose AIC
+/// lacks constants that sagd's exact likelihood has: their AICs are not compared.
+const DROP1: &str = "\
+factorial-reml;<none>;;220.6608826186
+factorial-reml;x;1;229.6350054636;10.97412284;0.00092392977
+factorial-reml;A:B;2;218.8459354476;2.185052829;0.3353681436
+factorial-ml;<none>;;222.6114107559
+factorial-ml;B;1;242.6775784224;22.06616767;2.634116435e-06
+factorial-ml;x:A;2;218.8459354476;0.2345246916;0.8893518448
+slopes-reml;<none>;;699.5348058436
+slopes-reml;x:dose;2;698.0024734580;2.467667614;0.2911741296
+poisson;<none>;;
+poisson;x:dose;2;;1.443275037;0.4859558425
+poisson-main;<none>;;
+poisson-main;x;1;;31.16036685;2.375672357e-08
+poisson-main;dose;2;;16.29104394;0.0002900312243
+";
+
+/// `--drop1` against lme4's `drop1`: a REML fit refitted by ML (as lme4's `extractAIC`
+/// refits it), an ML fit in which `x` stays (contained in `x:A`) while `B` and `x:A` go,
+/// correlated slopes, and Poisson fits (exact quadrature; glmer's AGQ): AIC to 1e-7 of itself,
+/// LRT and p to 1e-4; a model with no term to leave out refused by name.
+#[test]
+fn drop1_is_lme4_s() {
+    let poisson = ["--family", "poisson"];
+    let fits: [(&str, Vec<&str>, PathBuf); 5] = [
+        (
+            "factorial-reml",
+            vec!["y ~ A * B + x + (1 | subj)", "--reml"],
+            factorial(),
+        ),
+        (
+            "factorial-ml",
+            vec!["y ~ x * A + B + (1 | subj)"],
+            factorial(),
+        ),
+        (
+            "slopes-reml",
+            vec!["count ~ x * dose + (1 + x | site)", "--reml"],
+            data(),
+        ),
+        (
+            "poisson",
+            [&["count ~ x * dose + (1 | site)"][..], &poisson].concat(),
+            data(),
+        ),
+        (
+            "poisson-main",
+            [&["count ~ x + dose + (1 | site)"][..], &poisson].concat(),
+            data(),
+        ),
+    ];
+    for (name, args, file) in fits {
+        let (printed, got, csv) = table(&args, "--drop1", &file, "drop1");
+        assert!(printed.contains("lme4's drop1"), "{printed}");
+        assert_eq!(
+            printed.contains("refitted by ML"),
+            name.ends_with("reml"),
+            "{printed}"
+        );
+        let want = reference(DROP1, name);
+        assert_eq!(got.len(), want.len(), "{name}: {got:?}");
+        assert_eq!(csv.lines().count(), want.len() + 1, "{csv}");
+        let full = got[0]["npar"].as_u64().unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g["term"], w[0], "{name}");
+            if !w[2].is_empty() {
+                assert!(rel(&g["aic"], w[2]) < 1e-7, "{name}: {g} against {w:?}");
+            }
+            match w[1].parse::<u64>() {
+                Ok(dropped) => {
+                    assert_eq!(g["npar"].as_u64().unwrap(), full - dropped, "{name}: {g}");
+                    check_test(name, g, (w[3], w[1], w[4]));
+                }
+                Err(_) => assert!(g["test"].is_null(), "{name}: {g}"),
+            }
+        }
+    }
+    let err = refused(
+        sagd()
+            .args(["glmm", "count ~ 1 + (1 | site)", "--drop1", "--data"])
+            .arg(data())
+            .args(["--out", "/nonexistent/never"]),
+    );
+    assert!(
+        err.contains("--drop1") && err.contains("no fixed-effect term"),
+        "{err}"
+    );
+}
