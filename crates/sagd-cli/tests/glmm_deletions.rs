@@ -226,3 +226,143 @@ fn drop1_is_lme4_s() {
         "{err}"
     );
 }
+
+/// lmerTest 3.1-3's `step(fit)` (REML fits): per fit, the random-effect table's rows (`r`: name,
+/// the step it was left out at, empty for the model as given, npar, logLik, LRT, p), the
+/// fixed-effect table's (`f`: name, step, Sum Sq, NumDF, DenDF, F, p) and the model found. In
+/// `independent` the slope goes at step 1; `kr` has Kenward and Roger's F tests.
+const STEP: &str = "\
+factorial;r;<none>;;9;-106.9148022751
+factorial;r;(1 | subj);0;8;-115.2050955629;16.58058658;4.662586512e-05
+factorial;f;A:B;1;0.9001587831;2;74.89681066;1.022402021;0.3646948356
+factorial;f;A;0;15.12809247;2;72.39657023;17.17687224;7.854468341e-07
+factorial;f;B;0;10.30775093;1;77.89428972;23.40743503;6.487476143e-06
+factorial;f;x;0;4.672015968;1;78.67571393;10.60948319;0.001661622341
+factorial;found;y ~ A + B + x + (1 | subj)
+independent;r;<none>;;9;-345.5020038083
+independent;r;x in (0 + x | site);1;8;-346.1353250563;1.266642496;0.2603974916
+independent;r;(1 | site);0;7;-377.7376031111;63.20455611;1.863169284e-15
+independent;f;x:dose;1;3.91049534;2;152.8315419;0.9701741285;0.3813387841
+independent;f;x;0;63.82858357;1;152.7919704;31.73040414;8.285629719e-08
+independent;f;dose;0;29.68026376;2;153.9925689;7.377312101;0.0008717953131
+independent;found;count ~ x + dose + (1 | site)
+kr;r;<none>;;10;-343.0559288701
+kr;r;x in (1 + x | site);0;8;-346.1353250563;6.158792372;0.04598701586
+kr;f;x:dose;1;4.073123005;2;105.5703304;1.101951125;0.336012643
+kr;f;x;0;39.02950945;1;21.46031795;20.98823386;0.0001542108346
+kr;f;dose;0;22.78727229;2;151.106937;6.125792027;0.002766665832
+kr;found;count ~ x + dose + (1 + x | site)
+";
+
+/// `--step` against lmerTest's `step`: each table's rows in order, logLik to 1e-7 of itself,
+/// LRT, Sum Sq, DenDF, F and p to 1e-4, the steps and degrees of freedom exactly, and the model
+/// found; other families refused by name.
+#[test]
+fn step_is_lmertest_s() {
+    let fits: [(&str, &[&str], PathBuf); 3] = [
+        (
+            "factorial",
+            &["y ~ A * B + x + (1 | subj)", "--reml"],
+            factorial(),
+        ),
+        (
+            "independent",
+            &["count ~ x * dose + (1 + x || site)", "--reml"],
+            data(),
+        ),
+        (
+            "kr",
+            &[
+                "count ~ x * dose + (1 + x | site)",
+                "--reml",
+                "--ddf",
+                "kenward-roger",
+            ],
+            data(),
+        ),
+    ];
+    for (name, args, file) in fits {
+        let dir = tempfile::tempdir().unwrap();
+        let all: Vec<&str> = args.iter().copied().chain(["--step"]).collect();
+        let printed = String::from_utf8_lossy(&glmm(&all, &file, dir.path()).stdout).into_owned();
+        assert!(
+            printed.contains("Backward reduced fixed-effect table"),
+            "{printed}"
+        );
+        let result = std::fs::read_to_string(dir.path().join("result.json")).unwrap();
+        let step = &serde_json::from_str::<serde_json::Value>(&result).unwrap()["step"];
+        let want = |part: &str| -> Vec<Vec<&str>> {
+            (reference(STEP, name).into_iter())
+                .filter(|w| w[0] == part)
+                .map(|w| w[1..].to_vec())
+                .collect()
+        };
+        let random = step["random"]["models"].as_array().unwrap();
+        assert_eq!(random.len(), want("r").len(), "{name}: {random:?}");
+        for (g, w) in random.iter().zip(&want("r")) {
+            assert_eq!(g["term"], w[0], "{name}");
+            assert_eq!(
+                g["eliminated"].to_string(),
+                if w[1].is_empty() { "null" } else { w[1] }
+            );
+            assert_eq!(g["npar"].to_string(), w[2], "{name}");
+            assert!(rel(&g["loglik"], w[3]) < 1e-7, "{name}: {g} against {w:?}");
+            if w.len() > 4 {
+                let (lrt, p) = (&g["test"]["lrt"], &g["test"]["p"]);
+                assert!(
+                    rel(lrt, w[4]) < 1e-4 && rel(p, w[5]) < 1e-4,
+                    "{name}: {g} vs {w:?}"
+                );
+            }
+        }
+        let fixed = step["fixed"].as_array().unwrap();
+        assert_eq!(fixed.len(), want("f").len(), "{name}: {fixed:?}");
+        for (g, w) in fixed.iter().zip(&want("f")) {
+            assert_eq!(g["term"], w[0], "{name}");
+            assert_eq!(g["eliminated"].to_string(), w[1], "{name}");
+            assert_eq!(g["num_df"].to_string(), w[3], "{name}");
+            for (key, v) in [("sum_sq", w[2]), ("den_df", w[4]), ("f", w[5]), ("p", w[6])] {
+                assert!(rel(&g[key], v) < 1e-4, "{name}: {key} of {g} against {w:?}");
+            }
+        }
+        assert_eq!(step["model_found"], want("found")[0][0], "{name}");
+        assert!(printed.contains(&format!("Model found:\n{}", want("found")[0][0])));
+    }
+    // Every group's mean the same: the group's variance is 0 and its test's p is 1, but it is
+    // the last random term: kept, and the note says why.
+    let dir = tempfile::tempdir().unwrap();
+    let flat = dir.path().join("flat.csv");
+    let rows: String = (0..15)
+        .map(|r| {
+            format!(
+                "{},{},g{}\n",
+                [1.0, 2.0, 3.5][r % 3],
+                [0.3, -0.2, 0.9][r % 3],
+                r / 3
+            )
+        })
+        .collect();
+    std::fs::write(&flat, format!("y,x,g\n{rows}")).unwrap();
+    let out = dir.path().join("out");
+    glmm(&["y ~ x + (1 | g)", "--reml", "--step"], &flat, &out);
+    let step = &common::json(&out.join("result.json"))["step"];
+    assert!(
+        step["note"].as_str().unwrap().contains("last random term"),
+        "{step}"
+    );
+    assert_eq!(step["model_found"], "y ~ x + (1 | g)", "{step}");
+    let err = refused(
+        sagd()
+            .args([
+                "glmm",
+                "count ~ x + (1 | site)",
+                "--family",
+                "poisson",
+                "--step",
+                "--data",
+            ])
+            .arg(data())
+            .args(["--out", "/nonexistent/never"]),
+    );
+    assert!(err.contains("--step") && err.contains("--drop1"), "{err}");
+}

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use anyhow::{bail, Context, Result};
-use sagd::glmm::{Criterion, FitSettings, Formula, GlmmFit};
+use sagd::glmm::{Criterion, FitSettings, Formula, Glmm, GlmmFit};
 use serde_json::json;
 
 use super::files::csv_text;
@@ -18,12 +18,15 @@ use super::{fit_with_progress, ml_settings, GlmmArgs};
 /// A row of the table: the model (`<none>`) or the term left out, its parameters, its
 /// criterion and that value's Monte Carlo error (0 where exact), and, for a reduced model, the
 /// test's statistic, degrees of freedom and p.
-struct Row {
-    name: String,
+#[derive(Clone)]
+pub(super) struct Row {
+    pub(super) name: String,
     npar: usize,
     loglik: f64,
     se: f64,
-    test: Option<(f64, usize, f64)>,
+    pub(super) test: Option<(f64, usize, f64)>,
+    /// lmerTest's step: the step at which the term was eliminated (0: kept).
+    pub(super) eliminated: Option<usize>,
 }
 
 impl Row {
@@ -49,24 +52,26 @@ impl Row {
             loglik: loglik.0,
             se,
             test,
+            eliminated: None,
         }
     }
 }
 
-/// Which table: lmerTest's `ranova` or lme4's `drop1`.
+/// Which table: lmerTest's `ranova`, lme4's `drop1`, or lmerTest's step's random part.
 #[derive(Clone, Copy, PartialEq)]
-enum Kind {
+pub(super) enum Kind {
     Ranova,
     Drop1,
+    Step,
 }
 
 /// A table of deletions, and its criterion: REML's (ranova of a REML fit), or the likelihood
 /// (with whether a REML fit was refitted by ML for it, as lme4's drop1 refits).
 pub(super) struct Deletions {
-    kind: Kind,
-    rows: Vec<Row>,
-    reml: bool,
-    refitted_by_ml: bool,
+    pub(super) kind: Kind,
+    pub(super) rows: Vec<Row>,
+    pub(super) reml: bool,
+    pub(super) refitted_by_ml: bool,
 }
 
 impl Deletions {
@@ -75,34 +80,8 @@ impl Deletions {
     /// (the fixed effects alone by least squares where no random effect is left), each tested
     /// against it.
     pub(super) fn ranova(a: &GlmmArgs, i: &Inputs, fit: &GlmmFit) -> Result<Deletions> {
-        let full = Row::of(
-            "<none>".into(),
-            None,
-            (criterion(fit).0, fit.theta.len()),
-            None,
-        );
-        let mut rows = vec![];
-        let weights = i.weights.as_deref();
-        for (name, reduced) in i.formula.random_reductions() {
-            let what = || format!("--ranova: the model without {name}");
-            let row = match reduced {
-                Some(f) => {
-                    let reduced = refit(a, i, (&f, &i.settings), what)?;
-                    let loglik = (criterion(&reduced).0, reduced.theta.len());
-                    Row::of(name, None, loglik, Some(&full))
-                }
-                None => {
-                    let loglik = (i.design)
-                        .least_squares_loglik(weights, i.settings.exact.criterion)
-                        .with_context(|| {
-                            format!("--ranova: the fixed effects alone, without {name}")
-                        })?;
-                    Row::of(name, None, loglik, Some(&full))
-                }
-            };
-            rows.push(row);
-        }
-        rows.insert(0, full);
+        let rows = ranova_rows(a, i, (&i.formula, "--ranova"), fit)?;
+        let rows = rows.into_iter().map(|(row, _)| row).collect();
         let reml = i.settings.exact.criterion == Criterion::Reml;
         Ok(Deletions {
             kind: Kind::Ranova,
@@ -132,7 +111,7 @@ impl Deletions {
         let mut rows = vec![];
         for (name, reduced) in i.formula.fixed_reductions() {
             let what = || format!("--drop1: the model without {name}");
-            let reduced = refit(a, i, (&reduced, &settings), what)?;
+            let (_, reduced) = refit(a, i, (&reduced, &settings), what)?;
             rows.push(Row::of(name, Some(&reduced), loglik(&reduced), Some(&full)));
         }
         if rows.is_empty() {
@@ -152,6 +131,7 @@ impl Deletions {
         match self.kind {
             Kind::Ranova => "ranova",
             Kind::Drop1 => "drop1",
+            Kind::Step => "step",
         }
     }
 
@@ -169,21 +149,25 @@ impl Deletions {
             (Kind::Drop1, _, true) => {
                 "Single term deletions (lme4's drop1, test = \"Chisq\"; the models refitted by ML instead of REML)"
             }
+            (Kind::Step, _, _) => "Backward reduced random-effect table (lmerTest's step)",
         };
+        let step = self.kind == Kind::Step;
+        let _ = write!(o, "\n{title}:\n{:<width$}", "");
+        if step {
+            let _ = write!(o, " {:>10}", "Eliminated");
+        }
         let _ = write!(
             o,
-            "\n{title}:\n{:<width$} {:>5} {:>11} {:>10} {:>9} {:>3} {:>11}",
-            "", "npar", "logLik", "AIC", "LRT", "Df", "Pr(>Chisq)"
+            " {:>5} {:>11} {:>10} {:>9} {:>3} {:>11}",
+            "npar", "logLik", "AIC", "LRT", "Df", "Pr(>Chisq)"
         );
         for r in &self.rows {
-            let _ = write!(
-                o,
-                "\n{:<width$} {:>5} {:>11.4} {:>10.4}",
-                r.name,
-                r.npar,
-                r.loglik,
-                r.aic()
-            );
+            let _ = write!(o, "\n{:<width$}", r.name);
+            if step {
+                let e = r.eliminated.map_or(String::new(), |e| e.to_string());
+                let _ = write!(o, " {e:>10}");
+            }
+            let _ = write!(o, " {:>5} {:>11.4} {:>10.4}", r.npar, r.loglik, r.aic());
             if let Some((lrt, df, p)) = r.test {
                 let _ = write!(o, " {lrt:>9.4} {df:>3} {:>11}", p_text(p));
             }
@@ -235,8 +219,12 @@ impl Deletions {
                 let test = r
                     .test
                     .map(|(lrt, df, p)| json!({"lrt": lrt, "df": df, "p": p}));
-                json!({"term": r.name, "npar": r.npar, "loglik": r.loglik,
-                       "loglik_se": r.se, "aic": r.aic(), "test": test})
+                let mut row = json!({"term": r.name, "npar": r.npar, "loglik": r.loglik,
+                                     "loglik_se": r.se, "aic": r.aic(), "test": test});
+                if let Some(e) = r.eliminated {
+                    row["eliminated"] = json!(e);
+                }
+                row
             })
             .collect();
         let mut out = json!({"criterion": if self.reml { "REML" } else { "ML" }, "models": rows});
@@ -247,14 +235,48 @@ impl Deletions {
     }
 }
 
-/// `formula` fitted under `settings` on the rows of `i`'s model (refused where it keeps other
-/// rows), `what` naming it in errors.
-fn refit(
+/// lmerTest's `ranova` rows of `formula` (of `i`'s rows and fixed effects) fitted as `fit`, for
+/// the flag `flag` (which errors name):
+/// the model's own row, then per random reduction its row (its test against the model) and its
+/// formula (`None` where only the fixed effects are left, fitted by least squares).
+pub(super) fn ranova_rows(
+    a: &GlmmArgs,
+    i: &Inputs,
+    (formula, flag): (&Formula, &str),
+    fit: &GlmmFit,
+) -> Result<Vec<(Row, Option<Formula>)>> {
+    let full = Row::of(
+        "<none>".into(),
+        None,
+        (criterion(fit).0, fit.theta.len()),
+        None,
+    );
+    let mut rows = vec![];
+    for (name, reduced) in formula.random_reductions() {
+        let what = || format!("{flag}: the model without {name}");
+        let loglik = match &reduced {
+            Some(f) => {
+                let (_, reduced) = refit(a, i, (f, &i.settings), what)?;
+                (criterion(&reduced).0, reduced.theta.len())
+            }
+            None => (i.design)
+                .least_squares_loglik(i.weights.as_deref(), i.settings.exact.criterion)
+                .with_context(|| format!("{flag}: the fixed effects alone, without {name}"))?,
+        };
+        rows.push((Row::of(name, None, loglik, Some(&full)), reduced));
+    }
+    rows.insert(0, (full, None));
+    Ok(rows)
+}
+
+/// The model of `formula` on the rows of `i`'s model (refused where it keeps other rows) and
+/// its fit under `settings`, `what` naming it in errors.
+pub(super) fn refit(
     a: &GlmmArgs,
     i: &Inputs,
     (formula, settings): (&Formula, &FitSettings),
     what: impl Fn() -> String,
-) -> Result<GlmmFit> {
+) -> Result<(Glmm, GlmmFit)> {
     let design = formula.design(&i.frame).with_context(&what)?;
     if design.rows != i.design.rows {
         bail!(
@@ -266,5 +288,6 @@ fn refit(
         );
     }
     let model = weighted_model(&design, i.family, i.weights.as_deref()).with_context(&what)?;
-    fit_with_progress(&model, settings, a.quiet).with_context(what)
+    let fit = fit_with_progress(&model, settings, a.quiet).with_context(what)?;
+    Ok((model, fit))
 }

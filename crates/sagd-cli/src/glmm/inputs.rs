@@ -171,7 +171,7 @@ fn fit_settings(a: &GlmmArgs, family: Family) -> Result<FitSettings> {
     })
 }
 
-/// The flags of lmerTest's tests (--ddf, --ranova, --ls-means) checked against the family and
+/// The flags of lmerTest's tests (--ddf, --ranova, --step, --ls-means) checked against the family and
 /// the method.
 fn check_tests(a: &GlmmArgs, family: Family, method: Method) -> Result<()> {
     if a.ranova && family != Family::Gaussian {
@@ -179,6 +179,20 @@ fn check_tests(a: &GlmmArgs, family: Family, method: Method) -> Result<()> {
     }
     if a.ranova && method == Method::Em {
         anyhow::bail!("--ranova: the tests need the exact likelihood; leave out --method em");
+    }
+    if a.step && family != Family::Gaussian {
+        anyhow::bail!("--step: lmerTest's step reduces a Gaussian model; test {family:?} models' fixed effects with --drop1 and their random effects with --compare 'FORMULA'");
+    }
+    if a.step && method == Method::Em {
+        anyhow::bail!("--step: the tests need the exact likelihood; leave out --method em");
+    }
+    for (flag, alpha) in [
+        ("--step-alpha-random", a.step_alpha_random),
+        ("--step-alpha-fixed", a.step_alpha_fixed),
+    ] {
+        if !(0.0..=1.0).contains(&alpha) {
+            anyhow::bail!("{flag} {alpha}: a threshold of p-values is in [0, 1] (lmerTest's are 0.1 and 0.05)");
+        }
     }
     if let Some(ddf) = &a.ddf {
         if family != Family::Gaussian {

@@ -37,6 +37,7 @@ mod ls_means;
 mod predict;
 mod ranef;
 mod refits;
+mod step;
 mod summary;
 use anova::{Compared, Fitted as Compares};
 use confint::Intervals;
@@ -48,6 +49,7 @@ use inputs::Inputs;
 use ls_means::LsMeans;
 use ranef::{write_ranef, Means};
 use refits::{Refits, Refitted};
+use step::Step;
 use summary::render;
 
 /// Flags of `sagd glmm`.
@@ -163,6 +165,20 @@ pub struct GlmmArgs {
     /// its likelihood ratio on the chi-square law; in the summary, drop1.csv and result.json.
     #[arg(long)]
     drop1: bool,
+    /// Gaussian family: lmerTest's `step(fit)`, the backward elimination of the terms: the
+    /// random effects first (each round the one whose ranova test has the largest p above
+    /// --step-alpha-random left out), then the fixed-effect terms that no other contains by
+    /// their F tests (lmerTest's drop1; Satterthwaite's degrees of freedom, or Kenward and
+    /// Roger's with --ddf kenward-roger), each round the one with the largest p above
+    /// --step-alpha-fixed; both tables and the model found in the summary and result.json.
+    #[arg(long)]
+    step: bool,
+    /// --step's threshold for the random effects (lmerTest's `alpha.random`).
+    #[arg(long, default_value_t = 0.1, value_name = "P")]
+    step_alpha_random: f64,
+    /// --step's threshold for the fixed-effect terms (lmerTest's `alpha.fixed`).
+    #[arg(long, default_value_t = 0.05, value_name = "P")]
+    step_alpha_fixed: f64,
     /// lmerTest's `ls_means(fit)`: the least-squares mean of each combination of the levels of
     /// every term of categorical variables (over every level of the other factors, each as
     /// often, and numeric variables at their means), or with `pairwise` the difference of each
@@ -241,6 +257,7 @@ struct Found {
     compared: Option<Compared>,
     /// lmerTest's ranova and lme4's drop1, where asked for.
     deletions: Vec<Deletions>,
+    step: Option<Step>,
     ls_means: Option<LsMeans>,
 }
 
@@ -283,6 +300,10 @@ impl Found {
         if a.drop1 {
             deletions.push(Deletions::drop1(a, i, &fit)?);
         }
+        let step = match a.step {
+            true => Some(Step::find(a, i, &fit)?),
+            false => None,
+        };
         let ls_means = LsMeans::find(a, i, &fit);
         Ok(Found {
             fit,
@@ -296,6 +317,7 @@ impl Found {
             booted,
             compared,
             deletions,
+            step,
             ls_means,
         })
     }
@@ -331,7 +353,7 @@ impl Found {
             &intervals[..],
             self.compared.as_ref(),
             tests.as_ref(),
-            &self.deletions[..],
+            (&self.deletions[..], self.step.as_ref()),
             self.ls_means.as_ref(),
         );
         let text = render(a, i.family, design, (fit, notes), &self.summary, seconds);
@@ -361,6 +383,9 @@ impl Found {
         }
         for d in &self.deletions {
             result[d.name()] = d.json();
+        }
+        if let Some(s) = &self.step {
+            result["step"] = s.json();
         }
         if let Some(m) = &self.ls_means {
             result["ls_means"] = m.json();

@@ -12,11 +12,12 @@ use super::ddf::Ddf;
 use super::deletions::Deletions;
 use super::fitted::scaled_residuals;
 use super::ls_means::LsMeans;
+use super::step::Step;
 use super::GlmmArgs;
 
 /// What the summary adds to the fit: the separation warning, the scaled residuals' quantiles,
 /// the confidence intervals (profile, bootstrap), the comparison with other models, the
-/// lmerTest tests (t and F with their degrees of freedom), ranova and drop1, and the
+/// lmerTest tests (t and F with their degrees of freedom), ranova, drop1 and step, and the
 /// least-squares means.
 pub(super) type Notes<'a> = (
     Option<&'a str>,
@@ -24,7 +25,7 @@ pub(super) type Notes<'a> = (
     &'a [&'a Intervals],
     Option<&'a Compared>,
     Option<&'a Ddf>,
-    &'a [Deletions],
+    (&'a [Deletions], Option<&'a Step>),
     Option<&'a LsMeans>,
 );
 
@@ -124,8 +125,11 @@ pub(super) fn render(
     if let Some(c) = compared {
         c.table(&mut o);
     }
-    for d in deletions {
+    for d in deletions.0 {
         d.table(&mut o);
+    }
+    if let Some(s) = deletions.1 {
+        s.table(&mut o);
     }
     if let Some(m) = ls_means {
         m.table(&mut o);

@@ -27,6 +27,7 @@ pub use ls_means::{contrast_table, ls_means_table, pairwise_contrasts, LS_MEANS_
 mod new_data;
 mod parse;
 mod ranova;
+mod render;
 pub use ranova::{least_squares_loglik, term_reductions};
 mod type3;
 pub use type3::{ddf_tests, type3_hypotheses};
