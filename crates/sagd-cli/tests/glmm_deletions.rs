@@ -42,6 +42,18 @@ fn reference<'a>(reference: &'a str, name: &str) -> Vec<Vec<&'a str>> {
         .collect()
 }
 
+/// The error of `sagd glmm` with `args` on glmm_counts.csv, which must refuse them.
+fn refused_with(args: &[&str]) -> String {
+    refused(
+        sagd()
+            .arg("glmm")
+            .args(args)
+            .arg("--data")
+            .arg(data())
+            .args(["--out", "/nonexistent/never"]),
+    )
+}
+
 /// `v` relative to the number written `want`.
 fn rel(v: &serde_json::Value, want: &str) -> f64 {
     (v.as_f64().unwrap() / want.parse::<f64>().unwrap() - 1.0).abs()
@@ -116,19 +128,7 @@ fn ranova_is_lmertest_s() {
             }
         }
     }
-    let err = refused(
-        sagd()
-            .args([
-                "glmm",
-                "count ~ x + (1 | site)",
-                "--family",
-                "poisson",
-                "--ranova",
-                "--data",
-            ])
-            .arg(data())
-            .args(["--out", "/nonexistent/never"]),
-    );
+    let err = refused_with(&["count ~ x + (1 | site)", "--family", "poisson", "--ranova"]);
     assert!(
         err.contains("--ranova") && err.contains("--compare"),
         "{err}"
@@ -215,12 +215,7 @@ fn drop1_is_lme4_s() {
             }
         }
     }
-    let err = refused(
-        sagd()
-            .args(["glmm", "count ~ 1 + (1 | site)", "--drop1", "--data"])
-            .arg(data())
-            .args(["--out", "/nonexistent/never"]),
-    );
+    let err = refused_with(&["count ~ 1 + (1 | site)", "--drop1"]);
     assert!(
         err.contains("--drop1") && err.contains("no fixed-effect term"),
         "{err}"
@@ -351,18 +346,6 @@ fn step_is_lmertest_s() {
         "{step}"
     );
     assert_eq!(step["model_found"], "y ~ x + (1 | g)", "{step}");
-    let err = refused(
-        sagd()
-            .args([
-                "glmm",
-                "count ~ x + (1 | site)",
-                "--family",
-                "poisson",
-                "--step",
-                "--data",
-            ])
-            .arg(data())
-            .args(["--out", "/nonexistent/never"]),
-    );
+    let err = refused_with(&["count ~ x + (1 | site)", "--family", "poisson", "--step"]);
     assert!(err.contains("--step") && err.contains("--drop1"), "{err}");
 }
