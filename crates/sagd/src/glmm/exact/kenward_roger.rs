@@ -11,7 +11,7 @@ use nalgebra::DMatrix;
 use statrs::distribution::{ContinuousCDF, FisherSnedecor};
 
 use super::satterthwaite::{check_contrasts, check_hypotheses, t_tail, unit};
-use super::woodbury::{Block, Column};
+use super::woodbury::{Block, EffectColumn};
 use crate::error::{invalid, Result};
 use crate::glmm::{Family, Glmm};
 
@@ -371,7 +371,7 @@ impl Glmm {
         c: usize,
         factors: &[Vec<f64>],
         s2: f64,
-    ) -> Result<(Block, Vec<Column>, Vec<usize>)> {
+    ) -> Result<(Block, Vec<EffectColumn>, Vec<usize>)> {
         let (rows, dim) = (self.points[c].rows.clone(), self.points[c].dim);
         let width: usize = self.terms.iter().map(|t| t.q).sum();
         let (mut cols, mut vals) = (Vec::new(), Vec::new());
@@ -400,7 +400,7 @@ impl Glmm {
                 })
                 .collect();
             first.push(columns.len());
-            columns.extend((0..t.q).map(|a| Column {
+            columns.extend((0..t.q).map(|a| EffectColumn {
                 lev: lev.clone(),
                 z: rows.clone().map(|r| t.z[r * t.q + a]).collect(),
                 levels,

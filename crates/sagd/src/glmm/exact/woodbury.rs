@@ -9,13 +9,13 @@ use crate::error::{invalid, Result};
 
 /// A sparse m × L matrix of one entry per row: row r holds `z[r]` in column `lev[r]` (a term's
 /// effect column on a block's rows, the term's levels numbered within the block).
-pub(super) struct Column {
+pub(super) struct EffectColumn {
     pub(super) lev: Vec<usize>,
     pub(super) z: Vec<f64>,
     pub(super) levels: usize,
 }
 
-impl Column {
+impl EffectColumn {
     /// AᵀY (L × c).
     fn t_times(&self, y: &DMatrix<f64>) -> DMatrix<f64> {
         let mut out = DMatrix::zeros(self.levels, y.ncols());
@@ -35,7 +35,7 @@ impl Column {
     }
 
     /// AᵀB of another column B on the same rows (L × L′).
-    fn t_times_column(&self, o: &Column) -> DMatrix<f64> {
+    fn t_times_column(&self, o: &EffectColumn) -> DMatrix<f64> {
         let mut out = DMatrix::zeros(self.levels, o.levels);
         for r in 0..self.lev.len() {
             out[(self.lev[r], o.lev[r])] += self.z[r] * o.z[r];
@@ -45,7 +45,12 @@ impl Column {
 
     /// (A (BᵀY)) + (B (AᵀY)) where `both`, else A (BᵀY): the product of Y with the term entry's
     /// Gᵢ = ABᵀ (+ BAᵀ off the diagonal).
-    pub(super) fn outer_times(&self, o: &Column, y: &DMatrix<f64>, both: bool) -> DMatrix<f64> {
+    pub(super) fn outer_times(
+        &self,
+        o: &EffectColumn,
+        y: &DMatrix<f64>,
+        both: bool,
+    ) -> DMatrix<f64> {
         let mut out = self.times(&o.t_times(y));
         if both {
             out += o.times(&self.t_times(y));
@@ -141,7 +146,7 @@ impl Block {
     }
 
     /// UᵀA (q × L) of a column A.
-    fn ut_column(&self, a: &Column) -> DMatrix<f64> {
+    fn ut_column(&self, a: &EffectColumn) -> DMatrix<f64> {
         let mut out = DMatrix::zeros(self.utu.nrows(), a.levels);
         let rows = self.cols.chunks_exact(self.width);
         for (r, (cs, vs)) in rows.zip(self.vals.chunks_exact(self.width)).enumerate() {
@@ -155,7 +160,10 @@ impl Block {
     /// Σ⁻¹ = (I − UM⁻¹Uᵀ)/σ² and Σ⁻² = (I − 2UM⁻¹Uᵀ + UM⁻¹UᵀUM⁻¹Uᵀ)/σ⁴: UᵀA and M⁻¹UᵀA taken
     /// once per column, each pair once (the other order its transpose).
     #[allow(clippy::type_complexity)]
-    pub(super) fn inners(&self, columns: &[Column]) -> Vec<Vec<(DMatrix<f64>, DMatrix<f64>)>> {
+    pub(super) fn inners(
+        &self,
+        columns: &[EffectColumn],
+    ) -> Vec<Vec<(DMatrix<f64>, DMatrix<f64>)>> {
         let v: Vec<DMatrix<f64>> = columns.iter().map(|a| self.ut_column(a)).collect();
         let mv: Vec<DMatrix<f64>> = v.iter().map(|va| self.m_chol.solve(va)).collect();
         let s4 = self.s2 * self.s2;
