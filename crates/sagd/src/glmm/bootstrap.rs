@@ -53,7 +53,6 @@ impl Glmm {
         }
         let mut m = self.clone();
         m.y = stored;
-        m.gaussian_cross = std::sync::OnceLock::new();
         m.row_constant = m.row_constants();
         Ok(m)
     }

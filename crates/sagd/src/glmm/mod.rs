@@ -90,8 +90,8 @@ pub struct Glmm {
     /// then scales its rows; without, it skips a root and a logarithm per row).
     weighted: bool,
     /// The Gaussian closed form's sums that do not depend on θ, made at their first use
-    /// (`Glmm::gaussian_cross`); emptied wherever the responses or the weights change.
-    gaussian_cross: std::sync::OnceLock<exact::Pieces>,
+    /// (`Glmm::gaussian_cross`); a clone starts without them.
+    gaussian_cross: exact::ThetaFree,
 }
 
 impl Glmm {
@@ -173,7 +173,6 @@ impl Glmm {
         }
         let mut m = self.clone();
         m.weighted = true;
-        m.gaussian_cross = std::sync::OnceLock::new();
         for (k, t) in m.trials.iter_mut().enumerate() {
             *t = w[self.given_row(k)];
         }
@@ -268,7 +267,7 @@ impl Glmm {
             response_shift,
             order: if reordered { order } else { Vec::new() },
             weighted: false,
-            gaussian_cross: std::sync::OnceLock::new(),
+            gaussian_cross: exact::ThetaFree::default(),
         };
         // The Gaussian's polish keeps steps of 1e-5 (1 + |θ_j|): its exact control variate
         // leaves the information's error at 1e-10, where the one-sided differences' bias

@@ -10,9 +10,21 @@ use crate::glmm::likelihood::not_finite;
 use crate::glmm::{Glmm, LikelihoodMethod, LN_2PI};
 use crate::metric::Factor;
 
+/// The closed form's sums that do not depend on θ ([`Glmm::gaussian_cross`]), made at their
+/// first use and kept with the model. A clone starts without them: a clone is how a model with
+/// other responses or weights is made, and they are sums of those.
+#[derive(Debug, Default)]
+pub(in crate::glmm) struct ThetaFree(std::sync::OnceLock<Pieces>);
+
+impl Clone for ThetaFree {
+    fn clone(&self) -> Self {
+        ThetaFree::default()
+    }
+}
+
 /// Per-point sums of the Gaussian closed form at relative factors Λ (V₀ = I + Z Λ Λᵀ Zᵀ).
-#[derive(Clone, Debug)]
-pub(in crate::glmm) struct Pieces {
+#[derive(Debug)]
+pub(super) struct Pieces {
     n: f64,
     p: usize,
     /// Xᵀ V₀⁻¹ X (p × p), Xᵀ V₀⁻¹ y, yᵀ V₀⁻¹ y, log det V₀.
@@ -201,9 +213,9 @@ impl Glmm {
 
     /// The closed form's sums over every point that do not depend on θ (XᵀWX, XᵀWy, yᵀWy,
     /// −log det W and n), over the points in fixed pieces taken in order, made at the first
-    /// call and kept with the model.
+    /// call and kept with the model ([`ThetaFree`]).
     fn gaussian_cross(&self) -> &Pieces {
-        self.gaussian_cross.get_or_init(|| {
+        self.gaussian_cross.0.get_or_init(|| {
             let sums = self.sum_over_points(
                 || Pieces::zero(self.p),
                 Pieces::add,

@@ -286,7 +286,7 @@ impl Glmm {
     /// threads).
     fn kenward_roger_sums(&self, theta: &[f64], params: &[Param]) -> Result<Sums> {
         let k = params.len();
-        let factors: Vec<Vec<f64>> = self.terms.iter().map(|t| t.factor(theta)).collect();
+        let factors = self.factors(theta);
         let s2 = (2.0 * theta[theta.len() - 1]).exp();
         self.sum_over_points(
             || Sums::zero(self.p, k),
@@ -373,18 +373,7 @@ impl Glmm {
         s2: f64,
     ) -> Result<(Block, Vec<EffectColumn>, Vec<usize>)> {
         let (rows, dim) = (self.points[c].rows.clone(), self.points[c].dim);
-        let width: usize = self.terms.iter().map(|t| t.q).sum();
-        let (mut cols, mut vals) = (Vec::new(), Vec::new());
-        for r in rows.clone() {
-            for (t, l) in self.terms.iter().zip(factors) {
-                let (q, z) = (t.q, &t.z[r * t.q..(r + 1) * t.q]);
-                for e in 0..q {
-                    cols.push(t.slot[r] + e);
-                    vals.push((e..q).map(|a| z[a] * l[a * q + e]).sum());
-                }
-            }
-        }
-        let block = Block::new(dim, width, (cols, vals), s2)?;
+        let block = Block::new(dim, self.point_design(factors, c), s2)?;
         let (mut columns, mut first) = (Vec::new(), Vec::new());
         for t in &self.terms {
             // The term's levels in the point, numbered in the order its rows meet them.

@@ -13,7 +13,7 @@ mod profile;
 mod quadrature;
 mod satterthwaite;
 mod woodbury;
-pub(super) use gaussian::{least_squares_criterion, Pieces};
+pub(super) use gaussian::{least_squares_criterion, ThetaFree};
 pub(super) use quadrature::{NodeScratch, ProductRule};
 pub(super) use satterthwaite::{t_tail, unit};
 #[cfg(test)]

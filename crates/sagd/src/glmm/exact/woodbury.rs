@@ -59,30 +59,23 @@ impl EffectColumn {
     }
 }
 
-/// Σ of one block of rows, m of them, as σ² and U (`width` effects per row: their columns
-/// among the block's q effects and their values), with UᵀU and M's Cholesky factor.
+/// Σ of one block of rows, m of them, as σ² and U's sparse rows (each row's effects: their
+/// columns among the block's q effects and their values), with UᵀU and M's Cholesky factor.
 pub(super) struct Block {
-    cols: Vec<usize>,
-    vals: Vec<f64>,
-    width: usize,
+    u: Vec<Vec<(usize, f64)>>,
     s2: f64,
     utu: DMatrix<f64>,
     m_chol: Cholesky<f64, Dyn>,
 }
 
 impl Block {
-    /// The block of `q` effects whose row r has U's entries `vals[r·width..]` in the columns
-    /// `cols[r·width..]`, and σ² = `s2`.
-    pub(super) fn new(
-        q: usize,
-        width: usize,
-        (cols, vals): (Vec<usize>, Vec<f64>),
-        s2: f64,
-    ) -> Result<Block> {
+    /// The block of `q` effects whose rows of U are `u` (`Glmm::point_design`'s), and σ² =
+    /// `s2`.
+    pub(super) fn new(q: usize, u: Vec<Vec<(usize, f64)>>, s2: f64) -> Result<Block> {
         let mut utu = DMatrix::zeros(q, q);
-        for (cs, vs) in cols.chunks_exact(width).zip(vals.chunks_exact(width)) {
-            for (&a, &va) in cs.iter().zip(vs) {
-                for (&b, &vb) in cs.iter().zip(vs) {
+        for row in &u {
+            for &(a, va) in row {
+                for &(b, vb) in row {
                     utu[(a, b)] += va * vb;
                 }
             }
@@ -99,30 +92,15 @@ impl Block {
                 "give the estimate of a fit, whose σ is above 0",
             )
         })?;
-        Ok(Block {
-            cols,
-            vals,
-            width,
-            s2,
-            utu,
-            m_chol,
-        })
-    }
-
-    /// The rows.
-    fn rows(&self) -> usize {
-        self.cols.len() / self.width.max(1)
+        Ok(Block { u, s2, utu, m_chol })
     }
 
     /// UᵀY (q × c).
     fn ut_times(&self, y: &DMatrix<f64>) -> DMatrix<f64> {
         let mut out = DMatrix::zeros(self.utu.nrows(), y.ncols());
         for c in 0..y.ncols() {
-            let rows = self.cols.chunks_exact(self.width);
-            for (r, (cs, vs)) in rows.zip(self.vals.chunks_exact(self.width)).enumerate() {
-                cs.iter()
-                    .zip(vs)
-                    .for_each(|(&a, &v)| out[(a, c)] += v * y[(r, c)]);
+            for (r, row) in self.u.iter().enumerate() {
+                row.iter().for_each(|&(a, v)| out[(a, c)] += v * y[(r, c)]);
             }
         }
         out
@@ -130,12 +108,8 @@ impl Block {
 
     /// UB (m × c) of B (q × c).
     fn u_times(&self, b: &DMatrix<f64>) -> DMatrix<f64> {
-        DMatrix::from_fn(self.rows(), b.ncols(), |r, c| {
-            let at = r * self.width..(r + 1) * self.width;
-            (self.cols[at.clone()].iter())
-                .zip(&self.vals[at])
-                .map(|(&a, &v)| v * b[(a, c)])
-                .sum()
+        DMatrix::from_fn(self.u.len(), b.ncols(), |r, c| {
+            self.u[r].iter().map(|&(a, v)| v * b[(a, c)]).sum()
         })
     }
 
@@ -148,10 +122,9 @@ impl Block {
     /// UᵀA (q × L) of a column A.
     fn ut_column(&self, a: &EffectColumn) -> DMatrix<f64> {
         let mut out = DMatrix::zeros(self.utu.nrows(), a.levels);
-        let rows = self.cols.chunks_exact(self.width);
-        for (r, (cs, vs)) in rows.zip(self.vals.chunks_exact(self.width)).enumerate() {
+        for (r, row) in self.u.iter().enumerate() {
             let (l, z) = (a.lev[r], a.z[r]);
-            cs.iter().zip(vs).for_each(|(&e, &v)| out[(e, l)] += v * z);
+            row.iter().for_each(|&(e, v)| out[(e, l)] += v * z);
         }
         out
     }
@@ -193,6 +166,6 @@ impl Block {
     pub(super) fn trace_square(&self) -> f64 {
         let r = self.m_chol.solve(&self.utu);
         let tr2 = r.component_mul(&r.transpose()).sum();
-        (self.rows() as f64 - 2.0 * r.trace() + tr2) / (self.s2 * self.s2)
+        (self.u.len() as f64 - 2.0 * r.trace() + tr2) / (self.s2 * self.s2)
     }
 }
