@@ -5,7 +5,7 @@
 //! spline; the two agree to about 1e-6.
 
 mod common;
-use common::{glmm, refused, sagd};
+use common::{glmm, glmm_refused};
 
 use std::path::{Path, PathBuf};
 
@@ -172,17 +172,7 @@ fn a_narrower_level_gives_narrower_intervals() {
 #[test]
 fn what_cannot_be_profiled_is_refused_or_said() {
     let dir = tempfile::tempdir().unwrap();
-    let command = |args: &[&str]| {
-        refused(
-            sagd()
-                .arg("glmm")
-                .args(args)
-                .arg("--data")
-                .arg(data())
-                .arg("--out")
-                .arg(dir.path().join("no")),
-        )
-    };
+    let command = |args: &[&str]| glmm_refused(args, &data(), &dir.path().join("no"));
     let e = command(&["count ~ x + (1 | site)", "--reml", "--profile"]);
     assert!(e.contains("--profile") && e.contains("--reml"), "{e}");
     let e = command(&["count ~ x + (1 | site)", "--profile", "1.5"]);

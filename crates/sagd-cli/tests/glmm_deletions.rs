@@ -3,7 +3,7 @@
 //! 4.2.2), on `tests/data/glmm_factorial.csv`, `glmm_counts.csv` and `glmm_weights.csv`.
 
 mod common;
-use common::{glmm, refused, sagd};
+use common::{glmm, glmm_refused};
 
 use std::path::{Path, PathBuf};
 
@@ -44,14 +44,7 @@ fn reference<'a>(reference: &'a str, name: &str) -> Vec<Vec<&'a str>> {
 
 /// The error of `sagd glmm` with `args` on glmm_counts.csv, which must refuse them.
 fn refused_with(args: &[&str]) -> String {
-    refused(
-        sagd()
-            .arg("glmm")
-            .args(args)
-            .arg("--data")
-            .arg(data())
-            .args(["--out", "/nonexistent/never"]),
-    )
+    glmm_refused(args, &data(), Path::new("/nonexistent/never"))
 }
 
 /// `v` relative to the number written `want`.

@@ -27,18 +27,22 @@ pub fn succeeded(command: &mut Command) -> Output {
     o
 }
 
+/// `sagd glmm ARGS --data DATA --out OUT`.
+fn glmm_command(args: &[&str], data: &Path, out: &Path) -> Command {
+    let mut command = sagd();
+    command.arg("glmm").args(args).arg("--data").arg(data);
+    command.arg("--out").arg(out);
+    command
+}
+
 /// Runs `sagd glmm ARGS --data DATA --out OUT --quiet`, which must succeed, and gives its output.
 pub fn glmm(args: &[&str], data: &Path, out: &Path) -> Output {
-    succeeded(
-        sagd()
-            .arg("glmm")
-            .args(args)
-            .arg("--data")
-            .arg(data)
-            .arg("--out")
-            .arg(out)
-            .arg("--quiet"),
-    )
+    succeeded(glmm_command(args, data, out).arg("--quiet"))
+}
+
+/// Runs `sagd glmm ARGS --data DATA --out OUT`, which must fail, and gives its standard error.
+pub fn glmm_refused(args: &[&str], data: &Path, out: &Path) -> String {
+    refused(&mut glmm_command(args, data, out))
 }
 
 /// Runs `command`, which must fail, and gives its standard error.
