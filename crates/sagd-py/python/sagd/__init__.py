@@ -39,11 +39,12 @@ from ._common import FitResult, _progress, _threads, _vector, _whole
 from ._anova import AnovaResult, anova
 from ._ls_means import LsMeansResult
 from ._ranova import Drop1Result, RanovaResult, drop1, ranova
+from ._step import StepFixedTable, StepRandomTable, StepResult, step
 from ._glmm import GlmmResult, glmm, glmm_loglik
 
 __version__ = _core.__version__
 
-__all__ = ["glmm", "glmm_loglik", "anova", "AnovaResult", "ranova", "RanovaResult", "drop1", "Drop1Result", "LsMeansResult", "fit", "minimize", "deconvolve", "GlmmResult", "FitResult", "MinimizeResult",
+__all__ = ["glmm", "glmm_loglik", "anova", "AnovaResult", "ranova", "RanovaResult", "drop1", "Drop1Result", "step", "StepResult", "StepRandomTable", "StepFixedTable", "LsMeansResult", "fit", "minimize", "deconvolve", "GlmmResult", "FitResult", "MinimizeResult",
            "Deconvolution", "__version__"]
 
 

@@ -202,6 +202,8 @@ def glmm(
     ls_means = _check_ls_means(ls_means, ls_means_level, family, method, y)
     kind = _anova_kind(anova_type, ddf)
     formula, dropped, rows, spec = None, 0, None, None
+    # What a refit of another formula on the same data needs (sagd.step's).
+    source = dict(data=data, offset=offset, weights=weights) if isinstance(y, str) else None
     if isinstance(y, str):
         if any(v is not None for v in (X, groups, Z, trials)) or correlated is not False:
             raise ValueError("with a formula, give the model in it alone: no X, groups, Z, "
@@ -284,7 +286,7 @@ def glmm(
         **_bootstrapped(d, terms, float(bootstrap_level)),
         _spec=spec,
         _model=dict(core=core, method=str(method), nodes=nodes, max_msteps=max_msteps,
-                    x_names=xn, terms=terms),
+                    x_names=xn, terms=terms, source=source),
     )
 
 

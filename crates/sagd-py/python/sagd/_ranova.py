@@ -81,6 +81,15 @@ class Drop1Result(RanovaResult):
         return "\n".join(head + [RanovaResult.__repr__(self)])
 
 
+def marginal_terms(spec: Any) -> List[Tuple[str, List[int]]]:
+    """The fixed-effect terms of a formula's ``spec`` that no other term contains (R's
+    ``drop.scope``), each with its columns of the design, in the formula's order."""
+    terms = [(str(t), {f.expr for f in t.factors}, list(range(sl.start, sl.stop)))
+             for t, sl in spec.fixed.term_slices.items() if str(t) != "1"]
+    return [(name, cols) for name, vs, cols in terms
+            if not any(vs < other for _, other, _ in terms)]
+
+
 def drop1(fit: GlmmResult) -> Drop1Result:
     """lme4's ``drop1(fit, test = "Chisq")``: each fixed-effect term of a fit made by
     :func:`glmm` from a formula that no other term contains (R's ``drop.scope``: ``x`` stays
@@ -101,10 +110,7 @@ def drop1(fit: GlmmResult) -> Drop1Result:
                          "columns are what is left out")
     s = fit._model
     core = s["core"]
-    terms = [(str(t), {f.expr for f in t.factors}, list(range(sl.start, sl.stop)))
-             for t, sl in fit._spec.fixed.term_slices.items() if str(t) != "1"]
-    scope = [(name, cols) for name, vs, cols in terms
-             if not any(vs < other for _, other, _ in terms)]
+    scope = marginal_terms(fit._spec)
     if not scope:
         raise ValueError("drop1: the model has no fixed-effect term to leave out (its "
                          "intercept stays, as lme4's drop1 keeps it)")
@@ -154,6 +160,12 @@ def ranova(fit: GlmmResult) -> RanovaResult:
     Raises:
         ValueError: a fit not made by :func:`glmm` here, another family, or a fit by EM.
     """
+    return ranova_with_reductions(fit)[0]
+
+
+def ranova_with_reductions(fit: GlmmResult) -> Tuple[RanovaResult, List[Tuple[int, int]]]:
+    """:func:`ranova`'s table, and for each of its rows but the first the reduction it tests:
+    the random term and which of its effects (:func:`effects_of`) was left out."""
     if not isinstance(fit, GlmmResult) or fit._model is None or "terms" not in fit._model:
         raise ValueError("ranova: give a fit made by sagd.glmm here: its model's arrays are "
                          "what is refitted")
@@ -169,10 +181,12 @@ def ranova(fit: GlmmResult) -> RanovaResult:
     out = RanovaResult(reml=bool(fit.reml))
     k_full = len(fit.estimate)
     out_rows = [("<none>", k_full, float(full), None)]
-    effects = _effects(fit)
+    effects = effects_of(fit)
+    reductions = []
     specs = [(str(g), [e for e, _ in effects[t]], bool(core["correlated"][t]))
              for t, (g, _) in enumerate(terms)]
     for name, t, k in _core.random_reductions(terms=specs):
+        reductions.append((int(t), int(k)))
         reduced = _without(core, terms, t, effects[t][k][1])
         if reduced is None:
             ll, npar = _core.least_squares_loglik(y=core["y"], x=core["x"],
@@ -194,10 +208,10 @@ def ranova(fit: GlmmResult) -> RanovaResult:
         out.lrt.append(None if test is None else test[0])
         out.df.append(None if test is None else test[1])
         out.p_value.append(None if test is None else chi2_upper_tail(max(test[0], 0.0), test[1]))
-    return out
+    return out, reductions
 
 
-def _effects(fit: GlmmResult) -> List[List[Tuple[str, range]]]:
+def effects_of(fit: GlmmResult) -> List[List[Tuple[str, range]]]:
     """Per random term, its effects as lme4 writes them (``1`` for the intercept) and the
     columns of its Z each takes: a formula's terms (a categorical variable's columns together),
     else each column of Z alone."""
