@@ -108,6 +108,23 @@ def _num(v: float, width: int) -> str:
     return f"{v:{width}.3e}"
 
 
+# A table's column: its header, its width, how a value is written, and its values (None: blank).
+Column = Tuple[str, int, Any, Sequence[Any]]
+
+
+def _text_table(names: Sequence[str], columns: Sequence[Column], least: int = 0) -> List[str]:
+    """The header and one line per name of a table as R prints one: the names left-aligned in
+    the widest name's width (at least ``least``), each column right-aligned in its width, a
+    blank where a value is None, and no trailing blanks."""
+    width = max([len(n) for n in names] + [least])
+    head = f"{'':<{width}}" + "".join(f" {h:>{w}}" for h, w, _, _ in columns)
+    lines = [head]
+    for k, name in enumerate(names):
+        cells = "".join(f" {'' if v[k] is None else show(v[k]):>{w}}" for _, w, show, v in columns)
+        lines.append((f"{name:<{width}}" + cells).rstrip())
+    return lines
+
+
 def _table(rows: List[Tuple[str, float, float, float, float]], title: str) -> str:
     """Rows of (name, estimate, its Monte Carlo error, standard error, the standard error's own
     Monte Carlo error). The Monte Carlo columns, and the line saying what they are, only where

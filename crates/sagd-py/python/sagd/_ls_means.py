@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from ._common import _text_table
+
 
 @dataclass
 class LsMeansResult:
@@ -63,16 +65,15 @@ class LsMeansResult:
                "kenward_roger": "Kenward-Roger's degrees of freedom"}.get(
                    self.ddf, "Wald z tests on the link's scale")
         stat, p = ("z value", "Pr(>|z|)") if self.ddf == "wald" else ("t value", "Pr(>|t|)")
-        width = max([len(n) for n in self.names] + [1])
-        out = [f"{what} (lmerTest's ls_means; {how}; {100 * self.level:g}% intervals):",
-               f"{'':<{width}} {'Estimate':>10} {'Std. Error':>11} {'df':>7} {stat:>8} "
-               f"{'lower':>10} {'upper':>10} {p:>10}"]
-        for k, name in enumerate(self.names):
-            df = "inf" if math.isinf(self.df[k]) else f"{self.df[k]:.1f}"
-            out.append(f"{name:<{width}} {self.estimate[k]:10.5f} {self.se[k]:11.5f} {df:>7} "
-                       f"{self.t[k]:8.4f} {self.lower[k]:10.5f} {self.upper[k]:10.5f} "
-                       f"{self.p_value[k]:10.3g}")
-        return "\n".join(out)
+        f5 = "{:.5f}".format
+        df = lambda v: "inf" if math.isinf(v) else f"{v:.1f}"  # noqa: E731
+        table = _text_table(self.names, [
+            ("Estimate", 10, f5, self.estimate), ("Std. Error", 11, f5, self.se),
+            ("df", 7, df, self.df), (stat, 8, "{:.4f}".format, self.t),
+            ("lower", 10, f5, self.lower), ("upper", 10, f5, self.upper),
+            (p, 10, "{:.3g}".format, self.p_value)], least=1)
+        return "\n".join([f"{what} (lmerTest's ls_means; {how}; {100 * self.level:g}% intervals):"]
+                         + table)
 
     def to_pandas(self):
         """The table as a pandas DataFrame indexed by the means' names (needs pandas)."""

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import _core
 from ._anova import chi2_upper_tail
+from ._common import Column, _text_table
 from ._glmm import GlmmResult
 
 
@@ -40,15 +41,13 @@ class RanovaResult:
     reml: bool = False
 
     def __repr__(self) -> str:
-        width = max(len(n) for n in self.names)
-        rows = [f"{'':<{width}} {'npar':>5} {'logLik':>11} {'AIC':>10} {'LRT':>9} {'Df':>3} "
-                f"{'Pr(>Chisq)':>11}"]
-        for k, name in enumerate(self.names):
-            row = f"{name:<{width}} {self.n_params[k]:>5} {self.loglik[k]:>11.4f} {self.aic[k]:>10.4f}"
-            if self.lrt[k] is not None:
-                row += f" {self.lrt[k]:>9.4f} {self.df[k]:>3} {self.p_value[k]:>11.4g}"
-            rows.append(row)
-        return "\n".join(rows)
+        return "\n".join(_text_table(self.names, self._columns()))
+
+    def _columns(self) -> List[Column]:
+        """lmerTest's columns of the table (the tests blank on the model's row)."""
+        return [("npar", 5, str, self.n_params), ("logLik", 11, "{:.4f}".format, self.loglik),
+                ("AIC", 10, "{:.4f}".format, self.aic), ("LRT", 9, "{:.4f}".format, self.lrt),
+                ("Df", 3, str, self.df), ("Pr(>Chisq)", 11, "{:.4g}".format, self.p_value)]
 
     def to_pandas(self):
         """The table as a pandas DataFrame (needs pandas)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, List, Optional, Tuple
 
+from ._common import Column, _text_table
 from ._glmm import GlmmResult, glmm
 from ._ranova import RanovaResult, effects_of, marginal_terms, ranova_with_reductions
 
@@ -25,14 +26,8 @@ class StepRandomTable(RanovaResult):
 
     eliminated: List[Optional[int]] = field(default_factory=list)
 
-    def __repr__(self) -> str:
-        lines = RanovaResult.__repr__(self).split("\n")
-        width = max(len(n) for n in self.names)
-        lines[0] = lines[0][:width] + f" {'Eliminated':>10}" + lines[0][width:]
-        for k, e in enumerate(self.eliminated, start=1):
-            mark = "" if e is None else str(e)
-            lines[k] = lines[k][:width] + f" {mark:>10}" + lines[k][width:]
-        return "\n".join(lines)
+    def _columns(self) -> List[Column]:
+        return [("Eliminated", 10, str, self.eliminated)] + RanovaResult._columns(self)
 
 
 @dataclass
@@ -68,14 +63,12 @@ class StepFixedTable:
             column.append(v)
 
     def __repr__(self) -> str:
-        width = max([len(n) for n in self.names] + [0])
-        rows = [f"{'':<{width}} {'Eliminated':>10} {'Sum Sq':>10} {'Mean Sq':>10} {'NumDF':>5} "
-                f"{'DenDF':>9} {'F value':>9} {'Pr(>F)':>10}"]
-        for k, name in enumerate(self.names):
-            rows.append(f"{name:<{width}} {self.eliminated[k]:>10} {self.sum_sq[k]:>10.4f} "
-                        f"{self.mean_sq[k]:>10.4f} {self.num_df[k]:>5} {self.den_df[k]:>9.2f} "
-                        f"{self.f_value[k]:>9.4f} {self.p_value[k]:>10.4g}")
-        return "\n".join(rows)
+        f4 = "{:.4f}".format
+        return "\n".join(_text_table(self.names, [
+            ("Eliminated", 10, str, self.eliminated), ("Sum Sq", 10, f4, self.sum_sq),
+            ("Mean Sq", 10, f4, self.mean_sq), ("NumDF", 5, str, self.num_df),
+            ("DenDF", 9, "{:.2f}".format, self.den_df), ("F value", 9, f4, self.f_value),
+            ("Pr(>F)", 10, "{:.4g}".format, self.p_value)]))
 
     def to_pandas(self):
         """The table as a pandas DataFrame (needs pandas)."""
