@@ -160,26 +160,23 @@ def _eliminate_random(fit: GlmmResult, alpha: float
                       ) -> Tuple[StepRandomTable, GlmmResult, Optional[str]]:
     """The random effects' rounds from ``fit``: the table, the model they leave, and the note
     where the last random term was kept."""
-    out, current, note, first = StepRandomTable(reml=bool(fit.reml)), fit, None, True
+    out, current, note = StepRandomTable(reml=bool(fit.reml)), fit, None
+    table, reductions = ranova_with_reductions(current)
+    _add_row(out, table, 0, None)
     while True:
-        table, reductions = ranova_with_reductions(current)
-        if first:
-            _add_row(out, table, 0, None)
-            first = False
         k = _worst(enumerate(table.p_value[1:], start=1), alpha)
-        t, e = reductions[k - 1] if k is not None else (0, 0)
-        if k is not None and _formula(current, random_left_out=(t, e)) is None:
+        reduced = None if k is None else _formula(current, random_left_out=reductions[k - 1])
+        if k is not None and reduced is None:
             note = (f"{table.names[k]} has p above {alpha} but is the last random term: "
                     f"lmerTest's step would leave it out and reduce a linear model's fixed "
                     f"effects; sagd fits mixed models and keeps it")
-            k = None
-        if k is None:
+        if reduced is None:
             for j in range(1, len(table.names)):
                 _add_row(out, table, j, 0)
             return out, current, note
-        eliminated = sum(1 for v in out.eliminated if v)
-        _add_row(out, table, k, eliminated + 1)
-        current = _refit(fit, _formula(current, random_left_out=(t, e)), None)
+        _add_row(out, table, k, sum(1 for v in out.eliminated if v) + 1)
+        current = _refit(fit, reduced, None)
+        table, reductions = ranova_with_reductions(current)
 
 
 def _eliminate_fixed(fit: GlmmResult, current: GlmmResult, ddf: str, alpha: float
@@ -193,7 +190,7 @@ def _eliminate_fixed(fit: GlmmResult, current: GlmmResult, ddf: str, alpha: floa
         missing = [name for name in scope if name not in tests]
         if missing:
             raise ValueError(f"step: no F test of {missing[0]!r} in the fit of "
-                             f"{current.formula!r}: {_notes(current)}")
+                             f"{current.formula!r}: {current.warning or 'the fit gave no table'}")
         k = _worst(((j, tests[name][5]) for j, name in enumerate(scope)), alpha)
         if k is None:
             for name in scope:
@@ -201,11 +198,6 @@ def _eliminate_fixed(fit: GlmmResult, current: GlmmResult, ddf: str, alpha: floa
             return out, current
         out.add(scope[k], len(out.names) + 1, tests[scope[k]])
         current = _refit(fit, _formula(current, fixed_left_out=scope[k]), ddf)
-
-
-def _notes(fit: GlmmResult) -> str:
-    """The fit's warning, or that it had none."""
-    return fit.warning or "the fit gave no table"
 
 
 def _add_row(out: StepRandomTable, table: RanovaResult, k: int,
