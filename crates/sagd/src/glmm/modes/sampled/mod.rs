@@ -195,6 +195,9 @@ impl Glmm {
     }
 
     /// Point `c`'s chains: warm-up, then `draws` transitions, each recording its levels' b.
+    /// Each chain runs a stretch of transitions in one task of its own (its stream and state
+    /// are its own), so the chains meet only where the warm-up adjusts ε, not at every
+    /// transition: the same draws as stepping them together.
     fn point_draws(
         &self,
         theta: &[f64],
@@ -214,11 +217,12 @@ impl Glmm {
             lap: &lap,
         };
         let mut chains = ChainSet::<f64>::new(CHAINS, dim, seed.stream("chains").get());
-        // A chain a task: a crossed design is one point, its chains the only parallel work.
-        chains.set_rows_per_block(1);
         let mut starts = vec![0.0; CHAINS * dim];
         seed.stream("starts").normals().fill(&mut starts);
         chains.init(&target, &starts, Momentum::Normal)?;
+        let mut each = (0..CHAINS)
+            .map(|r| chains.gather(&[r]))
+            .collect::<Result<Vec<_>>>()?;
         // ε ∝ d^(-1/4) keeps the leapfrog's energy error, and so the acceptance, level as d grows.
         let mut step = (1.2 / (dim as f64).powf(0.25)).min(1.2);
         // The chains start from draws of Laplace's approximation, close to the posterior: the
@@ -228,11 +232,8 @@ impl Glmm {
         let mut done = 0;
         while done < warm_up {
             let n = ADAPT_EVERY.min(warm_up - done);
-            let mut accepted = 0.0;
-            for _ in 0..n {
-                let kernel = paths.kernel(step)?;
-                accepted += chains.step(&target, &kernel)?.acceptance.unwrap_or(0.0);
-            }
+            let kernels = paths.kernels(step, n)?;
+            let (accepted, _) = stretch(&mut each, &target, &kernels, |_, _: &mut ()| ())?;
             done += n;
             let rate = accepted / n as f64;
             if rate < ACCEPT.0 {
@@ -241,32 +242,58 @@ impl Glmm {
                 step *= 1.2;
             }
         }
-        let mut series: Vec<Vec<Vec<f64>>> = levels
-            .iter()
-            .flat_map(|&(t, _, _)| 0..self.terms[t].q)
-            .map(|_| (0..CHAINS).map(|_| Vec::with_capacity(draws)).collect())
-            .collect();
-        let mut accepted = 0.0;
-        for _ in 0..draws {
-            let kernel = paths.kernel(step)?;
-            accepted += chains.step(&target, &kernel)?.acceptance.unwrap_or(0.0);
-            for r in 0..CHAINS {
-                let u = target.u_of(chains.position(r));
-                let values = levels.iter().flat_map(|&(t, _, offset)| {
-                    let (q, u) = (self.terms[t].q, &u[offset..offset + self.terms[t].q]);
-                    (0..q).map(move |a| effect(&factors[t], q, u, a))
-                });
-                series
-                    .iter_mut()
-                    .zip(values)
-                    .for_each(|(s, b)| s[r].push(b));
+        let kernels = paths.kernels(step, draws)?;
+        let effects: usize = levels.iter().map(|&(t, _, _)| self.terms[t].q).sum();
+        // Per chain, per effect (in the order of `levels` and their q effects), its series.
+        let record = |x: &[f64], series: &mut Vec<Vec<f64>>| {
+            let u = target.u_of(x);
+            let values = levels.iter().flat_map(|&(t, _, offset)| {
+                let (q, u) = (self.terms[t].q, &u[offset..offset + self.terms[t].q]);
+                (0..q).map(move |a| effect(&factors[t], q, u, a))
+            });
+            if series.is_empty() {
+                *series = vec![Vec::with_capacity(draws); effects];
             }
-        }
+            series.iter_mut().zip(values).for_each(|(s, b)| s.push(b));
+        };
+        let (accepted, per_chain) = stretch(&mut each, &target, &kernels, record)?;
+        let series = (0..effects)
+            .map(|e| per_chain.iter().map(|s| s[e].clone()).collect())
+            .collect();
         Ok(PointDraws {
             series,
             acceptance: accepted / draws as f64,
         })
     }
+}
+
+/// Every chain of `each` (a chain a set) through the transitions `kernels`, a chain a task,
+/// `record` seeing its position after each transition in a value of its own. Returns the
+/// acceptance summed over the transitions, each transition's the mean over the chains taken in
+/// their order (as a set of all of them reports it), and each chain's value.
+fn stretch<R: Default + Send>(
+    each: &mut [ChainSet<f64>],
+    target: &Whitened<'_>,
+    kernels: &[crate::langevin::Kernel<f64>],
+    record: impl Fn(&[f64], &mut R) + Sync,
+) -> Result<(f64, Vec<R>)> {
+    let runs = each
+        .par_iter_mut()
+        .map(|chain| {
+            let mut value = R::default();
+            let mut accepted = Vec::with_capacity(kernels.len());
+            for kernel in kernels {
+                accepted.push(chain.step(target, kernel)?.acceptance.unwrap_or(0.0));
+                record(chain.position(0), &mut value);
+            }
+            Ok((accepted, value))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let chains = runs.len().max(1) as f64;
+    let accepted = (0..kernels.len())
+        .map(|s| runs.iter().fold(0.0, |total, (a, _)| total + a[s]) / chains)
+        .fold(0.0, |total, a| total + a);
+    Ok((accepted, runs.into_iter().map(|(_, v)| v).collect()))
 }
 
 /// One effect's draws summed up: its mean and sd, and the chains' ESS and R-hat.
@@ -292,14 +319,18 @@ fn summarise(chains: &[Vec<f64>]) -> Summed {
 struct Paths(ChainRng);
 
 impl Paths {
-    /// HMC with step ε along the next path, [`PATH`] within ±[`JITTER`].
-    fn kernel(&mut self, step: f64) -> Result<crate::langevin::Kernel<f64>> {
-        let path = PATH * (1.0 + JITTER * (2.0 * self.0.uniform() - 1.0));
-        HmcSettings {
-            step_size: step,
-            n_leapfrog: (path / step).ceil().max(1.0) as usize,
-        }
-        .kernel()
+    /// HMC with step ε along each of the next `n` paths, [`PATH`] within ±[`JITTER`].
+    fn kernels(&mut self, step: f64, n: usize) -> Result<Vec<crate::langevin::Kernel<f64>>> {
+        (0..n)
+            .map(|_| {
+                let path = PATH * (1.0 + JITTER * (2.0 * self.0.uniform() - 1.0));
+                HmcSettings {
+                    step_size: step,
+                    n_leapfrog: (path / step).ceil().max(1.0) as usize,
+                }
+                .kernel()
+            })
+            .collect()
     }
 }
 
