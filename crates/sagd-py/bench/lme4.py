@@ -119,6 +119,10 @@ def suite(quick):
     y, x, g, h = crossed("binomial", 30, 20, 21, sd_a=1.5, sd_b=1.0)
     out.append(("bcrossed-30x20", {"y": y, "x": x, "g": g, "h": h},
                 dict(family="binomial", groups={"g": g, "h": h})))
+    # Subjects × items as psycholinguists cross them: 2,400 binary outcomes, moderate variances.
+    y, x, g, h = crossed("binomial", 60, 40, 21, sd_a=1.0, sd_b=0.8)
+    out.append(("bcrossed-60x40", {"y": y, "x": x, "g": g, "h": h},
+                dict(family="binomial", groups={"g": g, "h": h})))
     # The salamander design: 6 binary outcomes per level, large variances.
     y, x, g, h = sparse_crossed(3, 20, 6, 31)
     out.append(("bsparse-3x20x6", {"y": y, "x": x, "g": g, "h": h},
