@@ -233,7 +233,7 @@ impl Glmm {
         while done < warm_up {
             let n = ADAPT_EVERY.min(warm_up - done);
             let kernels = paths.kernels(step, n)?;
-            let (accepted, _) = stretch(&mut each, &target, &kernels, |_, _: &mut ()| ())?;
+            let (accepted, _) = stretch(&mut each, &target, &kernels, (|| (), |_, _| ()))?;
             done += n;
             let rate = accepted / n as f64;
             if rate < ACCEPT.0 {
@@ -251,14 +251,19 @@ impl Glmm {
                 let (q, u) = (self.terms[t].q, &u[offset..offset + self.terms[t].q]);
                 (0..q).map(move |a| effect(&factors[t], q, u, a))
             });
-            if series.is_empty() {
-                *series = vec![Vec::with_capacity(draws); effects];
-            }
             series.iter_mut().zip(values).for_each(|(s, b)| s.push(b));
         };
-        let (accepted, per_chain) = stretch(&mut each, &target, &kernels, record)?;
+        let start = || vec![Vec::with_capacity(draws); effects];
+        let (accepted, per_chain) = stretch(&mut each, &target, &kernels, (start, record))?;
+        // Each chain's series moved into their places, effect by effect.
+        let mut per_chain: Vec<_> = per_chain.into_iter().map(Vec::into_iter).collect();
         let series = (0..effects)
-            .map(|e| per_chain.iter().map(|s| s[e].clone()).collect())
+            .map(|_| {
+                let chains = per_chain.iter_mut();
+                chains
+                    .map(|s| s.next().expect("a series per effect"))
+                    .collect()
+            })
             .collect();
         Ok(PointDraws {
             series,
@@ -268,19 +273,19 @@ impl Glmm {
 }
 
 /// Every chain of `each` (a chain a set) through the transitions `kernels`, a chain a task,
-/// `record` seeing its position after each transition in a value of its own. Returns the
-/// acceptance summed over the transitions, each transition's the mean over the chains taken in
-/// their order (as a set of all of them reports it), and each chain's value.
-fn stretch<R: Default + Send>(
+/// `record` seeing its position after each transition in a value of its own, made by `start`.
+/// Returns the acceptance summed over the transitions, each transition's the mean over the
+/// chains taken in their order (as a set of all of them reports it), and each chain's value.
+fn stretch<R: Send>(
     each: &mut [ChainSet<f64>],
     target: &Whitened<'_>,
     kernels: &[crate::langevin::Kernel<f64>],
-    record: impl Fn(&[f64], &mut R) + Sync,
+    (start, record): (impl Fn() -> R + Sync, impl Fn(&[f64], &mut R) + Sync),
 ) -> Result<(f64, Vec<R>)> {
     let runs = each
         .par_iter_mut()
         .map(|chain| {
-            let mut value = R::default();
+            let mut value = start();
             let mut accepted = Vec::with_capacity(kernels.len());
             for kernel in kernels {
                 accepted.push(chain.step(target, kernel)?.acceptance.unwrap_or(0.0));
