@@ -20,7 +20,6 @@ const ROUND: f64 = 6_755_399_441_055_744.0;
 
 /// Natural logarithm of a normal positive `x`, accurate to a few ulp.
 #[inline(always)]
-#[allow(clippy::excessive_precision)]
 pub(crate) fn ln(x: f64) -> f64 {
     const SQRT2: f64 = std::f64::consts::SQRT_2;
     let bits = x.to_bits();
@@ -33,8 +32,15 @@ pub(crate) fn ln(x: f64) -> f64 {
         m *= 0.5;
         e += 1.0;
     }
-    // ln m = 2 atanh(s) = 2s + s·R(s²), |s| <= 0.1716, R a minimax polynomial (fdlibm's e_log.c).
     let s = (m - 1.0) / (m + 1.0);
+    e.mul_add(std::f64::consts::LN_2, atanh_series(s))
+}
+
+/// 2 atanh(s) = ln((1 + s)/(1 − s)) for |s| <= 0.1716: 2s + s·R(s²), R a minimax polynomial
+/// (fdlibm's e_log.c).
+#[inline(always)]
+#[allow(clippy::excessive_precision)]
+fn atanh_series(s: f64) -> f64 {
     let z = s * s;
     let r = horner(
         z,
@@ -48,7 +54,27 @@ pub(crate) fn ln(x: f64) -> f64 {
             6.666666666666735130e-01,
         ],
     ) * z;
-    e.mul_add(std::f64::consts::LN_2, s.mul_add(r, 2.0 * s))
+    s.mul_add(r, 2.0 * s)
+}
+
+/// ln(1 + e) and 1/(1 + e) for e in [0, 1], to a few ulp, from one division where `ln` and a
+/// quotient take three: ln(1 + e) = 2 atanh(e/(2 + e)) up to e = √2 − 1, and
+/// ln 2 + 2 atanh((e − 1)/(e + 3)) beyond (the ratio is then (1 + e)/2's), so |s| <= 0.1716 and
+/// no rounding of 1 + e enters the logarithm; s and 1/(1 + e) share the reciprocal of the
+/// product of their denominators.
+#[inline(always)]
+pub(crate) fn ln_1p_and_recip(e: f64) -> (f64, f64) {
+    const SQRT2_M1: f64 = std::f64::consts::SQRT_2 - 1.0;
+    let (num, den, k) = if e > SQRT2_M1 {
+        (e - 1.0, e + 3.0, 1.0f64)
+    } else {
+        (e, 2.0 + e, 0.0)
+    };
+    let one_e = 1.0 + e;
+    let q = 1.0 / (den * one_e);
+    let s = num * (one_e * q);
+    let ln_1p = k.mul_add(std::f64::consts::LN_2, atanh_series(s));
+    (ln_1p, den * q)
 }
 
 /// e^x to a couple of ulp for any `x` (∞ beyond 709.78, 0 below −745, NaN for NaN).
@@ -120,6 +146,35 @@ mod tests {
         }
         assert!(worst <= 2, "{worst} ulps");
         assert_eq!(ln(1.0), 0.0);
+    }
+
+    #[test]
+    fn ln_1p_and_recip_match_std() {
+        let (mut worst_ln, mut worst_recip) = (0, 0);
+        let mut check = |e: f64| {
+            let (a, r) = ln_1p_and_recip(e);
+            worst_ln = worst_ln.max(ulps(a, e.ln_1p()));
+            worst_recip = worst_recip.max(ulps(r, 1.0 / (1.0 + e)));
+        };
+        for i in 0..=1_000_000 {
+            check(i as f64 * 1e-6);
+        }
+        let edge = std::f64::consts::SQRT_2 - 1.0;
+        for i in -1000..=1000 {
+            check(edge + i as f64 * 1e-17);
+        }
+        let mut e = 1.0f64;
+        while e > 1e-300 {
+            check(e);
+            check(0.7 * e);
+            e *= 0.5;
+        }
+        assert!(
+            worst_ln <= 4 && worst_recip <= 4,
+            "{worst_ln}, {worst_recip} ulps"
+        );
+        assert_eq!(ln_1p_and_recip(0.0), (0.0, 1.0));
+        assert_eq!(ln_1p_and_recip(1.0).1, 0.5);
     }
 
     #[test]
