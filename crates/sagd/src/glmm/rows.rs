@@ -141,11 +141,8 @@ impl Glmm {
             eta.iter_mut().zip(o).for_each(|(e, o)| *e += o);
         }
         for (t, term) in self.terms.iter().enumerate() {
-            let l = factors[t][0];
             let (z, slot) = (&term.z[rows.clone()], &term.slot[rows.clone()]);
-            for ((e, z), &k) in eta.iter_mut().zip(z).zip(slot) {
-                *e += z * l * u[k];
-            }
+            add_scalar_term(factors[t][0], z, slot, u, eta);
         }
     }
 
@@ -386,4 +383,22 @@ impl Glmm {
 fn d_log_sigma(dl: f64, inv_var: f64) -> f64 {
     let e = dl / inv_var;
     -1.0 + e * e * inv_var
+}
+
+crate::vectorized! {
+    /// Adds z_i l u_k of one scalar term to each row's `eta` (its factor `l`, the rows' `z` and
+    /// slots `slot` in `u`), in vector lanes: the slots' loads as gathers, which a bounds check on
+    /// each would keep one row at a time. Every slot is in `u` (the terms are built so); a clamp
+    /// stands in for the check.
+    fn add_scalar_term(l: f64, z: &[f64], slot: &[usize], u: &[f64], eta: &mut [f64]) {
+        let Some(last) = u.len().checked_sub(1) else {
+            return;
+        };
+        let n = eta.len();
+        let (z, slot) = (&z[..n], &slot[..n]);
+        for j in 0..n {
+            debug_assert!(slot[j] <= last);
+            eta[j] += z[j] * l * u[slot[j].min(last)];
+        }
+    }
 }
