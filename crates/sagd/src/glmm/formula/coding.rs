@@ -109,6 +109,45 @@ impl Formula {
         }
     }
 
+    /// Refuses, by name, a categorical fixed-effect predictor (under `coding`) with a level of
+    /// its own on every one of the `rows` (two or more): its columns alone fit every row, so no fixed effect can be
+    /// estimated. Most often a column of numbers that a writer quoted or wrapped (`"0.36"`,
+    /// `np.float64(0.36)`), which makes it text.
+    pub(super) fn refuse_saturated(
+        &self,
+        cols: &Columns<'_>,
+        rows: &[usize],
+        coding: &Coding,
+    ) -> Result<()> {
+        if rows.len() < 2 {
+            return Ok(());
+        }
+        for v in self.fixed.terms.iter().flatten() {
+            match coding.levels.get(&v.name) {
+                Some(levels) if levels.len() >= rows.len() => {}
+                _ => continue,
+            }
+            let first = label(cols[v.name.as_str()], rows[0]);
+            let kind = match cols[v.name.as_str()] {
+                Column::Text(_) => "text",
+                Column::Number(_) => "factor()",
+            };
+            return Err(invalid(
+                "data",
+                format!(
+                    "column `{}`: {kind} with a different value on each of its {} rows (the first `{first}`)",
+                    v.name,
+                    rows.len()
+                ),
+                "as a categorical predictor it gives every row a fixed effect of its own, which \
+                 no model can estimate: if the column holds numbers, write them as plain numbers \
+                 (one value such as `np.float64(0.36)` makes the whole column text); else leave it \
+                 out of the fixed effects, or make it a grouping factor",
+            ));
+        }
+        Ok(())
+    }
+
     /// Each random-effect term's groups and design on `rows` under `coding`, and the names of
     /// its grouping factor, effects and levels. A level the coding lacks (new data's) is
     /// numbered after the coding's, so its term names list the coding's levels then the new ones.

@@ -237,6 +237,7 @@ impl Formula {
     pub fn design(&self, frame: &Frame) -> Result<Design> {
         let (cols, rows) = complete_rows(frame, &self.columns(), Source::Fitted)?;
         let coding = self.coding(&cols, &rows);
+        self.refuse_saturated(&cols, &rows, &coding)?;
         let fitted = (&coding, Source::Fitted);
         let response = self.response_values(&cols, &rows, fitted)?;
         self.arrays(&cols, (rows, frame.n_rows()), fitted, response)

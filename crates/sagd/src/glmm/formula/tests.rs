@@ -115,6 +115,33 @@ fn errors_name_the_place_and_the_fix() {
     assert!(e.contains("missing"), "{e}");
 }
 
+/// A categorical fixed effect with a level on every row (numbers written as text, or a
+/// factor() of distinct values) is refused by the column's name; a text predictor with fewer
+/// levels than rows, and the same column as a grouping factor, are not.
+#[test]
+fn a_predictor_with_a_level_on_every_row_is_refused_by_name() {
+    let wrapped = |v: f64| format!("np.float64({v})");
+    let f = Frame::new(
+        vec!["y".into(), "x".into(), "g".into()],
+        vec![
+            Column::Number(vec![1.0, 0.0, 3.0, 2.0]),
+            Column::infer((1..=4).map(|i| wrapped(i as f64 / 10.0)).collect()),
+            Column::Number(vec![1.0, 1.0, 2.0, 2.0]),
+        ],
+    )
+    .unwrap();
+    let design = |s: &str| Formula::parse(s).unwrap().design(&f);
+    let e = design("y ~ x + (1 | g)").unwrap_err().to_string();
+    assert!(
+        e.contains("column `x`") && e.contains("np.float64(0.1)") && e.contains("plain numbers"),
+        "{e}"
+    );
+    let e = design("y ~ factor(y) + (1 | g)").unwrap_err().to_string();
+    assert!(e.contains("column `y`: factor()"), "{e}");
+    assert!(design("y ~ factor(g) + (1 | g)").is_ok());
+    assert!(design("y ~ 1 + (1 | x)").is_ok());
+}
+
 #[test]
 fn text_is_inferred_and_a_two_level_response_is_binary() {
     let c = Column::infer(vec!["1".into(), "NA".into(), " 2.5 ".into()]);
