@@ -139,6 +139,9 @@ def test_what_is_wrong_with_a_formula_is_named():
                           ("y x + (1 | g)", "no single '~'")]:
         with pytest.raises(ValueError, match=says):
             sagd.glmm(formula, data=df, family="poisson")
+    wrapped = df.assign(x=[f"np.float64({v})" for v in df.x])
+    with pytest.raises(ValueError, match=r"column 'x' is text .*'np\.float64\("):
+        sagd.glmm("y ~ x + (1 | g)", data=wrapped, family="poisson")
     with pytest.raises(ValueError, match="needs the data frame"):
         sagd.glmm("y ~ x + (1 | g)", family="poisson")
     with pytest.raises(ValueError, match="no X, groups"):

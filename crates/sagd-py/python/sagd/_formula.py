@@ -71,6 +71,26 @@ def _bad(formula: str, why: str, fix: str) -> ValueError:
     return ValueError(f"formula {formula!r}: {why}; {fix}")
 
 
+def _refuse_saturated(formula: str, df: Any, names: set) -> None:
+    """Refuses, by name, a text fixed-effect predictor with a different value on every one of the
+    rows (two or more), as the command line does: its levels alone fit every row, so no fixed
+    effect can be estimated. Most often numbers written as text (``np.float64(0.36)``)."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    if len(df) < 2:
+        return
+    for name in sorted(names):
+        col = df[name]
+        if is_numeric_dtype(col) or is_bool_dtype(col) or col.nunique() < len(df):
+            continue
+        raise _bad(formula, f"column {name!r} is text with a different value on each of its "
+                   f"{len(df)} rows (the first {col.iloc[0]!r})",
+                   "as a categorical predictor it gives every row a fixed effect of its own, "
+                   "which no model can estimate: if the column holds numbers, convert it "
+                   "(pd.to_numeric); else leave it out of the fixed effects, or make it a "
+                   "grouping factor")
+
+
 def _terms(expr: str) -> List[str]:
     """The non-empty terms of a sum, split at its top-level '+'."""
     terms, depth, start = [], 0, 0
@@ -135,6 +155,7 @@ def parse(formula: str, data: Any) -> Design:
                 from None
 
     y, trials = _response(formula, lhs, design)
+    _refuse_saturated(formula, df, set(_NAME.findall(fixed)) & set(map(str, df.columns)))
     X = design(fixed, "the fixed effects")
     groups: Dict[str, np.ndarray] = {}
     Z, z_names, correlated = [], [], []
