@@ -167,9 +167,9 @@ mod tests {
         };
         for j in 0..n {
             let x = eta[j];
-            let softplus = x.max(0.0) + (-x.abs()).exp().ln_1p();
-            let p = if x > 0.0 { 1.0 } else { x.exp() } / (1.0 + (-x.abs()).exp());
             let e = (-x.abs()).exp();
+            let softplus = x.max(0.0) + e.ln_1p();
+            let p = if x > 0.0 { 1.0 } else { e } / (1.0 + e);
             let (l0, d0, w0) = (
                 x - 3.0 * softplus,
                 1.0 - 3.0 * p,

@@ -110,9 +110,9 @@ impl Formula {
     }
 
     /// Refuses, by name, a categorical fixed-effect predictor (under `coding`) with a level of
-    /// its own on every one of the `rows` (two or more): its columns alone fit every row, so no fixed effect can be
-    /// estimated. Most often a column of numbers that a writer quoted or wrapped (`"0.36"`,
-    /// `np.float64(0.36)`), which makes it text.
+    /// its own on every one of the `rows` (two or more): its columns alone fit every row, so no
+    /// fixed effect can be estimated. Most often a column of numbers with one value written
+    /// otherwise (`np.float64(0.36)`), which makes it text.
     pub(super) fn refuse_saturated(
         &self,
         cols: &Columns<'_>,
@@ -127,8 +127,9 @@ impl Formula {
                 Some(levels) if levels.len() >= rows.len() => {}
                 _ => continue,
             }
-            let first = label(cols[v.name.as_str()], rows[0]);
-            let kind = match cols[v.name.as_str()] {
+            let col = cols[v.name.as_str()];
+            let first = label(col, rows[0]);
+            let kind = match col {
                 Column::Text(_) => "text",
                 Column::Number(_) => "factor()",
             };
